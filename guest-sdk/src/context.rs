@@ -1,0 +1,379 @@
+//! [`Context`]: the reconciler's only way to read and write cluster state, through the host.
+
+use std::collections::BTreeMap;
+
+use kube_core::{DynamicObject, GroupVersionKind, Resource};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::bindings::krec::reconciler::{client, events, types as wit};
+use crate::{Error, Result};
+
+/// Handle to the host for one reconcile: typed and untyped get/list/create/update/patch/delete,
+/// and Kubernetes Events.
+///
+/// Reads are served from the host's shared cache unless [`ListParams::uncached`] asks for the API
+/// server; writes always go to the API server. Every call is checked against the permissions in
+/// the guest's manifest and fails with [`Error::Forbidden`] when not permitted.
+///
+/// Typed calls work with any type implementing kube's [`Resource`] with a static type: all
+/// `k8s-openapi` types and structs made with the [`CustomResource`](crate::CustomResource)
+/// derive. The `*_dynamic` calls take a [`GroupVersionKind`] and return [`DynamicObject`]s.
+#[derive(Debug)]
+pub struct Context {
+    _private: (),
+}
+
+/// Kind of a Kubernetes Event, as client-go's `EventRecorder` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Normal progress, e.g. reason `Synced`.
+    Normal,
+    /// Something a person should look at, e.g. reason `ErrResourceExists`.
+    Warning,
+}
+
+/// Which objects a list call returns. Built with chained calls:
+/// `ListParams::default().namespace("default").labels("app=web")`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListParams {
+    /// Only this namespace; `None` for all namespaces or cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// Label selector, e.g. `app=web,tier in (fe,be),!legacy`.
+    pub label_selector: Option<String>,
+    /// Field selector on `metadata.name` / `metadata.namespace`.
+    pub field_selector: Option<String>,
+    /// Read from the API server instead of the host's cache.
+    pub uncached: bool,
+}
+
+impl ListParams {
+    /// Restrict to one namespace (`None` keeps all namespaces).
+    pub fn namespace<'a>(mut self, namespace: impl Into<Option<&'a str>>) -> Self {
+        self.namespace = namespace.into().map(str::to_owned);
+        self
+    }
+
+    /// Select by labels. An empty selector selects everything.
+    pub fn labels(mut self, selector: &str) -> Self {
+        self.label_selector = (!selector.is_empty()).then(|| selector.to_owned());
+        self
+    }
+
+    /// Select by fields (`metadata.name`, `metadata.namespace`).
+    pub fn fields(mut self, selector: &str) -> Self {
+        self.field_selector = (!selector.is_empty()).then(|| selector.to_owned());
+        self
+    }
+
+    /// Read from the API server instead of the cache (strongly consistent, slower).
+    pub fn uncached(mut self) -> Self {
+        self.uncached = true;
+        self
+    }
+}
+
+/// A patch body and its format.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// JSON merge patch (RFC 7386): `null` deletes a field.
+    Merge(serde_json::Value),
+    /// JSON patch (RFC 6902): an array of operations.
+    Json(serde_json::Value),
+    /// Strategic merge patch, for built-in kinds.
+    Strategic(serde_json::Value),
+    /// Server-side apply of the intended object, owned by the guest's field manager.
+    Apply(serde_json::Value),
+}
+
+/// Conditions checked by [`Context::delete_with`] before deleting.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// Delete only if the object still has this UID.
+    pub uid: Option<String>,
+    /// Delete only if the object is unchanged since this resourceVersion.
+    pub resource_version: Option<String>,
+}
+
+/// Render `matchLabels`-style labels as a label selector string (`a=1,b=2`).
+pub fn labels_to_selector(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn gvk_of<K: Resource<DynamicType = ()>>() -> wit::Gvk {
+    wit::Gvk {
+        group: K::group(&()).into_owned(),
+        version: K::version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+    }
+}
+
+fn wit_gvk(gvk: &GroupVersionKind) -> wit::Gvk {
+    wit::Gvk {
+        group: gvk.group.clone(),
+        version: gvk.version.clone(),
+        kind: gvk.kind.clone(),
+    }
+}
+
+fn decode<K: DeserializeOwned>(json: &str, what: &str) -> Result<K> {
+    serde_json::from_str(json).map_err(|err| Error::Invalid(format!("decoding {what}: {err}")))
+}
+
+fn encode<K: Serialize>(object: &K) -> Result<String> {
+    Ok(serde_json::to_string(object)?)
+}
+
+impl Context {
+    pub(crate) fn new() -> Self {
+        Context { _private: () }
+    }
+
+    /// Get one object. Fails with [`Error::NotFound`] if it does not exist.
+    pub fn get<'a, K>(&self, namespace: impl Into<Option<&'a str>>, name: &str) -> Result<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let json = client::get(&gvk_of::<K>(), namespace.into(), name)?;
+        decode(&json, &K::kind(&()))
+    }
+
+    /// Get one object, or `None` if it does not exist.
+    pub fn get_opt<'a, K>(
+        &self,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+    ) -> Result<Option<K>>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        match self.get(namespace, name) {
+            Ok(object) => Ok(Some(object)),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// List objects of a kind.
+    pub fn list<K>(&self, params: &ListParams) -> Result<Vec<K>>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        self.list_json(&gvk_of::<K>(), params)
+    }
+
+    /// Create an object (which must have `apiVersion` and `kind`); returns it as stored.
+    pub fn create<K: Serialize + DeserializeOwned>(&self, object: &K) -> Result<K> {
+        decode(&client::create(&encode(object)?)?, "created object")
+    }
+
+    /// Replace an object. Its `metadata.resourceVersion` must be current, or the call fails with
+    /// [`Error::Conflict`]. Status changes are ignored for kinds with a status subresource.
+    pub fn update<K: Serialize + DeserializeOwned>(&self, object: &K) -> Result<K> {
+        decode(&client::update(&encode(object)?)?, "updated object")
+    }
+
+    /// Replace an object's status through the status subresource.
+    pub fn update_status<K: Serialize + DeserializeOwned>(&self, object: &K) -> Result<K> {
+        decode(&client::update_status(&encode(object)?)?, "updated object")
+    }
+
+    /// Patch an object.
+    pub fn patch<'a, K>(
+        &self,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+        patch: &Patch,
+    ) -> Result<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let json = self.patch_json(&gvk_of::<K>(), namespace.into(), name, patch, false)?;
+        decode(&json, "patched object")
+    }
+
+    /// Patch an object's status subresource.
+    pub fn patch_status<'a, K>(
+        &self,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+        patch: &Patch,
+    ) -> Result<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let json = self.patch_json(&gvk_of::<K>(), namespace.into(), name, patch, true)?;
+        decode(&json, "patched object")
+    }
+
+    /// Delete an object. Objects with finalizers are only marked for deletion.
+    pub fn delete<'a, K>(&self, namespace: impl Into<Option<&'a str>>, name: &str) -> Result<()>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Ok(client::delete(&gvk_of::<K>(), namespace.into(), name, None)?)
+    }
+
+    /// Delete an object only if it still matches `preconditions` (else [`Error::Conflict`]).
+    pub fn delete_with<'a, K>(
+        &self,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+        preconditions: &Preconditions,
+    ) -> Result<()>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let pre = wit::Preconditions {
+            uid: preconditions.uid.clone(),
+            resource_version: preconditions.resource_version.clone(),
+        };
+        Ok(client::delete(
+            &gvk_of::<K>(),
+            namespace.into(),
+            name,
+            Some(&pre),
+        )?)
+    }
+
+    /// Record a Kubernetes Event about `object`. `reason` is a short CamelCase word.
+    pub fn record_event<K>(
+        &self,
+        object: &K,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.record(gvk_of::<K>(), object.meta(), event_type, reason, message)
+    }
+
+    /// Get one object of any kind, untyped.
+    pub fn get_dynamic<'a>(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+    ) -> Result<DynamicObject> {
+        let json = client::get(&wit_gvk(gvk), namespace.into(), name)?;
+        decode(&json, &gvk.kind)
+    }
+
+    /// List objects of any kind, untyped.
+    pub fn list_dynamic(
+        &self,
+        gvk: &GroupVersionKind,
+        params: &ListParams,
+    ) -> Result<Vec<DynamicObject>> {
+        self.list_json(&wit_gvk(gvk), params)
+    }
+
+    /// Patch an object of any kind (or its status when `status` is true), untyped.
+    pub fn patch_dynamic<'a>(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+        patch: &Patch,
+        status: bool,
+    ) -> Result<DynamicObject> {
+        let json = self.patch_json(&wit_gvk(gvk), namespace.into(), name, patch, status)?;
+        decode(&json, "patched object")
+    }
+
+    /// Delete an object of any kind.
+    pub fn delete_dynamic<'a>(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: impl Into<Option<&'a str>>,
+        name: &str,
+    ) -> Result<()> {
+        Ok(client::delete(&wit_gvk(gvk), namespace.into(), name, None)?)
+    }
+
+    /// Record a Kubernetes Event about an untyped object (its `apiVersion`/`kind` must be set).
+    pub fn record_event_dynamic(
+        &self,
+        object: &DynamicObject,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()> {
+        let types = object.types.as_ref().ok_or_else(|| {
+            Error::Invalid("event about an object without apiVersion/kind".into())
+        })?;
+        let (group, version) = match types.api_version.split_once('/') {
+            Some((group, version)) => (group.to_owned(), version.to_owned()),
+            None => (String::new(), types.api_version.clone()),
+        };
+        let gvk = wit::Gvk {
+            group,
+            version,
+            kind: types.kind.clone(),
+        };
+        self.record(gvk, &object.metadata, event_type, reason, message)
+    }
+
+    fn record(
+        &self,
+        kind: wit::Gvk,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()> {
+        let regarding = events::ObjectReference {
+            kind,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+        };
+        let event_type = match event_type {
+            EventType::Normal => events::EventType::Normal,
+            EventType::Warning => events::EventType::Warning,
+        };
+        Ok(events::record(&regarding, event_type, reason, message)?)
+    }
+
+    fn list_json<K: DeserializeOwned>(&self, gvk: &wit::Gvk, params: &ListParams) -> Result<Vec<K>> {
+        let options = wit::ListOptions {
+            namespace: params.namespace.clone(),
+            label_selector: params.label_selector.clone(),
+            field_selector: params.field_selector.clone(),
+            uncached: params.uncached,
+        };
+        client::list(gvk, &options)?
+            .iter()
+            .map(|json| decode(json, &gvk.kind))
+            .collect()
+    }
+
+    fn patch_json(
+        &self,
+        gvk: &wit::Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Patch,
+        status: bool,
+    ) -> Result<String> {
+        let (how, body) = match patch {
+            Patch::Merge(body) => (wit::PatchType::Merge, body),
+            Patch::Json(body) => (wit::PatchType::Json, body),
+            Patch::Strategic(body) => (wit::PatchType::Strategic, body),
+            Patch::Apply(body) => (wit::PatchType::Apply, body),
+        };
+        Ok(client::patch(
+            gvk,
+            namespace,
+            name,
+            how,
+            &serde_json::to_string(body)?,
+            status,
+        )?)
+    }
+}

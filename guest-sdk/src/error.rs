@@ -1,0 +1,95 @@
+//! The error type of every [`Context`](crate::Context) call and of a reconcile.
+
+use crate::bindings::krec::reconciler::types as wit;
+
+/// Why a host call or a reconcile failed. Each variant carries a human-readable message.
+///
+/// Returned from a reconcile, any error makes the host log it and retry the request with backoff.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The object does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// `create` of an object whose name is taken.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The object changed since it was read, or a precondition failed: read it again and retry.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The manifest does not permit the call, or the API server refused it.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// Malformed object or arguments, or failed validation.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The call or the reconcile took too long.
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// The API server is unreachable or not ready; retry later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else, including errors of the reconciler's own logic.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// An [`Error::Other`] with this message, for failures of the reconciler's own logic.
+    pub fn other(message: impl std::fmt::Display) -> Self {
+        Error::Other(message.to_string())
+    }
+
+    /// Whether the error says the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound(_))
+    }
+
+    /// Whether the error says the object changed meanwhile.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict(_))
+    }
+
+    /// Whether the error says the object already exists.
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Error::AlreadyExists(_))
+    }
+}
+
+/// The result of every [`Context`](crate::Context) call and of a reconcile.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<serde_json::Error> for Error {
+    fn from(err: serde_json::Error) -> Self {
+        Error::Invalid(format!("json: {err}"))
+    }
+}
+
+impl From<wit::Error> for Error {
+    fn from(err: wit::Error) -> Self {
+        match err {
+            wit::Error::NotFound(m) => Error::NotFound(m),
+            wit::Error::AlreadyExists(m) => Error::AlreadyExists(m),
+            wit::Error::Conflict(m) => Error::Conflict(m),
+            wit::Error::Forbidden(m) => Error::Forbidden(m),
+            wit::Error::Invalid(m) => Error::Invalid(m),
+            wit::Error::Timeout(m) => Error::Timeout(m),
+            wit::Error::Unavailable(m) => Error::Unavailable(m),
+            wit::Error::Other(m) => Error::Other(m),
+        }
+    }
+}
+
+impl From<Error> for wit::Error {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::NotFound(m) => wit::Error::NotFound(m),
+            Error::AlreadyExists(m) => wit::Error::AlreadyExists(m),
+            Error::Conflict(m) => wit::Error::Conflict(m),
+            Error::Forbidden(m) => wit::Error::Forbidden(m),
+            Error::Invalid(m) => wit::Error::Invalid(m),
+            Error::Timeout(m) => wit::Error::Timeout(m),
+            Error::Unavailable(m) => wit::Error::Unavailable(m),
+            Error::Other(m) => wit::Error::Other(m),
+        }
+    }
+}

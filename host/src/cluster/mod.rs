@@ -1,0 +1,220 @@
+//! Cluster access: the one seam between the guest plumbing and wherever objects live.
+//!
+//! The host side of the WIT `client` and `events` interfaces calls a [`ClusterAccess`] after
+//! checking the guest's permissions. Implementations: [`MemoryCluster`] (an in-memory object set
+//! for tests and the demo); the cache-backed client over the Kubernetes API server plugs in the
+//! same way, without touching the guest plumbing.
+
+mod memory;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+pub use memory::{MemoryCluster, RecordedEvent};
+
+/// A Kubernetes group/version/kind. The core group is `""`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gvk {
+    /// API group, `""` for core.
+    pub group: String,
+    /// Version within the group.
+    pub version: String,
+    /// Kind, CamelCase.
+    pub kind: String,
+}
+
+impl Gvk {
+    /// A GVK from its parts.
+    pub fn new(group: &str, version: &str, kind: &str) -> Self {
+        Gvk {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+        }
+    }
+
+    /// A GVK from an `apiVersion` (`v1`, `apps/v1`) and a kind.
+    pub fn from_api_version(api_version: &str, kind: &str) -> Self {
+        match api_version.split_once('/') {
+            Some((group, version)) => Gvk::new(group, version, kind),
+            None => Gvk::new("", api_version, kind),
+        }
+    }
+
+    /// The `apiVersion` string: `version` for core, `group/version` otherwise.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The GVK of a JSON object from its `apiVersion` and `kind` fields.
+    pub fn of_object(object: &Value) -> Result<Self, AccessError> {
+        let field = |name: &str| {
+            object
+                .get(name)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| AccessError::Invalid(format!("object has no {name}")))
+        };
+        Ok(Gvk::from_api_version(field("apiVersion")?, field("kind")?))
+    }
+}
+
+impl fmt::Display for Gvk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.kind)
+    }
+}
+
+/// Which objects a list returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Only this namespace; `None` for all.
+    pub namespace: Option<String>,
+    /// Label selector text.
+    pub label_selector: Option<String>,
+    /// Field selector text.
+    pub field_selector: Option<String>,
+    /// Bypass the cache.
+    pub uncached: bool,
+}
+
+/// Format of a patch body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    /// RFC 7386 JSON merge patch.
+    Merge,
+    /// RFC 6902 JSON patch.
+    Json,
+    /// Kubernetes strategic merge patch.
+    Strategic,
+    /// Server-side apply.
+    Apply,
+}
+
+/// Preconditions of a delete.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// Required UID.
+    pub uid: Option<String>,
+    /// Required resourceVersion.
+    pub resource_version: Option<String>,
+}
+
+/// Kind of a Kubernetes Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+impl EventType {
+    /// The Event's `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// The object an Event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectReference {
+    /// Kind of the object.
+    pub gvk: Gvk,
+    /// Namespace, `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// UID, if known.
+    pub uid: Option<String>,
+}
+
+/// An Event to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// The object the Event is about.
+    pub regarding: ObjectReference,
+    /// Normal or Warning.
+    pub event_type: EventType,
+    /// Short CamelCase reason.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// The component reporting it: the guest's name.
+    pub reporter: String,
+}
+
+/// Why a cluster call failed; mirrors the WIT `error` variant and Kubernetes' status reasons.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// 404 NotFound.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// 409 AlreadyExists.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// 409 Conflict: stale resourceVersion or failed precondition.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Not permitted by the manifest or by the API server.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// 400/422: malformed or invalid.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The call timed out.
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// The API server is unreachable or not ready.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Where guests' reads and writes go. Objects are JSON values with `apiVersion` and `kind`.
+///
+/// Implementations apply Kubernetes semantics: optimistic concurrency on `resourceVersion`,
+/// `generateName`, the status subresource, finalizers. Permission checks happen before a call
+/// reaches this trait.
+#[async_trait]
+pub trait ClusterAccess: Send + Sync + 'static {
+    /// Get one object.
+    async fn get(&self, gvk: &Gvk, namespace: Option<&str>, name: &str) -> Result<Value, AccessError>;
+    /// List objects.
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError>;
+    /// Create an object; returns it as stored.
+    async fn create(&self, object: Value) -> Result<Value, AccessError>;
+    /// Replace an object (or only its status when `status` is true); returns it as stored.
+    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError>;
+    /// Patch an object (or its status); returns it as stored.
+    async fn patch(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: Value,
+        status: bool,
+    ) -> Result<Value, AccessError>;
+    /// Delete an object.
+    async fn delete(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<(), AccessError>;
+    /// Record an Event.
+    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError>;
+}

@@ -1,0 +1,208 @@
+//! Host side of `krec:reconciler/client`: permission-checked reads and writes.
+//!
+//! Each call does its checks synchronously, then awaits the [`ClusterAccess`] through a cloned
+//! handle, so no borrow of the store's data is held across an await.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{MAX_LIST_BYTES, MAX_OBJECT_BYTES};
+use crate::bindings::krec::reconciler::client::{Host, ListOptions, PatchType, Preconditions};
+use crate::bindings::{WitError, WitGvk};
+use crate::cluster::{self, AccessError, ClusterAccess, Gvk};
+use crate::guest::HostState;
+use crate::manifest::Verb;
+
+type CallResult<T> = wasmtime::Result<Result<T, WitError>>;
+
+/// Parse a guest-supplied object: bounded, a JSON object, with apiVersion and kind.
+fn parse_object(json: &str) -> Result<(Gvk, Option<String>, Value), AccessError> {
+    if json.len() > MAX_OBJECT_BYTES {
+        return Err(AccessError::Invalid(format!(
+            "object of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
+            json.len()
+        )));
+    }
+    let object: Value = serde_json::from_str(json)
+        .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
+    if !object.is_object() {
+        return Err(AccessError::Invalid("object is not a JSON object".into()));
+    }
+    let gvk = Gvk::of_object(&object)?;
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok((gvk, namespace, object))
+}
+
+fn to_json(object: &Value) -> Result<String, AccessError> {
+    serde_json::to_string(object).map_err(|e| AccessError::Other(format!("encoding object: {e}")))
+}
+
+impl HostState {
+    /// Authorize `verb` and hand back the cluster handle to await on.
+    fn cluster_for(
+        &self,
+        verb: Verb,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<Arc<dyn ClusterAccess>, AccessError> {
+        self.authorize(verb, gvk, namespace)?;
+        Ok(self.cluster.clone())
+    }
+
+    async fn write(&mut self, json: String, verb: Verb) -> Result<String, AccessError> {
+        let (gvk, namespace, object) = parse_object(&json)?;
+        let cluster = self.cluster_for(verb, &gvk, namespace.as_deref())?;
+        let stored = match verb {
+            Verb::Create => cluster.create(object).await?,
+            Verb::Update => cluster.update(object, false).await?,
+            _ => cluster.update(object, true).await?,
+        };
+        to_json(&stored)
+    }
+
+    async fn get_json(
+        &mut self,
+        gvk: Gvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<String, AccessError> {
+        let cluster = self.cluster_for(Verb::Get, &gvk, namespace.as_deref())?;
+        to_json(&cluster.get(&gvk, namespace.as_deref(), &name).await?)
+    }
+
+    async fn list_json(
+        &mut self,
+        gvk: Gvk,
+        options: cluster::ListOptions,
+    ) -> Result<Vec<String>, AccessError> {
+        let cluster = self.cluster_for(Verb::List, &gvk, options.namespace.as_deref())?;
+        let items = cluster.list(&gvk, &options).await?;
+        let mut total = 0;
+        let mut out = Vec::with_capacity(items.len());
+        for item in &items {
+            let json = to_json(item)?;
+            total += json.len();
+            if total > MAX_LIST_BYTES {
+                return Err(AccessError::Invalid(format!(
+                    "list of {gvk} exceeds the {MAX_LIST_BYTES}-byte response limit; narrow it with a namespace or selector"
+                )));
+            }
+            out.push(json);
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn patch_json(
+        &mut self,
+        gvk: Gvk,
+        namespace: Option<String>,
+        name: String,
+        how: PatchType,
+        body: String,
+        status: bool,
+    ) -> Result<String, AccessError> {
+        let verb = if status { Verb::PatchStatus } else { Verb::Patch };
+        let cluster = self.cluster_for(verb, &gvk, namespace.as_deref())?;
+        if body.len() > MAX_OBJECT_BYTES {
+            return Err(AccessError::Invalid(format!(
+                "patch of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
+                body.len()
+            )));
+        }
+        let body: Value = serde_json::from_str(&body)
+            .map_err(|e| AccessError::Invalid(format!("patch is not valid JSON: {e}")))?;
+        let how = match how {
+            PatchType::Merge => cluster::PatchType::Merge,
+            PatchType::Json => cluster::PatchType::Json,
+            PatchType::Strategic => cluster::PatchType::Strategic,
+            PatchType::Apply => cluster::PatchType::Apply,
+        };
+        let patched = cluster
+            .patch(&gvk, namespace.as_deref(), &name, how, body, status)
+            .await?;
+        to_json(&patched)
+    }
+
+    async fn delete_object(
+        &mut self,
+        gvk: Gvk,
+        namespace: Option<String>,
+        name: String,
+        preconditions: Option<Preconditions>,
+    ) -> Result<(), AccessError> {
+        let cluster = self.cluster_for(Verb::Delete, &gvk, namespace.as_deref())?;
+        let pre = preconditions.map(|p| cluster::Preconditions {
+            uid: p.uid,
+            resource_version: p.resource_version,
+        });
+        cluster
+            .delete(&gvk, namespace.as_deref(), &name, pre.as_ref())
+            .await
+    }
+}
+
+impl Host for HostState {
+    async fn get(
+        &mut self,
+        kind: WitGvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> CallResult<String> {
+        Ok(self.get_json(kind.into(), namespace, name).await.map_err(WitError::from))
+    }
+
+    async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
+        let options = cluster::ListOptions {
+            namespace: options.namespace,
+            label_selector: options.label_selector,
+            field_selector: options.field_selector,
+            uncached: options.uncached,
+        };
+        Ok(self.list_json(kind.into(), options).await.map_err(WitError::from))
+    }
+
+    async fn create(&mut self, object: String) -> CallResult<String> {
+        Ok(self.write(object, Verb::Create).await.map_err(WitError::from))
+    }
+
+    async fn update(&mut self, object: String) -> CallResult<String> {
+        Ok(self.write(object, Verb::Update).await.map_err(WitError::from))
+    }
+
+    async fn update_status(&mut self, object: String) -> CallResult<String> {
+        Ok(self.write(object, Verb::UpdateStatus).await.map_err(WitError::from))
+    }
+
+    async fn patch(
+        &mut self,
+        kind: WitGvk,
+        namespace: Option<String>,
+        name: String,
+        how: PatchType,
+        body: String,
+        status: bool,
+    ) -> CallResult<String> {
+        let result = self
+            .patch_json(kind.into(), namespace, name, how, body, status)
+            .await;
+        Ok(result.map_err(WitError::from))
+    }
+
+    async fn delete(
+        &mut self,
+        kind: WitGvk,
+        namespace: Option<String>,
+        name: String,
+        preconditions: Option<Preconditions>,
+    ) -> CallResult<()> {
+        let result = self
+            .delete_object(kind.into(), namespace, name, preconditions)
+            .await;
+        Ok(result.map_err(WitError::from))
+    }
+}

@@ -1,0 +1,70 @@
+//! Host side of `krec:reconciler/events`: Kubernetes Events recorded on the guest's behalf.
+
+use super::{MAX_EVENT_MESSAGE_BYTES, MAX_EVENT_REASON_BYTES};
+use crate::bindings::WitError;
+use crate::bindings::krec::reconciler::events::{EventType, Host, ObjectReference};
+use crate::cluster::{self, AccessError, EventRecord, Gvk};
+use crate::guest::HostState;
+use crate::manifest::Verb;
+
+/// Cut `text` to at most `max` bytes on a character boundary.
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
+impl HostState {
+    async fn record_event(
+        &mut self,
+        regarding: ObjectReference,
+        event_type: EventType,
+        reason: String,
+        message: String,
+    ) -> Result<(), AccessError> {
+        let namespace = regarding.namespace.as_deref();
+        let core = Gvk::new("", "v1", "Event");
+        let events = Gvk::new("events.k8s.io", "v1", "Event");
+        if !self.manifest.allows(Verb::Create, &core, namespace) {
+            self.authorize(Verb::Create, &events, namespace)?;
+        }
+        if reason.is_empty() {
+            return Err(AccessError::Invalid("an Event needs a reason".into()));
+        }
+        let event = EventRecord {
+            regarding: cluster::ObjectReference {
+                gvk: regarding.kind.into(),
+                namespace: regarding.namespace,
+                name: regarding.name,
+                uid: regarding.uid,
+            },
+            event_type: match event_type {
+                EventType::Normal => cluster::EventType::Normal,
+                EventType::Warning => cluster::EventType::Warning,
+            },
+            reason: truncate(reason, MAX_EVENT_REASON_BYTES),
+            message: truncate(message, MAX_EVENT_MESSAGE_BYTES),
+            reporter: self.guest().to_owned(),
+        };
+        let cluster = self.cluster.clone();
+        cluster.record_event(event).await
+    }
+}
+
+impl Host for HostState {
+    async fn record(
+        &mut self,
+        regarding: ObjectReference,
+        event_type: EventType,
+        reason: String,
+        message: String,
+    ) -> wasmtime::Result<Result<(), WitError>> {
+        let result = self.record_event(regarding, event_type, reason, message).await;
+        Ok(result.map_err(WitError::from))
+    }
+}

@@ -1,0 +1,95 @@
+//! The host side of the interfaces a guest imports: `client`, `events` and `log`.
+//!
+//! Each call is checked against the guest's manifest before it reaches the
+//! [`ClusterAccess`](crate::cluster::ClusterAccess); a refused call returns `forbidden` to the
+//! guest and logs a line, and the object is untouched. Sizes the guest controls are bounded by
+//! the `MAX_*` constants here.
+
+mod client;
+mod events;
+mod log;
+
+use crate::bindings::{WitError, WitGvk, krec::reconciler::types};
+use crate::cluster::{AccessError, Gvk};
+use crate::guest::HostState;
+use crate::manifest::Verb;
+
+/// Largest object (JSON bytes) a guest may send in one call: the API server's own request limit
+/// is 3 MiB, so nothing larger could be stored anyway.
+pub const MAX_OBJECT_BYTES: usize = 3 << 20;
+/// Largest total response (JSON bytes) of one `list`, to bound what is copied into the guest.
+pub const MAX_LIST_BYTES: usize = 64 << 20;
+/// Longest log line a guest may write; longer lines are cut.
+pub const MAX_LOG_LINE_BYTES: usize = 16 << 10;
+/// Longest Event reason and message, as the API server's validation allows (message 1 KiB
+/// in `events.k8s.io/v1` notes; reason 128).
+pub const MAX_EVENT_MESSAGE_BYTES: usize = 1024;
+/// Longest Event reason.
+pub const MAX_EVENT_REASON_BYTES: usize = 128;
+
+impl types::Host for HostState {}
+
+impl From<WitGvk> for Gvk {
+    fn from(g: WitGvk) -> Self {
+        Gvk {
+            group: g.group,
+            version: g.version,
+            kind: g.kind,
+        }
+    }
+}
+
+impl From<AccessError> for WitError {
+    fn from(err: AccessError) -> Self {
+        match err {
+            AccessError::NotFound(m) => WitError::NotFound(m),
+            AccessError::AlreadyExists(m) => WitError::AlreadyExists(m),
+            AccessError::Conflict(m) => WitError::Conflict(m),
+            AccessError::Forbidden(m) => WitError::Forbidden(m),
+            AccessError::Invalid(m) => WitError::Invalid(m),
+            AccessError::Timeout(m) => WitError::Timeout(m),
+            AccessError::Unavailable(m) => WitError::Unavailable(m),
+            AccessError::Other(m) => WitError::Other(m),
+        }
+    }
+}
+
+impl From<WitError> for AccessError {
+    fn from(err: WitError) -> Self {
+        match err {
+            WitError::NotFound(m) => AccessError::NotFound(m),
+            WitError::AlreadyExists(m) => AccessError::AlreadyExists(m),
+            WitError::Conflict(m) => AccessError::Conflict(m),
+            WitError::Forbidden(m) => AccessError::Forbidden(m),
+            WitError::Invalid(m) => AccessError::Invalid(m),
+            WitError::Timeout(m) => AccessError::Timeout(m),
+            WitError::Unavailable(m) => AccessError::Unavailable(m),
+            WitError::Other(m) => AccessError::Other(m),
+        }
+    }
+}
+
+impl HostState {
+    /// Check the manifest's permissions for a call; log and return `forbidden` if refused.
+    pub(crate) fn authorize(
+        &self,
+        verb: Verb,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<(), AccessError> {
+        if self.manifest.allows(verb, gvk, namespace) {
+            return Ok(());
+        }
+        let scope = match namespace {
+            Some(ns) => format!("in namespace {ns:?}"),
+            None => "across all namespaces / cluster-scoped".to_owned(),
+        };
+        let message = format!(
+            "guest {:?} may not {verb} {gvk} {scope}: not permitted by its manifest {}",
+            self.guest(),
+            self.manifest.path.display()
+        );
+        tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
+        Err(AccessError::Forbidden(message))
+    }
+}

@@ -1,0 +1,19 @@
+//! krec: a host that runs Kubernetes reconcilers compiled to WebAssembly components.
+//!
+//! The host owns everything generic a controller needs and calls guests through the
+//! `krec:reconciler` WIT world (`wit/`). The data flows
+//! `cluster` → `guest` (this crate's [`guest::GuestWorker`] runs one reconcile) → the guest's
+//! `client` calls ([`imports`]) → permission check against the [`manifest`] →
+//! [`cluster::ClusterAccess`].
+
+#![warn(missing_docs)]
+
+#[allow(missing_docs)]
+pub mod bindings;
+pub mod cluster;
+pub mod demo;
+pub mod engine;
+pub mod guest;
+pub mod imports;
+pub mod manifest;
+pub mod selector;

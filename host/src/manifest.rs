@@ -1,0 +1,871 @@
+//! The `Reconciler` manifest: which module a guest runs, what it watches, its limits and
+//! permissions. One YAML file per guest; a directory of them is the set of guests.
+//!
+//! Parsing is strict — unknown fields are errors — and every error names the file, the field and
+//! the problem, e.g. `manifests/foo.yaml: spec.limits.memory: invalid quantity "64Xi"`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::cluster::Gvk;
+use crate::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
+
+/// The manifest's `apiVersion`.
+pub const API_VERSION: &str = "krec.dev/v1alpha1";
+/// The manifest's `kind`.
+pub const KIND: &str = "Reconciler";
+
+/// A manifest that could not be read or is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The manifest file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The YAML does not describe a valid manifest.
+    #[error("{path}: {field}{sep}{problem}", sep = if field.is_empty() { "" } else { ": " })]
+    Invalid {
+        /// The manifest file.
+        path: PathBuf,
+        /// Dotted path of the offending field, e.g. `spec.limits.memory`; empty for the whole file.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Two manifests in one directory name the same guest.
+    #[error("{path}: guest {name:?} is already defined by {first}")]
+    Duplicate {
+        /// The later manifest.
+        path: PathBuf,
+        /// The guest name.
+        name: String,
+        /// The manifest that defined it first.
+        first: PathBuf,
+    },
+}
+
+/// A validated manifest, with its module path resolved against the manifest's directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Manifest {
+    /// Where the manifest was read from.
+    pub path: PathBuf,
+    /// The guest's name (`metadata.name`): names its logs, metrics, field manager and Events.
+    pub name: String,
+    /// The guest's configuration.
+    pub spec: ReconcilerSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawManifest {
+    api_version: String,
+    kind: String,
+    metadata: RawMetadata,
+    spec: ReconcilerSpec,
+}
+
+#[derive(Deserialize)]
+struct RawMetadata {
+    name: String,
+    #[serde(flatten)]
+    _rest: serde_yaml_ng::Mapping,
+}
+
+/// `spec` of a manifest. Field names are those of the YAML, in camelCase.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReconcilerSpec {
+    /// Path of the `.wasm` component; relative paths are resolved against the manifest's directory.
+    pub module: PathBuf,
+    /// The primary kind: its events enqueue the object itself (controller-runtime's `For`).
+    #[serde(default, rename = "for")]
+    pub for_kind: Option<KindRef>,
+    /// Owned kinds: their events enqueue the controller owner if it is of the `for` kind.
+    #[serde(default)]
+    pub owns: Vec<KindRef>,
+    /// Other watched kinds, mapped to requests.
+    #[serde(default)]
+    pub watches: Vec<Watch>,
+    /// Event filters applied to `for`, `owns` and `watches` events.
+    #[serde(default)]
+    pub predicates: Vec<Predicate>,
+    /// Namespaces to cache and watch; empty means all.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Workers reconciling different keys at once.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrent_reconciles: u32,
+    /// Retry backoff and overall rate limit.
+    #[serde(default)]
+    pub rate_limiter: RateLimiterSpec,
+    /// Re-enqueue every object of the `for` kind this often.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub resync_period: Option<Duration>,
+    /// Periodic generic sources, each enqueueing a fixed request.
+    #[serde(default)]
+    pub tickers: Vec<Ticker>,
+    /// Sandbox limits per reconcile.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Whether a worker reuses its guest instance across reconciles.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// Kinds whose reads always go to the API server (controller-runtime's `uncachedObjects`).
+    #[serde(default)]
+    pub uncached: Vec<KindRef>,
+    /// What the guest may do; every other call is `forbidden`.
+    #[serde(default)]
+    pub permissions: Vec<Permission>,
+}
+
+fn default_concurrency() -> u32 {
+    1
+}
+
+/// A kind, written as `{ apiVersion: apps/v1, kind: ReplicaSet }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KindRef {
+    /// `v1`, `apps/v1`, `samplecontroller.k8s.io/v1alpha1`, ...
+    pub api_version: String,
+    /// CamelCase kind.
+    pub kind: String,
+}
+
+impl KindRef {
+    /// The group/version/kind.
+    pub fn gvk(&self) -> Gvk {
+        Gvk::from_api_version(&self.api_version, &self.kind)
+    }
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version, self.kind)
+    }
+}
+
+/// A fixed request, written as `{ namespace: default, name: x }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSpec {
+    /// Namespace; omitted for cluster-scoped or namespace-less requests.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+/// A watch on another kind and how its events map to requests.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Watch {
+    /// The watched kind's `apiVersion`.
+    pub api_version: String,
+    /// The watched kind.
+    pub kind: String,
+    /// Every event maps to this one request.
+    #[serde(default)]
+    pub map_to: Option<RequestSpec>,
+    /// Events map to a request named by this label of the object.
+    #[serde(default)]
+    pub map_by_label: Option<LabelMapping>,
+}
+
+impl Watch {
+    /// The watched kind.
+    pub fn kind_ref(&self) -> KindRef {
+        KindRef {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+        }
+    }
+}
+
+/// Map an object to the request named by one of its labels.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelMapping {
+    /// The label whose value is the request's name; objects without it map to nothing.
+    pub key: String,
+    /// The request's namespace; default: the object's namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// An event filter, as controller-runtime's predicates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Predicate {
+    /// Updates pass only when `metadata.generation` changed (spec changes).
+    GenerationChanged,
+    /// Updates pass only when labels changed.
+    LabelsChanged,
+    /// Updates pass only when annotations changed.
+    AnnotationsChanged,
+    /// Updates pass only when `metadata.resourceVersion` changed (drops resyncs).
+    ResourceVersionChanged,
+    /// Only objects matching this label selector pass.
+    LabelSelector(String),
+    /// Only these event types pass.
+    EventTypes(BTreeSet<EventKind>),
+}
+
+/// Kind of a watch event, for per-event-type filters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    /// An object appeared.
+    Create,
+    /// An object changed.
+    Update,
+    /// An object was deleted.
+    Delete,
+    /// A generic event: ticker, resync or manual trigger.
+    Generic,
+}
+
+impl<'de> Deserialize<'de> for Predicate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        struct Map {
+            #[serde(default)]
+            label_selector: Option<String>,
+            #[serde(default)]
+            event_types: Option<BTreeSet<EventKind>>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Name(String),
+            Map(Map),
+        }
+        let raw = Raw::deserialize(deserializer).map_err(|_| {
+            D::Error::custom(
+                "expected GenerationChanged, LabelsChanged, AnnotationsChanged, ResourceVersionChanged, { labelSelector: ... } or { eventTypes: [create, update, delete, generic] }",
+            )
+        })?;
+        match raw {
+            Raw::Name(name) => match name.as_str() {
+                "GenerationChanged" => Ok(Predicate::GenerationChanged),
+                "LabelsChanged" => Ok(Predicate::LabelsChanged),
+                "AnnotationsChanged" => Ok(Predicate::AnnotationsChanged),
+                "ResourceVersionChanged" => Ok(Predicate::ResourceVersionChanged),
+                other => Err(D::Error::custom(format!(
+                    "unknown predicate {other:?}; expected GenerationChanged, LabelsChanged, AnnotationsChanged or ResourceVersionChanged"
+                ))),
+            },
+            Raw::Map(Map { label_selector: Some(s), event_types: None }) => {
+                Ok(Predicate::LabelSelector(s))
+            }
+            Raw::Map(Map { label_selector: None, event_types: Some(t) }) => {
+                Ok(Predicate::EventTypes(t))
+            }
+            Raw::Map(_) => Err(D::Error::custom(
+                "a predicate map has exactly one of labelSelector or eventTypes",
+            )),
+        }
+    }
+}
+
+/// Per-guest workqueue rate limiting: per-key exponential backoff and an overall token bucket.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimiterSpec {
+    /// First retry delay of a failing key; doubles on each failure.
+    #[serde(default = "default_base_delay", deserialize_with = "de_duration")]
+    pub base_delay: Duration,
+    /// Cap of the per-key delay.
+    #[serde(default = "default_max_delay", deserialize_with = "de_duration")]
+    pub max_delay: Duration,
+    /// Overall rate of rate-limited adds, per second.
+    #[serde(default = "default_qps")]
+    pub qps: f64,
+    /// Token bucket size.
+    #[serde(default = "default_burst")]
+    pub burst: u32,
+}
+
+fn default_base_delay() -> Duration {
+    Duration::from_millis(5)
+}
+fn default_max_delay() -> Duration {
+    Duration::from_secs(1000)
+}
+fn default_qps() -> f64 {
+    10.0
+}
+fn default_burst() -> u32 {
+    100
+}
+
+impl Default for RateLimiterSpec {
+    fn default() -> Self {
+        RateLimiterSpec {
+            base_delay: default_base_delay(),
+            max_delay: default_max_delay(),
+            qps: default_qps(),
+            burst: default_burst(),
+        }
+    }
+}
+
+/// A periodic generic source: enqueue `request` every `every`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ticker {
+    /// Period, e.g. `10m`.
+    #[serde(deserialize_with = "de_duration")]
+    pub every: Duration,
+    /// The request to enqueue.
+    pub request: RequestSpec,
+}
+
+/// Sandbox limits of one reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock limit of one reconcile, enforced by epoch interruption.
+    #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Linear memory limit in bytes (written as a Kubernetes quantity: `64Mi`).
+    #[serde(default = "default_memory", deserialize_with = "de_quantity")]
+    pub memory: u64,
+}
+
+/// Default per-reconcile timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default linear memory limit: 64 MiB.
+pub const DEFAULT_MEMORY: u64 = 64 << 20;
+
+fn default_timeout() -> Duration {
+    DEFAULT_TIMEOUT
+}
+fn default_memory() -> u64 {
+    DEFAULT_MEMORY
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: DEFAULT_TIMEOUT,
+            memory: DEFAULT_MEMORY,
+        }
+    }
+}
+
+/// Instance reuse policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    /// Each worker keeps its instance across reconciles (fast); it is discarded on a trap, a limit
+    /// breach or a module swap.
+    #[default]
+    Reuse,
+    /// A fresh instance for every reconcile: no state can leak from one reconcile to the next.
+    PerReconcile,
+}
+
+/// One permission: verbs on a kind, optionally only in some namespaces.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Permission {
+    /// The kind's `apiVersion`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// Permitted verbs.
+    pub verbs: Vec<Verb>,
+    /// Namespaces the permission holds in; empty means all (and cluster-scoped objects).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+}
+
+/// A verb a guest can be permitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verb {
+    /// Read one object.
+    Get,
+    /// List objects.
+    List,
+    /// Watch objects (the host's informers; implied for watched kinds in RBAC).
+    Watch,
+    /// Create objects (and record Events, for the Event kind).
+    Create,
+    /// Replace objects.
+    Update,
+    /// Replace the status subresource.
+    UpdateStatus,
+    /// Patch objects.
+    Patch,
+    /// Patch the status subresource.
+    PatchStatus,
+    /// Delete objects.
+    Delete,
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::UpdateStatus => "update-status",
+            Verb::Patch => "patch",
+            Verb::PatchStatus => "patch-status",
+            Verb::Delete => "delete",
+        })
+    }
+}
+
+impl Manifest {
+    /// Whether the manifest permits `verb` on `gvk` in `namespace` (`None`: cluster-scoped or
+    /// across all namespaces, which needs a permission without a namespace restriction).
+    pub fn allows(&self, verb: Verb, gvk: &Gvk, namespace: Option<&str>) -> bool {
+        self.spec.permissions.iter().any(|p| {
+            p.verbs.contains(&verb)
+                && Gvk::from_api_version(&p.api_version, &p.kind) == *gvk
+                && (p.namespaces.is_empty()
+                    || namespace.is_some_and(|ns| p.namespaces.iter().any(|n| n == ns)))
+        })
+    }
+
+    /// Whether `gvk` is read from the API server rather than the cache.
+    pub fn is_uncached(&self, gvk: &Gvk) -> bool {
+        self.spec.uncached.iter().any(|k| k.gvk() == *gvk)
+    }
+
+    /// Read and validate a manifest file.
+    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parse and validate manifest text; `path` names it in errors and anchors the module path.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ManifestError> {
+        let invalid = |field: &str, problem: String| ManifestError::Invalid {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            problem,
+        };
+        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+        let raw: RawManifest = serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let field = err.path().to_string();
+            let field = if field == "." { String::new() } else { field };
+            invalid(&field, strip_location(&err.inner().to_string()))
+        })?;
+        if raw.api_version != API_VERSION {
+            return Err(invalid(
+                "apiVersion",
+                format!("expected {API_VERSION:?}, found {:?}", raw.api_version),
+            ));
+        }
+        if raw.kind != KIND {
+            return Err(invalid("kind", format!("expected {KIND:?}, found {:?}", raw.kind)));
+        }
+        if !is_dns_label(&raw.metadata.name) {
+            return Err(invalid(
+                "metadata.name",
+                format!(
+                    "{:?} is not a valid guest name: at most 63 lowercase letters, digits or '-', starting and ending alphanumeric",
+                    raw.metadata.name
+                ),
+            ));
+        }
+        let mut spec = raw.spec;
+        validate_spec(&spec).map_err(|(field, problem)| invalid(&field, problem))?;
+        if spec.module.is_relative() {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            spec.module = dir.join(&spec.module);
+        }
+        Ok(Manifest {
+            path: path.to_owned(),
+            name: raw.metadata.name,
+            spec,
+        })
+    }
+
+    /// Load every `*.yaml`/`*.yml` manifest under `dir` (recursively), sorted by path. Files
+    /// whose `kind` is not `Reconciler` (CRDs, example objects) are skipped.
+    pub fn load_dir(dir: &Path) -> Result<Vec<Manifest>, ManifestError> {
+        let mut files = Vec::new();
+        collect_yaml(dir, &mut files).map_err(|source| ManifestError::Read {
+            path: dir.to_owned(),
+            source,
+        })?;
+        files.sort();
+        let mut manifests: Vec<Manifest> = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Read {
+                path: file.clone(),
+                source,
+            })?;
+            if !declares_reconciler(&text) {
+                continue;
+            }
+            let manifest = Self::parse(&file, &text)?;
+            if let Some(first) = manifests.iter().find(|m| m.name == manifest.name) {
+                return Err(ManifestError::Duplicate {
+                    path: file,
+                    name: manifest.name,
+                    first: first.path.clone(),
+                });
+            }
+            manifests.push(manifest);
+        }
+        Ok(manifests)
+    }
+}
+
+fn declares_reconciler(text: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Head {
+        kind: Option<String>,
+    }
+    serde_yaml_ng::from_str::<Head>(text)
+        .ok()
+        .and_then(|h| h.kind)
+        .is_some_and(|k| k == KIND)
+}
+
+fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            // Build output is never a manifest and can be large.
+            if path.file_name().is_some_and(|n| n == "target" || n == "src") {
+                continue;
+            }
+            collect_yaml(&path, out)?;
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "yaml" || e == "yml")
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// serde_yaml_ng appends "at line X column Y"; keep it, it helps, but drop the duplicated path.
+fn strip_location(message: &str) -> String {
+    message.trim().to_owned()
+}
+
+fn validate_kind(field: &str, kind: &KindRef) -> Result<(), (String, String)> {
+    validate_api_version(field, &kind.api_version)?;
+    if kind.kind.is_empty() || !kind.kind.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
+        return Err((format!("{field}.kind"), format!("{:?} is not a CamelCase kind", kind.kind)));
+    }
+    Ok(())
+}
+
+fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, String)> {
+    let ok = match api_version.split_once('/') {
+        Some((group, version)) => is_dns_subdomain(group) && is_dns_label(version),
+        None => is_dns_label(api_version),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err((
+            format!("{field}.apiVersion"),
+            format!("{api_version:?} is not of the form `v1` or `group/version`"),
+        ))
+    }
+}
+
+fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
+    let problem = |field: &str, p: String| Err((field.to_owned(), p));
+    if spec.module.as_os_str().is_empty() {
+        return problem("spec.module", "must name the guest's .wasm component".into());
+    }
+    if let Some(k) = &spec.for_kind {
+        validate_kind("spec.for", k)?;
+    }
+    for (i, k) in spec.owns.iter().enumerate() {
+        validate_kind(&format!("spec.owns[{i}]"), k)?;
+        if spec.for_kind.is_none() {
+            return problem(
+                &format!("spec.owns[{i}]"),
+                "owned kinds map to their controller owner of the `for` kind, so `for` is required".into(),
+            );
+        }
+    }
+    for (i, w) in spec.watches.iter().enumerate() {
+        let field = format!("spec.watches[{i}]");
+        validate_kind(&field, &w.kind_ref())?;
+        match (&w.map_to, &w.map_by_label) {
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => return problem(&field, "needs exactly one of mapTo or mapByLabel".into()),
+        }
+        if let Some(m) = &w.map_to {
+            validate_request(&format!("{field}.mapTo"), m)?;
+        }
+    }
+    for (i, p) in spec.predicates.iter().enumerate() {
+        if let Predicate::LabelSelector(s) = p
+            && let Err(e) = LabelSelector::parse(s)
+        {
+            return problem(&format!("spec.predicates[{i}].labelSelector"), e.to_string());
+        }
+    }
+    for (i, ns) in spec.namespaces.iter().enumerate() {
+        if !is_dns_label(ns) {
+            return problem(&format!("spec.namespaces[{i}]"), format!("{ns:?} is not a valid namespace"));
+        }
+    }
+    if spec.max_concurrent_reconciles == 0 {
+        return problem("spec.maxConcurrentReconciles", "must be at least 1".into());
+    }
+    let rl = &spec.rate_limiter;
+    if rl.base_delay.is_zero() || rl.base_delay > rl.max_delay {
+        return problem(
+            "spec.rateLimiter.baseDelay",
+            "must be positive and at most maxDelay".into(),
+        );
+    }
+    if !(rl.qps.is_finite() && rl.qps > 0.0) {
+        return problem("spec.rateLimiter.qps", "must be a positive number".into());
+    }
+    if rl.burst == 0 {
+        return problem("spec.rateLimiter.burst", "must be at least 1".into());
+    }
+    if spec.resync_period.is_some_and(|p| p.is_zero()) {
+        return problem("spec.resyncPeriod", "must be positive".into());
+    }
+    for (i, t) in spec.tickers.iter().enumerate() {
+        if t.every < Duration::from_millis(100) {
+            return problem(&format!("spec.tickers[{i}].every"), "must be at least 100ms".into());
+        }
+        validate_request(&format!("spec.tickers[{i}].request"), &t.request)?;
+    }
+    if spec.for_kind.is_none() && spec.watches.is_empty() && spec.tickers.is_empty() {
+        return problem(
+            "spec",
+            "nothing would trigger a reconcile: set `for`, `watches` or `tickers`".into(),
+        );
+    }
+    if spec.limits.timeout.is_zero() {
+        return problem("spec.limits.timeout", "must be positive".into());
+    }
+    if spec.limits.memory < (1 << 20) {
+        return problem("spec.limits.memory", "must be at least 1Mi".into());
+    }
+    for (i, k) in spec.uncached.iter().enumerate() {
+        validate_kind(&format!("spec.uncached[{i}]"), k)?;
+    }
+    for (i, p) in spec.permissions.iter().enumerate() {
+        let field = format!("spec.permissions[{i}]");
+        validate_kind(&field, &KindRef { api_version: p.api_version.clone(), kind: p.kind.clone() })?;
+        if p.verbs.is_empty() {
+            return problem(&format!("{field}.verbs"), "must list at least one verb".into());
+        }
+        for (j, ns) in p.namespaces.iter().enumerate() {
+            if !is_dns_label(ns) {
+                return problem(&format!("{field}.namespaces[{j}]"), format!("{ns:?} is not a valid namespace"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_request(field: &str, r: &RequestSpec) -> Result<(), (String, String)> {
+    if !is_dns_subdomain(&r.name) {
+        return Err((format!("{field}.name"), format!("{:?} is not a valid object name", r.name)));
+    }
+    if let Some(ns) = &r.namespace
+        && !is_dns_label(ns)
+    {
+        return Err((format!("{field}.namespace"), format!("{ns:?} is not a valid namespace")));
+    }
+    Ok(())
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+fn de_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Int(n) => Ok(n),
+        Raw::Text(t) => parse_quantity(&t).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Parse a Go-style duration: `300ms`, `5s`, `1m30s`, `1.5h`. Units: ns, us, µs, ms, s, m, h.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {text:?}: expected e.g. 500ms, 5s, 10m or 1h30m");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+/// Parse a Kubernetes quantity of bytes: `64Mi`, `1Gi`, `500M`, `1048576`.
+pub fn parse_quantity(text: &str) -> Result<u64, String> {
+    let bad = || format!("invalid quantity {text:?}: expected e.g. 64Mi, 1Gi or 500M");
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let mult: u64 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: { name: pod-counter }
+spec:
+  module: ../target/pod_counter.wasm
+  for: { apiVersion: apps/v1, kind: ReplicaSet }
+  owns: [ { apiVersion: v1, kind: Pod } ]
+  watches:
+    - { apiVersion: v1, kind: ConfigMap, mapTo: { namespace: bbb, name: abc } }
+  predicates: [ GenerationChanged, { labelSelector: "app=web" }, { eventTypes: [create, update] } ]
+  namespaces: [ default ]
+  maxConcurrentReconciles: 2
+  rateLimiter: { baseDelay: 5ms, maxDelay: 1000s, qps: 10, burst: 100 }
+  resyncPeriod: 10m
+  tickers: [ { every: 1m30s, request: { name: tick } } ]
+  limits: { timeout: 5s, memory: 64Mi }
+  isolation: per-reconcile
+  permissions:
+    - { apiVersion: v1, kind: Pod, verbs: [get, list] }
+    - { apiVersion: apps/v1, kind: ReplicaSet, verbs: [get, list, update], namespaces: [default] }
+"#;
+
+    fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(Path::new("dir/m.yaml"), text)
+    }
+
+    #[test]
+    fn parse_should_accept_every_documented_field() {
+        let m = parse(GOOD).expect("valid manifest");
+        assert_eq!(m.name, "pod-counter");
+        assert_eq!(m.spec.module, Path::new("dir/../target/pod_counter.wasm"));
+        assert_eq!(m.spec.max_concurrent_reconciles, 2);
+        assert_eq!(m.spec.resync_period, Some(Duration::from_secs(600)));
+        assert_eq!(m.spec.tickers[0].every, Duration::from_secs(90));
+        assert_eq!(m.spec.limits.memory, 64 << 20);
+        assert_eq!(m.spec.isolation, Isolation::PerReconcile);
+        assert_eq!(m.spec.predicates.len(), 3);
+        let rs = Gvk::new("apps", "v1", "ReplicaSet");
+        assert!(m.allows(Verb::Update, &rs, Some("default")));
+        assert!(!m.allows(Verb::Update, &rs, Some("other")));
+        assert!(!m.allows(Verb::Update, &rs, None), "all-namespace access needs an unrestricted permission");
+        assert!(!m.allows(Verb::Delete, &rs, Some("default")));
+        assert!(m.allows(Verb::List, &Gvk::new("", "v1", "Pod"), None));
+    }
+
+    #[test]
+    fn errors_should_name_file_field_and_problem() {
+        let cases = [
+            (GOOD.replace("memory: 64Mi", "memory: 64Xi"), "dir/m.yaml: spec.limits.memory: invalid quantity \"64Xi\""),
+            (GOOD.replace("timeout: 5s", "timeout: 5 parsecs"), "spec.limits.timeout: invalid duration"),
+            (GOOD.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 0"), "spec.maxConcurrentReconciles: must be at least 1"),
+            (GOOD.replace("GenerationChanged,", "GenerationChnaged,"), "spec.predicates[0]: unknown predicate \"GenerationChnaged\""),
+            (GOOD.replace("isolation: per-reconcile", "isolation: sometimes"), "spec.isolation"),
+            (GOOD.replace("resyncPeriod", "resyncPeriode"), "spec: unknown field `resyncPeriode`"),
+            (GOOD.replace("name: pod-counter", "name: Pod_Counter"), "metadata.name: \"Pod_Counter\" is not a valid guest name"),
+            (GOOD.replace("kind: Reconciler", "kind: Reconciller"), "kind: expected \"Reconciler\""),
+            (GOOD.replace("verbs: [get, list]", "verbs: [get, lsit]"), "spec.permissions[0].verbs[1]: unknown variant `lsit`"),
+            (GOOD.replace("mapTo: { namespace: bbb, name: abc }", "mapTo: { name: abc }, mapByLabel: { key: x }"), "spec.watches[0]: needs exactly one of mapTo or mapByLabel"),
+            (GOOD.replace("app=web", "app in (web"), "spec.predicates[1].labelSelector: invalid selector"),
+            ("not: [valid".to_owned(), "dir/m.yaml: "),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text).expect_err(expected).to_string();
+            assert!(err.contains(expected), "expected {expected:?} in {err:?}");
+            assert!(err.starts_with("dir/m.yaml"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_should_need_a_trigger() {
+        let text = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: idle}\nspec: {module: x.wasm}\n";
+        let err = parse(text).expect_err("no trigger").to_string();
+        assert!(err.contains("nothing would trigger a reconcile"), "{err}");
+    }
+
+    #[test]
+    fn durations_and_quantities_should_parse_like_kubernetes() {
+        assert_eq!(parse_duration("5ms"), Ok(Duration::from_millis(5)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(parse_quantity("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_quantity("500M"), Ok(500_000_000));
+        assert_eq!(parse_quantity("1024"), Ok(1024));
+        assert!(parse_quantity("64XB").is_err());
+        assert!(parse_quantity("99999999999999Gi").is_err());
+    }
+}

@@ -1,0 +1,407 @@
+//! Kubernetes label and field selectors: parsing and matching, as `k8s.io/apimachinery` does.
+//!
+//! Label selectors support `=`, `==`, `!=`, `in`, `notin`, existence (`key`), non-existence
+//! (`!key`) and the numeric `>`/`<`; requirements are joined by commas and all must hold. Field
+//! selectors support `metadata.name` and `metadata.namespace` with `=`, `==` and `!=`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// A selector that failed to parse; the message names the offending part.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid selector {selector:?}: {problem}")]
+pub struct SelectorError {
+    /// The selector text.
+    pub selector: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// One requirement of a label selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requirement {
+    /// `key=value`, `key==value`, or `key in (a,b)`.
+    In(String, Vec<String>),
+    /// `key!=value` or `key notin (a,b)`: also true when the label is absent.
+    NotIn(String, Vec<String>),
+    /// `key`.
+    Exists(String),
+    /// `!key`.
+    DoesNotExist(String),
+    /// `key>n`: the label is an integer greater than n.
+    GreaterThan(String, i64),
+    /// `key<n`: the label is an integer less than n.
+    LessThan(String, i64),
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let as_int = |key: &str| labels.get(key).and_then(|v| v.parse::<i64>().ok());
+        match self {
+            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
+            Requirement::Exists(key) => labels.contains_key(key),
+            Requirement::DoesNotExist(key) => !labels.contains_key(key),
+            Requirement::GreaterThan(key, n) => as_int(key).is_some_and(|v| v > *n),
+            Requirement::LessThan(key, n) => as_int(key).is_some_and(|v| v < *n),
+        }
+    }
+}
+
+/// A parsed label selector: all requirements must hold. The empty selector matches everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    /// The requirements, in the order written.
+    pub requirements: Vec<Requirement>,
+}
+
+impl LabelSelector {
+    /// Parse selector text such as `app=web,tier in (fe,be),!legacy`.
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let err = |problem: String| SelectorError {
+            selector: text.to_owned(),
+            problem,
+        };
+        let mut requirements = Vec::new();
+        for part in split_top_level(text).map_err(err)? {
+            let part = part.trim();
+            if part.is_empty() {
+                if text.trim().is_empty() {
+                    continue;
+                }
+                return Err(err("empty requirement".into()));
+            }
+            requirements.push(parse_requirement(part).map_err(err)?);
+        }
+        Ok(LabelSelector { requirements })
+    }
+
+    /// A selector requiring each of `labels` (as a `matchLabels` map).
+    pub fn from_match_labels(labels: &BTreeMap<String, String>) -> Self {
+        LabelSelector {
+            requirements: labels
+                .iter()
+                .map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()]))
+                .collect(),
+        }
+    }
+
+    /// Whether a set of labels satisfies the selector.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// Whether an object's `metadata.labels` satisfy the selector.
+    pub fn matches_object(&self, object: &Value) -> bool {
+        if self.requirements.is_empty() {
+            return true;
+        }
+        self.matches(&object_labels(object))
+    }
+}
+
+/// The `metadata.labels` of a JSON object (empty when absent or malformed).
+pub fn object_labels(object: &Value) -> BTreeMap<String, String> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Split on commas that are not inside parentheses.
+fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.checked_sub(1).ok_or("unbalanced ')'")?,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced '('".into());
+    }
+    parts.push(&text[start..]);
+    Ok(parts)
+}
+
+fn parse_requirement(part: &str) -> Result<Requirement, String> {
+    if let Some(key) = part.strip_prefix('!') {
+        let key = key.trim();
+        validate_key(key)?;
+        return Ok(Requirement::DoesNotExist(key.to_owned()));
+    }
+    for (op, build) in [
+        ("!=", Requirement::NotIn as fn(String, Vec<String>) -> Requirement),
+        ("==", Requirement::In),
+        ("=", Requirement::In),
+    ] {
+        if let Some((key, value)) = part.split_once(op) {
+            let (key, value) = (key.trim(), value.trim());
+            validate_key(key)?;
+            validate_value(value)?;
+            return Ok(build(key.to_owned(), vec![value.to_owned()]));
+        }
+    }
+    for (op, greater) in [(">", true), ("<", false)] {
+        if let Some((key, value)) = part.split_once(op) {
+            let (key, value) = (key.trim(), value.trim());
+            validate_key(key)?;
+            let n = value
+                .parse::<i64>()
+                .map_err(|_| format!("{value:?} is not an integer for {op}"))?;
+            return Ok(if greater {
+                Requirement::GreaterThan(key.to_owned(), n)
+            } else {
+                Requirement::LessThan(key.to_owned(), n)
+            });
+        }
+    }
+    let mut words = part.splitn(2, char::is_whitespace);
+    let key = words.next().unwrap_or_default().trim();
+    let rest = words.next().unwrap_or_default().trim();
+    validate_key(key)?;
+    if rest.is_empty() {
+        return Ok(Requirement::Exists(key.to_owned()));
+    }
+    let (op, set) = rest
+        .split_once(|c: char| c == '(' || c.is_whitespace())
+        .map(|(op, set)| (op.trim(), set))
+        .ok_or_else(|| format!("expected 'in' or 'notin' after {key:?}"))?;
+    let set = if rest[op.len()..].trim_start().starts_with('(') {
+        rest[op.len()..].trim()
+    } else {
+        set.trim()
+    };
+    let inner = set
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| format!("expected a parenthesised set of values after {op:?}"))?;
+    let values = inner
+        .split(',')
+        .map(|v| {
+            let v = v.trim();
+            validate_value(v).map(|()| v.to_owned())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match op {
+        "in" => Ok(Requirement::In(key.to_owned(), values)),
+        "notin" => Ok(Requirement::NotIn(key.to_owned(), values)),
+        other => Err(format!("unknown operator {other:?}")),
+    }
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of up to 63 characters.
+fn validate_key(key: &str) -> Result<(), String> {
+    let name = match key.split_once('/') {
+        Some((prefix, name)) => {
+            if prefix.is_empty() || prefix.len() > 253 || !is_dns_subdomain(prefix) {
+                return Err(format!("invalid label key prefix {prefix:?}"));
+            }
+            name
+        }
+        None => key,
+    };
+    if name.is_empty() {
+        return Err("empty label key".into());
+    }
+    if !is_label_name(name) {
+        return Err(format!(
+            "invalid label key {key:?}: names are at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || is_label_name(value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid label value {value:?}: at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+        ))
+    }
+}
+
+fn is_label_name(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Whether `s` is a DNS-1123 subdomain: dot-separated lowercase labels, at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Whether `s` is a DNS-1123 label: at most 63 lowercase alphanumerics or '-', alphanumeric at
+/// both ends.
+pub fn is_dns_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+/// One field requirement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldRequirement {
+    /// JSON pointer of the field, e.g. `/metadata/name`.
+    pub pointer: &'static str,
+    /// The value to compare with.
+    pub value: String,
+    /// `!=` rather than `=`.
+    pub negated: bool,
+}
+
+/// A parsed field selector on `metadata.name` / `metadata.namespace`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    /// The requirements; all must hold.
+    pub requirements: Vec<FieldRequirement>,
+}
+
+impl FieldSelector {
+    /// Parse selector text such as `metadata.name=web,metadata.namespace!=kube-system`.
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let err = |problem: String| SelectorError {
+            selector: text.to_owned(),
+            problem,
+        };
+        let mut requirements = Vec::new();
+        for part in text.split(',').map(str::trim) {
+            if part.is_empty() {
+                if text.trim().is_empty() {
+                    continue;
+                }
+                return Err(err("empty requirement".into()));
+            }
+            let (field, value, negated) = if let Some((f, v)) = part.split_once("!=") {
+                (f, v, true)
+            } else if let Some((f, v)) = part.split_once("==") {
+                (f, v, false)
+            } else if let Some((f, v)) = part.split_once('=') {
+                (f, v, false)
+            } else {
+                return Err(err(format!("{part:?} is not of the form field=value")));
+            };
+            let pointer = match field.trim() {
+                "metadata.name" => "/metadata/name",
+                "metadata.namespace" => "/metadata/namespace",
+                other => return Err(err(format!("field label not supported: {other}"))),
+            };
+            requirements.push(FieldRequirement {
+                pointer,
+                value: value.trim().to_owned(),
+                negated,
+            });
+        }
+        Ok(FieldSelector { requirements })
+    }
+
+    /// Whether an object satisfies the selector.
+    pub fn matches_object(&self, object: &Value) -> bool {
+        self.requirements.iter().all(|r| {
+            let actual = object.pointer(r.pointer).and_then(Value::as_str).unwrap_or("");
+            (actual == r.value) != r.negated
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn label_selector_should_support_every_operator() {
+        let l = labels(&[("app", "web"), ("tier", "fe"), ("n", "5")]);
+        let ok = |s: &str| LabelSelector::parse(s).expect(s).matches(&l);
+        assert!(ok("app=web"));
+        assert!(ok("app==web"));
+        assert!(!ok("app!=web"));
+        assert!(ok("missing!=x"));
+        assert!(ok("tier in (fe, be)"));
+        assert!(ok("tier in(fe,be)"));
+        assert!(!ok("tier notin (fe,be)"));
+        assert!(ok("missing notin (fe)"));
+        assert!(ok("app"));
+        assert!(!ok("!app"));
+        assert!(ok("!missing"));
+        assert!(ok("n>4,n<6"));
+        assert!(!ok("n>5"));
+        assert!(ok("app=web, tier in (fe), !legacy"));
+        assert!(ok(""));
+        assert!(ok("example.com/part-of!=x"));
+    }
+
+    #[test]
+    fn label_selector_should_reject_malformed_text() {
+        for bad in [
+            "app=",
+            "=web",
+            "app in fe",
+            "app in (fe",
+            "app)",
+            "app=web,",
+            "app==we b",
+            "-bad=x",
+            "app foo (x)",
+            "n>x",
+            "a/b/c=1",
+        ] {
+            if bad == "app=" {
+                // An empty value is valid: it matches a label set to "".
+                assert!(LabelSelector::parse(bad).is_ok());
+                continue;
+            }
+            let err = LabelSelector::parse(bad).expect_err(bad);
+            assert_eq!(err.selector, bad);
+        }
+    }
+
+    #[test]
+    fn field_selector_should_match_name_and_namespace() {
+        let obj = serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}});
+        let ok = |s: &str| FieldSelector::parse(s).expect(s).matches_object(&obj);
+        assert!(ok("metadata.name=a"));
+        assert!(ok("metadata.namespace==ns,metadata.name!=b"));
+        assert!(!ok("metadata.name!=a"));
+        assert!(FieldSelector::parse("spec.nodeName=x").is_err());
+        assert!(FieldSelector::parse("metadata.name").is_err());
+    }
+
+    #[test]
+    fn dns_names_should_follow_rfc_1123() {
+        assert!(is_dns_label("web-1"));
+        assert!(!is_dns_label("Web"));
+        assert!(!is_dns_label("-web"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(is_dns_subdomain("foos.samplecontroller.k8s.io"));
+        assert!(!is_dns_subdomain("a..b"));
+    }
+}

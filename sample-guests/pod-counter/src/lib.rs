@@ -1,0 +1,47 @@
+//! pod-counter: labels every ReplicaSet with the number of its pods (`pod-count`).
+//!
+//! The controller-runtime example of seed 000: `For(ReplicaSet)`, `Owns(Pod)`. Pods are selected
+//! by the ReplicaSet's `spec.selector.matchLabels` in its namespace; the ReplicaSet is only
+//! updated when the count changed, so the update's own watch event settles immediately.
+
+use krec_guest::k8s_openapi::api::{apps::v1::ReplicaSet, core::v1::Pod};
+use krec_guest::prelude::*;
+
+/// The label this reconciler maintains.
+pub const POD_COUNT_LABEL: &str = "pod-count";
+
+struct PodCounter;
+
+impl Reconciler for PodCounter {
+    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+        let Some(mut rs) = ctx.get_opt::<ReplicaSet>(req.namespace(), &req.name)? else {
+            debug!("ReplicaSet {req} is gone");
+            return Ok(Action::done());
+        };
+        let match_labels = rs
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.selector.match_labels.as_ref())
+            .filter(|labels| !labels.is_empty());
+        let Some(match_labels) = match_labels else {
+            // The API server rejects such ReplicaSets; an empty selector would match every pod.
+            warn!("ReplicaSet {req} has no spec.selector.matchLabels; not counting");
+            return Ok(Action::done());
+        };
+        let params = ListParams::default()
+            .namespace(req.namespace())
+            .labels(&labels_to_selector(match_labels));
+        let count = ctx.list::<Pod>(&params)?.len().to_string();
+
+        let labels = rs.metadata.labels.get_or_insert_default();
+        if labels.get(POD_COUNT_LABEL) == Some(&count) {
+            return Ok(Action::done());
+        }
+        info!("ReplicaSet {req}: {POD_COUNT_LABEL}={count}");
+        labels.insert(POD_COUNT_LABEL.to_owned(), count);
+        ctx.update(&rs)?;
+        Ok(Action::done())
+    }
+}
+
+export!(PodCounter);
