@@ -214,7 +214,12 @@ impl Context {
     where
         K: Resource<DynamicType = ()>,
     {
-        Ok(client::delete(&gvk_of::<K>(), namespace.into(), name, None)?)
+        Ok(client::delete(
+            &gvk_of::<K>(),
+            namespace.into(),
+            name,
+            None,
+        )?)
     }
 
     /// Delete an object only if it still matches `preconditions` (else [`Error::Conflict`]).
@@ -340,7 +345,11 @@ impl Context {
         Ok(events::record(&regarding, event_type, reason, message)?)
     }
 
-    fn list_json<K: DeserializeOwned>(&self, gvk: &wit::Gvk, params: &ListParams) -> Result<Vec<K>> {
+    fn list_json<K: DeserializeOwned>(
+        &self,
+        gvk: &wit::Gvk,
+        params: &ListParams,
+    ) -> Result<Vec<K>> {
         let options = wit::ListOptions {
             namespace: params.namespace.clone(),
             label_selector: params.label_selector.clone(),

@@ -160,7 +160,7 @@ macro_rules! export {
                     $crate::__private::reconcile::<$reconciler>(req)
                 }
             }
-            $crate::bindings::__export_world!(KrecGuestExport with_types_in $crate::bindings);
+    $crate::bindings::__export_world!(KrecGuestExport with_types_in $crate::bindings);
         };
     };
 }

@@ -10,4 +10,6 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use krec::reconciler::types::{Action as WitAction, Error as WitError, Gvk as WitGvk, Request as WitRequest};
+pub use self::krec::reconciler::types::{
+    Action as WitAction, Error as WitError, Gvk as WitGvk, Request as WitRequest,
+};

@@ -38,7 +38,11 @@ impl Audited {
 }
 
 fn describe(object: &Value) -> String {
-    let meta = |f: &str| object.pointer(&format!("/metadata/{f}")).and_then(Value::as_str);
+    let meta = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
     match meta("namespace") {
         Some(ns) => format!("{kind} {ns}/{}", meta("name").unwrap_or("?")),
@@ -55,7 +59,12 @@ fn outcome<T>(result: &Result<T, AccessError>) -> String {
 
 #[async_trait]
 impl ClusterAccess for Audited {
-    async fn get(&self, gvk: &Gvk, namespace: Option<&str>, name: &str) -> Result<Value, AccessError> {
+    async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError> {
         self.inner.get(gvk, namespace, name).await
     }
 
@@ -73,9 +82,18 @@ impl ClusterAccess for Audited {
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
         let what = describe(&object);
         let detail = if status {
-            format!("status {}", object.get("status").cloned().unwrap_or_default())
+            format!(
+                "status {}",
+                object.get("status").cloned().unwrap_or_default()
+            )
         } else {
-            format!("labels {}", object.pointer("/metadata/labels").cloned().unwrap_or_default())
+            format!(
+                "labels {}",
+                object
+                    .pointer("/metadata/labels")
+                    .cloned()
+                    .unwrap_or_default()
+            )
         };
         let result = self.inner.update(object, status).await;
         self.note(format!("updated {what}: {detail}{}", outcome(&result)));
@@ -91,8 +109,15 @@ impl ClusterAccess for Audited {
         body: Value,
         status: bool,
     ) -> Result<Value, AccessError> {
-        let shown = format!("patched {} {}/{name} with {body}", gvk.kind, namespace.unwrap_or("-"));
-        let result = self.inner.patch(gvk, namespace, name, patch_type, body, status).await;
+        let shown = format!(
+            "patched {} {}/{name} with {body}",
+            gvk.kind,
+            namespace.unwrap_or("-")
+        );
+        let result = self
+            .inner
+            .patch(gvk, namespace, name, patch_type, body, status)
+            .await;
         self.note(format!("{shown}{}", outcome(&result)));
         result
     }
@@ -105,7 +130,12 @@ impl ClusterAccess for Audited {
         preconditions: Option<&Preconditions>,
     ) -> Result<(), AccessError> {
         let result = self.inner.delete(gvk, namespace, name, preconditions).await;
-        self.note(format!("deleted {} {}/{name}{}", gvk.kind, namespace.unwrap_or("-"), outcome(&result)));
+        self.note(format!(
+            "deleted {} {}/{name}{}",
+            gvk.kind,
+            namespace.unwrap_or("-"),
+            outcome(&result)
+        ));
         result
     }
 
@@ -156,7 +186,13 @@ pub fn sample_objects() -> Vec<Value> {
 
 /// Give the pods a controller owner reference to the ReplicaSet, as its controller would.
 async fn adopt_pods(cluster: &MemoryCluster) -> Result<(), AccessError> {
-    let rs = cluster.get(&Gvk::new("apps", "v1", "ReplicaSet"), Some("default"), "web").await?;
+    let rs = cluster
+        .get(
+            &Gvk::new("apps", "v1", "ReplicaSet"),
+            Some("default"),
+            "web",
+        )
+        .await?;
     let pod = Gvk::new("", "v1", "Pod");
     for mut p in cluster.list(&pod, &ListOptions::default()).await? {
         p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -167,13 +203,20 @@ async fn adopt_pods(cluster: &MemoryCluster) -> Result<(), AccessError> {
 }
 
 /// The requests a guest's manifest implies against the current objects.
-async fn requests_for(manifest: &Manifest, cluster: &MemoryCluster) -> Vec<(Option<String>, String)> {
+async fn requests_for(
+    manifest: &Manifest,
+    cluster: &MemoryCluster,
+) -> Vec<(Option<String>, String)> {
     let mut requests = Vec::new();
     if let Some(kind) = &manifest.spec.for_kind
         && let Ok(objects) = cluster.list(&kind.gvk(), &ListOptions::default()).await
     {
         for o in objects {
-            let meta = |f: &str| o.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).map(str::to_owned);
+            let meta = |f: &str| {
+                o.pointer(&format!("/metadata/{f}"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            };
             requests.push((meta("namespace"), meta("name").unwrap_or_default()));
         }
     }
@@ -199,7 +242,10 @@ pub async fn run(manifests: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let linker = crate::guest::new_linker(&engine)?;
     let cluster = Arc::new(MemoryCluster::new());
     for object in sample_objects() {
-        cluster.create(object).await.context("creating the sample objects")?;
+        cluster
+            .create(object)
+            .await
+            .context("creating the sample objects")?;
     }
     adopt_pods(&cluster).await?;
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -216,28 +262,52 @@ pub async fn run(manifests: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
             }
         };
         writeln!(out, "loaded guest {name} ({})", module.digest())?;
-        let audited = Arc::new(Audited { guest: name, inner: cluster.clone(), log: log.clone() });
+        let audited = Arc::new(Audited {
+            guest: name,
+            inner: cluster.clone(),
+            log: log.clone(),
+        });
         workers.push(GuestWorker::new(module, audited));
     }
 
     for round in 1..=2 {
         if round == 2 {
-            writeln!(out, "\n== the scene changes: pod web-2 deleted, Deployment example-foo reports 1 available, ConfigMap extra added ==")?;
+            writeln!(
+                out,
+                "\n== the scene changes: pod web-2 deleted, Deployment example-foo reports 1 available, ConfigMap extra added =="
+            )?;
             let pod = Gvk::new("", "v1", "Pod");
             cluster.delete(&pod, Some("default"), "web-2", None).await?;
             let deployment = Gvk::new("apps", "v1", "Deployment");
-            if cluster.get(&deployment, Some("default"), "example-foo").await.is_ok() {
+            if cluster
+                .get(&deployment, Some("default"), "example-foo")
+                .await
+                .is_ok()
+            {
                 let status = json!({"status": {"availableReplicas": 1, "replicas": 1}});
-                cluster.patch(&deployment, Some("default"), "example-foo", PatchType::Merge, status, true).await?;
+                cluster
+                    .patch(
+                        &deployment,
+                        Some("default"),
+                        "example-foo",
+                        PatchType::Merge,
+                        status,
+                        true,
+                    )
+                    .await?;
             }
-            cluster.create(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "extra", "namespace": "kube-public"}})).await?;
+            cluster
+                .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "extra", "namespace": "kube-public"}}))
+                .await?;
         }
         writeln!(out, "\n== round {round} ==")?;
         for worker in &mut workers {
             let manifest = worker.module().manifest().clone();
             for (namespace, name) in requests_for(&manifest, &cluster).await {
-                let key = namespace.as_ref().map_or(name.clone(), |ns| format!("{ns}/{name}"));
+                let key = namespace
+                    .as_ref()
+                    .map_or(name.clone(), |ns| format!("{ns}/{name}"));
                 let result = worker.reconcile(namespace.as_deref(), &name).await;
                 for line in log.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
                     writeln!(out, "{line}")?;
@@ -254,11 +324,19 @@ pub async fn run(manifests: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     for (gvk, show) in [
         (Gvk::new("apps", "v1", "ReplicaSet"), "/metadata/labels"),
         (Gvk::new("apps", "v1", "Deployment"), "/spec/replicas"),
-        (Gvk::new("samplecontroller.k8s.io", "v1alpha1", "Foo"), "/status"),
+        (
+            Gvk::new("samplecontroller.k8s.io", "v1alpha1", "Foo"),
+            "/status",
+        ),
         (Gvk::new("", "v1", "ConfigMap"), "/data"),
     ] {
         for o in cluster.objects(&gvk) {
-            writeln!(out, "  {:<40} {show}: {}", describe(&o), o.pointer(show).cloned().unwrap_or(Value::Null))?;
+            writeln!(
+                out,
+                "  {:<40} {show}: {}",
+                describe(&o),
+                o.pointer(show).cloned().unwrap_or(Value::Null)
+            )?;
         }
     }
     Ok(())

@@ -90,13 +90,20 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         let is_module = path.extension().is_some_and(|e| e == "wasm");
         let outcome = if is_module {
             guest::check_module(&engine, &linker, path)
-                .map(|digest| format!("{}: ok, a krec:reconciler@0.1.0 component ({digest})", path.display()))
+                .map(|digest| {
+                    format!(
+                        "{}: ok, a krec:reconciler@0.1.0 component ({digest})",
+                        path.display()
+                    )
+                })
                 .map_err(|e| e.to_string())
         } else {
             let manifests = if path.is_dir() {
                 Manifest::load_dir(path).map_err(|e| e.to_string())
             } else {
-                Manifest::load(path).map(|m| vec![m]).map_err(|e| e.to_string())
+                Manifest::load(path)
+                    .map(|m| vec![m])
+                    .map_err(|e| e.to_string())
             };
             manifests.and_then(|manifests| {
                 if manifests.is_empty() {
@@ -121,5 +128,9 @@ fn check(paths: &[PathBuf]) -> ExitCode {
             }
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -264,12 +264,14 @@ impl<'de> Deserialize<'de> for Predicate {
                     "unknown predicate {other:?}; expected GenerationChanged, LabelsChanged, AnnotationsChanged or ResourceVersionChanged"
                 ))),
             },
-            Raw::Map(Map { label_selector: Some(s), event_types: None }) => {
-                Ok(Predicate::LabelSelector(s))
-            }
-            Raw::Map(Map { label_selector: None, event_types: Some(t) }) => {
-                Ok(Predicate::EventTypes(t))
-            }
+            Raw::Map(Map {
+                label_selector: Some(s),
+                event_types: None,
+            }) => Ok(Predicate::LabelSelector(s)),
+            Raw::Map(Map {
+                label_selector: None,
+                event_types: Some(t),
+            }) => Ok(Predicate::EventTypes(t)),
             Raw::Map(_) => Err(D::Error::custom(
                 "a predicate map has exactly one of labelSelector or eventTypes",
             )),
@@ -476,7 +478,10 @@ impl Manifest {
             ));
         }
         if raw.kind != KIND {
-            return Err(invalid("kind", format!("expected {KIND:?}, found {:?}", raw.kind)));
+            return Err(invalid(
+                "kind",
+                format!("expected {KIND:?}, found {:?}", raw.kind),
+            ));
         }
         if !is_dns_label(&raw.metadata.name) {
             return Err(invalid(
@@ -548,29 +553,45 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         let path = entry?.path();
         if path.is_dir() {
             // Build output is never a manifest and can be large.
-            if path.file_name().is_some_and(|n| n == "target" || n == "src") {
+            if path
+                .file_name()
+                .is_some_and(|n| n == "target" || n == "src")
+            {
                 continue;
             }
             collect_yaml(&path, out)?;
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml")
-        {
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             out.push(path);
         }
     }
     Ok(())
 }
 
-/// serde_yaml_ng appends "at line X column Y"; keep it, it helps, but drop the duplicated path.
+/// serde_yaml_ng prefixes its own (coarser) path, `spec.limits: `; drop it, since the error
+/// already names the field, but keep its "at line X column Y", which helps.
 fn strip_location(message: &str) -> String {
-    message.trim().to_owned()
+    let message = message.trim();
+    match message.split_once(": ") {
+        Some((head, rest)) if !head.is_empty() && !head.contains(char::is_whitespace) => {
+            rest.to_owned()
+        }
+        _ => message.to_owned(),
+    }
 }
 
 fn validate_kind(field: &str, kind: &KindRef) -> Result<(), (String, String)> {
     validate_api_version(field, &kind.api_version)?;
-    if kind.kind.is_empty() || !kind.kind.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
-        return Err((format!("{field}.kind"), format!("{:?} is not a CamelCase kind", kind.kind)));
+    if kind.kind.is_empty()
+        || !kind
+            .kind
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_uppercase())
+    {
+        return Err((
+            format!("{field}.kind"),
+            format!("{:?} is not a CamelCase kind", kind.kind),
+        ));
     }
     Ok(())
 }
@@ -593,7 +614,10 @@ fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, S
 fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     let problem = |field: &str, p: String| Err((field.to_owned(), p));
     if spec.module.as_os_str().is_empty() {
-        return problem("spec.module", "must name the guest's .wasm component".into());
+        return problem(
+            "spec.module",
+            "must name the guest's .wasm component".into(),
+        );
     }
     if let Some(k) = &spec.for_kind {
         validate_kind("spec.for", k)?;
@@ -603,7 +627,8 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
         if spec.for_kind.is_none() {
             return problem(
                 &format!("spec.owns[{i}]"),
-                "owned kinds map to their controller owner of the `for` kind, so `for` is required".into(),
+                "owned kinds map to their controller owner of the `for` kind, so `for` is required"
+                    .into(),
             );
         }
     }
@@ -622,12 +647,18 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
         if let Predicate::LabelSelector(s) = p
             && let Err(e) = LabelSelector::parse(s)
         {
-            return problem(&format!("spec.predicates[{i}].labelSelector"), e.to_string());
+            return problem(
+                &format!("spec.predicates[{i}].labelSelector"),
+                e.to_string(),
+            );
         }
     }
     for (i, ns) in spec.namespaces.iter().enumerate() {
         if !is_dns_label(ns) {
-            return problem(&format!("spec.namespaces[{i}]"), format!("{ns:?} is not a valid namespace"));
+            return problem(
+                &format!("spec.namespaces[{i}]"),
+                format!("{ns:?} is not a valid namespace"),
+            );
         }
     }
     if spec.max_concurrent_reconciles == 0 {
@@ -651,7 +682,10 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     }
     for (i, t) in spec.tickers.iter().enumerate() {
         if t.every < Duration::from_millis(100) {
-            return problem(&format!("spec.tickers[{i}].every"), "must be at least 100ms".into());
+            return problem(
+                &format!("spec.tickers[{i}].every"),
+                "must be at least 100ms".into(),
+            );
         }
         validate_request(&format!("spec.tickers[{i}].request"), &t.request)?;
     }
@@ -672,13 +706,25 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     }
     for (i, p) in spec.permissions.iter().enumerate() {
         let field = format!("spec.permissions[{i}]");
-        validate_kind(&field, &KindRef { api_version: p.api_version.clone(), kind: p.kind.clone() })?;
+        validate_kind(
+            &field,
+            &KindRef {
+                api_version: p.api_version.clone(),
+                kind: p.kind.clone(),
+            },
+        )?;
         if p.verbs.is_empty() {
-            return problem(&format!("{field}.verbs"), "must list at least one verb".into());
+            return problem(
+                &format!("{field}.verbs"),
+                "must list at least one verb".into(),
+            );
         }
         for (j, ns) in p.namespaces.iter().enumerate() {
             if !is_dns_label(ns) {
-                return problem(&format!("{field}.namespaces[{j}]"), format!("{ns:?} is not a valid namespace"));
+                return problem(
+                    &format!("{field}.namespaces[{j}]"),
+                    format!("{ns:?} is not a valid namespace"),
+                );
             }
         }
     }
@@ -687,12 +733,18 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
 
 fn validate_request(field: &str, r: &RequestSpec) -> Result<(), (String, String)> {
     if !is_dns_subdomain(&r.name) {
-        return Err((format!("{field}.name"), format!("{:?} is not a valid object name", r.name)));
+        return Err((
+            format!("{field}.name"),
+            format!("{:?} is not a valid object name", r.name),
+        ));
     }
     if let Some(ns) = &r.namespace
         && !is_dns_label(ns)
     {
-        return Err((format!("{field}.namespace"), format!("{ns:?} is not a valid namespace")));
+        return Err((
+            format!("{field}.namespace"),
+            format!("{ns:?} is not a valid namespace"),
+        ));
     }
     Ok(())
 }
@@ -819,7 +871,10 @@ spec:
         let rs = Gvk::new("apps", "v1", "ReplicaSet");
         assert!(m.allows(Verb::Update, &rs, Some("default")));
         assert!(!m.allows(Verb::Update, &rs, Some("other")));
-        assert!(!m.allows(Verb::Update, &rs, None), "all-namespace access needs an unrestricted permission");
+        assert!(
+            !m.allows(Verb::Update, &rs, None),
+            "all-namespace access needs an unrestricted permission"
+        );
         assert!(!m.allows(Verb::Delete, &rs, Some("default")));
         assert!(m.allows(Verb::List, &Gvk::new("", "v1", "Pod"), None));
     }
@@ -827,17 +882,53 @@ spec:
     #[test]
     fn errors_should_name_file_field_and_problem() {
         let cases = [
-            (GOOD.replace("memory: 64Mi", "memory: 64Xi"), "dir/m.yaml: spec.limits.memory: invalid quantity \"64Xi\""),
-            (GOOD.replace("timeout: 5s", "timeout: 5 parsecs"), "spec.limits.timeout: invalid duration"),
-            (GOOD.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 0"), "spec.maxConcurrentReconciles: must be at least 1"),
-            (GOOD.replace("GenerationChanged,", "GenerationChnaged,"), "spec.predicates[0]: unknown predicate \"GenerationChnaged\""),
-            (GOOD.replace("isolation: per-reconcile", "isolation: sometimes"), "spec.isolation"),
-            (GOOD.replace("resyncPeriod", "resyncPeriode"), "spec: unknown field `resyncPeriode`"),
-            (GOOD.replace("name: pod-counter", "name: Pod_Counter"), "metadata.name: \"Pod_Counter\" is not a valid guest name"),
-            (GOOD.replace("kind: Reconciler", "kind: Reconciller"), "kind: expected \"Reconciler\""),
-            (GOOD.replace("verbs: [get, list]", "verbs: [get, lsit]"), "spec.permissions[0].verbs[1]: unknown variant `lsit`"),
-            (GOOD.replace("mapTo: { namespace: bbb, name: abc }", "mapTo: { name: abc }, mapByLabel: { key: x }"), "spec.watches[0]: needs exactly one of mapTo or mapByLabel"),
-            (GOOD.replace("app=web", "app in (web"), "spec.predicates[1].labelSelector: invalid selector"),
+            (
+                GOOD.replace("memory: 64Mi", "memory: 64Xi"),
+                "dir/m.yaml: spec.limits.memory: invalid quantity \"64Xi\"",
+            ),
+            (
+                GOOD.replace("timeout: 5s", "timeout: 5 parsecs"),
+                "spec.limits.timeout: invalid duration",
+            ),
+            (
+                GOOD.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 0"),
+                "spec.maxConcurrentReconciles: must be at least 1",
+            ),
+            (
+                GOOD.replace("GenerationChanged,", "GenerationChnaged,"),
+                "spec.predicates[0]: unknown predicate \"GenerationChnaged\"",
+            ),
+            (
+                GOOD.replace("isolation: per-reconcile", "isolation: sometimes"),
+                "spec.isolation",
+            ),
+            (
+                GOOD.replace("resyncPeriod", "resyncPeriode"),
+                "spec.resyncPeriode: unknown field `resyncPeriode`, expected one of",
+            ),
+            (
+                GOOD.replace("name: pod-counter", "name: Pod_Counter"),
+                "metadata.name: \"Pod_Counter\" is not a valid guest name",
+            ),
+            (
+                GOOD.replace("kind: Reconciler", "kind: Reconciller"),
+                "kind: expected \"Reconciler\"",
+            ),
+            (
+                GOOD.replace("verbs: [get, list]", "verbs: [get, lsit]"),
+                "spec.permissions[0].verbs[1]: unknown variant `lsit`",
+            ),
+            (
+                GOOD.replace(
+                    "mapTo: { namespace: bbb, name: abc }",
+                    "mapTo: { name: abc }, mapByLabel: { key: x }",
+                ),
+                "spec.watches[0]: needs exactly one of mapTo or mapByLabel",
+            ),
+            (
+                GOOD.replace("app=web", "app in (web"),
+                "spec.predicates[1].labelSelector: invalid selector",
+            ),
             ("not: [valid".to_owned(), "dir/m.yaml: "),
         ];
         for (text, expected) in cases {

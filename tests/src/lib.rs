@@ -19,7 +19,10 @@ pub fn repo_root() -> PathBuf {
 
 /// The manifest of a sample guest, with a clear failure if its module was not built.
 pub fn sample_manifest(guest_dir: &str) -> Manifest {
-    let path = repo_root().join("sample-guests").join(guest_dir).join("manifest.yaml");
+    let path = repo_root()
+        .join("sample-guests")
+        .join(guest_dir)
+        .join("manifest.yaml");
     let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         manifest.spec.module.exists(),
@@ -47,14 +50,19 @@ impl Harness {
     pub fn with_manifest(manifest: Manifest) -> Self {
         let engine = krec::engine::new_engine().expect("engine");
         let linker = krec::guest::new_linker(&engine).expect("linker");
-        let module = GuestModule::load(&engine, &linker, Arc::new(manifest)).unwrap_or_else(|e| panic!("{e}"));
+        let module = GuestModule::load(&engine, &linker, Arc::new(manifest))
+            .unwrap_or_else(|e| panic!("{e}"));
         let cluster = Arc::new(MemoryCluster::new());
         let worker = GuestWorker::new(Arc::new(module), cluster.clone());
         Harness { cluster, worker }
     }
 
     /// Run one reconcile.
-    pub async fn reconcile(&mut self, namespace: Option<&str>, name: &str) -> Result<Action, ReconcileError> {
+    pub async fn reconcile(
+        &mut self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Action, ReconcileError> {
         self.worker.reconcile(namespace, name).await
     }
 

@@ -14,9 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::{
-    AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions,
-};
+use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 use crate::selector::{FieldSelector, LabelSelector, is_dns_subdomain};
 
 type Key = (Gvk, Option<String>, String);
@@ -85,7 +83,9 @@ fn has_finalizers(object: &Value) -> bool {
 }
 
 fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 impl MemoryCluster {
@@ -127,7 +127,11 @@ impl MemoryCluster {
         let name = meta_str(object, "name")
             .filter(|n| !n.is_empty())
             .ok_or_else(|| AccessError::Invalid(format!("{gvk}: metadata.name is required")))?;
-        Ok((gvk, meta_str(object, "namespace").map(str::to_owned), name.to_owned()))
+        Ok((
+            gvk,
+            meta_str(object, "namespace").map(str::to_owned),
+            name.to_owned(),
+        ))
     }
 
     /// Store `new` over `old` with update semantics; `status` selects the status subresource.
@@ -168,7 +172,10 @@ impl MemoryCluster {
                 }
             }
         }
-        let mut generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+        let mut generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
         if spec_part(old) != spec_part(&new) {
             generation += 1;
         }
@@ -181,7 +188,10 @@ impl MemoryCluster {
             };
         }
         meta.insert("generation".into(), json!(generation));
-        meta.insert("resourceVersion".into(), json!(self.next_resource_version()));
+        meta.insert(
+            "resourceVersion".into(),
+            json!(self.next_resource_version()),
+        );
         if meta.contains_key("deletionTimestamp") && !has_finalizers(&new) {
             objects.remove(&key);
             self.collect_garbage(objects);
@@ -240,7 +250,12 @@ impl MemoryCluster {
 
 #[async_trait]
 impl ClusterAccess for MemoryCluster {
-    async fn get(&self, gvk: &Gvk, namespace: Option<&str>, name: &str) -> Result<Value, AccessError> {
+    async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError> {
         let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
         self.lock()
             .get(&key)
@@ -271,12 +286,20 @@ impl ClusterAccess for MemoryCluster {
         let rv = self.next_resource_version();
         let mut objects = self.lock();
         let meta = metadata_mut(&mut object)?;
-        if meta.get("resourceVersion").and_then(Value::as_str).is_some_and(|rv| !rv.is_empty()) {
+        if meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|rv| !rv.is_empty())
+        {
             return Err(AccessError::Invalid(format!(
                 "{gvk}: resourceVersion should not be set on objects to be created"
             )));
         }
-        let name = match meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        let name = match meta
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
             Some(name) => name.to_owned(),
             None => {
                 let prefix = meta
@@ -284,9 +307,14 @@ impl ClusterAccess for MemoryCluster {
                     .and_then(Value::as_str)
                     .filter(|p| !p.is_empty())
                     .ok_or_else(|| {
-                        AccessError::Invalid(format!("{gvk}: metadata.name or metadata.generateName is required"))
+                        AccessError::Invalid(format!(
+                            "{gvk}: metadata.name or metadata.generateName is required"
+                        ))
                     })?;
-                format!("{prefix}{}", &format!("{:05x}", rv.parse::<u64>().unwrap_or(0) * 7919 % 0xfffff))
+                format!(
+                    "{prefix}{}",
+                    &format!("{:05x}", rv.parse::<u64>().unwrap_or(0) * 7919 % 0xfffff)
+                )
             }
         };
         if !is_dns_subdomain(&name) {
@@ -294,13 +322,26 @@ impl ClusterAccess for MemoryCluster {
                 "{gvk} {name:?}: metadata.name must be a lowercase RFC 1123 subdomain"
             )));
         }
-        let namespace = meta.get("namespace").and_then(Value::as_str).map(str::to_owned);
+        let namespace = meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let key = (gvk.clone(), namespace.clone(), name.clone());
         if objects.contains_key(&key) {
-            return Err(AccessError::AlreadyExists(describe(&gvk, namespace.as_deref(), &name)));
+            return Err(AccessError::AlreadyExists(describe(
+                &gvk,
+                namespace.as_deref(),
+                &name,
+            )));
         }
         meta.insert("name".into(), json!(name));
-        meta.insert("uid".into(), json!(format!("00000000-0000-4000-8000-{:012x}", rv.parse::<u64>().unwrap_or(0))));
+        meta.insert(
+            "uid".into(),
+            json!(format!(
+                "00000000-0000-4000-8000-{:012x}",
+                rv.parse::<u64>().unwrap_or(0)
+            )),
+        );
         meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         meta.insert("resourceVersion".into(), json!(rv));
         meta.insert("generation".into(), json!(1));
@@ -339,7 +380,9 @@ impl ClusterAccess for MemoryCluster {
             }
             PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
                 if !body.is_object() {
-                    return Err(AccessError::Invalid("patch body must be a JSON object".into()));
+                    return Err(AccessError::Invalid(
+                        "patch body must be a JSON object".into(),
+                    ));
                 }
                 json_patch::merge(&mut patched, &body);
             }
@@ -363,9 +406,14 @@ impl ClusterAccess for MemoryCluster {
         let what = describe(gvk, namespace, name);
         let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
         let mut objects = self.lock();
-        let object = objects.get_mut(&key).ok_or_else(|| AccessError::NotFound(what.clone()))?;
+        let object = objects
+            .get_mut(&key)
+            .ok_or_else(|| AccessError::NotFound(what.clone()))?;
         if let Some(pre) = preconditions {
-            for (field, wanted) in [("uid", &pre.uid), ("resourceVersion", &pre.resource_version)] {
+            for (field, wanted) in [
+                ("uid", &pre.uid),
+                ("resourceVersion", &pre.resource_version),
+            ] {
                 if let Some(wanted) = wanted
                     && meta_str(object, field) != Some(wanted.as_str())
                 {
@@ -430,14 +478,23 @@ mod tests {
         assert_eq!(d["metadata"]["generation"], 1);
         d["status"] = json!({"availableReplicas": 5});
         let d = c.update(d, false).await.expect("update");
-        assert!(d.get("status").is_none(), "status ignored on the main resource");
-        assert_eq!(d["metadata"]["generation"], 1, "no spec change, no generation bump");
+        assert!(
+            d.get("status").is_none(),
+            "status ignored on the main resource"
+        );
+        assert_eq!(
+            d["metadata"]["generation"], 1,
+            "no spec change, no generation bump"
+        );
         let mut s = d.clone();
         s["status"] = json!({"availableReplicas": 5});
         s["spec"]["replicas"] = json!(9);
         let s = c.update(s, true).await.expect("update status");
         assert_eq!(s["status"]["availableReplicas"], 5);
-        assert_eq!(s["spec"]["replicas"], 1, "spec ignored on the status subresource");
+        assert_eq!(
+            s["spec"]["replicas"], 1,
+            "spec ignored on the status subresource"
+        );
         let mut g = s.clone();
         g["spec"]["replicas"] = json!(3);
         let g = c.update(g, false).await.expect("scale");
@@ -455,14 +512,22 @@ mod tests {
             "name": "owner", "uid": owner["metadata"]["uid"], "controller": true}]);
         c.create(dep).await.expect("dependent");
         let gvk = Gvk::new("", "v1", "ConfigMap");
-        c.delete(&gvk, Some("default"), "owner", None).await.expect("delete");
-        let held = c.get(&gvk, Some("default"), "owner").await.expect("held by finalizer");
+        c.delete(&gvk, Some("default"), "owner", None)
+            .await
+            .expect("delete");
+        let held = c
+            .get(&gvk, Some("default"), "owner")
+            .await
+            .expect("held by finalizer");
         assert!(held["metadata"]["deletionTimestamp"].is_string());
         let mut released = held;
         released["metadata"]["finalizers"] = json!([]);
         c.update(released, false).await.expect("remove finalizer");
         assert!(c.get(&gvk, Some("default"), "owner").await.is_err());
-        assert!(c.get(&gvk, Some("default"), "dep").await.is_err(), "dependent collected");
+        assert!(
+            c.get(&gvk, Some("default"), "dep").await.is_err(),
+            "dependent collected"
+        );
     }
 
     #[tokio::test]
@@ -470,14 +535,22 @@ mod tests {
         let c = MemoryCluster::new();
         let a = c.create(cm("a", "1")).await.expect("create");
         let gvk = Gvk::new("", "v1", "ConfigMap");
-        let stale = Preconditions { uid: None, resource_version: Some("999".into()) };
-        let err = c.delete(&gvk, Some("default"), "a", Some(&stale)).await.expect_err("stale");
+        let stale = Preconditions {
+            uid: None,
+            resource_version: Some("999".into()),
+        };
+        let err = c
+            .delete(&gvk, Some("default"), "a", Some(&stale))
+            .await
+            .expect_err("stale");
         assert!(matches!(err, AccessError::Conflict(_)));
         let fresh = Preconditions {
             uid: a["metadata"]["uid"].as_str().map(str::to_owned),
             resource_version: a["metadata"]["resourceVersion"].as_str().map(str::to_owned),
         };
-        c.delete(&gvk, Some("default"), "a", Some(&fresh)).await.expect("delete");
+        c.delete(&gvk, Some("default"), "a", Some(&fresh))
+            .await
+            .expect("delete");
     }
 
     #[tokio::test]
@@ -486,7 +559,11 @@ mod tests {
         let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"generateName": "gen-", "namespace": "default"}});
         let made = c.create(obj).await.expect("create");
-        assert!(made["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("gen-")));
+        assert!(
+            made["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("gen-"))
+        );
         c.create(cm("x", "1")).await.expect("create x");
         let err = c.create(cm("x", "1")).await.expect_err("duplicate");
         assert!(matches!(err, AccessError::AlreadyExists(_)));

@@ -190,7 +190,12 @@ pub enum AccessError {
 #[async_trait]
 pub trait ClusterAccess: Send + Sync + 'static {
     /// Get one object.
-    async fn get(&self, gvk: &Gvk, namespace: Option<&str>, name: &str) -> Result<Value, AccessError>;
+    async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError>;
     /// List objects.
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError>;
     /// Create an object; returns it as stored.

@@ -110,7 +110,10 @@ fn compile(engine: &Engine, path: &str, bytes: &[u8]) -> Result<Component, LoadE
     if bytes.len() >= 8 && bytes[4..8] != COMPONENT_VERSION {
         return Err(LoadError::Compile {
             path: path.into(),
-            reason: format!("unsupported component encoding version {:02x?}", &bytes[4..8]),
+            reason: format!(
+                "unsupported component encoding version {:02x?}",
+                &bytes[4..8]
+            ),
         });
     }
     Component::new(engine, bytes).map_err(|err| LoadError::Compile {
@@ -203,7 +206,11 @@ fn prepare(
 }
 
 /// Check that a module file is a component implementing the world; returns its digest.
-pub fn check_module(engine: &Engine, linker: &Linker<HostState>, path: &Path) -> Result<String, LoadError> {
+pub fn check_module(
+    engine: &Engine,
+    linker: &Linker<HostState>,
+    path: &Path,
+) -> Result<String, LoadError> {
     let shown = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: shown.clone(),
@@ -232,8 +239,11 @@ pub enum TrapCause {
     OutOfMemory,
     /// The guest panicked or hit `unreachable`.
     Panic,
-    /// The guest overflowed its stack.
+    /// The guest overflowed the host-managed call stack.
     StackOverflow,
+    /// The guest accessed memory out of bounds. For Rust guests this is almost always an
+    /// overflow of the shadow stack kept in linear memory (deep recursion).
+    MemoryFault,
     /// Instantiation failed (e.g. the start function trapped).
     Instantiate,
     /// Any other trap.
@@ -248,6 +258,7 @@ impl TrapCause {
             TrapCause::OutOfMemory => "out_of_memory",
             TrapCause::Panic => "panic",
             TrapCause::StackOverflow => "stack_overflow",
+            TrapCause::MemoryFault => "memory_fault",
             TrapCause::Instantiate => "instantiate",
             TrapCause::Other => "other",
         }
@@ -300,8 +311,11 @@ fn classify(err: &wasmtime::Error) -> TrapCause {
         Some(Trap::StackOverflow) => TrapCause::StackOverflow,
         Some(Trap::UnreachableCodeReached) => TrapCause::Panic,
         Some(Trap::Interrupt) => TrapCause::Timeout,
-        Some(Trap::AllocationTooLarge | Trap::HeapMisaligned) => TrapCause::OutOfMemory,
-        _ if one_line(err).contains("forcing a memory growth failure to be a trap")
+        Some(Trap::AllocationTooLarge) => TrapCause::OutOfMemory,
+        Some(Trap::MemoryOutOfBounds) => TrapCause::MemoryFault,
+        // The limiter refuses growth with an error rather than a `Trap` code.
+        _ if one_line(err).contains("when growing memory")
+            || one_line(err).contains("when growing table")
             || one_line(err).contains("resource limit exceeded") =>
         {
             TrapCause::OutOfMemory

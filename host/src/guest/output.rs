@@ -88,7 +88,11 @@ impl StdoutStream for GuestOutput {
 }
 
 impl AsyncWrite for GuestOutput {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.inner.write(buf);
         Poll::Ready(Ok(buf.len()))
     }

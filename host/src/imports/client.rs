@@ -106,7 +106,11 @@ impl HostState {
         body: String,
         status: bool,
     ) -> Result<String, AccessError> {
-        let verb = if status { Verb::PatchStatus } else { Verb::Patch };
+        let verb = if status {
+            Verb::PatchStatus
+        } else {
+            Verb::Patch
+        };
         let cluster = self.cluster_for(verb, &gvk, namespace.as_deref())?;
         if body.len() > MAX_OBJECT_BYTES {
             return Err(AccessError::Invalid(format!(
@@ -153,7 +157,10 @@ impl Host for HostState {
         namespace: Option<String>,
         name: String,
     ) -> CallResult<String> {
-        Ok(self.get_json(kind.into(), namespace, name).await.map_err(WitError::from))
+        Ok(self
+            .get_json(kind.into(), namespace, name)
+            .await
+            .map_err(WitError::from))
     }
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
@@ -163,19 +170,31 @@ impl Host for HostState {
             field_selector: options.field_selector,
             uncached: options.uncached,
         };
-        Ok(self.list_json(kind.into(), options).await.map_err(WitError::from))
+        Ok(self
+            .list_json(kind.into(), options)
+            .await
+            .map_err(WitError::from))
     }
 
     async fn create(&mut self, object: String) -> CallResult<String> {
-        Ok(self.write(object, Verb::Create).await.map_err(WitError::from))
+        Ok(self
+            .write(object, Verb::Create)
+            .await
+            .map_err(WitError::from))
     }
 
     async fn update(&mut self, object: String) -> CallResult<String> {
-        Ok(self.write(object, Verb::Update).await.map_err(WitError::from))
+        Ok(self
+            .write(object, Verb::Update)
+            .await
+            .map_err(WitError::from))
     }
 
     async fn update_status(&mut self, object: String) -> CallResult<String> {
-        Ok(self.write(object, Verb::UpdateStatus).await.map_err(WitError::from))
+        Ok(self
+            .write(object, Verb::UpdateStatus)
+            .await
+            .map_err(WitError::from))
     }
 
     async fn patch(

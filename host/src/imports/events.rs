@@ -64,7 +64,9 @@ impl Host for HostState {
         reason: String,
         message: String,
     ) -> wasmtime::Result<Result<(), WitError>> {
-        let result = self.record_event(regarding, event_type, reason, message).await;
+        let result = self
+            .record_event(regarding, event_type, reason, message)
+            .await;
         Ok(result.map_err(WitError::from))
     }
 }

@@ -39,7 +39,11 @@ impl Reconciler for CleanupTicker {
                 uid: cm.metadata.uid.clone(),
                 resource_version: cm.metadata.resource_version.clone(),
             };
-            match ctx.delete_with::<ConfigMap>(cm.namespace().as_deref(), &cm.name_any(), &preconditions) {
+            match ctx.delete_with::<ConfigMap>(
+                cm.namespace().as_deref(),
+                &cm.name_any(),
+                &preconditions,
+            ) {
                 Ok(()) => {
                     info!("deleted {key}: expired at {expiry}");
                     deleted += 1;

@@ -32,7 +32,11 @@ impl Reconciler for ConfigMapWatcher {
             debug!("saw ConfigMap {ns}/{name}");
             *tally.entry(ns).or_default() += 1;
         }
-        counts.extend(tally.into_iter().map(|(ns, n)| (ns.to_owned(), n.to_string())));
+        counts.extend(
+            tally
+                .into_iter()
+                .map(|(ns, n)| (ns.to_owned(), n.to_string())),
+        );
         info!("{} ConfigMaps in {} namespaces", all.len(), counts.len());
 
         match ctx.get_opt::<ConfigMap>(summary_ns, SUMMARY_NAME)? {

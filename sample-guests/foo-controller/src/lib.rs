@@ -81,9 +81,8 @@ impl Reconciler for FooController {
         };
 
         if !is_controlled_by(&deployment, &foo) {
-            let message = format!(
-                "Resource {deployment_name:?} already exists and is not managed by Foo"
-            );
+            let message =
+                format!("Resource {deployment_name:?} already exists and is not managed by Foo");
             ctx.record_event(&foo, EventType::Warning, ERR_RESOURCE_EXISTS, &message)?;
             return Err(Error::other(message));
         }
@@ -112,17 +111,21 @@ impl Reconciler for FooController {
             ctx.update_status(&foo)?;
         }
 
-        ctx.record_event(&foo, EventType::Normal, SUCCESS_SYNCED, "Foo synced successfully")?;
+        ctx.record_event(
+            &foo,
+            EventType::Normal,
+            SUCCESS_SYNCED,
+            "Foo synced successfully",
+        )?;
         Ok(Action::done())
     }
 }
 
 /// Whether `deployment` has a controller owner reference to `foo`.
 fn is_controlled_by(deployment: &Deployment, foo: &Foo) -> bool {
-    deployment
-        .owner_references()
-        .iter()
-        .any(|owner| owner.controller == Some(true) && Some(&owner.uid) == foo.metadata.uid.as_ref())
+    deployment.owner_references().iter().any(|owner| {
+        owner.controller == Some(true) && Some(&owner.uid) == foo.metadata.uid.as_ref()
+    })
 }
 
 /// The Deployment a Foo asks for: nginx pods labelled with the Foo's name.

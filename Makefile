@@ -1,0 +1,52 @@
+# krec: every task a developer or CI runs. `make demo` and `make test` need nothing installed
+# beyond a Rust toolchain managed by rustup; they add what they need themselves.
+
+CARGO ?= cargo
+GUEST_WORKSPACES := sample-guests tests/guests
+
+.PHONY: all setup guests build test lint fmt demo check clean
+
+all: test
+
+## Install the toolchain pieces the build needs (the wasm32-wasip2 target, rustfmt, clippy).
+setup:
+	@command -v rustup >/dev/null 2>&1 || { echo "krec needs rustup (https://rustup.rs) to add the wasm32-wasip2 target" >&2; exit 1; }
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+
+## Build every guest component (sample guests and test guests) for wasm32-wasip2.
+guests: setup
+	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
+
+## Build the host.
+build: setup
+	$(CARGO) build -p krec
+
+## Run every test: host unit tests, CLI tests, the guests in the host, SDK doctests.
+test: guests
+	$(CARGO) test --workspace
+
+## Formatting and clippy, for the host workspace and for the guests' wasm32-wasip2 target.
+lint: setup
+	$(CARGO) fmt --all -- --check
+	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all -- --check) || exit 1; done
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p krec-guest --target wasm32-wasip2 -- -D warnings
+	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
+
+## Format everything.
+fmt:
+	$(CARGO) fmt --all
+	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all) || exit 1; done
+
+## Run the sample guests and print what each did.
+demo: guests
+	$(CARGO) run -p krec -- dev --manifests sample-guests
+
+## Validate the sample manifests and their modules.
+check: guests
+	$(CARGO) run -p krec -- check sample-guests
+
+clean:
+	$(CARGO) clean

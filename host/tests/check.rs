@@ -1,0 +1,146 @@
+//! `krec check`: one clear line naming the file and the problem, and a non-zero exit, for every
+//! kind of bad module or manifest.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn krec_check(paths: &[&Path]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .arg("check")
+        .args(paths)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run krec");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write fixture");
+    path
+}
+
+fn one_bad_line(path: &Path, expected: &str) {
+    let (ok, stdout, stderr) = krec_check(&[path]);
+    assert!(!ok, "krec check must fail for {}", path.display());
+    assert!(stdout.is_empty(), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "exactly one line: {stderr}");
+    assert!(
+        lines[0].starts_with(&path.display().to_string()),
+        "names the file: {stderr}"
+    );
+    assert!(
+        lines[0].contains(expected),
+        "expected {expected:?} in {stderr}"
+    );
+}
+
+#[test]
+fn check_should_reject_a_core_module() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let core = wat::parse_str("(module (func (export \"reconcile\")))").expect("wat");
+    one_bad_line(
+        &write(dir.path(), "core.wasm", &core),
+        "is a core WebAssembly module, not a component",
+    );
+}
+
+#[test]
+fn check_should_reject_a_component_of_another_world() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Exports `reconcile`, but as `func()` rather than `func(req: request) -> result<...>`.
+    let other = wat::parse_str(
+        r#"(component
+             (core module $m (func (export "f")))
+             (core instance $i (instantiate $m))
+             (func (export "reconcile") (canon lift (core func $i "f"))))"#,
+    )
+    .expect("wat");
+    one_bad_line(
+        &write(dir.path(), "other.wasm", &other),
+        "does not implement the krec:reconciler@0.1.0 world",
+    );
+    let empty = wat::parse_str("(component)").expect("wat");
+    one_bad_line(
+        &write(dir.path(), "empty.wasm", &empty),
+        "does not implement the krec:reconciler@0.1.0 world",
+    );
+    let wrong_import = wat::parse_str(
+        r#"(component (import "example:other/api" (instance (export "f" (func)))))"#,
+    )
+    .expect("wat");
+    one_bad_line(
+        &write(dir.path(), "import.wasm", &wrong_import),
+        "example:other/api",
+    );
+}
+
+#[test]
+fn check_should_reject_a_truncated_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let component = wat::parse_str(
+        r#"(component (core module $m (func (export "f"))) (core instance $i (instantiate $m)))"#,
+    )
+    .expect("wat");
+    let truncated = &component[..component.len() - 5];
+    one_bad_line(
+        &write(dir.path(), "truncated.wasm", truncated),
+        "invalid component",
+    );
+    one_bad_line(
+        &write(dir.path(), "text.wasm", b"hello"),
+        "is not a WebAssembly component",
+    );
+    one_bad_line(&dir.path().join("missing.wasm"), "cannot read module");
+}
+
+#[test]
+fn check_should_name_the_manifest_field_at_fault() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = write(
+        dir.path(),
+        "bad.yaml",
+        b"apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: bad}\nspec:\n  module: x.wasm\n  for: {apiVersion: v1, kind: Pod}\n  limits: {memory: lots}\n",
+    );
+    one_bad_line(&manifest, "spec.limits.memory: invalid quantity \"lots\"");
+    let missing_module = write(
+        dir.path(),
+        "missing.yaml",
+        b"apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: lost}\nspec: {module: nowhere.wasm, for: {apiVersion: v1, kind: Pod}}\n",
+    );
+    one_bad_line(&missing_module, "guest lost");
+}
+
+#[test]
+fn check_should_accept_the_sample_guests() {
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-guests");
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-wasip2/release/pod_counter.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run `make guests` first",
+        wasm.display()
+    );
+    let (ok, stdout, stderr) = krec_check(&[&samples, &wasm]);
+    assert!(ok, "{stderr}");
+    for guest in [
+        "pod-counter",
+        "foo-controller",
+        "configmap-watcher",
+        "cleanup-ticker",
+    ] {
+        assert!(
+            stdout.contains(&format!("ok, guest {guest} (sha256:")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("pod_counter.wasm: ok, a krec:reconciler@0.1.0 component"),
+        "{stdout}"
+    );
+}

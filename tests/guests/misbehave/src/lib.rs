@@ -1,0 +1,54 @@
+//! A guest that misbehaves in the way its request's name asks for, to test containment.
+
+use krec_guest::bindings::krec::reconciler::client;
+use krec_guest::k8s_openapi::api::core::v1::Namespace;
+use krec_guest::prelude::*;
+
+struct Misbehave;
+
+#[inline(never)]
+#[allow(unconditional_recursion)] // the point: overflow the stack
+fn recurse(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 64]);
+    recurse(depth + 1) + frame[0]
+}
+
+impl Reconciler for Misbehave {
+    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+        match req.name.as_str() {
+            "ok" => Ok(Action::done()),
+            "loop" => loop {
+                std::hint::black_box(());
+            },
+            "oom" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "panic" => panic!("misbehave was asked to panic"),
+            "recurse" => Ok(Action::requeue_after(std::time::Duration::from_millis(
+                recurse(0),
+            ))),
+            "print" => {
+                println!("hello from stdout");
+                eprintln!("hello from stderr");
+                Ok(Action::done())
+            }
+            "forbidden" => {
+                ctx.delete::<Namespace>(None, "kube-system")?;
+                Ok(Action::done())
+            }
+            "bad-json" => Ok(client::update("{not json")
+                .map(|_| Action::done())
+                .map_err(Error::from)?),
+            "requeue" => Ok(Action::requeue_after(std::time::Duration::from_millis(
+                1500,
+            ))),
+            other => Err(Error::Invalid(format!("unknown misbehaviour {other:?}"))),
+        }
+    }
+}
+
+export!(Misbehave);

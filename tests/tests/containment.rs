@@ -1,0 +1,121 @@
+//! A misbehaving guest is contained: a trap ends only that reconcile, is classified, and the
+//! worker's next reconcile runs on a fresh instance.
+
+use std::time::{Duration, Instant};
+
+use krec::cluster::AccessError;
+use krec::guest::{Action, ReconcileError, TrapCause};
+use krec::manifest::Manifest;
+use krec_tests::{Harness, repo_root};
+
+fn misbehave() -> Harness {
+    let path = repo_root().join("tests/guests/misbehave/manifest.yaml");
+    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        manifest.spec.module.exists(),
+        "{} is missing: run `make guests` first",
+        manifest.spec.module.display()
+    );
+    Harness::with_manifest(manifest)
+}
+
+async fn expect_trap(h: &mut Harness, name: &str, causes: &[TrapCause]) -> String {
+    match h.reconcile(None, name).await {
+        Err(ReconcileError::Trap {
+            cause: got,
+            message,
+            guest,
+            request,
+        }) => {
+            assert!(
+                causes.contains(&got),
+                "{name}: {got} not in {causes:?}: {message}"
+            );
+            assert_eq!(guest, "misbehave");
+            assert_eq!(request, name);
+            assert!(
+                !h.worker.has_instance(),
+                "{name}: a trapped instance is discarded"
+            );
+            message
+        }
+        other => panic!("{name}: expected a trap, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_infinite_loop_should_be_cut_at_the_timeout() {
+    let mut h = misbehave();
+    let started = Instant::now();
+    let message = expect_trap(&mut h, "loop", &[TrapCause::Timeout]).await;
+    assert!(message.contains("time limit of 300ms"), "{message}");
+    // Loose bound only to prove the loop did end; not a performance assertion.
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        h.reconcile(None, "ok").await,
+        Ok(Action::Done),
+        "the worker recovers"
+    );
+    assert!(h.worker.has_instance());
+}
+
+#[tokio::test]
+async fn a_memory_bomb_should_hit_its_limit() {
+    let mut h = misbehave();
+    expect_trap(&mut h, "oom", &[TrapCause::OutOfMemory]).await;
+    assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
+}
+
+#[tokio::test]
+async fn a_panic_should_trap() {
+    let mut h = misbehave();
+    h.reconcile(None, "ok").await.expect("warm instance");
+    expect_trap(&mut h, "panic", &[TrapCause::Panic]).await;
+    assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
+}
+
+#[tokio::test]
+async fn deep_recursion_should_trap_as_stack_overflow() {
+    let mut h = misbehave();
+    // Rust keeps its stack in linear memory: overflowing it is an out-of-bounds access.
+    expect_trap(
+        &mut h,
+        "recurse",
+        &[TrapCause::StackOverflow, TrapCause::MemoryFault],
+    )
+    .await;
+    assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
+}
+
+#[tokio::test]
+async fn guest_errors_should_be_values_not_traps() {
+    let mut h = misbehave();
+    match h.reconcile(None, "forbidden").await {
+        Err(ReconcileError::Guest {
+            error: AccessError::Forbidden(msg),
+            ..
+        }) => {
+            assert!(msg.contains("may not delete v1 Namespace"), "{msg}")
+        }
+        other => panic!("expected forbidden, got {other:?}"),
+    }
+    assert!(h.worker.has_instance(), "an error value keeps the instance");
+    match h.reconcile(None, "bad-json").await {
+        Err(ReconcileError::Guest {
+            error: AccessError::Invalid(msg),
+            ..
+        }) => {
+            assert!(msg.contains("not valid JSON"), "{msg}")
+        }
+        other => panic!("expected invalid, got {other:?}"),
+    }
+    assert_eq!(
+        h.reconcile(None, "requeue").await,
+        Ok(Action::RequeueAfter(Duration::from_millis(1500)))
+    );
+    assert_eq!(
+        h.reconcile(None, "print").await,
+        Ok(Action::Done),
+        "stdio is captured, not inherited"
+    );
+}
