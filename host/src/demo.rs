@@ -50,6 +50,28 @@ fn describe(object: &Value) -> String {
     }
 }
 
+/// The watched parts of an object that differ between two versions, with their new values.
+fn changed_fields(before: &Value, after: &Value) -> String {
+    [
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/spec",
+        "/data",
+        "/status",
+    ]
+    .iter()
+    .filter(|p| before.pointer(p) != after.pointer(p))
+    .map(|p| {
+        format!(
+            "{} = {}",
+            &p[1..].replace('/', "."),
+            after.pointer(p).unwrap_or(&Value::Null)
+        )
+    })
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
 fn outcome<T>(result: &Result<T, AccessError>) -> String {
     match result {
         Ok(_) => String::new(),
@@ -81,22 +103,30 @@ impl ClusterAccess for Audited {
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
         let what = describe(&object);
-        let detail = if status {
-            format!(
-                "status {}",
-                object.get("status").cloned().unwrap_or_default()
-            )
-        } else {
-            format!(
-                "labels {}",
-                object
-                    .pointer("/metadata/labels")
-                    .cloned()
-                    .unwrap_or_default()
-            )
+        let before = match Gvk::of_object(&object) {
+            Ok(gvk) => {
+                let meta = |f: &str| {
+                    object
+                        .pointer(&format!("/metadata/{f}"))
+                        .and_then(Value::as_str)
+                };
+                self.inner
+                    .get(&gvk, meta("namespace"), meta("name").unwrap_or_default())
+                    .await
+                    .ok()
+            }
+            Err(_) => None,
         };
         let result = self.inner.update(object, status).await;
-        self.note(format!("updated {what}: {detail}{}", outcome(&result)));
+        let changes = match (&before, &result) {
+            (Some(before), Ok(after)) => changed_fields(before, after),
+            _ => String::new(),
+        };
+        let sub = if status { " status" } else { "" };
+        self.note(format!(
+            "updated {what}{sub}: {changes}{}",
+            outcome(&result)
+        ));
         result
     }
 
