@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
 use kube_core::{DynamicObject, GroupVersionKind, Resource};
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -92,6 +94,36 @@ pub struct Preconditions {
     pub uid: Option<String>,
     /// Delete only if the object is unchanged since this resourceVersion.
     pub resource_version: Option<String>,
+}
+
+/// Render a [`LabelSelector`] (`matchLabels` and `matchExpressions`) as selector text for
+/// [`ListParams::labels`], e.g. `app=web,tier in (be,fe),!legacy`.
+///
+/// Returns `None` for an empty selector, which in Kubernetes matches everything (callers
+/// usually want to treat that as "select nothing"), and [`Error::Invalid`] for an unknown
+/// operator.
+pub fn selector_string(selector: &LabelSelector) -> Result<Option<String>> {
+    let mut parts = Vec::new();
+    if let Some(labels) = &selector.match_labels {
+        parts.extend(labels.iter().map(|(k, v)| format!("{k}={v}")));
+    }
+    for expr in selector.match_expressions.iter().flatten() {
+        let mut values = expr.values.clone().unwrap_or_default();
+        values.sort();
+        let key = &expr.key;
+        parts.push(match expr.operator.as_str() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            other => {
+                return Err(Error::Invalid(format!(
+                    "unknown label selector operator {other:?} for key {key:?}"
+                )));
+            }
+        });
+    }
+    Ok((!parts.is_empty()).then(|| parts.join(",")))
 }
 
 /// Render `matchLabels`-style labels as a label selector string (`a=1,b=2`).
@@ -384,5 +416,45 @@ impl Context {
             &serde_json::to_string(body)?,
             status,
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    use super::*;
+
+    #[test]
+    fn selector_string_should_render_labels_and_expressions() {
+        let selector = LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".to_owned(), "web".to_owned())])),
+            match_expressions: Some(vec![
+                LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "In".into(),
+                    values: Some(vec!["fe".into(), "be".into()]),
+                },
+                LabelSelectorRequirement {
+                    key: "legacy".into(),
+                    operator: "DoesNotExist".into(),
+                    values: None,
+                },
+            ]),
+        };
+        assert_eq!(
+            selector_string(&selector),
+            Ok(Some("app=web,tier in (be,fe),!legacy".to_owned()))
+        );
+        assert_eq!(selector_string(&LabelSelector::default()), Ok(None));
+        let bad = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "x".into(),
+                operator: "Near".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        };
+        assert!(selector_string(&bad).is_err());
     }
 }

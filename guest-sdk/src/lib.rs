@@ -48,6 +48,21 @@
 //! Build it with `cargo build --release --target wasm32-wasip2`: the `.wasm` in
 //! `target/wasm32-wasip2/release/` is a component the host loads, named by a manifest.
 //!
+//! # The crate
+//!
+//! A guest is a `cdylib`:
+//!
+//! ```toml
+//! [lib]
+//! crate-type = ["cdylib"]
+//!
+//! [dependencies]
+//! krec-guest = { path = "../krec/guest-sdk" }
+//! ```
+//!
+//! and a manifest (see the krec README) names its `.wasm`, what it reconciles, and the
+//! `permissions` every [`Context`] call is checked against.
+//!
 //! # Errors and retries
 //!
 //! Every [`Context`] call returns [`Result`]; `?` passes failures up, and a reconcile that returns
@@ -66,7 +81,9 @@ mod reconciler;
 #[doc(hidden)]
 pub mod log;
 
-pub use context::{Context, EventType, ListParams, Patch, Preconditions, labels_to_selector};
+pub use context::{
+    Context, EventType, ListParams, Patch, Preconditions, labels_to_selector, selector_string,
+};
 pub use error::{Error, Result};
 pub use reconciler::{Action, Reconciler, Request};
 
@@ -92,7 +109,8 @@ pub use kube_derive::CustomResource;
 pub mod prelude {
     pub use crate::{
         Action, Context, Error, EventType, ListParams, Patch, Reconciler, Request, Resource,
-        ResourceExt, Result, debug, error, export, info, labels_to_selector, trace, warn,
+        ResourceExt, Result, debug, error, export, info, labels_to_selector, selector_string,
+        trace, warn,
     };
 }
 

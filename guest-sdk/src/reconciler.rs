@@ -13,6 +13,10 @@ use crate::{Context, Result};
 ///
 /// # Guarantees
 ///
+/// These are the host's promises to every guest. (The `krec dev` preview in krec 0.1 runs
+/// guests directly against an in-memory object set, without the workqueue; it keeps the first
+/// three and reports errors without retrying.)
+///
 /// - A request is never reconciled twice at the same time: the host runs at most one reconcile
 ///   per key, however many workers the guest has.
 /// - A request may be reconciled again at any time, also when nothing changed (resyncs,

@@ -21,6 +21,9 @@ use crate::cluster::{
 use crate::guest::{GuestModule, GuestWorker};
 use crate::manifest::Manifest;
 
+/// Longest line the demo prints about one write; patch bodies can be megabytes.
+const MAX_NOTE_BYTES: usize = 300;
+
 /// A [`ClusterAccess`] that reports every write a guest makes before passing it on.
 struct Audited {
     guest: String,
@@ -29,7 +32,15 @@ struct Audited {
 }
 
 impl Audited {
-    fn note(&self, what: String) {
+    fn note(&self, mut what: String) {
+        if what.len() > MAX_NOTE_BYTES {
+            let mut cut = MAX_NOTE_BYTES;
+            while !what.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            what.truncate(cut);
+            what.push_str(" …");
+        }
         self.log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -266,8 +277,20 @@ async fn requests_for(
 /// Run the demo: load the guests in `manifests`, run them against the sample objects twice, and
 /// write what each did to `out`.
 pub async fn run(manifests: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
-    let manifests = Manifest::load_dir(manifests)?;
-    anyhow::ensure!(!manifests.is_empty(), "no Reconciler manifests found");
+    let scanned = Manifest::scan_dir(manifests)?;
+    anyhow::ensure!(
+        !scanned.is_empty(),
+        "{}: no Reconciler manifests found",
+        manifests.display()
+    );
+    let mut manifests = Vec::new();
+    for result in scanned {
+        match result {
+            Ok(manifest) => manifests.push(manifest),
+            // One bad manifest must not stop the other guests.
+            Err(err) => writeln!(out, "skipping a manifest: {err}")?,
+        }
+    }
     let engine = crate::engine::new_engine()?;
     let linker = crate::guest::new_linker(&engine)?;
     let cluster = Arc::new(MemoryCluster::new());

@@ -69,6 +69,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// Check one parsed manifest and the module it names.
+fn check_manifest(
+    engine: &wasmtime::Engine,
+    linker: &wasmtime::component::Linker<guest::HostState>,
+    manifest: Result<Manifest, krec::manifest::ManifestError>,
+) -> Result<String, String> {
+    let manifest = manifest.map_err(|e| e.to_string())?;
+    let shown = manifest.path.display().to_string();
+    let name = manifest.name.clone();
+    let module = GuestModule::load(engine, linker, manifest.into())
+        .map_err(|e| format!("{shown}: guest {name}: {e}"))?;
+    Ok(format!("{shown}: ok, guest {name} ({})", module.digest()))
+}
+
 /// `krec check`: one line per file, non-zero exit if any is bad.
 fn check(paths: &[PathBuf]) -> ExitCode {
     let engine = match krec::engine::new_engine() {
@@ -98,27 +112,33 @@ fn check(paths: &[PathBuf]) -> ExitCode {
                 })
                 .map_err(|e| e.to_string())
         } else {
-            let manifests = if path.is_dir() {
-                Manifest::load_dir(path).map_err(|e| e.to_string())
+            let results = if path.is_dir() {
+                match Manifest::scan_dir(path) {
+                    Ok(results) if results.is_empty() => {
+                        Err(format!("{}: no Reconciler manifests found", path.display()))
+                    }
+                    Ok(results) => Ok(results),
+                    Err(err) => Err(err.to_string()),
+                }
             } else {
-                Manifest::load(path)
-                    .map(|m| vec![m])
-                    .map_err(|e| e.to_string())
+                Ok(vec![Manifest::load(path)])
             };
-            manifests.and_then(|manifests| {
-                if manifests.is_empty() {
-                    return Err(format!("{}: no Reconciler manifests found", path.display()));
+            match results {
+                Err(line) => Err(line),
+                Ok(results) => {
+                    // One line per manifest file, good or bad.
+                    for result in results {
+                        match check_manifest(&engine, &linker, result) {
+                            Ok(line) => println!("{line}"),
+                            Err(line) => {
+                                eprintln!("{line}");
+                                failed = true;
+                            }
+                        }
+                    }
+                    continue;
                 }
-                let mut lines = Vec::new();
-                for manifest in manifests {
-                    let shown = manifest.path.display().to_string();
-                    let name = manifest.name.clone();
-                    let module = GuestModule::load(&engine, &linker, manifest.into())
-                        .map_err(|e| format!("{shown}: guest {name}: {e}"))?;
-                    lines.push(format!("{shown}: ok, guest {name} ({})", module.digest()));
-                }
-                Ok(lines.join("\n"))
-            })
+            }
         };
         match outcome {
             Ok(line) => println!("{line}"),

@@ -94,7 +94,8 @@ pub struct ReconcilerSpec {
     /// Other watched kinds, mapped to requests.
     #[serde(default)]
     pub watches: Vec<Watch>,
-    /// Event filters applied to `for`, `owns` and `watches` events.
+    /// Event filters applied to events of the `for` kind (controller-runtime's
+    /// `For(..., WithPredicates(...))`); owned and watched kinds are not filtered by them.
     #[serde(default)]
     pub predicates: Vec<Predicate>,
     /// Namespaces to cache and watch; empty means all.
@@ -339,13 +340,16 @@ pub struct Limits {
     /// Wall-clock limit of one reconcile, enforced by epoch interruption.
     #[serde(default = "default_timeout", deserialize_with = "de_duration")]
     pub timeout: Duration,
-    /// Linear memory limit in bytes (written as a Kubernetes quantity: `64Mi`).
+    /// Total linear memory of the guest in bytes, over all its memories (a Kubernetes quantity:
+    /// `64Mi`).
     #[serde(default = "default_memory", deserialize_with = "de_quantity")]
     pub memory: u64,
 }
 
 /// Default per-reconcile timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest `limits.timeout` accepted: a reconcile holds a worker for that long.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default linear memory limit: 64 MiB.
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
 
@@ -505,39 +509,55 @@ impl Manifest {
         })
     }
 
-    /// Load every `*.yaml`/`*.yml` manifest under `dir` (recursively), sorted by path. Files
-    /// whose `kind` is not `Reconciler` (CRDs, example objects) are skipped.
+    /// Load every `*.yaml`/`*.yml` manifest under `dir` (recursively), sorted by path; fails on
+    /// the first invalid one. Files that parse and whose `kind` is not `Reconciler` (CRDs, example
+    /// objects) are skipped.
     pub fn load_dir(dir: &Path) -> Result<Vec<Manifest>, ManifestError> {
+        Self::scan_dir(dir)?.into_iter().collect()
+    }
+
+    /// Like [`load_dir`](Self::load_dir), but with one result per manifest file, so that one bad
+    /// manifest does not hide the others. Two manifests naming the same guest: the later is an
+    /// error. Fails only if the directory cannot be read.
+    pub fn scan_dir(dir: &Path) -> Result<Vec<Result<Manifest, ManifestError>>, ManifestError> {
         let mut files = Vec::new();
         collect_yaml(dir, &mut files).map_err(|source| ManifestError::Read {
             path: dir.to_owned(),
             source,
         })?;
         files.sort();
-        let mut manifests: Vec<Manifest> = Vec::new();
+        let mut results: Vec<Result<Manifest, ManifestError>> = Vec::new();
         for file in files {
-            let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Read {
-                path: file.clone(),
-                source,
-            })?;
-            if !declares_reconciler(&text) {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(text) => text,
+                Err(source) => {
+                    results.push(Err(ManifestError::Read { path: file, source }));
+                    continue;
+                }
+            };
+            if declares_other_kind(&text) {
                 continue;
             }
-            let manifest = Self::parse(&file, &text)?;
-            if let Some(first) = manifests.iter().find(|m| m.name == manifest.name) {
-                return Err(ManifestError::Duplicate {
-                    path: file,
-                    name: manifest.name,
-                    first: first.path.clone(),
-                });
-            }
-            manifests.push(manifest);
+            let result = Self::parse(&file, &text).and_then(|manifest| {
+                let first = results.iter().flatten().find(|m| m.name == manifest.name);
+                match first {
+                    Some(first) => Err(ManifestError::Duplicate {
+                        path: file.clone(),
+                        name: manifest.name.clone(),
+                        first: first.path.clone(),
+                    }),
+                    None => Ok(manifest),
+                }
+            });
+            results.push(result);
         }
-        Ok(manifests)
+        Ok(results)
     }
 }
 
-fn declares_reconciler(text: &str) -> bool {
+/// Whether a YAML file clearly declares some other `kind` (a CRD, an example object). Files that
+/// do not parse, or have no `kind`, are treated as manifests so that their errors are reported.
+fn declares_other_kind(text: &str) -> bool {
     #[derive(Deserialize)]
     struct Head {
         kind: Option<String>,
@@ -545,13 +565,16 @@ fn declares_reconciler(text: &str) -> bool {
     serde_yaml_ng::from_str::<Head>(text)
         .ok()
         .and_then(|h| h.kind)
-        .is_some_and(|k| k == KIND)
+        .is_some_and(|k| k != KIND)
 }
 
 fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
+        let entry = entry?;
+        let path = entry.path();
+        // `file_type` does not follow symlinks, so a link loop cannot recurse forever.
+        let file_type = entry.file_type()?;
+        if file_type.is_dir() {
             // Build output is never a manifest and can be large.
             if path
                 .file_name()
@@ -695,8 +718,11 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
             "nothing would trigger a reconcile: set `for`, `watches` or `tickers`".into(),
         );
     }
-    if spec.limits.timeout.is_zero() {
-        return problem("spec.limits.timeout", "must be positive".into());
+    if spec.limits.timeout.is_zero() || spec.limits.timeout > MAX_TIMEOUT {
+        return problem(
+            "spec.limits.timeout",
+            format!("must be positive and at most {MAX_TIMEOUT:?}"),
+        );
     }
     if spec.limits.memory < (1 << 20) {
         return problem("spec.limits.memory", "must be at least 1Mi".into());

@@ -144,3 +144,51 @@ fn check_should_accept_the_sample_guests() {
         "{stdout}"
     );
 }
+
+#[test]
+fn check_should_report_every_manifest_of_a_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-wasip2/release/pod_counter.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run `make guests` first",
+        wasm.display()
+    );
+    let good = format!(
+        "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: good}}\nspec: {{module: {:?}, for: {{apiVersion: apps/v1, kind: ReplicaSet}}}}\n",
+        wasm.display()
+    );
+    write(dir.path(), "a-good.yaml", good.as_bytes());
+    write(dir.path(), "b-typo.yaml", b"apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: typo}\nspec: {modul: x.wasm}\n");
+    write(dir.path(), "c-broken.yaml", b"kind: [unclosed\n");
+    write(
+        dir.path(),
+        "d-crd.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: not-a-guest}\n",
+    );
+    write(
+        dir.path(),
+        "e-dup.yaml",
+        good.replace("a-good", "x").as_bytes(),
+    );
+    let (ok, stdout, stderr) = krec_check(&[dir.path()]);
+    assert!(!ok, "bad manifests make the check fail");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.contains("a-good.yaml: ok, guest good"), "{stdout}");
+    let errors: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        errors.len(),
+        3,
+        "one line per bad file, the ConfigMap skipped: {stderr}"
+    );
+    assert!(
+        errors[0].contains("b-typo.yaml: spec.modul: unknown field `modul`"),
+        "{stderr}"
+    );
+    assert!(errors[1].contains("c-broken.yaml"), "{stderr}");
+    assert!(
+        errors[2].contains("e-dup.yaml: guest \"good\" is already defined by"),
+        "{stderr}"
+    );
+}

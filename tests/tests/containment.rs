@@ -59,10 +59,23 @@ async fn an_infinite_loop_should_be_cut_at_the_timeout() {
     assert!(h.worker.has_instance());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_blocked_in_a_host_call_should_be_cut_at_the_timeout() {
+    let mut h = misbehave();
+    let message = expect_trap(&mut h, "sleep", &[TrapCause::Timeout]).await;
+    assert!(message.contains("blocked in a host call"), "{message}");
+    assert_eq!(
+        h.reconcile(None, "ok").await,
+        Ok(Action::Done),
+        "the worker recovers"
+    );
+}
+
 #[tokio::test]
 async fn a_memory_bomb_should_hit_its_limit() {
     let mut h = misbehave();
-    expect_trap(&mut h, "oom", &[TrapCause::OutOfMemory]).await;
+    let message = expect_trap(&mut h, "oom", &[TrapCause::OutOfMemory]).await;
+    assert!(message.contains("memory limit exceeded"), "{message}");
     assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
 }
 

@@ -30,6 +30,10 @@ pub struct MemoryCluster {
     resource_version: AtomicU64,
 }
 
+/// Most Events kept; older ones are dropped first, so a guest recording in a loop cannot grow
+/// the host's memory without bound.
+pub const MAX_EVENTS: usize = 10_000;
+
 /// Kinds stored without a status subresource: `update` writes their `status` like any field.
 const KINDS_WITHOUT_STATUS_SUBRESOURCE: &[&str] = &[
     "ConfigMap",
@@ -153,6 +157,12 @@ impl MemoryCluster {
                 "Operation cannot be fulfilled on {what}: the object has been modified; please apply your changes to the latest version and try again"
             )));
         }
+        if status && !has_status_subresource(&key.0) {
+            // The API server serves no `/status` for these kinds.
+            return Err(AccessError::NotFound(format!(
+                "{what}: the kind has no status subresource"
+            )));
+        }
         if has_status_subresource(&key.0) {
             if status {
                 let new_status = new.get("status").cloned();
@@ -230,10 +240,12 @@ impl MemoryCluster {
             for key in orphans {
                 if let Some(obj) = objects.get_mut(&key) {
                     if has_finalizers(obj) {
-                        if obj.pointer("/metadata/deletionTimestamp").is_none()
-                            && let Ok(meta) = metadata_mut(obj)
-                        {
-                            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                        if obj.pointer("/metadata/deletionTimestamp").is_none() {
+                            let rv = self.next_resource_version();
+                            if let Ok(meta) = metadata_mut(obj) {
+                                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                                meta.insert("resourceVersion".into(), json!(rv));
+                            }
                         }
                         // Still present: stop it from being found as an orphan again.
                         if let Ok(meta) = metadata_mut(obj) {
@@ -283,8 +295,15 @@ impl ClusterAccess for MemoryCluster {
 
     async fn create(&self, mut object: Value) -> Result<Value, AccessError> {
         let gvk = Gvk::of_object(&object)?;
-        let rv = self.next_resource_version();
         let mut objects = self.lock();
+        // Taken under the lock, so resourceVersions are stored in increasing order.
+        let rv = self.next_resource_version();
+        if has_status_subresource(&gvk)
+            && let Some(map) = object.as_object_mut()
+        {
+            // Status is written through the status subresource only, as the API server does.
+            map.remove("status");
+        }
         let meta = metadata_mut(&mut object)?;
         if meta
             .get("resourceVersion")
@@ -439,7 +458,11 @@ impl ClusterAccess for MemoryCluster {
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
-        self.lock_events().push(event);
+        let mut events = self.lock_events();
+        if events.len() >= MAX_EVENTS {
+            events.remove(0);
+        }
+        events.push(event);
         Ok(())
     }
 }

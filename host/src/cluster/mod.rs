@@ -12,7 +12,7 @@ use std::fmt;
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use memory::{MemoryCluster, RecordedEvent};
+pub use memory::{MAX_EVENTS, MemoryCluster, RecordedEvent};
 
 /// A Kubernetes group/version/kind. The core group is `""`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -6,6 +6,7 @@
 //! every call. Every reconcile runs under the manifest's time limit (epoch interruption) and
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
+mod limits;
 mod output;
 mod state;
 
@@ -16,26 +17,18 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Engine, Store, StoreLimitsBuilder, Trap, UpdateDeadline};
+use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 
+pub use limits::{
+    GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
+};
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
 use crate::bindings::{Reconciler, ReconcilerPre, WitAction, WitRequest};
 use crate::cluster::{AccessError, ClusterAccess};
 use crate::manifest::{Isolation, Manifest};
-
-/// Most instances, tables and memories one guest may create: a Rust guest component needs a
-/// handful (its own core instances plus the WASI adapter's); the caps stop a crafted component
-/// from exhausting the host.
-pub const MAX_INSTANCES: usize = 32;
-/// See [`MAX_INSTANCES`].
-pub const MAX_TABLES: usize = 32;
-/// See [`MAX_INSTANCES`].
-pub const MAX_MEMORIES: usize = 8;
-/// Most elements of one table.
-pub const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// A guest that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -298,6 +291,17 @@ pub enum ReconcileError {
     },
 }
 
+/// `timeout` from now, saturating far in the future rather than overflowing.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// Extra time past `limits.timeout` before a reconcile blocked in a host call (where epochs do not
+/// reach) is abandoned.
+pub const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
+
 /// The error an epoch callback raises when a reconcile runs past its deadline.
 #[derive(Debug, thiserror::Error)]
 #[error("reconcile exceeded its time limit of {0:?}")]
@@ -307,19 +311,17 @@ fn classify(err: &wasmtime::Error) -> TrapCause {
     if err.downcast_ref::<DeadlineExceeded>().is_some() {
         return TrapCause::Timeout;
     }
+    if err.downcast_ref::<LimitExceeded>().is_some() {
+        return TrapCause::OutOfMemory;
+    }
     match err.downcast_ref::<Trap>() {
         Some(Trap::StackOverflow) => TrapCause::StackOverflow,
         Some(Trap::UnreachableCodeReached) => TrapCause::Panic,
         Some(Trap::Interrupt) => TrapCause::Timeout,
         Some(Trap::AllocationTooLarge) => TrapCause::OutOfMemory,
         Some(Trap::MemoryOutOfBounds) => TrapCause::MemoryFault,
-        // The limiter refuses growth with an error rather than a `Trap` code.
-        _ if one_line(err).contains("when growing memory")
-            || one_line(err).contains("when growing table")
-            || one_line(err).contains("resource limit exceeded") =>
-        {
-            TrapCause::OutOfMemory
-        }
+        // Creating more instances, tables or memories than allowed fails instantiation.
+        _ if one_line(err).contains("resource limit exceeded") => TrapCause::OutOfMemory,
         _ => TrapCause::Other,
     }
 }
@@ -367,19 +369,13 @@ impl GuestWorker {
             .stdout(GuestOutput::new(name, "stdout"))
             .stderr(GuestOutput::new(name, "stderr"))
             .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX))
-            .instances(MAX_INSTANCES)
-            .tables(MAX_TABLES)
-            .memories(MAX_MEMORIES)
-            .table_elements(MAX_TABLE_ELEMENTS)
-            .trap_on_grow_failure(true)
-            .build();
+        let limits =
+            GuestLimiter::new(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX));
         let state = HostState {
             manifest: manifest.clone(),
             cluster: self.cluster.clone(),
             request: String::new(),
-            deadline: Instant::now() + manifest.spec.limits.timeout,
+            deadline: deadline_after(manifest.spec.limits.timeout),
             limits,
             wasi,
             table: ResourceTable::new(),
@@ -422,50 +418,60 @@ impl GuestWorker {
             cause,
             message: one_line(err),
         };
-        let mut instance = match self.instance.take() {
-            Some(instance) => instance,
-            None => self
-                .instantiate()
-                .await
-                .map_err(|err| trap(TrapCause::Instantiate, &err))?,
-        };
         let timeout = self.module.manifest.spec.limits.timeout;
-        let state = instance.store.data_mut();
-        state.request.clone_from(&request);
-        state.deadline = Instant::now() + timeout;
-        instance.store.set_epoch_deadline(1);
-
-        let wit_request = WitRequest {
-            namespace: namespace.map(str::to_owned),
-            name: name.to_owned(),
+        // Epoch interruption stops guest code at its deadline; the outer timeout also bounds time
+        // spent blocked in host calls (a guest sleeping through WASI, a hung API server).
+        let outer = timeout.saturating_add(HOST_CALL_GRACE);
+        let run = async {
+            let mut instance = match self.instance.take() {
+                Some(instance) => instance,
+                None => self.instantiate().await.map_err(|err| {
+                    let cause = match classify(&err) {
+                        TrapCause::Other => TrapCause::Instantiate,
+                        cause => cause,
+                    };
+                    (cause, err)
+                })?,
+            };
+            let state = instance.store.data_mut();
+            state.request.clone_from(&request);
+            state.deadline = deadline_after(timeout);
+            instance.store.set_epoch_deadline(1);
+            let wit_request = WitRequest {
+                namespace: namespace.map(str::to_owned),
+                name: name.to_owned(),
+            };
+            let outcome = instance
+                .bindings
+                .call_reconcile(&mut instance.store, &wit_request)
+                .await;
+            match outcome {
+                Ok(result) => Ok((instance, result)),
+                // The instance may be mid-way through anything: it is dropped, never run again.
+                Err(err) => Err((classify(&err), err)),
+            }
         };
-        let outcome = instance
-            .bindings
-            .call_reconcile(&mut instance.store, &wit_request)
-            .await;
-        match outcome {
-            Err(err) => {
-                // The instance may be mid-way through anything: never run it again.
-                let cause = classify(&err);
-                Err(trap(cause, &err))
+        let (instance, result) = match tokio::time::timeout(outer, run).await {
+            Ok(Ok(done)) => done,
+            Ok(Err((cause, err))) => return Err(trap(cause, &err)),
+            Err(_) => {
+                let err = wasmtime::Error::from(DeadlineExceeded(timeout))
+                    .context("blocked in a host call");
+                return Err(trap(TrapCause::Timeout, &err));
             }
-            Ok(result) => {
-                if self.module.manifest.spec.isolation == Isolation::Reuse {
-                    self.instance = Some(instance);
-                }
-                match result {
-                    Ok(WitAction::Done) => Ok(Action::Done),
-                    Ok(WitAction::Requeue) => Ok(Action::Requeue),
-                    Ok(WitAction::RequeueAfter(ms)) => {
-                        Ok(Action::RequeueAfter(Duration::from_millis(ms)))
-                    }
-                    Err(error) => Err(ReconcileError::Guest {
-                        guest,
-                        request,
-                        error: error.into(),
-                    }),
-                }
-            }
+        };
+        if self.module.manifest.spec.isolation == Isolation::Reuse {
+            self.instance = Some(instance);
+        }
+        match result {
+            Ok(WitAction::Done) => Ok(Action::Done),
+            Ok(WitAction::Requeue) => Ok(Action::Requeue),
+            Ok(WitAction::RequeueAfter(ms)) => Ok(Action::RequeueAfter(Duration::from_millis(ms))),
+            Err(error) => Err(ReconcileError::Guest {
+                guest,
+                request,
+                error: error.into(),
+            }),
         }
     }
 }

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::GuestLimiter;
 use crate::cluster::ClusterAccess;
 use crate::manifest::Manifest;
 
@@ -22,7 +22,7 @@ pub struct HostState {
     /// When the current reconcile must end.
     pub deadline: Instant,
     /// Memory, table and instance limits.
-    pub limits: StoreLimits,
+    pub limits: GuestLimiter,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
 }

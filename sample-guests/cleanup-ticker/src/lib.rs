@@ -24,6 +24,9 @@ impl Reconciler for CleanupTicker {
             let Some(expires_at) = cm.annotations().get(EXPIRES_AT) else {
                 continue;
             };
+            if cm.metadata.deletion_timestamp.is_some() {
+                continue; // already being deleted, held by a finalizer
+            }
             let key = format!("{}/{}", cm.namespace().unwrap_or_default(), cm.name_any());
             let expiry = match expires_at.parse::<Timestamp>() {
                 Ok(expiry) => expiry,

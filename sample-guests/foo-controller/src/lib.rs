@@ -83,7 +83,7 @@ impl Reconciler for FooController {
         if !is_controlled_by(&deployment, &foo) {
             let message =
                 format!("Resource {deployment_name:?} already exists and is not managed by Foo");
-            ctx.record_event(&foo, EventType::Warning, ERR_RESOURCE_EXISTS, &message)?;
+            record(ctx, &foo, EventType::Warning, ERR_RESOURCE_EXISTS, &message);
             return Err(Error::other(message));
         }
 
@@ -118,6 +118,16 @@ impl Reconciler for FooController {
             "Foo synced successfully",
         )?;
         Ok(Action::done())
+    }
+}
+
+/// Record an Event; a failure to record is logged, never a reason to fail the reconcile.
+fn record(ctx: &Context, foo: &Foo, event_type: EventType, reason: &str, message: &str) {
+    if let Err(err) = ctx.record_event(foo, event_type, reason, message) {
+        warn!(
+            "cannot record {reason} event for Foo {}: {err}",
+            foo.name_any()
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! pod-counter: labels every ReplicaSet with the number of its pods (`pod-count`).
 //!
 //! The controller-runtime example of seed 000: `For(ReplicaSet)`, `Owns(Pod)`. Pods are selected
-//! by the ReplicaSet's `spec.selector.matchLabels` in its namespace; the ReplicaSet is only
+//! by the ReplicaSet's `spec.selector` (`matchLabels` and `matchExpressions`) in its namespace; the ReplicaSet is only
 //! updated when the count changed, so the update's own watch event settles immediately.
 
 use krec_guest::k8s_openapi::api::{apps::v1::ReplicaSet, core::v1::Pod};
@@ -18,19 +18,21 @@ impl Reconciler for PodCounter {
             debug!("ReplicaSet {req} is gone");
             return Ok(Action::done());
         };
-        let match_labels = rs
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.selector.match_labels.as_ref())
-            .filter(|labels| !labels.is_empty());
-        let Some(match_labels) = match_labels else {
+        let selector = match rs.spec.as_ref().map(|spec| selector_string(&spec.selector)) {
+            Some(Ok(Some(selector))) => selector,
+            Some(Err(err)) => {
+                warn!("ReplicaSet {req}: {err}; not counting");
+                return Ok(Action::done());
+            }
             // The API server rejects such ReplicaSets; an empty selector would match every pod.
-            warn!("ReplicaSet {req} has no spec.selector.matchLabels; not counting");
-            return Ok(Action::done());
+            _ => {
+                warn!("ReplicaSet {req} has an empty spec.selector; not counting");
+                return Ok(Action::done());
+            }
         };
         let params = ListParams::default()
             .namespace(req.namespace())
-            .labels(&labels_to_selector(match_labels));
+            .labels(&selector);
         let count = ctx.list::<Pod>(&params)?.len().to_string();
 
         let labels = rs.metadata.labels.get_or_insert_default();

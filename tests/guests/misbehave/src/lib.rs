@@ -27,6 +27,11 @@ impl Reconciler for Misbehave {
                     std::hint::black_box(&hoard);
                 }
             }
+            "sleep" => {
+                // Blocks in a WASI host call, where epoch interruption cannot reach.
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                Ok(Action::done())
+            }
             "panic" => panic!("misbehave was asked to panic"),
             "recurse" => Ok(Action::requeue_after(std::time::Duration::from_millis(
                 recurse(0),
