@@ -15,5 +15,6 @@ pub mod demo;
 pub mod engine;
 pub mod guest;
 pub mod imports;
+pub mod local_cluster;
 pub mod manifest;
 pub mod selector;

@@ -26,6 +26,21 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Serve the embedded Kubernetes API server, for kubectl and kube clients.
+    ///
+    /// HTTPS with a generated CA; the kubeconfig trusting it is written to --kubeconfig-out.
+    /// There is no authentication: it binds loopback unless told otherwise. Ctrl-C stops it.
+    Cluster {
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: std::net::SocketAddr,
+        /// Where to write the kubeconfig.
+        #[arg(long, default_value = "krec-kubeconfig.yaml")]
+        kubeconfig_out: PathBuf,
+        /// Keep objects in this directory across restarts (default: in memory only).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Run the guests against an in-memory set of sample objects and print what each did.
     ///
     /// This is the in-memory preview: the embedded API server and live watches come next.
@@ -51,22 +66,99 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { paths } => check(&paths),
         Command::Dev { manifests } => {
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    eprintln!("krec: cannot start the async runtime: {err}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(krec::demo::run(&manifests, &mut std::io::stdout())) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    eprintln!("krec dev: {err:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            block_on("dev", krec::demo::run(&manifests, &mut std::io::stdout()))
+        }
+        Command::Cluster {
+            addr,
+            kubeconfig_out,
+            data_dir,
+        } => block_on("cluster", cluster(addr, kubeconfig_out, data_dir)),
+    }
+}
+
+/// Run `future` on a new multi-threaded runtime; report its error as `krec <command>: ...`.
+fn block_on(
+    command: &str,
+    future: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("krec: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("krec {command}: {err:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+/// `krec cluster`: serve until Ctrl-C or SIGTERM.
+async fn cluster(
+    addr: std::net::SocketAddr,
+    kubeconfig_out: PathBuf,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
+        );
+    }
+    let config = LocalClusterConfig {
+        addr,
+        data_dir: data_dir.clone(),
+        ..Default::default()
+    };
+    let cluster = LocalCluster::start(config).await?;
+    cluster
+        .write_kubeconfig(&kubeconfig_out)
+        .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_out.display()))?;
+    let shown = std::fs::canonicalize(&kubeconfig_out).unwrap_or(kubeconfig_out);
+    println!(
+        "krec cluster: serving the Kubernetes API at https://{}",
+        cluster.addr()
+    );
+    match &data_dir {
+        Some(dir) => println!("objects persist in {}", dir.display()),
+        None => println!("objects are kept in memory (use --data-dir to keep them)"),
+    }
+    println!("kubeconfig: {}", shown.display());
+    println!(
+        "try: kubectl --kubeconfig {} get namespaces",
+        shown.display()
+    );
+    shutdown_signal().await;
+    println!("krec cluster: stopping");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }
 
 /// Check one parsed manifest and the module it names.

@@ -1,0 +1,200 @@
+//! [`ApiError`]: a failed API request, rendered as the `Status` object kube-apiserver returns.
+
+use serde_json::{Value, json};
+
+use crate::cluster::AccessError;
+
+/// A failed request: HTTP code, Kubernetes `reason`, message and optional details.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{reason} ({code}): {message}")]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// `StatusReason`, e.g. `NotFound`.
+    pub reason: &'static str,
+    /// Human-readable message, as kube-apiserver phrases it.
+    pub message: String,
+    /// `details`: name, group, kind and field causes.
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: String) -> Self {
+        ApiError {
+            code,
+            reason,
+            message,
+            details: None,
+        }
+    }
+
+    /// Attach `details.{name, group, kind}`.
+    pub fn about(mut self, group: &str, plural: &str, name: &str) -> Self {
+        let details = self.details.get_or_insert_with(|| json!({}));
+        details["name"] = json!(name);
+        details["group"] = json!(group);
+        details["kind"] = json!(plural);
+        self
+    }
+
+    /// 404 NotFound: `{plural}.{group} "{name}" not found`.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, plural)),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 404 for a path that names no resource.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, plural)),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 409 Conflict on a stale resourceVersion.
+    pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(group, plural)
+            ),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 409 Conflict for a failed delete precondition.
+    pub fn precondition(group: &str, plural: &str, name: &str, problem: String) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {problem}",
+                qualified(group, plural)
+            ),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 422 Invalid, with one cause per `(field, message)`.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<(String, String)>) -> Self {
+        let summary = causes
+            .iter()
+            .map(|(field, message)| format!("{field}: {message}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let causes: Vec<Value> = causes
+            .into_iter()
+            .map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field}))
+            .collect();
+        ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: format!(
+                "{kind}{} \"{name}\" is invalid: {summary}",
+                if group.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{group}")
+                }
+            ),
+            details: Some(json!({"name": name, "group": group, "kind": kind, "causes": causes})),
+        }
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message.into())
+    }
+
+    /// 403 Forbidden.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message.into())
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message.into())
+    }
+
+    /// 410 Gone (Expired): the requested resourceVersion is older than the retained history.
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message.into())
+    }
+
+    /// 413 RequestEntityTooLarge.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message.into())
+    }
+
+    /// 503 ServiceUnavailable.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message.into())
+    }
+
+    /// 500 InternalError.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message.into())
+    }
+
+    /// The `Status` object.
+    pub fn status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code,
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        status
+    }
+}
+
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_owned()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+impl From<ApiError> for AccessError {
+    fn from(err: ApiError) -> Self {
+        let message = err.message;
+        match (err.code, err.reason) {
+            (404, _) => AccessError::NotFound(message),
+            (409, "AlreadyExists") => AccessError::AlreadyExists(message),
+            (409, _) => AccessError::Conflict(message),
+            (403, _) => AccessError::Forbidden(message),
+            (400 | 413 | 415 | 422, _) => AccessError::Invalid(message),
+            (504, _) => AccessError::Timeout(message),
+            (503, _) => AccessError::Unavailable(message),
+            _ => AccessError::Other(message),
+        }
+    }
+}

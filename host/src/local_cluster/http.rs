@@ -1,0 +1,776 @@
+//! The Kubernetes REST API over HTTP: discovery, the verbs on every served resource, watches,
+//! and `Status` errors, routed by path as kube-apiserver does.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use futures::channel::mpsc;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::error::ApiError;
+use super::patch::{PatchKind, apply_patch};
+use super::resources::ResourceType;
+use super::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// Largest request body accepted, as kube-apiserver's default (3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 << 20;
+/// How often a watch with `allowWatchBookmarks` gets a BOOKMARK.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest watch when the client sets no `timeoutSeconds` (kube-apiserver picks 30–60 min).
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The Kubernetes version the server reports.
+pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
+
+/// Shared state of the HTTP handlers.
+pub struct ApiServer {
+    /// The objects.
+    pub store: Arc<Store>,
+    /// The address clients reach the server at, for `/api` discovery.
+    pub address: String,
+    /// Flips to `true` when the server stops; open watches end.
+    pub stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+fn respond(code: u16, body: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        respond(self.code, &self.status())
+    }
+}
+
+/// Which resource a path names.
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+/// Query parameters.
+struct Params(HashMap<String, String>);
+
+impl Params {
+    fn parse(uri: &Uri) -> Self {
+        Params(
+            form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1"))
+    }
+
+    fn dry_run(&self) -> bool {
+        self.get("dryRun") == Some("All")
+    }
+
+    fn selectors(&self) -> Result<(LabelSelector, FieldSelector), ApiError> {
+        let labels = LabelSelector::parse(self.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(self.get("fieldSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok((labels, fields))
+    }
+}
+
+/// Entry point: every request.
+pub async fn handle(
+    State(server): State<Arc<ApiServer>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(_) => return ApiError::too_large(MAX_BODY_BYTES).into_response(),
+    };
+    match route(&server, &method, &uri, &headers, body).await {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::debug!(%method, %uri, code = err.code, "{}", err.message);
+            err.into_response()
+        }
+    }
+}
+
+async fn route(
+    server: &Arc<ApiServer>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let path = uri.path();
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let registry = server.store.registry();
+    let get_only = |value: Value| -> Result<Response, ApiError> {
+        if method == Method::GET {
+            Ok(respond(200, &value))
+        } else {
+            Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on {path}"
+            )))
+        }
+    };
+    let (group, version, rest) = match segments.as_slice() {
+        ["version"] => {
+            let (major, minor) = KUBERNETES_VERSION;
+            return get_only(
+                json!({"major": major, "minor": minor, "gitVersion": format!("v{major}.{minor}.0-krec"),
+                "gitCommit": "krec", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"}),
+            );
+        }
+        ["healthz" | "readyz" | "livez", ..] => {
+            return Ok(
+                (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
+            );
+        }
+        ["api"] => {
+            return get_only(json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server.address}]}));
+        }
+        ["apis"] => return get_only(registry.group_list()),
+        ["openapi", "v3"] => return get_only(openapi_v3_root(registry)),
+        ["openapi", "v3", "api", version] => {
+            return get_only(
+                openapi_v3_doc(registry, "", version).ok_or_else(|| ApiError::no_route(path))?,
+            );
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            return get_only(
+                openapi_v3_doc(registry, group, version).ok_or_else(|| ApiError::no_route(path))?,
+            );
+        }
+        ["apis", group] => {
+            let list = registry.group_list();
+            let found = list["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|g| g["name"] == *group)
+                .cloned();
+            return match found {
+                Some(mut g) => {
+                    g["kind"] = json!("APIGroup");
+                    g["apiVersion"] = json!("v1");
+                    get_only(g)
+                }
+                None => Err(ApiError::no_route(path)),
+            };
+        }
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::no_route(path)),
+    };
+    if !registry.serves_group_version(group, version) {
+        return Err(ApiError::no_route(path));
+    }
+    if rest.is_empty() {
+        return get_only(registry.resource_list(group, version));
+    }
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, rest @ ..] if *plural != "status" && *plural != "finalize" => {
+            (Some(*ns), {
+                let mut r = vec![*plural];
+                r.extend_from_slice(rest);
+                r
+            })
+        }
+        other => (None, other.to_vec()),
+    };
+    let (plural, name, status) = match rest.as_slice() {
+        [plural] => (*plural, None, false),
+        [plural, name] => (*plural, Some(*name), false),
+        [plural, name, "status"] => (*plural, Some(*name), true),
+        _ => return Err(ApiError::no_route(path)),
+    };
+    let rt = registry
+        .by_plural(group, version, plural)
+        .ok_or_else(|| ApiError::no_route(path))?;
+    if namespace.is_some() && !rt.namespaced {
+        return Err(ApiError::no_route(path));
+    }
+    let target = Target {
+        namespace: namespace.map(str::to_owned),
+        name: name.map(str::to_owned),
+        status,
+        rt,
+    };
+    let params = Params::parse(uri);
+    let table = wants_table(headers);
+    let server = server.clone();
+    match (method.clone(), target.name.is_some()) {
+        (Method::GET, true) => {
+            let object = server.store.get(
+                &target.rt,
+                target.namespace.as_deref(),
+                target.name.as_deref().unwrap_or_default(),
+            )?;
+            Ok(respond(
+                200,
+                &maybe_table(&target.rt, vec![object], None, table, &params),
+            ))
+        }
+        (Method::GET, false) if params.flag("watch") => watch(server, target, &params, table),
+        (Method::GET, false) => list(&server, &target, &params, table),
+        (Method::POST, false) => {
+            let object = decode_body(&body, headers)?;
+            let created = server.store.create(
+                &target.rt,
+                target.namespace.as_deref(),
+                object,
+                params.dry_run(),
+            )?;
+            Ok(respond(201, &created))
+        }
+        (Method::PUT, true) => {
+            let object = decode_body(&body, headers)?;
+            let name = target.name.as_deref().unwrap_or_default();
+            let updated = server.store.update(
+                &target.rt,
+                target.namespace.as_deref(),
+                name,
+                object,
+                target.status,
+                params.dry_run(),
+            )?;
+            Ok(respond(200, &updated))
+        }
+        (Method::PATCH, true) => patch(&server, &target, &params, headers, &body),
+        (Method::DELETE, true) => {
+            let options = delete_options(&params, &body)?;
+            let name = target.name.as_deref().unwrap_or_default();
+            let deleted =
+                server
+                    .store
+                    .delete(&target.rt, target.namespace.as_deref(), name, &options)?;
+            Ok(respond(200, &deleted))
+        }
+        (Method::DELETE, false) => {
+            let (labels, fields) = params.selectors()?;
+            let items = server.store.delete_collection(
+                &target.rt,
+                target.namespace.as_deref(),
+                &labels,
+                &fields,
+                params.dry_run(),
+            )?;
+            Ok(respond(
+                200,
+                &json!({"kind": format!("{}List", target.rt.kind), "apiVersion": target.rt.api_version(),
+                "metadata": {"resourceVersion": server.store.resource_version().to_string()}, "items": items}),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on {path}"
+        ))),
+    }
+}
+
+/// `/openapi/v3`: one entry per served group-version. The hash changes when the group-version's
+/// resources do, so clients' caches follow CRD changes.
+fn openapi_v3_root(registry: &super::resources::Registry) -> Value {
+    let mut paths = serde_json::Map::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for rt in registry.all() {
+        if !seen.insert((rt.group.clone(), rt.version.clone())) {
+            continue;
+        }
+        let prefix = if rt.group.is_empty() {
+            format!("api/{}", rt.version)
+        } else {
+            format!("apis/{}/{}", rt.group, rt.version)
+        };
+        let list = registry.resource_list(&rt.group, &rt.version).to_string();
+        let hash = format!("{:016X}", fnv1a(list.as_bytes()));
+        paths.insert(
+            prefix.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{prefix}?hash={hash}")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// 64-bit FNV-1a, for cache-busting hashes.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The OpenAPI v3 document of one group-version: the paths and operations of its resources,
+/// with the query parameters kubectl checks for (`fieldValidation`, `dryRun`, `fieldManager`)
+/// and the kinds' schemas where a CRD gives one. Built-in kinds' schemas are not included.
+fn openapi_v3_doc(
+    registry: &super::resources::Registry,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
+    if !registry.serves_group_version(group, version) {
+        return None;
+    }
+    let prefix = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+    let mut paths = serde_json::Map::new();
+    let mut schemas = serde_json::Map::new();
+    for rt in registry
+        .all()
+        .into_iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
+        let gvk = json!({"group": rt.group, "version": rt.version, "kind": rt.kind});
+        let write_params = json!([
+            query("dryRun"),
+            query("fieldManager"),
+            query("fieldValidation")
+        ]);
+        let op = |action: &str| {
+            json!({"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": action,
+            "parameters": write_params, "responses": {"200": {"description": "OK"}}})
+        };
+        let base = if rt.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", rt.plural)
+        } else {
+            format!("{prefix}/{}", rt.plural)
+        };
+        paths.insert(
+            base.clone(),
+            json!({"get": op("list"), "post": op("post"), "delete": op("deletecollection")}),
+        );
+        paths.insert(format!("{base}/{{name}}"), json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
+        if rt.status_subresource {
+            paths.insert(
+                format!("{base}/{{name}}/status"),
+                json!({"get": op("get"), "put": op("put"), "patch": op("patch")}),
+            );
+        }
+        if let Some(schema) = &rt.schema {
+            let mut schema = (**schema).clone();
+            schema["x-kubernetes-group-version-kind"] = json!([gvk]);
+            let name = format!(
+                "{}.{}.{}",
+                rt.group.split('.').rev().collect::<Vec<_>>().join("."),
+                rt.version,
+                rt.kind
+            );
+            schemas.insert(name, schema);
+        }
+    }
+    Some(
+        json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": format!("v{}.{}.0-krec", KUBERNETES_VERSION.0, KUBERNETES_VERSION.1)},
+        "paths": paths, "components": {"schemas": schemas}}),
+    )
+}
+
+fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
+    if !matches!(media_type, "application/json" | "application/yaml" | "") {
+        // Protobuf and CBOR are not spoken here; clients fall back to JSON on a 415.
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media_type:?})"
+        )));
+    }
+    let value: Value = if media_type == "application/yaml" {
+        serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+fn delete_options(params: &Params, body: &Bytes) -> Result<DeleteOptions, ApiError> {
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let field = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
+    let propagation =
+        field("propagationPolicy").or_else(|| params.get("propagationPolicy").map(str::to_owned));
+    let propagation = match propagation.as_deref() {
+        None | Some("Background" | "Foreground") => Propagation::Background,
+        Some("Orphan") => Propagation::Orphan,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown propagationPolicy {other:?}"
+            )));
+        }
+    };
+    let orphan = body.get("orphanDependents").and_then(Value::as_bool) == Some(true);
+    let dry_run = params.dry_run()
+        || body
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    Ok(DeleteOptions {
+        uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        resource_version: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        propagation: if orphan {
+            Propagation::Orphan
+        } else {
+            propagation
+        },
+        dry_run,
+    })
+}
+
+fn list(
+    server: &ApiServer,
+    target: &Target,
+    params: &Params,
+    table: bool,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = params.selectors()?;
+    let limit = match params.get("limit") {
+        Some(l) => Some(
+            l.parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        ),
+        None => None,
+    };
+    let page = server.store.list(
+        &target.rt,
+        target.namespace.as_deref(),
+        &labels,
+        &fields,
+        limit,
+        params.get("continue"),
+    )?;
+    let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
+    if let Some(token) = &page.continue_token {
+        metadata["continue"] = json!(token);
+    }
+    if let Some(remaining) = page.remaining {
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    if table {
+        return Ok(respond(
+            200,
+            &maybe_table(&target.rt, page.items, Some(metadata), true, params),
+        ));
+    }
+    Ok(respond(
+        200,
+        &json!({"kind": format!("{}List", target.rt.kind), "apiVersion": target.rt.api_version(),
+        "metadata": metadata, "items": page.items}),
+    ))
+}
+
+fn patch(
+    server: &ApiServer,
+    target: &Target,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let kind = PatchKind::from_content_type(content_type).ok_or_else(|| {
+        ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({content_type:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        ))
+    })?;
+    let patch: Value = if kind == PatchKind::Apply {
+        serde_yaml_ng::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the apply body is not valid YAML or JSON: {e}"))
+        })?
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?
+    };
+    if kind == PatchKind::Apply && params.get("fieldManager").is_none() {
+        return Err(ApiError::bad_request(
+            "PATCH with apply requires a fieldManager",
+        ));
+    }
+    let builtin = target.rt.schema.is_none();
+    let name = target.name.as_deref().unwrap_or_default();
+    let existed = server
+        .store
+        .get(&target.rt, target.namespace.as_deref(), name)
+        .is_ok();
+    let patched = server.store.patch(
+        &target.rt,
+        target.namespace.as_deref(),
+        name,
+        target.status,
+        params.dry_run(),
+        |current| {
+            match current {
+                Some(current) => {
+                    let mut patched = current.clone();
+                    apply_patch(kind, &mut patched, &patch, builtin)?;
+                    Ok(Some(patched))
+                }
+                // Server-side apply creates what does not exist; other patches need an object.
+                None if kind == PatchKind::Apply => Ok(Some(patch.clone())),
+                None => Ok(None),
+            }
+        },
+    )?;
+    Ok(respond(if existed { 200 } else { 201 }, &patched))
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| {
+            accept
+                .split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=Table"))
+        })
+}
+
+/// How long ago an RFC 3339 timestamp was, as kubectl shows ages (`5s`, `3m`, `2h`, `4d`).
+fn age(timestamp: Option<&str>) -> String {
+    let Some(then) = timestamp.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+        return "<unknown>".into();
+    };
+    let secs = (jiff::Timestamp::now().as_second() - then.as_second()).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// The objects as a `meta.k8s.io/v1` Table when the client asked for one (kubectl get), else
+/// the single object unchanged.
+fn maybe_table(
+    rt: &ResourceType,
+    mut objects: Vec<Value>,
+    list_meta: Option<Value>,
+    table: bool,
+    params: &Params,
+) -> Value {
+    if !table {
+        return objects.pop().unwrap_or(Value::Null);
+    }
+    let include = params.get("includeObject").unwrap_or("Metadata");
+    let rows: Vec<Value> = objects
+        .into_iter()
+        .map(|o| {
+            let cells = json!([
+                o.pointer("/metadata/name").cloned().unwrap_or_default(),
+                age(o
+                    .pointer("/metadata/creationTimestamp")
+                    .and_then(Value::as_str))
+            ]);
+            let object = match include {
+                "None" => Value::Null,
+                "Object" => o,
+                _ => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o.get("metadata").cloned().unwrap_or_default()}),
+            };
+            json!({"cells": cells, "object": object})
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta.unwrap_or_else(|| json!({})),
+        "columnDefinitions": [
+            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
+            {"name": "Age", "type": "string", "format": "", "description": format!("CreationTimestamp of the {}", rt.kind), "priority": 0},
+        ],
+        "rows": rows})
+}
+
+fn watch(
+    server: Arc<ApiServer>,
+    target: Target,
+    params: &Params,
+    table: bool,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = params.selectors()?;
+    let from = match params.get("resourceVersion") {
+        None | Some("0") => WatchFrom::Now,
+        Some(rv) => WatchFrom::After(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+        ),
+    };
+    let bookmarks = params.flag("allowWatchBookmarks");
+    let timeout = match params.get("timeoutSeconds") {
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
+        None => DEFAULT_WATCH_TIMEOUT,
+    };
+    let include = params.get("includeObject").map(str::to_owned);
+    let start = match server.store.watch(&target.rt, from) {
+        Ok(start) => start,
+        // kube-apiserver reports an expired watch as an ERROR event in a 200 stream.
+        Err(err) if err.code == 410 => {
+            let line = watch_line("ERROR", &err.status());
+            return Ok(stream_response(futures::stream::iter([line])));
+        }
+        Err(err) => return Err(err),
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let rt = target.rt.clone();
+    let namespace = target.namespace.clone();
+    tokio::spawn(async move {
+        let params = Params(
+            include
+                .map(|i| HashMap::from([("includeObject".to_owned(), i)]))
+                .unwrap_or_default(),
+        );
+        let mut tx = tx;
+        let mut feed = start.feed;
+        let mut last_rv = start.resource_version;
+        let render = |kind: &str, object: &Value| -> Bytes {
+            let served = {
+                let mut o = object.clone();
+                o["apiVersion"] = json!(rt.api_version());
+                o
+            };
+            let object = if table {
+                maybe_table(&rt, vec![served], None, true, &params)
+            } else {
+                served
+            };
+            watch_line(kind, &object)
+        };
+        let matches = |o: &Value| labels.matches_object(o) && fields.matches_object(o);
+        let in_scope = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
+        for change in start.backlog {
+            if in_scope(&change.key.namespace)
+                && let Some(kind) = event_kind(&change, &matches)
+                && futures::SinkExt::send(&mut tx, render(kind, &change.object))
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut stopped = server.stopped.clone();
+        let mut bookmark = tokio::time::interval(BOOKMARK_INTERVAL);
+        bookmark.tick().await;
+        loop {
+            let line = tokio::select! {
+                _ = &mut deadline => return,
+                _ = stopped.changed() => return,
+                _ = bookmark.tick(), if bookmarks => {
+                    let rv = server.store.resource_version().max(last_rv);
+                    watch_line("BOOKMARK", &json!({"kind": rt.kind, "apiVersion": rt.api_version(),
+                        "metadata": {"resourceVersion": rv.to_string()}}))
+                }
+                received = feed.recv() => match received {
+                    Ok(change) => {
+                        if change.key.resource != rt.storage_key() || !in_scope(&change.key.namespace) {
+                            continue;
+                        }
+                        last_rv = change.rv;
+                        match event_kind(&change, &matches) {
+                            Some(kind) => render(kind, &change.object),
+                            None => continue,
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        let err = ApiError::gone("the watch fell too far behind; relist");
+                        let _ = futures::SinkExt::send(&mut tx, watch_line("ERROR", &err.status())).await;
+                        return;
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            };
+            if futures::SinkExt::send(&mut tx, line).await.is_err() {
+                return; // the client went away
+            }
+        }
+    });
+    Ok(stream_response(rx))
+}
+
+/// ADDED/MODIFIED/DELETED for a change as a selector-filtered watch sees it: an object that
+/// starts matching is ADDED, one that stops matching is DELETED.
+fn event_kind(
+    change: &super::store::Change,
+    matches: &impl Fn(&Value) -> bool,
+) -> Option<&'static str> {
+    let now = matches(&change.object);
+    match change.change {
+        ChangeType::Added => now.then_some("ADDED"),
+        ChangeType::Deleted => now.then_some("DELETED"),
+        ChangeType::Modified => {
+            let before = change.old.as_deref().is_some_and(matches);
+            match (before, now) {
+                (true, true) => Some("MODIFIED"),
+                (false, true) => Some("ADDED"),
+                (true, false) => Some("DELETED"),
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+fn watch_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn stream_response(stream: impl futures::Stream<Item = Bytes> + Send + 'static) -> Response {
+    let body = Body::from_stream(stream.map(Ok::<_, Infallible>));
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}

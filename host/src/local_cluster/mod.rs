@@ -1,0 +1,259 @@
+//! The embedded Kubernetes API server (`krec cluster`, `krec dev`, the tests): a
+//! protocol-faithful kube-apiserver stand-in that `kubectl` and `kube` use unchanged.
+//!
+//! It serves HTTPS on loopback with a generated CA, writes a kubeconfig trusting it, keeps
+//! objects in memory (or in a redb database with `--data-dir`) and implements discovery, every
+//! verb, watches with resourceVersions, bookmarks and 410 Gone, the status subresource, CRDs with
+//! schema validation, finalizers, owner-reference garbage collection and namespace deletion.
+//!
+//! # Caveats
+//!
+//! - There is no authentication or authorization: anyone who can reach the port is an admin.
+//!   It binds loopback unless told otherwise.
+//! - No controllers run: a Deployment gets no ReplicaSet, a ReplicaSet no Pods.
+//! - Server-side apply is applied as a merge without field ownership (see [`patch`]).
+//! - Custom resources are stored in whichever version they were written with; versions differ
+//!   only in `apiVersion` (no conversion webhooks).
+
+pub mod error;
+pub mod http;
+pub mod patch;
+pub mod persist;
+pub mod resources;
+pub mod schema;
+pub mod store;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use error::ApiError;
+pub use resources::{Registry, ResourceType};
+pub use store::Store;
+
+/// How to start the embedded API server.
+#[derive(Clone, Debug)]
+pub struct LocalClusterConfig {
+    /// Address to bind; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// Persist objects here; `None` keeps them in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Changes kept for watches resuming from a resourceVersion.
+    pub watch_history: usize,
+}
+
+impl Default for LocalClusterConfig {
+    fn default() -> Self {
+        LocalClusterConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            watch_history: store::DEFAULT_HISTORY,
+        }
+    }
+}
+
+/// Why the embedded API server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The address could not be bound.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// TLS set-up failed.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The data directory could not be opened or read.
+    #[error("data directory: {0}")]
+    Storage(ApiError),
+}
+
+/// A running embedded API server. Stops when [`shutdown`](Self::shutdown) is called or it is
+/// dropped.
+pub struct LocalCluster {
+    addr: SocketAddr,
+    kubeconfig: String,
+    store: Arc<Store>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Namespaces every cluster starts with.
+pub const INITIAL_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl LocalCluster {
+    /// Start serving. Returns once the port is bound.
+    pub async fn start(config: LocalClusterConfig) -> Result<Self, StartError> {
+        let registry = Arc::new(Registry::new());
+        let store = match &config.data_dir {
+            Some(dir) => {
+                let persistence = persist::Persistence::open(dir).map_err(StartError::Storage)?;
+                Store::open(registry, persistence).map_err(StartError::Storage)?
+            }
+            None => Store::with_history(registry, config.watch_history),
+        };
+        let store = Arc::new(store);
+        ensure_namespaces(&store).map_err(StartError::Storage)?;
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.addr,
+            source,
+        })?;
+        let certs = tls::generate(&addr)?;
+        let host = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            addr.ip().to_string()
+        };
+        let url = if addr.is_ipv6() {
+            format!("https://[{host}]:{}", addr.port())
+        } else {
+            format!("https://{host}:{}", addr.port())
+        };
+        let kubeconfig = tls::kubeconfig(&url, &certs.ca_pem);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = Arc::new(http::ApiServer {
+            store: store.clone(),
+            address: addr.to_string(),
+            stopped: stopped.clone(),
+        });
+        let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
+        Ok(LocalCluster {
+            addr,
+            kubeconfig,
+            store,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The kubeconfig (YAML) for this server.
+    pub fn kubeconfig(&self) -> &str {
+        &self.kubeconfig
+    }
+
+    /// Write the kubeconfig to `path` (mode 0600).
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, &self.kubeconfig)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        }
+        Ok(())
+    }
+
+    /// The object store, for in-process access (tests, `krec dev`).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Stop accepting, end open watches and connections, and wait for the server task.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        self.store.close();
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.store.close();
+    }
+}
+
+fn ensure_namespaces(store: &Store) -> Result<(), ApiError> {
+    let Some(rt) = store.registry().by_plural("", "v1", "namespaces") else {
+        return Err(ApiError::internal(
+            "the namespaces resource is not registered",
+        ));
+    };
+    for ns in INITIAL_NAMESPACES {
+        if store.get(&rt, None, ns).is_err() {
+            store.create(
+                &rt,
+                None,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                false,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Accept TLS connections until stopped; each connection is served by hyper (HTTP/1.1 or 2).
+async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    server: Arc<http::ApiServer>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let app = axum::Router::new()
+        .fallback(http::handle)
+        .with_state(server);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = stopped.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!("accepting a connection: {err}");
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        connections.spawn(async move {
+            let tls = match acceptor.accept(stream).await {
+                Ok(tls) => tls,
+                Err(err) => {
+                    tracing::debug!(%peer, "TLS handshake failed: {err}");
+                    return;
+                }
+            };
+            if let Err(err) = auto::Builder::new(TokioExecutor::new())
+                .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, "connection ended: {err}");
+            }
+        });
+        // Reap finished connections so the set does not grow.
+        while connections.try_join_next().is_some() {}
+    }
+}

@@ -1,0 +1,553 @@
+//! The embedded API server driven by `kube` over HTTPS, as a controller would use it.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+use krec_tests::repo_root;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use kube::core::{ApiResource, GroupVersionKind, Status};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, Config};
+use serde_json::json;
+
+async fn client_for(cluster: &LocalCluster) -> Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kube config");
+    Client::try_from(config).expect("client")
+}
+
+async fn start() -> (LocalCluster, Client) {
+    let cluster = LocalCluster::start(LocalClusterConfig::default())
+        .await
+        .expect("start");
+    let client = client_for(&cluster).await;
+    (cluster, client)
+}
+
+fn status_of(err: kube::Error) -> Status {
+    match err {
+        kube::Error::Api(status) => *status,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}))
+    .expect("configmap")
+}
+
+#[tokio::test]
+async fn typed_crud_should_follow_kubernetes_semantics() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    let a = cms
+        .create(&pp, &cm("a", json!({"app": "web", "tier": "fe"})))
+        .await
+        .expect("create");
+    assert!(a.metadata.uid.is_some() && a.metadata.creation_timestamp.is_some());
+    let err = status_of(
+        cms.create(&pp, &cm("a", json!({})))
+            .await
+            .expect_err("duplicate"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "AlreadyExists"));
+
+    // Optimistic concurrency.
+    let mut first = a.clone();
+    first.data = Some([("k".to_owned(), "first".to_owned())].into());
+    let updated = cms.replace("a", &pp, &first).await.expect("update");
+    assert_ne!(
+        updated.metadata.resource_version,
+        a.metadata.resource_version
+    );
+    let mut stale = a.clone();
+    stale.data = Some([("k".to_owned(), "stale".to_owned())].into());
+    let err = status_of(cms.replace("a", &pp, &stale).await.expect_err("stale"));
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+
+    // generateName, invalid names, a missing namespace.
+    let mut generated = cm("", json!({}));
+    generated.metadata.name = None;
+    generated.metadata.generate_name = Some("gen-".into());
+    let generated = cms.create(&pp, &generated).await.expect("generateName");
+    assert!(
+        generated
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("gen-") && n.len() == 9)
+    );
+    let err = status_of(
+        cms.create(&pp, &cm("Bad_Name", json!({})))
+            .await
+            .expect_err("bad name"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    let nowhere: Api<ConfigMap> = Api::namespaced(client.clone(), "nowhere");
+    let err = status_of(
+        nowhere
+            .create(&pp, &cm("x", json!({})))
+            .await
+            .expect_err("no namespace"),
+    );
+    assert_eq!(err.code, 404);
+
+    // Selectors.
+    cms.create(&pp, &cm("b", json!({"app": "web", "tier": "be"})))
+        .await
+        .expect("b");
+    cms.create(&pp, &cm("c", json!({"app": "db"})))
+        .await
+        .expect("c");
+    let names = |list: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    };
+    for (selector, expected) in [
+        ("app=web", vec!["a", "b"]),
+        ("app==web,tier!=fe", vec!["b"]),
+        ("tier in (fe,be)", vec!["a", "b"]),
+        (
+            "tier notin (fe)",
+            vec![
+                "b",
+                "c",
+                &generated.metadata.name.clone().unwrap_or_default(),
+            ],
+        ),
+        ("tier", vec!["a", "b"]),
+        ("!tier,app", vec!["c"]),
+    ] {
+        let mut expected: Vec<String> = expected.into_iter().map(str::to_owned).collect();
+        expected.sort();
+        let got = names(
+            cms.list(&ListParams::default().labels(selector))
+                .await
+                .expect(selector),
+        );
+        assert_eq!(got, expected, "selector {selector}");
+    }
+    let got = names(
+        cms.list(&ListParams::default().fields("metadata.name=c"))
+            .await
+            .expect("field"),
+    );
+    assert_eq!(got, ["c"]);
+    let err = status_of(
+        cms.list(&ListParams::default().labels("app in (web"))
+            .await
+            .expect_err("bad selector"),
+    );
+    assert_eq!(err.code, 400);
+
+    // Paging.
+    let page = cms
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("page 1");
+    assert_eq!(page.items.len(), 2);
+    let token = page.metadata.continue_.clone().expect("continue token");
+    let rest = cms
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .expect("page 2");
+    assert_eq!(page.items.len() + rest.items.len(), 4);
+    assert!(rest.metadata.continue_.is_none());
+
+    // deletecollection.
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("app=web"),
+    )
+    .await
+    .expect("deletecollection");
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app"))
+                .await
+                .expect("list")
+        ),
+        ["c"]
+    );
+}
+
+#[tokio::test]
+async fn status_subresource_and_generation_should_behave_as_the_api_server() {
+    let (_cluster, client) = start().await;
+    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let d: Deployment = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+        "status": {"replicas": 7}})).expect("deployment");
+    let d = deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    assert_eq!(d.metadata.generation, Some(1));
+    assert!(d.status.is_none(), "status is dropped on create");
+    let labelled = deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}, "status": {"replicas": 3}})),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(
+        labelled.metadata.generation,
+        Some(1),
+        "metadata changes do not bump generation"
+    );
+    assert!(
+        labelled.status.is_none(),
+        "status changes are ignored on the main resource"
+    );
+    let status = deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"availableReplicas": 1}, "spec": {"replicas": 9}})),
+        )
+        .await
+        .expect("status");
+    assert_eq!(status.status.and_then(|s| s.available_replicas), Some(1));
+    assert_eq!(
+        status.spec.and_then(|s| s.replicas),
+        Some(1),
+        "spec changes are ignored on the status subresource"
+    );
+    let scaled = deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("scale");
+    assert_eq!(scaled.metadata.generation, Some(2));
+    let cms: Api<ConfigMap> = Api::namespaced(deployments.clone().into_client(), "default");
+    let _ = cms;
+}
+
+#[tokio::test]
+async fn finalizers_garbage_collection_and_namespace_deletion() {
+    let (_cluster, client) = start().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).expect("ns");
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    let mut owner = cm("owner", json!({}));
+    owner.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    let owner = cms
+        .create(&PostParams::default(), &owner)
+        .await
+        .expect("owner");
+    let mut dependent = cm("dependent", json!({}));
+    dependent.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({"apiVersion": "v1",
+        "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid, "controller": true}))
+        .expect("ref"),
+    ]);
+    cms.create(&PostParams::default(), &dependent)
+        .await
+        .expect("dependent");
+
+    // A finalizer holds deletion: the object stays, marked.
+    cms.delete("owner", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let held = cms.get("owner").await.expect("still there");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(cms.get("dependent").await.is_ok(), "the owner still exists");
+    // Removing the finalizer lets it go, and its dependent is garbage-collected.
+    cms.patch(
+        "owner",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    assert_eq!(
+        status_of(cms.get("owner").await.expect_err("gone")).code,
+        404
+    );
+    assert_eq!(
+        status_of(cms.get("dependent").await.expect_err("collected")).code,
+        404
+    );
+
+    // Deleting a namespace removes its contents, then the namespace.
+    cms.create(&PostParams::default(), &cm("content", json!({})))
+        .await
+        .expect("content");
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .expect("delete namespace");
+    assert_eq!(
+        status_of(cms.get("content").await.expect_err("content gone")).code,
+        404
+    );
+    assert_eq!(
+        status_of(namespaces.get("team").await.expect_err("namespace gone")).code,
+        404
+    );
+}
+
+async fn apply_foo_crd(client: &Client) -> ApiResource {
+    let text =
+        std::fs::read_to_string(repo_root().join("sample-guests/foo-controller/crd/foo-crd.yaml"))
+            .expect("crd yaml");
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_yaml_ng::from_str(&text).expect("crd");
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create crd");
+    let gvk = GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo");
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .expect("the CRD's kind is discoverable");
+    assert!(caps.scope == kube::discovery::Scope::Namespaced);
+    assert_eq!(resource.plural, "foos");
+    resource
+}
+
+#[tokio::test]
+async fn a_crd_should_serve_validate_and_vanish() {
+    let (_cluster, client) = start().await;
+    let resource = apply_foo_crd(&client).await;
+    let foos: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+    let foo = |name: &str, replicas: i64| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+            "metadata": {"name": name}, "spec": {"deploymentName": name, "replicas": replicas, "unknown": true}})).expect("foo")
+    };
+    let created = foos
+        .create(&PostParams::default(), &foo("ok", 3))
+        .await
+        .expect("valid foo");
+    assert!(
+        created.data["spec"].get("unknown").is_none(),
+        "unknown fields are pruned"
+    );
+    assert_eq!(created.metadata.generation, Some(1));
+    let err = status_of(
+        foos.create(&PostParams::default(), &foo("big", 11))
+            .await
+            .expect_err("replicas > 10"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert!(err.message.contains("spec.replicas"), "{}", err.message);
+    let err = status_of(
+        foos.create(&PostParams::default(), &foo("small", 0))
+            .await
+            .expect_err("replicas < 1"),
+    );
+    assert!(
+        err.message.contains("greater than or equal to 1"),
+        "{}",
+        err.message
+    );
+
+    let status = foos
+        .patch_status(
+            "ok",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"availableReplicas": 2}})),
+        )
+        .await
+        .expect("status");
+    assert_eq!(status.data["status"]["availableReplicas"], 2);
+
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.delete("foos.samplecontroller.k8s.io", &DeleteParams::default())
+        .await
+        .expect("delete crd");
+    let gvk = GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo");
+    assert!(
+        kube::discovery::pinned_kind(&client, &gvk).await.is_err(),
+        "gone from discovery"
+    );
+    assert_eq!(
+        status_of(
+            foos.list(&ListParams::default())
+                .await
+                .expect_err("not served")
+        )
+        .code,
+        404
+    );
+}
+
+#[tokio::test]
+async fn a_watch_should_resume_from_a_resource_version() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    let a = cms.create(&pp, &cm("a", json!({}))).await.expect("a");
+    let from = a.metadata.resource_version.clone().expect("rv");
+    cms.create(&pp, &cm("b", json!({}))).await.expect("b");
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "2"}})),
+    )
+    .await
+    .expect("patch a");
+    cms.delete("b", &DeleteParams::default())
+        .await
+        .expect("delete b");
+
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(2), &from)
+        .await
+        .expect("watch")
+        .boxed();
+    let mut seen = Vec::new();
+    while let Some(event) = stream.try_next().await.expect("event") {
+        match event {
+            WatchEvent::Added(o) => {
+                seen.push(format!("ADDED {}", o.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Modified(o) => {
+                seen.push(format!("MODIFIED {}", o.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Deleted(o) => {
+                seen.push(format!("DELETED {}", o.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("unexpected error event {e:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        ["ADDED b", "MODIFIED a", "DELETED b"],
+        "exactly the changes after {from}"
+    );
+}
+
+#[tokio::test]
+async fn a_compacted_watch_should_get_gone_and_a_relist_should_recover() {
+    let config = LocalClusterConfig {
+        watch_history: 3,
+        ..Default::default()
+    };
+    let cluster = LocalCluster::start(config).await.expect("start");
+    let client = client_for(&cluster).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let first = cms
+        .create(&PostParams::default(), &cm("first", json!({})))
+        .await
+        .expect("first");
+    for i in 0..5 {
+        cms.create(&PostParams::default(), &cm(&format!("n{i}"), json!({})))
+            .await
+            .expect("more");
+    }
+    let from = first.metadata.resource_version.expect("rv");
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(2), &from)
+        .await
+        .expect("watch")
+        .boxed();
+    match stream.try_next().await.expect("event") {
+        Some(WatchEvent::Error(e)) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+    // kube's watcher handles the 410 by relisting; its store ends up complete.
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let watch =
+        reflector(writer, watcher(cms.clone(), watcher::Config::default())).applied_objects();
+    let driver = tokio::spawn(watch.for_each(|_| async {}));
+    reader.wait_until_ready().await.expect("synced");
+    assert_eq!(reader.len(), 6);
+    driver.abort();
+}
+
+#[tokio::test]
+async fn a_reflector_should_stay_correct_across_a_restart_with_a_data_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LocalClusterConfig {
+        data_dir: Some(dir.path().to_owned()),
+        ..Default::default()
+    };
+    let cluster = LocalCluster::start(config.clone()).await.expect("start");
+    let addr = cluster.addr();
+    let client = client_for(&cluster).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["a", "b"] {
+        cms.create(&PostParams::default(), &cm(name, json!({})))
+            .await
+            .expect("create");
+    }
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let config_watcher = watcher::Config::default().timeout(1);
+    let driver = tokio::spawn(
+        reflector(writer, watcher(cms.clone(), config_watcher))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    reader.wait_until_ready().await.expect("synced");
+    assert_eq!(reader.len(), 2);
+
+    // Restart on the same port and directory: the objects and resourceVersions survive.
+    cluster.shutdown().await;
+    let restarted = LocalCluster::start(LocalClusterConfig { addr, ..config })
+        .await
+        .expect("restart");
+    // The restarted server has a new CA: a fresh client trusts it, the old one does not.
+    let client = client_for(&restarted).await;
+    let cms2: Api<ConfigMap> = Api::namespaced(client, "default");
+    assert_eq!(
+        cms2.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        2
+    );
+    cms2.create(&PostParams::default(), &cm("c", json!({})))
+        .await
+        .expect("after restart");
+    cms2.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete after restart");
+    let (reader2, writer2) = reflector::store::<ConfigMap>();
+    let driver2 = tokio::spawn(
+        reflector(writer2, watcher(cms2.clone(), watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    reader2
+        .wait_until_ready()
+        .await
+        .expect("synced after restart");
+    let mut names: Vec<String> = reader2
+        .state()
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["b", "c"]);
+    driver.abort();
+    driver2.abort();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
