@@ -197,7 +197,6 @@ impl ClusterAccess for Audited {
 pub fn sample_objects() -> Vec<Value> {
     let labels = json!({"app": "web"});
     let mut objects = vec![
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
         json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": "web", "namespace": "default", "labels": labels},
             "spec": {"replicas": 3, "selector": {"matchLabels": labels},
@@ -277,6 +276,7 @@ async fn requests_for(
 /// Run the demo: load the guests in `manifests`, run them against the sample objects twice, and
 /// write what each did to `out`.
 pub async fn run(manifests: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let manifests_dir = manifests;
     let scanned = Manifest::scan_dir(manifests)?;
     anyhow::ensure!(
         !scanned.is_empty(),
@@ -294,6 +294,17 @@ pub async fn run(manifests: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let engine = crate::engine::new_engine()?;
     let linker = crate::guest::new_linker(&engine)?;
     let cluster = Arc::new(MemoryCluster::new());
+    // The guests' CRDs (e.g. sample-guests/foo-controller/crd/) come first.
+    let crds = crate::local_cluster::read_objects(manifests_dir).map_err(anyhow::Error::msg)?;
+    for crd in crds
+        .into_iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+    {
+        cluster
+            .create(crd)
+            .await
+            .context("creating the guests' CRDs")?;
+    }
     for object in sample_objects() {
         cluster
             .create(object)

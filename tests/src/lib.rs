@@ -41,9 +41,34 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// Load the sample guest in `sample-guests/<guest_dir>`.
+    /// Load the sample guest in `sample-guests/<guest_dir>`, with the CRDs in its `crd/`.
     pub fn sample(guest_dir: &str) -> Self {
-        Self::with_manifest(sample_manifest(guest_dir))
+        let harness = Self::with_manifest(sample_manifest(guest_dir));
+        let crd_dir = repo_root()
+            .join("sample-guests")
+            .join(guest_dir)
+            .join("crd");
+        if crd_dir.is_dir() {
+            let objects =
+                krec::local_cluster::read_objects(&crd_dir).unwrap_or_else(|e| panic!("{e}"));
+            for crd in objects
+                .into_iter()
+                .filter(|o| o["kind"] == "CustomResourceDefinition")
+            {
+                let rt = harness
+                    .cluster
+                    .store()
+                    .registry()
+                    .by_plural("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+                    .expect("CRDs are served");
+                harness
+                    .cluster
+                    .store()
+                    .create(&rt, None, crd, false)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        harness
     }
 
     /// Load the guest a manifest names.
@@ -69,6 +94,13 @@ impl Harness {
     /// Create an object directly in the cluster.
     pub async fn create(&self, object: Value) -> Value {
         self.cluster.create(object).await.expect("create")
+    }
+
+    /// Create namespaces (objects need theirs to exist).
+    pub async fn namespaces(&self, names: &[&str]) {
+        for name in names {
+            self.create(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await;
+        }
     }
 
     /// Read an object directly from the cluster.

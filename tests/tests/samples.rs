@@ -272,6 +272,7 @@ async fn foo_controller_should_refuse_a_deployment_it_does_not_control() {
 #[tokio::test]
 async fn configmap_watcher_should_keep_per_namespace_counts() {
     let mut h = Harness::sample("configmap-watcher");
+    h.namespaces(&["a", "b", "c"]).await;
     for (ns, name) in [
         ("a", "one"),
         ("a", "two"),

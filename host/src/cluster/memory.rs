@@ -1,57 +1,45 @@
-//! [`MemoryCluster`]: an in-memory object set implementing [`ClusterAccess`].
+//! [`MemoryCluster`]: the embedded API server's object store used in-process, without HTTP.
 //!
-//! It is what the guest tests and `krec dev`'s in-memory mode run against: no watches, no
-//! discovery, but the object semantics a reconciler relies on — `uid`, `resourceVersion` from one
-//! increasing counter, `generation` bumped on spec changes only, 409 conflicts on a stale
-//! `resourceVersion`, `generateName`, the status subresource, finalizers holding deletion, and
-//! garbage collection of dependents through owner references. Strategic merge and apply patches
-//! are applied as JSON merge patches.
+//! It is what the guest tests and the in-memory `krec dev` run against, and it has exactly the
+//! embedded API server's semantics (see [`crate::local_cluster::store`]): the same built-in
+//! kinds, CRDs that must be created before their objects, namespaces that must exist,
+//! resourceVersion conflicts, the status subresource, finalizers and garbage collection.
+//! Events are kept in a bounded in-memory log for inspection rather than stored as objects.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
-use crate::selector::{FieldSelector, LabelSelector, is_dns_subdomain};
-
-type Key = (Gvk, Option<String>, String);
+use crate::local_cluster::patch::{PatchKind, apply_patch};
+use crate::local_cluster::store::DeleteOptions;
+use crate::local_cluster::{Registry, ResourceType, Store, ensure_namespaces};
+use crate::selector::{FieldSelector, LabelSelector};
 
 /// An Event recorded through [`ClusterAccess::record_event`].
 pub type RecordedEvent = EventRecord;
-
-/// An in-memory object set with Kubernetes write semantics. See the [module docs](self).
-#[derive(Debug, Default)]
-pub struct MemoryCluster {
-    objects: Mutex<BTreeMap<Key, Value>>,
-    events: Mutex<Vec<RecordedEvent>>,
-    resource_version: AtomicU64,
-}
 
 /// Most Events kept; older ones are dropped first, so a guest recording in a loop cannot grow
 /// the host's memory without bound.
 pub const MAX_EVENTS: usize = 10_000;
 
-/// Kinds stored without a status subresource: `update` writes their `status` like any field.
-const KINDS_WITHOUT_STATUS_SUBRESOURCE: &[&str] = &[
-    "ConfigMap",
-    "Secret",
-    "ServiceAccount",
-    "Event",
-    "Lease",
-    "Endpoints",
-];
-
-fn has_status_subresource(gvk: &Gvk) -> bool {
-    !KINDS_WITHOUT_STATUS_SUBRESOURCE.contains(&gvk.kind.as_str())
+/// The embedded API server's store behind [`ClusterAccess`]. See the [module docs](self).
+pub struct MemoryCluster {
+    store: Arc<Store>,
+    events: Mutex<VecDeque<RecordedEvent>>,
 }
 
-fn describe(gvk: &Gvk, namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{} {ns}/{name}", gvk.kind),
-        None => format!("{} {name}", gvk.kind),
+impl std::fmt::Debug for MemoryCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCluster").finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryCluster {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -59,204 +47,58 @@ fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
 }
 
-fn metadata_mut(object: &mut Value) -> Result<&mut Map<String, Value>, AccessError> {
-    let map = object
-        .as_object_mut()
-        .ok_or_else(|| AccessError::Invalid("object is not a JSON object".into()))?;
-    map.entry("metadata")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .ok_or_else(|| AccessError::Invalid("metadata is not an object".into()))
-}
-
-/// Everything but `metadata` and `status`: what `generation` tracks.
-fn spec_part(object: &Value) -> Value {
-    let mut copy = object.clone();
-    if let Some(map) = copy.as_object_mut() {
-        map.remove("metadata");
-        map.remove("status");
-    }
-    copy
-}
-
-fn has_finalizers(object: &Value) -> bool {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| !f.is_empty())
-}
-
-fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
 impl MemoryCluster {
-    /// An empty object set.
+    /// A fresh cluster with the built-in kinds and the initial namespaces.
     pub fn new() -> Self {
-        Self::default()
+        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        if let Err(err) = ensure_namespaces(&store) {
+            tracing::error!("creating the initial namespaces: {err}");
+        }
+        MemoryCluster {
+            store,
+            events: Mutex::new(VecDeque::new()),
+        }
     }
 
-    /// Every Event recorded so far, oldest first.
+    /// The underlying store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Every Event recorded so far (up to [`MAX_EVENTS`]), oldest first.
     pub fn events(&self) -> Vec<RecordedEvent> {
-        self.lock_events().clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Every stored object of a kind, ordered by namespace and name.
     pub fn objects(&self, gvk: &Gvk) -> Vec<Value> {
-        self.lock()
-            .iter()
-            .filter(|((g, _, _), _)| g == gvk)
-            .map(|(_, v)| v.clone())
-            .collect()
+        let Ok(rt) = self.resolve(gvk) else {
+            return Vec::new();
+        };
+        self.store
+            .list(
+                &rt,
+                None,
+                &LabelSelector::default(),
+                &FieldSelector::default(),
+                None,
+                None,
+            )
+            .map(|page| page.items)
+            .unwrap_or_default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Value>> {
-        // A poisoned lock only means another test thread panicked; the map itself is consistent
-        // because every mutation is a single insert or remove.
-        self.objects.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_events(&self) -> std::sync::MutexGuard<'_, Vec<RecordedEvent>> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn next_resource_version(&self) -> String {
-        (self.resource_version.fetch_add(1, Ordering::SeqCst) + 1).to_string()
-    }
-
-    fn key_of(object: &Value) -> Result<Key, AccessError> {
-        let gvk = Gvk::of_object(object)?;
-        let name = meta_str(object, "name")
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| AccessError::Invalid(format!("{gvk}: metadata.name is required")))?;
-        Ok((
-            gvk,
-            meta_str(object, "namespace").map(str::to_owned),
-            name.to_owned(),
-        ))
-    }
-
-    /// Store `new` over `old` with update semantics; `status` selects the status subresource.
-    fn write_over(
-        &self,
-        objects: &mut BTreeMap<Key, Value>,
-        key: Key,
-        mut new: Value,
-        status: bool,
-    ) -> Result<Value, AccessError> {
-        let what = describe(&key.0, key.1.as_deref(), &key.2);
-        let old = objects
-            .get(&key)
-            .ok_or_else(|| AccessError::NotFound(what.clone()))?;
-        if let Some(rv) = meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty())
-            && Some(rv) != meta_str(old, "resourceVersion")
-        {
-            return Err(AccessError::Conflict(format!(
-                "Operation cannot be fulfilled on {what}: the object has been modified; please apply your changes to the latest version and try again"
-            )));
-        }
-        if status && !has_status_subresource(&key.0) {
-            // The API server serves no `/status` for these kinds.
-            return Err(AccessError::NotFound(format!(
-                "{what}: the kind has no status subresource"
-            )));
-        }
-        if has_status_subresource(&key.0) {
-            if status {
-                let new_status = new.get("status").cloned();
-                new = old.clone();
-                match new_status {
-                    Some(s) => new["status"] = s,
-                    None => {
-                        new.as_object_mut().map(|m| m.remove("status"));
-                    }
-                }
-            } else {
-                match old.get("status") {
-                    Some(s) => new["status"] = s.clone(),
-                    None => {
-                        new.as_object_mut().map(|m| m.remove("status"));
-                    }
-                }
-            }
-        }
-        let mut generation = old
-            .pointer("/metadata/generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
-        if spec_part(old) != spec_part(&new) {
-            generation += 1;
-        }
-        let old_meta = old.get("metadata").cloned().unwrap_or_default();
-        let meta = metadata_mut(&mut new)?;
-        for field in ["uid", "creationTimestamp", "deletionTimestamp"] {
-            match old_meta.get(field) {
-                Some(v) => meta.insert(field.into(), v.clone()),
-                None => meta.remove(field),
-            };
-        }
-        meta.insert("generation".into(), json!(generation));
-        meta.insert(
-            "resourceVersion".into(),
-            json!(self.next_resource_version()),
-        );
-        if meta.contains_key("deletionTimestamp") && !has_finalizers(&new) {
-            objects.remove(&key);
-            self.collect_garbage(objects);
-            return Ok(new);
-        }
-        objects.insert(key, new.clone());
-        Ok(new)
-    }
-
-    /// Delete objects whose owners are all gone (background cascading deletion).
-    fn collect_garbage(&self, objects: &mut BTreeMap<Key, Value>) {
-        loop {
-            let uids: std::collections::HashSet<String> = objects
-                .values()
-                .filter_map(|o| meta_str(o, "uid").map(str::to_owned))
-                .collect();
-            let orphans: Vec<Key> = objects
-                .iter()
-                .filter(|(_, o)| {
-                    o.pointer("/metadata/ownerReferences")
-                        .and_then(Value::as_array)
-                        .is_some_and(|refs| {
-                            !refs.is_empty()
-                                && refs.iter().all(|r| {
-                                    r.get("uid")
-                                        .and_then(Value::as_str)
-                                        .is_none_or(|uid| !uids.contains(uid))
-                                })
-                        })
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            if orphans.is_empty() {
-                return;
-            }
-            for key in orphans {
-                if let Some(obj) = objects.get_mut(&key) {
-                    if has_finalizers(obj) {
-                        if obj.pointer("/metadata/deletionTimestamp").is_none() {
-                            let rv = self.next_resource_version();
-                            if let Ok(meta) = metadata_mut(obj) {
-                                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                                meta.insert("resourceVersion".into(), json!(rv));
-                            }
-                        }
-                        // Still present: stop it from being found as an orphan again.
-                        if let Ok(meta) = metadata_mut(obj) {
-                            meta.remove("ownerReferences");
-                        }
-                    } else {
-                        objects.remove(&key);
-                    }
-                }
-            }
-        }
+    fn resolve(&self, gvk: &Gvk) -> Result<ResourceType, AccessError> {
+        self.store.registry().by_gvk(gvk).ok_or_else(|| {
+            AccessError::NotFound(format!(
+                "the server could not find the requested resource: {gvk} is not served"
+            ))
+        })
     }
 }
 
@@ -268,111 +110,45 @@ impl ClusterAccess for MemoryCluster {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, AccessError> {
-        let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
-        self.lock()
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| AccessError::NotFound(describe(gvk, namespace, name)))
+        let rt = self.resolve(gvk)?;
+        Ok(self.store.get(&rt, namespace, name)?)
     }
 
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+        let rt = self.resolve(gvk)?;
         let labels = LabelSelector::parse(options.label_selector.as_deref().unwrap_or(""))
             .map_err(|e| AccessError::Invalid(e.to_string()))?;
         let fields = FieldSelector::parse(options.field_selector.as_deref().unwrap_or(""))
             .map_err(|e| AccessError::Invalid(e.to_string()))?;
-        Ok(self
-            .lock()
-            .iter()
-            .filter(|((g, ns, _), o)| {
-                g == gvk
-                    && (options.namespace.is_none() || ns == &options.namespace)
-                    && labels.matches_object(o)
-                    && fields.matches_object(o)
-            })
-            .map(|(_, o)| o.clone())
-            .collect())
+        let page = self.store.list(
+            &rt,
+            options.namespace.as_deref(),
+            &labels,
+            &fields,
+            None,
+            None,
+        )?;
+        Ok(page.items)
     }
 
-    async fn create(&self, mut object: Value) -> Result<Value, AccessError> {
-        let gvk = Gvk::of_object(&object)?;
-        let mut objects = self.lock();
-        // Taken under the lock, so resourceVersions are stored in increasing order.
-        let rv = self.next_resource_version();
-        if has_status_subresource(&gvk)
-            && let Some(map) = object.as_object_mut()
-        {
-            // Status is written through the status subresource only, as the API server does.
-            map.remove("status");
-        }
-        let meta = metadata_mut(&mut object)?;
-        if meta
-            .get("resourceVersion")
-            .and_then(Value::as_str)
-            .is_some_and(|rv| !rv.is_empty())
-        {
-            return Err(AccessError::Invalid(format!(
-                "{gvk}: resourceVersion should not be set on objects to be created"
-            )));
-        }
-        let name = match meta
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        {
-            Some(name) => name.to_owned(),
-            None => {
-                let prefix = meta
-                    .get("generateName")
-                    .and_then(Value::as_str)
-                    .filter(|p| !p.is_empty())
-                    .ok_or_else(|| {
-                        AccessError::Invalid(format!(
-                            "{gvk}: metadata.name or metadata.generateName is required"
-                        ))
-                    })?;
-                format!(
-                    "{prefix}{}",
-                    &format!("{:05x}", rv.parse::<u64>().unwrap_or(0) * 7919 % 0xfffff)
-                )
-            }
-        };
-        if !is_dns_subdomain(&name) {
-            return Err(AccessError::Invalid(format!(
-                "{gvk} {name:?}: metadata.name must be a lowercase RFC 1123 subdomain"
-            )));
-        }
-        let namespace = meta
-            .get("namespace")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let key = (gvk.clone(), namespace.clone(), name.clone());
-        if objects.contains_key(&key) {
-            return Err(AccessError::AlreadyExists(describe(
-                &gvk,
-                namespace.as_deref(),
-                &name,
-            )));
-        }
-        meta.insert("name".into(), json!(name));
-        meta.insert(
-            "uid".into(),
-            json!(format!(
-                "00000000-0000-4000-8000-{:012x}",
-                rv.parse::<u64>().unwrap_or(0)
-            )),
-        );
-        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-        meta.insert("resourceVersion".into(), json!(rv));
-        meta.insert("generation".into(), json!(1));
-        meta.remove("deletionTimestamp");
-        objects.insert(key, object.clone());
-        Ok(object)
+    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+        let rt = self.resolve(&Gvk::of_object(&object)?)?;
+        let namespace = meta_str(&object, "namespace").map(str::to_owned);
+        Ok(self
+            .store
+            .create(&rt, namespace.as_deref(), object, false)?)
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
-        let key = Self::key_of(&object)?;
-        let mut objects = self.lock();
-        self.write_over(&mut objects, key, object, status)
+        let rt = self.resolve(&Gvk::of_object(&object)?)?;
+        let namespace = meta_str(&object, "namespace").map(str::to_owned);
+        let name = meta_str(&object, "name")
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| AccessError::Invalid(format!("{}: metadata.name is required", rt.kind)))?
+            .to_owned();
+        Ok(self
+            .store
+            .update(&rt, namespace.as_deref(), &name, object, status, false)?)
     }
 
     async fn patch(
@@ -384,35 +160,31 @@ impl ClusterAccess for MemoryCluster {
         body: Value,
         status: bool,
     ) -> Result<Value, AccessError> {
-        let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
-        let mut objects = self.lock();
-        let mut patched = objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| AccessError::NotFound(describe(gvk, namespace, name)))?;
-        match patch_type {
-            PatchType::Json => {
-                let ops: json_patch::Patch = serde_json::from_value(body)
-                    .map_err(|e| AccessError::Invalid(format!("json patch: {e}")))?;
-                json_patch::patch(&mut patched, &ops)
-                    .map_err(|e| AccessError::Invalid(format!("json patch: {e}")))?;
-            }
-            PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
-                if !body.is_object() {
-                    return Err(AccessError::Invalid(
-                        "patch body must be a JSON object".into(),
-                    ));
+        let rt = self.resolve(gvk)?;
+        let kind = match patch_type {
+            PatchType::Merge => PatchKind::Merge,
+            PatchType::Json => PatchKind::Json,
+            PatchType::Strategic => PatchKind::Strategic,
+            PatchType::Apply => PatchKind::Apply,
+        };
+        let builtin = rt.schema.is_none();
+        let patched = self.store.patch(
+            &rt,
+            namespace,
+            name,
+            status,
+            false,
+            |current| match current {
+                Some(current) => {
+                    let mut patched = current.clone();
+                    apply_patch(kind, &mut patched, &body, builtin)?;
+                    Ok(Some(patched))
                 }
-                json_patch::merge(&mut patched, &body);
-            }
-        }
-        if Self::key_of(&patched)? != key {
-            return Err(AccessError::Invalid(format!(
-                "{}: a patch cannot change apiVersion, kind, namespace or name",
-                describe(gvk, namespace, name)
-            )));
-        }
-        self.write_over(&mut objects, key, patched, status)
+                None if kind == PatchKind::Apply => Ok(Some(body.clone())),
+                None => Ok(None),
+            },
+        )?;
+        Ok(patched)
     }
 
     async fn delete(
@@ -422,53 +194,30 @@ impl ClusterAccess for MemoryCluster {
         name: &str,
         preconditions: Option<&Preconditions>,
     ) -> Result<(), AccessError> {
-        let what = describe(gvk, namespace, name);
-        let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
-        let mut objects = self.lock();
-        let object = objects
-            .get_mut(&key)
-            .ok_or_else(|| AccessError::NotFound(what.clone()))?;
-        if let Some(pre) = preconditions {
-            for (field, wanted) in [
-                ("uid", &pre.uid),
-                ("resourceVersion", &pre.resource_version),
-            ] {
-                if let Some(wanted) = wanted
-                    && meta_str(object, field) != Some(wanted.as_str())
-                {
-                    return Err(AccessError::Conflict(format!(
-                        "Precondition failed on {what}: {field} is {:?}, expected {wanted:?}",
-                        meta_str(object, field).unwrap_or_default()
-                    )));
-                }
-            }
-        }
-        if has_finalizers(object) {
-            if object.pointer("/metadata/deletionTimestamp").is_none() {
-                let rv = self.next_resource_version();
-                let meta = metadata_mut(object)?;
-                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                meta.insert("resourceVersion".into(), json!(rv));
-            }
-            return Ok(());
-        }
-        objects.remove(&key);
-        self.collect_garbage(&mut objects);
+        let rt = self.resolve(gvk)?;
+        let options = DeleteOptions {
+            uid: preconditions.and_then(|p| p.uid.clone()),
+            resource_version: preconditions.and_then(|p| p.resource_version.clone()),
+            ..Default::default()
+        };
+        self.store.delete(&rt, namespace, name, &options)?;
         Ok(())
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
-        let mut events = self.lock_events();
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         if events.len() >= MAX_EVENTS {
-            events.remove(0);
+            events.pop_front();
         }
-        events.push(event);
+        events.push_back(event);
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn cm(name: &str, data: &str) -> Value {
@@ -592,5 +341,12 @@ mod tests {
         assert!(matches!(err, AccessError::AlreadyExists(_)));
         let err = c.create(cm("Bad_Name", "1")).await.expect_err("bad name");
         assert!(matches!(err, AccessError::Invalid(_)));
+        let mut elsewhere = cm("y", "1");
+        elsewhere["metadata"]["namespace"] = json!("nowhere");
+        let err = c.create(elsewhere).await.expect_err("missing namespace");
+        assert!(matches!(err, AccessError::NotFound(_)), "{err}");
+        let foo = json!({"apiVersion": "example.com/v1", "kind": "Foo", "metadata": {"name": "f", "namespace": "default"}});
+        let err = c.create(foo).await.expect_err("kind not served");
+        assert!(matches!(err, AccessError::NotFound(_)), "{err}");
     }
 }
