@@ -1080,24 +1080,29 @@ impl Store {
             .cloned()
             .collect();
         for key in contents {
-            let Some(object) = state.objects.get(&key).cloned() else {
-                continue;
-            };
-            if has_finalizers(&object) {
-                if object.pointer("/metadata/deletionTimestamp").is_none() {
-                    let mut marked = (*object).clone();
-                    metadata_mut(&mut marked)
-                        .insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                    self.write(state, key, Write::Put(marked))?;
-                }
-            } else {
-                self.write(state, key, Write::Remove)?;
-            }
+            self.remove_or_mark(state, key)?;
         }
         let remaining = state.objects.keys().any(|k| k.namespace == namespace);
         let ns_key = Key::namespace_key(namespace);
         if !remaining && state.objects.contains_key(&ns_key) {
             self.write(state, ns_key, Write::Remove)?;
+        }
+        Ok(())
+    }
+
+    /// Remove an object, or, when finalizers hold it, mark it for deletion (once).
+    fn remove_or_mark(&self, state: &mut State, key: Key) -> Result<(), ApiError> {
+        let Some(object) = state.objects.get(&key).cloned() else {
+            return Ok(());
+        };
+        if !has_finalizers(&object) {
+            self.write(state, key, Write::Remove)?;
+        } else if object.pointer("/metadata/deletionTimestamp").is_none() {
+            let mut marked = (*object).clone();
+            let meta = metadata_mut(&mut marked);
+            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            self.write(state, key, Write::Put(marked))?;
         }
         Ok(())
     }
@@ -1145,17 +1150,7 @@ impl Store {
                 return Ok(());
             }
             for key in garbage {
-                let Some(object) = state.objects.get(&key).cloned() else {
-                    continue;
-                };
-                if has_finalizers(&object) {
-                    let mut marked = (*object).clone();
-                    metadata_mut(&mut marked)
-                        .insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                    self.write(state, key, Write::Put(marked))?;
-                } else {
-                    self.write(state, key, Write::Remove)?;
-                }
+                self.remove_or_mark(state, key)?;
             }
         }
     }
