@@ -409,4 +409,34 @@ mod tests {
         assert!(is_dns_subdomain("foos.samplecontroller.k8s.io"));
         assert!(!is_dns_subdomain("a..b"));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn parsing_should_never_panic(text in ".{0,64}") {
+            if let Ok(selector) = LabelSelector::parse(&text) {
+                selector.matches(&labels(&[("a", "1")]));
+            }
+            let _ = FieldSelector::parse(&text);
+        }
+
+        #[test]
+        fn selector_like_text_should_never_panic(text in "[a-z0-9=!(), .-/]{0,40}|[a-z]{1,5} (in|notin) \\([a-z,]{0,10}\\)") {
+            let _ = LabelSelector::parse(&text);
+            let _ = FieldSelector::parse(&text);
+        }
+
+        #[test]
+        fn equality_selectors_should_match_exactly_their_labels(
+            pairs in proptest::collection::btree_map("[a-z][a-z0-9]{0,8}", "[a-z0-9]{0,8}", 0..5),
+        ) {
+            let text = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            let selector = LabelSelector::parse(&text).expect("generated selectors are valid");
+            proptest::prop_assert!(selector.matches(&pairs));
+            let mut other = pairs.clone();
+            if let Some((k, v)) = pairs.iter().next() {
+                other.insert(k.clone(), format!("{v}x"));
+                proptest::prop_assert!(!selector.matches(&other));
+            }
+        }
+    }
 }

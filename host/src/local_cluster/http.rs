@@ -23,7 +23,7 @@ use crate::selector::{FieldSelector, LabelSelector};
 
 /// Largest request body accepted, as kube-apiserver's default (3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
-/// How often a watch with `allowWatchBookmarks` gets a BOOKMARK.
+/// How often a watch with `allowWatchBookmarks` gets a BOOKMARK, by default.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest watch when the client sets no `timeoutSeconds` (kube-apiserver picks 30–60 min).
 pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -38,6 +38,8 @@ pub struct ApiServer {
     pub address: String,
     /// Flips to `true` when the server stops; open watches end.
     pub stopped: tokio::sync::watch::Receiver<bool>,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -699,7 +701,7 @@ fn watch(
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut stopped = server.stopped.clone();
-        let mut bookmark = tokio::time::interval(BOOKMARK_INTERVAL);
+        let mut bookmark = tokio::time::interval(server.bookmark_interval);
         bookmark.tick().await;
         loop {
             let line = tokio::select! {
@@ -773,4 +775,77 @@ fn stream_response(stream: impl futures::Stream<Item = Bytes> + Send + 'static) 
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::local_cluster::{Registry, ensure_namespaces};
+
+    fn app() -> axum::Router {
+        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        ensure_namespaces(&store).expect("namespaces");
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let server = Arc::new(ApiServer {
+            store,
+            address: "127.0.0.1:0".into(),
+            stopped,
+            bookmark_interval: BOOKMARK_INTERVAL,
+        });
+        axum::Router::new().fallback(handle).with_state(server)
+    }
+
+    const SEGMENTS: &[&str] = &[
+        "api",
+        "apis",
+        "v1",
+        "apps",
+        "namespaces",
+        "default",
+        "configmaps",
+        "pods",
+        "status",
+        "x",
+        "deployments",
+        "%00",
+        "..",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Whatever the path, method, content type and body, the server answers with a 2xx or a
+        /// 4xx `Status` and never fails internally or panics.
+        #[test]
+        fn requests_should_never_fail_internally(
+            path in proptest::collection::vec(proptest::sample::select(SEGMENTS), 0..7),
+            method in proptest::sample::select(&["GET", "POST", "PUT", "PATCH", "DELETE"][..]),
+            content_type in proptest::sample::select(&["application/json", "application/merge-patch+json",
+                "application/json-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml", "text/plain"][..]),
+            body in proptest::prop_oneof![
+                proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+                proptest::strategy::Just(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#.to_vec()),
+                proptest::strategy::Just(br#"[{"op":"add","path":"/x","value":1}]"#.to_vec()),
+                proptest::strategy::Just(br#"{"metadata":{"labels":{"a":"b"}}}"#.to_vec()),
+            ],
+            query in proptest::sample::select(&["", "?labelSelector=a%3Db", "?watch=1&timeoutSeconds=0", "?limit=1", "?fieldSelector=x"][..]),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let uri = format!("/{}{query}", path.join("/"));
+            let Ok(request) = Request::builder().method(method).uri(&uri).header("content-type", content_type).body(Body::from(body)) else {
+                return Ok(());
+            };
+            let response = runtime.block_on(app().oneshot(request)).expect("infallible");
+            let code = response.status().as_u16();
+            proptest::prop_assert!(code < 500, "{method} {uri} -> {code}");
+        }
+    }
 }

@@ -48,6 +48,8 @@ pub struct LocalClusterConfig {
     pub data_dir: Option<PathBuf>,
     /// Changes kept for watches resuming from a resourceVersion.
     pub watch_history: usize,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: std::time::Duration,
 }
 
 impl Default for LocalClusterConfig {
@@ -56,6 +58,7 @@ impl Default for LocalClusterConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             watch_history: store::DEFAULT_HISTORY,
+            bookmark_interval: http::BOOKMARK_INTERVAL,
         }
     }
 }
@@ -133,6 +136,7 @@ impl LocalCluster {
             store: store.clone(),
             address: addr.to_string(),
             stopped: stopped.clone(),
+            bookmark_interval: config.bookmark_interval,
         });
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
         Ok(LocalCluster {

@@ -509,6 +509,23 @@ impl Store {
         }
     }
 
+    /// A body of another kind (or API group) than the URL names is a 400, as kube-apiserver's
+    /// "X cannot be handled as a Y".
+    fn check_type(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+        let kind = object.get("kind").and_then(Value::as_str);
+        let api_version = object.get("apiVersion").and_then(Value::as_str);
+        let group = api_version.map(|v| v.rsplit_once('/').map_or("", |(g, _)| g));
+        if kind.is_some_and(|k| k != rt.kind) || group.is_some_and(|g| g != rt.group) {
+            return Err(ApiError::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}",
+                kind.unwrap_or("object"),
+                api_version.unwrap_or(""),
+                rt.kind
+            )));
+        }
+        Ok(())
+    }
+
     /// Validate the parts of an object every write checks: kind, names, schema.
     fn validate(&self, rt: &ResourceType, object: &Value, name: &str) -> Result<(), ApiError> {
         let invalid = |field: &str, message: String| {
@@ -577,6 +594,7 @@ impl Store {
         if !object.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
+        Self::check_type(rt, &object)?;
         let body_ns = meta_str(&object, "namespace").map(str::to_owned);
         let namespace = if rt.namespaced {
             match (namespace, body_ns.as_deref()) {
@@ -738,6 +756,7 @@ impl Store {
         if status && !rt.status_subresource {
             return Err(ApiError::no_route(&format!("{}/{name}/status", rt.plural)));
         }
+        Self::check_type(rt, &new)?;
         if let Some(body_name) = meta_str(&new, "name")
             && body_name != name
         {

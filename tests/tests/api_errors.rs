@@ -1,0 +1,201 @@
+//! Bad requests get the `Status` errors kube-apiserver returns; watches end and bookmark as asked;
+//! `krec cluster` prints its kubeconfig and stops cleanly on Ctrl-C.
+
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+use kube::api::{Api, WatchEvent, WatchParams};
+use kube::{Client, Config};
+
+async fn start(config: LocalClusterConfig) -> (LocalCluster, Client) {
+    let cluster = LocalCluster::start(config).await.expect("start");
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    let client = Client::try_from(config).expect("client");
+    (cluster, client)
+}
+
+/// Send a raw request; return the error Status code and reason (or 200 and "").
+async fn raw(
+    client: &Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, String) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(body)
+        .expect("request");
+    match client.request_text(request).await {
+        Ok(_) => (200, String::new()),
+        Err(kube::Error::Api(status)) => (status.code, status.reason.clone()),
+        Err(other) => panic!("{method} {path}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_should_get_kubernetes_status_errors() {
+    let (_cluster, client) = start(LocalClusterConfig::default()).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let json = "application/json";
+    let cases: Vec<(&str, String, &str, Vec<u8>, (u16, &str))> = vec![
+        (
+            "POST",
+            cms.into(),
+            json,
+            b"{not json".to_vec(),
+            (400, "BadRequest"),
+        ),
+        (
+            "POST",
+            cms.into(),
+            json,
+            b"[1, 2]".to_vec(),
+            (400, "BadRequest"),
+        ),
+        (
+            "POST",
+            cms.into(),
+            json,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"UPPER"}}"#.to_vec(),
+            (422, "Invalid"),
+        ),
+        (
+            "POST",
+            cms.into(),
+            json,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#.to_vec(),
+            (422, "Invalid"),
+        ),
+        (
+            "POST",
+            cms.into(),
+            json,
+            br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#.to_vec(),
+            (400, "BadRequest"),
+        ),
+        (
+            "POST",
+            cms.into(),
+            "application/vnd.kubernetes.protobuf",
+            b"k8s\0".to_vec(),
+            (415, "UnsupportedMediaType"),
+        ),
+        (
+            "POST",
+            cms.into(),
+            json,
+            vec![b' '; 4 << 20],
+            (413, "RequestEntityTooLarge"),
+        ),
+        (
+            "GET",
+            "/apis/example.com/v1/widgets".into(),
+            json,
+            vec![],
+            (404, "NotFound"),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/widgets".into(),
+            json,
+            vec![],
+            (404, "NotFound"),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/default/configmaps/missing".into(),
+            json,
+            vec![],
+            (404, "NotFound"),
+        ),
+        (
+            "GET",
+            format!("{cms}?labelSelector=a%20in%20(x"),
+            json,
+            vec![],
+            (400, "BadRequest"),
+        ),
+        (
+            "GET",
+            format!("{cms}?fieldSelector=spec.nodeName%3Dx"),
+            json,
+            vec![],
+            (400, "BadRequest"),
+        ),
+        (
+            "GET",
+            format!("{cms}?limit=many"),
+            json,
+            vec![],
+            (400, "BadRequest"),
+        ),
+        (
+            "PUT",
+            cms.into(),
+            json,
+            b"{}".to_vec(),
+            (405, "MethodNotAllowed"),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/missing"),
+            "text/plain",
+            b"{}".to_vec(),
+            (415, "UnsupportedMediaType"),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/missing"),
+            "application/merge-patch+json",
+            b"{}".to_vec(),
+            (404, "NotFound"),
+        ),
+        (
+            "POST",
+            "/api".into(),
+            json,
+            b"{}".to_vec(),
+            (405, "MethodNotAllowed"),
+        ),
+    ];
+    for (method, path, content_type, body, expected) in cases {
+        let (code, reason) = raw(&client, method, &path, content_type, body).await;
+        assert_eq!(
+            (code, reason.as_str()),
+            expected,
+            "{method} {path} {content_type}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn watches_should_bookmark_and_end_at_their_timeout() {
+    let config = LocalClusterConfig {
+        bookmark_interval: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (_cluster, client) = start(config).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let params = WatchParams::default().timeout(1); // bookmarks are on by default
+    let mut stream = Box::pin(cms.watch(&params, "0").await.expect("watch"));
+    let mut bookmarks = 0;
+    // timeoutSeconds=1: the server ends the stream; the loop ends with it.
+    while let Some(event) = stream.try_next().await.expect("event") {
+        if let WatchEvent::Bookmark(b) = event {
+            assert!(!b.metadata.resource_version.is_empty());
+            bookmarks += 1;
+        }
+    }
+    assert!(
+        bookmarks >= 2,
+        "bookmarks every 100ms over 1s, got {bookmarks}"
+    );
+}
