@@ -45,7 +45,9 @@ async fn bad_requests_should_get_kubernetes_status_errors() {
     let (_cluster, client) = start(LocalClusterConfig::default()).await;
     let cms = "/api/v1/namespaces/default/configmaps";
     let json = "application/json";
-    let cases: Vec<(&str, String, &str, Vec<u8>, (u16, &str))> = vec![
+    // (method, path, content type, body, expected (code, reason))
+    type Case<'a> = (&'a str, String, &'a str, Vec<u8>, (u16, &'a str));
+    let cases: Vec<Case> = vec![
         (
             "POST",
             cms.into(),
