@@ -7,7 +7,7 @@ GUEST_WORKSPACES := sample-guests tests/guests
 KUBECTL_VERSION := 1.37.1
 TOOLS := .tools/venv
 
-.PHONY: all setup tools guests build test lint fmt demo check clean
+.PHONY: all setup tools guests build test lint fmt demo check bench clean
 
 all: test
 
@@ -55,6 +55,10 @@ fmt:
 ## Run the sample guests and print what each did.
 demo: guests
 	$(CARGO) run -p krec -- dev --manifests sample-guests
+
+## Benchmarks (release build): the embedded API server's list and watch fan-out.
+bench: setup
+	$(CARGO) bench -p krec --bench local_cluster
 
 ## Validate the sample manifests and their modules.
 check: guests

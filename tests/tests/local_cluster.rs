@@ -498,56 +498,55 @@ async fn a_reflector_should_stay_correct_across_a_restart_with_a_data_dir() {
             .await
             .expect("create");
     }
+    // One reflector, kept running across the restart.
     let (reader, writer) = reflector::store::<ConfigMap>();
-    let config_watcher = watcher::Config::default().timeout(1);
-    let driver = tokio::spawn(
-        reflector(writer, watcher(cms.clone(), config_watcher))
-            .applied_objects()
-            .for_each(|_| async {}),
+    let stream = reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default()).default_backoff(),
     );
+    let driver = tokio::spawn(stream.for_each(|_| async {}));
     reader.wait_until_ready().await.expect("synced");
     assert_eq!(reader.len(), 2);
 
-    // Restart on the same port and directory: the objects and resourceVersions survive.
+    // Restart on the same port and directory: objects, resourceVersions and the CA survive, so
+    // the same client reconnects.
     cluster.shutdown().await;
     let restarted = LocalCluster::start(LocalClusterConfig { addr, ..config })
         .await
         .expect("restart");
-    // The restarted server has a new CA: a fresh client trusts it, the old one does not.
-    let client = client_for(&restarted).await;
-    let cms2: Api<ConfigMap> = Api::namespaced(client, "default");
     assert_eq!(
-        cms2.list(&ListParams::default())
+        cms.list(&ListParams::default())
             .await
-            .expect("list")
+            .expect("same client after restart")
             .items
             .len(),
         2
     );
-    cms2.create(&PostParams::default(), &cm("c", json!({})))
+    cms.create(&PostParams::default(), &cm("c", json!({})))
         .await
         .expect("after restart");
-    cms2.delete("a", &DeleteParams::default())
+    cms.delete("a", &DeleteParams::default())
         .await
         .expect("delete after restart");
-    let (reader2, writer2) = reflector::store::<ConfigMap>();
-    let driver2 = tokio::spawn(
-        reflector(writer2, watcher(cms2.clone(), watcher::Config::default()))
-            .applied_objects()
-            .for_each(|_| async {}),
+
+    let names = || {
+        let mut names: Vec<String> = reader
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while names() != ["b", "c"] && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        names(),
+        ["b", "c"],
+        "the reflector's store follows the restarted server"
     );
-    reader2
-        .wait_until_ready()
-        .await
-        .expect("synced after restart");
-    let mut names: Vec<String> = reader2
-        .state()
-        .iter()
-        .filter_map(|c| c.metadata.name.clone())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["b", "c"]);
     driver.abort();
-    driver2.abort();
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    drop(restarted);
 }

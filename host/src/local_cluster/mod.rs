@@ -119,7 +119,7 @@ impl LocalCluster {
             addr: config.addr,
             source,
         })?;
-        let certs = tls::generate(&addr)?;
+        let certs = tls::generate(&addr, config.data_dir.as_deref())?;
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {

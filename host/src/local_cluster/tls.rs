@@ -2,6 +2,7 @@
 //! for `localhost` and the bound address signed by it, and the kubeconfig that trusts the CA.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -16,9 +17,21 @@ pub struct Certificates {
     pub server_config: Arc<rustls::ServerConfig>,
 }
 
+/// File in the data directory holding the CA's private key, so that a restarted server keeps its
+/// identity and existing kubeconfigs (and running clients) still trust it.
+pub const CA_KEY_FILE: &str = "ca-key.pem";
+
 /// TLS set-up failures.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// The CA key in the data directory could not be read or written.
+    #[error("{path}: {source}")]
+    KeyFile {
+        /// The key file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// Certificate generation failed.
     #[error("generating certificates: {0}")]
     Generate(#[from] rcgen::Error),
@@ -27,9 +40,39 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
 }
 
+/// The CA key: read from `data_dir` if it holds one, else generated (and saved there, mode 0600).
+fn ca_key(data_dir: Option<&Path>) -> Result<KeyPair, TlsError> {
+    let Some(dir) = data_dir else {
+        return Ok(KeyPair::generate()?);
+    };
+    let path = dir.join(CA_KEY_FILE);
+    let file_error = |source| TlsError::KeyFile {
+        path: path.display().to_string(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(pem) => Ok(KeyPair::from_pem(&pem)?),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let key = KeyPair::generate()?;
+            std::fs::write(&path, key.serialize_pem()).map_err(file_error)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(file_error)?;
+            }
+            Ok(key)
+        }
+        Err(err) => Err(file_error(err)),
+    }
+}
+
 /// Generate a CA and a serving certificate for `localhost`, `127.0.0.1`, `::1` and `addr`'s IP.
-pub fn generate(addr: &SocketAddr) -> Result<Certificates, TlsError> {
-    let ca_key = KeyPair::generate()?;
+///
+/// With a `data_dir`, the CA key is kept there: the CA certificate is re-issued from the same key
+/// and name on every start, so clients that trusted the previous one keep working.
+pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificates, TlsError> {
+    let ca_key = ca_key(data_dir)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params

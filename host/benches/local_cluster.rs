@@ -1,0 +1,184 @@
+//! Benchmarks of the embedded API server, through `kube` over HTTPS as a controller uses it:
+//!
+//! - `list_10k_configmaps`: one full list of 10 000 ConfigMaps (~0.5 KB each), against the
+//!   baseline of serializing the same objects with serde_json in this process;
+//! - `watch_fanout`: 1 000 updates/s for 5 s, each fanned out to 10 watches; per-event delivery
+//!   latency (update sent → event received), and events delivered / expected.
+//!
+//! Prints a Markdown table; `make bench` runs it. Figures are medians with min–max over runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Client, Config};
+use serde_json::json;
+
+const OBJECTS: usize = 10_000;
+const RUNS: usize = 7;
+const WATCHERS: usize = 10;
+const EVENTS_PER_SECOND: u64 = 1_000;
+const SECONDS: u64 = 5;
+
+fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    (
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+    )
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn client(cluster: &LocalCluster) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+fn configmap(i: usize) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i:05}"), "labels": {"app": "bench", "shard": format!("{}", i % 16)}},
+        "data": {"payload": "x".repeat(300), "index": i.to_string()}}))
+    .expect("configmap")
+}
+
+async fn list_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
+    for i in 0..OBJECTS {
+        cms.create(&PostParams::default(), &configmap(i))
+            .await
+            .expect("create");
+    }
+    let mut over_https = Vec::new();
+    let mut baseline = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        let list = cms.list(&ListParams::default()).await.expect("list");
+        over_https.push(started.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(list.items.len(), OBJECTS);
+        let started = Instant::now();
+        let encoded = serde_json::to_vec(&list.items).expect("encode");
+        baseline.push(started.elapsed().as_secs_f64() * 1e3);
+        bytes = encoded.len();
+    }
+    let (m, lo, hi) = median_min_max(over_https.clone());
+    let (bm, blo, bhi) = median_min_max(baseline.clone());
+    vec![
+        format!(
+            "| list_10k_configmaps_ms | {m:.1} | {lo:.1}–{hi:.1} | full list over HTTPS with kube, {OBJECTS} objects, {:.1} MB JSON |",
+            bytes as f64 / 1e6
+        ),
+        format!(
+            "| list_10k_baseline_serialize_ms | {bm:.1} | {blo:.1}–{bhi:.1} | serde_json encode of the same objects, in process |"
+        ),
+        format!(
+            "| list_10k_ratio_vs_serialize | {:.1}× | | list over HTTPS / in-process encode |",
+            m / bm
+        ),
+    ]
+}
+
+async fn watch_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
+    let target = cms
+        .create(&PostParams::default(), &configmap(99_999))
+        .await
+        .expect("target");
+    let from = target.metadata.resource_version.expect("rv");
+    let epoch = Instant::now();
+    let total = (EVENTS_PER_SECOND * SECONDS) as usize;
+    let mut watchers = Vec::new();
+    for _ in 0..WATCHERS {
+        let cms = cms.clone();
+        let from = from.clone();
+        watchers.push(tokio::spawn(async move {
+            let params = WatchParams::default()
+                .fields("metadata.name=cm-99999")
+                .timeout(SECONDS as u32 + 20);
+            let mut stream = cms.watch(&params, &from).await.expect("watch").boxed();
+            let mut latencies = Vec::with_capacity(total);
+            while let Some(event) = stream.try_next().await.expect("event") {
+                if let WatchEvent::Modified(cm) = event {
+                    let sent: f64 = cm
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("sent_us"))
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0.0);
+                    latencies.push(epoch.elapsed().as_secs_f64() * 1e6 - sent);
+                    if latencies.len() == total {
+                        break;
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / EVENTS_PER_SECOND));
+    let started = Instant::now();
+    for i in 0..total {
+        ticker.tick().await;
+        let patch = json!({"data": {"sent_us": format!("{:.0}", epoch.elapsed().as_secs_f64() * 1e6), "i": i.to_string()}});
+        cms.patch("cm-99999", &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("patch");
+    }
+    let write_rate = total as f64 / started.elapsed().as_secs_f64();
+    let mut all = Vec::new();
+    let mut delivered = 0;
+    for w in watchers {
+        let latencies = tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .expect("watchers finish")
+            .expect("watcher");
+        delivered += latencies.len();
+        all.extend(latencies);
+    }
+    all.sort_by(f64::total_cmp);
+    vec![
+        format!(
+            "| watch_fanout_write_rate_per_s | {write_rate:.0} | | target {EVENTS_PER_SECOND}/s, merge patches over HTTPS |"
+        ),
+        format!(
+            "| watch_fanout_delivered_ratio | {:.3} | | events received / ({total} × {WATCHERS} watchers) |",
+            delivered as f64 / (total * WATCHERS) as f64
+        ),
+        format!(
+            "| watch_fanout_latency_p50_us | {:.0} | | update sent → event received, all watchers |",
+            percentile(&all, 0.5)
+        ),
+        format!(
+            "| watch_fanout_latency_p99_us | {:.0} | | |",
+            percentile(&all, 0.99)
+        ),
+    ]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let rows = runtime.block_on(async {
+        let cluster = Arc::new(
+            LocalCluster::start(LocalClusterConfig::default())
+                .await
+                .expect("start"),
+        );
+        let cms: Api<ConfigMap> = Api::namespaced(client(&cluster).await, "default");
+        let mut rows = list_benchmark(&cms).await;
+        rows.extend(watch_benchmark(&cms).await);
+        rows
+    });
+    println!("| figure | median | min–max | what |");
+    println!("|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
+}
