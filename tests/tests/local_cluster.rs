@@ -550,3 +550,27 @@ async fn a_reflector_should_stay_correct_across_a_restart_with_a_data_dir() {
     driver.abort();
     drop(restarted);
 }
+
+#[tokio::test]
+async fn a_streaming_list_should_end_its_initial_events_with_a_bookmark() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    for name in ["a", "b", "c"] {
+        cms.create(&PostParams::default(), &cm(name, json!({})))
+            .await
+            .expect("create");
+    }
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let config = watcher::Config::default().streaming_lists();
+    let driver = tokio::spawn(
+        reflector(writer, watcher(cms, config))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    tokio::time::timeout(Duration::from_secs(20), reader.wait_until_ready())
+        .await
+        .expect("the initial-events-end bookmark arrives")
+        .expect("ready");
+    assert_eq!(reader.len(), 3);
+    driver.abort();
+}

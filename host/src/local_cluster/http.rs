@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use futures::channel::mpsc;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -645,12 +644,30 @@ fn watch(
     };
     let bookmarks = params.flag("allowWatchBookmarks");
     let timeout = match params.get("timeoutSeconds") {
-        Some(t) => Duration::from_secs(
-            t.parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-        ),
+        Some(t) => match t
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?
+        {
+            0 => DEFAULT_WATCH_TIMEOUT,
+            seconds => Duration::from_secs(seconds),
+        },
         None => DEFAULT_WATCH_TIMEOUT,
     };
+    // Streaming lists (WatchList): the current objects as ADDED events, then a BOOKMARK marking
+    // their end.
+    let initial_events = params.flag("sendInitialEvents");
+    if initial_events && from != WatchFrom::Now {
+        return Err(ApiError::invalid(
+            "",
+            "",
+            "",
+            vec![(
+                "sendInitialEvents".into(),
+                "Forbidden: sendInitialEvents is supported with resourceVersion \"\" or \"0\" only"
+                    .into(),
+            )],
+        ));
+    }
     let include = params.get("includeObject").map(str::to_owned);
     let start = match server.store.watch(&target.rt, from) {
         Ok(start) => start,
@@ -661,7 +678,7 @@ fn watch(
         }
         Err(err) => return Err(err),
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let rt = target.rt.clone();
     let namespace = target.namespace.clone();
     tokio::spawn(async move {
@@ -670,7 +687,7 @@ fn watch(
                 .map(|i| HashMap::from([("includeObject".to_owned(), i)]))
                 .unwrap_or_default(),
         );
-        let mut tx = tx;
+        let tx = tx;
         let mut feed = start.feed;
         let mut last_rv = start.resource_version;
         let render = |kind: &str, object: &Value| -> Bytes {
@@ -691,10 +708,16 @@ fn watch(
         for change in start.backlog {
             if in_scope(&change.key.namespace)
                 && let Some(kind) = event_kind(&change, &matches)
-                && futures::SinkExt::send(&mut tx, render(kind, &change.object))
-                    .await
-                    .is_err()
+                && tx.send(render(kind, &change.object)).await.is_err()
             {
+                return;
+            }
+        }
+        if initial_events {
+            let end = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {
+                "resourceVersion": last_rv.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"}}});
+            if tx.send(watch_line("BOOKMARK", &end)).await.is_err() {
                 return;
             }
         }
@@ -707,17 +730,20 @@ fn watch(
             let line = tokio::select! {
                 _ = &mut deadline => return,
                 _ = stopped.changed() => return,
+                // The client went away: stop now rather than at the next event.
+                _ = tx.closed() => return,
                 _ = bookmark.tick(), if bookmarks => {
-                    let rv = server.store.resource_version().max(last_rv);
+                    // Only what this watch has already passed on: a bookmark must never run
+                    // ahead of events still queued for it.
                     watch_line("BOOKMARK", &json!({"kind": rt.kind, "apiVersion": rt.api_version(),
-                        "metadata": {"resourceVersion": rv.to_string()}}))
+                        "metadata": {"resourceVersion": last_rv.to_string()}}))
                 }
                 received = feed.recv() => match received {
                     Ok(change) => {
+                        last_rv = change.rv;
                         if change.key.resource != rt.storage_key() || !in_scope(&change.key.namespace) {
                             continue;
                         }
-                        last_rv = change.rv;
                         match event_kind(&change, &matches) {
                             Some(kind) => render(kind, &change.object),
                             None => continue,
@@ -725,18 +751,19 @@ fn watch(
                     }
                     Err(RecvError::Lagged(_)) => {
                         let err = ApiError::gone("the watch fell too far behind; relist");
-                        let _ = futures::SinkExt::send(&mut tx, watch_line("ERROR", &err.status())).await;
+                        let _ = tx.send(watch_line("ERROR", &err.status())).await;
                         return;
                     }
                     Err(RecvError::Closed) => return,
                 },
             };
-            if futures::SinkExt::send(&mut tx, line).await.is_err() {
+            if tx.send(line).await.is_err() {
                 return; // the client went away
             }
         }
     });
-    Ok(stream_response(rx))
+    let lines = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    Ok(stream_response(lines))
 }
 
 /// ADDED/MODIFIED/DELETED for a change as a selector-filtered watch sees it: an object that
@@ -836,7 +863,7 @@ mod tests {
                 proptest::strategy::Just(br#"[{"op":"add","path":"/x","value":1}]"#.to_vec()),
                 proptest::strategy::Just(br#"{"metadata":{"labels":{"a":"b"}}}"#.to_vec()),
             ],
-            query in proptest::sample::select(&["", "?labelSelector=a%3Db", "?watch=1&timeoutSeconds=0", "?limit=1", "?fieldSelector=x"][..]),
+            query in proptest::sample::select(&["", "?labelSelector=a%3Db", "?watch=1&timeoutSeconds=1&resourceVersion=999", "?limit=1", "?fieldSelector=x"][..]),
         ) {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             let uri = format!("/{}{query}", path.join("/"));

@@ -55,6 +55,36 @@ fn prune_at(schema: &Value, value: &mut Value, root: bool) {
     }
 }
 
+/// Fill in the schema's `default`s for absent properties, as kube-apiserver does when decoding
+/// a custom resource.
+pub fn apply_defaults(schema: &Value, value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+                return;
+            };
+            for (key, child_schema) in properties {
+                if !map.contains_key(key)
+                    && let Some(default) = child_schema.get("default")
+                {
+                    map.insert(key.clone(), default.clone());
+                }
+                if let Some(child) = map.get_mut(key) {
+                    apply_defaults(child_schema, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    apply_defaults(item_schema, item);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Validate `object` against `schema`; returns `(field, message)` causes, empty when valid.
 pub fn validate(schema: &Value, object: &Value) -> Vec<(String, String)> {
     let mut causes = Vec::new();
@@ -300,6 +330,18 @@ mod tests {
                 .1
                 .contains("greater than or equal to 1")
         );
+    }
+
+    #[test]
+    fn defaults_should_fill_absent_fields_only() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "default": {},
+            "properties": {"replicas": {"type": "integer", "default": 1}, "mode": {"type": "string"}}}}});
+        let mut empty = json!({});
+        apply_defaults(&schema, &mut empty);
+        assert_eq!(empty, json!({"spec": {"replicas": 1}}));
+        let mut set = json!({"spec": {"replicas": 3}});
+        apply_defaults(&schema, &mut set);
+        assert_eq!(set, json!({"spec": {"replicas": 3}}));
     }
 
     #[test]

@@ -215,12 +215,15 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
-/// Everything but `metadata` and `status`: what `generation` tracks.
-fn spec_part(object: &Value) -> Value {
+/// What `generation` tracks: everything but `metadata`, and but `status` when the kind has a
+/// status subresource.
+fn spec_part(rt: &ResourceType, object: &Value) -> Value {
     let mut copy = object.clone();
     if let Some(map) = copy.as_object_mut() {
         map.remove("metadata");
-        map.remove("status");
+        if rt.status_subresource {
+            map.remove("status");
+        }
     }
     copy
 }
@@ -408,9 +411,19 @@ impl Store {
     ) -> Result<ListPage, ApiError> {
         let state = self.lock();
         let resource = rt.storage_key();
-        let start = match continue_token {
-            Some(token) => Some(decode_continue(token)?),
-            None => None,
+        // Every page reports the first page's resourceVersion, so a watch from it replays what
+        // changed while the pages were read; once that version is compacted the list must restart.
+        let (start, list_rv) = match continue_token {
+            Some(token) => {
+                let (key, rv) = decode_continue(token)?;
+                if rv < state.compacted {
+                    return Err(ApiError::gone(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    ));
+                }
+                (Some(key), rv)
+            }
+            None => (None, state.rv),
         };
         let mut matching = state
             .objects
@@ -425,10 +438,10 @@ impl Store {
             if limit.is_some_and(|l| l > 0 && items.len() >= l) {
                 // One more exists: there is a next page.
                 let remaining = 1 + matching.count();
-                let token = last.map(|k: &Key| encode_continue(k));
+                let token = last.map(|k: &Key| encode_continue(k, list_rv));
                 return Ok(ListPage {
                     items,
-                    resource_version: state.rv,
+                    resource_version: list_rv,
                     continue_token: token,
                     remaining: Some(remaining),
                 });
@@ -438,7 +451,7 @@ impl Store {
         }
         Ok(ListPage {
             items,
-            resource_version: state.rv,
+            resource_version: list_rv,
             continue_token: None,
             remaining: None,
         })
@@ -668,6 +681,7 @@ impl Store {
             meta.insert("generation".into(), json!(1));
         }
         if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, &mut object);
             schema::prune(schema, &mut object);
         }
         self.validate(rt, &object, &name)?;
@@ -821,8 +835,9 @@ impl Store {
             map.insert("apiVersion".into(), json!(rt.api_version()));
             map.insert("kind".into(), json!(rt.kind));
         }
+        // The client never sets generation: it is carried over and bumped here.
         let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
-        let spec_changed = spec_part(&old) != spec_part(&new);
+        let spec_changed = spec_part(rt, &old) != spec_part(rt, &new);
         let old_meta = old.get("metadata").cloned().unwrap_or_default();
         let meta = metadata_mut(&mut new);
         for field in [
@@ -839,15 +854,18 @@ impl Store {
             };
         }
         meta.remove("managedFields");
-        if let Some(generation) = generation {
-            meta.insert(
-                "generation".into(),
-                json!(if spec_changed {
-                    generation + 1
+        match generation {
+            Some(generation) => {
+                let next = if spec_changed {
+                    generation.saturating_add(1)
                 } else {
                     generation
-                }),
-            );
+                };
+                meta.insert("generation".into(), json!(next));
+            }
+            None => {
+                meta.remove("generation");
+            }
         }
         // A terminating object cannot gain finalizers.
         if old_meta.get("deletionTimestamp").is_some() {
@@ -879,11 +897,46 @@ impl Store {
             }
         }
         if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, &mut new);
             schema::prune(schema, &mut new);
         }
         self.validate(rt, &new, name)?;
-        if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" && !status {
-            self.prepare_special(rt, &mut new)?;
+        if is_crd_type(rt) && !status {
+            let old_scope = old.pointer("/spec/scope");
+            if old_scope.is_some() && old_scope != new.pointer("/spec/scope") {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    name,
+                    vec![(
+                        "spec.scope".into(),
+                        format!(
+                            "Invalid value: {}: field is immutable",
+                            new.pointer("/spec/scope").unwrap_or(&Value::Null)
+                        ),
+                    )],
+                ));
+            }
+            if old.pointer("/metadata/deletionTimestamp").is_none() {
+                self.prepare_special(rt, &mut new)?;
+                // storedVersions only grows: objects may still be stored in an older version.
+                let mut stored: Vec<Value> = old
+                    .pointer("/status/storedVersions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for v in new
+                    .pointer("/status/storedVersions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                {
+                    if !stored.contains(&v) {
+                        stored.push(v);
+                    }
+                }
+                new["status"]["storedVersions"] = json!(stored);
+            }
         }
         if *old == new {
             // Nothing changed: no new resourceVersion, no watch event (as kube-apiserver).
@@ -892,7 +945,11 @@ impl Store {
         if dry_run {
             return Ok(new);
         }
-        if new.pointer("/metadata/deletionTimestamp").is_some() && !has_finalizers(&new) {
+        let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
+        if new.pointer("/metadata/deletionTimestamp").is_some()
+            && !has_finalizers(&new)
+            && !is_namespace
+        {
             let stored = self.write(state, key.clone(), Write::Put(new))?;
             self.remove_locked(state, rt, &key)?;
             return Ok(Self::served(rt, &stored));
@@ -922,7 +979,20 @@ impl Store {
         let Some(current) = current else {
             drop(state);
             return match apply(None)? {
-                Some(created) if !status => self.create(rt, namespace, created, dry_run),
+                Some(mut created) if !status => {
+                    match meta_str(&created, "name") {
+                        Some(body_name) if body_name != name => {
+                            return Err(ApiError::bad_request(format!(
+                                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                            )));
+                        }
+                        Some(_) => {}
+                        None => {
+                            metadata_mut(&mut created).insert("name".into(), json!(name));
+                        }
+                    }
+                    self.create(rt, namespace, created, dry_run)
+                }
                 _ => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
             };
         };
@@ -1022,26 +1092,66 @@ impl Store {
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &key.name))?;
         let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
-        if has_finalizers(&current) || is_namespace {
-            let marked = if current.pointer("/metadata/deletionTimestamp").is_none() {
-                let mut marked = (*current).clone();
-                let meta = metadata_mut(&mut marked);
-                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-                if is_namespace {
-                    marked["status"] = json!({"phase": "Terminating"});
-                }
-                self.write(state, key.clone(), Write::Put(marked))?
-            } else {
-                current
-            };
-            if is_namespace {
-                self.finalize_namespace(state, &key.name)?;
-                return Ok(state.objects.get(key).cloned().unwrap_or(marked));
-            }
-            return Ok(marked);
+        let is_crd = is_crd_type(rt);
+        if !(has_finalizers(&current) || is_namespace || is_crd) {
+            return self.remove_locked(state, rt, key);
         }
-        self.remove_locked(state, rt, key)
+        // Held: a namespace until its contents are gone, a CRD until its custom resources are,
+        // anything else until its finalizers are removed.
+        let marked = if current.pointer("/metadata/deletionTimestamp").is_none() {
+            let mut marked = mark_deleting(&current);
+            if is_namespace {
+                marked["status"] = json!({"phase": "Terminating"});
+            }
+            if is_crd
+                && let Some(conditions) = marked
+                    .pointer_mut("/status/conditions")
+                    .and_then(Value::as_array_mut)
+            {
+                conditions.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now_rfc3339(),
+                    "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
+            }
+            self.write(state, key.clone(), Write::Put(marked))?
+        } else {
+            current
+        };
+        if is_namespace {
+            self.finalize_namespace(state, &key.name)?;
+        } else if is_crd {
+            self.finalize_crd(state, &key.name)?;
+        }
+        Ok(state.objects.get(key).cloned().unwrap_or(marked))
+    }
+
+    /// Delete a terminating CRD's custom resources (finalizers respected); remove the CRD and
+    /// stop serving its types once none are left.
+    fn finalize_crd(&self, state: &mut State, crd_name: &str) -> Result<(), ApiError> {
+        let crd_key = Key {
+            resource: CRD_RESOURCE.into(),
+            namespace: String::new(),
+            name: crd_name.to_owned(),
+        };
+        let Some(crd) = state.objects.get(&crd_key).cloned() else {
+            return Ok(());
+        };
+        let Some(resource) = crd_resource(&crd) else {
+            return Ok(());
+        };
+        let instances: Vec<Key> = state
+            .objects
+            .keys()
+            .filter(|k| k.resource == resource)
+            .cloned()
+            .collect();
+        for key in instances {
+            self.remove_or_mark(state, key)?;
+        }
+        self.collect_garbage(state)?;
+        if !state.objects.keys().any(|k| k.resource == resource) {
+            self.write(state, crd_key, Write::Remove)?;
+            self.registry.remove_crd(crd_name);
+        }
+        Ok(())
     }
 
     /// Remove an object for good, then run the consequences: CRD types go away with their
@@ -1053,27 +1163,23 @@ impl Store {
         key: &Key,
     ) -> Result<Arc<Value>, ApiError> {
         let removed = self.write(state, key.clone(), Write::Remove)?;
-        if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
-            let resource = removed
-                .pointer("/spec/group")
-                .and_then(Value::as_str)
-                .zip(
-                    removed
-                        .pointer("/spec/names/plural")
-                        .and_then(Value::as_str),
-                )
-                .map(|(g, p)| format!("{g}/{p}"));
+        if is_crd_type(rt) {
+            // Removed outright (not through finalize_crd): stop serving its types.
             self.registry.remove_crd(&key.name);
-            if let Some(resource) = resource {
-                let keys: Vec<Key> = state
-                    .objects
-                    .keys()
-                    .filter(|k| k.resource == resource)
-                    .cloned()
-                    .collect();
-                for k in keys {
-                    self.write(state, k, Write::Remove)?;
-                }
+        } else if rt.schema.is_some() {
+            // The last custom resource of a terminating CRD lets the CRD go.
+            let crd_name = format!("{}.{}", rt.plural, rt.group);
+            let crd_key = Key {
+                resource: CRD_RESOURCE.into(),
+                namespace: String::new(),
+                name: crd_name.clone(),
+            };
+            if state
+                .objects
+                .get(&crd_key)
+                .is_some_and(|c| c.pointer("/metadata/deletionTimestamp").is_some())
+            {
+                self.finalize_crd(state, &crd_name)?;
             }
         }
         self.collect_garbage(state)?;
@@ -1117,11 +1223,7 @@ impl Store {
         if !has_finalizers(&object) {
             self.write(state, key, Write::Remove)?;
         } else if object.pointer("/metadata/deletionTimestamp").is_none() {
-            let mut marked = (*object).clone();
-            let meta = metadata_mut(&mut marked);
-            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-            self.write(state, key, Write::Put(marked))?;
+            self.write(state, key, Write::Put(mark_deleting(&object)))?;
         }
         Ok(())
     }
@@ -1175,6 +1277,36 @@ impl Store {
     }
 }
 
+/// Storage key prefix of CRD objects.
+const CRD_RESOURCE: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+fn is_crd_type(rt: &ResourceType) -> bool {
+    rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition"
+}
+
+/// The storage key prefix (`group/plural`) of a CRD's custom resources.
+fn crd_resource(crd: &Value) -> Option<String> {
+    let group = crd.pointer("/spec/group").and_then(Value::as_str)?;
+    let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str)?;
+    Some(format!("{group}/{plural}"))
+}
+
+/// An object marked for deletion, as kube-apiserver's `markAsDeleting`: `deletionTimestamp`
+/// set, grace period 0, and `generation` bumped where the kind tracks it.
+fn mark_deleting(object: &Value) -> Value {
+    let mut marked = object.clone();
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let meta = metadata_mut(&mut marked);
+    meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    if let Some(generation) = generation.filter(|g| *g > 0) {
+        meta.insert("generation".into(), json!(generation.saturating_add(1)));
+    }
+    marked
+}
+
 fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
     object
         .pointer("/metadata/ownerReferences")
@@ -1184,17 +1316,21 @@ fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
         .filter_map(|r| r.get("uid").and_then(Value::as_str))
 }
 
-fn encode_continue(key: &Key) -> String {
+/// A continue token: the list's resourceVersion and the last key returned.
+fn encode_continue(key: &Key, rv: u64) -> String {
     use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.encode())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{rv}\0{}", key.encode()))
 }
 
-fn decode_continue(token: &str) -> Result<Key, ApiError> {
+fn decode_continue(token: &str) -> Result<(Key, u64), ApiError> {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|text| Key::decode(&text))
+        .and_then(|text| {
+            let (rv, key) = text.split_once('\0')?;
+            Some((Key::decode(key)?, rv.parse().ok()?))
+        })
         .ok_or_else(|| ApiError::bad_request(format!("invalid continue token {token:?}")))
 }
