@@ -17,4 +17,5 @@ pub mod guest;
 pub mod imports;
 pub mod local_cluster;
 pub mod manifest;
+pub mod queue;
 pub mod selector;

@@ -1,0 +1,526 @@
+//! [`WorkQueue`]: the per-guest workqueue of reconcile requests — dedup, one key at a time,
+//! rate-limited retries and delayed re-adds — with client-go's workqueue semantics.
+//!
+//! # Guarantees
+//!
+//! - **FIFO**: keys are handed out in the order they were (first) added.
+//! - **Dedup**: a key added many times before a worker takes it is handed out once.
+//! - **One at a time**: a key handed out is not handed out again until [`done`](WorkQueue::done)
+//!   is called for it, however many workers call [`get`](WorkQueue::get).
+//! - **Not lost while processing**: a key added while it is being processed is handed out once
+//!   more after [`done`](WorkQueue::done).
+//! - **Rate-limited retries**: [`add_rate_limited`](WorkQueue::add_rate_limited) delays a key by
+//!   the larger of its own exponential backoff (`base_delay · 2^failures`, capped at
+//!   `max_delay`) and the delay the queue-wide token bucket (`qps`, `burst`) imposes;
+//!   [`forget`](WorkQueue::forget) resets the key's backoff.
+//! - **Delayed adds**: [`add_after`](WorkQueue::add_after) adds a key once its delay has passed;
+//!   of several pending delays for one key the earliest wins.
+//! - **Shutdown**: after [`shutdown`](WorkQueue::shutdown) no new keys are accepted and
+//!   [`get`](WorkQueue::get) returns `None`; keys already handed out are finished by their
+//!   workers, and [`drained`](WorkQueue::drained) waits for that.
+//!
+//! Time is tokio's, so tests drive it with `tokio::time::pause`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Rate limiting of retries: per-key exponential backoff and an overall token bucket.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateLimit {
+    /// First retry delay of a failing key.
+    pub base_delay: Duration,
+    /// Cap of the per-key delay.
+    pub max_delay: Duration,
+    /// Rate-limited adds per second, overall.
+    pub qps: f64,
+    /// Token bucket size.
+    pub burst: u32,
+}
+
+impl Default for RateLimit {
+    /// client-go's defaults: 5 ms → 1000 s per key, 10 qps with a burst of 100 overall.
+    fn default() -> Self {
+        RateLimit {
+            base_delay: Duration::from_millis(5),
+            max_delay: Duration::from_secs(1000),
+            qps: 10.0,
+            burst: 100,
+        }
+    }
+}
+
+/// A token bucket that hands out reservations, like Go's `rate.Limiter.Reserve`: a reservation
+/// always succeeds and says how long to wait.
+#[derive(Debug)]
+struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    tokens: f64,
+    updated: Instant,
+}
+
+impl TokenBucket {
+    fn new(qps: f64, burst: u32, now: Instant) -> Self {
+        let burst = f64::from(burst.max(1));
+        TokenBucket {
+            qps: qps.max(f64::MIN_POSITIVE),
+            burst,
+            tokens: burst,
+            updated: now,
+        }
+    }
+
+    /// Take one token; the delay until it is really available.
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        self.updated = now;
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.qps)
+        }
+    }
+}
+
+struct State<K> {
+    queue: VecDeque<K>,
+    /// Keys waiting in `queue` or to be re-queued when their processing ends.
+    dirty: HashSet<K>,
+    processing: HashSet<K>,
+    /// Earliest time each delayed key is due.
+    waiting: HashMap<K, Instant>,
+    /// The same due times, ordered (stale entries are skipped).
+    due: BinaryHeap<Reverse<(Instant, u64, K)>>,
+    sequence: u64,
+    failures: HashMap<K, u32>,
+    bucket: TokenBucket,
+    shutting_down: bool,
+}
+
+/// A workqueue of keys. See the [module docs](self) for its guarantees.
+pub struct WorkQueue<K> {
+    state: Mutex<State<K>>,
+    rate_limit: RateLimit,
+    /// Wakes `get` callers: something was queued, something became due, or shutdown.
+    ready: Notify,
+    /// Wakes `drained` callers: processing finished.
+    idle: Notify,
+}
+
+impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
+    /// An empty queue with the given retry limits.
+    pub fn new(rate_limit: RateLimit) -> Self {
+        let bucket = TokenBucket::new(rate_limit.qps, rate_limit.burst, Instant::now());
+        WorkQueue {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                dirty: HashSet::new(),
+                processing: HashSet::new(),
+                waiting: HashMap::new(),
+                due: BinaryHeap::new(),
+                sequence: 0,
+                failures: HashMap::new(),
+                bucket,
+                shutting_down: false,
+            }),
+            rate_limit,
+            ready: Notify::new(),
+            idle: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<K>> {
+        // Every critical section leaves the state consistent before anything can panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(state: &mut State<K>, key: K) -> bool {
+        if state.shutting_down || !state.dirty.insert(key.clone()) {
+            return false;
+        }
+        if !state.processing.contains(&key) {
+            state.queue.push_back(key);
+            return true;
+        }
+        false
+    }
+
+    /// Add a key now.
+    pub fn add(&self, key: K) {
+        let queued = Self::insert(&mut self.lock(), key);
+        if queued {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Add a key once `delay` has passed.
+    pub fn add_after(&self, key: K, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let mut state = self.lock();
+        if state.shutting_down {
+            return;
+        }
+        let at = Instant::now() + delay;
+        if state
+            .waiting
+            .get(&key)
+            .is_some_and(|earlier| *earlier <= at)
+        {
+            return;
+        }
+        state.waiting.insert(key.clone(), at);
+        state.sequence += 1;
+        let sequence = state.sequence;
+        state.due.push(Reverse((at, sequence, key)));
+        drop(state);
+        // A sleeping `get` may need to wake earlier than it planned.
+        self.ready.notify_waiters();
+        self.ready.notify_one();
+    }
+
+    /// Add a key after its rate-limited delay (a failed or requeued reconcile).
+    pub fn add_rate_limited(&self, key: K) {
+        let delay = {
+            let mut state = self.lock();
+            let failures = state.failures.entry(key.clone()).or_insert(0);
+            let exponent = (*failures).min(63);
+            *failures = failures.saturating_add(1);
+            let backoff = self
+                .rate_limit
+                .base_delay
+                .checked_mul(1u32.checked_shl(exponent).unwrap_or(u32::MAX))
+                .unwrap_or(self.rate_limit.max_delay)
+                .min(self.rate_limit.max_delay);
+            let bucket = state.bucket.reserve(Instant::now());
+            backoff.max(bucket)
+        };
+        self.add_after(key, delay);
+    }
+
+    /// Reset a key's backoff (its reconcile succeeded).
+    pub fn forget(&self, key: &K) {
+        self.lock().failures.remove(key);
+    }
+
+    /// How many rate-limited adds the key has had since it was last forgotten.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.lock().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Keys ready to be handed out.
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Whether no key is ready.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keys handed out and not yet done.
+    pub fn processing(&self) -> usize {
+        self.lock().processing.len()
+    }
+
+    /// Move due delayed keys into the queue; the next due time, if any.
+    fn promote_due(state: &mut State<K>, now: Instant) -> Option<Instant> {
+        while let Some(Reverse((at, _, key))) = state.due.peek().cloned() {
+            if state.waiting.get(&key) != Some(&at) {
+                state.due.pop(); // superseded by an earlier time, or already promoted
+                continue;
+            }
+            if at > now {
+                return Some(at);
+            }
+            state.due.pop();
+            state.waiting.remove(&key);
+            Self::insert(state, key);
+        }
+        None
+    }
+
+    /// Wait for the next key; `None` once the queue is shut down.
+    pub async fn get(&self) -> Option<K> {
+        loop {
+            let notified = self.ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next_due = {
+                let mut state = self.lock();
+                if state.shutting_down {
+                    return None;
+                }
+                let next_due = Self::promote_due(&mut state, Instant::now());
+                if let Some(key) = state.queue.pop_front() {
+                    state.dirty.remove(&key);
+                    state.processing.insert(key.clone());
+                    if !state.queue.is_empty() {
+                        // Let another worker take the next one.
+                        self.ready.notify_one();
+                    }
+                    return Some(key);
+                }
+                next_due
+            };
+            match next_due {
+                Some(at) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Mark a key handed out by [`get`](Self::get) as processed; re-queue it if it was added
+    /// meanwhile.
+    pub fn done(&self, key: &K) {
+        let mut state = self.lock();
+        state.processing.remove(key);
+        let requeue = state.dirty.contains(key) && !state.shutting_down;
+        if requeue {
+            state.queue.push_back(key.clone());
+        }
+        let idle = state.processing.is_empty();
+        drop(state);
+        if requeue {
+            self.ready.notify_one();
+        }
+        if idle {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Stop: no new keys, `get` returns `None`. Keys being processed are finished by their workers.
+    pub fn shutdown(&self) {
+        let mut state = self.lock();
+        state.shutting_down = true;
+        state.queue.clear();
+        state.dirty.clear();
+        state.waiting.clear();
+        state.due.clear();
+        drop(state);
+        self.ready.notify_waiters();
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
+    }
+
+    /// Wait until no key is being processed.
+    pub async fn drained(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.lock().processing.is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn queue() -> WorkQueue<&'static str> {
+        WorkQueue::new(RateLimit::default())
+    }
+
+    async fn get_now(q: &WorkQueue<&'static str>) -> Option<&'static str> {
+        tokio::time::timeout(Duration::from_millis(1), q.get())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_should_be_fifo_and_dedup_pending_keys() {
+        let q = queue();
+        for key in ["a", "b", "a", "c", "b", "a"] {
+            q.add(key);
+        }
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(q.get().await, Some("b"));
+        assert_eq!(q.get().await, Some("c"));
+        assert_eq!(get_now(&q).await, None, "each key once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_should_never_be_processed_twice_at_once_and_not_be_lost() {
+        let q = queue();
+        q.add("a");
+        assert_eq!(q.get().await, Some("a"));
+        q.add("a");
+        q.add("a");
+        assert_eq!(get_now(&q).await, None, "a is being processed");
+        q.done(&"a");
+        assert_eq!(
+            q.get().await,
+            Some("a"),
+            "added while processing: once more after done"
+        );
+        q.done(&"a");
+        assert_eq!(get_now(&q).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limited_adds_should_back_off_exponentially_and_forget_should_reset() {
+        let q = queue();
+        for expected_ms in [5u64, 10, 20, 40] {
+            let started = Instant::now();
+            q.add_rate_limited("a");
+            assert_eq!(q.get().await, Some("a"));
+            assert_eq!(started.elapsed(), Duration::from_millis(expected_ms));
+            q.done(&"a");
+        }
+        assert_eq!(q.num_requeues(&"a"), 4);
+        q.forget(&"a");
+        assert_eq!(q.num_requeues(&"a"), 0);
+        let started = Instant::now();
+        q.add_rate_limited("a");
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(started.elapsed(), Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_should_be_capped_at_max_delay() {
+        let q = WorkQueue::new(RateLimit {
+            max_delay: Duration::from_secs(1),
+            ..RateLimit::default()
+        });
+        for _ in 0..40 {
+            q.add_rate_limited("a");
+            q.get().await;
+            q.done(&"a");
+        }
+        let started = Instant::now();
+        q.add_rate_limited("a");
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_token_bucket_should_limit_overall_rate() {
+        let q = WorkQueue::new(RateLimit {
+            base_delay: Duration::from_millis(1),
+            qps: 2.0,
+            burst: 3,
+            ..RateLimit::default()
+        });
+        let started = Instant::now();
+        for key in ["a", "b", "c", "d", "e"] {
+            q.add_rate_limited(key);
+        }
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            q.get().await.expect("key");
+            times.push(started.elapsed());
+        }
+        // Three within the burst (after their 1 ms backoff), then one every 500 ms.
+        assert_eq!(
+            times,
+            [1, 1, 1, 500, 1000].map(Duration::from_millis).to_vec()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn add_after_should_wait_and_keep_the_earliest_time() {
+        let q = queue();
+        let started = Instant::now();
+        q.add_after("a", Duration::from_secs(10));
+        q.add_after("a", Duration::from_secs(3));
+        q.add_after("a", Duration::from_secs(5));
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        q.done(&"a");
+        assert_eq!(get_now(&q).await, None, "the later delays were superseded");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_worker_should_wake_for_a_delayed_key() {
+        let q = Arc::new(queue());
+        let worker = tokio::spawn({
+            let q = q.clone();
+            async move { (q.get().await, Instant::now()) }
+        });
+        tokio::task::yield_now().await;
+        let started = Instant::now();
+        q.add_after("a", Duration::from_millis(250));
+        let (key, at) = worker.await.expect("worker");
+        assert_eq!(key, Some("a"));
+        assert_eq!(at - started, Duration::from_millis(250));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_should_stop_handing_out_keys_and_let_in_flight_ones_finish() {
+        let q = Arc::new(queue());
+        q.add("a");
+        q.add("b");
+        assert_eq!(q.get().await, Some("a"));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await }
+        });
+        q.shutdown();
+        q.add("c");
+        assert_eq!(q.get().await, None);
+        let drained = tokio::spawn({
+            let q = q.clone();
+            async move { q.drained().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!drained.is_finished(), "a is still being processed");
+        q.done(&"a");
+        drained.await.expect("drained");
+        // `b` was still queued at shutdown: it is not handed out.
+        assert_eq!(waiter.await.expect("waiter"), None);
+        assert!(q.is_shutting_down());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_workers_should_each_get_distinct_keys() {
+        let q = Arc::new(WorkQueue::<u32>::new(RateLimit::default()));
+        for key in 0..100 {
+            q.add(key);
+        }
+        let mut workers = Vec::new();
+        for _ in 0..4 {
+            let q = q.clone();
+            workers.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Ok(Some(key)) =
+                    tokio::time::timeout(Duration::from_millis(10), q.get()).await
+                {
+                    got.push(key);
+                    q.done(&key);
+                }
+                got
+            }));
+        }
+        let mut all = Vec::new();
+        for w in workers {
+            all.extend(w.await.expect("worker"));
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+    }
+}
