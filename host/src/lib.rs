@@ -11,6 +11,7 @@
 #[allow(missing_docs)]
 pub mod bindings;
 pub mod cluster;
+pub mod controller;
 pub mod demo;
 pub mod engine;
 pub mod guest;
