@@ -238,8 +238,6 @@ async fn status_subresource_and_generation_should_behave_as_the_api_server() {
         .await
         .expect("scale");
     assert_eq!(scaled.metadata.generation, Some(2));
-    let cms: Api<ConfigMap> = Api::namespaced(deployments.clone().into_client(), "default");
-    let _ = cms;
 }
 
 #[tokio::test]
