@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
-use crate::local_cluster::patch::{PatchKind, apply_patch};
+use crate::local_cluster::patch::{PatchKind, patched};
 use crate::local_cluster::store::DeleteOptions;
 use crate::local_cluster::{Registry, ResourceType, Store, ensure_namespaces};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -168,22 +168,11 @@ impl ClusterAccess for MemoryCluster {
             PatchType::Apply => PatchKind::Apply,
         };
         let builtin = rt.schema.is_none();
-        let patched = self.store.patch(
-            &rt,
-            namespace,
-            name,
-            status,
-            false,
-            |current| match current {
-                Some(current) => {
-                    let mut patched = current.clone();
-                    apply_patch(kind, &mut patched, &body, builtin)?;
-                    Ok(Some(patched))
-                }
-                None if kind == PatchKind::Apply => Ok(Some(body.clone())),
-                None => Ok(None),
-            },
-        )?;
+        let patched = self
+            .store
+            .patch(&rt, namespace, name, status, false, |current| {
+                patched(kind, &body, builtin, current)
+            })?;
         Ok(patched)
     }
 

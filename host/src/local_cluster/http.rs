@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::error::ApiError;
-use super::patch::{PatchKind, apply_patch};
+use super::patch::{PatchKind, patched};
 use super::resources::ResourceType;
 use super::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -541,26 +541,15 @@ fn patch(
         .store
         .get(&target.rt, target.namespace.as_deref(), name)
         .is_ok();
-    let patched = server.store.patch(
+    let stored = server.store.patch(
         &target.rt,
         target.namespace.as_deref(),
         name,
         target.status,
         params.dry_run(),
-        |current| {
-            match current {
-                Some(current) => {
-                    let mut patched = current.clone();
-                    apply_patch(kind, &mut patched, &patch, builtin)?;
-                    Ok(Some(patched))
-                }
-                // Server-side apply creates what does not exist; other patches need an object.
-                None if kind == PatchKind::Apply => Ok(Some(patch.clone())),
-                None => Ok(None),
-            }
-        },
+        |current| patched(kind, &patch, builtin, current),
     )?;
-    Ok(respond(if existed { 200 } else { 201 }, &patched))
+    Ok(respond(if existed { 200 } else { 201 }, &stored))
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {

@@ -89,6 +89,25 @@ pub fn apply_patch(
     Ok(())
 }
 
+/// What a patch request stores: the current object with `body` applied or, when the object does
+/// not exist, `body` itself for server-side apply (which creates) and nothing for other patches.
+pub fn patched(
+    kind: PatchKind,
+    body: &Value,
+    builtin: bool,
+    current: Option<&Value>,
+) -> Result<Option<Value>, ApiError> {
+    match current {
+        Some(current) => {
+            let mut patched = current.clone();
+            apply_patch(kind, &mut patched, body, builtin)?;
+            Ok(Some(patched))
+        }
+        None if kind == PatchKind::Apply => Ok(Some(body.clone())),
+        None => Ok(None),
+    }
+}
+
 fn require_object(body: &Value) -> Result<(), ApiError> {
     if body.is_object() {
         Ok(())
