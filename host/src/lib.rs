@@ -10,13 +10,15 @@
 
 #[allow(missing_docs)]
 pub mod bindings;
+pub mod cache;
 pub mod cluster;
 pub mod controller;
-pub mod demo;
+pub mod dev;
 pub mod engine;
 pub mod guest;
 pub mod imports;
 pub mod local_cluster;
+pub mod manager;
 pub mod manifest;
 pub mod queue;
 pub mod selector;

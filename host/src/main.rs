@@ -1,4 +1,4 @@
-//! The `krec` command line: `krec check` and `krec dev`.
+//! The `krec` command line: `krec check`, `krec cluster`, `krec dev` and `krec run`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,38 +41,88 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-    /// Run the guests against an in-memory set of sample objects and print what each did.
+    /// Start the embedded API server, apply example objects and reconcile them with the guests.
     ///
-    /// This is the in-memory preview: the embedded API server and live watches come next.
+    /// Writes a kubeconfig so kubectl can watch the guests work, and logs every reconcile until
+    /// Ctrl-C.
     Dev {
         /// Directory of guest manifests.
         #[arg(long, default_value = "sample-guests")]
         manifests: PathBuf,
+        /// Directory of CRDs and objects to apply (YAML, recursively); default: --manifests.
+        #[arg(long)]
+        apply: Option<PathBuf>,
+        /// Address of the embedded API server; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: std::net::SocketAddr,
+        /// Where to write the kubeconfig.
+        #[arg(long, default_value = "krec-kubeconfig.yaml")]
+        kubeconfig_out: PathBuf,
+    },
+    /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
+    Run {
+        /// Directory of guest manifests.
+        #[arg(long)]
+        manifests: PathBuf,
+        /// Kubeconfig to use (default: KUBECONFIG, ~/.kube/config, or the in-cluster config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
     },
 }
 
-fn init_logging() {
+/// Logs to stderr; `RUST_LOG` overrides `default` (e.g. `RUST_LOG=debug`).
+fn init_logging(default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
 }
 
+/// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
+const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::client=debug";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match cli.command {
-        Command::Check { paths } => check(&paths),
-        Command::Dev { manifests } => {
-            block_on("dev", krec::demo::run(&manifests, &mut std::io::stdout()))
+        Command::Check { paths } => {
+            init_logging("info");
+            check(&paths)
+        }
+        Command::Dev {
+            manifests,
+            apply,
+            addr,
+            kubeconfig_out,
+        } => {
+            init_logging(LIVE_LOG);
+            let options = krec::dev::DevOptions {
+                manifests,
+                apply,
+                addr,
+                kubeconfig_out,
+            };
+            block_on("dev", krec::dev::dev(options, shutdown_signal()))
+        }
+        Command::Run {
+            manifests,
+            kubeconfig,
+        } => {
+            init_logging(LIVE_LOG);
+            block_on(
+                "run",
+                krec::dev::run(&manifests, kubeconfig.as_deref(), shutdown_signal()),
+            )
         }
         Command::Cluster {
             addr,
             kubeconfig_out,
             data_dir,
-        } => block_on("cluster", cluster(addr, kubeconfig_out, data_dir)),
+        } => {
+            init_logging("info");
+            block_on("cluster", cluster(addr, kubeconfig_out, data_dir))
+        }
     }
 }
 

@@ -129,3 +129,91 @@ pub fn deployment_gvk() -> Gvk {
 pub fn foo_gvk() -> Gvk {
     Gvk::new("samplecontroller.k8s.io", "v1alpha1", "Foo")
 }
+
+/// The host running live against the embedded API server over HTTPS, as `krec dev` does.
+pub struct Live {
+    /// The embedded API server.
+    pub cluster: krec::local_cluster::LocalCluster,
+    /// A kube client for it (the test's own, not the host's).
+    pub client: kube::Client,
+    /// The host's API client.
+    pub api: Arc<krec::cluster::api::ApiClient>,
+    /// The running guests.
+    pub manager: krec::manager::Manager,
+}
+
+impl Live {
+    /// Start the embedded API server, apply `objects` (CRDs first), then start `manifests`.
+    pub async fn start(manifests: Vec<Manifest>, objects: Vec<Value>) -> Self {
+        // `RUST_LOG=krec=debug cargo test` shows what the host did.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+        let cluster = krec::local_cluster::LocalCluster::start(Default::default())
+            .await
+            .expect("embedded API server starts");
+        let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+            .await
+            .expect("client");
+        let api = krec::cluster::api::ApiClient::new(client.clone());
+        let problems = krec::dev::apply_objects(&api, objects).await;
+        assert!(problems.is_empty(), "applying objects: {problems:?}");
+        let manager = krec::manager::Manager::start(api.clone(), manifests)
+            .await
+            .expect("manager starts");
+        assert!(
+            manager.skipped().is_empty(),
+            "guests not started: {:?}",
+            manager.skipped()
+        );
+        Live {
+            cluster,
+            client,
+            api,
+            manager,
+        }
+    }
+
+    /// The running guest `name`.
+    pub fn controller(&self, name: &str) -> &Arc<krec::controller::Controller> {
+        self.manager
+            .controller(name)
+            .unwrap_or_else(|| panic!("guest {name} is not running"))
+    }
+
+    /// Read an object straight from the API server.
+    pub async fn get(&self, gvk: &Gvk, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.api.get(gvk, namespace, name).await.ok()
+    }
+
+    /// Wait (at most [`EVENTUALLY`]) until `check` returns `Some`, polling the API server;
+    /// panics with `what` otherwise.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = std::time::Instant::now() + EVENTUALLY;
+        loop {
+            if let Some(found) = check().await {
+                return found;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after {EVENTUALLY:?} waiting for {what}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// How long [`Live::eventually`] waits for the host to converge: generous, as CI machines are
+/// slow; a passing run takes milliseconds.
+pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The sample CRDs and example objects under `sample-guests/<guest_dir>`.
+pub fn sample_objects(guest_dir: &str) -> Vec<Value> {
+    krec::local_cluster::read_objects(&repo_root().join("sample-guests").join(guest_dir))
+        .unwrap_or_else(|e| panic!("{e}"))
+}

@@ -5,6 +5,8 @@
 //! for tests and the demo); the cache-backed client over the Kubernetes API server plugs in the
 //! same way, without touching the guest plumbing.
 
+pub mod api;
+pub mod live;
 mod memory;
 
 use std::fmt;

@@ -362,8 +362,11 @@ impl GuestWorker {
         self.instance.is_some()
     }
 
-    async fn instantiate(&self) -> wasmtime::Result<Instance> {
-        let manifest = &self.module.manifest;
+    async fn instantiate(
+        module: &GuestModule,
+        cluster: &Arc<dyn ClusterAccess>,
+    ) -> wasmtime::Result<Instance> {
+        let manifest = &module.manifest;
         let name = manifest.name.as_str();
         let wasi = WasiCtxBuilder::new()
             .stdout(GuestOutput::new(name, "stdout"))
@@ -373,14 +376,14 @@ impl GuestWorker {
             GuestLimiter::new(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX));
         let state = HostState {
             manifest: manifest.clone(),
-            cluster: self.cluster.clone(),
+            cluster: cluster.clone(),
             request: String::new(),
             deadline: deadline_after(manifest.spec.limits.timeout),
             limits,
             wasi,
             table: ResourceTable::new(),
         };
-        let engine = self.module.pre.engine();
+        let engine = module.pre.engine();
         let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.limits);
         let timeout = manifest.spec.limits.timeout;
@@ -392,7 +395,7 @@ impl GuestWorker {
             }
         });
         store.set_epoch_deadline(1);
-        let bindings = self.module.pre.instantiate_async(&mut store).await?;
+        let bindings = module.pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, bindings })
     }
 
@@ -422,10 +425,15 @@ impl GuestWorker {
         // Epoch interruption stops guest code at its deadline; the outer timeout also bounds time
         // spent blocked in host calls (a guest sleeping through WASI, a hung API server).
         let outer = timeout.saturating_add(HOST_CALL_GRACE);
-        let run = async {
-            let mut instance = match self.instance.take() {
+        // The future owns what it uses (a `&self` held across awaits would need the store to be
+        // `Sync`, which WASI's context is not).
+        let kept = self.instance.take();
+        let (module, cluster) = (self.module.clone(), self.cluster.clone());
+        let request_text = request.clone();
+        let run = async move {
+            let mut instance = match kept {
                 Some(instance) => instance,
-                None => self.instantiate().await.map_err(|err| {
+                None => Self::instantiate(&module, &cluster).await.map_err(|err| {
                     let cause = match classify(&err) {
                         TrapCause::Other => TrapCause::Instantiate,
                         cause => cause,
@@ -434,7 +442,7 @@ impl GuestWorker {
                 })?,
             };
             let state = instance.store.data_mut();
-            state.request.clone_from(&request);
+            state.request = request_text;
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
             let wit_request = WitRequest {

@@ -178,6 +178,8 @@ pub struct Store {
     state: Mutex<State>,
     feed: broadcast::Sender<Arc<Change>>,
     history_limit: usize,
+    /// Watches started per resource (`group/plural`), for tests and diagnostics.
+    watches_started: Mutex<BTreeMap<String, u64>>,
 }
 
 /// What `write` should do with an object.
@@ -265,6 +267,7 @@ impl Store {
             }),
             feed,
             history_limit: history_limit.max(1),
+            watches_started: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -289,6 +292,18 @@ impl Store {
             }
         }
         Ok(store)
+    }
+
+    /// How many watches of `group`'s `plural` resource were started (`""` is the core group):
+    /// how a test sees that clients share one watch per kind.
+    pub fn watches_started(&self, group: &str, plural: &str) -> u64 {
+        let key = format!("{group}/{plural}");
+        self.watches_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Refuse further writes and release the database, so the data directory can be reopened
@@ -459,8 +474,14 @@ impl Store {
 
     /// Start a watch of `rt`'s objects (filtering by namespace and selectors is the caller's).
     pub fn watch(&self, rt: &ResourceType, from: WatchFrom) -> Result<WatchStart, ApiError> {
-        let state = self.lock();
         let resource = rt.storage_key();
+        *self
+            .watches_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(resource.clone())
+            .or_insert(0) += 1;
+        let state = self.lock();
         let backlog = match from {
             WatchFrom::Now => state
                 .objects

@@ -1,0 +1,520 @@
+//! The shared informer cache: one kube [`watcher`] and reflector store per (kind, namespace
+//! scope), shared by every guest that needs that kind.
+//!
+//! An [`Informer`] keeps the store, indexes by namespace and by controller owner UID, and passes
+//! each change to its subscribers ([`EventSink`]s, the guests' controllers) as a create, update
+//! or delete with the previous state, the way client-go's shared informers feed event handlers.
+//! A watch that breaks is resumed by the watcher; when it has to relist, the new list is compared
+//! with the old store and the differences are delivered as events, so no change is lost.
+//!
+//! # Guarantees
+//!
+//! - Two guests watching one kind in one scope share one watch: [`Cache::informer`] returns
+//!   the running informer.
+//! - A subscriber added after the informer synced first gets every cached object as a create
+//!   (like `AddEventHandler` on a running informer).
+//! - Reads see the store after every event delivered so far; writes never go through the cache.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::core::DynamicObject;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::watcher::{self, watcher};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::cluster::api::{ApiClient, Resolved};
+use crate::cluster::{AccessError, Gvk};
+use crate::controller::handlers::Event;
+use crate::manifest::EventKind;
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// Longest a read waits for a lazily started informer to sync before giving up.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Receives an informer's changes. Called on the informer's task: keep it quick (enqueue).
+pub trait EventSink: Send + Sync {
+    /// An object of kind `gvk` changed.
+    fn on_event(&self, gvk: &Gvk, event: &Event<'_>);
+}
+
+/// Key of an object in one informer: namespace (none for cluster-scoped) and name.
+type ObjectKey = (Option<String>, String);
+
+#[derive(Default)]
+struct Indexes {
+    by_namespace: HashMap<String, BTreeSet<String>>,
+    by_owner: HashMap<String, BTreeSet<ObjectKey>>,
+}
+
+fn controller_uid(object: &DynamicObject) -> Option<&str> {
+    object
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+fn key_of(object: &DynamicObject) -> ObjectKey {
+    (
+        object.metadata.namespace.clone(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Indexes {
+    fn insert(&mut self, object: &DynamicObject) {
+        let key = key_of(object);
+        if let Some(ns) = &key.0 {
+            self.by_namespace
+                .entry(ns.clone())
+                .or_default()
+                .insert(key.1.clone());
+        }
+        if let Some(uid) = controller_uid(object) {
+            self.by_owner.entry(uid.to_owned()).or_default().insert(key);
+        }
+    }
+
+    fn remove(&mut self, object: &DynamicObject) {
+        let key = key_of(object);
+        if let Some(ns) = &key.0
+            && let Some(names) = self.by_namespace.get_mut(ns)
+        {
+            names.remove(&key.1);
+            if names.is_empty() {
+                self.by_namespace.remove(ns);
+            }
+        }
+        if let Some(uid) = controller_uid(object)
+            && let Some(keys) = self.by_owner.get_mut(uid)
+        {
+            keys.remove(&key);
+            if keys.is_empty() {
+                self.by_owner.remove(uid);
+            }
+        }
+    }
+}
+
+/// One watch of one kind in one scope, its store, indexes and subscribers.
+pub struct Informer {
+    gvk: Gvk,
+    namespace: Option<String>,
+    resolved: Resolved,
+    reader: Store<DynamicObject>,
+    indexes: RwLock<Indexes>,
+    sinks: RwLock<Vec<Arc<dyn EventSink>>>,
+    synced: tokio::sync::watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Informer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer")
+            .field("gvk", &self.gvk)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An object from the store as JSON, with `apiVersion` and `kind` (list items from the API
+/// server lack them).
+fn to_value(gvk: &Gvk, object: &DynamicObject) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or_else(|_| json!({}));
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), json!(gvk.api_version()));
+        map.insert("kind".into(), json!(gvk.kind));
+    }
+    value
+}
+
+impl Informer {
+    /// The kind watched.
+    pub fn gvk(&self) -> &Gvk {
+        &self.gvk
+    }
+
+    /// The namespace watched; `None` for all namespaces (or a cluster-scoped kind).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// Whether the initial list has been stored.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Wait until the initial list has been stored, at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// `unavailable` when the informer has not synced in time (the API server is unreachable,
+    /// or the guest lacks list/watch permission in a real cluster).
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), AccessError> {
+        let mut synced = self.synced.subscribe();
+        match tokio::time::timeout(timeout, synced.wait_for(|s| *s)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(AccessError::Unavailable(format!(
+                "the cache of {} has not synced within {timeout:?}",
+                self.describe()
+            ))),
+        }
+    }
+
+    /// `v1 Pod in default` / `v1 Pod in all namespaces`.
+    pub fn describe(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} in {ns}", self.gvk),
+            None if self.resolved.namespaced => format!("{} in all namespaces", self.gvk),
+            None => self.gvk.to_string(),
+        }
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.reader.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.reader.is_empty()
+    }
+
+    fn object_ref(&self, namespace: Option<&str>, name: &str) -> ObjectRef<DynamicObject> {
+        let r = ObjectRef::new_with(name, self.resolved.resource.clone());
+        match namespace.filter(|_| self.resolved.namespaced) {
+            Some(ns) => r.within(ns),
+            None => r,
+        }
+    }
+
+    /// One object from the store.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.reader
+            .get(&self.object_ref(namespace, name))
+            .map(|o| to_value(&self.gvk, &o))
+    }
+
+    /// Objects in `namespace` (all when `None`) matching the selectors, sorted by namespace
+    /// and name. A namespace is looked up in the namespace index.
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        labels: Option<&LabelSelector>,
+        fields: Option<&FieldSelector>,
+    ) -> Vec<Value> {
+        let objects: Vec<Arc<DynamicObject>> = match namespace.filter(|_| self.resolved.namespaced)
+        {
+            Some(ns) => {
+                let indexes = self.indexes.read().unwrap_or_else(|e| e.into_inner());
+                indexes
+                    .by_namespace
+                    .get(ns)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|name| self.reader.get(&self.object_ref(Some(ns), name)))
+                    .collect()
+            }
+            None => self.reader.state(),
+        };
+        let mut out: Vec<(ObjectKey, Value)> = objects
+            .iter()
+            .filter(|o| {
+                labels.is_none_or(|s| s.matches(&o.metadata.labels.clone().unwrap_or_default()))
+            })
+            .map(|o| (key_of(o), to_value(&self.gvk, o)))
+            .filter(|(_, v)| fields.is_none_or(|s| s.matches_object(v)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Objects whose controller owner reference has `uid`, from the owner index.
+    pub fn controlled_by(&self, uid: &str) -> Vec<Value> {
+        let indexes = self.indexes.read().unwrap_or_else(|e| e.into_inner());
+        indexes
+            .by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(ns, name)| self.reader.get(&self.object_ref(ns.as_deref(), name)))
+            .map(|o| to_value(&self.gvk, &o))
+            .collect()
+    }
+
+    /// Add a subscriber; if the informer has synced, it first gets every cached object as a
+    /// create.
+    pub fn subscribe(&self, sink: Arc<dyn EventSink>) {
+        let mut sinks = self.sinks.write().unwrap_or_else(|e| e.into_inner());
+        if self.is_synced() {
+            for object in self.reader.state() {
+                let value = to_value(&self.gvk, &object);
+                sink.on_event(
+                    &self.gvk,
+                    &Event {
+                        kind: EventKind::Create,
+                        object: &value,
+                        old: None,
+                    },
+                );
+            }
+        }
+        sinks.push(sink);
+    }
+
+    /// Remove a subscriber (compared by identity).
+    pub fn unsubscribe(&self, sink: &Arc<dyn EventSink>) {
+        self.sinks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|s| !Arc::ptr_eq(s, sink));
+    }
+
+    /// Number of subscribers.
+    pub fn subscribers(&self) -> usize {
+        self.sinks.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn dispatch(&self, kind: EventKind, object: &DynamicObject, old: Option<&DynamicObject>) {
+        let sinks = self.sinks.read().unwrap_or_else(|e| e.into_inner());
+        if sinks.is_empty() {
+            return;
+        }
+        let value = to_value(&self.gvk, object);
+        let old = old.map(|o| to_value(&self.gvk, o));
+        let event = Event {
+            kind,
+            object: &value,
+            old: old.as_ref(),
+        };
+        for sink in sinks.iter() {
+            sink.on_event(&self.gvk, &event);
+        }
+    }
+
+    /// Apply one watcher event to the store and indexes and tell the subscribers.
+    fn apply(&self, writer: &mut Writer<DynamicObject>, event: watcher::Event<DynamicObject>) {
+        match &event {
+            watcher::Event::Apply(object) => {
+                let old = self.reader.get(&ObjectRef::from_obj_with(
+                    object,
+                    self.resolved.resource.clone(),
+                ));
+                writer.apply_watcher_event(&event);
+                {
+                    let mut indexes = self.indexes.write().unwrap_or_else(|e| e.into_inner());
+                    if let Some(old) = &old {
+                        indexes.remove(old);
+                    }
+                    indexes.insert(object);
+                }
+                match old {
+                    // A relisted object that did not change is no event.
+                    Some(old)
+                        if old.metadata.resource_version == object.metadata.resource_version => {}
+                    Some(old) => self.dispatch(EventKind::Update, object, Some(&old)),
+                    None => self.dispatch(EventKind::Create, object, None),
+                }
+            }
+            watcher::Event::Delete(object) => {
+                writer.apply_watcher_event(&event);
+                self.indexes
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(object);
+                self.dispatch(EventKind::Delete, object, None);
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {
+                writer.apply_watcher_event(&event);
+            }
+            watcher::Event::InitDone => {
+                // A (re)list: the new list replaces the store at once; what changed since the
+                // old store is delivered as events.
+                let before: HashMap<ObjectKey, Arc<DynamicObject>> = self
+                    .reader
+                    .state()
+                    .into_iter()
+                    .map(|o| (key_of(&o), o))
+                    .collect();
+                writer.apply_watcher_event(&event);
+                let after = self.reader.state();
+                let mut indexes = Indexes::default();
+                for object in &after {
+                    indexes.insert(object);
+                }
+                *self.indexes.write().unwrap_or_else(|e| e.into_inner()) = indexes;
+                let mut before = before;
+                for object in &after {
+                    match before.remove(&key_of(object)) {
+                        None => self.dispatch(EventKind::Create, object, None),
+                        Some(old)
+                            if old.metadata.resource_version
+                                != object.metadata.resource_version =>
+                        {
+                            self.dispatch(EventKind::Update, object, Some(&old));
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for gone in before.values() {
+                    self.dispatch(EventKind::Delete, gone, None);
+                }
+                self.synced.send_replace(true);
+            }
+        }
+    }
+}
+
+/// The informers of one host, keyed by kind and namespace scope.
+pub struct Cache {
+    api: Arc<ApiClient>,
+    informers: Mutex<HashMap<(Gvk, Option<String>), Arc<Informer>>>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+/// What one informer holds, for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InformerInfo {
+    /// The kind.
+    pub gvk: Gvk,
+    /// The namespace scope; `None` is all namespaces.
+    pub namespace: Option<String>,
+    /// Cached objects.
+    pub objects: usize,
+    /// Whether the initial list is in.
+    pub synced: bool,
+    /// Subscribed controllers.
+    pub subscribers: usize,
+}
+
+impl Cache {
+    /// An empty cache reading through `api`.
+    pub fn new(api: Arc<ApiClient>) -> Arc<Self> {
+        Arc::new(Cache {
+            api,
+            informers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The API client the informers watch through.
+    pub fn api(&self) -> &Arc<ApiClient> {
+        &self.api
+    }
+
+    /// The informer of `gvk` in `namespace` (`None`: all namespaces), started if none runs yet.
+    /// A cluster-scoped kind is always watched cluster-wide.
+    ///
+    /// # Errors
+    ///
+    /// `not-found` when the server does not serve the kind; other discovery failures.
+    pub async fn informer(
+        self: &Arc<Self>,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<Arc<Informer>, AccessError> {
+        let resolved = self.api.resolve(gvk).await?;
+        let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
+        let key = (gvk.clone(), namespace.clone());
+        let mut informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = informers.get(&key) {
+            return Ok(found.clone());
+        }
+        let writer = Writer::new(resolved.resource.clone());
+        let reader = writer.as_reader();
+        let informer = Arc::new(Informer {
+            gvk: gvk.clone(),
+            namespace,
+            resolved,
+            reader,
+            indexes: RwLock::new(Indexes::default()),
+            sinks: RwLock::new(Vec::new()),
+            synced: tokio::sync::watch::channel(false).0,
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(run(self.api.clone(), informer.clone(), writer));
+        *informer.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        tracing::debug!("watching {}", informer.describe());
+        informers.insert(key, informer.clone());
+        Ok(informer)
+    }
+
+    /// An informer already running for `gvk` in exactly this scope.
+    pub fn running(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Arc<Informer>> {
+        self.informers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(gvk.clone(), namespace.map(str::to_owned)))
+            .cloned()
+    }
+
+    /// Every informer: kind, scope, size and sync state, sorted.
+    pub fn inspect(&self) -> Vec<InformerInfo> {
+        let informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<InformerInfo> = informers
+            .values()
+            .map(|i| InformerInfo {
+                gvk: i.gvk.clone(),
+                namespace: i.namespace.clone(),
+                objects: i.len(),
+                synced: i.is_synced(),
+                subscribers: i.subscribers(),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.gvk, &a.namespace).cmp(&(&b.gvk, &b.namespace)));
+        out
+    }
+
+    /// Stop every watch.
+    pub fn stop(&self) {
+        let informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
+        for informer in informers.values() {
+            if let Some(task) = informer
+                .task
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The informer's task: watch, store, index, dispatch; errors are logged and the watch is
+/// retried with the watcher's default backoff.
+async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<DynamicObject>) {
+    let resource = &informer.resolved.resource;
+    let client = api.client().clone();
+    let objects: Api<DynamicObject> = match &informer.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, resource),
+        None => Api::all_with(client, resource),
+    };
+    let mut stream = watcher(objects, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => informer.apply(&mut writer, event),
+            Err(err) => tracing::warn!("watch of {} failed, retrying: {err}", informer.describe()),
+        }
+    }
+}

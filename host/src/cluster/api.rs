@@ -1,0 +1,330 @@
+//! [`ApiClient`]: the host's direct line to the Kubernetes API server, over `kube`.
+//!
+//! Objects go in and out as JSON values, untouched (no round trip through typed structs that
+//! could drop fields). Discovery maps each kind to its resource and scope once; a kind the server
+//! does not serve is looked up again on the next call, so a CRD created later is found.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use kube::Client;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+use serde_json::{Value, json};
+
+use super::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+
+/// A kind as the API server serves it.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The kind's resource (plural, apiVersion).
+    pub resource: ApiResource,
+    /// Whether objects of the kind live in namespaces.
+    pub namespaced: bool,
+}
+
+impl Resolved {
+    /// The collection URL: `/api/v1/namespaces/{ns}/pods`, `/apis/apps/v1/replicasets`, ...
+    pub fn collection_url(&self, namespace: Option<&str>) -> String {
+        let r = &self.resource;
+        let prefix = if r.group.is_empty() {
+            format!("/api/{}", r.version)
+        } else {
+            format!("/apis/{}/{}", r.group, r.version)
+        };
+        match namespace.filter(|_| self.namespaced) {
+            Some(ns) => format!("{prefix}/namespaces/{ns}/{}", r.plural),
+            None => format!("{prefix}/{}", r.plural),
+        }
+    }
+
+    fn object_url(&self, namespace: Option<&str>, name: &str, status: bool) -> String {
+        let sub = if status { "/status" } else { "" };
+        format!("{}/{name}{sub}", self.collection_url(namespace))
+    }
+}
+
+/// Map a `kube` error to the WIT error the guest sees, keeping the API server's message.
+pub fn access_error(err: kube::Error) -> AccessError {
+    match err {
+        kube::Error::Api(status) => {
+            let message = if status.message.is_empty() {
+                status.reason.clone()
+            } else {
+                status.message.clone()
+            };
+            match (status.code, status.reason.as_str()) {
+                (404, _) => AccessError::NotFound(message),
+                (409, "AlreadyExists") => AccessError::AlreadyExists(message),
+                (409, _) => AccessError::Conflict(message),
+                (401 | 403, _) => AccessError::Forbidden(message),
+                (400 | 405 | 413 | 415 | 422, _) => AccessError::Invalid(message),
+                (408 | 504, _) => AccessError::Timeout(message),
+                (429 | 500.., _) => AccessError::Unavailable(message),
+                _ => AccessError::Other(format!("{} {}: {message}", status.code, status.reason)),
+            }
+        }
+        kube::Error::SerdeError(e) => AccessError::Other(format!("decoding the response: {e}")),
+        other => AccessError::Unavailable(other.to_string()),
+    }
+}
+
+fn percent(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// A `kube` client with a discovery cache and JSON-in, JSON-out calls.
+pub struct ApiClient {
+    client: Client,
+    resolved: RwLock<HashMap<Gvk, Resolved>>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient").finish_non_exhaustive()
+    }
+}
+
+impl ApiClient {
+    /// Wrap a client.
+    pub fn new(client: Client) -> Arc<Self> {
+        Arc::new(ApiClient {
+            client,
+            resolved: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The underlying client (for watches).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The resource and scope of `gvk`, from discovery (cached once found).
+    ///
+    /// # Errors
+    ///
+    /// `not-found` when the server does not serve the kind (a missing CRD); `unavailable` when
+    /// discovery fails.
+    pub async fn resolve(&self, gvk: &Gvk) -> Result<Resolved, AccessError> {
+        if let Some(found) = self
+            .resolved
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(gvk)
+        {
+            return Ok(found.clone());
+        }
+        let query = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+        let (resource, caps) = kube::discovery::pinned_kind(&self.client, &query)
+            .await
+            .map_err(|err| match err {
+                kube::Error::Discovery(_) => {
+                    AccessError::NotFound(format!("the API server does not serve {gvk}"))
+                }
+                kube::Error::Api(status) if status.code == 404 => {
+                    AccessError::NotFound(format!("the API server does not serve {gvk}"))
+                }
+                other => access_error(other),
+            })?;
+        let found = Resolved {
+            resource,
+            namespaced: caps.scope == Scope::Namespaced,
+        };
+        self.resolved
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(gvk.clone(), found.clone());
+        Ok(found)
+    }
+
+    async fn send(
+        &self,
+        builder: http::request::Builder,
+        body: Vec<u8>,
+    ) -> Result<Value, AccessError> {
+        let request = builder
+            .body(body)
+            .map_err(|e| AccessError::Invalid(format!("building the request: {e}")))?;
+        self.client
+            .request::<Value>(request)
+            .await
+            .map_err(access_error)
+    }
+
+    fn encode(value: &Value) -> Result<Vec<u8>, AccessError> {
+        serde_json::to_vec(value).map_err(|e| AccessError::Other(format!("encoding: {e}")))
+    }
+
+    /// GET one object.
+    pub async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError> {
+        let resolved = self.resolve(gvk).await?;
+        let url = resolved.object_url(namespace, name, false);
+        self.send(http::Request::get(url), Vec::new()).await
+    }
+
+    /// LIST objects (every page), each with `apiVersion` and `kind` set.
+    pub async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+        let resolved = self.resolve(gvk).await?;
+        let base = resolved.collection_url(options.namespace.as_deref());
+        let mut items = Vec::new();
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut query = vec!["limit=500".to_owned()];
+            if let Some(s) = &options.label_selector {
+                query.push(format!("labelSelector={}", percent(s)));
+            }
+            if let Some(s) = &options.field_selector {
+                query.push(format!("fieldSelector={}", percent(s)));
+            }
+            if let Some(c) = &continue_token {
+                query.push(format!("continue={}", percent(c)));
+            }
+            let url = format!("{base}?{}", query.join("&"));
+            let mut page = self.send(http::Request::get(url), Vec::new()).await?;
+            if let Some(Value::Array(page_items)) = page.get_mut("items").map(Value::take) {
+                for mut item in page_items {
+                    if let Some(map) = item.as_object_mut() {
+                        map.insert("apiVersion".into(), json!(gvk.api_version()));
+                        map.insert("kind".into(), json!(gvk.kind));
+                    }
+                    items.push(item);
+                }
+            }
+            continue_token = page
+                .pointer("/metadata/continue")
+                .and_then(Value::as_str)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned);
+            if continue_token.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+
+    /// POST a new object as `field_manager`.
+    pub async fn create(&self, object: &Value, field_manager: &str) -> Result<Value, AccessError> {
+        let gvk = Gvk::of_object(object)?;
+        let resolved = self.resolve(&gvk).await?;
+        let url = format!(
+            "{}?fieldManager={}",
+            resolved.collection_url(meta_str(object, "namespace")),
+            percent(field_manager)
+        );
+        let builder = http::Request::post(url).header("content-type", "application/json");
+        self.send(builder, Self::encode(object)?).await
+    }
+
+    /// PUT an object (or its status) as `field_manager`.
+    pub async fn update(
+        &self,
+        object: &Value,
+        status: bool,
+        field_manager: &str,
+    ) -> Result<Value, AccessError> {
+        let gvk = Gvk::of_object(object)?;
+        let resolved = self.resolve(&gvk).await?;
+        let name = meta_str(object, "name")
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| AccessError::Invalid("object has no metadata.name".into()))?;
+        let url = format!(
+            "{}?fieldManager={}",
+            resolved.object_url(meta_str(object, "namespace"), name, status),
+            percent(field_manager)
+        );
+        let builder = http::Request::put(url).header("content-type", "application/json");
+        self.send(builder, Self::encode(object)?).await
+    }
+
+    /// PATCH an object (or its status) as `field_manager`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn patch(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: &Value,
+        status: bool,
+        field_manager: &str,
+    ) -> Result<Value, AccessError> {
+        let resolved = self.resolve(gvk).await?;
+        let content_type = match patch_type {
+            PatchType::Merge => "application/merge-patch+json",
+            PatchType::Json => "application/json-patch+json",
+            PatchType::Strategic => "application/strategic-merge-patch+json",
+            PatchType::Apply => "application/apply-patch+yaml",
+        };
+        // Server-side apply takes ownership of conflicting fields: the guest is the controller
+        // of what it applies, as controller-runtime's `client.ForceOwnership` does.
+        let force = if patch_type == PatchType::Apply {
+            "&force=true"
+        } else {
+            ""
+        };
+        let url = format!(
+            "{}?fieldManager={}{force}",
+            resolved.object_url(namespace, name, status),
+            percent(field_manager)
+        );
+        let builder = http::Request::patch(url).header("content-type", content_type);
+        self.send(builder, Self::encode(body)?).await
+    }
+
+    /// DELETE an object, in the background (dependents are garbage-collected).
+    pub async fn delete(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<(), AccessError> {
+        let resolved = self.resolve(gvk).await?;
+        let mut options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
+            "propagationPolicy": "Background"});
+        if let Some(p) = preconditions {
+            options["preconditions"] = json!({"uid": p.uid, "resourceVersion": p.resource_version});
+        }
+        let url = resolved.object_url(namespace, name, false);
+        let builder = http::Request::delete(url).header("content-type", "application/json");
+        self.send(builder, Self::encode(&options)?).await.map(drop)
+    }
+
+    /// Record a core `v1` Event about `event.regarding`, as client-go's event recorder does.
+    pub async fn record_event(&self, event: &EventRecord) -> Result<(), AccessError> {
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let regarding = &event.regarding;
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": format!("{}.", regarding.name), "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": regarding.gvk.api_version(),
+                "kind": regarding.gvk.kind,
+                "namespace": regarding.namespace,
+                "name": regarding.name,
+                "uid": regarding.uid,
+            },
+            "type": event.event_type.as_str(),
+            "reason": event.reason,
+            "message": event.message,
+            "source": {"component": event.reporter},
+            "reportingComponent": event.reporter,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        self.create(&object, &event.reporter).await.map(drop)
+    }
+}
+
+fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object.get("metadata")?.get(field)?.as_str()
+}

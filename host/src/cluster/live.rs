@@ -1,0 +1,258 @@
+//! [`LiveCluster`]: one guest's view of a real API server — reads from the shared [`Cache`],
+//! writes to the API server under the guest's field manager.
+//!
+//! Like controller-runtime's delegating client: `get` and `list` are served from the informer
+//! of the kind (started on first use if no controller watches it), except for kinds the
+//! manifest lists as `uncached`, `list` calls with `uncached: true`, and namespaces outside the
+//! guest's `namespaces`, which go to the API server. Writes always go to the API server, so a
+//! stale `resourceVersion` comes back as `conflict`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::api::ApiClient;
+use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use crate::cache::{Cache, Informer, SYNC_TIMEOUT};
+use crate::manifest::Manifest;
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// The field manager a guest's writes are attributed to: `krec-<guest>`.
+pub fn field_manager(guest: &str) -> String {
+    format!("krec-{guest}")
+}
+
+/// A guest's cluster access over the shared cache and the API server.
+pub struct LiveCluster {
+    guest: String,
+    cache: Arc<Cache>,
+    api: Arc<ApiClient>,
+    field_manager: String,
+    uncached: Vec<Gvk>,
+    namespaces: Vec<String>,
+}
+
+impl std::fmt::Debug for LiveCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCluster")
+            .field("field_manager", &self.field_manager)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LiveCluster {
+    /// The access of the guest `manifest` describes.
+    pub fn new(cache: Arc<Cache>, manifest: &Manifest) -> Self {
+        LiveCluster {
+            guest: manifest.name.clone(),
+            api: cache.api().clone(),
+            cache,
+            field_manager: field_manager(&manifest.name),
+            uncached: manifest.spec.uncached.iter().map(|k| k.gvk()).collect(),
+            namespaces: manifest.spec.namespaces.clone(),
+        }
+    }
+
+    /// The informers that answer a read of `gvk` in `namespace` (`None`: every namespace the
+    /// guest sees), or `None` when the read must go to the API server.
+    async fn readers(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<Option<Vec<Arc<Informer>>>, AccessError> {
+        if self.uncached.contains(gvk) {
+            return Ok(None);
+        }
+        let informers = if let Some(all) = self.cache.running(gvk, None) {
+            vec![all]
+        } else if self.namespaces.is_empty() {
+            vec![self.cache.informer(gvk, None).await?]
+        } else {
+            let wanted: Vec<&str> = match namespace {
+                Some(ns) if self.namespaces.iter().any(|n| n == ns) => vec![ns],
+                // Outside the guest's cache scope: ask the API server.
+                Some(_) => return Ok(None),
+                None => self.namespaces.iter().map(String::as_str).collect(),
+            };
+            let mut informers = Vec::new();
+            for ns in wanted {
+                let informer = self.cache.informer(gvk, Some(ns)).await?;
+                // A cluster-scoped kind has one informer whatever the namespace asked.
+                if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
+                    informers.push(informer);
+                }
+            }
+            informers
+        };
+        for informer in &informers {
+            informer.wait_synced(SYNC_TIMEOUT).await?;
+        }
+        Ok(Some(informers))
+    }
+}
+
+/// `Kind ns/name` of an object, for log lines.
+fn describe(gvk: &Gvk, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{} {ns}/{name}", gvk.kind),
+        None => format!("{} {name}", gvk.kind),
+    }
+}
+
+fn describe_object(object: &Value) -> String {
+    let meta = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
+    let name = meta("name").or(meta("generateName")).unwrap_or("?");
+    match meta("namespace") {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+impl LiveCluster {
+    /// Log a write the guest made (target `krec::client`, debug): what `krec dev` shows.
+    fn logged<T>(
+        &self,
+        verb: &str,
+        what: String,
+        result: Result<T, AccessError>,
+    ) -> Result<T, AccessError> {
+        match &result {
+            Ok(_) => tracing::debug!(target: "krec::client", "{}: {verb} {what}", self.guest),
+            Err(err) => {
+                tracing::debug!(target: "krec::client", "{}: {verb} {what} failed: {err}", self.guest)
+            }
+        }
+        result
+    }
+}
+
+fn parse_selectors(
+    options: &ListOptions,
+) -> Result<(Option<LabelSelector>, Option<FieldSelector>), AccessError> {
+    let labels = options
+        .label_selector
+        .as_deref()
+        .map(LabelSelector::parse)
+        .transpose()
+        .map_err(|e| AccessError::Invalid(format!("label selector: {e}")))?;
+    let fields = options
+        .field_selector
+        .as_deref()
+        .map(FieldSelector::parse)
+        .transpose()
+        .map_err(|e| AccessError::Invalid(format!("field selector: {e}")))?;
+    Ok((labels, fields))
+}
+
+#[async_trait]
+impl ClusterAccess for LiveCluster {
+    async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError> {
+        let Some(informers) = self.readers(gvk, namespace).await? else {
+            return self.api.get(gvk, namespace, name).await;
+        };
+        informers
+            .iter()
+            .find_map(|i| i.get(namespace, name))
+            .ok_or_else(|| {
+                let resolved_kind = gvk.kind.to_lowercase();
+                AccessError::NotFound(format!("{resolved_kind} {name:?} not found"))
+            })
+    }
+
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+        let (labels, fields) = parse_selectors(options)?;
+        let namespace = options.namespace.as_deref();
+        let readers = if options.uncached {
+            None
+        } else {
+            self.readers(gvk, namespace).await?
+        };
+        let Some(informers) = readers else {
+            return self.api.list(gvk, options).await;
+        };
+        let mut out = Vec::new();
+        for informer in informers {
+            out.extend(informer.list(namespace, labels.as_ref(), fields.as_ref()));
+        }
+        Ok(out)
+    }
+
+    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+        let result = self.api.create(&object, &self.field_manager).await;
+        self.logged("created", describe_object(&object), result)
+    }
+
+    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+        let result = self.api.update(&object, status, &self.field_manager).await;
+        let verb = if status {
+            "updated the status of"
+        } else {
+            "updated"
+        };
+        self.logged(verb, describe_object(&object), result)
+    }
+
+    async fn patch(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: Value,
+        status: bool,
+    ) -> Result<Value, AccessError> {
+        let result = self
+            .api
+            .patch(
+                gvk,
+                namespace,
+                name,
+                patch_type,
+                &body,
+                status,
+                &self.field_manager,
+            )
+            .await;
+        let verb = if status {
+            "patched the status of"
+        } else {
+            "patched"
+        };
+        self.logged(verb, describe(gvk, namespace, name), result)
+    }
+
+    async fn delete(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<(), AccessError> {
+        let result = self.api.delete(gvk, namespace, name, preconditions).await;
+        self.logged("deleted", describe(gvk, namespace, name), result)
+    }
+
+    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+        let result = self.api.record_event(&event).await;
+        let r = &event.regarding;
+        let what = format!(
+            "{} Event {} on {}: {}",
+            event.event_type.as_str(),
+            event.reason,
+            describe(&r.gvk, r.namespace.as_deref(), &r.name),
+            event.message
+        );
+        self.logged("recorded", what, result)
+    }
+}

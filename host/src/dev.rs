@@ -1,0 +1,228 @@
+//! `krec dev` and `krec run`: the host reconciling live, against the embedded API server or a
+//! real cluster.
+//!
+//! `krec dev` starts the embedded API server on loopback, writes a kubeconfig for it, applies
+//! the CRDs and example objects found under a directory (by default the sample guests'), starts
+//! the guests of a manifest directory and logs every reconcile until Ctrl-C.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use crate::cluster::api::ApiClient;
+use crate::cluster::{AccessError, Gvk};
+use crate::manager::{Manager, SHUTDOWN_TIMEOUT};
+use crate::manifest::Manifest;
+
+/// Load every manifest in `dir`; a bad one is reported and skipped.
+///
+/// # Errors
+///
+/// When `dir` cannot be read or holds no manifest at all.
+pub fn load_manifests(dir: &Path) -> anyhow::Result<Vec<Manifest>> {
+    let scanned = Manifest::scan_dir(dir)?;
+    anyhow::ensure!(
+        !scanned.is_empty(),
+        "{}: no Reconciler manifests found",
+        dir.display()
+    );
+    let mut manifests = Vec::new();
+    for result in scanned {
+        match result {
+            Ok(manifest) => manifests.push(manifest),
+            Err(err) => tracing::error!("skipping a manifest: {err}"),
+        }
+    }
+    Ok(manifests)
+}
+
+/// A kube client for the kubeconfig text `yaml`.
+///
+/// # Errors
+///
+/// When the kubeconfig is invalid.
+pub async fn client_from_kubeconfig(yaml: &str) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).context("parsing the kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("loading the kubeconfig")?;
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}
+
+fn describe(object: &Value) -> String {
+    let meta = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
+    let name = meta("name").or(meta("generateName")).unwrap_or("?");
+    match meta("namespace") {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// Fill in the `uid` of owner references that name their owner but leave the uid out (example
+/// files cannot know it), from the owner in the object's namespace.
+async fn resolve_owners(api: &ApiClient, object: &mut Value) -> Result<(), AccessError> {
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let Some(owners) = object
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    else {
+        return Ok(());
+    };
+    for owner in owners {
+        if owner.get("uid").and_then(Value::as_str).is_some() {
+            continue;
+        }
+        let field = |f: &str| owner.get(f).and_then(Value::as_str).unwrap_or_default();
+        let gvk = Gvk::from_api_version(field("apiVersion"), field("kind"));
+        let found = api.get(&gvk, namespace.as_deref(), field("name")).await?;
+        owner["uid"] = found
+            .pointer("/metadata/uid")
+            .cloned()
+            .unwrap_or(Value::Null);
+    }
+    Ok(())
+}
+
+/// Create `objects` through the API: CRDs first (so their kinds are served), then namespaces,
+/// then the rest in order. Objects that exist already are left as they are. Returns one line per
+/// object that could not be applied.
+pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> {
+    let rank = |o: &Value| match o.get("kind").and_then(Value::as_str) {
+        Some("CustomResourceDefinition") => 0,
+        Some("Namespace") => 1,
+        _ => 2,
+    };
+    let mut objects = objects;
+    objects.sort_by_key(rank);
+    let mut problems = Vec::new();
+    for mut object in objects {
+        let what = describe(&object);
+        let applied = match resolve_owners(api, &mut object).await {
+            Ok(()) => api.create(&object, "krec-dev").await.map(drop),
+            Err(err) => Err(err),
+        };
+        match applied {
+            Ok(()) | Err(AccessError::AlreadyExists(_)) => tracing::info!("applied {what}"),
+            Err(err) => problems.push(format!("{what}: {err}")),
+        }
+    }
+    problems
+}
+
+/// Where and how `krec dev` runs.
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    /// Directory of guest manifests.
+    pub manifests: PathBuf,
+    /// Directory of CRDs and objects to apply; `None` applies those under `manifests`.
+    pub apply: Option<PathBuf>,
+    /// Address of the embedded API server.
+    pub addr: std::net::SocketAddr,
+    /// Where to write its kubeconfig.
+    pub kubeconfig_out: PathBuf,
+}
+
+/// `krec dev`: run until `stop` resolves, then shut down gracefully.
+///
+/// # Errors
+///
+/// When the manifests cannot be read at all, the server cannot start or the kubeconfig cannot
+/// be written. Bad objects and bad guests are reported and skipped.
+pub async fn dev(
+    options: DevOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    use crate::local_cluster::{LocalCluster, LocalClusterConfig};
+    let manifests = load_manifests(&options.manifests)?;
+    let apply_dir = options.apply.as_deref().unwrap_or(&options.manifests);
+    let objects = crate::local_cluster::read_objects(apply_dir).map_err(anyhow::Error::msg)?;
+
+    let cluster = LocalCluster::start(LocalClusterConfig {
+        addr: options.addr,
+        ..Default::default()
+    })
+    .await?;
+    cluster
+        .write_kubeconfig(&options.kubeconfig_out)
+        .with_context(|| {
+            format!(
+                "writing the kubeconfig to {}",
+                options.kubeconfig_out.display()
+            )
+        })?;
+    let shown = std::fs::canonicalize(&options.kubeconfig_out)
+        .unwrap_or_else(|_| options.kubeconfig_out.clone());
+    println!(
+        "krec dev: the embedded Kubernetes API server is at https://{}",
+        cluster.addr()
+    );
+    println!("kubeconfig: {}", shown.display());
+    println!(
+        "try: kubectl --kubeconfig {} get replicasets,pods,foos,deployments,configmaps --show-labels",
+        shown.display()
+    );
+
+    let api = ApiClient::new(client_from_kubeconfig(cluster.kubeconfig()).await?);
+    for problem in apply_objects(&api, objects).await {
+        tracing::error!("not applied: {problem}");
+    }
+    let manager = Manager::start(api, manifests).await?;
+    println!(
+        "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
+        manager.controllers().len(),
+        manager
+            .controllers()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    stop.await;
+    println!("krec dev: stopping");
+    manager.shutdown(SHUTDOWN_TIMEOUT).await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// `krec run`: the guests in `manifests` against the cluster of `kubeconfig` (or the inferred
+/// one: `KUBECONFIG`, `~/.kube/config`, in-cluster), until `stop` resolves.
+///
+/// # Errors
+///
+/// When the manifests or the cluster configuration cannot be loaded.
+pub async fn run(
+    manifests: &Path,
+    kubeconfig: Option<&Path>,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let manifests = load_manifests(manifests)?;
+    let client = match kubeconfig {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            client_from_kubeconfig(&text)
+                .await
+                .with_context(|| path.display().to_string())?
+        }
+        None => kube::Client::try_default()
+            .await
+            .context("no cluster configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?,
+    };
+    let manager = Manager::start(ApiClient::new(client), manifests).await?;
+    if manager.controllers().is_empty() {
+        anyhow::bail!("no guest could be started");
+    }
+    stop.await;
+    tracing::info!("stopping");
+    manager.shutdown(SHUTDOWN_TIMEOUT).await;
+    Ok(())
+}

@@ -1,0 +1,372 @@
+//! The host reconciling live: the embedded API server over HTTPS, the shared cache and watches,
+//! the workqueue and the real sample guests, end to end.
+
+use std::sync::atomic::Ordering;
+
+use krec::cluster::{Gvk, PatchType};
+use krec::manifest::Manifest;
+use krec_tests::{
+    Live, cm_gvk, deployment_gvk, foo_gvk, pod_gvk, rs_gvk, sample_manifest, sample_objects,
+};
+use serde_json::{Value, json};
+
+fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object.pointer(&format!("/metadata/labels/{key}"))?.as_str()
+}
+
+fn pod(name: &str, owner_uid: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                "uid": owner_uid, "controller": true}]},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
+}
+
+fn replicaset() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+}
+
+async fn pod_count(live: &Live) -> Option<String> {
+    let rs = live.get(&rs_gvk(), Some("default"), "web").await?;
+    label(&rs, "pod-count").map(str::to_owned)
+}
+
+async fn wait_pod_count(live: &Live, expected: &str) {
+    live.eventually(&format!("pod-count = {expected}"), || async {
+        (pod_count(live).await.as_deref() == Some(expected)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_counter_should_follow_pods_created_after_the_replicaset_and_deleted() {
+    let live = Live::start(vec![sample_manifest("pod-counter")], vec![replicaset()]).await;
+    wait_pod_count(&live, "0").await;
+    let rs = live
+        .get(&rs_gvk(), Some("default"), "web")
+        .await
+        .expect("rs");
+    let uid = rs["metadata"]["uid"].as_str().expect("uid").to_owned();
+    for i in 0..3 {
+        live.api
+            .create(&pod(&format!("web-{i}"), &uid), "test")
+            .await
+            .expect("pod");
+    }
+    wait_pod_count(&live, "3").await;
+    live.api
+        .delete(&pod_gvk(), Some("default"), "web-1", None)
+        .await
+        .expect("delete");
+    wait_pod_count(&live, "2").await;
+    let stats = live.controller("pod-counter").stats();
+    assert_eq!(stats.overlaps.load(Ordering::Relaxed), 0);
+    // Errors may occur: a write based on a cache that has not yet seen the guest's previous
+    // write is a conflict, retried with backoff (as with controller-runtime). Traps may not.
+    assert_eq!(stats.traps.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_events_for_one_key_should_be_deduplicated_and_never_overlap() {
+    let live = Live::start(vec![sample_manifest("pod-counter")], vec![replicaset()]).await;
+    wait_pod_count(&live, "0").await;
+    let controller = live.controller("pod-counter");
+    let before = controller.stats().total();
+    let rs = live
+        .get(&rs_gvk(), Some("default"), "web")
+        .await
+        .expect("rs");
+    let uid = rs["metadata"]["uid"].as_str().expect("uid").to_owned();
+    // 100 pod events in a burst, written straight into the server's store: 50 creates, then 50
+    // label changes, all enqueueing the one ReplicaSet.
+    let store = live.cluster.store();
+    let pods = store
+        .registry()
+        .by_plural("", "v1", "pods")
+        .expect("pods served");
+    for i in 0..50 {
+        store
+            .create(&pods, Some("default"), pod(&format!("p-{i}"), &uid), false)
+            .expect("create pod");
+    }
+    for i in 0..50 {
+        let mut p = store
+            .get(&pods, Some("default"), &format!("p-{i}"))
+            .expect("pod");
+        p["metadata"]["labels"]["touched"] = json!("yes");
+        store
+            .update(&pods, Some("default"), &format!("p-{i}"), p, false, false)
+            .expect("update pod");
+    }
+    wait_pod_count(&live, "50").await;
+    live.eventually("the queue to drain", || async {
+        (controller.queue().is_empty() && controller.stats().active() == 0).then_some(())
+    })
+    .await;
+    let reconciles = controller.stats().total() - before;
+    println!("100 pod events caused {reconciles} reconcile(s) of default/web");
+    assert!(
+        (1..=25).contains(&reconciles),
+        "100 events should collapse into far fewer reconciles, got {reconciles}"
+    );
+    assert_eq!(controller.stats().overlaps.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_guests_watching_pods_should_share_one_watch() {
+    let first = sample_manifest("pod-counter");
+    let mut second = first.clone();
+    second.name = "pod-counter-2".into();
+    let live = Live::start(vec![first, second], vec![replicaset()]).await;
+    wait_pod_count(&live, "0").await;
+    assert_eq!(
+        live.cluster.store().watches_started("", "pods"),
+        1,
+        "one Pod watch for two guests"
+    );
+    assert_eq!(
+        live.cluster.store().watches_started("apps", "replicasets"),
+        1
+    );
+    let pods: Vec<_> = live
+        .manager
+        .cache()
+        .inspect()
+        .into_iter()
+        .filter(|i| i.gvk == pod_gvk())
+        .collect();
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_eq!(pods[0].subscribers, 2);
+    assert!(pods[0].synced);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_outside_the_permissions_should_be_forbidden_and_change_nothing() {
+    let mut manifest = sample_manifest("pod-counter");
+    // Take away `update` on ReplicaSets: the guest's label update must be refused.
+    for p in &mut manifest.spec.permissions {
+        p.verbs.retain(|v| *v != krec::manifest::Verb::Update);
+    }
+    let live = Live::start(vec![manifest], vec![replicaset()]).await;
+    let controller = live.controller("pod-counter");
+    live.eventually("a failed reconcile", || async {
+        (controller.stats().errors.load(Ordering::Relaxed) > 0).then_some(())
+    })
+    .await;
+    let rs = live
+        .get(&rs_gvk(), Some("default"), "web")
+        .await
+        .expect("rs");
+    assert_eq!(label(&rs, "pod-count"), None, "the object is unchanged");
+    assert!(
+        controller
+            .queue()
+            .num_requeues(&krec::controller::Request::new(Some("default"), "web"))
+            > 0,
+        "the key is retried with backoff"
+    );
+}
+
+async fn deployment(live: &Live, name: &str) -> Option<Value> {
+    live.get(&deployment_gvk(), Some("default"), name).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foo_controller_should_run_the_sample_controller_end_to_end() {
+    // The CRD and the example Foo (deploymentName example-foo, replicas 1).
+    let live = Live::start(
+        vec![sample_manifest("foo-controller")],
+        sample_objects("foo-controller"),
+    )
+    .await;
+    let foo = live
+        .get(&foo_gvk(), Some("default"), "example-foo")
+        .await
+        .expect("foo");
+    let created = live
+        .eventually("the Deployment", || deployment(&live, "example-foo"))
+        .await;
+    assert_eq!(created["spec"]["replicas"], 1);
+    let owner = &created["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Foo");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(owner["uid"], foo["metadata"]["uid"]);
+
+    // The Foo changes: the Deployment follows.
+    live.api
+        .patch(
+            &foo_gvk(),
+            Some("default"),
+            "example-foo",
+            PatchType::Merge,
+            &json!({"spec": {"replicas": 3}}),
+            false,
+            "test",
+        )
+        .await
+        .expect("patch foo");
+    live.eventually("replicas 3", || async {
+        let d = deployment(&live, "example-foo").await?;
+        (d["spec"]["replicas"] == 3).then_some(())
+    })
+    .await;
+
+    // The Deployment reports availability: the Foo's status follows.
+    live.api
+        .patch(
+            &deployment_gvk(),
+            Some("default"),
+            "example-foo",
+            PatchType::Merge,
+            &json!({"status": {"availableReplicas": 2, "replicas": 3}}),
+            true,
+            "test",
+        )
+        .await
+        .expect("patch status");
+    live.eventually("status.availableReplicas = 2", || async {
+        let foo = live.get(&foo_gvk(), Some("default"), "example-foo").await?;
+        (foo.pointer("/status/availableReplicas") == Some(&json!(2))).then_some(())
+    })
+    .await;
+
+    // The Deployment is deleted: it is recreated.
+    let old_uid = deployment(&live, "example-foo").await.expect("d")["metadata"]["uid"].clone();
+    live.api
+        .delete(&deployment_gvk(), Some("default"), "example-foo", None)
+        .await
+        .expect("delete");
+    live.eventually("the Deployment recreated", || async {
+        let d = deployment(&live, "example-foo").await?;
+        (d["metadata"]["uid"] != old_uid).then_some(())
+    })
+    .await;
+
+    // A Deployment of the name exists but is not the Foo's: error and a warning Event.
+    live.api
+        .create(
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "taken", "namespace": "default"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}},
+                    "template": {"metadata": {"labels": {"app": "x"}},
+                        "spec": {"containers": [{"name": "x", "image": "nginx"}]}}}}),
+            "test",
+        )
+        .await
+        .expect("unowned deployment");
+    live.api
+        .create(
+            &json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+                "metadata": {"name": "clash", "namespace": "default"},
+                "spec": {"deploymentName": "taken", "replicas": 2}}),
+            "test",
+        )
+        .await
+        .expect("foo clash");
+    let controller = live.controller("foo-controller");
+    live.eventually("a warning Event about Foo clash", || async {
+        let events = live
+            .api
+            .list(&Gvk::new("", "v1", "Event"), &Default::default())
+            .await
+            .ok()?;
+        events
+            .iter()
+            .find(|e| {
+                e["type"] == "Warning"
+                    && e["reason"] == "ErrResourceExists"
+                    && e["involvedObject"]["name"] == "clash"
+            })
+            .map(drop)
+    })
+    .await;
+    assert!(controller.stats().errors.load(Ordering::Relaxed) > 0);
+    let taken = deployment(&live, "taken").await.expect("taken");
+    assert_eq!(
+        taken["spec"]["replicas"], 1,
+        "the unowned Deployment is untouched"
+    );
+    assert_eq!(controller.stats().overlaps.load(Ordering::Relaxed), 0);
+}
+
+async fn summary(live: &Live) -> Option<Value> {
+    live.get(&cm_gvk(), Some("default"), "configmap-summary")
+        .await
+        .map(|cm| cm["data"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_watchers_summary_should_follow_configmap_changes() {
+    let live = Live::start(
+        vec![sample_manifest("configmap-watcher")],
+        sample_objects("configmap-watcher"),
+    )
+    .await;
+    live.eventually("a summary with default and kube-public", || async {
+        let data = summary(&live).await?;
+        (data["default"] == "1" && data["kube-public"] == "1").then_some(())
+    })
+    .await;
+    for name in ["a", "b"] {
+        live.api
+            .create(
+                &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "kube-system"}}),
+                "test",
+            )
+            .await
+            .expect("cm");
+    }
+    live.api
+        .delete(&cm_gvk(), Some("default"), "app-config", None)
+        .await
+        .expect("delete");
+    live.eventually("the summary to follow", || async {
+        let data = summary(&live).await?;
+        (data["kube-system"] == "2" && data.get("default").is_none_or(|d| d == "0")).then_some(())
+    })
+    .await;
+}
+
+fn expiring(name: &str, at: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"krec.dev/expires-at": at}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_ticker_should_delete_expired_configmaps_on_its_ticks() {
+    let mut manifest: Manifest = sample_manifest("cleanup-ticker");
+    manifest.spec.tickers[0].every = std::time::Duration::from_millis(300);
+    let live = Live::start(vec![manifest], sample_objects("cleanup-ticker")).await;
+    live.eventually("old-cache deleted on the first tick", || async {
+        live.get(&cm_gvk(), Some("default"), "old-cache")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // A later tick deletes what expired since.
+    live.api
+        .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
+        .await
+        .expect("cm");
+    live.eventually("stale deleted on a later tick", || async {
+        live.get(&cm_gvk(), Some("default"), "stale")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        live.get(&cm_gvk(), Some("default"), "session-cache")
+            .await
+            .is_some(),
+        "an unexpired ConfigMap is kept"
+    );
+    assert!(live.controller("cleanup-ticker").stats().total() >= 2);
+}
