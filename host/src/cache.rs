@@ -43,6 +43,9 @@ pub trait EventSink: Send + Sync {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>);
 }
 
+/// Key of an informer: the kind and the namespace scope (`None`: all namespaces).
+type Scope = (Gvk, Option<String>);
+
 /// Key of an object in one informer: namespace (none for cluster-scoped) and name.
 type ObjectKey = (Option<String>, String);
 
@@ -376,7 +379,7 @@ impl Informer {
 /// The informers of one host, keyed by kind and namespace scope.
 pub struct Cache {
     api: Arc<ApiClient>,
-    informers: Mutex<HashMap<(Gvk, Option<String>), Arc<Informer>>>,
+    informers: Mutex<HashMap<Scope, Arc<Informer>>>,
 }
 
 impl std::fmt::Debug for Cache {

@@ -28,6 +28,13 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// A controller subscribed to its informers, waiting for them to sync.
+struct Wired {
+    controller: Arc<Controller>,
+    informers: Vec<Arc<Informer>>,
+    for_informers: Vec<Arc<Informer>>,
+}
+
 /// Running guests over one shared cache.
 pub struct Manager {
     cache: Arc<Cache>,
@@ -64,8 +71,7 @@ impl Manager {
         let linker = crate::guest::new_linker(&engine)?;
         let cache = Cache::new(api.clone());
         let mut skipped = Vec::new();
-        let mut pending: Vec<(Arc<Controller>, Vec<Arc<Informer>>, Vec<Arc<Informer>>)> =
-            Vec::new();
+        let mut pending: Vec<Wired> = Vec::new();
         for manifest in manifests {
             let name = manifest.name.clone();
             let manifest = Arc::new(manifest);
@@ -129,10 +135,19 @@ impl Manager {
             for informer in &informers {
                 informer.subscribe(sink.clone());
             }
-            pending.push((controller, informers, for_informers));
+            pending.push(Wired {
+                controller,
+                informers,
+                for_informers,
+            });
         }
         let mut controllers = BTreeMap::new();
-        for (controller, informers, for_informers) in pending {
+        for Wired {
+            controller,
+            informers,
+            for_informers,
+        } in pending
+        {
             let mut synced = true;
             for informer in &informers {
                 if !informer.is_synced() {

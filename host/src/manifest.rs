@@ -555,15 +555,18 @@ impl Manifest {
     }
 }
 
-/// Whether a YAML file clearly declares some other `kind` (a CRD, an example object). Files that
-/// do not parse, or have no `kind`, are treated as manifests so that their errors are reported.
+/// Whether a YAML file clearly declares some other `kind` (a CRD, example objects) in its first
+/// document. Files that do not parse, or have no `kind`, are treated as manifests so that their
+/// errors are reported.
 fn declares_other_kind(text: &str) -> bool {
     #[derive(Deserialize)]
     struct Head {
         kind: Option<String>,
     }
-    serde_yaml_ng::from_str::<Head>(text)
-        .ok()
+    // The first document decides: example files hold several objects.
+    serde_yaml_ng::Deserializer::from_str(text)
+        .next()
+        .and_then(|first| Head::deserialize(first).ok())
         .and_then(|h| h.kind)
         .is_some_and(|k| k != KIND)
 }

