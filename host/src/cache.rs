@@ -521,3 +521,188 @@ async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<Dy
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::core::ApiResource;
+
+    use super::*;
+
+    /// Records what the informer delivers as `kind name rv (old rv)`.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl EventSink for Recorder {
+        fn on_event(&self, _gvk: &Gvk, event: &Event<'_>) {
+            let rv = |o: &Value| {
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let line = format!(
+                "{:?} {} {}{}",
+                event.kind,
+                event.object["metadata"]["name"].as_str().unwrap_or(""),
+                rv(event.object),
+                event
+                    .old
+                    .map(|o| format!(" (was {})", rv(o)))
+                    .unwrap_or_default()
+            );
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    }
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        }
+    }
+
+    fn informer() -> (Arc<Informer>, Writer<DynamicObject>) {
+        let resource = ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            plural: "pods".into(),
+        };
+        let writer = Writer::new(resource.clone());
+        let informer = Arc::new(Informer {
+            gvk: Gvk::new("", "v1", "Pod"),
+            namespace: None,
+            resolved: Resolved {
+                resource,
+                namespaced: true,
+            },
+            reader: writer.as_reader(),
+            indexes: RwLock::new(Indexes::default()),
+            sinks: RwLock::new(Vec::new()),
+            synced: tokio::sync::watch::channel(false).0,
+            task: Mutex::new(None),
+        });
+        (informer, writer)
+    }
+
+    fn pod(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {
+        let mut value = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv,
+                "labels": {"app": name}}});
+        if let Some(uid) = owner {
+            value["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1",
+                "kind": "ReplicaSet", "name": "rs", "uid": uid, "controller": true}]);
+        }
+        serde_json::from_value(value).expect("pod")
+    }
+
+    fn names(values: &[Value]) -> Vec<&str> {
+        values
+            .iter()
+            .map(|v| v["metadata"]["name"].as_str().unwrap_or(""))
+            .collect()
+    }
+
+    #[test]
+    fn changes_and_relists_should_reach_subscribers_as_creates_updates_and_deletes() {
+        let (informer, mut writer) = informer();
+        let recorder = Arc::new(Recorder::default());
+        informer.subscribe(recorder.clone());
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a", "p1", "1", Some("u1"))),
+            watcher::Event::InitApply(pod("b", "p2", "2", None)),
+            watcher::Event::InitDone,
+        ] {
+            informer.apply(&mut writer, event);
+        }
+        assert!(informer.is_synced());
+        assert_eq!(recorder.take(), ["Create p1 1", "Create p2 2"]);
+
+        informer.apply(
+            &mut writer,
+            watcher::Event::Apply(pod("a", "p1", "3", None)),
+        );
+        informer.apply(
+            &mut writer,
+            watcher::Event::Apply(pod("a", "p3", "4", Some("u1"))),
+        );
+        informer.apply(
+            &mut writer,
+            watcher::Event::Delete(pod("b", "p2", "5", None)),
+        );
+        assert_eq!(
+            recorder.take(),
+            ["Update p1 3 (was 1)", "Create p3 4", "Delete p2 5"]
+        );
+        // The indexes follow: p1 lost its owner, p3 gained it; namespace b is empty.
+        assert_eq!(names(&informer.controlled_by("u1")), ["p3"]);
+        assert_eq!(names(&informer.list(Some("a"), None, None)), ["p1", "p3"]);
+        assert!(informer.list(Some("b"), None, None).is_empty());
+
+        // A relist after a broken watch: p1 unchanged, p3 changed, p4 new, and p2... gone
+        // already; p1 disappears instead. Only the differences are delivered.
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a", "p3", "7", Some("u1"))),
+            watcher::Event::InitApply(pod("b", "p4", "8", Some("u1"))),
+            watcher::Event::InitDone,
+        ] {
+            informer.apply(&mut writer, event);
+        }
+        assert_eq!(
+            recorder.take(),
+            ["Update p3 7 (was 4)", "Create p4 8", "Delete p1 3"]
+        );
+        let owned_objects = informer.controlled_by("u1");
+        let mut owned = names(&owned_objects);
+        owned.sort();
+        assert_eq!(owned, ["p3", "p4"]);
+        assert_eq!(informer.len(), 2);
+    }
+
+    #[test]
+    fn reads_should_filter_by_namespace_labels_and_fields() {
+        let (informer, mut writer) = informer();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a", "x", "1", None)),
+            watcher::Event::InitApply(pod("a", "y", "2", None)),
+            watcher::Event::InitApply(pod("b", "x", "3", None)),
+            watcher::Event::InitDone,
+        ] {
+            informer.apply(&mut writer, event);
+        }
+        let x = LabelSelector::parse("app=x").expect("selector");
+        let in_b = FieldSelector::parse("metadata.namespace=b").expect("selector");
+        assert_eq!(names(&informer.list(None, Some(&x), None)), ["x", "x"]);
+        assert_eq!(names(&informer.list(Some("a"), Some(&x), None)), ["x"]);
+        assert_eq!(
+            informer.list(None, None, Some(&in_b))[0]["metadata"]["namespace"],
+            "b"
+        );
+        let got = informer.get(Some("a"), "y").expect("cached");
+        assert_eq!(got["kind"], "Pod");
+        assert_eq!(got["apiVersion"], "v1");
+        assert!(informer.get(Some("b"), "y").is_none());
+    }
+
+    #[test]
+    fn a_late_subscriber_should_first_get_every_cached_object() {
+        let (informer, mut writer) = informer();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a", "x", "1", None)),
+            watcher::Event::InitDone,
+        ] {
+            informer.apply(&mut writer, event);
+        }
+        let late = Arc::new(Recorder::default());
+        informer.subscribe(late.clone());
+        assert_eq!(late.take(), ["Create x 1"]);
+        assert_eq!(informer.subscribers(), 1);
+        let sink: Arc<dyn EventSink> = late.clone();
+        informer.unsubscribe(&sink);
+        assert_eq!(informer.subscribers(), 0);
+    }
+}

@@ -370,3 +370,95 @@ async fn cleanup_ticker_should_delete_expired_configmaps_on_its_ticks() {
     );
     assert!(live.controller("cleanup-ticker").stats().total() >= 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_should_re_enqueue_every_object_of_the_for_kind() {
+    let mut manifest = sample_manifest("pod-counter");
+    manifest.spec.resync_period = Some(std::time::Duration::from_millis(200));
+    let live = Live::start(vec![manifest], vec![replicaset()]).await;
+    wait_pod_count(&live, "0").await;
+    let controller = live.controller("pod-counter");
+    let before = controller.stats().total();
+    // Nothing changes; the resync alone reconciles default/web again, more than once.
+    live.eventually("two resyncs", || async {
+        (controller.stats().total() >= before + 2).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncached_kinds_should_be_read_from_the_api_server_and_cached_ones_lazily_watched() {
+    // cleanup-ticker watches nothing; its ConfigMap list starts a ConfigMap informer on first
+    // use, as controller-runtime's cache does...
+    let mut cached = sample_manifest("cleanup-ticker");
+    cached.spec.tickers[0].every = std::time::Duration::from_secs(3600);
+    let live = Live::start(vec![cached], sample_objects("cleanup-ticker")).await;
+    live.eventually("old-cache deleted", || async {
+        live.get(&cm_gvk(), Some("default"), "old-cache")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(live.cluster.store().watches_started("", "configmaps"), 1);
+    let informers = live.manager.cache().inspect();
+    assert!(
+        informers
+            .iter()
+            .any(|i| i.gvk == cm_gvk() && i.subscribers == 0),
+        "{informers:?}"
+    );
+
+    // ...unless the manifest marks the kind uncached: then no ConfigMap is ever watched.
+    let mut uncached = sample_manifest("cleanup-ticker");
+    uncached.spec.tickers[0].every = std::time::Duration::from_secs(3600);
+    uncached.spec.uncached = vec![krec::manifest::KindRef {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+    }];
+    let live = Live::start(vec![uncached], sample_objects("cleanup-ticker")).await;
+    live.eventually("old-cache deleted", || async {
+        live.get(&cm_gvk(), Some("default"), "old-cache")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(live.cluster.store().watches_started("", "configmaps"), 0);
+    assert!(live.manager.cache().inspect().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manual_trigger_should_enqueue_a_reconcile() {
+    let mut manifest = sample_manifest("cleanup-ticker");
+    manifest.spec.tickers[0].every = std::time::Duration::from_secs(3600);
+    let live = Live::start(vec![manifest], vec![]).await;
+    let controller = live.controller("cleanup-ticker");
+    live.eventually("the start-up tick", || async {
+        (controller.stats().total() == 1).then_some(())
+    })
+    .await;
+    live.api
+        .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
+        .await
+        .expect("cm");
+    // The guest reads from the cache: trigger once the cache has seen the new ConfigMap.
+    let informer = live
+        .manager
+        .cache()
+        .running(&cm_gvk(), None)
+        .expect("the guest's first list started a ConfigMap informer");
+    live.eventually("the cache to see stale", || async {
+        informer.get(Some("default"), "stale").map(drop)
+    })
+    .await;
+    controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
+    live.eventually("stale deleted by the triggered reconcile", || async {
+        live.get(&cm_gvk(), Some("default"), "stale")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(controller.stats().total(), 2);
+}
