@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::cluster::api::ApiClient;
-use crate::cluster::{AccessError, Gvk};
+use crate::cluster::{AccessError, Gvk, describe};
 use crate::manager::{Manager, SHUTDOWN_TIMEOUT};
 use crate::manifest::Manifest;
 
@@ -48,20 +48,6 @@ pub async fn client_from_kubeconfig(yaml: &str) -> anyhow::Result<kube::Client> 
         .await
         .context("loading the kubeconfig")?;
     kube::Client::try_from(config).context("creating the Kubernetes client")
-}
-
-fn describe(object: &Value) -> String {
-    let meta = |f: &str| {
-        object
-            .pointer(&format!("/metadata/{f}"))
-            .and_then(Value::as_str)
-    };
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
-    let name = meta("name").or(meta("generateName")).unwrap_or("?");
-    match meta("namespace") {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
 }
 
 /// Fill in the `uid` of owner references that name their owner but leave the uid out (example

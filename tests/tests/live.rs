@@ -332,6 +332,17 @@ async fn configmap_watchers_summary_should_follow_configmap_changes() {
     .await;
 }
 
+/// Wait until the ConfigMap `default/name` is gone.
+async fn wait_gone(live: &Live, name: &str, what: &str) {
+    live.eventually(what, || async {
+        live.get(&cm_gvk(), Some("default"), name)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 fn expiring(name: &str, at: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "default",
@@ -343,25 +354,13 @@ async fn cleanup_ticker_should_delete_expired_configmaps_on_its_ticks() {
     let mut manifest: Manifest = sample_manifest("cleanup-ticker");
     manifest.spec.tickers[0].every = std::time::Duration::from_millis(300);
     let live = Live::start(vec![manifest], sample_objects("cleanup-ticker")).await;
-    live.eventually("old-cache deleted on the first tick", || async {
-        live.get(&cm_gvk(), Some("default"), "old-cache")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&live, "old-cache", "old-cache deleted on the first tick").await;
     // A later tick deletes what expired since.
     live.api
         .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
         .await
         .expect("cm");
-    live.eventually("stale deleted on a later tick", || async {
-        live.get(&cm_gvk(), Some("default"), "stale")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&live, "stale", "stale deleted on a later tick").await;
     assert!(
         live.get(&cm_gvk(), Some("default"), "session-cache")
             .await
@@ -393,13 +392,7 @@ async fn uncached_kinds_should_be_read_from_the_api_server_and_cached_ones_lazil
     let mut cached = sample_manifest("cleanup-ticker");
     cached.spec.tickers[0].every = std::time::Duration::from_secs(3600);
     let live = Live::start(vec![cached], sample_objects("cleanup-ticker")).await;
-    live.eventually("old-cache deleted", || async {
-        live.get(&cm_gvk(), Some("default"), "old-cache")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&live, "old-cache", "old-cache deleted").await;
     assert_eq!(live.cluster.store().watches_started("", "configmaps"), 1);
     let informers = live.manager.cache().inspect();
     assert!(
@@ -417,13 +410,7 @@ async fn uncached_kinds_should_be_read_from_the_api_server_and_cached_ones_lazil
         kind: "ConfigMap".into(),
     }];
     let live = Live::start(vec![uncached], sample_objects("cleanup-ticker")).await;
-    live.eventually("old-cache deleted", || async {
-        live.get(&cm_gvk(), Some("default"), "old-cache")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&live, "old-cache", "old-cache deleted").await;
     assert_eq!(live.cluster.store().watches_started("", "configmaps"), 0);
     assert!(live.manager.cache().inspect().is_empty());
 }
@@ -453,12 +440,6 @@ async fn the_manual_trigger_should_enqueue_a_reconcile() {
     })
     .await;
     controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
-    live.eventually("stale deleted by the triggered reconcile", || async {
-        live.get(&cm_gvk(), Some("default"), "stale")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&live, "stale", "stale deleted by the triggered reconcile").await;
     assert_eq!(controller.stats().total(), 2);
 }

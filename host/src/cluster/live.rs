@@ -100,20 +100,6 @@ fn describe(gvk: &Gvk, namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-fn describe_object(object: &Value) -> String {
-    let meta = |f: &str| {
-        object
-            .pointer(&format!("/metadata/{f}"))
-            .and_then(Value::as_str)
-    };
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
-    let name = meta("name").or(meta("generateName")).unwrap_or("?");
-    match meta("namespace") {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
-}
-
 impl LiveCluster {
     /// Log a write the guest made (target `krec::client`, debug): what `krec dev` shows.
     fn logged<T>(
@@ -190,7 +176,7 @@ impl ClusterAccess for LiveCluster {
 
     async fn create(&self, object: Value) -> Result<Value, AccessError> {
         let result = self.api.create(&object, &self.field_manager).await;
-        self.logged("created", describe_object(&object), result)
+        self.logged("created", super::describe(&object), result)
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
@@ -200,7 +186,7 @@ impl ClusterAccess for LiveCluster {
         } else {
             "updated"
         };
-        self.logged(verb, describe_object(&object), result)
+        self.logged(verb, super::describe(&object), result)
     }
 
     async fn patch(

@@ -73,6 +73,22 @@ impl fmt::Display for Gvk {
     }
 }
 
+/// `Kind ns/name` (or `Kind name`) of a JSON object, for log lines; `generateName` stands in for
+/// a name not yet given.
+pub fn describe(object: &Value) -> String {
+    let meta = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+    };
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
+    let name = meta("name").or(meta("generateName")).unwrap_or("?");
+    match meta("namespace") {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
 /// Which objects a list returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListOptions {
