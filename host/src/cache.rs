@@ -117,6 +117,8 @@ pub struct Informer {
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
     synced: tokio::sync::watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Guests that subscribed to or read through this informer: it runs while any remain.
+    users: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Informer {
@@ -258,19 +260,25 @@ impl Informer {
     pub fn subscribe(&self, sink: Arc<dyn EventSink>) {
         let mut sinks = self.sinks.write().unwrap_or_else(|e| e.into_inner());
         if self.is_synced() {
-            for object in self.reader.state() {
-                let value = to_value(&self.gvk, &object);
-                sink.on_event(
-                    &self.gvk,
-                    &Event {
-                        kind: EventKind::Create,
-                        object: &value,
-                        old: None,
-                    },
-                );
-            }
+            self.replay(sink.as_ref());
         }
         sinks.push(sink);
+    }
+
+    /// Deliver every cached object to `sink` as a create, as a new subscriber gets them: how a
+    /// swapped-in guest version sees the whole state, as a restarted controller would.
+    pub fn replay(&self, sink: &dyn EventSink) {
+        for object in self.reader.state() {
+            let value = to_value(&self.gvk, &object);
+            sink.on_event(
+                &self.gvk,
+                &Event {
+                    kind: EventKind::Create,
+                    object: &value,
+                    old: None,
+                },
+            );
+        }
     }
 
     /// Remove a subscriber (compared by identity).
@@ -279,6 +287,25 @@ impl Informer {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|s| !Arc::ptr_eq(s, sink));
+    }
+
+    pub(crate) fn add_user(&self, user: &str) {
+        self.users
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(user.to_owned());
+    }
+
+    /// The guests using this informer.
+    pub fn users(&self) -> Vec<String> {
+        let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        users.iter().cloned().collect()
+    }
+
+    fn stop(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
     }
 
     /// Number of subscribers.
@@ -401,6 +428,8 @@ pub struct InformerInfo {
     pub synced: bool,
     /// Subscribed controllers.
     pub subscribers: usize,
+    /// Guests using it (subscribed or reading through it).
+    pub users: Vec<String>,
 }
 
 impl Cache {
@@ -417,8 +446,9 @@ impl Cache {
         &self.api
     }
 
-    /// The informer of `gvk` in `namespace` (`None`: all namespaces), started if none runs yet.
-    /// A cluster-scoped kind is always watched cluster-wide.
+    /// The informer of `gvk` in `namespace` (`None`: all namespaces) on behalf of the guest
+    /// `user`, started if none runs yet. A cluster-scoped kind is always watched cluster-wide.
+    /// The informer runs until every guest that used it is [released](Self::release).
     ///
     /// # Errors
     ///
@@ -427,12 +457,14 @@ impl Cache {
         self: &Arc<Self>,
         gvk: &Gvk,
         namespace: Option<&str>,
+        user: &str,
     ) -> Result<Arc<Informer>, AccessError> {
         let resolved = self.api.resolve(gvk).await?;
         let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
         let key = (gvk.clone(), namespace.clone());
         let mut informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(found) = informers.get(&key) {
+            found.add_user(user);
             return Ok(found.clone());
         }
         let writer = Writer::new(resolved.resource.clone());
@@ -446,10 +478,12 @@ impl Cache {
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             task: Mutex::new(None),
+            users: Mutex::new(BTreeSet::new()),
         });
         let task = tokio::spawn(run(self.api.clone(), informer.clone(), writer));
         *informer.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         tracing::debug!("watching {}", informer.describe());
+        informer.add_user(user);
         informers.insert(key, informer.clone());
         Ok(informer)
     }
@@ -474,10 +508,37 @@ impl Cache {
                 objects: i.len(),
                 synced: i.is_synced(),
                 subscribers: i.subscribers(),
+                users: i.users(),
             })
             .collect();
         out.sort_by(|a, b| (&a.gvk, &a.namespace).cmp(&(&b.gvk, &b.namespace)));
         out
+    }
+
+    /// The guest `user` no longer needs any informer but those in `keep`: it is unsubscribed
+    /// from the others, and informers no guest uses any more are stopped (their watches end).
+    pub fn release(&self, user: &str, sink: Option<&Arc<dyn EventSink>>, keep: &[Arc<Informer>]) {
+        let mut informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
+        informers.retain(|_, informer| {
+            if keep.iter().any(|k| Arc::ptr_eq(k, informer)) {
+                return true;
+            }
+            if let Some(sink) = sink {
+                informer.unsubscribe(sink);
+            }
+            let mut users = informer.users.lock().unwrap_or_else(|e| e.into_inner());
+            users.remove(user);
+            if !users.is_empty() {
+                return true;
+            }
+            drop(users);
+            tracing::debug!(
+                "no guest needs {} any more: watch stopped",
+                informer.describe()
+            );
+            informer.stop();
+            false
+        });
     }
 
     /// Stop every watch.
@@ -581,6 +642,7 @@ mod tests {
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             task: Mutex::new(None),
+            users: Mutex::new(BTreeSet::new()),
         });
         (informer, writer)
     }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::cluster::api::ApiClient;
 use crate::cluster::{AccessError, Gvk, describe};
+use crate::guest::ModuleCache;
 use crate::manager::{Manager, SHUTDOWN_TIMEOUT};
 use crate::manifest::Manifest;
 
@@ -115,9 +116,12 @@ pub struct DevOptions {
     pub addr: std::net::SocketAddr,
     /// Where to write its kubeconfig.
     pub kubeconfig_out: PathBuf,
+    /// Where compiled modules are kept.
+    pub module_cache: ModuleCache,
 }
 
-/// `krec dev`: run until `stop` resolves, then shut down gracefully.
+/// `krec dev`: run until `stop` resolves, then shut down gracefully. Manifest and module
+/// changes are picked up live (see [`Manager::watch`]).
 ///
 /// # Errors
 ///
@@ -161,7 +165,8 @@ pub async fn dev(
     for problem in apply_objects(&api, objects).await {
         tracing::error!("not applied: {problem}");
     }
-    let manager = Manager::start(api, manifests).await?;
+    let manager = Manager::start_with(api, manifests, options.module_cache).await?;
+    let watcher = manager.watch(options.manifests.clone());
     println!(
         "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
         manager.controllers().len(),
@@ -174,23 +179,26 @@ pub async fn dev(
     );
     stop.await;
     println!("krec dev: stopping");
+    watcher.abort();
     manager.shutdown(SHUTDOWN_TIMEOUT).await;
     cluster.shutdown().await;
     Ok(())
 }
 
 /// `krec run`: the guests in `manifests` against the cluster of `kubeconfig` (or the inferred
-/// one: `KUBECONFIG`, `~/.kube/config`, in-cluster), until `stop` resolves.
+/// one: `KUBECONFIG`, `~/.kube/config`, in-cluster), until `stop` resolves. Manifest and module
+/// changes are picked up live (see [`Manager::watch`]).
 ///
 /// # Errors
 ///
 /// When the manifests or the cluster configuration cannot be loaded.
 pub async fn run(
-    manifests: &Path,
+    manifests_dir: &Path,
     kubeconfig: Option<&Path>,
+    module_cache: ModuleCache,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let manifests = load_manifests(manifests)?;
+    let manifests = load_manifests(manifests_dir)?;
     let client = match kubeconfig {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -203,12 +211,14 @@ pub async fn run(
             .await
             .context("no cluster configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?,
     };
-    let manager = Manager::start(ApiClient::new(client), manifests).await?;
+    let manager = Manager::start_with(ApiClient::new(client), manifests, module_cache).await?;
     if manager.controllers().is_empty() {
         anyhow::bail!("no guest could be started");
     }
+    let watcher = manager.watch(manifests_dir.to_owned());
     stop.await;
     tracing::info!("stopping");
+    watcher.abort();
     manager.shutdown(SHUTDOWN_TIMEOUT).await;
     Ok(())
 }

@@ -58,6 +58,8 @@ enum Command {
         /// Where to write the kubeconfig.
         #[arg(long, default_value = "krec-kubeconfig.yaml")]
         kubeconfig_out: PathBuf,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
     Run {
@@ -67,7 +69,44 @@ enum Command {
         /// Kubeconfig to use (default: KUBECONFIG, ~/.kube/config, or the in-cluster config).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        #[command(flatten)]
+        cache: CacheArgs,
     },
+}
+
+/// Where compiled guest modules are kept between runs.
+#[derive(clap::Args)]
+struct CacheArgs {
+    /// Directory of compiled modules (default: $XDG_CACHE_HOME/krec/modules or
+    /// ~/.cache/krec/modules). Must be writable only by this user.
+    #[arg(long)]
+    module_cache: Option<PathBuf>,
+    /// Compile every module at every load.
+    #[arg(long, conflicts_with = "module_cache")]
+    no_module_cache: bool,
+}
+
+impl CacheArgs {
+    fn open(&self) -> krec::guest::ModuleCache {
+        use krec::guest::ModuleCache;
+        if self.no_module_cache {
+            return ModuleCache::disabled();
+        }
+        let Some(dir) = self.module_cache.clone().or_else(ModuleCache::default_dir) else {
+            tracing::warn!("no HOME or XDG_CACHE_HOME: compiled modules are not cached");
+            return ModuleCache::disabled();
+        };
+        match ModuleCache::new(&dir) {
+            Ok(cache) => cache,
+            Err(err) => {
+                tracing::warn!(
+                    "module cache {} unusable, compiling every load: {err}",
+                    dir.display()
+                );
+                ModuleCache::disabled()
+            }
+        }
+    }
 }
 
 /// Logs to stderr; `RUST_LOG` overrides `default` (e.g. `RUST_LOG=debug`).
@@ -95,6 +134,7 @@ fn main() -> ExitCode {
             apply,
             addr,
             kubeconfig_out,
+            cache,
         } => {
             init_logging(LIVE_LOG);
             let options = krec::dev::DevOptions {
@@ -102,17 +142,25 @@ fn main() -> ExitCode {
                 apply,
                 addr,
                 kubeconfig_out,
+                module_cache: cache.open(),
             };
             block_on("dev", krec::dev::dev(options, shutdown_signal()))
         }
         Command::Run {
             manifests,
             kubeconfig,
+            cache,
         } => {
             init_logging(LIVE_LOG);
+            let module_cache = cache.open();
             block_on(
                 "run",
-                krec::dev::run(&manifests, kubeconfig.as_deref(), shutdown_signal()),
+                krec::dev::run(
+                    &manifests,
+                    kubeconfig.as_deref(),
+                    module_cache,
+                    shutdown_signal(),
+                ),
             )
         }
         Command::Cluster {

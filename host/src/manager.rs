@@ -1,23 +1,51 @@
-//! The [`Manager`]: loads the guests of a manifest set, wires each to the shared cache as a
-//! [`Controller`], waits for the caches to sync, then starts the workers.
+//! The [`Manager`]: the set of running guests over one shared cache — started from a manifest
+//! set, and changed live by [`reload`](Manager::reload) when manifests or modules change.
 //!
-//! One bad guest (a module that does not load, a kind the server does not serve) is reported
-//! with its name and skipped; the others run.
+//! Each guest is a [`Controller`] wired to the informers of the kinds it watches; its workers
+//! start once those caches have synced. One bad guest (a module that does not load, a kind the
+//! server does not serve) is reported with its name and skipped; the others run.
+//!
+//! # Reload and hot-swap
+//!
+//! [`reload`](Manager::reload) compares a manifest directory with what runs:
+//!
+//! - a new manifest starts its guest without disturbing the others;
+//! - a changed manifest or module is compiled and validated off the hot path (a blocking
+//!   thread; the module cache makes a swap back to a known version cheap) and instantiated
+//!   once, then swapped in atomically ([`Controller::swap`]): running reconciles finish on the
+//!   old version, queued keys and backoff state carry over, changed `for` / `owns` / `watches`
+//!   take effect (new watches start, unneeded ones stop), and every watched object is
+//!   enqueued again so the new version reconciles the whole state, as a restart would;
+//! - a module that fails to load, does not implement the world or traps on instantiation is
+//!   rejected with a clear error and the old version keeps running; so does a guest whose
+//!   manifest became invalid;
+//! - a removed manifest stops its guest (running reconciles finish) and releases the watches no
+//!   other guest needs.
+//!
+//! [`watch`](Manager::watch) runs `reload` when files in the manifest directory or the module
+//! files change (debounced), and on SIGHUP.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
 use crate::cache::{Cache, EventSink, Informer, SYNC_TIMEOUT};
-use crate::cluster::Gvk;
 use crate::cluster::api::ApiClient;
 use crate::cluster::live::LiveCluster;
+use crate::cluster::{ClusterAccess, Gvk};
 use crate::controller::Controller;
-use crate::guest::GuestModule;
-use crate::manifest::Manifest;
+use crate::guest::{GuestModule, GuestWorker, HostState, ModuleCache};
+use crate::manifest::{Manifest, ManifestError};
 
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long file changes settle before a reload: editors and `cargo build` write in bursts.
+pub const RELOAD_DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// A guest that could not be started, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,24 +56,60 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// A controller subscribed to its informers, waiting for them to sync.
-struct Wired {
-    controller: Arc<Controller>,
-    informers: Vec<Arc<Informer>>,
-    for_informers: Vec<Arc<Informer>>,
+/// What a [`reload`](Manager::reload) did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Guests started.
+    pub started: Vec<String>,
+    /// Guests now running a new version.
+    pub swapped: Vec<String>,
+    /// Guests stopped because their manifest is gone.
+    pub removed: Vec<String>,
+    /// Changes refused (the old version, if any, keeps running): guest or file, and why.
+    pub rejected: Vec<Skipped>,
 }
 
-/// Running guests over one shared cache.
+impl ReloadReport {
+    /// Whether nothing changed and nothing was refused.
+    pub fn is_empty(&self) -> bool {
+        self.started.is_empty()
+            && self.swapped.is_empty()
+            && self.removed.is_empty()
+            && self.rejected.is_empty()
+    }
+}
+
+/// One running guest.
+struct Guest {
+    controller: Arc<Controller>,
+    manifest: Arc<Manifest>,
+    /// Digest of the module file it runs.
+    digest: String,
+    informers: Vec<Arc<Informer>>,
+}
+
+/// Running guests over one shared cache. Cheap to clone; clones share the guests.
+#[derive(Clone)]
 pub struct Manager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    module_cache: ModuleCache,
     cache: Arc<Cache>,
-    controllers: BTreeMap<String, Arc<Controller>>,
-    skipped: Vec<Skipped>,
+    /// The guests; the lock also serialises reloads.
+    guests: tokio::sync::Mutex<BTreeMap<String, Guest>>,
+    /// The controllers, readable without waiting for a reload to finish.
+    controllers: RwLock<BTreeMap<String, Arc<Controller>>>,
+    skipped: RwLock<Vec<Skipped>>,
 }
 
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Manager")
-            .field("guests", &self.controllers.keys().collect::<Vec<_>>())
+            .field("guests", &self.controllers().keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -59,171 +123,6 @@ fn scopes(manifest: &Manifest) -> Vec<Option<String>> {
     }
 }
 
-impl Manager {
-    /// Load `manifests`, start their informers, wait for the caches to sync and start the
-    /// workers. Guests that cannot start are logged and listed in [`skipped`](Self::skipped).
-    ///
-    /// # Errors
-    ///
-    /// Only when the Wasm engine cannot be created; guest problems never fail the manager.
-    pub async fn start(api: Arc<ApiClient>, manifests: Vec<Manifest>) -> anyhow::Result<Self> {
-        let engine = crate::engine::new_engine()?;
-        let linker = crate::guest::new_linker(&engine)?;
-        let cache = Cache::new(api.clone());
-        let mut skipped = Vec::new();
-        let mut pending: Vec<Wired> = Vec::new();
-        for manifest in manifests {
-            let name = manifest.name.clone();
-            let manifest = Arc::new(manifest);
-            let mut skip = |reason: String| {
-                tracing::error!("guest {name} not started: {reason}");
-                skipped.push(Skipped {
-                    guest: name.clone(),
-                    reason,
-                });
-            };
-            let module = match GuestModule::load(&engine, &linker, manifest.clone()) {
-                Ok(module) => Arc::new(module),
-                Err(err) => {
-                    skip(err.to_string());
-                    continue;
-                }
-            };
-            tracing::info!("loaded guest {name} ({})", module.digest());
-            let cluster = Arc::new(LiveCluster::new(cache.clone(), &manifest));
-            let controller = Controller::new(module, cluster);
-            let kinds = controller.handlers().watched_kinds();
-            // Every kind must be served before anything is subscribed.
-            let mut missing = None;
-            for gvk in &kinds {
-                if let Err(err) = api.resolve(gvk).await {
-                    missing = Some(format!("cannot watch {gvk}: {err}"));
-                    break;
-                }
-            }
-            if let Some(reason) = missing {
-                skip(reason);
-                continue;
-            }
-            let for_kind: Option<Gvk> = manifest.spec.for_kind.as_ref().map(|k| k.gvk());
-            let mut informers = Vec::new();
-            let mut for_informers = Vec::new();
-            let mut failed = None;
-            'kinds: for gvk in &kinds {
-                for scope in scopes(&manifest) {
-                    match cache.informer(gvk, scope.as_deref()).await {
-                        Ok(informer) => {
-                            if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
-                                if for_kind.as_ref() == Some(gvk) {
-                                    for_informers.push(informer.clone());
-                                }
-                                informers.push(informer);
-                            }
-                        }
-                        Err(err) => {
-                            failed = Some(format!("cannot watch {gvk}: {err}"));
-                            break 'kinds;
-                        }
-                    }
-                }
-            }
-            if let Some(reason) = failed {
-                skip(reason);
-                continue;
-            }
-            let sink: Arc<dyn EventSink> = controller.clone();
-            for informer in &informers {
-                informer.subscribe(sink.clone());
-            }
-            pending.push(Wired {
-                controller,
-                informers,
-                for_informers,
-            });
-        }
-        let mut controllers = BTreeMap::new();
-        for Wired {
-            controller,
-            informers,
-            for_informers,
-        } in pending
-        {
-            let mut synced = true;
-            for informer in &informers {
-                if !informer.is_synced() {
-                    tracing::info!(
-                        "{}: syncing the cache of {}",
-                        controller.name(),
-                        informer.describe()
-                    );
-                }
-                if let Err(err) = informer.wait_synced(SYNC_TIMEOUT).await {
-                    let sink: Arc<dyn EventSink> = controller.clone();
-                    for informer in &informers {
-                        informer.unsubscribe(&sink);
-                    }
-                    let reason = err.to_string();
-                    tracing::error!("guest {} not started: {reason}", controller.name());
-                    skipped.push(Skipped {
-                        guest: controller.name().to_owned(),
-                        reason,
-                    });
-                    synced = false;
-                    break;
-                }
-            }
-            if !synced {
-                continue;
-            }
-            controller.start(for_informers);
-            tracing::info!(
-                "guest {} started: {} worker(s), watching {}",
-                controller.name(),
-                controller
-                    .module()
-                    .manifest()
-                    .spec
-                    .max_concurrent_reconciles
-                    .max(1),
-                describe_all(&informers)
-            );
-            controllers.insert(controller.name().to_owned(), controller);
-        }
-        Ok(Manager {
-            cache,
-            controllers,
-            skipped,
-        })
-    }
-
-    /// The running guest named `name`.
-    pub fn controller(&self, name: &str) -> Option<&Arc<Controller>> {
-        self.controllers.get(name)
-    }
-
-    /// Every running guest, by name.
-    pub fn controllers(&self) -> &BTreeMap<String, Arc<Controller>> {
-        &self.controllers
-    }
-
-    /// Guests that could not start.
-    pub fn skipped(&self) -> &[Skipped] {
-        &self.skipped
-    }
-
-    /// The shared cache.
-    pub fn cache(&self) -> &Arc<Cache> {
-        &self.cache
-    }
-
-    /// Stop every guest (running reconciles get up to `timeout` to finish), then the watches.
-    pub async fn shutdown(self, timeout: Duration) {
-        let stops = self.controllers.values().map(|c| c.shutdown(timeout));
-        futures::future::join_all(stops).await;
-        self.cache.stop();
-    }
-}
-
 fn describe_all(informers: &[Arc<Informer>]) -> String {
     if informers.is_empty() {
         return "nothing (generic sources only)".into();
@@ -233,4 +132,490 @@ fn describe_all(informers: &[Arc<Informer>]) -> String {
         .map(|i| i.describe())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A loaded, instantiated version of a guest, not yet running.
+struct Prepared {
+    module: Arc<GuestModule>,
+    cluster: Arc<dyn ClusterAccess>,
+}
+
+impl Manager {
+    /// Load `manifests`, start their informers, wait for the caches to sync and start the
+    /// workers. Guests that cannot start are logged and listed in [`skipped`](Self::skipped).
+    ///
+    /// # Errors
+    ///
+    /// Only when the Wasm engine cannot be created; guest problems never fail the manager.
+    pub async fn start(api: Arc<ApiClient>, manifests: Vec<Manifest>) -> anyhow::Result<Self> {
+        Self::start_with(api, manifests, ModuleCache::disabled()).await
+    }
+
+    /// Like [`start`](Self::start), with compiled modules kept in `module_cache`.
+    ///
+    /// # Errors
+    ///
+    /// Only when the Wasm engine cannot be created.
+    pub async fn start_with(
+        api: Arc<ApiClient>,
+        manifests: Vec<Manifest>,
+        module_cache: ModuleCache,
+    ) -> anyhow::Result<Self> {
+        let engine = crate::engine::new_engine()?;
+        let linker = crate::guest::new_linker(&engine)?;
+        let manager = Manager {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                module_cache,
+                cache: Cache::new(api),
+                guests: tokio::sync::Mutex::new(BTreeMap::new()),
+                controllers: RwLock::new(BTreeMap::new()),
+                skipped: RwLock::new(Vec::new()),
+            }),
+        };
+        let mut guests = manager.inner.guests.lock().await;
+        for manifest in manifests {
+            let name = manifest.name.clone();
+            if let Err(reason) = manager.start_guest(&mut guests, manifest).await {
+                tracing::error!("guest {name} not started: {reason}");
+                manager.skip(Skipped {
+                    guest: name,
+                    reason,
+                });
+            }
+        }
+        drop(guests);
+        Ok(manager)
+    }
+
+    fn skip(&self, skipped: Skipped) {
+        self.inner
+            .skipped
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(skipped);
+    }
+
+    fn publish(&self, guests: &BTreeMap<String, Guest>) {
+        *self
+            .inner
+            .controllers
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = guests
+            .iter()
+            .map(|(name, g)| (name.clone(), g.controller.clone()))
+            .collect();
+    }
+
+    /// Load and instantiate `manifest`'s module on a blocking thread (compiling is CPU-bound).
+    async fn prepare(&self, manifest: Arc<Manifest>) -> Result<Prepared, String> {
+        let inner = self.inner.clone();
+        let loading = manifest.clone();
+        let module = tokio::task::spawn_blocking(move || {
+            GuestModule::load_cached(&inner.engine, &inner.linker, loading, &inner.module_cache)
+        })
+        .await
+        .map_err(|e| format!("loading the module panicked: {e}"))?
+        .map_err(|e| e.to_string())?;
+        let module = Arc::new(module);
+        let cluster: Arc<dyn ClusterAccess> =
+            Arc::new(LiveCluster::new(self.inner.cache.clone(), &manifest));
+        // Instantiate once: a module whose start function traps is refused here.
+        GuestWorker::new(module.clone(), cluster.clone())
+            .warm_up()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Prepared { module, cluster })
+    }
+
+    /// The informers `manifest`'s guest watches (all, and those of its `for` kind), started if
+    /// needed and waited for until synced.
+    async fn wire(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<(Vec<Arc<Informer>>, Vec<Arc<Informer>>), String> {
+        let handlers = crate::controller::Handlers::from_manifest(manifest);
+        let kinds = handlers.watched_kinds();
+        let api = self.inner.cache.api();
+        // Every kind must be served before anything is started.
+        for gvk in &kinds {
+            api.resolve(gvk)
+                .await
+                .map_err(|err| format!("cannot watch {gvk}: {err}"))?;
+        }
+        let for_kind: Option<Gvk> = manifest.spec.for_kind.as_ref().map(|k| k.gvk());
+        let mut informers: Vec<Arc<Informer>> = Vec::new();
+        let mut for_informers = Vec::new();
+        for gvk in &kinds {
+            for scope in scopes(manifest) {
+                let informer = self
+                    .inner
+                    .cache
+                    .informer(gvk, scope.as_deref(), &manifest.name)
+                    .await
+                    .map_err(|err| format!("cannot watch {gvk}: {err}"))?;
+                if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
+                    if for_kind.as_ref() == Some(gvk) {
+                        for_informers.push(informer.clone());
+                    }
+                    informers.push(informer);
+                }
+            }
+        }
+        for informer in &informers {
+            if !informer.is_synced() {
+                tracing::info!(
+                    "{}: syncing the cache of {}",
+                    manifest.name,
+                    informer.describe()
+                );
+            }
+            informer
+                .wait_synced(SYNC_TIMEOUT)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok((informers, for_informers))
+    }
+
+    async fn start_guest(
+        &self,
+        guests: &mut BTreeMap<String, Guest>,
+        manifest: Manifest,
+    ) -> Result<(), String> {
+        let name = manifest.name.clone();
+        let manifest = Arc::new(manifest);
+        let prepared = self.prepare(manifest.clone()).await?;
+        let digest = prepared.module.digest().to_owned();
+        tracing::info!(
+            "loaded guest {name} ({digest}, {:?})",
+            prepared.module.origin()
+        );
+        let controller = Controller::new(prepared.module, prepared.cluster);
+        let sink: Arc<dyn EventSink> = controller.clone();
+        let (informers, for_informers) = match self.wire(&manifest).await {
+            Ok(wired) => wired,
+            Err(reason) => {
+                self.inner.cache.release(&name, Some(&sink), &[]);
+                return Err(reason);
+            }
+        };
+        for informer in &informers {
+            informer.subscribe(sink.clone());
+        }
+        controller.start(for_informers);
+        tracing::info!(
+            "guest {name} started: {} worker(s), watching {}",
+            manifest.spec.max_concurrent_reconciles.max(1),
+            describe_all(&informers)
+        );
+        guests.insert(
+            name,
+            Guest {
+                controller,
+                manifest,
+                digest,
+                informers,
+            },
+        );
+        self.publish(guests);
+        Ok(())
+    }
+
+    async fn swap_guest(&self, guest: &mut Guest, manifest: Manifest) -> Result<(), String> {
+        let name = manifest.name.clone();
+        let manifest = Arc::new(manifest);
+        let prepared = self.prepare(manifest.clone()).await?;
+        let (informers, for_informers) = self.wire(&manifest).await?;
+        let controller = guest.controller.clone();
+        let sink: Arc<dyn EventSink> = controller.clone();
+        let digest = prepared.module.digest().to_owned();
+        // The new handlers first, so that objects of newly watched kinds map through them.
+        let version = controller.swap(prepared.module, prepared.cluster, for_informers);
+        // Like a restarted controller, the new version sees every object: new subscriptions
+        // replay theirs, kept ones are replayed here (the queue folds duplicates).
+        for informer in &informers {
+            if guest.informers.iter().any(|i| Arc::ptr_eq(i, informer)) {
+                informer.replay(controller.as_ref());
+            } else {
+                informer.subscribe(sink.clone());
+            }
+        }
+        self.inner.cache.release(&name, Some(&sink), &informers);
+        tracing::info!(
+            "guest {name} swapped to version {} ({digest}), watching {}",
+            version.number,
+            describe_all(&informers)
+        );
+        guest.manifest = manifest;
+        guest.digest = digest;
+        guest.informers = informers;
+        Ok(())
+    }
+
+    async fn remove_guest(&self, guest: Guest) {
+        let name = guest.controller.name().to_owned();
+        guest.controller.shutdown(SHUTDOWN_TIMEOUT).await;
+        let sink: Arc<dyn EventSink> = guest.controller.clone();
+        self.inner.cache.release(&name, Some(&sink), &[]);
+        tracing::info!("guest {name} stopped: its manifest is gone");
+    }
+
+    /// Bring the running guests in line with the manifests in `dir`. See the
+    /// [module docs](self).
+    ///
+    /// # Errors
+    ///
+    /// When `dir` cannot be read; the running guests are untouched then.
+    pub async fn reload(&self, dir: &Path) -> Result<ReloadReport, ManifestError> {
+        let scanned = Manifest::scan_dir(dir)?;
+        Ok(self.apply(scanned).await)
+    }
+
+    /// [`reload`](Self::reload) from already scanned manifests.
+    pub async fn apply(&self, scanned: Vec<Result<Manifest, ManifestError>>) -> ReloadReport {
+        let mut report = ReloadReport::default();
+        let mut guests = self.inner.guests.lock().await;
+        let mut wanted: BTreeMap<String, Manifest> = BTreeMap::new();
+        let mut broken_files: BTreeSet<PathBuf> = BTreeSet::new();
+        for result in scanned {
+            match result {
+                Ok(manifest) => {
+                    wanted.insert(manifest.name.clone(), manifest);
+                }
+                Err(err) => {
+                    tracing::error!("{err}; the guest it defines keeps its running version");
+                    broken_files.insert(err.path().to_owned());
+                    report.rejected.push(Skipped {
+                        guest: err.path().display().to_string(),
+                        reason: err.to_string(),
+                    });
+                }
+            }
+        }
+        // Gone: neither a valid manifest nor a broken file that may still define it.
+        let gone: Vec<String> = guests
+            .iter()
+            .filter(|(name, g)| {
+                !wanted.contains_key(*name) && !broken_files.contains(&g.manifest.path)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(guest) = guests.remove(&name) {
+                self.remove_guest(guest).await;
+                report.removed.push(name);
+            }
+        }
+        self.publish(&guests);
+        for (name, manifest) in wanted {
+            match guests.get_mut(&name) {
+                None => match self.start_guest(&mut guests, manifest).await {
+                    Ok(()) => report.started.push(name),
+                    Err(reason) => {
+                        tracing::error!("guest {name} not started: {reason}");
+                        report.rejected.push(Skipped {
+                            guest: name,
+                            reason,
+                        });
+                    }
+                },
+                Some(guest) => {
+                    let digest = std::fs::read(&manifest.spec.module)
+                        .map(|b| crate::guest::module_cache::digest(&b))
+                        .unwrap_or_default();
+                    if *guest.manifest == manifest && guest.digest == digest {
+                        continue;
+                    }
+                    match self.swap_guest(guest, manifest).await {
+                        Ok(()) => report.swapped.push(name),
+                        Err(reason) => {
+                            tracing::error!(
+                                "guest {name}: new version rejected, version {} ({}) keeps running: {reason}",
+                                guest.controller.version().number,
+                                guest.digest
+                            );
+                            report.rejected.push(Skipped {
+                                guest: name,
+                                reason,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        self.publish(&guests);
+        report
+    }
+
+    /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
+    /// [`RELOAD_DEBOUNCE`]) and on SIGHUP, until the returned task is aborted.
+    pub fn watch(&self, dir: PathBuf) -> tokio::task::JoinHandle<()> {
+        let manager = self.clone();
+        tokio::spawn(async move { manager.watch_loop(dir).await })
+    }
+
+    async fn watch_loop(&self, dir: PathBuf) {
+        use notify::RecursiveMode;
+        let (events_tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let relevant = Arc::new(RwLock::new(BTreeSet::<PathBuf>::new()));
+        let filter = relevant.clone();
+        let debouncer = notify_debouncer_mini::new_debouncer(
+            RELOAD_DEBOUNCE,
+            move |result: notify_debouncer_mini::DebounceEventResult| match result {
+                Ok(events) => {
+                    let modules = filter.read().unwrap_or_else(|e| e.into_inner());
+                    let matters = events.iter().any(|e| {
+                        let yaml = e
+                            .path
+                            .extension()
+                            .is_some_and(|x| x == "yaml" || x == "yml");
+                        yaml || modules.contains(&e.path)
+                    });
+                    if matters {
+                        let _ = events_tx.send(());
+                    }
+                }
+                Err(err) => tracing::warn!("watching for manifest and module changes: {err}"),
+            },
+        );
+        let mut debouncer = match debouncer {
+            Ok(d) => d,
+            Err(err) => {
+                tracing::error!(
+                    "cannot watch {} for changes; SIGHUP still reloads: {err}",
+                    dir.display()
+                );
+                return self.sighup_loop(dir).await;
+            }
+        };
+        if let Err(err) = debouncer.watcher().watch(&dir, RecursiveMode::Recursive) {
+            tracing::error!("cannot watch {}: {err}", dir.display());
+        }
+        let mut watched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut refresh =
+            |debouncer: &mut notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>,
+             modules: Vec<PathBuf>| {
+                let absolute: BTreeSet<PathBuf> = modules
+                    .iter()
+                    .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
+                    .collect();
+                for module in &absolute {
+                    if let Some(parent) = module.parent()
+                        && !parent.starts_with(&dir)
+                        && watched_dirs.insert(parent.to_owned())
+                        && let Err(err) = debouncer
+                            .watcher()
+                            .watch(parent, RecursiveMode::NonRecursive)
+                    {
+                        tracing::warn!("cannot watch {}: {err}", parent.display());
+                    }
+                }
+                let mut paths: BTreeSet<PathBuf> = modules.into_iter().collect();
+                paths.extend(absolute);
+                *relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
+            };
+        refresh(&mut debouncer, self.module_paths().await);
+        #[cfg(unix)]
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        loop {
+            #[cfg(unix)]
+            let hup = async {
+                match hangup.as_mut() {
+                    Some(h) => {
+                        h.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hup = std::future::pending::<()>();
+            tokio::select! {
+                changed = rx.recv() => if changed.is_none() { return },
+                () = hup => tracing::info!("SIGHUP: reloading {}", dir.display()),
+            }
+            while rx.try_recv().is_ok() {}
+            self.reload_logged(&dir).await;
+            refresh(&mut debouncer, self.module_paths().await);
+        }
+    }
+
+    /// Without a file watcher: reload on SIGHUP only.
+    async fn sighup_loop(&self, dir: PathBuf) {
+        #[cfg(unix)]
+        if let Ok(mut hangup) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        {
+            while hangup.recv().await.is_some() {
+                self.reload_logged(&dir).await;
+            }
+        }
+    }
+
+    async fn reload_logged(&self, dir: &Path) {
+        match self.reload(dir).await {
+            Ok(report) if report.is_empty() => {}
+            Ok(report) => tracing::info!(
+                "reloaded {}: started {:?}, swapped {:?}, removed {:?}, rejected {}",
+                dir.display(),
+                report.started,
+                report.swapped,
+                report.removed,
+                report.rejected.len()
+            ),
+            Err(err) => tracing::error!("reloading {}: {err}; nothing changed", dir.display()),
+        }
+    }
+
+    async fn module_paths(&self) -> Vec<PathBuf> {
+        let guests = self.inner.guests.lock().await;
+        guests
+            .values()
+            .map(|g| g.manifest.spec.module.clone())
+            .collect()
+    }
+
+    /// The running guest named `name`.
+    pub fn controller(&self, name: &str) -> Option<Arc<Controller>> {
+        self.inner
+            .controllers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Every running guest, by name.
+    pub fn controllers(&self) -> BTreeMap<String, Arc<Controller>> {
+        self.inner
+            .controllers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Guests that could not start when the manager started.
+    pub fn skipped(&self) -> Vec<Skipped> {
+        self.inner
+            .skipped
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The shared cache.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.inner.cache
+    }
+
+    /// Stop every guest (running reconciles get up to `timeout` to finish), then the watches.
+    pub async fn shutdown(self, timeout: Duration) {
+        let mut guests = self.inner.guests.lock().await;
+        let stops = guests.values().map(|g| g.controller.shutdown(timeout));
+        futures::future::join_all(stops).await;
+        guests.clear();
+        self.inner.cache.stop();
+    }
 }

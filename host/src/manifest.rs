@@ -52,6 +52,17 @@ pub enum ManifestError {
     },
 }
 
+impl ManifestError {
+    /// The manifest file at fault.
+    pub fn path(&self) -> &Path {
+        match self {
+            ManifestError::Read { path, .. }
+            | ManifestError::Invalid { path, .. }
+            | ManifestError::Duplicate { path, .. } => path,
+        }
+    }
+}
+
 /// A validated manifest, with its module path resolved against the manifest's directory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Manifest {

@@ -102,13 +102,13 @@ struct State<K> {
     sequence: u64,
     failures: HashMap<K, u32>,
     bucket: TokenBucket,
+    rate_limit: RateLimit,
     shutting_down: bool,
 }
 
 /// A workqueue of keys. See the [module docs](self) for its guarantees.
 pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
-    rate_limit: RateLimit,
     /// Wakes `get` callers: something was queued, something became due, or shutdown.
     ready: Notify,
     /// Wakes `drained` callers: processing finished.
@@ -129,9 +129,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 sequence: 0,
                 failures: HashMap::new(),
                 bucket,
+                rate_limit,
                 shutting_down: false,
             }),
-            rate_limit,
             ready: Notify::new(),
             idle: Notify::new(),
         }
@@ -195,16 +195,26 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             let failures = state.failures.entry(key.clone()).or_insert(0);
             let exponent = (*failures).min(63);
             *failures = failures.saturating_add(1);
-            let backoff = self
-                .rate_limit
+            let limit = &state.rate_limit;
+            let backoff = limit
                 .base_delay
                 .checked_mul(1u32.checked_shl(exponent).unwrap_or(u32::MAX))
-                .unwrap_or(self.rate_limit.max_delay)
-                .min(self.rate_limit.max_delay);
+                .unwrap_or(limit.max_delay)
+                .min(limit.max_delay);
             let bucket = state.bucket.reserve(Instant::now());
             backoff.max(bucket)
         };
         self.add_after(key, delay);
+    }
+
+    /// Change the retry limits (a guest's new manifest). Keys keep their failure counts; the
+    /// token bucket starts full at the new size.
+    pub fn set_rate_limit(&self, rate_limit: RateLimit) {
+        let mut state = self.lock();
+        if state.rate_limit != rate_limit {
+            state.bucket = TokenBucket::new(rate_limit.qps, rate_limit.burst, Instant::now());
+            state.rate_limit = rate_limit;
+        }
     }
 
     /// Reset a key's backoff (its reconcile succeeded).

@@ -145,6 +145,15 @@ pub struct Live {
 impl Live {
     /// Start the embedded API server, apply `objects` (CRDs first), then start `manifests`.
     pub async fn start(manifests: Vec<Manifest>, objects: Vec<Value>) -> Self {
+        Self::start_with(manifests, objects, krec::guest::ModuleCache::disabled()).await
+    }
+
+    /// Like [`start`](Self::start), keeping compiled modules in `module_cache`.
+    pub async fn start_with(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        module_cache: krec::guest::ModuleCache,
+    ) -> Self {
         // `RUST_LOG=krec=debug cargo test` shows what the host did.
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
@@ -159,7 +168,7 @@ impl Live {
         let api = krec::cluster::api::ApiClient::new(client.clone());
         let problems = krec::dev::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
-        let manager = krec::manager::Manager::start(api.clone(), manifests)
+        let manager = krec::manager::Manager::start_with(api.clone(), manifests, module_cache)
             .await
             .expect("manager starts");
         assert!(
@@ -176,7 +185,7 @@ impl Live {
     }
 
     /// The running guest `name`.
-    pub fn controller(&self, name: &str) -> &Arc<krec::controller::Controller> {
+    pub fn controller(&self, name: &str) -> Arc<krec::controller::Controller> {
         self.manager
             .controller(name)
             .unwrap_or_else(|| panic!("guest {name} is not running"))
@@ -208,9 +217,28 @@ impl Live {
     }
 }
 
+impl Drop for Live {
+    fn drop(&mut self) {
+        // Stop the watches before the server goes, so nothing retries against a closed port.
+        self.manager.cache().stop();
+    }
+}
+
 /// How long [`Live::eventually`] waits for the host to converge: generous, as CI machines are
 /// slow; a passing run takes milliseconds.
 pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The path of a built guest module in `target/wasm32-wasip2/release/`, with a clear failure if
+/// it was not built.
+pub fn built_module(file: &str) -> PathBuf {
+    let path = repo_root().join("target/wasm32-wasip2/release").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make guests` first",
+        path.display()
+    );
+    path
+}
 
 /// The sample CRDs and example objects under `sample-guests/<guest_dir>`.
 pub fn sample_objects(guest_dir: &str) -> Vec<Value> {

@@ -132,3 +132,27 @@ async fn guest_errors_should_be_values_not_traps() {
         "stdio is captured, not inherited"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_output_should_be_refused_or_cut() {
+    let mut h = misbehave();
+    // An object over the host-call limit is refused before it is parsed.
+    match h.reconcile(None, "huge").await {
+        Err(ReconcileError::Guest {
+            error: AccessError::Invalid(msg),
+            ..
+        }) => assert!(msg.contains("exceeds the"), "{msg}"),
+        other => panic!("expected invalid, got {other:?}"),
+    }
+    // A flood of printed lines is rate-limited in the log; the reconcile ends normally or at
+    // its time limit, and the worker goes on.
+    match h.reconcile(None, "flood").await {
+        Ok(Action::Done)
+        | Err(ReconcileError::Trap {
+            cause: TrapCause::Timeout,
+            ..
+        }) => {}
+        other => panic!("expected done or a timeout, got {other:?}"),
+    }
+    assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
+}

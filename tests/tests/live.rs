@@ -63,7 +63,8 @@ async fn pod_counter_should_follow_pods_created_after_the_replicaset_and_deleted
         .await
         .expect("delete");
     wait_pod_count(&live, "2").await;
-    let stats = live.controller("pod-counter").stats();
+    let controller = live.controller("pod-counter");
+    let stats = controller.stats();
     assert_eq!(stats.overlaps.load(Ordering::Relaxed), 0);
     // Errors may occur: a write based on a cache that has not yet seen the guest's previous
     // write is a conflict, retried with backoff (as with controller-runtime). Traps may not.

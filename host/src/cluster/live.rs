@@ -65,9 +65,10 @@ impl LiveCluster {
             return Ok(None);
         }
         let informers = if let Some(all) = self.cache.running(gvk, None) {
+            all.add_user(&self.guest);
             vec![all]
         } else if self.namespaces.is_empty() {
-            vec![self.cache.informer(gvk, None).await?]
+            vec![self.cache.informer(gvk, None, &self.guest).await?]
         } else {
             let wanted: Vec<&str> = match namespace {
                 Some(ns) if self.namespaces.iter().any(|n| n == ns) => vec![ns],
@@ -77,7 +78,7 @@ impl LiveCluster {
             };
             let mut informers = Vec::new();
             for ns in wanted {
-                let informer = self.cache.informer(gvk, Some(ns)).await?;
+                let informer = self.cache.informer(gvk, Some(ns), &self.guest).await?;
                 // A cluster-scoped kind has one informer whatever the namespace asked.
                 if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
                     informers.push(informer);

@@ -15,21 +15,30 @@
 //!
 //! Generic sources feed the same queue: each manifest ticker, the resync period (every cached
 //! object of the `for` kind), and [`Controller::trigger`], the manual trigger.
+//!
+//! # Hot-swap
+//!
+//! What a guest runs — module, manifest, handlers, cluster access — is one [`Version`],
+//! replaced atomically by [`Controller::swap`]. The queue, its backoff state and the counters
+//! belong to the controller and survive swaps. A worker picks up the current version when it
+//! takes its next key, so reconciles already running finish on the old version and no key is
+//! ever reconciled by two versions at once (the queue hands a key to one worker at a time).
 
 pub mod handlers;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 pub use handlers::{Event, Handlers, Request};
 
 use crate::cache::{EventSink, Informer};
 use crate::cluster::{ClusterAccess, Gvk};
-use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError};
+use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError, TrapCause};
 use crate::queue::{RateLimit, WorkQueue};
 
 impl std::fmt::Display for Request {
@@ -56,6 +65,7 @@ pub struct Stats {
     /// workqueue guarantees this stays zero; it is counted, not assumed.
     pub overlaps: AtomicU64,
     active: Mutex<HashSet<Request>>,
+    traps_by_cause: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl Stats {
@@ -70,6 +80,23 @@ impl Stats {
     /// Keys being reconciled right now.
     pub fn active(&self) -> usize {
         self.active.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Traps so far, by cause (`timeout`, `out_of_memory`, `panic`, ...).
+    pub fn traps_by_cause(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.traps_by_cause
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn count_trap(&self, cause: TrapCause) {
+        *self
+            .traps_by_cause
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cause.as_str())
+            .or_insert(0) += 1;
     }
 
     fn begin(&self, request: &Request) {
@@ -87,27 +114,81 @@ impl Stats {
     }
 }
 
+/// What a guest runs: one module and manifest, and what follows from them.
+pub struct Version {
+    /// The compiled module (its manifest inside).
+    pub module: Arc<GuestModule>,
+    /// Where its host calls go.
+    pub cluster: Arc<dyn ClusterAccess>,
+    /// Its event handlers.
+    pub handlers: Handlers,
+    /// 1 for the first version of a guest, then counting swaps.
+    pub number: u64,
+    /// When it was installed.
+    pub installed: Instant,
+    first_reconcile: OnceLock<Instant>,
+}
+
+impl Version {
+    /// A version of `module` whose host calls go to `cluster`.
+    pub fn new(module: Arc<GuestModule>, cluster: Arc<dyn ClusterAccess>) -> Self {
+        Version {
+            handlers: Handlers::from_manifest(module.manifest()),
+            module,
+            cluster,
+            number: 1,
+            installed: Instant::now(),
+            first_reconcile: OnceLock::new(),
+        }
+    }
+
+    /// When its first reconcile started, if one has.
+    pub fn first_reconcile(&self) -> Option<Instant> {
+        self.first_reconcile.get().copied()
+    }
+
+    /// How long after it was installed its first reconcile started, if one has.
+    pub fn time_to_first_reconcile(&self) -> Option<Duration> {
+        self.first_reconcile
+            .get()
+            .map(|t| t.saturating_duration_since(self.installed))
+    }
+}
+
+fn rate_limit_of(module: &GuestModule) -> RateLimit {
+    let rate = &module.manifest().spec.rate_limiter;
+    RateLimit {
+        base_delay: rate.base_delay,
+        max_delay: rate.max_delay,
+        qps: rate.qps,
+        burst: rate.burst,
+    }
+}
+
 /// A guest's controller: handlers, workqueue, workers and generic sources.
 pub struct Controller {
-    module: Arc<GuestModule>,
-    cluster: Arc<dyn ClusterAccess>,
-    handlers: Handlers,
+    name: String,
+    version: ArcSwap<Version>,
     queue: Arc<WorkQueue<Request>>,
     stats: Arc<Stats>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Workers wanted (`maxConcurrentReconciles`); workers with a higher index stop.
+    workers_wanted: AtomicUsize,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    sources: Mutex<Vec<JoinHandle<()>>>,
+    for_informers: Mutex<Vec<Arc<Informer>>>,
 }
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Controller")
-            .field("guest", &self.name())
+            .field("guest", &self.name)
             .finish_non_exhaustive()
     }
 }
 
 impl EventSink for Controller {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>) {
-        for request in self.handlers.requests(gvk, event) {
+        for request in self.version.load().handlers.requests(gvk, event) {
             self.queue.add(request);
         }
     }
@@ -117,37 +198,37 @@ impl Controller {
     /// A controller for `module`, whose host calls go to `cluster`. Nothing runs until
     /// [`start`](Self::start).
     pub fn new(module: Arc<GuestModule>, cluster: Arc<dyn ClusterAccess>) -> Arc<Self> {
-        let spec = &module.manifest().spec;
-        let rate = &spec.rate_limiter;
-        let queue = WorkQueue::new(RateLimit {
-            base_delay: rate.base_delay,
-            max_delay: rate.max_delay,
-            qps: rate.qps,
-            burst: rate.burst,
-        });
+        let queue = WorkQueue::new(rate_limit_of(&module));
         Arc::new(Controller {
-            handlers: Handlers::from_manifest(module.manifest()),
-            module,
-            cluster,
+            name: module.name().to_owned(),
+            version: ArcSwap::from_pointee(Version::new(module, cluster)),
             queue: Arc::new(queue),
             stats: Arc::new(Stats::default()),
-            tasks: Mutex::new(Vec::new()),
+            workers_wanted: AtomicUsize::new(0),
+            workers: Mutex::new(Vec::new()),
+            sources: Mutex::new(Vec::new()),
+            for_informers: Mutex::new(Vec::new()),
         })
     }
 
     /// The guest's name.
     pub fn name(&self) -> &str {
-        self.module.name()
+        &self.name
     }
 
-    /// The guest's module.
-    pub fn module(&self) -> &Arc<GuestModule> {
-        &self.module
+    /// The version running now.
+    pub fn version(&self) -> Arc<Version> {
+        self.version.load_full()
     }
 
-    /// The event handlers.
-    pub fn handlers(&self) -> &Handlers {
-        &self.handlers
+    /// The guest's module (of the current version).
+    pub fn module(&self) -> Arc<GuestModule> {
+        self.version.load().module.clone()
+    }
+
+    /// The event handlers (of the current version).
+    pub fn handlers(&self) -> Handlers {
+        self.version.load().handlers.clone()
     }
 
     /// The workqueue.
@@ -168,17 +249,62 @@ impl Controller {
     /// Start the workers and the generic sources (tickers, and resync over `for_informers`,
     /// the informers of the `for` kind). Call once the caches have synced.
     pub fn start(self: &Arc<Self>, for_informers: Vec<Arc<Informer>>) {
-        let spec = &self.module.manifest().spec;
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..spec.max_concurrent_reconciles.max(1) {
-            tasks.push(tokio::spawn(self.clone().work()));
+        *self.for_informers.lock().unwrap_or_else(|e| e.into_inner()) = for_informers;
+        self.scale_workers();
+        self.restart_sources();
+    }
+
+    /// Install `module` (with `cluster`) as the new version. Running reconciles finish on the
+    /// old one; every later reconcile runs the new one. The queue and its backoff state stay;
+    /// worker count, rate limits, tickers and resync follow the new manifest.
+    pub fn swap(
+        self: &Arc<Self>,
+        module: Arc<GuestModule>,
+        cluster: Arc<dyn ClusterAccess>,
+        for_informers: Vec<Arc<Informer>>,
+    ) -> Arc<Version> {
+        self.queue.set_rate_limit(rate_limit_of(&module));
+        let mut version = Version::new(module, cluster);
+        version.number = self.version.load().number + 1;
+        let version = Arc::new(version);
+        self.version.store(version.clone());
+        *self.for_informers.lock().unwrap_or_else(|e| e.into_inner()) = for_informers;
+        self.scale_workers();
+        self.restart_sources();
+        version
+    }
+
+    /// Spawn or retire workers to match the current manifest's `maxConcurrentReconciles`.
+    fn scale_workers(self: &Arc<Self>) {
+        let concurrency = self
+            .version
+            .load()
+            .module
+            .manifest()
+            .spec
+            .max_concurrent_reconciles;
+        let wanted = usize::try_from(concurrency.max(1)).unwrap_or(1);
+        self.workers_wanted.store(wanted, Ordering::SeqCst);
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        workers.retain(|w| !w.is_finished());
+        for index in workers.len()..wanted {
+            workers.push(tokio::spawn(self.clone().work(index)));
+        }
+    }
+
+    /// (Re)start the tickers and the resync of the current manifest.
+    fn restart_sources(&self) {
+        let spec = self.version.load().module.manifest().spec.clone();
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        for task in sources.drain(..) {
+            task.abort();
         }
         for ticker in &spec.tickers {
             let request = Request::new(ticker.request.namespace.as_deref(), &ticker.request.name);
             let queue = self.queue.clone();
             let every = ticker.every;
             // A ticker fires when the guest starts, then every period.
-            tasks.push(tokio::spawn(async move {
+            sources.push(tokio::spawn(async move {
                 let mut interval = tokio::time::interval(every);
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
@@ -189,7 +315,12 @@ impl Controller {
         }
         if let Some(period) = spec.resync_period {
             let queue = self.queue.clone();
-            tasks.push(tokio::spawn(async move {
+            let for_informers = self
+                .for_informers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            sources.push(tokio::spawn(async move {
                 let start = tokio::time::Instant::now() + period;
                 let mut interval = tokio::time::interval_at(start, period);
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -213,13 +344,32 @@ impl Controller {
         }
     }
 
-    /// One worker: take a key, reconcile it, act on the result, repeat until shutdown.
-    async fn work(self: Arc<Self>) {
-        let mut worker = GuestWorker::new(self.module.clone(), self.cluster.clone());
-        while let Some(request) = self.queue.get().await {
+    /// Worker `index`: take a key, reconcile it on the current version, act on the result;
+    /// until shutdown, or until fewer workers are wanted.
+    async fn work(self: Arc<Self>, index: usize) {
+        let mut worker: Option<GuestWorker> = None;
+        while index < self.workers_wanted.load(Ordering::SeqCst) {
+            let Some(request) = self.queue.get().await else {
+                break;
+            };
+            let version = self.version.load_full();
+            let current = worker
+                .as_ref()
+                .is_some_and(|w| Arc::ptr_eq(w.module(), &version.module));
+            if !current {
+                // A new version: the old instance is dropped with the old worker.
+                worker = Some(GuestWorker::new(
+                    version.module.clone(),
+                    version.cluster.clone(),
+                ));
+            }
+            let Some(guest) = worker.as_mut() else {
+                break;
+            };
             self.stats.begin(&request);
             let started = Instant::now();
-            let result = worker
+            let _ = version.first_reconcile.set(started);
+            let result = guest
                 .reconcile(request.namespace.as_deref(), &request.name)
                 .await;
             self.stats.end(&request);
@@ -250,10 +400,14 @@ impl Controller {
             }
             Err(err) => {
                 match &err {
-                    ReconcileError::Trap { .. } => &self.stats.traps,
-                    ReconcileError::Guest { .. } => &self.stats.errors,
+                    ReconcileError::Trap { cause, .. } => {
+                        self.stats.traps.fetch_add(1, Ordering::Relaxed);
+                        self.stats.count_trap(*cause);
+                    }
+                    ReconcileError::Guest { .. } => {
+                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                .fetch_add(1, Ordering::Relaxed);
                 self.queue.add_rate_limited(request.clone());
                 let retries = self.queue.num_requeues(request);
                 tracing::warn!(target: "krec::reconcile", "{err} ({ms:.1} ms); retry {retries} with backoff");
@@ -265,6 +419,14 @@ impl Controller {
     /// workers and sources.
     pub async fn shutdown(&self, timeout: Duration) {
         self.queue.shutdown();
+        for task in self
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
         if tokio::time::timeout(timeout, self.queue.drained())
             .await
             .is_err()
@@ -275,7 +437,7 @@ impl Controller {
             );
         }
         for task in self
-            .tasks
+            .workers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)

@@ -7,6 +7,7 @@
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
 mod limits;
+pub mod module_cache;
 mod output;
 mod state;
 
@@ -15,7 +16,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
@@ -23,6 +23,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 pub use limits::{
     GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
 };
+pub use module_cache::{ModuleCache, Origin};
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
@@ -78,6 +79,7 @@ pub struct GuestModule {
     manifest: Arc<Manifest>,
     pre: ReconcilerPre<HostState>,
     digest: String,
+    origin: Origin,
 }
 
 impl fmt::Debug for GuestModule {
@@ -140,12 +142,29 @@ impl GuestModule {
         linker: &Linker<HostState>,
         manifest: Arc<Manifest>,
     ) -> Result<Self, LoadError> {
+        Self::load_cached(engine, linker, manifest, &ModuleCache::disabled())
+    }
+
+    /// Like [`load`](Self::load), taking the compiled component from `cache` when it is there
+    /// and storing it otherwise.
+    pub fn load_cached(
+        engine: &Engine,
+        linker: &Linker<HostState>,
+        manifest: Arc<Manifest>,
+        cache: &ModuleCache,
+    ) -> Result<Self, LoadError> {
         let path = manifest.spec.module.display().to_string();
         let bytes = std::fs::read(&manifest.spec.module).map_err(|source| LoadError::Read {
             path: path.clone(),
             source,
         })?;
-        Self::from_bytes(engine, linker, manifest, &path, &bytes)
+        let (pre, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
+        Ok(GuestModule {
+            manifest,
+            pre,
+            digest,
+            origin,
+        })
     }
 
     /// Like [`load`](Self::load), from bytes; `path` names them in errors.
@@ -156,12 +175,18 @@ impl GuestModule {
         path: &str,
         bytes: &[u8],
     ) -> Result<Self, LoadError> {
-        let (pre, digest) = prepare(engine, linker, path, bytes)?;
+        let (pre, digest, origin) = prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         Ok(GuestModule {
             manifest,
             pre,
             digest,
+            origin,
         })
+    }
+
+    /// Whether the component was compiled for this load or taken from the module cache.
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 
     /// The guest's manifest.
@@ -180,22 +205,23 @@ impl GuestModule {
     }
 }
 
-/// Compile `bytes` and check the component implements the world; returns the pre-instantiated
-/// component and its digest. Errors name `path`.
+/// Compile `bytes` (or take them from `cache`) and check the component implements the world;
+/// returns the pre-instantiated component, its digest and where it came from. Errors name `path`.
 fn prepare(
     engine: &Engine,
     linker: &Linker<HostState>,
     path: &str,
     bytes: &[u8],
-) -> Result<(ReconcilerPre<HostState>, String), LoadError> {
-    let component = compile(engine, path, bytes)?;
+    cache: &ModuleCache,
+) -> Result<(ReconcilerPre<HostState>, String, Origin), LoadError> {
+    let (component, origin) = cache.component(engine, bytes, || compile(engine, path, bytes))?;
     let wrong_world = |err: wasmtime::Error| LoadError::WrongWorld {
         path: path.into(),
         reason: one_line(&err),
     };
     let instance_pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
     let pre = ReconcilerPre::new(instance_pre).map_err(wrong_world)?;
-    Ok((pre, format!("sha256:{:x}", Sha256::digest(bytes))))
+    Ok((pre, module_cache::digest(bytes), origin))
 }
 
 /// Check that a module file is a component implementing the world; returns its digest.
@@ -209,7 +235,7 @@ pub fn check_module(
         path: shown.clone(),
         source,
     })?;
-    prepare(engine, linker, &shown, &bytes).map(|(_, digest)| digest)
+    prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled()).map(|(_, digest, _)| digest)
 }
 
 /// What a reconcile asks the host to do next.
@@ -397,6 +423,36 @@ impl GuestWorker {
         store.set_epoch_deadline(1);
         let bindings = module.pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, bindings })
+    }
+
+    /// Create the instance now rather than at the first reconcile. This runs the component's
+    /// start functions, so a module that traps on load is caught before it is swapped in.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::Trap`] with the cause (`instantiate` for a failing start function).
+    pub async fn warm_up(&mut self) -> Result<(), ReconcileError> {
+        if self.instance.is_some() {
+            return Ok(());
+        }
+        let (module, cluster) = (self.module.clone(), self.cluster.clone());
+        match Self::instantiate(&module, &cluster).await {
+            Ok(instance) => {
+                if module.manifest.spec.isolation == Isolation::Reuse {
+                    self.instance = Some(instance);
+                }
+                Ok(())
+            }
+            Err(err) => Err(ReconcileError::Trap {
+                guest: module.manifest.name.clone(),
+                request: "(instantiation)".into(),
+                cause: match classify(&err) {
+                    TrapCause::Other => TrapCause::Instantiate,
+                    cause => cause,
+                },
+                message: one_line(&err),
+            }),
+        }
     }
 
     /// Run one reconcile of `request` (`namespace`, `name`).

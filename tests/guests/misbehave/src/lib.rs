@@ -41,6 +41,23 @@ impl Reconciler for Misbehave {
                 eprintln!("hello from stderr");
                 Ok(Action::done())
             }
+            "flood" => {
+                for i in 0..200_000 {
+                    println!("flood line {i}");
+                }
+                Ok(Action::done())
+            }
+            "huge" => {
+                // Just over the host's 3 MiB limit for one object, built without reallocating.
+                let payload = (3 << 20) + 1024;
+                let mut big = String::with_capacity(payload + 128);
+                big.push_str(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"k":""#);
+                big.extend(std::iter::repeat_n('x', payload));
+                big.push_str(r#""}}"#);
+                Ok(client::update(&big)
+                    .map(|_| Action::done())
+                    .map_err(Error::from)?)
+            }
             "forbidden" => {
                 ctx.delete::<Namespace>(None, "kube-system")?;
                 Ok(Action::done())

@@ -1,0 +1,144 @@
+//! [`ModuleCache`]: compiled guest components on disk, so a restart or a swap back to a version
+//! seen before does not compile again.
+//!
+//! Entries are keyed by the SHA-256 of the component's bytes and a hash of the engine's
+//! compilation settings (wasmtime version, target, Cranelift flags), so an engine never loads
+//! code compiled for another. Entries are written to a temporary file and renamed into place,
+//! so a crash never leaves a half-written entry under a valid name. An entry that fails to load
+//! (corrupt, or from an incompatible engine) is compiled again and replaced.
+//!
+//! # Trust
+//!
+//! Loading an entry runs native code from the cache directory: the directory must be writable
+//! only by the host's user. It is created with mode 0700.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Where a component came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled now (and stored, if the cache is enabled).
+    Compiled,
+    /// Loaded from the cache.
+    Cached,
+}
+
+/// The on-disk cache of compiled components. See the [module docs](self).
+#[derive(Clone, Debug, Default)]
+pub struct ModuleCache {
+    dir: Option<PathBuf>,
+}
+
+/// `sha256:<hex>` of `bytes`: the identity of a module version.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+impl ModuleCache {
+    /// A cache in `dir`, created (mode 0700) if missing.
+    ///
+    /// # Errors
+    ///
+    /// When the directory cannot be created.
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(ModuleCache {
+            dir: Some(dir.to_owned()),
+        })
+    }
+
+    /// No cache: every load compiles.
+    pub fn disabled() -> Self {
+        ModuleCache { dir: None }
+    }
+
+    /// The default directory: `$XDG_CACHE_HOME/krec/modules`, else `~/.cache/krec/modules`.
+    pub fn default_dir() -> Option<PathBuf> {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        Some(base.join("krec").join("modules"))
+    }
+
+    /// The cache directory, if enabled.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    fn entry(&self, engine: &Engine, bytes: &[u8]) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let module = format!("{:x}", Sha256::digest(bytes));
+        Some(dir.join(format!("{module}-{:016x}.cwasm", hasher.finish())))
+    }
+
+    /// The compiled form of the component in `bytes`: from the cache if there, otherwise
+    /// `compile`d and stored. Cache problems are logged, never fatal.
+    ///
+    /// # Errors
+    ///
+    /// What `compile` returns.
+    pub fn component<E>(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        compile: impl FnOnce() -> Result<Component, E>,
+    ) -> Result<(Component, Origin), E> {
+        let Some(entry) = self.entry(engine, bytes) else {
+            return compile().map(|c| (c, Origin::Compiled));
+        };
+        if entry.exists() {
+            match load(engine, &entry) {
+                Ok(component) => return Ok((component, Origin::Cached)),
+                Err(err) => tracing::warn!(
+                    "module cache entry {} is unusable, compiling again: {err:#}",
+                    entry.display()
+                ),
+            }
+        }
+        let component = compile()?;
+        if let Err(err) = store(&component, &entry) {
+            tracing::warn!(
+                "cannot write module cache entry {}: {err:#}",
+                entry.display()
+            );
+        }
+        Ok((component, Origin::Compiled))
+    }
+}
+
+/// Load a cache entry.
+#[allow(unsafe_code)]
+fn load(engine: &Engine, entry: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: `deserialize_file` trusts that the file holds code wasmtime compiled. Entries are
+    // written only by `store` below, from `Component::serialize`, into a directory the host
+    // created with mode 0700 (see the module docs); wasmtime checks the header and that the
+    // entry was compiled by a compatible engine, and refuses it otherwise.
+    unsafe { Component::deserialize_file(engine, entry) }
+}
+
+/// Write a cache entry atomically: a temporary file renamed into place.
+fn store(component: &Component, entry: &Path) -> anyhow::Result<()> {
+    let serialized = component
+        .serialize()
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, serialized)?;
+    if let Err(err) = std::fs::rename(&tmp, entry) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err.into());
+    }
+    Ok(())
+}

@@ -1,0 +1,6 @@
+//! Version `b` of the stamper test guest (see `../stamper.rs`), for the hot-swap tests.
+
+/// This build's version.
+const VERSION: &str = "b";
+
+include!("../../stamper.rs");

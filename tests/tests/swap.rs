@@ -1,0 +1,291 @@
+//! Live hot-swap: a guest's module replaced under steady load loses no key, never runs one key
+//! on two versions at once, and a module that cannot run is refused while the old one goes on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use krec::cluster::PatchType;
+use krec::guest::ModuleCache;
+use krec::manifest::Manifest;
+use krec_tests::{Live, built_module, cm_gvk};
+use serde_json::{Value, json};
+
+const OBJECTS: usize = 100;
+const SWAPS: u64 = 20;
+
+/// A manifest for the stamper guest in `dir`, its module at `dir/stamper.wasm`.
+fn write_manifest(dir: &Path, extra: &str) -> Manifest {
+    let path = dir.join("stamper.yaml");
+    std::fs::write(
+        &path,
+        [
+            "apiVersion: krec.dev/v1alpha1",
+            "kind: Reconciler",
+            "metadata: {name: stamper}",
+            "spec:",
+            "  module: stamper.wasm",
+            "  for: {apiVersion: v1, kind: ConfigMap}",
+            "  maxConcurrentReconciles: 4",
+            "  permissions:",
+            "    - {apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}",
+            extra,
+        ]
+        .join("\n"),
+    )
+    .expect("write manifest");
+    Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Replace `dir/stamper.wasm` the way a deploy does: write beside it, rename over it.
+fn install(dir: &Path, module: &Path) {
+    let tmp = dir.join("stamper.wasm.new");
+    std::fs::copy(module, &tmp).expect("copy module");
+    std::fs::rename(&tmp, dir.join("stamper.wasm")).expect("rename module");
+}
+
+fn versions() -> [PathBuf; 2] {
+    [
+        built_module("stamper_a.wasm"),
+        built_module("stamper_b.wasm"),
+    ]
+}
+
+fn configmap(i: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
+        "data": {"value": "0"}})
+}
+
+fn annotation<'a>(cm: &'a Value, key: &str) -> Option<&'a str> {
+    cm.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))?
+        .as_str()
+}
+
+/// Whether every ConfigMap carries `version`'s stamp of its current value.
+async fn all_stamped(live: &Live, version: &str) -> bool {
+    let Ok(cms) = live.api.list(&cm_gvk(), &Default::default()).await else {
+        return false;
+    };
+    let ours: Vec<&Value> = cms
+        .iter()
+        .filter(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("cm-"))
+        })
+        .collect();
+    ours.len() == OBJECTS
+        && ours.iter().all(|cm| {
+            annotation(cm, "krec.dev/stamped-by") == Some(version)
+                && annotation(cm, "krec.dev/stamped-value") == cm["data"]["value"].as_str()
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_a_module_under_load_should_lose_no_key_and_never_overlap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let [a, b] = versions();
+    install(dir.path(), &a);
+    let manifest = write_manifest(dir.path(), "");
+    let objects = (0..OBJECTS).map(configmap).collect();
+    let module_cache = ModuleCache::new(cache_dir.path()).expect("cache");
+    let live = Live::start_with(vec![manifest], objects, module_cache).await;
+    let watcher = live.manager.watch(dir.path().to_owned());
+    live.eventually("version a stamped everything", || async {
+        all_stamped(&live, "a").await.then_some(())
+    })
+    .await;
+
+    // Steady load: a stream of updates to the 100 objects, until the swaps are done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let api = live.api.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let patch = json!({"data": {"value": n.to_string()}});
+                api.patch(
+                    &cm_gvk(),
+                    Some("default"),
+                    &format!("cm-{}", n % OBJECTS),
+                    PatchType::Merge,
+                    &patch,
+                    false,
+                    "load",
+                )
+                .await
+                .expect("update under load");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            n
+        })
+    };
+
+    let controller = live.controller("stamper");
+    let mut latencies = Vec::new();
+    for swap in 1..=SWAPS {
+        let next = if swap % 2 == 1 { &b } else { &a };
+        let changed = Instant::now();
+        install(dir.path(), next);
+        let version = live
+            .eventually(&format!("swap {swap} to take effect"), || async {
+                let v = controller.version();
+                (v.number == swap + 1 && v.first_reconcile().is_some()).then_some(v)
+            })
+            .await;
+        let first = version.first_reconcile().expect("reconciled");
+        latencies.push(first.saturating_duration_since(changed));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let updates = load.await.expect("load task");
+
+    // The last swap installed `a` (20 is even): every object ends stamped by it, with its
+    // latest value.
+    live.eventually("every object reconciled by the newest version", || async {
+        all_stamped(&live, "a").await.then_some(())
+    })
+    .await;
+    assert_eq!(controller.stats().overlaps.load(Ordering::Relaxed), 0);
+    assert_eq!(controller.stats().traps.load(Ordering::Relaxed), 0);
+    latencies.sort();
+    println!(
+        "{SWAPS} swaps under {updates} updates: file change -> first reconcile on the new version: \
+         median {:?}, max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    watcher.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_that_cannot_run_should_be_refused_and_the_old_version_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [a, _] = versions();
+    install(dir.path(), &a);
+    let manifest = write_manifest(dir.path(), "");
+    let live = Live::start(vec![manifest], vec![configmap(0)]).await;
+    let controller = live.controller("stamper");
+    let before = controller.version();
+
+    let cases: [(&str, &[u8], &str); 3] = [
+        (
+            "truncated",
+            &std::fs::read(&a).expect("module")[..1000],
+            "invalid component",
+        ),
+        (
+            "a core module",
+            b"\0asm\x01\0\0\0",
+            "core WebAssembly module",
+        ),
+        ("not wasm", b"hello", "not a WebAssembly component"),
+    ];
+    for (what, bytes, expected) in cases {
+        std::fs::write(dir.path().join("stamper.wasm"), bytes).expect("write");
+        let report = live.manager.reload(dir.path()).await.expect("reload");
+        assert!(report.swapped.is_empty(), "{what}: {report:?}");
+        assert_eq!(report.rejected.len(), 1, "{what}: {report:?}");
+        let reason = &report.rejected[0].reason;
+        assert!(
+            reason.contains(expected) && reason.contains("stamper.wasm"),
+            "{what}: {reason}"
+        );
+        assert!(
+            Arc::ptr_eq(&controller.version(), &before),
+            "{what}: old version kept"
+        );
+    }
+    // The old version still reconciles.
+    live.api
+        .patch(
+            &cm_gvk(),
+            Some("default"),
+            "cm-0",
+            PatchType::Merge,
+            &json!({"data": {"value": "7"}}),
+            false,
+            "test",
+        )
+        .await
+        .expect("patch");
+    live.eventually("the old version to keep reconciling", || async {
+        let cm = live.get(&cm_gvk(), Some("default"), "cm-0").await?;
+        (annotation(&cm, "krec.dev/stamped-value") == Some("7")).then_some(())
+    })
+    .await;
+
+    // An invalid manifest keeps the running version too.
+    std::fs::write(dir.path().join("stamper.yaml"), "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: stamper}\nspec: {module: stamper.wasm, bogus: 1}\n").expect("write");
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(report.rejected[0].reason.contains("bogus"), "{report:?}");
+    assert!(live.manager.controller("stamper").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_added_changed_and_removed_should_start_rewire_and_stop_guests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [a, _] = versions();
+    install(dir.path(), &a);
+    let manifest = write_manifest(dir.path(), "");
+    let live = Live::start(vec![manifest], vec![configmap(0)]).await;
+    let store = live.cluster.store().clone();
+
+    // A new manifest starts its guest without disturbing the other.
+    let counter = krec_tests::sample_manifest("pod-counter");
+    let text = std::fs::read_to_string(&counter.path).expect("manifest");
+    let text = text.replace(
+        "../../target/wasm32-wasip2/release/pod_counter.wasm",
+        &built_module("pod_counter.wasm").display().to_string(),
+    );
+    std::fs::write(dir.path().join("pod-counter.yaml"), text).expect("write");
+    let stamper = live.controller("stamper");
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert_eq!(report.started, ["pod-counter"], "{report:?}");
+    assert!(Arc::ptr_eq(&live.controller("stamper"), &stamper));
+    assert_eq!(stamper.version().number, 1, "the other guest is untouched");
+    assert_eq!(store.watches_started("", "pods"), 1);
+
+    // A changed `for`: the stamper now reconciles Secrets; its ConfigMap watch is released.
+    let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
+    std::fs::write(
+        dir.path().join("stamper.yaml"),
+        text.replace("kind: ConfigMap}", "kind: Secret}"),
+    )
+    .expect("write");
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert_eq!(report.swapped, ["stamper"], "{report:?}");
+    let informers = live.manager.cache().inspect();
+    assert!(
+        informers
+            .iter()
+            .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"]),
+        "{informers:?}"
+    );
+    assert!(
+        !informers.iter().any(|i| i.gvk.kind == "ConfigMap"),
+        "{informers:?}"
+    );
+
+    // A removed manifest stops its guest and the watches nobody else needs.
+    std::fs::remove_file(dir.path().join("pod-counter.yaml")).expect("remove");
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert_eq!(report.removed, ["pod-counter"], "{report:?}");
+    assert!(live.manager.controller("pod-counter").is_none());
+    let informers = live.manager.cache().inspect();
+    assert!(
+        !informers
+            .iter()
+            .any(|i| i.gvk.kind == "Pod" || i.gvk.kind == "ReplicaSet"),
+        "{informers:?}"
+    );
+    assert!(
+        informers.iter().any(|i| i.gvk.kind == "Secret"),
+        "{informers:?}"
+    );
+}
