@@ -57,9 +57,11 @@ fmt:
 demo: guests tools
 	$(CARGO) run -p krec -- dev --manifests sample-guests --kubeconfig-out krec-kubeconfig.yaml
 
-## Benchmarks (release build): the embedded API server's list and watch fan-out.
-bench: setup
+## Benchmarks (release build): the embedded API server's list and watch fan-out; the host's
+## module cache (startup of 10 guests) and hot-swap latency.
+bench: guests
 	$(CARGO) bench -p krec --bench local_cluster
+	$(CARGO) bench -p krec --bench host
 
 ## Validate the sample manifests and their modules.
 check: guests

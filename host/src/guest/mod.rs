@@ -394,9 +394,14 @@ impl GuestWorker {
     ) -> wasmtime::Result<Instance> {
         let manifest = &module.manifest;
         let name = manifest.name.as_str();
+        // No preopened directories, environment, arguments or stdin; no sockets or name
+        // lookups (denied by default too, refused explicitly here); clocks and random allowed.
         let wasi = WasiCtxBuilder::new()
             .stdout(GuestOutput::new(name, "stdout"))
             .stderr(GuestOutput::new(name, "stderr"))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
             .build();
         let limits =
             GuestLimiter::new(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX));
