@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use krec::cluster::api::ApiClient;
 use krec::guest::ModuleCache;
 use krec::local_cluster::LocalCluster;
-use krec::manager::Manager;
+use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use serde_json::json;
 
@@ -32,6 +32,13 @@ fn module(file: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+fn options(module_cache: ModuleCache) -> ManagerOptions {
+    ManagerOptions {
+        module_cache,
+        ..Default::default()
+    }
 }
 
 fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
@@ -100,7 +107,7 @@ async fn startup(api: &std::sync::Arc<ApiClient>, rows: &mut Vec<String>) {
         for samples in [&mut cold, &mut warm] {
             let cache = ModuleCache::new(cache_dir.path()).expect("cache");
             let started = Instant::now();
-            let manager = Manager::start_with(api.clone(), manifests.clone(), cache)
+            let manager = Manager::start_with(api.clone(), manifests.clone(), options(cache))
                 .await
                 .expect("manager");
             samples.push(started.elapsed().as_secs_f64() * 1000.0);
@@ -155,7 +162,7 @@ async fn swaps(api: &std::sync::Arc<ApiClient>, rows: &mut Vec<String>) {
     std::fs::write(dir.path().join("swap.wasm"), &a).expect("write");
     let m = manifest(dir.path(), "swap", &dir.path().join("swap.wasm"));
     let cache = ModuleCache::new(cache_dir.path()).expect("cache");
-    let manager = Manager::start_with(api.clone(), vec![m], cache)
+    let manager = Manager::start_with(api.clone(), vec![m], options(cache))
         .await
         .expect("manager");
     let mut version = 1;

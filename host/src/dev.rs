@@ -10,10 +10,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde_json::Value;
 
+use crate::admin::Admin;
 use crate::cluster::api::ApiClient;
 use crate::cluster::{AccessError, Gvk, describe};
 use crate::guest::ModuleCache;
-use crate::manager::{Manager, SHUTDOWN_TIMEOUT};
+use crate::leader::{LeaderConfig, LeaderElector};
+use crate::manager::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT};
 use crate::manifest::Manifest;
 
 /// Load every manifest in `dir`; a bad one is reported and skipped.
@@ -105,6 +107,118 @@ pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> 
     problems
 }
 
+/// How the host runs, for `krec dev` and `krec run`.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Where compiled modules are kept.
+    pub module_cache: ModuleCache,
+    /// Address of the admin server (metrics, probes, trigger); `None`: no admin server.
+    pub admin_addr: Option<std::net::SocketAddr>,
+    /// Bearer token for the trigger (required beyond loopback).
+    pub admin_token: Option<String>,
+    /// Leader election on a Lease; `None`: this host always reconciles.
+    pub leader: Option<LeaderConfig>,
+    /// How long running reconciles get to finish at shutdown.
+    pub shutdown_timeout: std::time::Duration,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            module_cache: ModuleCache::disabled(),
+            admin_addr: None,
+            admin_token: None,
+            leader: None,
+            shutdown_timeout: SHUTDOWN_TIMEOUT,
+        }
+    }
+}
+
+/// Run the guests of `manifests_dir` against `client` until `stop` resolves: the admin server
+/// first (probes answer during start-up), then leader election, the guests, and the manifest
+/// watcher. On `stop`: no new work, running reconciles finish (up to the shutdown timeout),
+/// the Lease is released, the admin server stops. `started` is called once the guests run.
+///
+/// # Errors
+///
+/// When the admin server cannot start or no guest can be started.
+pub async fn serve(
+    client: kube::Client,
+    manifests_dir: &Path,
+    manifests: Vec<Manifest>,
+    options: HostOptions,
+    started: impl FnOnce(&Manager, Option<std::net::SocketAddr>),
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let admin = match options.admin_addr {
+        Some(addr) => Some(Admin::start(addr, options.admin_token.clone()).await?),
+        None => None,
+    };
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+    // Leader election decides whether workers run; `decided` tells readiness.
+    let (gate_tx, gate) = tokio::sync::watch::channel(options.leader.is_none());
+    let (decided_tx, mut decided) = tokio::sync::watch::channel(options.leader.is_none());
+    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    let election = options.leader.clone().map(|config| {
+        let lease = config.lease_name.clone();
+        let elector = LeaderElector::new(client.clone(), config);
+        let mut state = elector.subscribe();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            while state.changed().await.is_ok() {
+                let leading = *state.borrow_and_update();
+                if let Some(leading) = leading {
+                    gate_tx.send_replace(leading);
+                    decided_tx.send_replace(true);
+                    metrics
+                        .leader
+                        .get_or_create(&crate::metrics::NameLabel {
+                            name: lease.clone(),
+                        })
+                        .set(i64::from(leading));
+                }
+            }
+        });
+        tokio::spawn(elector.run(async move {
+            let _ = election_stopped.await;
+        }))
+    });
+    let manager = Manager::start_with(
+        ApiClient::new(client),
+        manifests,
+        ManagerOptions {
+            module_cache: options.module_cache,
+            gate: Some(gate),
+            metrics: Some(metrics),
+        },
+    )
+    .await?;
+    if manager.controllers().is_empty() {
+        anyhow::bail!("no guest could be started");
+    }
+    let watcher = manager.watch(manifests_dir.to_owned());
+    if let Some(admin) = &admin {
+        admin.set_manager(manager.clone());
+        // Ready once the caches have synced (they have: `start` waited) and the election
+        // has an answer.
+        let _ = decided.wait_for(|d| *d).await;
+        admin.set_ready(true);
+    }
+    started(&manager, admin.as_ref().map(Admin::addr));
+    stop.await;
+    tracing::info!("stopping: no new work, waiting for running reconciles");
+    if let Some(admin) = &admin {
+        admin.set_ready(false);
+    }
+    watcher.abort();
+    manager.shutdown(options.shutdown_timeout).await;
+    if let Some(election) = election {
+        let _ = stop_election.send(());
+        let _ = election.await;
+    }
+    Ok(())
+}
+
 /// Where and how `krec dev` runs.
 #[derive(Clone, Debug)]
 pub struct DevOptions {
@@ -116,8 +230,17 @@ pub struct DevOptions {
     pub addr: std::net::SocketAddr,
     /// Where to write its kubeconfig.
     pub kubeconfig_out: PathBuf,
-    /// Where compiled modules are kept.
-    pub module_cache: ModuleCache,
+    /// How the host runs.
+    pub host: HostOptions,
+}
+
+/// Print where the admin server is.
+fn announce_admin(command: &str, admin: Option<std::net::SocketAddr>) {
+    if let Some(addr) = admin {
+        println!(
+            "krec {command}: admin server at http://{addr} (/metrics, /healthz, /readyz, POST /reconcile/GUEST/NAMESPACE/NAME)"
+        );
+    }
 }
 
 /// `krec dev`: run until `stop` resolves, then shut down gracefully. Manifest and module
@@ -161,28 +284,30 @@ pub async fn dev(
         shown.display()
     );
 
-    let api = ApiClient::new(client_from_kubeconfig(cluster.kubeconfig()).await?);
-    for problem in apply_objects(&api, objects).await {
+    let client = client_from_kubeconfig(cluster.kubeconfig()).await?;
+    for problem in apply_objects(&ApiClient::new(client.clone()), objects).await {
         tracing::error!("not applied: {problem}");
     }
-    let manager = Manager::start_with(api, manifests, options.module_cache).await?;
-    let watcher = manager.watch(options.manifests.clone());
-    println!(
-        "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
-        manager.controllers().len(),
-        manager
-            .controllers()
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    stop.await;
+    let served = serve(
+        client,
+        &options.manifests,
+        manifests,
+        options.host,
+        |manager, admin| {
+            announce_admin("dev", admin);
+            let names: Vec<String> = manager.controllers().keys().cloned().collect();
+            println!(
+                "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
+                names.len(),
+                names.join(", ")
+            );
+        },
+        stop,
+    )
+    .await;
     println!("krec dev: stopping");
-    watcher.abort();
-    manager.shutdown(SHUTDOWN_TIMEOUT).await;
     cluster.shutdown().await;
-    Ok(())
+    served
 }
 
 /// `krec run`: the guests in `manifests` against the cluster of `kubeconfig` (or the inferred
@@ -195,7 +320,7 @@ pub async fn dev(
 pub async fn run(
     manifests_dir: &Path,
     kubeconfig: Option<&Path>,
-    module_cache: ModuleCache,
+    options: HostOptions,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let manifests = load_manifests(manifests_dir)?;
@@ -211,14 +336,16 @@ pub async fn run(
             .await
             .context("no cluster configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?,
     };
-    let manager = Manager::start_with(ApiClient::new(client), manifests, module_cache).await?;
-    if manager.controllers().is_empty() {
-        anyhow::bail!("no guest could be started");
-    }
-    let watcher = manager.watch(manifests_dir.to_owned());
-    stop.await;
-    tracing::info!("stopping");
-    watcher.abort();
-    manager.shutdown(SHUTDOWN_TIMEOUT).await;
-    Ok(())
+    serve(
+        client,
+        manifests_dir,
+        manifests,
+        options,
+        |manager, admin| {
+            announce_admin("run", admin);
+            println!("krec run: {} guest(s) running", manager.controllers().len());
+        },
+        stop,
+    )
+    .await
 }

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 #[allow(missing_docs)]
 pub mod bindings;
 pub mod cache;
@@ -17,8 +18,10 @@ pub mod dev;
 pub mod engine;
 pub mod guest;
 pub mod imports;
+pub mod leader;
 pub mod local_cluster;
 pub mod manager;
 pub mod manifest;
+pub mod metrics;
 pub mod queue;
 pub mod selector;

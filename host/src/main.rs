@@ -11,6 +11,9 @@ use krec::manifest::Manifest;
 #[derive(Parser)]
 #[command(name = "krec", version, about)]
 struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -59,7 +62,7 @@ enum Command {
         #[arg(long, default_value = "krec-kubeconfig.yaml")]
         kubeconfig_out: PathBuf,
         #[command(flatten)]
-        cache: CacheArgs,
+        host: HostArgs,
     },
     /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
     Run {
@@ -70,8 +73,82 @@ enum Command {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
         #[command(flatten)]
-        cache: CacheArgs,
+        host: HostArgs,
     },
+}
+
+/// Durations on the command line: `15s`, `500ms`, `2m`.
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    krec::manifest::parse_duration(text)
+}
+
+/// How the host runs: module cache, admin server, leader election, shutdown.
+#[derive(clap::Args)]
+struct HostArgs {
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Admin server address (metrics, probes, manual trigger); port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    admin_addr: std::net::SocketAddr,
+    /// Bearer token required by the manual trigger; needed when --admin-addr is not loopback.
+    #[arg(long, env = "KREC_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// File holding the bearer token (e.g. a mounted Secret).
+    #[arg(long, conflicts_with = "admin_token")]
+    admin_token_file: Option<PathBuf>,
+    /// Run workers only while holding a coordination.k8s.io/v1 Lease.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "krec")]
+    leader_elect_lease_name: String,
+    /// The Lease's namespace.
+    #[arg(long, default_value = "default")]
+    leader_elect_namespace: String,
+    /// How long a Lease is valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew before it steps down.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// How often candidates try to acquire the Lease and the leader renews it.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    leader_elect_retry_period: std::time::Duration,
+    /// How long running reconciles get to finish on SIGTERM or Ctrl-C.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    shutdown_timeout: std::time::Duration,
+}
+
+impl HostArgs {
+    fn options(self) -> anyhow::Result<krec::dev::HostOptions> {
+        use anyhow::Context as _;
+        let admin_token = match &self.admin_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --admin-token-file {}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => self.admin_token.clone(),
+        };
+        let leader = self.leader_elect.then(|| {
+            let mut config = krec::leader::LeaderConfig::new(
+                &self.leader_elect_lease_name,
+                &self.leader_elect_namespace,
+            );
+            config.lease_duration = self.leader_elect_lease_duration;
+            config.renew_deadline = self.leader_elect_renew_deadline;
+            config.retry_period = self.leader_elect_retry_period;
+            config
+        });
+        Ok(krec::dev::HostOptions {
+            module_cache: self.cache.open(),
+            admin_addr: Some(self.admin_addr),
+            admin_token,
+            leader,
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
 }
 
 /// Where compiled guest modules are kept between runs.
@@ -109,14 +186,26 @@ impl CacheArgs {
     }
 }
 
+/// Log line format.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// Logs to stderr; `RUST_LOG` overrides `default` (e.g. `RUST_LOG=debug`).
-fn init_logging(default: &str) {
+fn init_logging(default: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 /// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
@@ -126,7 +215,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { paths } => {
-            init_logging("info");
+            init_logging("info", cli.log_format);
             check(&paths)
         }
         Command::Dev {
@@ -134,41 +223,43 @@ fn main() -> ExitCode {
             apply,
             addr,
             kubeconfig_out,
-            cache,
+            host,
         } => {
-            init_logging(LIVE_LOG);
-            let options = krec::dev::DevOptions {
-                manifests,
-                apply,
-                addr,
-                kubeconfig_out,
-                module_cache: cache.open(),
-            };
-            block_on("dev", krec::dev::dev(options, shutdown_signal()))
+            init_logging(LIVE_LOG, cli.log_format);
+            block_on("dev", async move {
+                let options = krec::dev::DevOptions {
+                    manifests,
+                    apply,
+                    addr,
+                    kubeconfig_out,
+                    host: host.options()?,
+                };
+                krec::dev::dev(options, shutdown_signal()).await
+            })
         }
         Command::Run {
             manifests,
             kubeconfig,
-            cache,
+            host,
         } => {
-            init_logging(LIVE_LOG);
-            let module_cache = cache.open();
-            block_on(
-                "run",
+            init_logging(LIVE_LOG, cli.log_format);
+            block_on("run", async move {
+                let options = host.options()?;
                 krec::dev::run(
                     &manifests,
                     kubeconfig.as_deref(),
-                    module_cache,
+                    options,
                     shutdown_signal(),
-                ),
-            )
+                )
+                .await
+            })
         }
         Command::Cluster {
             addr,
             kubeconfig_out,
             data_dir,
         } => {
-            init_logging("info");
+            init_logging("info", cli.log_format);
             block_on("cluster", cluster(addr, kubeconfig_out, data_dir))
         }
     }

@@ -40,6 +40,7 @@ use crate::cluster::{ClusterAccess, Gvk};
 use crate::controller::Controller;
 use crate::guest::{GuestModule, GuestWorker, HostState, ModuleCache};
 use crate::manifest::{Manifest, ManifestError};
+use crate::metrics::Metrics;
 
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -94,7 +95,22 @@ pub struct Manager {
     inner: Arc<Inner>,
 }
 
+/// How a [`Manager`] runs.
+#[derive(Clone, Debug, Default)]
+pub struct ManagerOptions {
+    /// Where compiled modules are kept.
+    pub module_cache: ModuleCache,
+    /// Workers reconcile only while this is `true` (leader election); `None`: always.
+    pub gate: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Where to record metrics; `None`: a registry of the manager's own.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
 struct Inner {
+    metrics: Arc<Metrics>,
+    gate: tokio::sync::watch::Receiver<bool>,
+    /// Keeps the always-open gate's channel alive when there is no leader election.
+    _open: Option<tokio::sync::watch::Sender<bool>>,
     engine: Engine,
     linker: Linker<HostState>,
     module_cache: ModuleCache,
@@ -148,10 +164,10 @@ impl Manager {
     ///
     /// Only when the Wasm engine cannot be created; guest problems never fail the manager.
     pub async fn start(api: Arc<ApiClient>, manifests: Vec<Manifest>) -> anyhow::Result<Self> {
-        Self::start_with(api, manifests, ModuleCache::disabled()).await
+        Self::start_with(api, manifests, ManagerOptions::default()).await
     }
 
-    /// Like [`start`](Self::start), with compiled modules kept in `module_cache`.
+    /// Like [`start`](Self::start), with `options`.
     ///
     /// # Errors
     ///
@@ -159,12 +175,23 @@ impl Manager {
     pub async fn start_with(
         api: Arc<ApiClient>,
         manifests: Vec<Manifest>,
-        module_cache: ModuleCache,
+        options: ManagerOptions,
     ) -> anyhow::Result<Self> {
         let engine = crate::engine::new_engine()?;
         let linker = crate::guest::new_linker(&engine)?;
+        let (gate, open) = match options.gate {
+            Some(gate) => (gate, None),
+            None => {
+                let (open, gate) = tokio::sync::watch::channel(true);
+                (gate, Some(open))
+            }
+        };
+        let module_cache = options.module_cache;
         let manager = Manager {
             inner: Arc::new(Inner {
+                metrics: options.metrics.unwrap_or_default(),
+                gate,
+                _open: open,
                 engine,
                 linker,
                 module_cache,
@@ -292,7 +319,12 @@ impl Manager {
             "loaded guest {name} ({digest}, {:?})",
             prepared.module.origin()
         );
-        let controller = Controller::new(prepared.module, prepared.cluster);
+        let controller = Controller::new(
+            prepared.module,
+            prepared.cluster,
+            self.inner.metrics.clone(),
+            self.inner.gate.clone(),
+        );
         let sink: Arc<dyn EventSink> = controller.clone();
         let (informers, for_informers) = match self.wire(&manifest).await {
             Ok(wired) => wired,
@@ -603,6 +635,19 @@ impl Manager {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The metrics of every guest.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The metrics text, with the scrape-time series brought up to date.
+    pub fn scrape(&self) -> String {
+        for controller in self.controllers().values() {
+            controller.refresh_metrics();
+        }
+        self.inner.metrics.encode()
     }
 
     /// The shared cache.

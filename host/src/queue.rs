@@ -90,8 +90,25 @@ impl TokenBucket {
     }
 }
 
+/// Told what a queue does, for metrics (client-go's `MetricsProvider`). Called outside the
+/// queue's lock.
+pub trait QueueObserver: Send + Sync {
+    /// A key entered the queue (not counted when it was already waiting).
+    fn added(&self);
+    /// A key was handed out after waiting `waited` in the queue.
+    fn taken(&self, waited: Duration);
+    /// A key's processing ended after `worked`.
+    fn finished(&self, worked: Duration);
+    /// A key was re-added through the rate limiter.
+    fn retried(&self);
+}
+
 struct State<K> {
     queue: VecDeque<K>,
+    /// When each queued key entered the queue.
+    enqueued_at: HashMap<K, Instant>,
+    /// When each key being processed was handed out.
+    started_at: HashMap<K, Instant>,
     /// Keys waiting in `queue` or to be re-queued when their processing ends.
     dirty: HashSet<K>,
     processing: HashSet<K>,
@@ -109,6 +126,7 @@ struct State<K> {
 /// A workqueue of keys. See the [module docs](self) for its guarantees.
 pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
+    observer: std::sync::OnceLock<std::sync::Arc<dyn QueueObserver>>,
     /// Wakes `get` callers: something was queued, something became due, or shutdown.
     ready: Notify,
     /// Wakes `drained` callers: processing finished.
@@ -120,8 +138,11 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub fn new(rate_limit: RateLimit) -> Self {
         let bucket = TokenBucket::new(rate_limit.qps, rate_limit.burst, Instant::now());
         WorkQueue {
+            observer: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
+                enqueued_at: HashMap::new(),
+                started_at: HashMap::new(),
                 dirty: HashSet::new(),
                 processing: HashSet::new(),
                 waiting: HashMap::new(),
@@ -142,11 +163,23 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Report to `observer` (once; later calls are ignored).
+    pub fn set_observer(&self, observer: std::sync::Arc<dyn QueueObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    fn observe(&self, f: impl FnOnce(&dyn QueueObserver)) {
+        if let Some(observer) = self.observer.get() {
+            f(observer.as_ref());
+        }
+    }
+
     fn insert(state: &mut State<K>, key: K) -> bool {
         if state.shutting_down || !state.dirty.insert(key.clone()) {
             return false;
         }
         if !state.processing.contains(&key) {
+            state.enqueued_at.insert(key.clone(), Instant::now());
             state.queue.push_back(key);
             return true;
         }
@@ -157,6 +190,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub fn add(&self, key: K) {
         let queued = Self::insert(&mut self.lock(), key);
         if queued {
+            self.observe(|o| o.added());
             self.ready.notify_one();
         }
     }
@@ -204,6 +238,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             let bucket = state.bucket.reserve(Instant::now());
             backoff.max(bucket)
         };
+        self.observe(|o| o.retried());
         self.add_after(key, delay);
     }
 
@@ -242,21 +277,39 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self.lock().processing.len()
     }
 
-    /// Move due delayed keys into the queue; the next due time, if any.
-    fn promote_due(state: &mut State<K>, now: Instant) -> Option<Instant> {
+    /// How long each key being processed has been, longest first (client-go's unfinished
+    /// work and longest running processor).
+    pub fn in_progress(&self) -> Vec<Duration> {
+        let now = Instant::now();
+        let mut running: Vec<Duration> = self
+            .lock()
+            .started_at
+            .values()
+            .map(|t| now.saturating_duration_since(*t))
+            .collect();
+        running.sort_by(|a, b| b.cmp(a));
+        running
+    }
+
+    /// Move due delayed keys into the queue; the next due time, if any. Returns also how many
+    /// keys entered the queue.
+    fn promote_due(state: &mut State<K>, now: Instant) -> (Option<Instant>, usize) {
+        let mut added = 0;
         while let Some(Reverse((at, _, key))) = state.due.peek().cloned() {
             if state.waiting.get(&key) != Some(&at) {
                 state.due.pop(); // superseded by an earlier time, or already promoted
                 continue;
             }
             if at > now {
-                return Some(at);
+                return (Some(at), added);
             }
             state.due.pop();
             state.waiting.remove(&key);
-            Self::insert(state, key);
+            if Self::insert(state, key) {
+                added += 1;
+            }
         }
-        None
+        (None, added)
     }
 
     /// Wait for the next key; `None` once the queue is shut down.
@@ -265,23 +318,36 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             let notified = self.ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let next_due = {
+            let (next_due, added, taken) = {
                 let mut state = self.lock();
                 if state.shutting_down {
                     return None;
                 }
-                let next_due = Self::promote_due(&mut state, Instant::now());
-                if let Some(key) = state.queue.pop_front() {
+                let now = Instant::now();
+                let (next_due, added) = Self::promote_due(&mut state, now);
+                let taken = state.queue.pop_front().map(|key| {
                     state.dirty.remove(&key);
                     state.processing.insert(key.clone());
-                    if !state.queue.is_empty() {
-                        // Let another worker take the next one.
-                        self.ready.notify_one();
-                    }
-                    return Some(key);
+                    let waited = state
+                        .enqueued_at
+                        .remove(&key)
+                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+                    state.started_at.insert(key.clone(), now);
+                    (key, waited)
+                });
+                if taken.is_some() && !state.queue.is_empty() {
+                    // Let another worker take the next one.
+                    self.ready.notify_one();
                 }
-                next_due
+                (next_due, added, taken)
             };
+            for _ in 0..added {
+                self.observe(|o| o.added());
+            }
+            if let Some((key, waited)) = taken {
+                self.observe(|o| o.taken(waited));
+                return Some(key);
+            }
             match next_due {
                 Some(at) => {
                     tokio::select! {
@@ -299,13 +365,23 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub fn done(&self, key: &K) {
         let mut state = self.lock();
         state.processing.remove(key);
+        let now = Instant::now();
+        let worked = state
+            .started_at
+            .remove(key)
+            .map(|t| now.saturating_duration_since(t));
         let requeue = state.dirty.contains(key) && !state.shutting_down;
         if requeue {
+            state.enqueued_at.insert(key.clone(), now);
             state.queue.push_back(key.clone());
         }
         let idle = state.processing.is_empty();
         drop(state);
+        if let Some(worked) = worked {
+            self.observe(|o| o.finished(worked));
+        }
         if requeue {
+            self.observe(|o| o.added());
             self.ready.notify_one();
         }
         if idle {
@@ -318,6 +394,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         let mut state = self.lock();
         state.shutting_down = true;
         state.queue.clear();
+        state.enqueued_at.clear();
         state.dirty.clear();
         state.waiting.clear();
         state.due.clear();

@@ -60,6 +60,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         .arg(repo().join("sample-guests"))
         .arg("--kubeconfig-out")
         .arg(&kubeconfig)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
         .env("RUST_LOG", "off")
         .stdout(Stdio::piped())
         .spawn()

@@ -38,6 +38,7 @@ async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigter
         .arg(&manifests)
         .arg("--kubeconfig")
         .arg(&kubeconfig)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
         .env("RUST_LOG", "off")
         .stdout(Stdio::null())
         .spawn()
@@ -78,6 +79,7 @@ fn run_without_a_usable_kubeconfig_should_say_so_and_fail() {
         .arg(&manifests)
         .arg("--kubeconfig")
         .arg(&missing)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
         .env("RUST_LOG", "off")
         .output()
         .expect("run krec");

@@ -168,7 +168,11 @@ impl Live {
         let api = krec::cluster::api::ApiClient::new(client.clone());
         let problems = krec::dev::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
-        let manager = krec::manager::Manager::start_with(api.clone(), manifests, module_cache)
+        let options = krec::manager::ManagerOptions {
+            module_cache,
+            ..Default::default()
+        };
+        let manager = krec::manager::Manager::start_with(api.clone(), manifests, options)
             .await
             .expect("manager starts");
         assert!(

@@ -39,6 +39,9 @@ pub use handlers::{Event, Handlers, Request};
 use crate::cache::{EventSink, Informer};
 use crate::cluster::{ClusterAccess, Gvk};
 use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError, TrapCause};
+use crate::metrics::{
+    ControllerLabel, GuestLabel, Metrics, ModuleLabels, NameLabel, ResultLabels, TrapLabels,
+};
 use crate::queue::{RateLimit, WorkQueue};
 
 impl std::fmt::Display for Request {
@@ -155,6 +158,48 @@ impl Version {
     }
 }
 
+/// Create a guest's series at zero, as controller-runtime does, so dashboards and alerts see
+/// them before the first event of each kind.
+fn init_series(metrics: &Metrics, guest: &str) {
+    let controller = ControllerLabel {
+        controller: guest.to_owned(),
+    };
+    for result in ["success", "error", "requeue", "requeue_after"] {
+        let _ = metrics.reconcile_total.get_or_create(&ResultLabels {
+            controller: guest.to_owned(),
+            result: result.to_owned(),
+        });
+    }
+    let _ = metrics.reconcile_errors.get_or_create(&controller);
+    let _ = metrics.active_workers.get_or_create(&controller);
+    let name = NameLabel {
+        name: guest.to_owned(),
+    };
+    let _ = metrics.queue_adds.get_or_create(&name);
+    let _ = metrics.queue_retries.get_or_create(&name);
+    let _ = metrics.queue_depth.get_or_create(&name);
+}
+
+/// Set the series that describe a version: module info (replacing `old`'s) and concurrency.
+fn publish_version(metrics: &Metrics, guest: &str, old: Option<&Version>, new: &Version) {
+    let info = |v: &Version| ModuleLabels {
+        guest: guest.to_owned(),
+        version: v.number.to_string(),
+        digest: v.module.digest().to_owned(),
+    };
+    if let Some(old) = old {
+        metrics.module_info.remove(&info(old));
+    }
+    metrics.module_info.get_or_create(&info(new)).set(1);
+    let concurrency = new.module.manifest().spec.max_concurrent_reconciles.max(1);
+    metrics
+        .max_concurrent
+        .get_or_create(&ControllerLabel {
+            controller: guest.to_owned(),
+        })
+        .set(i64::from(concurrency));
+}
+
 fn rate_limit_of(module: &GuestModule) -> RateLimit {
     let rate = &module.manifest().spec.rate_limiter;
     RateLimit {
@@ -168,6 +213,9 @@ fn rate_limit_of(module: &GuestModule) -> RateLimit {
 /// A guest's controller: handlers, workqueue, workers and generic sources.
 pub struct Controller {
     name: String,
+    metrics: Arc<Metrics>,
+    /// Open while this host may reconcile (always, without leader election).
+    gate: tokio::sync::watch::Receiver<bool>,
     version: ArcSwap<Version>,
     queue: Arc<WorkQueue<Request>>,
     stats: Arc<Stats>,
@@ -197,11 +245,25 @@ impl EventSink for Controller {
 impl Controller {
     /// A controller for `module`, whose host calls go to `cluster`. Nothing runs until
     /// [`start`](Self::start).
-    pub fn new(module: Arc<GuestModule>, cluster: Arc<dyn ClusterAccess>) -> Arc<Self> {
+    /// Workers take keys only while `gate` is open (leader election); events are queued
+    /// meanwhile.
+    pub fn new(
+        module: Arc<GuestModule>,
+        cluster: Arc<dyn ClusterAccess>,
+        metrics: Arc<Metrics>,
+        gate: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
         let queue = WorkQueue::new(rate_limit_of(&module));
+        let name = module.name().to_owned();
+        queue.set_observer(metrics.queue_observer(&name));
+        let version = Version::new(module, cluster);
+        publish_version(&metrics, &name, None, &version);
+        init_series(&metrics, &name);
         Arc::new(Controller {
-            name: module.name().to_owned(),
-            version: ArcSwap::from_pointee(Version::new(module, cluster)),
+            name,
+            metrics,
+            gate,
+            version: ArcSwap::from_pointee(version),
             queue: Arc::new(queue),
             stats: Arc::new(Stats::default()),
             workers_wanted: AtomicUsize::new(0),
@@ -265,7 +327,9 @@ impl Controller {
     ) -> Arc<Version> {
         self.queue.set_rate_limit(rate_limit_of(&module));
         let mut version = Version::new(module, cluster);
-        version.number = self.version.load().number + 1;
+        let old = self.version.load_full();
+        version.number = old.number + 1;
+        publish_version(&self.metrics, &self.name, Some(&old), &version);
         let version = Arc::new(version);
         self.version.store(version.clone());
         *self.for_informers.lock().unwrap_or_else(|e| e.into_inner()) = for_informers;
@@ -348,9 +412,19 @@ impl Controller {
     /// until shutdown, or until fewer workers are wanted.
     async fn work(self: Arc<Self>, index: usize) {
         let mut worker: Option<GuestWorker> = None;
+        let mut gate = self.gate.clone();
         while index < self.workers_wanted.load(Ordering::SeqCst) {
-            let Some(request) = self.queue.get().await else {
+            // Only the leader reconciles; a standby's events wait in the queue.
+            if gate.wait_for(|open| *open).await.is_err() {
                 break;
+            }
+            let request = tokio::select! {
+                request = self.queue.get() => match request {
+                    Some(request) => request,
+                    None => break,
+                },
+                // `get` is cancel-safe: a key is only taken in the poll that returns it.
+                _ = gate.wait_for(|open| !*open) => continue,
             };
             let version = self.version.load_full();
             let current = worker
@@ -358,51 +432,123 @@ impl Controller {
                 .is_some_and(|w| Arc::ptr_eq(w.module(), &version.module));
             if !current {
                 // A new version: the old instance is dropped with the old worker.
-                worker = Some(GuestWorker::new(
-                    version.module.clone(),
-                    version.cluster.clone(),
-                ));
+                worker = Some(
+                    GuestWorker::new(version.module.clone(), version.cluster.clone())
+                        .with_metrics(self.metrics.clone()),
+                );
             }
             let Some(guest) = worker.as_mut() else {
                 break;
             };
             self.stats.begin(&request);
+            let label = self.controller_label();
+            self.metrics.active_workers.get_or_create(&label).inc();
             let started = Instant::now();
             let _ = version.first_reconcile.set(started);
             let result = guest
                 .reconcile(request.namespace.as_deref(), &request.name)
                 .await;
+            self.metrics.active_workers.get_or_create(&label).dec();
             self.stats.end(&request);
+            if let Some(usage) = guest.last_usage() {
+                let guest_label = GuestLabel {
+                    guest: self.name.clone(),
+                };
+                self.metrics
+                    .guest_cpu
+                    .get_or_create(&guest_label)
+                    .inc_by(usage.guest_time.as_secs_f64());
+                let peak = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
+                let gauge = self.metrics.guest_memory_peak.get_or_create(&guest_label);
+                if gauge.get() < peak {
+                    gauge.set(peak);
+                }
+            }
             self.finish(&request, result, started.elapsed());
             self.queue.done(&request);
         }
     }
 
+    fn controller_label(&self) -> ControllerLabel {
+        ControllerLabel {
+            controller: self.name.clone(),
+        }
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: self.name.clone(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Update the series read at scrape time: queue depth, unfinished work, longest processor.
+    pub fn refresh_metrics(&self) {
+        let name = NameLabel {
+            name: self.name.clone(),
+        };
+        let depth = i64::try_from(self.queue.len()).unwrap_or(i64::MAX);
+        self.metrics.queue_depth.get_or_create(&name).set(depth);
+        let running = self.queue.in_progress();
+        let unfinished: f64 = running.iter().map(Duration::as_secs_f64).sum();
+        let longest = running.first().map_or(0.0, Duration::as_secs_f64);
+        self.metrics
+            .unfinished_work
+            .get_or_create(&name)
+            .set(unfinished);
+        self.metrics
+            .longest_running
+            .get_or_create(&name)
+            .set(longest);
+    }
+
     fn finish(&self, request: &Request, result: Result<Action, ReconcileError>, took: Duration) {
         let guest = self.name();
         let ms = took.as_secs_f64() * 1000.0;
+        self.metrics
+            .reconcile_time
+            .get_or_create(&self.controller_label())
+            .observe(took.as_secs_f64());
         match result {
             Ok(Action::Done) => {
                 self.stats.done.fetch_add(1, Ordering::Relaxed);
+                self.count("success");
                 self.queue.forget(request);
                 tracing::debug!(target: "krec::reconcile", "{guest}: reconciled {request}: done ({ms:.1} ms)");
             }
             Ok(Action::Requeue) => {
                 self.stats.requeued.fetch_add(1, Ordering::Relaxed);
+                self.count("requeue");
                 self.queue.add_rate_limited(request.clone());
                 tracing::debug!(target: "krec::reconcile", "{guest}: reconciled {request}: requeue ({ms:.1} ms)");
             }
             Ok(Action::RequeueAfter(after)) => {
                 self.stats.requeued.fetch_add(1, Ordering::Relaxed);
+                self.count("requeue_after");
                 self.queue.forget(request);
                 self.queue.add_after(request.clone(), after);
                 tracing::debug!(target: "krec::reconcile", "{guest}: reconciled {request}: requeue after {after:?} ({ms:.1} ms)");
             }
             Err(err) => {
+                self.count("error");
+                self.metrics
+                    .reconcile_errors
+                    .get_or_create(&self.controller_label())
+                    .inc();
                 match &err {
                     ReconcileError::Trap { cause, .. } => {
                         self.stats.traps.fetch_add(1, Ordering::Relaxed);
                         self.stats.count_trap(*cause);
+                        self.metrics
+                            .traps
+                            .get_or_create(&TrapLabels {
+                                guest: self.name.clone(),
+                                cause: cause.as_str().to_owned(),
+                            })
+                            .inc();
                     }
                     ReconcileError::Guest { .. } => {
                         self.stats.errors.fetch_add(1, Ordering::Relaxed);

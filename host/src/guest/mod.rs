@@ -363,7 +363,18 @@ struct Instance {
 pub struct GuestWorker {
     module: Arc<GuestModule>,
     cluster: Arc<dyn ClusterAccess>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     instance: Option<Instance>,
+    last_usage: Option<Usage>,
+}
+
+/// What the last reconcile used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Time running guest code: the reconcile's duration less the time spent in host calls.
+    pub guest_time: Duration,
+    /// The instance's largest linear memory so far, in bytes.
+    pub memory_peak: usize,
 }
 
 impl GuestWorker {
@@ -373,8 +384,21 @@ impl GuestWorker {
         GuestWorker {
             module,
             cluster,
+            metrics: None,
             instance: None,
+            last_usage: None,
         }
+    }
+
+    /// Count this worker's host calls in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// What the last reconcile that ran to its end (or returned an error) used.
+    pub fn last_usage(&self) -> Option<Usage> {
+        self.last_usage
     }
 
     /// The module this worker runs.
@@ -391,6 +415,7 @@ impl GuestWorker {
     async fn instantiate(
         module: &GuestModule,
         cluster: &Arc<dyn ClusterAccess>,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> wasmtime::Result<Instance> {
         let manifest = &module.manifest;
         let name = manifest.name.as_str();
@@ -411,6 +436,8 @@ impl GuestWorker {
             request: String::new(),
             deadline: deadline_after(manifest.spec.limits.timeout),
             limits,
+            host_time: Duration::ZERO,
+            metrics,
             wasi,
             table: ResourceTable::new(),
         };
@@ -441,7 +468,7 @@ impl GuestWorker {
             return Ok(());
         }
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
-        match Self::instantiate(&module, &cluster).await {
+        match Self::instantiate(&module, &cluster, self.metrics.clone()).await {
             Ok(instance) => {
                 if module.manifest.spec.isolation == Isolation::Reuse {
                     self.instance = Some(instance);
@@ -490,37 +517,47 @@ impl GuestWorker {
         // `Sync`, which WASI's context is not).
         let kept = self.instance.take();
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
+        let metrics = self.metrics.clone();
         let request_text = request.clone();
         let run = async move {
             let mut instance = match kept {
                 Some(instance) => instance,
-                None => Self::instantiate(&module, &cluster).await.map_err(|err| {
-                    let cause = match classify(&err) {
-                        TrapCause::Other => TrapCause::Instantiate,
-                        cause => cause,
-                    };
-                    (cause, err)
-                })?,
+                None => Self::instantiate(&module, &cluster, metrics)
+                    .await
+                    .map_err(|err| {
+                        let cause = match classify(&err) {
+                            TrapCause::Other => TrapCause::Instantiate,
+                            cause => cause,
+                        };
+                        (cause, err)
+                    })?,
             };
             let state = instance.store.data_mut();
             state.request = request_text;
+            state.host_time = Duration::ZERO;
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
             let wit_request = WitRequest {
                 namespace: namespace.map(str::to_owned),
                 name: name.to_owned(),
             };
+            let started = Instant::now();
             let outcome = instance
                 .bindings
                 .call_reconcile(&mut instance.store, &wit_request)
                 .await;
+            let state = instance.store.data();
+            let usage = Usage {
+                guest_time: started.elapsed().saturating_sub(state.host_time),
+                memory_peak: state.limits.memory_peak(),
+            };
             match outcome {
-                Ok(result) => Ok((instance, result)),
+                Ok(result) => Ok((instance, result, usage)),
                 // The instance may be mid-way through anything: it is dropped, never run again.
                 Err(err) => Err((classify(&err), err)),
             }
         };
-        let (instance, result) = match tokio::time::timeout(outer, run).await {
+        let (instance, result, usage) = match tokio::time::timeout(outer, run).await {
             Ok(Ok(done)) => done,
             Ok(Err((cause, err))) => return Err(trap(cause, &err)),
             Err(_) => {
@@ -529,6 +566,7 @@ impl GuestWorker {
                 return Err(trap(TrapCause::Timeout, &err));
             }
         };
+        self.last_usage = Some(usage);
         if self.module.manifest.spec.isolation == Isolation::Reuse {
             self.instance = Some(instance);
         }

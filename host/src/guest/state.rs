@@ -23,6 +23,10 @@ pub struct HostState {
     pub deadline: Instant,
     /// Memory, table and instance limits.
     pub limits: GuestLimiter,
+    /// Time spent in host calls during the current reconcile.
+    pub host_time: std::time::Duration,
+    /// Where host calls are counted, if anywhere.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
 }

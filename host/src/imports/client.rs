@@ -157,10 +157,9 @@ impl Host for HostState {
         namespace: Option<String>,
         name: String,
     ) -> CallResult<String> {
-        Ok(self
-            .get_json(kind.into(), namespace, name)
-            .await
-            .map_err(WitError::from))
+        let started = std::time::Instant::now();
+        let result = self.get_json(kind.into(), namespace, name).await;
+        Ok(self.host_call("get", started, result))
     }
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
@@ -170,31 +169,27 @@ impl Host for HostState {
             field_selector: options.field_selector,
             uncached: options.uncached,
         };
-        Ok(self
-            .list_json(kind.into(), options)
-            .await
-            .map_err(WitError::from))
+        let started = std::time::Instant::now();
+        let result = self.list_json(kind.into(), options).await;
+        Ok(self.host_call("list", started, result))
     }
 
     async fn create(&mut self, object: String) -> CallResult<String> {
-        Ok(self
-            .write(object, Verb::Create)
-            .await
-            .map_err(WitError::from))
+        let started = std::time::Instant::now();
+        let result = self.write(object, Verb::Create).await;
+        Ok(self.host_call("create", started, result))
     }
 
     async fn update(&mut self, object: String) -> CallResult<String> {
-        Ok(self
-            .write(object, Verb::Update)
-            .await
-            .map_err(WitError::from))
+        let started = std::time::Instant::now();
+        let result = self.write(object, Verb::Update).await;
+        Ok(self.host_call("update", started, result))
     }
 
     async fn update_status(&mut self, object: String) -> CallResult<String> {
-        Ok(self
-            .write(object, Verb::UpdateStatus)
-            .await
-            .map_err(WitError::from))
+        let started = std::time::Instant::now();
+        let result = self.write(object, Verb::UpdateStatus).await;
+        Ok(self.host_call("update_status", started, result))
     }
 
     async fn patch(
@@ -206,10 +201,11 @@ impl Host for HostState {
         body: String,
         status: bool,
     ) -> CallResult<String> {
+        let started = std::time::Instant::now();
         let result = self
             .patch_json(kind.into(), namespace, name, how, body, status)
             .await;
-        Ok(result.map_err(WitError::from))
+        Ok(self.host_call("patch", started, result))
     }
 
     async fn delete(
@@ -219,9 +215,10 @@ impl Host for HostState {
         name: String,
         preconditions: Option<Preconditions>,
     ) -> CallResult<()> {
+        let started = std::time::Instant::now();
         let result = self
             .delete_object(kind.into(), namespace, name, preconditions)
             .await;
-        Ok(result.map_err(WitError::from))
+        Ok(self.host_call("delete", started, result))
     }
 }

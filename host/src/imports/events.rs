@@ -64,9 +64,10 @@ impl Host for HostState {
         reason: String,
         message: String,
     ) -> wasmtime::Result<Result<(), WitError>> {
+        let started = std::time::Instant::now();
         let result = self
             .record_event(regarding, event_type, reason, message)
             .await;
-        Ok(result.map_err(WitError::from))
+        Ok(self.host_call("event", started, result))
     }
 }

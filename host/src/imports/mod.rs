@@ -71,6 +71,39 @@ impl From<WitError> for AccessError {
 
 impl HostState {
     /// Check the manifest's permissions for a call; log and return `forbidden` if refused.
+    /// Account for a host call that started at `started`: its time is not the guest's, and it
+    /// is counted by verb and result. Returns the result as the guest sees it.
+    pub(crate) fn host_call<T>(
+        &mut self,
+        verb: &'static str,
+        started: std::time::Instant,
+        result: Result<T, AccessError>,
+    ) -> Result<T, WitError> {
+        self.host_time += started.elapsed();
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(AccessError::NotFound(_)) => "not_found",
+                Err(AccessError::AlreadyExists(_)) => "already_exists",
+                Err(AccessError::Conflict(_)) => "conflict",
+                Err(AccessError::Forbidden(_)) => "forbidden",
+                Err(AccessError::Invalid(_)) => "invalid",
+                Err(AccessError::Timeout(_)) => "timeout",
+                Err(AccessError::Unavailable(_)) => "unavailable",
+                Err(AccessError::Other(_)) => "other",
+            };
+            metrics
+                .host_calls
+                .get_or_create(&crate::metrics::CallLabels {
+                    guest: self.guest().to_owned(),
+                    verb: verb.to_owned(),
+                    result: outcome.to_owned(),
+                })
+                .inc();
+        }
+        result.map_err(WitError::from)
+    }
+
     pub(crate) fn authorize(
         &self,
         verb: Verb,

@@ -33,6 +33,12 @@ impl Reconciler for Misbehave {
                 Ok(Action::done())
             }
             "panic" => panic!("misbehave was asked to panic"),
+            "slow" => {
+                // A slow but well-behaved reconcile, for graceful shutdown tests.
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                println!("slow reconcile finished");
+                Ok(Action::done())
+            }
             "recurse" => Ok(Action::requeue_after(std::time::Duration::from_millis(
                 recurse(0),
             ))),

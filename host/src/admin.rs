@@ -1,0 +1,206 @@
+//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz` and the manual trigger.
+//!
+//! - `GET /metrics`: Prometheus (OpenMetrics) text, see [`crate::metrics`].
+//! - `GET /healthz`: 200 while the process serves.
+//! - `GET /readyz`: 503 until the guests' caches have synced and the leader election state is
+//!   known, 200 after.
+//! - `POST /reconcile/{guest}/{namespace}/{name}`: enqueue a request for `guest` (the seeds'
+//!   manual trigger); `_` as the namespace means a cluster-scoped object (no namespace). 202 when
+//!   enqueued, 404 for an unknown guest.
+//!
+//! Bound to loopback (the default, `127.0.0.1:8080`) it needs no credentials. Bound beyond
+//! loopback it refuses to start without a bearer token, and the trigger then requires
+//! `Authorization: Bearer <token>` (the read-only endpoints stay open for probes and scrapers).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::controller::Request;
+use crate::manager::Manager;
+
+/// What the admin endpoints read.
+#[derive(Default)]
+pub struct AdminState {
+    manager: RwLock<Option<Manager>>,
+    ready: AtomicBool,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("ready", &self.ready.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running admin server.
+#[derive(Debug)]
+pub struct Admin {
+    addr: SocketAddr,
+    state: Arc<AdminState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Why the admin server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Beyond loopback without a token.
+    #[error(
+        "--admin-addr {0} is reachable beyond loopback: give a bearer token with --admin-token or --admin-token-file"
+    )]
+    TokenRequired(SocketAddr),
+    /// The address could not be bound.
+    #[error("binding the admin server to {addr}: {source} (choose another with --admin-addr)")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl Admin {
+    /// Serve on `addr`; `token` guards the trigger (and is required beyond loopback).
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError`].
+    pub async fn start(addr: SocketAddr, token: Option<String>) -> Result<Self, AdminError> {
+        let token = token.filter(|t| !t.is_empty());
+        if !addr.ip().is_loopback() && token.is_none() {
+            return Err(AdminError::TokenRequired(addr));
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| AdminError::Bind { addr, source })?;
+        let state = Arc::new(AdminState {
+            token,
+            ..Default::default()
+        });
+        let app = axum::Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(readyz))
+            .route("/reconcile/{guest}/{namespace}/{name}", post(trigger))
+            .with_state(state.clone());
+        let task = tokio::spawn(async move {
+            if let Err(err) = axum::serve(listener, app).await {
+                tracing::error!("admin server stopped: {err}");
+            }
+        });
+        Ok(Admin { addr, state, task })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serve `manager`'s metrics and trigger its guests.
+    pub fn set_manager(&self, manager: Manager) {
+        *self
+            .state
+            .manager
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(manager);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn set_ready(&self, ready: bool) {
+        self.state.ready.store(ready, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn manager(state: &AdminState) -> Option<Manager> {
+    state
+        .manager
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
+    let body = match manager(&state) {
+        Some(manager) => manager.scrape(),
+        None => "# EOF\n".to_owned(),
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: caches syncing or leader election undecided",
+        )
+            .into_response()
+    }
+}
+
+/// Compare without leaking where the first difference is through timing.
+fn same_token(given: &str, expected: &str) -> bool {
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+async fn trigger(
+    State(state): State<Arc<AdminState>>,
+    Path((guest, namespace, name)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(expected) = &state.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same_token(g, expected)) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a bearer token is required\n",
+            )
+                .into_response();
+        }
+    }
+    let Some(controller) = manager(&state).and_then(|m| m.controller(&guest)) else {
+        return (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")).into_response();
+    };
+    let namespace = (namespace != "_").then_some(namespace);
+    let request = Request::new(namespace.as_deref(), &name);
+    tracing::info!("manual trigger: {guest} {request}");
+    controller.trigger(request.clone());
+    (
+        StatusCode::ACCEPTED,
+        format!("enqueued {request} for {guest}\n"),
+    )
+        .into_response()
+}

@@ -1,0 +1,287 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it,
+//! so that of several replicas of a host exactly one runs reconciles.
+//!
+//! Every `retry_period` each candidate reads the Lease. The holder renews it (`renewTime`);
+//! another candidate takes it over only once the holder has not renewed it for
+//! `lease_duration`, as measured on the candidate's own clock from when it last saw the Lease
+//! change (so clock skew between hosts does not matter). A holder that cannot renew for
+//! `renew_deadline` steps down. Writes carry the Lease's `resourceVersion`, so two candidates
+//! never both win: the loser gets a conflict. On shutdown the holder releases the Lease (empty
+//! holder, 1 s duration) so a standby takes over at once.
+//!
+//! The state is published on a [`tokio::sync::watch`] channel: `None` until the first attempt
+//! has an answer, then whether this host leads. Only the leader runs workers; a standby keeps
+//! its caches warm.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+
+/// Leader election settings; the defaults are controller-runtime's.
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    /// The Lease's name.
+    pub lease_name: String,
+    /// The Lease's namespace.
+    pub namespace: String,
+    /// This candidate's identity (unique per process).
+    pub identity: String,
+    /// How long a Lease is valid after its last renewal.
+    pub lease_duration: Duration,
+    /// How long the holder keeps trying to renew before it steps down.
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire, and the holder renews.
+    pub retry_period: Duration,
+}
+
+impl LeaderConfig {
+    /// controller-runtime's defaults (15 s, 10 s, 2 s) for `lease_name` in `namespace`, with an
+    /// identity of the host name and a random suffix.
+    pub fn new(lease_name: &str, namespace: &str) -> Self {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "krec".into());
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        LeaderConfig {
+            lease_name: lease_name.to_owned(),
+            namespace: namespace.to_owned(),
+            identity: format!("{host}_{}", &suffix[..8]),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A candidate for the Lease. See the [module docs](self).
+pub struct LeaderElector {
+    leases: Api<Lease>,
+    config: LeaderConfig,
+    state: watch::Sender<Option<bool>>,
+    /// The Lease as last seen (resourceVersion) and when it was first seen so.
+    observed: Option<(String, Instant)>,
+}
+
+impl std::fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("identity", &self.config.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+impl LeaderElector {
+    /// A candidate using `client`.
+    pub fn new(client: kube::Client, config: LeaderConfig) -> Self {
+        LeaderElector {
+            leases: Api::namespaced(client, &config.namespace),
+            state: watch::channel(None).0,
+            config,
+            observed: None,
+        }
+    }
+
+    /// `None` until the first attempt is decided, then whether this candidate leads.
+    pub fn subscribe(&self) -> watch::Receiver<Option<bool>> {
+        self.state.subscribe()
+    }
+
+    /// This candidate's identity.
+    pub fn identity(&self) -> &str {
+        &self.config.identity
+    }
+
+    /// Try to acquire or renew the Lease once. `Ok(true)` when this candidate holds it now.
+    ///
+    /// # Errors
+    ///
+    /// When the API server cannot be reached or refuses for another reason than a conflict.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let me = self.config.identity.clone();
+        let duration = seconds(self.config.lease_duration);
+        let existing = match self.leases.get_opt(&self.config.lease_name).await? {
+            Some(lease) => lease,
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.config.lease_name.clone()),
+                        namespace: Some(self.config.namespace.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(me),
+                        lease_duration_seconds: Some(duration),
+                        acquire_time: Some(now()),
+                        renew_time: Some(now()),
+                        lease_transitions: Some(0),
+                        ..Default::default()
+                    }),
+                };
+                return match self.leases.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(err) => Err(err),
+                };
+            }
+        };
+        let version = existing
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        let seen_at = match &self.observed {
+            Some((seen, at)) if *seen == version => *at,
+            _ => {
+                let at = Instant::now();
+                self.observed = Some((version, at));
+                at
+            }
+        };
+        let spec = existing.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let held_for = spec
+            .lease_duration_seconds
+            .map_or(self.config.lease_duration, |s| {
+                Duration::from_secs(u64::try_from(s).unwrap_or(0))
+            });
+        let mine = holder == me;
+        let expired = holder.is_empty() || seen_at.elapsed() >= held_for;
+        if !mine && !expired {
+            return Ok(false);
+        }
+        let mut lease = existing;
+        let mut next = spec;
+        if !mine {
+            next.holder_identity = Some(me);
+            next.acquire_time = Some(now());
+            next.lease_transitions = Some(next.lease_transitions.unwrap_or(0) + 1);
+        }
+        next.lease_duration_seconds = Some(duration);
+        next.renew_time = Some(now());
+        lease.spec = Some(next);
+        match self
+            .leases
+            .replace(&self.config.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn publish(&self, leading: bool) {
+        let before = *self.state.borrow();
+        if before != Some(leading) {
+            if leading {
+                tracing::info!(
+                    "became the leader on Lease {}/{} as {}",
+                    self.config.namespace,
+                    self.config.lease_name,
+                    self.config.identity
+                );
+            } else if before == Some(true) {
+                tracing::warn!(
+                    "lost the Lease {}/{}: workers stop",
+                    self.config.namespace,
+                    self.config.lease_name
+                );
+            } else {
+                tracing::info!(
+                    "standing by: Lease {}/{} is held by another host",
+                    self.config.namespace,
+                    self.config.lease_name
+                );
+            }
+            self.state.send_replace(Some(leading));
+        }
+    }
+
+    /// Campaign and renew until `stop` resolves; then release the Lease if held.
+    pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        let mut last_renewal: Option<Instant> = None;
+        loop {
+            let leading = *self.state.borrow() == Some(true);
+            let outcome = tokio::select! {
+                () = &mut stop => break,
+                outcome = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()) => outcome,
+            };
+            match outcome {
+                Ok(Ok(true)) => {
+                    last_renewal = Some(Instant::now());
+                    self.publish(true);
+                }
+                Ok(Ok(false)) => self.publish(false),
+                Ok(Err(err)) => {
+                    tracing::warn!(
+                        "leader election on {}/{}: {err}",
+                        self.config.namespace,
+                        self.config.lease_name
+                    );
+                    let deadline_passed =
+                        last_renewal.is_none_or(|t| t.elapsed() >= self.config.renew_deadline);
+                    if !leading || deadline_passed {
+                        self.publish(false);
+                    }
+                }
+                Err(_) => self.publish(false),
+            }
+            tokio::select! {
+                () = &mut stop => break,
+                () = tokio::time::sleep(self.config.retry_period) => {}
+            }
+        }
+        self.release().await;
+    }
+
+    /// Give the Lease up if this candidate holds it: empty holder, 1 s duration.
+    pub async fn release(&mut self) {
+        if *self.state.borrow() != Some(true) {
+            return;
+        }
+        self.state.send_replace(Some(false));
+        let Ok(Some(mut lease)) = self.leases.get_opt(&self.config.lease_name).await else {
+            return;
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now());
+        lease.spec = Some(spec);
+        match self
+            .leases
+            .replace(&self.config.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(
+                "released the Lease {}/{}",
+                self.config.namespace,
+                self.config.lease_name
+            ),
+            Err(err) => tracing::warn!("releasing the Lease: {err}"),
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Prometheus metrics, with controller-runtime's and client-go's names and labels so existing
+//! dashboards and alerts work, plus krec's own per-guest series.
+//!
+//! | series | labels | from |
+//! |---|---|---|
+//! | `controller_runtime_reconcile_total` | `controller`, `result` (`success`, `error`, `requeue`, `requeue_after`) | each reconcile |
+//! | `controller_runtime_reconcile_errors_total` | `controller` | errors and traps |
+//! | `controller_runtime_reconcile_time_seconds` | `controller` | histogram |
+//! | `controller_runtime_max_concurrent_reconciles` | `controller` | the manifest |
+//! | `controller_runtime_active_workers` | `controller` | workers reconciling now |
+//! | `workqueue_depth`, `workqueue_adds_total`, `workqueue_retries_total` | `name` | the guest's queue |
+//! | `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds` | `name` | histograms |
+//! | `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` | `name` | at scrape |
+//! | `leader_election_master_status` | `name` | 1 while leading |
+//! | `krec_guest_traps_total` | `guest`, `cause` | traps |
+//! | `krec_guest_cpu_seconds_total` | `guest` | time running guest code (reconcile time less time waiting in host calls) |
+//! | `krec_guest_memory_peak_bytes` | `guest` | largest linear memory of an instance |
+//! | `krec_guest_module_info` | `guest`, `version`, `digest` | 1 for the loaded version |
+//! | `krec_host_calls_total` | `guest`, `verb`, `result` | host calls that reached the cluster |
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::queue::QueueObserver;
+
+/// `controller` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// The guest's name.
+    pub controller: String,
+}
+
+/// `controller`, `result` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// The guest's name.
+    pub controller: String,
+    /// `success`, `error`, `requeue` or `requeue_after`.
+    pub result: String,
+}
+
+/// `name` label (workqueues and leader election).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabel {
+    /// The queue's (guest's) or lease's name.
+    pub name: String,
+}
+
+/// `guest` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GuestLabel {
+    /// The guest's name.
+    pub guest: String,
+}
+
+/// `guest`, `cause` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TrapLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// The trap's cause.
+    pub cause: String,
+}
+
+/// `guest`, `version`, `digest` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModuleLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// The version number (1, then counting swaps).
+    pub version: String,
+    /// `sha256:...` of the module.
+    pub digest: String,
+}
+
+/// `guest`, `verb`, `result` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// `get`, `list`, `create`, `update`, `patch`, `delete`, `event`.
+    pub verb: String,
+    /// `ok` or the error kind (`not_found`, `conflict`, ...).
+    pub result: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+fn reconcile_buckets() -> Histogram {
+    // controller-runtime's buckets, 5 ms to 60 s.
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+    ])
+}
+
+fn queue_buckets() -> Histogram {
+    // client-go's workqueue buckets: 1 ns to 10^3 s by factors of 10... from 10 ns.
+    Histogram::new(exponential_buckets(10e-9, 10.0, 12))
+}
+
+/// Every series the host exports. Shared (`Arc`) by the controllers and the admin server.
+pub struct Metrics {
+    registry: Registry,
+    /// `controller_runtime_reconcile_total`.
+    pub reconcile_total: Family<ResultLabels, Counter>,
+    /// `controller_runtime_reconcile_errors_total`.
+    pub reconcile_errors: Family<ControllerLabel, Counter>,
+    /// `controller_runtime_reconcile_time_seconds`.
+    pub reconcile_time: HistogramFamily<ControllerLabel>,
+    /// `controller_runtime_max_concurrent_reconciles`.
+    pub max_concurrent: Family<ControllerLabel, Gauge>,
+    /// `controller_runtime_active_workers`.
+    pub active_workers: Family<ControllerLabel, Gauge>,
+    /// `workqueue_depth`.
+    pub queue_depth: Family<NameLabel, Gauge>,
+    /// `workqueue_adds_total`.
+    pub queue_adds: Family<NameLabel, Counter>,
+    /// `workqueue_queue_duration_seconds`.
+    pub queue_duration: HistogramFamily<NameLabel>,
+    /// `workqueue_work_duration_seconds`.
+    pub work_duration: HistogramFamily<NameLabel>,
+    /// `workqueue_unfinished_work_seconds`.
+    pub unfinished_work: Family<NameLabel, FloatGauge>,
+    /// `workqueue_longest_running_processor_seconds`.
+    pub longest_running: Family<NameLabel, FloatGauge>,
+    /// `workqueue_retries_total`.
+    pub queue_retries: Family<NameLabel, Counter>,
+    /// `leader_election_master_status`.
+    pub leader: Family<NameLabel, Gauge>,
+    /// `krec_guest_traps_total`.
+    pub traps: Family<TrapLabels, Counter>,
+    /// `krec_guest_cpu_seconds_total`.
+    pub guest_cpu: Family<GuestLabel, Counter<f64, AtomicU64>>,
+    /// `krec_guest_memory_peak_bytes`.
+    pub guest_memory_peak: Family<GuestLabel, Gauge>,
+    /// `krec_guest_module_info`.
+    pub module_info: Family<ModuleLabels, Gauge>,
+    /// `krec_host_calls_total`.
+    pub host_calls: Family<CallLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every series registered, all empty.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            reconcile_total: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(reconcile_buckets),
+            max_concurrent: Family::default(),
+            active_workers: Family::default(),
+            queue_depth: Family::default(),
+            queue_adds: Family::default(),
+            queue_duration: Family::new_with_constructor(queue_buckets),
+            work_duration: Family::new_with_constructor(queue_buckets),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
+            queue_retries: Family::default(),
+            leader: Family::default(),
+            traps: Family::default(),
+            guest_cpu: Family::default(),
+            guest_memory_peak: Family::default(),
+            module_info: Family::default(),
+            host_calls: Family::default(),
+            registry: Registry::default(),
+        };
+        // Counters are registered without `_total`: the encoder appends it.
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            m.reconcile_total.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            m.reconcile_time.clone(),
+        );
+        registry.register(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            m.max_concurrent.clone(),
+        );
+        registry.register(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            m.active_workers.clone(),
+        );
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            m.queue_adds.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            m.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            m.work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been observed by work_duration",
+            m.unfinished_work.clone(),
+        );
+        registry.register(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running",
+            m.longest_running.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            m.queue_retries.clone(),
+        );
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+            m.leader.clone(),
+        );
+        registry.register(
+            "krec_guest_traps",
+            "Reconciles that trapped, per guest and cause",
+            m.traps.clone(),
+        );
+        registry.register(
+            "krec_guest_cpu_seconds",
+            "Time spent running guest code: reconcile time less time waiting in host calls",
+            m.guest_cpu.clone(),
+        );
+        registry.register(
+            "krec_guest_memory_peak_bytes",
+            "Largest linear memory of any instance of the guest",
+            m.guest_memory_peak.clone(),
+        );
+        registry.register(
+            "krec_guest_module_info",
+            "The module version a guest runs (value 1)",
+            m.module_info.clone(),
+        );
+        registry.register(
+            "krec_host_calls",
+            "Host calls that reached the cluster, per guest, verb and result",
+            m.host_calls.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition (OpenMetrics, which Prometheus scrapes).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!("encoding metrics: {err}");
+        }
+        out
+    }
+
+    /// The queue observer of guest `name`.
+    pub fn queue_observer(self: &Arc<Self>, name: &str) -> Arc<dyn QueueObserver> {
+        Arc::new(QueueMetrics {
+            metrics: self.clone(),
+            label: NameLabel {
+                name: name.to_owned(),
+            },
+        })
+    }
+}
+
+struct QueueMetrics {
+    metrics: Arc<Metrics>,
+    label: NameLabel,
+}
+
+impl QueueObserver for QueueMetrics {
+    fn added(&self) {
+        self.metrics.queue_adds.get_or_create(&self.label).inc();
+    }
+
+    fn taken(&self, waited: Duration) {
+        self.metrics
+            .queue_duration
+            .get_or_create(&self.label)
+            .observe(waited.as_secs_f64());
+    }
+
+    fn finished(&self, worked: Duration) {
+        self.metrics
+            .work_duration
+            .get_or_create(&self.label)
+            .observe(worked.as_secs_f64());
+    }
+
+    fn retried(&self) {
+        self.metrics.queue_retries.get_or_create(&self.label).inc();
+    }
+}

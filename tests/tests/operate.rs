@@ -1,0 +1,295 @@
+//! Operating the host: metrics with controller-runtime's names, probes, the manual trigger and
+//! its token, leader election state and graceful shutdown, in process.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use krec::admin::{Admin, AdminError};
+use krec::dev::HostOptions;
+use krec::leader::LeaderConfig;
+use krec_tests::{Live, rs_gvk, sample_manifest};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One HTTP/1.1 request; the status code and body.
+async fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the series `name{labels}` (labels as written, in order), if present.
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+}
+
+fn replicaset() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_should_carry_controller_runtimes_series_with_plausible_values() {
+    let live = Live::start(vec![sample_manifest("pod-counter")], vec![replicaset()]).await;
+    live.eventually("pod-count labelled", || async {
+        let rs = live.get(&rs_gvk(), Some("default"), "web").await?;
+        rs.pointer("/metadata/labels/pod-count").map(drop)
+    })
+    .await;
+    let admin = Admin::start("127.0.0.1:0".parse().expect("addr"), None)
+        .await
+        .expect("admin");
+    admin.set_manager(live.manager.clone());
+    let (status, text) = http(admin.addr(), "GET", "/metrics", None).await;
+    assert_eq!(status, 200, "{text}");
+    let c = r#"{controller="pod-counter"}"#;
+    let n = r#"{name="pod-counter"}"#;
+    let success = series(
+        &text,
+        r#"controller_runtime_reconcile_total{controller="pod-counter",result="success"}"#,
+    );
+    assert!(success.is_some_and(|v| v >= 1.0), "{text}");
+    assert_eq!(
+        series(
+            &text,
+            &format!("controller_runtime_max_concurrent_reconciles{c}")
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        series(&text, &format!("controller_runtime_active_workers{c}")),
+        Some(0.0)
+    );
+    assert!(
+        series(
+            &text,
+            &format!("controller_runtime_reconcile_time_seconds_count{c}")
+        )
+        .is_some_and(|v| v >= 1.0)
+    );
+    assert!(
+        series(&text, &format!("workqueue_adds_total{n}")).is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    assert_eq!(series(&text, &format!("workqueue_depth{n}")), Some(0.0));
+    assert!(
+        series(&text, &format!("workqueue_queue_duration_seconds_count{n}"))
+            .is_some_and(|v| v >= 1.0)
+    );
+    assert!(
+        series(&text, &format!("workqueue_work_duration_seconds_count{n}"))
+            .is_some_and(|v| v >= 1.0)
+    );
+    assert_eq!(
+        series(&text, &format!("workqueue_unfinished_work_seconds{n}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        series(
+            &text,
+            &format!("workqueue_longest_running_processor_seconds{n}")
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        series(&text, &format!("workqueue_retries_total{n}")),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            &format!("controller_runtime_reconcile_errors_total{c}")
+        ),
+        Some(0.0)
+    );
+    let g = r#"{guest="pod-counter"}"#;
+    assert!(
+        series(&text, &format!("krec_guest_cpu_seconds_total{g}"))
+            .is_some_and(|v| v > 0.0 && v < 10.0)
+    );
+    assert!(
+        series(&text, &format!("krec_guest_memory_peak_bytes{g}")).is_some_and(|v| v >= 65536.0)
+    );
+    assert!(
+        series(
+            &text,
+            r#"krec_host_calls_total{guest="pod-counter",verb="list",result="ok"}"#
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    let digest = live.controller("pod-counter").module().digest().to_owned();
+    assert_eq!(
+        series(
+            &text,
+            &format!(
+                r#"krec_guest_module_info{{guest="pod-counter",version="1",digest="{digest}"}}"#
+            )
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"));
+    assert_eq!(http(admin.addr(), "GET", "/healthz", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_trigger_leadership_and_shutdown_through_serve() {
+    let cluster = krec::local_cluster::LocalCluster::start(Default::default())
+        .await
+        .expect("server");
+    let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+        .await
+        .expect("client");
+    let store = cluster.store().clone();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = sample_manifest("cleanup-ticker");
+    // A free port, so the test can poll /readyz before the host is ready.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let mut leader = LeaderConfig::new("krec-test", "default");
+    leader.lease_duration = Duration::from_secs(2);
+    leader.renew_deadline = Duration::from_millis(1500);
+    leader.retry_period = Duration::from_millis(200);
+    let options = HostOptions {
+        admin_addr: Some(addr),
+        leader: Some(leader),
+        ..Default::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let manifests_dir = manifest.path.parent().expect("dir").to_owned();
+    let serving = tokio::spawn(async move {
+        krec::dev::serve(
+            client,
+            &manifests_dir,
+            vec![manifest],
+            options,
+            move |manager, _| {
+                let _ = started_tx.send(manager.clone());
+            },
+            async move {
+                let _ = stop_rx.await;
+            },
+        )
+        .await
+    });
+    // Not ready while the guest compiles and the election is undecided, then ready.
+    let mut saw_unready = false;
+    loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(_) => {}
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+        }
+        match http(addr, "GET", "/readyz", None).await.0 {
+            503 => saw_unready = true,
+            200 => break,
+            other => panic!("/readyz answered {other}"),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(saw_unready, "/readyz was 503 before the host was ready");
+    let manager = started_rx.await.expect("started");
+    let (_, text) = http(addr, "GET", "/metrics", None).await;
+    assert_eq!(
+        series(&text, r#"leader_election_master_status{name="krec-test"}"#),
+        Some(1.0),
+        "{text}"
+    );
+
+    // The manual trigger enqueues a reconcile the guest runs.
+    let controller = manager.controller("cleanup-ticker").expect("guest");
+    let before = controller.stats().total();
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/reconcile/cleanup-ticker/_/expired-configmaps",
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while controller.stats().total() <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the triggered reconcile never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        http(addr, "POST", "/reconcile/nobody/default/x", None)
+            .await
+            .0,
+        404
+    );
+
+    // Graceful stop: serve returns, the Lease is released.
+    stop_tx.send(()).expect("stop");
+    serving.await.expect("task").expect("serve");
+    let leases = store
+        .registry()
+        .by_plural("coordination.k8s.io", "v1", "leases")
+        .expect("leases");
+    let lease = store
+        .get(&leases, Some("default"), "krec-test")
+        .expect("lease");
+    assert!(
+        lease
+            .pointer("/spec/holderIdentity")
+            .is_none_or(Value::is_null),
+        "released: {lease}"
+    );
+    assert_eq!(controller.stats().overlaps.load(Ordering::Relaxed), 0);
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trigger_beyond_loopback_should_require_the_token() {
+    let open: SocketAddr = "0.0.0.0:0".parse().expect("addr");
+    match Admin::start(open, None).await {
+        Err(AdminError::TokenRequired(_)) => {}
+        other => panic!("expected a refusal without a token, got {other:?}"),
+    }
+    let live = Live::start(vec![sample_manifest("pod-counter")], vec![replicaset()]).await;
+    let admin = Admin::start(open, Some("s3cret".into()))
+        .await
+        .expect("admin");
+    admin.set_manager(live.manager.clone());
+    let local: SocketAddr = format!("127.0.0.1:{}", admin.addr().port())
+        .parse()
+        .expect("addr");
+    let path = "/reconcile/pod-counter/default/web";
+    assert_eq!(http(local, "POST", path, None).await.0, 401);
+    assert_eq!(http(local, "POST", path, Some("wrong")).await.0, 401);
+    assert_eq!(http(local, "POST", path, Some("s3cret")).await.0, 202);
+    // Probes and metrics stay open for kubelets and scrapers.
+    assert_eq!(http(local, "GET", "/healthz", None).await.0, 200);
+    assert_eq!(http(local, "GET", "/metrics", None).await.0, 200);
+}
