@@ -18,6 +18,13 @@ use crate::leader::{LeaderConfig, LeaderElector};
 use crate::manager::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT};
 use crate::manifest::Manifest;
 
+/// Print a line on stdout. A long-running host must not die because nobody reads its stdout
+/// any more (a closed pipe, a detached terminal), so write errors are ignored.
+pub fn say(line: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
 /// Load every manifest in `dir`; a bad one is reported and skipped.
 ///
 /// # Errors
@@ -237,9 +244,9 @@ pub struct DevOptions {
 /// Print where the admin server is.
 fn announce_admin(command: &str, admin: Option<std::net::SocketAddr>) {
     if let Some(addr) = admin {
-        println!(
+        say(format_args!(
             "krec {command}: admin server at http://{addr} (/metrics, /healthz, /readyz, POST /reconcile/GUEST/NAMESPACE/NAME)"
-        );
+        ));
     }
 }
 
@@ -274,15 +281,15 @@ pub async fn dev(
         })?;
     let shown = std::fs::canonicalize(&options.kubeconfig_out)
         .unwrap_or_else(|_| options.kubeconfig_out.clone());
-    println!(
+    say(format_args!(
         "krec dev: the embedded Kubernetes API server is at https://{}",
         cluster.addr()
-    );
-    println!("kubeconfig: {}", shown.display());
-    println!(
+    ));
+    say(format_args!("kubeconfig: {}", shown.display()));
+    say(format_args!(
         "try: kubectl --kubeconfig {} get replicasets,pods,foos,deployments,configmaps --show-labels",
         shown.display()
-    );
+    ));
 
     let client = client_from_kubeconfig(cluster.kubeconfig()).await?;
     for problem in apply_objects(&ApiClient::new(client.clone()), objects).await {
@@ -296,16 +303,16 @@ pub async fn dev(
         |manager, admin| {
             announce_admin("dev", admin);
             let names: Vec<String> = manager.controllers().keys().cloned().collect();
-            println!(
+            say(format_args!(
                 "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
                 names.len(),
                 names.join(", ")
-            );
+            ));
         },
         stop,
     )
     .await;
-    println!("krec dev: stopping");
+    say(format_args!("krec dev: stopping"));
     cluster.shutdown().await;
     served
 }
@@ -343,7 +350,10 @@ pub async fn run(
         options,
         |manager, admin| {
             announce_admin("run", admin);
-            println!("krec run: {} guest(s) running", manager.controllers().len());
+            say(format_args!(
+                "krec run: {} guest(s) running",
+                manager.controllers().len()
+            ));
         },
         stop,
     )

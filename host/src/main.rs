@@ -309,21 +309,23 @@ async fn cluster(
         .write_kubeconfig(&kubeconfig_out)
         .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_out.display()))?;
     let shown = std::fs::canonicalize(&kubeconfig_out).unwrap_or(kubeconfig_out);
-    println!(
+    krec::dev::say(format_args!(
         "krec cluster: serving the Kubernetes API at https://{}",
         cluster.addr()
-    );
+    ));
     match &data_dir {
-        Some(dir) => println!("objects persist in {}", dir.display()),
-        None => println!("objects are kept in memory (use --data-dir to keep them)"),
+        Some(dir) => krec::dev::say(format_args!("objects persist in {}", dir.display())),
+        None => krec::dev::say(format_args!(
+            "objects are kept in memory (use --data-dir to keep them)"
+        )),
     }
-    println!("kubeconfig: {}", shown.display());
-    println!(
+    krec::dev::say(format_args!("kubeconfig: {}", shown.display()));
+    krec::dev::say(format_args!(
         "try: kubectl --kubeconfig {} get namespaces",
         shown.display()
-    );
+    ));
     shutdown_signal().await;
-    println!("krec cluster: stopping");
+    krec::dev::say(format_args!("krec cluster: stopping"));
     cluster.shutdown().await;
     Ok(())
 }

@@ -40,9 +40,11 @@ async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigter
         .arg(&kubeconfig)
         .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
         .env("RUST_LOG", "off")
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("start krec run");
+    // Nobody reads its stdout: a long-running host must not die of a broken pipe.
+    drop(child.stdout.take());
 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -1,0 +1,241 @@
+//! `krec run --leader-elect` as separate processes against one embedded API server: exactly one
+//! host reconciles, a killed leader is replaced within the lease duration, and SIGTERM during a
+//! slow reconcile lets it finish, releases the Lease and exits 0.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use krec::local_cluster::{LocalCluster, LocalClusterConfig, Store};
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A manifest dir with the misbehave guest driven by one ticker firing `request` every `every`.
+fn manifest_dir(dir: &Path, request: &str, every: &str) -> PathBuf {
+    let module = repo().join("target/wasm32-wasip2/release/misbehave.wasm");
+    assert!(
+        module.exists(),
+        "{} is missing: run `make guests`",
+        module.display()
+    );
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("dir");
+    std::fs::write(
+        manifests.join("slow.yaml"),
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: slow}}\nspec:\n  module: {}\n  tickers: [{{every: {every}, request: {{name: {request}}}}}]\n  limits: {{timeout: 10s}}\n",
+            module.display()
+        ),
+    )
+    .expect("manifest");
+    manifests
+}
+
+struct Host {
+    child: Child,
+    admin: SocketAddr,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+/// Start `krec run --leader-elect` with short lease timings; returns once its admin server is up.
+fn start_host(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(["run", "--manifests"])
+        .arg(manifests)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--module-cache")
+        .arg(cache)
+        .args([
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--leader-elect",
+            "--leader-elect-lease-name",
+            "krec-test",
+            "--leader-elect-lease-duration",
+            "2s",
+            "--leader-elect-renew-deadline",
+            "1500ms",
+            "--leader-elect-retry-period",
+            "200ms",
+        ])
+        .env("RUST_LOG", "info,krec::reconcile=debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start krec run");
+    let stdout = child.stdout.take().expect("stdout");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Keep reading stdout after the admin line, as a terminal would.
+    let (admin_tx, admin_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("admin server at http://").nth(1) {
+                let _ = admin_tx.send(rest.split_whitespace().next().and_then(|a| a.parse().ok()));
+            }
+        }
+    });
+    let admin = admin_rx.recv().ok().flatten();
+    Host {
+        child,
+        admin: admin.expect("the admin address is printed"),
+        stderr: rx,
+    }
+}
+
+impl Host {
+    fn metric(&self, name: &str) -> Option<f64> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.admin).ok()?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    }
+
+    fn leading(&self) -> bool {
+        self.metric(r#"leader_election_master_status{name="krec-test"}"#) == Some(1.0)
+    }
+
+    fn reconciles(&self) -> f64 {
+        self.metric(r#"controller_runtime_reconcile_total{controller="slow",result="success"}"#)
+            .unwrap_or(0.0)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
+fn lease(store: &Store) -> Value {
+    let leases = store
+        .registry()
+        .by_plural("coordination.k8s.io", "v1", "leases")
+        .expect("leases");
+    store
+        .get(&leases, Some("default"), "krec-test")
+        .unwrap_or(json!({}))
+}
+
+async fn cluster(dir: &Path) -> (LocalCluster, PathBuf) {
+    let cluster = LocalCluster::start(LocalClusterConfig::default())
+        .await
+        .expect("server");
+    let kubeconfig = dir.join("kc.yaml");
+    cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    (cluster, kubeconfig)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_hosts_exactly_one_should_reconcile_and_a_killed_leader_be_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, kubeconfig) = cluster(dir.path()).await;
+    let manifests = manifest_dir(dir.path(), "ok", "100ms");
+    let cache = dir.path().join("cache");
+    let first = start_host(&manifests, &kubeconfig, &cache);
+    let second = start_host(&manifests, &kubeconfig, &cache);
+    let hosts = [&first, &second];
+    wait_until("a leader", Duration::from_secs(30), || {
+        hosts.iter().any(|h| h.leading())
+    });
+    // Let the ticker run a while: only the leader reconciles.
+    std::thread::sleep(Duration::from_millis(1000));
+    let leaders: Vec<usize> = (0..2).filter(|&i| hosts[i].leading()).collect();
+    assert_eq!(leaders.len(), 1, "exactly one leader");
+    let (leader, standby) = (hosts[leaders[0]], hosts[1 - leaders[0]]);
+    assert!(leader.reconciles() >= 2.0, "the leader reconciles");
+    assert_eq!(standby.reconciles(), 0.0, "the standby does not");
+
+    // The leader dies without releasing the Lease: the standby takes over once it expires.
+    leader.signal("-KILL");
+    let started = Instant::now();
+    while !standby.leading() {
+        if started.elapsed() > Duration::from_secs(30) {
+            let log: Vec<String> = standby.stderr.try_iter().collect();
+            panic!("the standby never took over:\n{}", log.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let handover = started.elapsed();
+    println!("handover after the leader was killed: {handover:?} (lease duration 2s)");
+    assert!(
+        handover < Duration::from_secs(2) + Duration::from_secs(2),
+        "the standby took over within the lease duration plus a renewal round: {handover:?}"
+    );
+    wait_until(
+        "the new leader to reconcile",
+        Duration::from_secs(30),
+        || standby.reconciles() >= 1.0,
+    );
+    let holder = lease(cluster.store())["spec"]["holderIdentity"].clone();
+    assert!(holder.is_string(), "{holder}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_slow_reconcile_should_finish_it_release_the_lease_and_exit_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cluster, kubeconfig) = cluster(dir.path()).await;
+    let manifests = manifest_dir(dir.path(), "slow", "1h");
+    let host = start_host(&manifests, &kubeconfig, &dir.path().join("cache"));
+    // The slow reconcile (1.5 s) is running.
+    wait_until(
+        "the slow reconcile to start",
+        Duration::from_secs(30),
+        || host.metric(r#"controller_runtime_active_workers{controller="slow"}"#) == Some(1.0),
+    );
+    host.signal("-TERM");
+    let mut host = host;
+    let status = host.child.wait().expect("wait");
+    assert!(status.success(), "exit status {status:?}");
+    let log: Vec<String> = host.stderr.iter().collect();
+    let log = log.join("\n");
+    assert!(log.contains("slow reconcile finished"), "{log}");
+    assert!(log.contains("slow: reconciled slow: done"), "{log}");
+    assert!(
+        log.contains("released the Lease default/krec-test"),
+        "{log}"
+    );
+    let lease = lease(cluster.store());
+    assert!(
+        lease
+            .pointer("/spec/holderIdentity")
+            .is_none_or(Value::is_null),
+        "{lease}"
+    );
+}
