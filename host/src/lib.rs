@@ -24,4 +24,5 @@ pub mod manager;
 pub mod manifest;
 pub mod metrics;
 pub mod queue;
+pub mod rbac;
 pub mod selector;

@@ -64,6 +64,22 @@ enum Command {
         #[command(flatten)]
         host: HostArgs,
     },
+    /// Print the least-privilege ClusterRole and binding for the guests in a directory: their
+    /// permissions plus what the host needs (watches, leases, events).
+    Rbac {
+        /// Directory of guest manifests (CRDs found there name their kinds' resources).
+        #[arg(long)]
+        manifests: PathBuf,
+        /// Name of the ClusterRole and ClusterRoleBinding.
+        #[arg(long, default_value = "krec")]
+        name: String,
+        /// Namespace of the host's ServiceAccount.
+        #[arg(long, default_value = "krec-system")]
+        namespace: String,
+        /// The host's ServiceAccount.
+        #[arg(long, default_value = "krec")]
+        service_account: String,
+    },
     /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
     Run {
         /// Directory of guest manifests.
@@ -253,6 +269,32 @@ fn main() -> ExitCode {
                 )
                 .await
             })
+        }
+        Command::Rbac {
+            manifests,
+            name,
+            namespace,
+            service_account,
+        } => {
+            init_logging("warn", cli.log_format);
+            let subject = krec::rbac::Subject {
+                name,
+                namespace,
+                service_account,
+            };
+            let generated = krec::dev::load_manifests(&manifests)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|m| krec::rbac::generate(&m, Some(&manifests), &subject));
+            match generated {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("krec rbac: {err}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Cluster {
             addr,

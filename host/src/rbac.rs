@@ -1,0 +1,234 @@
+//! `krec rbac`: the least-privilege ClusterRole (and its binding) a host needs to run a set of
+//! guests — the union of the guests' `permissions` and what the host itself does for them.
+//!
+//! The host needs, beyond the guests' own verbs:
+//! - `list` and `watch` on every kind a guest watches (`for`, `owns`, `watches`) and on every
+//!   kind a guest may `get` or `list` through the cache (the cache watches it on first use),
+//!   except kinds marked `uncached`;
+//! - `get`, `create`, `update` on `coordination.k8s.io` leases, for leader election;
+//! - `create` and `patch` on core `events`, where guests record Events.
+//!
+//! `update-status` and `patch-status` become `update` and `patch` on the `…/status`
+//! subresource. Kinds are mapped to resources with the built-in table and the CRDs found in
+//! the manifest directory; a kind found in neither is named by the usual lower-case plural,
+//! with a comment saying so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::cluster::Gvk;
+use crate::local_cluster::Registry;
+use crate::manifest::{Manifest, Verb};
+
+/// One rule's key: API group and resource (with `/status` for the subresource).
+type Resource = (String, String);
+
+/// Who the generated role is bound to.
+#[derive(Clone, Debug)]
+pub struct Subject {
+    /// Name of the ClusterRole and ClusterRoleBinding.
+    pub name: String,
+    /// The ServiceAccount's namespace.
+    pub namespace: String,
+    /// The ServiceAccount's name.
+    pub service_account: String,
+}
+
+/// The resource (plural) of `gvk`, and whether it was guessed.
+fn plural(registry: &Registry, gvk: &Gvk) -> (String, bool) {
+    match registry.by_gvk(gvk) {
+        Some(rt) => (rt.plural, false),
+        None => {
+            let lower = gvk.kind.to_lowercase();
+            let guess = if lower.ends_with('s') {
+                format!("{lower}es")
+            } else if let Some(stem) = lower.strip_suffix('y') {
+                format!("{stem}ies")
+            } else {
+                format!("{lower}s")
+            };
+            (guess, true)
+        }
+    }
+}
+
+/// The ClusterRole and ClusterRoleBinding for `manifests`, as YAML documents. CRDs under
+/// `crd_dir` (if given) name their kinds' resources.
+///
+/// # Errors
+///
+/// When a CRD under `crd_dir` cannot be read.
+pub fn generate(
+    manifests: &[Manifest],
+    crd_dir: Option<&Path>,
+    subject: &Subject,
+) -> Result<String, String> {
+    let registry = Registry::new();
+    if let Some(dir) = crd_dir {
+        for crd in crate::local_cluster::read_objects(dir)?
+            .into_iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+        {
+            registry
+                .put_crd(&crd)
+                .map_err(|e| format!("CRD {}: {e}", crd["metadata"]["name"]))?;
+        }
+    }
+    let mut rules: BTreeMap<Resource, BTreeSet<&'static str>> = BTreeMap::new();
+    let mut guessed: BTreeSet<String> = BTreeSet::new();
+    let mut add = |gvk: &Gvk, sub: &str, verbs: &[&'static str]| {
+        let (resource, guess) = plural(&registry, gvk);
+        if guess {
+            guessed.insert(format!("{gvk} -> {resource}"));
+        }
+        let resource = if sub.is_empty() {
+            resource
+        } else {
+            format!("{resource}/{sub}")
+        };
+        rules
+            .entry((gvk.group.clone(), resource))
+            .or_default()
+            .extend(verbs.iter().copied());
+    };
+    for manifest in manifests {
+        let spec = &manifest.spec;
+        let uncached: BTreeSet<Gvk> = spec.uncached.iter().map(|k| k.gvk()).collect();
+        let handlers = crate::controller::Handlers::from_manifest(manifest);
+        for gvk in handlers.watched_kinds() {
+            add(&gvk, "", &["get", "list", "watch"]);
+        }
+        for permission in &spec.permissions {
+            let gvk = Gvk::from_api_version(&permission.api_version, &permission.kind);
+            for verb in &permission.verbs {
+                match verb {
+                    Verb::Get | Verb::List => {
+                        add(&gvk, "", &[verb_name(*verb)]);
+                        if !uncached.contains(&gvk) {
+                            // Reads are served by an informer, which lists and watches.
+                            add(&gvk, "", &["list", "watch"]);
+                        }
+                    }
+                    Verb::UpdateStatus => add(&gvk, "status", &["update"]),
+                    Verb::PatchStatus => add(&gvk, "status", &["patch"]),
+                    other => add(&gvk, "", &[verb_name(*other)]),
+                }
+            }
+        }
+    }
+    add(
+        &Gvk::new("coordination.k8s.io", "v1", "Lease"),
+        "",
+        &["get", "create", "update"],
+    );
+    add(&Gvk::new("", "v1", "Event"), "", &["create", "patch"]);
+    let rules: Vec<Value> = rules
+        .into_iter()
+        .map(|((group, resource), verbs)| {
+            json!({"apiGroups": [group], "resources": [resource], "verbs": verbs})
+        })
+        .collect();
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": subject.name},
+        "rules": rules,
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": subject.name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": subject.name},
+        "subjects": [{"kind": "ServiceAccount", "name": subject.service_account, "namespace": subject.namespace}],
+    });
+    let mut out = String::from(
+        "# Generated by `krec rbac`: the guests' permissions plus what the host needs.\n",
+    );
+    for guess in &guessed {
+        out.push_str(&format!(
+            "# resource name guessed (no CRD found for the kind): {guess}\n"
+        ));
+    }
+    for (i, doc) in [role, binding].iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_yaml_ng::to_string(doc).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+fn verb_name(verb: Verb) -> &'static str {
+    match verb {
+        Verb::Get => "get",
+        Verb::List => "list",
+        Verb::Watch => "watch",
+        Verb::Create => "create",
+        Verb::Update | Verb::UpdateStatus => "update",
+        Verb::Patch | Verb::PatchStatus => "patch",
+        Verb::Delete => "delete",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_samples_role_should_be_the_union_of_permissions_and_host_needs() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-guests");
+        let manifests: Vec<Manifest> = Manifest::scan_dir(&dir)
+            .expect("scan")
+            .into_iter()
+            .map(|m| m.expect("valid sample manifest"))
+            .collect();
+        let subject = Subject {
+            name: "krec".into(),
+            namespace: "krec-system".into(),
+            service_account: "krec".into(),
+        };
+        let yaml = generate(&manifests, Some(&dir), &subject).expect("rbac");
+        let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&yaml)
+            .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+            .collect();
+        let rules = docs[0]["rules"].as_array().expect("rules");
+        let verbs = |group: &str, resource: &str| -> Vec<String> {
+            rules
+                .iter()
+                .find(|r| r["apiGroups"][0] == group && r["resources"][0] == resource)
+                .map(|r| {
+                    r["verbs"]
+                        .as_array()
+                        .expect("verbs")
+                        .iter()
+                        .map(|v| v.as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            verbs("apps", "replicasets"),
+            ["get", "list", "update", "watch"]
+        );
+        assert_eq!(verbs("", "pods"), ["get", "list", "watch"]);
+        assert_eq!(
+            verbs("samplecontroller.k8s.io", "foos/status"),
+            ["update"],
+            "update-status is the status subresource"
+        );
+        assert_eq!(
+            verbs("apps", "deployments"),
+            ["create", "get", "list", "update", "watch"]
+        );
+        assert_eq!(
+            verbs("coordination.k8s.io", "leases"),
+            ["create", "get", "update"]
+        );
+        assert_eq!(verbs("", "events"), ["create", "patch"]);
+        assert!(verbs("", "secrets").is_empty(), "nothing nobody asked for");
+        assert!(!yaml.contains("guessed"), "every kind resolved: {yaml}");
+        assert_eq!(docs[1]["subjects"][0]["namespace"], "krec-system");
+    }
+}
