@@ -23,6 +23,7 @@ pub mod local_cluster;
 pub mod manager;
 pub mod manifest;
 pub mod metrics;
+pub mod progress;
 pub mod queue;
 pub mod rbac;
 pub mod selector;

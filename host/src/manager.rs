@@ -202,8 +202,10 @@ impl Manager {
             }),
         };
         let mut guests = manager.inner.guests.lock().await;
-        for manifest in manifests {
+        let progress = crate::progress::Progress::new("starting guests", manifests.len());
+        for (index, manifest) in manifests.into_iter().enumerate() {
             let name = manifest.name.clone();
+            progress.working(index, &format!("{name}: compiling and syncing caches"));
             if let Err(reason) = manager.start_guest(&mut guests, manifest).await {
                 tracing::error!("guest {name} not started: {reason}");
                 manager.skip(Skipped {
@@ -212,6 +214,7 @@ impl Manager {
                 });
             }
         }
+        progress.finish();
         drop(guests);
         Ok(manager)
     }

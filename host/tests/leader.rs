@@ -226,7 +226,10 @@ async fn sigterm_during_a_slow_reconcile_should_finish_it_release_the_lease_and_
     let log: Vec<String> = host.stderr.iter().collect();
     let log = log.join("\n");
     assert!(log.contains("slow reconcile finished"), "{log}");
-    assert!(log.contains("slow: reconciled slow: done"), "{log}");
+    assert!(
+        log.contains("reconciled guest=slow key=slow result=done"),
+        "{log}"
+    );
     assert!(
         log.contains("released the Lease default/krec-test"),
         "{log}"

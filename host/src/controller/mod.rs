@@ -517,20 +517,20 @@ impl Controller {
                 self.stats.done.fetch_add(1, Ordering::Relaxed);
                 self.count("success");
                 self.queue.forget(request);
-                tracing::debug!(target: "krec::reconcile", "{guest}: reconciled {request}: done ({ms:.1} ms)");
+                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"done", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::Requeue) => {
                 self.stats.requeued.fetch_add(1, Ordering::Relaxed);
                 self.count("requeue");
                 self.queue.add_rate_limited(request.clone());
-                tracing::debug!(target: "krec::reconcile", "{guest}: reconciled {request}: requeue ({ms:.1} ms)");
+                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"requeue", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::RequeueAfter(after)) => {
                 self.stats.requeued.fetch_add(1, Ordering::Relaxed);
                 self.count("requeue_after");
                 self.queue.forget(request);
                 self.queue.add_after(request.clone(), after);
-                tracing::debug!(target: "krec::reconcile", "{guest}: reconciled {request}: requeue after {after:?} ({ms:.1} ms)");
+                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %format_args!("requeue_after({after:?})"), duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Err(err) => {
                 self.count("error");
@@ -556,7 +556,7 @@ impl Controller {
                 }
                 self.queue.add_rate_limited(request.clone());
                 let retries = self.queue.num_requeues(request);
-                tracing::warn!(target: "krec::reconcile", "{err} ({ms:.1} ms); retry {retries} with backoff");
+                tracing::warn!(target: "krec::reconcile", guest = %guest, key = %request, result = %"error", duration_ms = %format_args!("{ms:.1}"), retries, "{err}; retrying with backoff");
             }
         }
     }

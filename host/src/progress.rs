@@ -1,0 +1,48 @@
+//! Progress of long start-up work (compiling guests, syncing caches): a progress line on a
+//! terminal, log lines otherwise.
+
+use std::io::IsTerminal as _;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Progress through `total` steps of some work.
+#[derive(Debug)]
+pub struct Progress {
+    what: &'static str,
+    total: usize,
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// Progress of `what` in `total` steps; a bar when stderr is a terminal.
+    pub fn new(what: &'static str, total: usize) -> Self {
+        let bar = (std::io::stderr().is_terminal() && total > 1).then(|| {
+            let bar = ProgressBar::new(total as u64);
+            if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_prefix(what);
+            bar
+        });
+        Progress { what, total, bar }
+    }
+
+    /// Step `index` (from 0) is under way: `item`, e.g. `pod-counter: compiling`.
+    pub fn working(&self, index: usize, item: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(index as u64);
+                bar.set_message(item.to_owned());
+            }
+            None => tracing::info!("{} [{}/{}] {item}", self.what, index + 1, self.total),
+        }
+    }
+
+    /// All done.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
