@@ -195,7 +195,8 @@ pub async fn serve(
         manifests,
         ManagerOptions {
             module_cache: options.module_cache,
-            gate: Some(gate),
+            // Without an election the manager's gate is always open.
+            gate: options.leader.is_some().then_some(gate),
             metrics: Some(metrics),
         },
     )
@@ -217,7 +218,7 @@ pub async fn serve(
     if let Some(admin) = &admin {
         admin.set_ready(false);
     }
-    watcher.abort();
+    watcher.stop().await;
     manager.shutdown(options.shutdown_timeout).await;
     if let Some(election) = election {
         let _ = stop_election.send(());

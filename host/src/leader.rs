@@ -221,10 +221,25 @@ impl LeaderElector {
         tokio::pin!(stop);
         let mut last_renewal: Option<Instant> = None;
         loop {
-            let leading = *self.state.borrow() == Some(true);
+            let mut leading = *self.state.borrow() == Some(true);
+            // A leader that has not renewed within the renew deadline steps down before anyone
+            // else can take the Lease (renew deadline < lease duration).
+            let budget = match (leading, last_renewal) {
+                (true, Some(at)) => self.config.renew_deadline.saturating_sub(at.elapsed()),
+                _ => self.config.renew_deadline,
+            };
+            if leading && budget.is_zero() {
+                self.publish(false);
+                leading = false;
+            }
+            let budget = if leading {
+                budget
+            } else {
+                self.config.renew_deadline
+            };
             let outcome = tokio::select! {
                 () = &mut stop => break,
-                outcome = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()) => outcome,
+                outcome = tokio::time::timeout(budget, self.try_acquire_or_renew()) => outcome,
             };
             match outcome {
                 Ok(Ok(true)) => {

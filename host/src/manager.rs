@@ -48,6 +48,21 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long file changes settle before a reload: editors and `cargo build` write in bursts.
 pub const RELOAD_DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// The running manifest watcher of [`Manager::watch`].
+#[derive(Debug)]
+pub struct Watcher {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Stop watching, letting a reload in progress finish first.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}
+
 /// A guest that could not be started, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skipped {
@@ -362,7 +377,14 @@ impl Manager {
         let name = manifest.name.clone();
         let manifest = Arc::new(manifest);
         let prepared = self.prepare(manifest.clone()).await?;
-        let (informers, for_informers) = self.wire(&manifest).await?;
+        let (informers, for_informers) = match self.wire(&manifest).await {
+            Ok(wired) => wired,
+            Err(reason) => {
+                // Stop what `wire` started for the refused version only.
+                self.inner.cache.release(&name, None, &guest.informers);
+                return Err(reason);
+            }
+        };
         let controller = guest.controller.clone();
         let sink: Arc<dyn EventSink> = controller.clone();
         let digest = prepared.module.digest().to_owned();
@@ -392,8 +414,12 @@ impl Manager {
     async fn remove_guest(&self, guest: Guest) {
         let name = guest.controller.name().to_owned();
         guest.controller.shutdown(SHUTDOWN_TIMEOUT).await;
+        guest.controller.forget_metrics();
         let sink: Arc<dyn EventSink> = guest.controller.clone();
         self.inner.cache.release(&name, Some(&sink), &[]);
+        self.inner
+            .cache
+            .release(&crate::cluster::live::reader_id(&name), None, &[]);
         tracing::info!("guest {name} stopped: its manifest is gone");
     }
 
@@ -486,12 +512,14 @@ impl Manager {
 
     /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
     /// [`RELOAD_DEBOUNCE`]) and on SIGHUP, until the returned task is aborted.
-    pub fn watch(&self, dir: PathBuf) -> tokio::task::JoinHandle<()> {
+    pub fn watch(&self, dir: PathBuf) -> Watcher {
         let manager = self.clone();
-        tokio::spawn(async move { manager.watch_loop(dir).await })
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move { manager.watch_loop(dir, stopped).await });
+        Watcher { stop, task }
     }
 
-    async fn watch_loop(&self, dir: PathBuf) {
+    async fn watch_loop(&self, dir: PathBuf, mut stopped: tokio::sync::watch::Receiver<bool>) {
         use notify::RecursiveMode;
         let (events_tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let relevant = Arc::new(RwLock::new(BTreeSet::<PathBuf>::new()));
@@ -522,7 +550,7 @@ impl Manager {
                     "cannot watch {} for changes; SIGHUP still reloads: {err}",
                     dir.display()
                 );
-                return self.sighup_loop(dir).await;
+                return self.sighup_loop(dir, stopped).await;
             }
         };
         if let Err(err) = debouncer.watcher().watch(&dir, RecursiveMode::Recursive) {
@@ -567,7 +595,10 @@ impl Manager {
             };
             #[cfg(not(unix))]
             let hup = std::future::pending::<()>();
+            // A reload in progress always completes: stopping is only noticed here, between
+            // reloads.
             tokio::select! {
+                _ = stopped.wait_for(|s| *s) => return,
                 changed = rx.recv() => if changed.is_none() { return },
                 () = hup => tracing::info!("SIGHUP: reloading {}", dir.display()),
             }
@@ -578,15 +609,21 @@ impl Manager {
     }
 
     /// Without a file watcher: reload on SIGHUP only.
-    async fn sighup_loop(&self, dir: PathBuf) {
+    async fn sighup_loop(&self, dir: PathBuf, mut stopped: tokio::sync::watch::Receiver<bool>) {
         #[cfg(unix)]
         if let Ok(mut hangup) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         {
-            while hangup.recv().await.is_some() {
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    signal = hangup.recv() => if signal.is_none() { return },
+                }
                 self.reload_logged(&dir).await;
             }
         }
+        #[cfg(not(unix))]
+        let _ = (dir, stopped.wait_for(|s| *s).await);
     }
 
     async fn reload_logged(&self, dir: &Path) {

@@ -159,7 +159,7 @@ async fn swapping_a_module_under_load_should_lose_no_key_and_never_overlap() {
         latencies[latencies.len() / 2],
         latencies[latencies.len() - 1]
     );
-    watcher.abort();
+    watcher.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,8 +267,13 @@ async fn manifests_added_changed_and_removed_should_start_rewire_and_stop_guests
             .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"]),
         "{informers:?}"
     );
+    // The ConfigMap watch is no longer the guest's subscription; it stays only as the cache of
+    // what the guest read (the cache survives swaps).
     assert!(
-        !informers.iter().any(|i| i.gvk.kind == "ConfigMap"),
+        informers
+            .iter()
+            .filter(|i| i.gvk.kind == "ConfigMap")
+            .all(|i| i.subscribers == 0 && i.users == ["stamper#reads"]),
         "{informers:?}"
     );
 
@@ -288,4 +293,11 @@ async fn manifests_added_changed_and_removed_should_start_rewire_and_stop_guests
         informers.iter().any(|i| i.gvk.kind == "Secret"),
         "{informers:?}"
     );
+
+    // The last guest gone: every watch is released, its read-through ones too.
+    std::fs::remove_file(dir.path().join("stamper.yaml")).expect("remove");
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert_eq!(report.removed, ["stamper"], "{report:?}");
+    let informers = live.manager.cache().inspect();
+    assert!(informers.is_empty(), "{informers:?}");
 }

@@ -23,24 +23,60 @@ pub struct Resolved {
     pub namespaced: bool,
 }
 
+/// A name or namespace as one URL path segment. Names a guest controls must not reach another
+/// path (`x/status` would bypass the `patch-status` permission) or add a query.
+fn segment(what: &str, text: &str) -> Result<String, AccessError> {
+    if text.is_empty() || text == "." || text == ".." || text.contains('/') || text.contains('%') {
+        return Err(AccessError::Invalid(format!(
+            "{what} {text:?} is not a valid object {what}"
+        )));
+    }
+    Ok(text
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' | b'@' => {
+                char::from(b).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect())
+}
+
 impl Resolved {
     /// The collection URL: `/api/v1/namespaces/{ns}/pods`, `/apis/apps/v1/replicasets`, ...
-    pub fn collection_url(&self, namespace: Option<&str>) -> String {
+    ///
+    /// # Errors
+    ///
+    /// `invalid` for a namespace that is not one path segment.
+    pub fn collection_url(&self, namespace: Option<&str>) -> Result<String, AccessError> {
         let r = &self.resource;
         let prefix = if r.group.is_empty() {
             format!("/api/{}", r.version)
         } else {
             format!("/apis/{}/{}", r.group, r.version)
         };
-        match namespace.filter(|_| self.namespaced) {
-            Some(ns) => format!("{prefix}/namespaces/{ns}/{}", r.plural),
+        Ok(match namespace.filter(|_| self.namespaced) {
+            Some(ns) => format!(
+                "{prefix}/namespaces/{}/{}",
+                segment("namespace", ns)?,
+                r.plural
+            ),
             None => format!("{prefix}/{}", r.plural),
-        }
+        })
     }
 
-    fn object_url(&self, namespace: Option<&str>, name: &str, status: bool) -> String {
+    fn object_url(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        status: bool,
+    ) -> Result<String, AccessError> {
         let sub = if status { "/status" } else { "" };
-        format!("{}/{name}{sub}", self.collection_url(namespace))
+        Ok(format!(
+            "{}/{}{sub}",
+            self.collection_url(namespace)?,
+            segment("name", name)?
+        ))
     }
 }
 
@@ -163,14 +199,14 @@ impl ApiClient {
         name: &str,
     ) -> Result<Value, AccessError> {
         let resolved = self.resolve(gvk).await?;
-        let url = resolved.object_url(namespace, name, false);
+        let url = resolved.object_url(namespace, name, false)?;
         self.send(http::Request::get(url), Vec::new()).await
     }
 
     /// LIST objects (every page), each with `apiVersion` and `kind` set.
     pub async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
         let resolved = self.resolve(gvk).await?;
-        let base = resolved.collection_url(options.namespace.as_deref());
+        let base = resolved.collection_url(options.namespace.as_deref())?;
         let mut items = Vec::new();
         let mut continue_token: Option<String> = None;
         loop {
@@ -212,7 +248,7 @@ impl ApiClient {
         let resolved = self.resolve(&gvk).await?;
         let url = format!(
             "{}?fieldManager={}",
-            resolved.collection_url(meta_str(object, "namespace")),
+            resolved.collection_url(meta_str(object, "namespace"))?,
             percent(field_manager)
         );
         let builder = http::Request::post(url).header("content-type", "application/json");
@@ -233,7 +269,7 @@ impl ApiClient {
             .ok_or_else(|| AccessError::Invalid("object has no metadata.name".into()))?;
         let url = format!(
             "{}?fieldManager={}",
-            resolved.object_url(meta_str(object, "namespace"), name, status),
+            resolved.object_url(meta_str(object, "namespace"), name, status)?,
             percent(field_manager)
         );
         let builder = http::Request::put(url).header("content-type", "application/json");
@@ -268,7 +304,7 @@ impl ApiClient {
         };
         let url = format!(
             "{}?fieldManager={}{force}",
-            resolved.object_url(namespace, name, status),
+            resolved.object_url(namespace, name, status)?,
             percent(field_manager)
         );
         let builder = http::Request::patch(url).header("content-type", content_type);
@@ -289,7 +325,7 @@ impl ApiClient {
         if let Some(p) = preconditions {
             options["preconditions"] = json!({"uid": p.uid, "resourceVersion": p.resource_version});
         }
-        let url = resolved.object_url(namespace, name, false);
+        let url = resolved.object_url(namespace, name, false)?;
         let builder = http::Request::delete(url).header("content-type", "application/json");
         self.send(builder, Self::encode(&options)?).await.map(drop)
     }
@@ -327,4 +363,51 @@ impl ApiClient {
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_should_stay_one_path_segment() {
+        let resolved = Resolved {
+            resource: ApiResource {
+                group: "samplecontroller.k8s.io".into(),
+                version: "v1alpha1".into(),
+                api_version: "samplecontroller.k8s.io/v1alpha1".into(),
+                kind: "Foo".into(),
+                plural: "foos".into(),
+            },
+            namespaced: true,
+        };
+        assert_eq!(
+            resolved.object_url(Some("default"), "example-foo", true),
+            Ok(
+                "/apis/samplecontroller.k8s.io/v1alpha1/namespaces/default/foos/example-foo/status"
+                    .into()
+            )
+        );
+        for bad in ["x/status", "..", ".", "", "a%2Fb"] {
+            assert!(
+                matches!(
+                    resolved.object_url(Some("default"), bad, false),
+                    Err(AccessError::Invalid(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(
+            resolved
+                .object_url(Some("../kube-system"), "x", false)
+                .is_err()
+        );
+        assert_eq!(
+            resolved.object_url(Some("default"), "a?b=c#d", false),
+            Ok(
+                "/apis/samplecontroller.k8s.io/v1alpha1/namespaces/default/foos/a%3Fb%3Dc%23d"
+                    .into()
+            )
+        );
+    }
 }

@@ -23,9 +23,17 @@ pub fn field_manager(guest: &str) -> String {
     format!("krec-{guest}")
 }
 
+/// The cache user a guest's reads are attributed to: distinct from its subscriptions, so that
+/// swapping its watches does not stop the informers it reads through.
+pub fn reader_id(guest: &str) -> String {
+    format!("{guest}#reads")
+}
+
 /// A guest's cluster access over the shared cache and the API server.
 pub struct LiveCluster {
     guest: String,
+    /// The cache user its reads are attributed to (see [`reader_id`]).
+    reader: String,
     cache: Arc<Cache>,
     api: Arc<ApiClient>,
     field_manager: String,
@@ -45,6 +53,7 @@ impl LiveCluster {
     /// The access of the guest `manifest` describes.
     pub fn new(cache: Arc<Cache>, manifest: &Manifest) -> Self {
         LiveCluster {
+            reader: reader_id(&manifest.name),
             guest: manifest.name.clone(),
             api: cache.api().clone(),
             cache,
@@ -65,10 +74,10 @@ impl LiveCluster {
             return Ok(None);
         }
         let informers = if let Some(all) = self.cache.running(gvk, None) {
-            all.add_user(&self.guest);
+            all.add_user(&self.reader);
             vec![all]
         } else if self.namespaces.is_empty() {
-            vec![self.cache.informer(gvk, None, &self.guest).await?]
+            vec![self.cache.informer(gvk, None, &self.reader).await?]
         } else {
             let wanted: Vec<&str> = match namespace {
                 Some(ns) if self.namespaces.iter().any(|n| n == ns) => vec![ns],
@@ -78,7 +87,7 @@ impl LiveCluster {
             };
             let mut informers = Vec::new();
             for ns in wanted {
-                let informer = self.cache.informer(gvk, Some(ns), &self.guest).await?;
+                let informer = self.cache.informer(gvk, Some(ns), &self.reader).await?;
                 // A cluster-scoped kind has one informer whatever the namespace asked.
                 if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
                     informers.push(informer);
@@ -171,6 +180,15 @@ impl ClusterAccess for LiveCluster {
         let mut out = Vec::new();
         for informer in informers {
             out.extend(informer.list(namespace, labels.as_ref(), fields.as_ref()));
+        }
+        // A guest limited to some namespaces sees only those, even through a cluster-wide
+        // informer another guest started.
+        if namespace.is_none() && !self.namespaces.is_empty() {
+            out.retain(|o| {
+                o.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .is_none_or(|ns| self.namespaces.iter().any(|n| n == ns))
+            });
         }
         Ok(out)
     }

@@ -221,7 +221,7 @@ pub struct Controller {
     stats: Arc<Stats>,
     /// Workers wanted (`maxConcurrentReconciles`); workers with a higher index stop.
     workers_wanted: AtomicUsize,
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    workers: Mutex<Vec<Option<JoinHandle<()>>>>,
     sources: Mutex<Vec<JoinHandle<()>>>,
     for_informers: Mutex<Vec<Arc<Informer>>>,
 }
@@ -349,10 +349,15 @@ impl Controller {
             .max_concurrent_reconciles;
         let wanted = usize::try_from(concurrency.max(1)).unwrap_or(1);
         self.workers_wanted.store(wanted, Ordering::SeqCst);
+        // One slot per worker index: a retired worker's slot is refilled when more are wanted.
         let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
-        workers.retain(|w| !w.is_finished());
-        for index in workers.len()..wanted {
-            workers.push(tokio::spawn(self.clone().work(index)));
+        if workers.len() < wanted {
+            workers.resize_with(wanted, || None);
+        }
+        for (index, slot) in workers.iter_mut().enumerate().take(wanted) {
+            if slot.as_ref().is_none_or(JoinHandle::is_finished) {
+                *slot = Some(tokio::spawn(self.clone().work(index)));
+            }
         }
     }
 
@@ -418,13 +423,19 @@ impl Controller {
             if gate.wait_for(|open| *open).await.is_err() {
                 break;
             }
+            let closing = async {
+                // A gate whose sender is gone never closes (and must not spin).
+                if gate.wait_for(|open| !*open).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             let request = tokio::select! {
                 request = self.queue.get() => match request {
                     Some(request) => request,
                     None => break,
                 },
                 // `get` is cancel-safe: a key is only taken in the poll that returns it.
-                _ = gate.wait_for(|open| !*open) => continue,
+                () = closing => continue,
             };
             let version = self.version.load_full();
             let current = worker
@@ -561,6 +572,17 @@ impl Controller {
         }
     }
 
+    /// Drop this guest's series that describe what it runs (its module info), when it is
+    /// removed.
+    pub fn forget_metrics(&self) {
+        let version = self.version.load();
+        self.metrics.module_info.remove(&ModuleLabels {
+            guest: self.name.clone(),
+            version: version.number.to_string(),
+            digest: version.module.digest().to_owned(),
+        });
+    }
+
     /// Stop: no new keys, wait (at most `timeout`) for running reconciles to finish, stop the
     /// workers and sources.
     pub async fn shutdown(&self, timeout: Duration) {
@@ -587,6 +609,7 @@ impl Controller {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
+            .flatten()
         {
             task.abort();
         }
