@@ -7,7 +7,7 @@ GUEST_WORKSPACES := sample-guests tests/guests
 KUBECTL_VERSION := 1.37.1
 TOOLS := .tools/venv
 
-.PHONY: all setup tools guests build test lint fmt demo check bench clean
+.PHONY: all setup tools guests build test lint fmt demo check bench bench-quick clean
 
 all: test
 
@@ -60,8 +60,13 @@ demo: guests tools
 ## Benchmarks (release build): the embedded API server's list and watch fan-out; the host's
 ## module cache (startup of 10 guests) and hot-swap latency.
 bench: guests
+	$(CARGO) bench -p krec --bench guest_call
 	$(CARGO) bench -p krec --bench local_cluster
 	$(CARGO) bench -p krec --bench host
+
+## The quick benchmarks (well under 3 minutes once built): guest call overhead and the queue.
+bench-quick: guests
+	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench guest_call
 
 ## Validate the sample manifests and their modules.
 check: guests

@@ -1,0 +1,251 @@
+//! What one reconcile costs in the sandbox, and what the workqueue costs alone:
+//!
+//! - `guest_call_overhead_us`: a reconcile that gets a ~3 KB Pod through the host and parses it
+//!   into `k8s-openapi`'s `Pod`, as a Wasm guest (reused instance, and a fresh instance per
+//!   reconcile) against the same work done natively in this process; the difference and the
+//!   ratio. The arms are interleaved round by round, so machine noise hits all of them alike.
+//! - `queue_ops_per_s`: workqueue add + get + done cycles per second, one thread and two.
+//!
+//! The figures are printed as a Markdown table and merged into `bench/results.json`.
+//! `KREC_BENCH_QUICK=1` (`make bench-quick`) runs fewer rounds.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use krec::cluster::{ClusterAccess, Gvk, MemoryCluster};
+use krec::guest::{GuestModule, GuestWorker};
+use krec::manifest::Manifest;
+use krec::queue::{RateLimit, WorkQueue};
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn quick() -> bool {
+    std::env::var_os("KREC_BENCH_QUICK").is_some()
+}
+
+fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    (
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+    )
+}
+
+/// A Pod of about 3 KB of JSON.
+fn pod() -> Value {
+    let env: Vec<Value> = (0..30)
+        .map(|i| json!({"name": format!("SETTING_{i:02}"), "value": format!("value-{i:02}-{}", "x".repeat(40))}))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "default",
+            "labels": {"app": "web", "tier": "frontend"},
+            "annotations": {"example.com/owner": "team-web"}},
+        "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1.2.3",
+            "ports": [{"containerPort": 8080, "protocol": "TCP"}], "env": env,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}})
+}
+
+fn manifest(dir: &Path, isolation: &str) -> Manifest {
+    let module = repo().join("target/wasm32-wasip2/release/getter.wasm");
+    assert!(
+        module.exists(),
+        "{} is missing: run `make guests`",
+        module.display()
+    );
+    let path = dir.join(format!("getter-{isolation}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: getter}}\nspec:\n  module: {}\n  isolation: {isolation}\n  tickers: [{{every: 1h, request: {{name: x}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
+            module.display()
+        ),
+    )
+    .expect("write manifest");
+    Manifest::load(&path).expect("manifest")
+}
+
+/// The native arm: the same work as the guest, in process.
+async fn native_reconcile(cluster: &MemoryCluster, gvk: &Gvk) {
+    let value = cluster
+        .get(gvk, Some("default"), "web-0")
+        .await
+        .expect("get");
+    let pod: Pod = serde_json::from_value(value).expect("pod");
+    assert!(!pod.spec.expect("spec").containers.is_empty());
+}
+
+async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = krec::engine::new_engine().expect("engine");
+    let linker = krec::guest::new_linker(&engine).expect("linker");
+    let cluster = Arc::new(MemoryCluster::new());
+    let bytes = serde_json::to_vec(&pod()).expect("json").len();
+    cluster.create(pod()).await.expect("pod");
+    let access: Arc<dyn ClusterAccess> = cluster.clone();
+    let load = |isolation: &str| {
+        Arc::new(
+            GuestModule::load(&engine, &linker, Arc::new(manifest(dir.path(), isolation)))
+                .expect("module"),
+        )
+    };
+    let mut reused = GuestWorker::new(load("reuse"), access.clone());
+    let mut fresh = GuestWorker::new(load("per-reconcile"), access.clone());
+    let gvk = Gvk::new("", "v1", "Pod");
+    let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
+    let (mut native, mut wasm_reused, mut wasm_fresh) = (Vec::new(), Vec::new(), Vec::new());
+    // Warm up every arm.
+    for _ in 0..50 {
+        reused
+            .reconcile(Some("default"), "web-0")
+            .await
+            .expect("reconcile");
+        fresh
+            .reconcile(Some("default"), "web-0")
+            .await
+            .expect("reconcile");
+        native_reconcile(&cluster, &gvk).await;
+    }
+    for _ in 0..rounds {
+        let started = Instant::now();
+        for _ in 0..per_round {
+            native_reconcile(&cluster, &gvk).await;
+        }
+        native.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+        let started = Instant::now();
+        for _ in 0..per_round {
+            reused
+                .reconcile(Some("default"), "web-0")
+                .await
+                .expect("reconcile");
+        }
+        wasm_reused.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+        let started = Instant::now();
+        for _ in 0..per_round / 4 {
+            fresh
+                .reconcile(Some("default"), "web-0")
+                .await
+                .expect("reconcile");
+        }
+        wasm_fresh.push(started.elapsed().as_secs_f64() * 1e6 / (per_round / 4) as f64);
+    }
+    let (n, n_min, n_max) = median_min_max(native);
+    let (r, r_min, r_max) = median_min_max(wasm_reused);
+    let (f, f_min, f_max) = median_min_max(wasm_fresh);
+    rows.push(format!(
+        "| guest_call_native_us | {n:.2} | {n_min:.2}–{n_max:.2} | get of a {bytes}-byte Pod from the in-memory cluster, parsed into `Pod`, in process (baseline) |"
+    ));
+    rows.push(format!(
+        "| guest_call_wasm_reused_us | {r:.2} | {r_min:.2}–{r_max:.2} | the same as a Wasm guest reconcile, the worker's instance reused |"
+    ));
+    rows.push(format!(
+        "| guest_call_wasm_fresh_us | {f:.2} | {f_min:.2}–{f_max:.2} | the same with a fresh instance per reconcile (`isolation: per-reconcile`) |"
+    ));
+    rows.push(format!(
+        "| guest_call_overhead_us | {:.2} | | reused − native |",
+        r - n
+    ));
+    rows.push(format!(
+        "| guest_call_ratio_wasm_vs_native | {:.2}× | | reused / native |",
+        r / n
+    ));
+    rows.push(format!(
+        "| guest_call_instantiate_us | {:.2} | | fresh − reused: instantiation per reconcile |",
+        f - r
+    ));
+    results.insert("guest_call_native_us".into(), json!(n));
+    results.insert("guest_call_wasm_reused_us".into(), json!(r));
+    results.insert("guest_call_wasm_fresh_us".into(), json!(f));
+    results.insert("guest_call_overhead_us".into(), json!(r - n));
+    results.insert("guest_call_ratio_wasm_vs_native".into(), json!(r / n));
+}
+
+/// add + get + done cycles per second over `threads` tasks, each on its own keys.
+async fn queue_rate(threads: usize, ops: usize) -> f64 {
+    let queue = Arc::new(WorkQueue::new(RateLimit::default()));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..threads)
+        .map(|t| {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                for i in 0..ops {
+                    let key = (t, i % 1024);
+                    queue.add(key);
+                    let got = queue.get().await.expect("key");
+                    queue.done(&got);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    (threads * ops) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn queue_ops(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    let ops = if quick() { 200_000 } else { 1_000_000 };
+    for threads in [1usize, 2] {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .build()
+            .expect("runtime");
+        let samples: Vec<f64> = (0..5)
+            .map(|_| runtime.block_on(queue_rate(threads, ops / threads)))
+            .collect();
+        let (median, min, max) = median_min_max(samples);
+        let name = format!(
+            "queue_ops_per_s_{threads}_thread{}",
+            if threads > 1 { "s" } else { "" }
+        );
+        rows.push(format!(
+            "| {name} | {:.2} M | {:.2}–{:.2} M | workqueue add + get + done cycles per second, {threads} worker thread(s) |",
+            median / 1e6,
+            min / 1e6,
+            max / 1e6
+        ));
+        results.insert(name, json!(median));
+        if threads == 1 {
+            results.insert("queue_ops_per_s".into(), json!(median));
+        }
+    }
+}
+
+/// Merge `figures` into `bench/results.json`, keeping the other benchmarks' keys.
+fn write_results(figures: serde_json::Map<String, Value>) {
+    let path = repo().join("bench/results.json");
+    let mut all: serde_json::Map<String, Value> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.extend(figures);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let text = serde_json::to_string_pretty(&Value::Object(all)).expect("json");
+    std::fs::write(&path, text + "\n").expect("write bench/results.json");
+}
+
+fn main() {
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(guest_call(&mut rows, &mut results));
+    drop(runtime);
+    queue_ops(&mut rows, &mut results);
+    println!("| figure | median | min–max | what |");
+    println!("|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
+    write_results(results);
+}
