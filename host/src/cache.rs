@@ -268,7 +268,9 @@ impl Informer {
     /// Deliver every cached object to `sink` as a create, as a new subscriber gets them: how a
     /// swapped-in guest version sees the whole state, as a restarted controller would.
     pub fn replay(&self, sink: &dyn EventSink) {
-        for object in self.reader.state() {
+        let mut objects = self.reader.state();
+        objects.sort_by_key(|o| key_of(o));
+        for object in objects {
             let value = to_value(&self.gvk, &object);
             sink.on_event(
                 &self.gvk,
@@ -375,7 +377,9 @@ impl Informer {
                     .map(|o| (key_of(&o), o))
                     .collect();
                 writer.apply_watcher_event(&event);
-                let after = self.reader.state();
+                // Deliver in namespace/name order: the store's order is arbitrary.
+                let mut after = self.reader.state();
+                after.sort_by_key(|o| key_of(o));
                 let mut indexes = Indexes::default();
                 for object in &after {
                     indexes.insert(object);
@@ -394,8 +398,10 @@ impl Informer {
                         Some(_) => {}
                     }
                 }
-                for gone in before.values() {
-                    self.dispatch(EventKind::Delete, gone, None);
+                let mut gone: Vec<_> = before.into_values().collect();
+                gone.sort_by_key(|o| key_of(o));
+                for object in &gone {
+                    self.dispatch(EventKind::Delete, object, None);
                 }
                 self.synced.send_replace(true);
             }
