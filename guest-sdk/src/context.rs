@@ -7,7 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube_core::{DynamicObject, GroupVersionKind, Resource};
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::bindings::krec::reconciler::{client, events, types as wit};
+use crate::bindings::krec::reconciler::types as wit;
+use crate::imports::{client, events};
 use crate::{Error, Result};
 
 /// Handle to the host for one reconcile: typed and untyped get/list/create/update/patch/delete,

@@ -80,6 +80,17 @@ mod reconciler;
 
 #[doc(hidden)]
 pub mod log;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;
+
+/// The calls to the host: the WIT imports in a component, the installed [`native::Host`]
+/// elsewhere. Both have the generated bindings' signatures.
+mod imports {
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) use crate::bindings::krec::reconciler::{client, events, log};
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) use crate::native::{client, events, log};
+}
 
 pub use context::{
     Context, EventType, ListParams, Patch, Preconditions, labels_to_selector, selector_string,
@@ -162,10 +173,12 @@ pub mod __private {
 /// Export a [`Reconciler`] as the component's `reconcile` function.
 ///
 /// Use it once per crate, at the top level: `export!(MyReconciler);`. The crate must be a
-/// `cdylib` built for `wasm32-wasip2`.
+/// `cdylib` built for `wasm32-wasip2`. Compiled for any other target it expands to nothing: run
+/// the reconciler there with [`native::reconcile`].
 #[macro_export]
 macro_rules! export {
     ($reconciler:ty) => {
+        #[cfg(target_arch = "wasm32")]
         const _: () = {
             struct KrecGuestExport;
             impl $crate::bindings::Guest for KrecGuestExport {

@@ -6,7 +6,7 @@ pub use crate::bindings::krec::reconciler::log::Level;
 
 /// Write one line to the host's log. Prefer the macros.
 pub fn write(level: Level, message: &str) {
-    crate::bindings::krec::reconciler::log::log(level, message);
+    crate::imports::log::log(level, message);
 }
 
 /// Log at trace level, with `format!` arguments.

@@ -13,9 +13,7 @@ use crate::{Context, Result};
 ///
 /// # Guarantees
 ///
-/// These are the host's promises to every guest. (The `krec dev` preview in krec 0.1 runs
-/// guests directly against an in-memory object set, without the workqueue; it keeps the first
-/// three and reports errors without retrying.)
+/// These are the host's promises to every guest, in `krec run` and `krec dev` alike.
 ///
 /// - A request is never reconciled twice at the same time: the host runs at most one reconcile
 ///   per key, however many workers the guest has.

@@ -9,10 +9,13 @@
 //! The figures are printed as a Markdown table and merged into `bench/results.json`.
 //! `KREC_BENCH_QUICK=1` (`make bench-quick`) runs fewer rounds.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::{median_min_max, quick};
 use k8s_openapi::api::core::v1::Pod;
 use krec::cluster::{ClusterAccess, Gvk, MemoryCluster};
 use krec::guest::{GuestModule, GuestWorker};
@@ -20,44 +23,8 @@ use krec::manifest::Manifest;
 use krec::queue::{RateLimit, WorkQueue};
 use serde_json::{Value, json};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn quick() -> bool {
-    std::env::var_os("KREC_BENCH_QUICK").is_some()
-}
-
-fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    (
-        samples[samples.len() / 2],
-        samples[0],
-        samples[samples.len() - 1],
-    )
-}
-
-/// A Pod of about 3 KB of JSON.
-fn pod() -> Value {
-    let env: Vec<Value> = (0..30)
-        .map(|i| json!({"name": format!("SETTING_{i:02}"), "value": format!("value-{i:02}-{}", "x".repeat(40))}))
-        .collect();
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-0", "namespace": "default",
-            "labels": {"app": "web", "tier": "frontend"},
-            "annotations": {"example.com/owner": "team-web"}},
-        "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1.2.3",
-            "ports": [{"containerPort": 8080, "protocol": "TCP"}], "env": env,
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}})
-}
-
 fn manifest(dir: &Path, isolation: &str) -> Manifest {
-    let module = repo().join("target/wasm32-wasip2/release/getter.wasm");
-    assert!(
-        module.exists(),
-        "{} is missing: run `make guests`",
-        module.display()
-    );
+    let module = common::module("getter.wasm");
     let path = dir.join(format!("getter-{isolation}.yaml"));
     std::fs::write(
         &path,
@@ -85,8 +52,13 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     let engine = krec::engine::new_engine().expect("engine");
     let linker = krec::guest::new_linker(&engine).expect("linker");
     let cluster = Arc::new(MemoryCluster::new());
-    let bytes = serde_json::to_vec(&pod()).expect("json").len();
-    cluster.create(pod()).await.expect("pod");
+    let bytes = serde_json::to_vec(&common::pod("default", "web-0"))
+        .expect("json")
+        .len();
+    cluster
+        .create(common::pod("default", "web-0"))
+        .await
+        .expect("pod");
     let access: Arc<dyn ClusterAccess> = cluster.clone();
     let load = |isolation: &str| {
         Arc::new(
@@ -216,21 +188,6 @@ fn queue_ops(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value
     }
 }
 
-/// Merge `figures` into `bench/results.json`, keeping the other benchmarks' keys.
-fn write_results(figures: serde_json::Map<String, Value>) {
-    let path = repo().join("bench/results.json");
-    let mut all: serde_json::Map<String, Value> = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    all.extend(figures);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let text = serde_json::to_string_pretty(&Value::Object(all)).expect("json");
-    std::fs::write(&path, text + "\n").expect("write bench/results.json");
-}
-
 fn main() {
     let mut rows = Vec::new();
     let mut results = serde_json::Map::new();
@@ -242,10 +199,6 @@ fn main() {
     runtime.block_on(guest_call(&mut rows, &mut results));
     drop(runtime);
     queue_ops(&mut rows, &mut results);
-    println!("| figure | median | min–max | what |");
-    println!("|---|---|---|---|");
-    for row in rows {
-        println!("{row}");
-    }
-    write_results(results);
+    common::print_table(&rows);
+    common::write_results(results);
 }

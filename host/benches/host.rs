@@ -7,9 +7,12 @@
 //!
 //! The guests must be built (`make guests`). Prints a Markdown table; `make bench` runs it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{median_min_max, module};
 use krec::cluster::api::ApiClient;
 use krec::guest::ModuleCache;
 use krec::local_cluster::LocalCluster;
@@ -20,34 +23,11 @@ use serde_json::json;
 const RUNS: usize = 5;
 const GUESTS: usize = 10;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn module(file: &str) -> PathBuf {
-    let path = repo().join("target/wasm32-wasip2/release").join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make guests`",
-        path.display()
-    );
-    path
-}
-
 fn options(module_cache: ModuleCache) -> ManagerOptions {
     ManagerOptions {
         module_cache,
         ..Default::default()
     }
-}
-
-fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    (
-        samples[samples.len() / 2],
-        samples[0],
-        samples[samples.len() - 1],
-    )
 }
 
 fn row(name: &str, samples: Vec<f64>, what: &str) -> (String, f64) {
@@ -154,6 +134,126 @@ async fn swap_once(manager: &Manager, dir: &Path, bytes: &[u8], expected: u64) -
     }
 }
 
+/// Objects updated in a stream while the guest is swapped.
+const LOAD_OBJECTS: usize = 100;
+/// Swaps under load.
+const LOAD_SWAPS: usize = 20;
+
+/// Swap the guest [`LOAD_SWAPS`] times (alternating two versions) while every one of
+/// [`LOAD_OBJECTS`] ConfigMaps keeps changing, then count the keys whose final state the newest
+/// version did not reconcile: `swap_lost_keys` (target 0), and how long each swap took to its
+/// first reconcile on the new version under that load: `swap_latency_ms`.
+async fn swaps_under_load(
+    api: &std::sync::Arc<ApiClient>,
+    rows: &mut Vec<String>,
+    results: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let a = std::fs::read(module("stamper_a.wasm")).expect("a");
+    let b = std::fs::read(module("stamper_b.wasm")).expect("b");
+    for i in 0..LOAD_OBJECTS {
+        api.create(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("load-{i:03}"), "namespace": "swap-load"},
+                "data": {"value": "0"}}),
+            "bench",
+        )
+        .await
+        .expect("configmap");
+    }
+    std::fs::write(dir.path().join("swap.wasm"), &a).expect("write");
+    let m = manifest(dir.path(), "swap", &dir.path().join("swap.wasm"));
+    let cache = ModuleCache::new(cache_dir.path()).expect("cache");
+    let manager = Manager::start_with(api.clone(), vec![m], options(cache))
+        .await
+        .expect("manager");
+    // The load: every object's value changes, round after round, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (api, stop) = (api.clone(), stop.clone());
+        tokio::spawn(async move {
+            let gvk = krec::cluster::Gvk::new("", "v1", "ConfigMap");
+            let mut round = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                round += 1;
+                for i in 0..LOAD_OBJECTS {
+                    let body = json!({"data": {"value": round.to_string()}});
+                    let name = format!("load-{i:03}");
+                    api.patch(
+                        &gvk,
+                        Some("swap-load"),
+                        &name,
+                        krec::cluster::PatchType::Merge,
+                        &body,
+                        false,
+                        "bench-load",
+                    )
+                    .await
+                    .expect("patch");
+                }
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    for n in 0..LOAD_SWAPS {
+        let bytes = if n % 2 == 0 { &b } else { &a };
+        latencies.push(swap_once(&manager, dir.path(), bytes, n as u64 + 2).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.await.expect("load task");
+    let controller = manager.controller("swap").expect("guest");
+    // Let the queue drain.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (!controller.queue().is_empty() || controller.stats().active() > 0)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let newest = if LOAD_SWAPS.is_multiple_of(2) {
+        "a"
+    } else {
+        "b"
+    };
+    let objects = api
+        .list(
+            &krec::cluster::Gvk::new("", "v1", "ConfigMap"),
+            &krec::cluster::ListOptions {
+                namespace: Some("swap-load".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("list");
+    let lost = objects
+        .iter()
+        .filter(|o| {
+            let annotations = &o["metadata"]["annotations"];
+            annotations["krec.dev/stamped-by"] != newest
+                || annotations["krec.dev/stamped-value"] != o["data"]["value"]
+        })
+        .count();
+    let overlaps = controller
+        .stats()
+        .overlaps
+        .load(std::sync::atomic::Ordering::Relaxed);
+    manager.shutdown(Duration::from_secs(5)).await;
+    let (latency_row, latency_median) = row(
+        "swap_latency_ms",
+        latencies,
+        "module file replaced → first reconcile on the new version, under load, 20 swaps of cached versions",
+    );
+    rows.push(latency_row);
+    rows.push(format!(
+        "| swap_lost_keys | {lost} | | of {LOAD_OBJECTS} objects changing throughout {LOAD_SWAPS} swaps, final state not reconciled by the newest version (target 0); {overlaps} overlapping reconciles |"
+    ));
+    results.insert("swap_latency_ms".into(), json!(latency_median));
+    results.insert("swap_lost_keys".into(), json!(lost));
+    results.insert("swap_overlapping_reconciles".into(), json!(overlaps));
+}
+
 async fn swaps(api: &std::sync::Arc<ApiClient>, rows: &mut Vec<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache_dir = tempfile::tempdir().expect("tempdir");
@@ -215,12 +315,17 @@ async fn main() {
     )
     .await
     .expect("configmap");
+    api.create(
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "swap-load"}}),
+        "bench",
+    )
+    .await
+    .expect("namespace");
     let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
     startup(&api, &mut rows).await;
     swaps(&api, &mut rows).await;
-    println!("| figure | median | min–max | what |");
-    println!("|---|---|---|---|");
-    for row in rows {
-        println!("{row}");
-    }
+    swaps_under_load(&api, &mut rows, &mut results).await;
+    common::print_table(&rows);
+    common::write_results(results);
 }

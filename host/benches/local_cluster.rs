@@ -7,9 +7,12 @@
 //!
 //! Prints a Markdown table; `make bench` runs it. Figures are medians with min–max over runs.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{median_min_max, percentile};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use krec::local_cluster::{LocalCluster, LocalClusterConfig};
@@ -22,19 +25,6 @@ const RUNS: usize = 7;
 const WATCHERS: usize = 10;
 const EVENTS_PER_SECOND: u64 = 1_000;
 const SECONDS: u64 = 5;
-
-fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    (
-        samples[samples.len() / 2],
-        samples[0],
-        samples[samples.len() - 1],
-    )
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 async fn client(cluster: &LocalCluster) -> Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
@@ -154,11 +144,11 @@ async fn watch_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
         ),
         format!(
             "| watch_fanout_latency_p50_us | {:.0} | | update sent → event received, all watchers |",
-            percentile(&all, 0.5)
+            percentile(&mut all, 50.0)
         ),
         format!(
             "| watch_fanout_latency_p99_us | {:.0} | | |",
-            percentile(&all, 0.99)
+            percentile(&mut all, 99.0)
         ),
     ]
 }

@@ -198,6 +198,7 @@ pub async fn serve(
             // Without an election the manager's gate is always open.
             gate: options.leader.is_some().then_some(gate),
             metrics: Some(metrics),
+            ..Default::default()
         },
     )
     .await?;

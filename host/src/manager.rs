@@ -38,7 +38,7 @@ use crate::cluster::api::ApiClient;
 use crate::cluster::live::LiveCluster;
 use crate::cluster::{ClusterAccess, Gvk};
 use crate::controller::Controller;
-use crate::guest::{GuestModule, GuestWorker, HostState, ModuleCache};
+use crate::guest::{GuestModule, GuestWorker, HostState, ModuleCache, NativeReconcile};
 use crate::manifest::{Manifest, ManifestError};
 use crate::metrics::Metrics;
 
@@ -119,6 +119,10 @@ pub struct ManagerOptions {
     pub gate: Option<tokio::sync::watch::Receiver<bool>>,
     /// Where to record metrics; `None`: a registry of the manager's own.
     pub metrics: Option<Arc<Metrics>>,
+    /// Reconcilers compiled into the host, by guest name: a guest named here runs its native
+    /// reconciler in place of the module its manifest names, with the same cache, queue, client
+    /// and permission checks. No sandbox (see [`crate::guest::native`]): for benchmarks and tests.
+    pub native: BTreeMap<String, NativeReconcile>,
 }
 
 struct Inner {
@@ -129,6 +133,7 @@ struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
     module_cache: ModuleCache,
+    native: BTreeMap<String, NativeReconcile>,
     cache: Arc<Cache>,
     /// The guests; the lock also serialises reloads.
     guests: tokio::sync::Mutex<BTreeMap<String, Guest>>,
@@ -210,6 +215,7 @@ impl Manager {
                 engine,
                 linker,
                 module_cache,
+                native: options.native,
                 cache: Cache::new(api),
                 guests: tokio::sync::Mutex::new(BTreeMap::new()),
                 controllers: RwLock::new(BTreeMap::new()),
@@ -257,12 +263,16 @@ impl Manager {
     async fn prepare(&self, manifest: Arc<Manifest>) -> Result<Prepared, String> {
         let inner = self.inner.clone();
         let loading = manifest.clone();
-        let module = tokio::task::spawn_blocking(move || {
-            GuestModule::load_cached(&inner.engine, &inner.linker, loading, &inner.module_cache)
-        })
-        .await
-        .map_err(|e| format!("loading the module panicked: {e}"))?
-        .map_err(|e| e.to_string())?;
+        let module = if let Some(reconcile) = inner.native.get(&manifest.name) {
+            GuestModule::native(manifest.clone(), *reconcile)
+        } else {
+            tokio::task::spawn_blocking(move || {
+                GuestModule::load_cached(&inner.engine, &inner.linker, loading, &inner.module_cache)
+            })
+            .await
+            .map_err(|e| format!("loading the module panicked: {e}"))?
+            .map_err(|e| e.to_string())?
+        };
         let module = Arc::new(module);
         let cluster: Arc<dyn ClusterAccess> =
             Arc::new(LiveCluster::new(self.inner.cache.clone(), &manifest));

@@ -325,11 +325,18 @@ impl FieldSelector {
 
     /// Whether an object satisfies the selector.
     pub fn matches_object(&self, object: &Value) -> bool {
+        let field = |f: &str| object.get("metadata")?.get(f)?.as_str();
+        self.matches_meta(field("name"), field("namespace"))
+    }
+
+    /// Whether an object with this name and namespace satisfies the selector.
+    pub fn matches_meta(&self, name: Option<&str>, namespace: Option<&str>) -> bool {
         self.requirements.iter().all(|r| {
-            let actual = object
-                .pointer(r.pointer)
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let actual = match r.pointer {
+                "/metadata/name" => name,
+                _ => namespace,
+            }
+            .unwrap_or("");
             (actual == r.value) != r.negated
         })
     }

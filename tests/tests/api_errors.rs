@@ -1,5 +1,5 @@
-//! Bad requests get the `Status` errors kube-apiserver returns; watches end and bookmark as asked;
-//! `krec cluster` prints its kubeconfig and stops cleanly on Ctrl-C.
+//! Bad requests get the `Status` errors kube-apiserver returns; watches end and bookmark as asked.
+//! (`krec cluster` itself is tested in `host/tests/cluster_cli.rs`.)
 
 use std::time::Duration;
 

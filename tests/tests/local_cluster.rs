@@ -572,3 +572,175 @@ async fn a_streaming_list_should_end_its_initial_events_with_a_bookmark() {
     assert_eq!(reader.len(), 3);
     driver.abort();
 }
+
+/// Send `body` as a PATCH of `content_type` to `path`; returns the object or the error.
+async fn raw_patch(
+    client: &Client,
+    path: &str,
+    content_type: &str,
+    body: serde_json::Value,
+) -> Result<serde_json::Value, kube::Error> {
+    let request = http::Request::patch(path)
+        .header("content-type", content_type)
+        .body(serde_json::to_vec(&body).expect("json"))
+        .expect("request");
+    client.request::<serde_json::Value>(request).await
+}
+
+#[tokio::test]
+async fn every_patch_type_should_apply_as_the_api_server_applies_it() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("p", json!({"app": "web"})))
+        .await
+        .expect("create");
+    let path = "/api/v1/namespaces/default/configmaps/p";
+
+    // JSON patch (RFC 6902): add, replace, remove, and a failing test op.
+    let patched = raw_patch(
+        &client,
+        path,
+        "application/json-patch+json",
+        json!([
+            {"op": "add", "path": "/metadata/labels/tier", "value": "fe"},
+            {"op": "replace", "path": "/data/k", "value": "v2"},
+            {"op": "remove", "path": "/metadata/labels/app"},
+        ]),
+    )
+    .await
+    .expect("json patch");
+    assert_eq!(patched["metadata"]["labels"], json!({"tier": "fe"}));
+    assert_eq!(patched["data"]["k"], "v2");
+    let failed = raw_patch(
+        &client,
+        path,
+        "application/json-patch+json",
+        json!([{"op": "test", "path": "/data/k", "value": "other"}]),
+    )
+    .await
+    .expect_err("a failing test op");
+    let status = status_of(failed);
+    assert_eq!(status.code, 422, "{status:?}");
+    assert_eq!(status.reason, "Invalid");
+
+    // Merge patch: null deletes a key.
+    let merged = cms
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": null, "n": "1"}})),
+        )
+        .await
+        .expect("merge patch");
+    assert_eq!(
+        merged.data.expect("data"),
+        [("n".to_owned(), "1".to_owned())].into()
+    );
+
+    // Server-side apply creates a missing object and updates an existing one.
+    let apply = PatchParams::apply("krec-test");
+    let created = cms
+        .patch(
+            "applied",
+            &apply,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "applied"}, "data": {"a": "1"}})),
+        )
+        .await
+        .expect("apply creates");
+    assert_eq!(created.data.expect("data")["a"], "1");
+    let updated = cms
+        .patch(
+            "applied",
+            &apply,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "applied"}, "data": {"a": "2"}})),
+        )
+        .await
+        .expect("apply updates");
+    assert_eq!(updated.data.expect("data")["a"], "2");
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+
+    // Strategic merge patch: a keyed list (containers by name) is merged, not replaced.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [
+                    {"name": "web", "image": "web:1", "ports": [{"containerPort": 80}]},
+                    {"name": "sidecar", "image": "sidecar:1"}]}}}}))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create deployment");
+    let patched = deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "web", "image": "web:2"}]}}}})),
+        )
+        .await
+        .expect("strategic patch");
+    let containers = patched
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec")
+        .containers;
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    let web = containers.iter().find(|c| c.name == "web").expect("web");
+    assert_eq!(web.image.as_deref(), Some("web:2"));
+    assert_eq!(web.ports.as_ref().map(Vec::len), Some(1), "ports kept");
+}
+
+#[tokio::test]
+async fn discovery_should_serve_every_built_in_kind() {
+    let (_cluster, client) = start().await;
+    let version = client.apiserver_version().await.expect("/version");
+    assert!(!version.git_version.is_empty());
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let served: Vec<(String, String, String)> = discovery
+        .groups()
+        .flat_map(|group| {
+            group
+                .recommended_resources()
+                .into_iter()
+                .map(|(resource, _)| (resource.group, resource.version, resource.plural))
+        })
+        .collect();
+    for (group, version, plural) in [
+        ("", "v1", "namespaces"),
+        ("", "v1", "pods"),
+        ("", "v1", "configmaps"),
+        ("", "v1", "secrets"),
+        ("", "v1", "services"),
+        ("", "v1", "serviceaccounts"),
+        ("", "v1", "events"),
+        ("events.k8s.io", "v1", "events"),
+        ("apps", "v1", "deployments"),
+        ("apps", "v1", "replicasets"),
+        ("apps", "v1", "statefulsets"),
+        ("apps", "v1", "daemonsets"),
+        ("batch", "v1", "jobs"),
+        ("coordination.k8s.io", "v1", "leases"),
+        ("rbac.authorization.k8s.io", "v1", "clusterroles"),
+        ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+        ("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+    ] {
+        assert!(
+            served.contains(&(group.into(), version.into(), plural.into())),
+            "{group}/{version} {plural} is not served: {served:?}"
+        );
+    }
+}

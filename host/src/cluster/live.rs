@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::api::ApiClient;
-use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use super::{
+    AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions, json_text,
+};
 use crate::cache::{Cache, Informer, SYNC_TIMEOUT};
 use crate::manifest::Manifest;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -128,6 +130,11 @@ impl LiveCluster {
     }
 }
 
+/// A cached object's text, parsed.
+fn parse(json: &str) -> Result<Value, AccessError> {
+    serde_json::from_str(json).map_err(|e| AccessError::Other(format!("decoding an object: {e}")))
+}
+
 fn parse_selectors(
     options: &ListOptions,
 ) -> Result<(Option<LabelSelector>, Option<FieldSelector>), AccessError> {
@@ -154,12 +161,21 @@ impl ClusterAccess for LiveCluster {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, AccessError> {
+        parse(&self.get_json(gvk, namespace, name).await?)
+    }
+
+    async fn get_json(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<str>, AccessError> {
         let Some(informers) = self.readers(gvk, namespace).await? else {
-            return self.api.get(gvk, namespace, name).await;
+            return json_text(&self.api.get(gvk, namespace, name).await?);
         };
         informers
             .iter()
-            .find_map(|i| i.get(namespace, name))
+            .find_map(|i| i.get_json(namespace, name))
             .ok_or_else(|| {
                 let resolved_kind = gvk.kind.to_lowercase();
                 AccessError::NotFound(format!("{resolved_kind} {name:?} not found"))
@@ -167,6 +183,18 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+        self.list_json(gvk, options)
+            .await?
+            .iter()
+            .map(|json| parse(json))
+            .collect()
+    }
+
+    async fn list_json(
+        &self,
+        gvk: &Gvk,
+        options: &ListOptions,
+    ) -> Result<Vec<Arc<str>>, AccessError> {
         let (labels, fields) = parse_selectors(options)?;
         let namespace = options.namespace.as_deref();
         let readers = if options.uncached {
@@ -175,20 +203,30 @@ impl ClusterAccess for LiveCluster {
             self.readers(gvk, namespace).await?
         };
         let Some(informers) = readers else {
-            return self.api.list(gvk, options).await;
+            return self
+                .api
+                .list(gvk, options)
+                .await?
+                .iter()
+                .map(json_text)
+                .collect();
         };
         let mut out = Vec::new();
         for informer in informers {
-            out.extend(informer.list(namespace, labels.as_ref(), fields.as_ref()));
-        }
-        // A guest limited to some namespaces sees only those, even through a cluster-wide
-        // informer another guest started.
-        if namespace.is_none() && !self.namespaces.is_empty() {
-            out.retain(|o| {
-                o.pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .is_none_or(|ns| self.namespaces.iter().any(|n| n == ns))
-            });
+            for object in informer.select(namespace, labels.as_ref(), fields.as_ref()) {
+                // A guest limited to some namespaces sees only those, even through a
+                // cluster-wide informer another guest started.
+                let visible = namespace.is_some()
+                    || self.namespaces.is_empty()
+                    || object
+                        .metadata()
+                        .namespace
+                        .as_deref()
+                        .is_none_or(|ns| self.namespaces.iter().any(|n| n == ns));
+                if visible {
+                    out.push(object.json().clone());
+                }
+            }
         }
         Ok(out)
     }

@@ -10,6 +10,7 @@ pub mod live;
 mod memory;
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -87,6 +88,13 @@ pub fn describe(object: &Value) -> String {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),
     }
+}
+
+/// `object` as JSON text.
+pub fn json_text(object: &Value) -> Result<Arc<str>, AccessError> {
+    serde_json::to_string(object)
+        .map(Into::into)
+        .map_err(|e| AccessError::Other(format!("encoding object: {e}")))
 }
 
 /// Which objects a list returns.
@@ -216,6 +224,28 @@ pub trait ClusterAccess: Send + Sync + 'static {
     ) -> Result<Value, AccessError>;
     /// List objects.
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError>;
+    /// Get one object as JSON text, as a guest receives it. The default serializes what
+    /// [`get`](Self::get) returns; a cache hands out the text it holds.
+    async fn get_json(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<str>, AccessError> {
+        json_text(&self.get(gvk, namespace, name).await?)
+    }
+    /// List objects as JSON text. The default serializes what [`list`](Self::list) returns.
+    async fn list_json(
+        &self,
+        gvk: &Gvk,
+        options: &ListOptions,
+    ) -> Result<Vec<Arc<str>>, AccessError> {
+        self.list(gvk, options)
+            .await?
+            .iter()
+            .map(json_text)
+            .collect()
+    }
     /// Create an object; returns it as stored.
     async fn create(&self, object: Value) -> Result<Value, AccessError>;
     /// Replace an object (or only its status when `status` is true); returns it as stored.

@@ -396,16 +396,8 @@ impl Controller {
                 loop {
                     interval.tick().await;
                     for informer in &for_informers {
-                        for object in informer.list(None, None, None) {
-                            let meta = |f: &str| {
-                                object
-                                    .get("metadata")
-                                    .and_then(|m| m.get(f))
-                                    .and_then(|v| v.as_str())
-                            };
-                            if let Some(name) = meta("name") {
-                                queue.add(Request::new(meta("namespace"), name));
-                            }
+                        for (namespace, name) in informer.keys() {
+                            queue.add(Request::new(namespace.as_deref(), &name));
                         }
                     }
                 }

@@ -8,6 +8,7 @@
 
 mod limits;
 pub mod module_cache;
+pub mod native;
 mod output;
 mod state;
 
@@ -24,6 +25,7 @@ pub use limits::{
     GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
 };
 pub use module_cache::{ModuleCache, Origin};
+pub use native::NativeReconcile;
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
@@ -77,9 +79,17 @@ pub enum LoadError {
 /// A compiled, pre-instantiated guest component, shared by all of a guest's workers.
 pub struct GuestModule {
     manifest: Arc<Manifest>,
-    pre: ReconcilerPre<HostState>,
+    body: Body,
     digest: String,
     origin: Origin,
+}
+
+/// What runs a guest's reconciles.
+enum Body {
+    /// A component, pre-instantiated.
+    Wasm(ReconcilerPre<HostState>),
+    /// A reconciler compiled into the host (see [`native`]).
+    Native(NativeReconcile),
 }
 
 impl fmt::Debug for GuestModule {
@@ -161,7 +171,7 @@ impl GuestModule {
         let (pre, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
         Ok(GuestModule {
             manifest,
-            pre,
+            body: Body::Wasm(pre),
             digest,
             origin,
         })
@@ -178,10 +188,22 @@ impl GuestModule {
         let (pre, digest, origin) = prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         Ok(GuestModule {
             manifest,
-            pre,
+            body: Body::Wasm(pre),
             digest,
             origin,
         })
+    }
+
+    /// A guest whose reconciles run `reconcile`, compiled into the host, in place of the module
+    /// its manifest names (which is not read). No sandbox: see [`native`].
+    pub fn native(manifest: Arc<Manifest>, reconcile: NativeReconcile) -> Self {
+        let digest = format!("native:{}", manifest.name);
+        GuestModule {
+            manifest,
+            body: Body::Native(reconcile),
+            digest,
+            origin: Origin::Native,
+        }
     }
 
     /// Whether the component was compiled for this load or taken from the module cache.
@@ -441,8 +463,12 @@ impl GuestWorker {
             wasi,
             table: ResourceTable::new(),
         };
-        let engine = module.pre.engine();
-        let mut store = Store::new(engine, state);
+        let Body::Wasm(pre) = &module.body else {
+            return Err(wasmtime::format_err!(
+                "guest {name} is native: it has no instance"
+            ));
+        };
+        let mut store = Store::new(pre.engine(), state);
         store.limiter(|state| &mut state.limits);
         let timeout = manifest.spec.limits.timeout;
         store.epoch_deadline_callback(move |ctx| {
@@ -453,7 +479,7 @@ impl GuestWorker {
             }
         });
         store.set_epoch_deadline(1);
-        let bindings = module.pre.instantiate_async(&mut store).await?;
+        let bindings = pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, bindings })
     }
 
@@ -464,7 +490,7 @@ impl GuestWorker {
     ///
     /// [`ReconcileError::Trap`] with the cause (`instantiate` for a failing start function).
     pub async fn warm_up(&mut self) -> Result<(), ReconcileError> {
-        if self.instance.is_some() {
+        if self.instance.is_some() || matches!(self.module.body, Body::Native(_)) {
             return Ok(());
         }
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
@@ -498,6 +524,23 @@ impl GuestWorker {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Action, ReconcileError> {
+        if let Body::Native(reconcile) = self.module.body {
+            let request = krec_guest::Request {
+                namespace: namespace.map(str::to_owned),
+                name: name.to_owned(),
+            };
+            let manifest = &self.module.manifest;
+            let (result, usage) = native::run(
+                reconcile,
+                manifest,
+                &self.cluster,
+                self.metrics.clone(),
+                request,
+            )
+            .await;
+            self.last_usage = Some(usage);
+            return result;
+        }
         let request = match namespace {
             Some(ns) => format!("{ns}/{name}"),
             None => name.to_owned(),

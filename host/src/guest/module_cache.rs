@@ -26,6 +26,8 @@ pub enum Origin {
     Compiled,
     /// Loaded from the cache.
     Cached,
+    /// Not a component: a reconciler compiled into the host (see [`super::native`]).
+    Native,
 }
 
 /// The on-disk cache of compiled components. See the [module docs](self).

@@ -1,18 +1,17 @@
 //! Host side of `krec:reconciler/client`: permission-checked reads and writes.
 //!
-//! Each call does its checks synchronously, then awaits the [`ClusterAccess`] through a cloned
-//! handle, so no borrow of the store's data is held across an await.
-
-use std::sync::Arc;
+//! [`Calls`] carries each call out (bounds, permission check, JSON in and out); the WIT host
+//! trait below and the native host ([`crate::guest::native`]) both go through it.
 
 use serde_json::Value;
 
-use super::{MAX_LIST_BYTES, MAX_OBJECT_BYTES};
+use super::{Calls, MAX_LIST_BYTES, MAX_OBJECT_BYTES};
 use crate::bindings::krec::reconciler::client::{Host, ListOptions, PatchType, Preconditions};
 use crate::bindings::{WitError, WitGvk};
 use crate::cluster::{self, AccessError, ClusterAccess, Gvk};
 use crate::guest::HostState;
 use crate::manifest::Verb;
+use std::sync::Arc;
 
 type CallResult<T> = wasmtime::Result<Result<T, WitError>>;
 
@@ -41,7 +40,7 @@ fn to_json(object: &Value) -> Result<String, AccessError> {
     serde_json::to_string(object).map_err(|e| AccessError::Other(format!("encoding object: {e}")))
 }
 
-impl HostState {
+impl Calls<'_> {
     /// Authorize `verb` and hand back the cluster handle to await on.
     fn cluster_for(
         &self,
@@ -53,8 +52,8 @@ impl HostState {
         Ok(self.cluster.clone())
     }
 
-    async fn write(&mut self, json: String, verb: Verb) -> Result<String, AccessError> {
-        let (gvk, namespace, object) = parse_object(&json)?;
+    pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, AccessError> {
+        let (gvk, namespace, object) = parse_object(json)?;
         let cluster = self.cluster_for(verb, &gvk, namespace.as_deref())?;
         let stored = match verb {
             Verb::Create => cluster.create(object).await?,
@@ -64,27 +63,28 @@ impl HostState {
         to_json(&stored)
     }
 
-    async fn get_json(
-        &mut self,
+    pub(crate) async fn get_json(
+        &self,
         gvk: Gvk,
         namespace: Option<String>,
         name: String,
     ) -> Result<String, AccessError> {
         let cluster = self.cluster_for(Verb::Get, &gvk, namespace.as_deref())?;
-        to_json(&cluster.get(&gvk, namespace.as_deref(), &name).await?)
+        let json = cluster.get_json(&gvk, namespace.as_deref(), &name).await?;
+        Ok(String::from(&*json))
     }
 
-    async fn list_json(
-        &mut self,
+    pub(crate) async fn list_json(
+        &self,
         gvk: Gvk,
         options: cluster::ListOptions,
     ) -> Result<Vec<String>, AccessError> {
         let cluster = self.cluster_for(Verb::List, &gvk, options.namespace.as_deref())?;
-        let items = cluster.list(&gvk, &options).await?;
+        let items = cluster.list_json(&gvk, &options).await?;
         let mut total = 0;
         let mut out = Vec::with_capacity(items.len());
         for item in &items {
-            let json = to_json(item)?;
+            let json = String::from(&**item);
             total += json.len();
             if total > MAX_LIST_BYTES {
                 return Err(AccessError::Invalid(format!(
@@ -97,13 +97,13 @@ impl HostState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn patch_json(
-        &mut self,
+    pub(crate) async fn patch_json(
+        &self,
         gvk: Gvk,
         namespace: Option<String>,
         name: String,
         how: PatchType,
-        body: String,
+        body: &str,
         status: bool,
     ) -> Result<String, AccessError> {
         let verb = if status {
@@ -118,7 +118,7 @@ impl HostState {
                 body.len()
             )));
         }
-        let body: Value = serde_json::from_str(&body)
+        let body: Value = serde_json::from_str(body)
             .map_err(|e| AccessError::Invalid(format!("patch is not valid JSON: {e}")))?;
         let how = match how {
             PatchType::Merge => cluster::PatchType::Merge,
@@ -132,8 +132,8 @@ impl HostState {
         to_json(&patched)
     }
 
-    async fn delete_object(
-        &mut self,
+    pub(crate) async fn delete_object(
+        &self,
         gvk: Gvk,
         namespace: Option<String>,
         name: String,
@@ -158,7 +158,7 @@ impl Host for HostState {
         name: String,
     ) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.get_json(kind.into(), namespace, name).await;
+        let result = self.calls().get_json(kind.into(), namespace, name).await;
         Ok(self.host_call("get", started, result))
     }
 
@@ -170,25 +170,25 @@ impl Host for HostState {
             uncached: options.uncached,
         };
         let started = std::time::Instant::now();
-        let result = self.list_json(kind.into(), options).await;
+        let result = self.calls().list_json(kind.into(), options).await;
         Ok(self.host_call("list", started, result))
     }
 
     async fn create(&mut self, object: String) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.write(object, Verb::Create).await;
+        let result = self.calls().write(&object, Verb::Create).await;
         Ok(self.host_call("create", started, result))
     }
 
     async fn update(&mut self, object: String) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.write(object, Verb::Update).await;
+        let result = self.calls().write(&object, Verb::Update).await;
         Ok(self.host_call("update", started, result))
     }
 
     async fn update_status(&mut self, object: String) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.write(object, Verb::UpdateStatus).await;
+        let result = self.calls().write(&object, Verb::UpdateStatus).await;
         Ok(self.host_call("update_status", started, result))
     }
 
@@ -203,7 +203,8 @@ impl Host for HostState {
     ) -> CallResult<String> {
         let started = std::time::Instant::now();
         let result = self
-            .patch_json(kind.into(), namespace, name, how, body, status)
+            .calls()
+            .patch_json(kind.into(), namespace, name, how, &body, status)
             .await;
         Ok(self.host_call("patch", started, result))
     }
@@ -217,6 +218,7 @@ impl Host for HostState {
     ) -> CallResult<()> {
         let started = std::time::Instant::now();
         let result = self
+            .calls()
             .delete_object(kind.into(), namespace, name, preconditions)
             .await;
         Ok(self.host_call("delete", started, result))

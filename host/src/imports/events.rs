@@ -1,5 +1,6 @@
 //! Host side of `krec:reconciler/events`: Kubernetes Events recorded on the guest's behalf.
 
+use super::Calls;
 use super::{MAX_EVENT_MESSAGE_BYTES, MAX_EVENT_REASON_BYTES};
 use crate::bindings::WitError;
 use crate::bindings::krec::reconciler::events::{EventType, Host, ObjectReference};
@@ -19,9 +20,9 @@ fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
-impl HostState {
-    async fn record_event(
-        &mut self,
+impl Calls<'_> {
+    pub(crate) async fn record_event(
+        &self,
         regarding: ObjectReference,
         event_type: EventType,
         reason: String,
@@ -51,8 +52,7 @@ impl HostState {
             message: truncate(message, MAX_EVENT_MESSAGE_BYTES),
             reporter: self.guest().to_owned(),
         };
-        let cluster = self.cluster.clone();
-        cluster.record_event(event).await
+        self.cluster.record_event(event).await
     }
 }
 
@@ -66,6 +66,7 @@ impl Host for HostState {
     ) -> wasmtime::Result<Result<(), WitError>> {
         let started = std::time::Instant::now();
         let result = self
+            .calls()
             .record_event(regarding, event_type, reason, message)
             .await;
         Ok(self.host_call("event", started, result))

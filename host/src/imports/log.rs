@@ -4,24 +4,29 @@ use super::MAX_LOG_LINE_BYTES;
 use crate::bindings::krec::reconciler::log::{Host, Level};
 use crate::guest::HostState;
 
+/// Write a line `guest` logged while reconciling `request` into the host's log (target
+/// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`].
+pub(crate) fn guest_log(guest: &str, request: &str, level: Level, mut message: String) {
+    if message.len() > MAX_LOG_LINE_BYTES {
+        let mut cut = MAX_LOG_LINE_BYTES;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str(" [truncated]");
+    }
+    match level {
+        Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),
+        Level::Debug => tracing::debug!(target: "krec::guest", guest, request, "{message}"),
+        Level::Info => tracing::info!(target: "krec::guest", guest, request, "{message}"),
+        Level::Warn => tracing::warn!(target: "krec::guest", guest, request, "{message}"),
+        Level::Error => tracing::error!(target: "krec::guest", guest, request, "{message}"),
+    }
+}
+
 impl Host for HostState {
-    async fn log(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
-        if message.len() > MAX_LOG_LINE_BYTES {
-            let mut cut = MAX_LOG_LINE_BYTES;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str(" [truncated]");
-        }
-        let (guest, request) = (self.guest(), self.request.as_str());
-        match level {
-            Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),
-            Level::Debug => tracing::debug!(target: "krec::guest", guest, request, "{message}"),
-            Level::Info => tracing::info!(target: "krec::guest", guest, request, "{message}"),
-            Level::Warn => tracing::warn!(target: "krec::guest", guest, request, "{message}"),
-            Level::Error => tracing::error!(target: "krec::guest", guest, request, "{message}"),
-        }
+    async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        guest_log(self.guest(), &self.request, level, message);
         Ok(())
     }
 }

@@ -9,10 +9,15 @@ mod client;
 mod events;
 mod log;
 
+pub(crate) use log::guest_log;
+
+use std::sync::Arc;
+
 use crate::bindings::{WitError, WitGvk, krec::reconciler::types};
-use crate::cluster::{AccessError, Gvk};
+use crate::cluster::{AccessError, ClusterAccess, Gvk};
 use crate::guest::HostState;
-use crate::manifest::Verb;
+use crate::manifest::{Manifest, Verb};
+use crate::metrics::Metrics;
 
 /// Largest object (JSON bytes) a guest may send in one call: the API server's own request limit
 /// is 3 MiB, so nothing larger could be stored anyway.
@@ -69,41 +74,25 @@ impl From<WitError> for AccessError {
     }
 }
 
-impl HostState {
-    /// Check the manifest's permissions for a call; log and return `forbidden` if refused.
-    /// Account for a host call that started at `started`: its time is not the guest's, and it
-    /// is counted by verb and result. Returns the result as the guest sees it.
-    pub(crate) fn host_call<T>(
-        &mut self,
-        verb: &'static str,
-        started: std::time::Instant,
-        result: Result<T, AccessError>,
-    ) -> Result<T, WitError> {
-        self.host_time += started.elapsed();
-        if let Some(metrics) = &self.metrics {
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(AccessError::NotFound(_)) => "not_found",
-                Err(AccessError::AlreadyExists(_)) => "already_exists",
-                Err(AccessError::Conflict(_)) => "conflict",
-                Err(AccessError::Forbidden(_)) => "forbidden",
-                Err(AccessError::Invalid(_)) => "invalid",
-                Err(AccessError::Timeout(_)) => "timeout",
-                Err(AccessError::Unavailable(_)) => "unavailable",
-                Err(AccessError::Other(_)) => "other",
-            };
-            metrics
-                .host_calls
-                .get_or_create(&crate::metrics::CallLabels {
-                    guest: self.guest().to_owned(),
-                    verb: verb.to_owned(),
-                    result: outcome.to_owned(),
-                })
-                .inc();
-        }
-        result.map_err(WitError::from)
+/// One guest's calls to the host, checked and carried out: bounds, the permission check and
+/// JSON in and out. The WIT host traits and the native host ([`crate::guest::native`]) both go
+/// through it, so a guest is treated the same whichever way it runs.
+pub(crate) struct Calls<'a> {
+    /// The guest's manifest: its name and permissions.
+    pub manifest: &'a Manifest,
+    /// Where its reads and writes go.
+    pub cluster: &'a Arc<dyn ClusterAccess>,
+    /// The request being reconciled, for log lines.
+    pub request: &'a str,
+}
+
+impl Calls<'_> {
+    /// The guest's name.
+    pub(crate) fn guest(&self) -> &str {
+        &self.manifest.name
     }
 
+    /// Check the manifest's permissions for a call; log and return `forbidden` if refused.
     pub(crate) fn authorize(
         &self,
         verb: Verb,
@@ -124,5 +113,60 @@ impl HostState {
         );
         tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
         Err(AccessError::Forbidden(message))
+    }
+}
+
+/// Count a host call of `guest` by verb and result in `metrics`.
+pub(crate) fn count_call<T>(
+    metrics: Option<&Metrics>,
+    guest: &str,
+    verb: &'static str,
+    result: &Result<T, AccessError>,
+) {
+    let Some(metrics) = metrics else {
+        return;
+    };
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(AccessError::NotFound(_)) => "not_found",
+        Err(AccessError::AlreadyExists(_)) => "already_exists",
+        Err(AccessError::Conflict(_)) => "conflict",
+        Err(AccessError::Forbidden(_)) => "forbidden",
+        Err(AccessError::Invalid(_)) => "invalid",
+        Err(AccessError::Timeout(_)) => "timeout",
+        Err(AccessError::Unavailable(_)) => "unavailable",
+        Err(AccessError::Other(_)) => "other",
+    };
+    metrics
+        .host_calls
+        .get_or_create(&crate::metrics::CallLabels {
+            guest: guest.to_owned(),
+            verb: verb.to_owned(),
+            result: outcome.to_owned(),
+        })
+        .inc();
+}
+
+impl HostState {
+    /// The calls of this store's guest.
+    pub(crate) fn calls(&self) -> Calls<'_> {
+        Calls {
+            manifest: &self.manifest,
+            cluster: &self.cluster,
+            request: &self.request,
+        }
+    }
+
+    /// Account for a host call that started at `started`: its time is not the guest's, and it
+    /// is counted by verb and result. Returns the result as the guest sees it.
+    pub(crate) fn host_call<T>(
+        &mut self,
+        verb: &'static str,
+        started: std::time::Instant,
+        result: Result<T, AccessError>,
+    ) -> Result<T, WitError> {
+        self.host_time += started.elapsed();
+        count_call(self.metrics.as_deref(), self.guest(), verb, &result);
+        result.map_err(WitError::from)
     }
 }

@@ -19,13 +19,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+mod object;
+
 use futures::StreamExt;
 use kube::Api;
 use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, watcher};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::cluster::api::{ApiClient, Resolved};
@@ -33,6 +35,11 @@ use crate::cluster::{AccessError, Gvk};
 use crate::controller::handlers::Event;
 use crate::manifest::EventKind;
 use crate::selector::{FieldSelector, LabelSelector};
+
+pub use object::CachedObject;
+
+/// The labels of an object without any.
+static NO_LABELS: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
 /// Longest a read waits for a lazily started informer to sync before giving up.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -55,25 +62,16 @@ struct Indexes {
     by_owner: HashMap<String, BTreeSet<ObjectKey>>,
 }
 
-fn controller_uid(object: &DynamicObject) -> Option<&str> {
-    object
-        .metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
-}
-
-fn key_of(object: &DynamicObject) -> ObjectKey {
+fn key_of(object: &CachedObject) -> ObjectKey {
+    let meta = object.metadata();
     (
-        object.metadata.namespace.clone(),
-        object.metadata.name.clone().unwrap_or_default(),
+        meta.namespace.clone(),
+        meta.name.clone().unwrap_or_default(),
     )
 }
 
 impl Indexes {
-    fn insert(&mut self, object: &DynamicObject) {
+    fn insert(&mut self, object: &CachedObject) {
         let key = key_of(object);
         if let Some(ns) = &key.0 {
             self.by_namespace
@@ -81,12 +79,12 @@ impl Indexes {
                 .or_default()
                 .insert(key.1.clone());
         }
-        if let Some(uid) = controller_uid(object) {
+        if let Some(uid) = object.controller_uid() {
             self.by_owner.entry(uid.to_owned()).or_default().insert(key);
         }
     }
 
-    fn remove(&mut self, object: &DynamicObject) {
+    fn remove(&mut self, object: &CachedObject) {
         let key = key_of(object);
         if let Some(ns) = &key.0
             && let Some(names) = self.by_namespace.get_mut(ns)
@@ -96,7 +94,7 @@ impl Indexes {
                 self.by_namespace.remove(ns);
             }
         }
-        if let Some(uid) = controller_uid(object)
+        if let Some(uid) = object.controller_uid()
             && let Some(keys) = self.by_owner.get_mut(uid)
         {
             keys.remove(&key);
@@ -112,7 +110,7 @@ pub struct Informer {
     gvk: Gvk,
     namespace: Option<String>,
     resolved: Resolved,
-    reader: Store<DynamicObject>,
+    reader: Store<CachedObject>,
     indexes: RwLock<Indexes>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
     synced: tokio::sync::watch::Sender<bool>,
@@ -128,17 +126,6 @@ impl std::fmt::Debug for Informer {
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
-}
-
-/// An object from the store as JSON, with `apiVersion` and `kind` (list items from the API
-/// server lack them).
-fn to_value(gvk: &Gvk, object: &DynamicObject) -> Value {
-    let mut value = serde_json::to_value(object).unwrap_or_else(|_| json!({}));
-    if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), json!(gvk.api_version()));
-        map.insert("kind".into(), json!(gvk.kind));
-    }
-    value
 }
 
 impl Informer {
@@ -193,7 +180,7 @@ impl Informer {
         self.reader.is_empty()
     }
 
-    fn object_ref(&self, namespace: Option<&str>, name: &str) -> ObjectRef<DynamicObject> {
+    fn object_ref(&self, namespace: Option<&str>, name: &str) -> ObjectRef<CachedObject> {
         let r = ObjectRef::new_with(name, self.resolved.resource.clone());
         match namespace.filter(|_| self.resolved.namespaced) {
             Some(ns) => r.within(ns),
@@ -201,23 +188,44 @@ impl Informer {
         }
     }
 
-    /// One object from the store.
+    /// One object from the store, parsed.
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Value> {
-        self.reader
-            .get(&self.object_ref(namespace, name))
-            .map(|o| to_value(&self.gvk, &o))
+        self.cached(namespace, name).map(|o| o.to_value())
     }
 
-    /// Objects in `namespace` (all when `None`) matching the selectors, sorted by namespace
-    /// and name. A namespace is looked up in the namespace index.
+    /// One object from the store as the JSON text guests receive (shared, not copied).
+    pub fn get_json(&self, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
+        self.cached(namespace, name).map(|o| o.json().clone())
+    }
+
+    /// One object from the store as cached.
+    pub fn cached(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        self.reader.get(&self.object_ref(namespace, name))
+    }
+
+    /// Objects in `namespace` (all when `None`) matching the selectors, parsed, sorted by
+    /// namespace and name.
     pub fn list(
         &self,
         namespace: Option<&str>,
         labels: Option<&LabelSelector>,
         fields: Option<&FieldSelector>,
     ) -> Vec<Value> {
-        let objects: Vec<Arc<DynamicObject>> = match namespace.filter(|_| self.resolved.namespaced)
-        {
+        self.select(namespace, labels, fields)
+            .iter()
+            .map(|o| o.to_value())
+            .collect()
+    }
+
+    /// Objects in `namespace` (all when `None`) matching the selectors, as cached, sorted by
+    /// namespace and name. A namespace is looked up in the namespace index.
+    pub fn select(
+        &self,
+        namespace: Option<&str>,
+        labels: Option<&LabelSelector>,
+        fields: Option<&FieldSelector>,
+    ) -> Vec<Arc<CachedObject>> {
+        let objects: Vec<Arc<CachedObject>> = match namespace.filter(|_| self.resolved.namespaced) {
             Some(ns) => {
                 let indexes = self.indexes.read().unwrap_or_else(|e| e.into_inner());
                 indexes
@@ -230,16 +238,32 @@ impl Informer {
             }
             None => self.reader.state(),
         };
-        let mut out: Vec<(ObjectKey, Value)> = objects
-            .iter()
+        let mut out: Vec<(ObjectKey, Arc<CachedObject>)> = objects
+            .into_iter()
             .filter(|o| {
-                labels.is_none_or(|s| s.matches(&o.metadata.labels.clone().unwrap_or_default()))
+                let meta = o.metadata();
+                labels.is_none_or(|s| s.matches(meta.labels.as_ref().unwrap_or(&NO_LABELS)))
+                    && fields.is_none_or(|s| {
+                        s.matches_meta(meta.name.as_deref(), meta.namespace.as_deref())
+                    })
             })
-            .map(|o| (key_of(o), to_value(&self.gvk, o)))
-            .filter(|(_, v)| fields.is_none_or(|s| s.matches_object(v)))
+            .map(|o| (key_of(&o), o))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        out.into_iter().map(|(_, v)| v).collect()
+        out.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// The namespace and name of every cached object, sorted.
+    pub fn keys(&self) -> Vec<(Option<String>, String)> {
+        let mut keys: Vec<ObjectKey> = self.reader.state().iter().map(|o| key_of(o)).collect();
+        keys.sort();
+        keys
+    }
+
+    /// The JSON bytes the store holds: the cached objects' text (their parsed metadata comes on
+    /// top).
+    pub fn json_bytes(&self) -> usize {
+        self.reader.state().iter().map(|o| o.json_len()).sum()
     }
 
     /// Objects whose controller owner reference has `uid`, from the owner index.
@@ -251,7 +275,7 @@ impl Informer {
             .into_iter()
             .flatten()
             .filter_map(|(ns, name)| self.reader.get(&self.object_ref(ns.as_deref(), name)))
-            .map(|o| to_value(&self.gvk, &o))
+            .map(|o| o.to_value())
             .collect()
     }
 
@@ -271,7 +295,7 @@ impl Informer {
         let mut objects = self.reader.state();
         objects.sort_by_key(|o| key_of(o));
         for object in objects {
-            let value = to_value(&self.gvk, &object);
+            let value = object.head(&self.gvk);
             sink.on_event(
                 &self.gvk,
                 &Event {
@@ -315,13 +339,14 @@ impl Informer {
         self.sinks.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn dispatch(&self, kind: EventKind, object: &DynamicObject, old: Option<&DynamicObject>) {
+    fn dispatch(&self, kind: EventKind, object: &CachedObject, old: Option<&CachedObject>) {
         let sinks = self.sinks.read().unwrap_or_else(|e| e.into_inner());
         if sinks.is_empty() {
             return;
         }
-        let value = to_value(&self.gvk, object);
-        let old = old.map(|o| to_value(&self.gvk, o));
+        // Handlers and predicates look at metadata only: the spec is not converted for them.
+        let value = object.head(&self.gvk);
+        let old = old.map(|o| o.head(&self.gvk));
         let event = Event {
             kind,
             object: &value,
@@ -332,8 +357,17 @@ impl Informer {
         }
     }
 
-    /// Apply one watcher event to the store and indexes and tell the subscribers.
-    fn apply(&self, writer: &mut Writer<DynamicObject>, event: watcher::Event<DynamicObject>) {
+    /// Apply one watcher event to the store and indexes and tell the subscribers. Each object
+    /// version is serialized here, once.
+    fn apply(&self, writer: &mut Writer<CachedObject>, event: watcher::Event<DynamicObject>) {
+        let cache = |o| CachedObject::new(&self.gvk, o);
+        let event = match event {
+            watcher::Event::Apply(o) => watcher::Event::Apply(cache(o)),
+            watcher::Event::Delete(o) => watcher::Event::Delete(cache(o)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitApply(o) => watcher::Event::InitApply(cache(o)),
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        };
         match &event {
             watcher::Event::Apply(object) => {
                 let old = self.reader.get(&ObjectRef::from_obj_with(
@@ -351,7 +385,8 @@ impl Informer {
                 match old {
                     // A relisted object that did not change is no event.
                     Some(old)
-                        if old.metadata.resource_version == object.metadata.resource_version => {}
+                        if old.metadata().resource_version
+                            == object.metadata().resource_version => {}
                     Some(old) => self.dispatch(EventKind::Update, object, Some(&old)),
                     None => self.dispatch(EventKind::Create, object, None),
                 }
@@ -370,7 +405,7 @@ impl Informer {
             watcher::Event::InitDone => {
                 // A (re)list: the new list replaces the store at once; what changed since the
                 // old store is delivered as events.
-                let before: HashMap<ObjectKey, Arc<DynamicObject>> = self
+                let before: HashMap<ObjectKey, Arc<CachedObject>> = self
                     .reader
                     .state()
                     .into_iter()
@@ -390,8 +425,8 @@ impl Informer {
                     match before.remove(&key_of(object)) {
                         None => self.dispatch(EventKind::Create, object, None),
                         Some(old)
-                            if old.metadata.resource_version
-                                != object.metadata.resource_version =>
+                            if old.metadata().resource_version
+                                != object.metadata().resource_version =>
                         {
                             self.dispatch(EventKind::Update, object, Some(&old));
                         }
@@ -571,7 +606,7 @@ impl Drop for Cache {
 
 /// The informer's task: watch, store, index, dispatch; errors are logged and the watch is
 /// retried with the watcher's default backoff.
-async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<DynamicObject>) {
+async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<CachedObject>) {
     let resource = &informer.resolved.resource;
     let client = api.client().clone();
     let objects: Api<DynamicObject> = match &informer.namespace {
@@ -592,6 +627,7 @@ async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<Dy
 #[cfg(test)]
 mod tests {
     use kube::core::ApiResource;
+    use serde_json::json;
 
     use super::*;
 
@@ -627,7 +663,7 @@ mod tests {
         }
     }
 
-    fn informer() -> (Arc<Informer>, Writer<DynamicObject>) {
+    fn informer() -> (Arc<Informer>, Writer<CachedObject>) {
         let resource = ApiResource {
             group: String::new(),
             version: "v1".into(),

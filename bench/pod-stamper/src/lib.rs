@@ -1,0 +1,116 @@
+//! The benchmark reconciler, one source for every arm of `make bench`'s throughput and latency
+//! figures: built as a `wasm32-wasip2` component it is the Wasm guest; compiled natively it runs
+//! in krec's host in place of the guest ([`krec_guest::native`]); and [`stamp`] is the whole
+//! decision kube-rs's `Controller` arm makes.
+//!
+//! The work is a typical controller's: get the requested Pod from the cache, compare what it
+//! asks for (the label [`GENERATION`]) with what was last recorded (the annotation [`STAMP`]),
+//! and update the Pod when they differ. Pods labelled [`READ_ONLY`] are read and decided on but
+//! never written: the read-only variant, which isolates the cost of the host and the sandbox
+//! from the API server's.
+
+use krec_guest::k8s_openapi::api::core::v1::Pod;
+use krec_guest::prelude::*;
+
+/// Label holding the generation the benchmark asks for.
+pub const GENERATION: &str = "bench.krec.dev/generation";
+/// Annotation recording the generation last reconciled.
+pub const STAMP: &str = "bench.krec.dev/stamp";
+/// Label marking Pods that are read, never written.
+pub const READ_ONLY: &str = "bench.krec.dev/read-only";
+
+/// What [`stamp`] decided for a Pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The stamp was set: write the Pod.
+    Write,
+    /// Already up to date.
+    UpToDate,
+    /// Read-only Pod: stamped in memory only (what a write would have carried).
+    ReadOnly,
+}
+
+/// Stamp `pod` with the generation its label asks for; says whether it must be written.
+///
+/// Looks at the whole parsed object (containers and their environment), as a real reconciler
+/// deciding on a Pod's spec would, so that no arm can skip the parse.
+pub fn stamp(pod: &mut Pod) -> Decision {
+    let wanted = pod.labels().get(GENERATION).cloned().unwrap_or_default();
+    let settings: usize = pod
+        .spec
+        .as_ref()
+        .map(|spec| {
+            spec.containers
+                .iter()
+                .map(|c| c.env.as_ref().map_or(0, Vec::len))
+                .sum()
+        })
+        .unwrap_or(0);
+    let value = format!("{wanted}/{settings}");
+    let read_only = pod.labels().contains_key(READ_ONLY);
+    let annotations = pod.annotations_mut();
+    if annotations.get(STAMP) == Some(&value) {
+        return Decision::UpToDate;
+    }
+    annotations.insert(STAMP.to_owned(), value);
+    if read_only {
+        Decision::ReadOnly
+    } else {
+        Decision::Write
+    }
+}
+
+/// The reconciler: get, [`stamp`], update when needed.
+pub struct PodStamper;
+
+impl Reconciler for PodStamper {
+    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+        let Some(mut pod) = ctx.get_opt::<Pod>(req.namespace(), &req.name)? else {
+            return Ok(Action::done());
+        };
+        if stamp(&mut pod) == Decision::Write {
+            ctx.update(&pod)?;
+        }
+        Ok(Action::done())
+    }
+}
+
+export!(PodStamper);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use krec_guest::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(labels: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stamp_should_write_once_per_generation() {
+        let mut p = pod(&[(GENERATION, "3")]);
+        assert_eq!(stamp(&mut p), Decision::Write);
+        assert_eq!(p.annotations().get(STAMP).map(String::as_str), Some("3/0"));
+        assert_eq!(stamp(&mut p), Decision::UpToDate);
+        p.labels_mut().insert(GENERATION.into(), "4".into());
+        assert_eq!(stamp(&mut p), Decision::Write);
+    }
+
+    #[test]
+    fn stamp_should_never_write_read_only_pods() {
+        let mut p = pod(&[(GENERATION, "1"), (READ_ONLY, "")]);
+        assert_eq!(stamp(&mut p), Decision::ReadOnly);
+    }
+}

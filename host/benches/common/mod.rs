@@ -1,0 +1,164 @@
+//! What every benchmark binary shares: paths, the quick switch, statistics, process CPU time and
+//! `bench/results.json`.
+
+#![allow(dead_code)] // each bench uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Whether `KREC_BENCH_QUICK` asks for the short run (`make bench-quick`).
+pub fn quick() -> bool {
+    std::env::var_os("KREC_BENCH_QUICK").is_some()
+}
+
+/// A built guest component under `target/wasm32-wasip2/release/`; panics with the fix if missing.
+pub fn module(file: &str) -> PathBuf {
+    let path = repo().join("target/wasm32-wasip2/release").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make guests`",
+        path.display()
+    );
+    path
+}
+
+/// Median, minimum and maximum of `samples` (not empty).
+pub fn median_min_max(mut samples: Vec<f64>) -> (f64, f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    (
+        samples[samples.len() / 2],
+        samples[0],
+        samples[samples.len() - 1],
+    )
+}
+
+/// The `p`-th percentile (0–100) of `samples` (not empty), nearest rank.
+pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
+}
+
+/// CPU time this process has used so far (all threads), in seconds.
+#[allow(unsafe_code)] // clock_gettime: the one way to read the process CPU clock precisely
+pub fn process_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Resident and proportional set size of this process, in KiB (`/proc/self/smaps_rollup`).
+pub fn rss_pss_kib() -> (f64, f64) {
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field("Rss:"), field("Pss:"))
+}
+
+/// Merge `figures` into `bench/results.json`, keeping the other benchmarks' keys.
+pub fn write_results(figures: serde_json::Map<String, Value>) {
+    let path = repo().join("bench/results.json");
+    let mut all: serde_json::Map<String, Value> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    all.extend(figures);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let text = serde_json::to_string_pretty(&Value::Object(all)).expect("json");
+    std::fs::write(&path, text + "\n").expect("write bench/results.json");
+}
+
+/// Print a Markdown table of `rows` (`| name | median | min–max | what |`).
+pub fn print_table(rows: &[String]) {
+    println!("| figure | median | min–max | what |");
+    println!("|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
+}
+
+/// A Pod of about 3 KB of JSON: one container with 30 environment settings.
+pub fn pod(namespace: &str, name: &str) -> Value {
+    let env: Vec<Value> = (0..30)
+        .map(|e| json!({"name": format!("SETTING_{e:02}"), "value": format!("value-{e:02}-{}", "x".repeat(40))}))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1.2.3",
+            "ports": [{"containerPort": 8080, "protocol": "TCP"}], "env": env,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}})
+}
+
+/// The embedded API server (`krec cluster`) in a child process, so that its CPU time and memory
+/// are not the benchmark's. Killed when dropped.
+pub struct ClusterProcess {
+    child: Child,
+    /// The kubeconfig it wrote.
+    pub kubeconfig_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ClusterProcess {
+    /// Start it and wait for its kubeconfig.
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig_path = dir.path().join("kubeconfig");
+        let child = Command::new(env!("CARGO_BIN_EXE_krec"))
+            .args(["cluster", "--addr", "127.0.0.1:0", "--kubeconfig-out"])
+            .arg(&kubeconfig_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start krec cluster");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !kubeconfig_path.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "krec cluster wrote no kubeconfig"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The file appears before it is complete on a slow disk: wait for a parseable one.
+        while std::fs::read_to_string(&kubeconfig_path).map_or(true, |t| {
+            !t.contains("client-key-data") && !t.contains("token")
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "krec cluster wrote no kubeconfig"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ClusterProcess {
+            child,
+            kubeconfig_path,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for ClusterProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,242 @@
+//! What the host holds in memory:
+//!
+//! - `memory_per_idle_guest_kib`: this process's RSS and PSS with 1, 10, 100 and 1000 loaded,
+//!   idle guests (each has reconciled once, so each holds its worker's instance), and the slope
+//!   between 100 and 1000 guests — the cost of one more guest;
+//! - `cache_bytes_per_object_ratio`: the heap the shared cache holds for 10 000 Pods of ~3 KB,
+//!   divided by the size of those Pods' JSON (live bytes counted by this binary's allocator).
+//!
+//! The embedded API server runs in a child process (`krec cluster`), so neither figure includes
+//! it. Needs `make guests` (for `cleanup_ticker.wasm`).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use krec::cluster::Gvk;
+use krec::cluster::api::ApiClient;
+use krec::guest::ModuleCache;
+use krec::manager::{Manager, ManagerOptions};
+use krec::manifest::Manifest;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+/// The system allocator, counting the bytes live at any moment.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+#[allow(unsafe_code)] // a GlobalAlloc is unsafe by definition; this one only forwards and counts
+// SAFETY: every call forwards to `System` with the caller's arguments unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded as received.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded as received.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded as received.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: forwarded as received.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_bytes() -> f64 {
+    LIVE.load(Ordering::Relaxed) as f64
+}
+
+/// Guest `g{n}`: the cleanup ticker, driven by its own ticker only, so it reconciles once at
+/// start and then idles.
+fn manifest(dir: &Path, n: usize, module: &Path) -> Manifest {
+    let path = dir.join(format!("g{n}.yaml"));
+    let text = format!(
+        "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{name: g{n}}}
+spec:
+  module: {}
+  tickers: [{{every: 1h, request: {{name: tick}}}}]
+  permissions:
+    - {{apiVersion: v1, kind: ConfigMap, verbs: [list, delete]}}
+",
+        module.display()
+    );
+    std::fs::write(&path, text).expect("write manifest");
+    Manifest::load(&path).expect("manifest")
+}
+
+async fn idle_guests(
+    api: &std::sync::Arc<ApiClient>,
+    rows: &mut Vec<String>,
+    results: &mut serde_json::Map<String, Value>,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let module = common::module("cleanup_ticker.wasm");
+    let options = ManagerOptions {
+        module_cache: ModuleCache::new(&dir.path().join("modules")).expect("cache"),
+        ..Default::default()
+    };
+    let manager = Manager::start_with(api.clone(), Vec::new(), options)
+        .await
+        .expect("manager");
+    let (rss0, pss0) = common::rss_pss_kib();
+    let counts = if common::quick() {
+        vec![1usize, 10, 100]
+    } else {
+        vec![1usize, 10, 100, 1000]
+    };
+    let mut manifests = Vec::new();
+    let mut points = Vec::new();
+    for &count in &counts {
+        while manifests.len() < count {
+            manifests.push(manifest(dir.path(), manifests.len(), &module));
+        }
+        let report = manager
+            .apply(manifests.iter().cloned().map(Ok).collect())
+            .await;
+        assert_eq!(manager.controllers().len(), count, "{report:?}");
+        // Every guest has reconciled once (its ticker fires at start) and holds its instance.
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        while manager
+            .controllers()
+            .values()
+            .any(|c| c.stats().total() == 0)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "guests did not reconcile"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (rss, pss) = common::rss_pss_kib();
+        let (per_rss, per_pss) = ((rss - rss0) / count as f64, (pss - pss0) / count as f64);
+        rows.push(format!(
+            "| memory_{count}_idle_guests_kib | RSS {rss:.0} / PSS {pss:.0} | | process with {count} loaded idle guests; {per_rss:.0} / {per_pss:.0} KiB per guest over the host alone ({rss0:.0} / {pss0:.0}) |"
+        ));
+        results.insert(format!("memory_{count}_idle_guests_rss_kib"), json!(rss));
+        results.insert(format!("memory_{count}_idle_guests_pss_kib"), json!(pss));
+        points.push((count, rss, pss));
+    }
+    let (n1, rss1, pss1) = points[points.len() - 2];
+    let (n2, rss2, pss2) = points[points.len() - 1];
+    let slope_rss = (rss2 - rss1) / (n2 - n1) as f64;
+    let slope_pss = (pss2 - pss1) / (n2 - n1) as f64;
+    rows.push(format!(
+        "| memory_per_idle_guest_kib | {slope_pss:.0} | | PSS slope from {n1} to {n2} guests (RSS slope {slope_rss:.0}); target ≤ 200 |"
+    ));
+    results.insert("memory_per_idle_guest_kib".into(), json!(slope_pss));
+    results.insert("memory_per_idle_guest_rss_kib".into(), json!(slope_rss));
+    manager.shutdown(Duration::from_secs(10)).await;
+}
+
+async fn cache_ratio(
+    client: &kube::Client,
+    api: &std::sync::Arc<ApiClient>,
+    rows: &mut Vec<String>,
+    results: &mut serde_json::Map<String, Value>,
+) {
+    let pods_total = if common::quick() { 2_000 } else { 10_000 };
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = "bench-cache";
+    let object = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+    namespaces
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter(0..pods_total)
+        .map(|i| {
+            let pods = pods.clone();
+            async move {
+                let object: Pod =
+                    serde_json::from_value(common::pod(ns, &format!("pod-{i:05}"))).expect("pod");
+                pods.create(&PostParams::default(), &object).await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create pods");
+    // The size of the Pods as the API server serves them (with uid, timestamps, ...).
+    let json_bytes: usize = pods
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|p| serde_json::to_vec(p).expect("json").len())
+        .sum();
+    let cache = krec::cache::Cache::new(api.clone());
+    let before = live_bytes();
+    let informer = cache
+        .informer(&Gvk::new("", "v1", "Pod"), Some(ns), "bench")
+        .await
+        .expect("informer");
+    informer
+        .wait_synced(Duration::from_secs(120))
+        .await
+        .expect("synced");
+    assert_eq!(informer.len(), pods_total);
+    // Let the initial list's buffers go.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = live_bytes() - before;
+    let ratio = held / json_bytes as f64;
+    rows.push(format!(
+        "| cache_bytes_per_object_ratio | {ratio:.2}× | | heap held by the cache for {pods_total} Pods ({:.1} MB) / their JSON ({:.1} MB); target ≤ 1.5 |",
+        held / 1e6,
+        json_bytes as f64 / 1e6
+    ));
+    results.insert("cache_bytes_per_object_ratio".into(), json!(ratio));
+    results.insert(
+        "cache_bytes_per_object".into(),
+        json!(held / pods_total as f64),
+    );
+    drop(informer);
+    drop(cache);
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+    runtime.block_on(async {
+        let cluster = common::ClusterProcess::start();
+        let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
+        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+            .await
+            .expect("client");
+        let api = ApiClient::new(client.clone());
+        // Guests first: the cache's 10 000 Pods, once freed, would leave heap that later
+        // guests reuse without growing the RSS.
+        idle_guests(&api, &mut rows, &mut results).await;
+        cache_ratio(&client, &api, &mut rows, &mut results).await;
+    });
+    common::print_table(&rows);
+    common::write_results(results);
+}

@@ -1,0 +1,578 @@
+//! One reconciler through the whole host path, three ways, interleaved in one run:
+//!
+//! - **wasm**: `bench/pod-stamper` as a Wasm guest in krec;
+//! - **native**: the same crate compiled natively and run by krec's host in place of the guest
+//!   (same cache, queue, workers, client and permission checks);
+//! - **kube-rs**: kube-rs's `Controller` running the same decision ([`pod_stamper::stamp`]) on
+//!   the objects of its own reflector.
+//!
+//! The embedded API server runs in a child process (`krec cluster`) and the load comes from
+//! another (this binary re-run as the driver), so the CPU time this process uses is the host's
+//! alone. Figures:
+//!
+//! - `throughput_*_per_cpu_s`: reconciles per CPU-second of this process while the driver bumps
+//!   a label on every Pod of a namespace: the write variant (each bump: watch event → queue →
+//!   worker → reconciler → cached get → update to the API server, then the reconcile of the
+//!   update's own event) and the read-only variant (no write: host and sandbox overhead alone);
+//! - `latency_p50_us`, `latency_p99_us`: under a constant 1 000 label changes per second, the
+//!   time from the driver sending a change to the driver seeing the reconciler's update of that
+//!   change on its watch (both ends in the driver's clock).
+//!
+//! Rounds alternate the arms, so machine noise hits them alike. `KREC_BENCH_QUICK=1` runs fewer
+//! rounds. Needs `make guests` (for `pod_stamper.wasm`).
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{median_min_max, percentile, process_cpu_seconds, quick};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use krec::cluster::api::ApiClient;
+use krec::guest::ModuleCache;
+use krec::manager::{Manager, ManagerOptions};
+use krec::manifest::Manifest;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{Controller, controller, watcher};
+use pod_stamper::{Decision, GENERATION, READ_ONLY, STAMP};
+use serde_json::{Value, json};
+
+/// Pods in each of the two namespaces.
+const PODS: usize = 400;
+/// The namespace whose Pods the reconciler updates.
+const WRITE_NS: &str = "bench-write";
+/// The namespace of read-only Pods.
+const READ_NS: &str = "bench-read";
+/// Label changes per second in the latency run.
+const LOAD_RATE: u32 = 1000;
+/// Workers per arm (`maxConcurrentReconciles`, kube-rs `concurrency`).
+const WORKERS: u16 = 2;
+/// The guest's name.
+const GUEST: &str = "pod-stamper";
+
+/// A Pod of about 3 KB of JSON, labelled for the stamper.
+fn pod(namespace: &str, i: usize) -> Value {
+    let mut pod = common::pod(namespace, &format!("web-{i:04}"));
+    pod["metadata"]["labels"][GENERATION] = json!("0");
+    if namespace == READ_NS {
+        pod["metadata"]["labels"][READ_ONLY] = json!("true");
+    }
+    pod
+}
+
+async fn client(kubeconfig: &str) -> kube::Client {
+    krec::dev::client_from_kubeconfig(kubeconfig)
+        .await
+        .expect("client from kubeconfig")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver: a child process that changes Pods and watches for the reconciler's answers.
+
+/// Run as the driver: read commands on stdin, answer each with one line on stdout.
+fn driver_main(kubeconfig_path: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
+    runtime.block_on(async {
+        let client = client(&kubeconfig).await;
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let line = line.expect("command");
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let answer = match words.as_slice() {
+                ["setup"] => setup(&client).await,
+                ["bump", ns, generation] => bump(&client, ns, generation).await,
+                ["load", seconds, generation] => {
+                    load(
+                        &client,
+                        seconds.parse().expect("seconds"),
+                        generation.parse().expect("generation"),
+                    )
+                    .await
+                }
+                _ => format!("error unknown command {line:?}"),
+            };
+            println!("{answer}");
+            std::io::stdout().flush().expect("stdout");
+        }
+    });
+}
+
+async fn setup(client: &kube::Client) -> String {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for ns in [WRITE_NS, READ_NS] {
+        let object = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+        namespaces
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("create namespace");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        futures::stream::iter(0..PODS)
+            .map(|i| {
+                let pods = pods.clone();
+                async move {
+                    let object: Pod = serde_json::from_value(pod(ns, i)).expect("pod");
+                    pods.create(&PostParams::default(), &object).await
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<_>>()
+            .await
+            .expect("create pods");
+    }
+    "ok".into()
+}
+
+fn generation_patch(generation: &str) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"labels": {GENERATION: generation}}}))
+}
+
+/// Set the generation label of every Pod in `ns`, 32 requests in flight.
+async fn bump(client: &kube::Client, ns: &str, generation: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let patch = generation_patch(generation);
+    futures::stream::iter(0..PODS)
+        .map(|i| {
+            let (pods, patch) = (pods.clone(), &patch);
+            async move {
+                pods.patch(&format!("web-{i:04}"), &PatchParams::default(), patch)
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("bump pods");
+    "ok".into()
+}
+
+/// For `seconds`, change one write Pod's generation every 1/[`LOAD_RATE`] s (round robin, each
+/// change a new generation from `first`), and time each change until the watch shows the
+/// reconciler's stamp for it. Answers `latency <p50_us> <p99_us> <answered> <sent>`.
+async fn load(client: &kube::Client, seconds: u64, first: u64) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), WRITE_NS);
+    let sent: Arc<std::sync::Mutex<HashMap<String, Instant>>> = Arc::default();
+    let latencies: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
+    // Watch first, so that no answer is missed.
+    let watch = {
+        let (sent, latencies) = (sent.clone(), latencies.clone());
+        let stream = watcher(pods.clone(), watcher::Config::default());
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let Ok(watcher::Event::Apply(pod)) = event else {
+                    continue;
+                };
+                let Some(stamp) = pod.metadata.annotations.as_ref().and_then(|a| a.get(STAMP))
+                else {
+                    continue;
+                };
+                let generation = stamp.split('/').next().unwrap_or_default();
+                let key = format!("{}@{generation}", pod.metadata.name.unwrap_or_default());
+                if let Some(at) = sent.lock().expect("sent").remove(&key) {
+                    latencies
+                        .lock()
+                        .expect("latencies")
+                        .push(at.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let total = seconds * u64::from(LOAD_RATE);
+    let mut ticker = tokio::time::interval(Duration::from_secs(1) / LOAD_RATE);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut in_flight = Vec::new();
+    for n in 0..total {
+        ticker.tick().await;
+        let name = format!("web-{:04}", n as usize % PODS);
+        let generation = (first + n).to_string();
+        sent.lock()
+            .expect("sent")
+            .insert(format!("{name}@{generation}"), Instant::now());
+        let pods = pods.clone();
+        in_flight.push(tokio::spawn(async move {
+            pods.patch(
+                &name,
+                &PatchParams::default(),
+                &generation_patch(&generation),
+            )
+            .await
+            .map(|_| ())
+        }));
+    }
+    for task in in_flight {
+        task.await.expect("patch task").expect("patch");
+    }
+    // Let the last answers arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sent.lock().expect("sent").is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watch.abort();
+    let mut samples = latencies.lock().expect("latencies").clone();
+    if samples.is_empty() {
+        return format!("latency 0 0 0 {total}");
+    }
+    let answered = samples.len();
+    let p50 = percentile(&mut samples, 50.0);
+    let p99 = percentile(&mut samples, 99.0);
+    format!("latency {p50:.0} {p99:.0} {answered} {total}")
+}
+
+/// The driver process, spoken to line by line.
+struct Driver {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Driver {
+    fn start(kubeconfig_path: &Path) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("current exe"))
+            .env("KREC_BENCH_DRIVER", kubeconfig_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the driver");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Driver {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Send `command` and wait (on a blocking thread) for its answer.
+    async fn ask(&mut self, command: String) -> String {
+        writeln!(self.stdin, "{command}").expect("to driver");
+        self.stdin.flush().expect("to driver");
+        let mut line = String::new();
+        tokio::task::block_in_place(|| self.stdout.read_line(&mut line)).expect("from driver");
+        assert!(!line.is_empty(), "the driver exited");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The arms.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Arm {
+    Wasm,
+    Native,
+    KubeRs,
+}
+
+impl Arm {
+    fn name(self) -> &'static str {
+        match self {
+            Arm::Wasm => "wasm",
+            Arm::Native => "native",
+            Arm::KubeRs => "kube_rs",
+        }
+    }
+}
+
+/// A running arm: something that reconciles Pods and counts its reconciles.
+enum Running {
+    Krec(Manager),
+    KubeRs {
+        task: tokio::task::JoinHandle<()>,
+        count: Arc<AtomicU64>,
+    },
+}
+
+impl Running {
+    fn reconciles(&self) -> u64 {
+        match self {
+            Running::Krec(manager) => manager.controller(GUEST).map_or(0, |c| c.stats().total()),
+            Running::KubeRs { count, .. } => count.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether anything is queued or running.
+    fn busy(&self) -> bool {
+        match self {
+            Running::Krec(manager) => manager
+                .controller(GUEST)
+                .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0),
+            Running::KubeRs { .. } => false,
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Running::Krec(manager) => manager.shutdown(Duration::from_secs(10)).await,
+            Running::KubeRs { task, .. } => {
+                task.abort();
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Wait until at least `at_least` reconciles have run and nothing has happened for 100 ms.
+    async fn settle(&self, at_least: u64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut last = (self.reconciles(), Instant::now());
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let now = self.reconciles();
+            if now != last.0 || self.busy() {
+                last = (now, Instant::now());
+            } else if now >= at_least && last.1.elapsed() >= Duration::from_millis(100) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reconciles stuck at {now}, expected at least {at_least}"
+            );
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct KubeRsError(String);
+
+/// The kube-rs arm's reconcile: the stamper's decision on the reflector's object, then
+/// `replace` when it says so.
+async fn kube_rs_reconcile(
+    pod: Arc<Pod>,
+    ctx: Arc<(kube::Client, Arc<AtomicU64>)>,
+) -> Result<controller::Action, KubeRsError> {
+    let (client, count) = &*ctx;
+    let mut pod = (*pod).clone();
+    if pod_stamper::stamp(&mut pod) == Decision::Write {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.replace(&name, &PostParams::default(), &pod)
+            .await
+            .map_err(|e| KubeRsError(e.to_string()))?;
+    }
+    count.fetch_add(1, Ordering::Relaxed);
+    Ok(controller::Action::await_change())
+}
+
+fn manifest(dir: &Path) -> Manifest {
+    let path = dir.join("pod-stamper.yaml");
+    let text = format!(
+        "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{name: {GUEST}}}
+spec:
+  module: {}
+  for: {{apiVersion: v1, kind: Pod}}
+  maxConcurrentReconciles: {WORKERS}
+  permissions:
+    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch, update]}}
+",
+        common::module("pod_stamper.wasm").display()
+    );
+    std::fs::write(&path, text).expect("write manifest");
+    Manifest::load(&path).expect("manifest")
+}
+
+async fn start(
+    arm: Arm,
+    client: &kube::Client,
+    manifest: &Manifest,
+    module_cache: &ModuleCache,
+) -> Running {
+    let running = match arm {
+        Arm::Wasm | Arm::Native => {
+            let mut options = ManagerOptions {
+                module_cache: module_cache.clone(),
+                ..Default::default()
+            };
+            if arm == Arm::Native {
+                options.native.insert(
+                    GUEST.to_owned(),
+                    krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+                );
+            }
+            let manager = Manager::start_with(
+                ApiClient::new(client.clone()),
+                vec![manifest.clone()],
+                options,
+            )
+            .await
+            .expect("manager");
+            assert!(manager.skipped().is_empty(), "{:?}", manager.skipped());
+            Running::Krec(manager)
+        }
+        Arm::KubeRs => {
+            let count = Arc::new(AtomicU64::new(0));
+            let ctx = Arc::new((client.clone(), count.clone()));
+            let controller =
+                Controller::new(Api::<Pod>::all(client.clone()), watcher::Config::default())
+                    .with_config(controller::Config::default().concurrency(WORKERS));
+            let task = tokio::spawn(
+                controller
+                    .run(
+                        kube_rs_reconcile,
+                        |_, _, _| controller::Action::requeue(Duration::from_secs(1)),
+                        ctx,
+                    )
+                    .for_each(|_| async {}),
+            );
+            Running::KubeRs { task, count }
+        }
+    };
+    // Every Pod is reconciled once at start-up; wait for that to finish.
+    running.settle(2 * PODS as u64).await;
+    running
+}
+
+/// Reconciles per CPU-second while the driver bumps every Pod of `ns`; `per_pod` reconciles are
+/// expected per Pod.
+async fn measure(
+    running: &Running,
+    driver: &mut Driver,
+    ns: &str,
+    generation: u64,
+    per_pod: u64,
+) -> f64 {
+    let before = running.reconciles();
+    let cpu = process_cpu_seconds();
+    let answer = driver.ask(format!("bump {ns} {generation}")).await;
+    assert_eq!(answer, "ok");
+    running.settle(before + per_pod * PODS as u64).await;
+    let cpu = process_cpu_seconds() - cpu;
+    (running.reconciles() - before) as f64 / cpu
+}
+
+fn now_generation() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    let cluster = common::ClusterProcess::start();
+    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
+    let client = client(&kubeconfig).await;
+    let mut driver = Driver::start(&cluster.kubeconfig_path);
+    assert_eq!(driver.ask("setup".into()).await, "ok");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");
+    let manifest = manifest(dir.path());
+    let arms = [Arm::Wasm, Arm::Native, Arm::KubeRs];
+    let (rounds, load_seconds) = if quick() { (3, 3) } else { (7, 10) };
+    let mut write: HashMap<Arm, Vec<f64>> = HashMap::new();
+    let mut read: HashMap<Arm, Vec<f64>> = HashMap::new();
+    // Generations only grow, so every bump is a change.
+    let mut generation = now_generation() * 1000;
+    for round in 0..rounds {
+        for &arm in &arms {
+            let running = start(arm, &client, &manifest, &module_cache).await;
+            generation += 1;
+            let w = measure(&running, &mut driver, WRITE_NS, generation, 2).await;
+            let r = measure(&running, &mut driver, READ_NS, generation, 1).await;
+            eprintln!(
+                "round {round} {}: write {w:.0}/cpu-s, read {r:.0}/cpu-s",
+                arm.name()
+            );
+            write.entry(arm).or_default().push(w);
+            read.entry(arm).or_default().push(r);
+            running.stop().await;
+        }
+    }
+    let mut medians = HashMap::new();
+    for (variant, samples, what) in [
+        (
+            "write",
+            &write,
+            "bump → event → queue → reconcile → cached get → update, and the update's own reconcile",
+        ),
+        (
+            "read",
+            &read,
+            "bump → event → queue → reconcile → cached get, no write",
+        ),
+    ] {
+        for &arm in &arms {
+            let name = format!("throughput_{variant}_{}_per_cpu_s", arm.name());
+            let (median, min, max) = median_min_max(samples[&arm].clone());
+            rows.push(format!(
+                "| {name} | {median:.0} | {min:.0}–{max:.0} | reconciles per CPU-second, {}: {what} |",
+                arm.name()
+            ));
+            results.insert(name, json!(median));
+            medians.insert((variant, arm), median);
+        }
+    }
+    for variant in ["write", "read"] {
+        let wasm = medians[&(variant, Arm::Wasm)];
+        for (other, label) in [(Arm::Native, "native"), (Arm::KubeRs, "kube_rs")] {
+            let suffix = if variant == "write" { "" } else { "_read" };
+            let name = format!("throughput_ratio_wasm_vs_{label}{suffix}");
+            let ratio = wasm / medians[&(variant, other)];
+            rows.push(format!(
+                "| {name} | {ratio:.2}× | | wasm / {label}, {variant} variant (target ≥ {}) |",
+                if other == Arm::Native { "0.7" } else { "1.0" }
+            ));
+            results.insert(name, json!(ratio));
+        }
+    }
+    // Latency under constant load, one run per arm.
+    for &arm in &arms {
+        let running = start(arm, &client, &manifest, &module_cache).await;
+        generation += 1_000_000;
+        let answer = driver
+            .ask(format!("load {load_seconds} {generation}"))
+            .await;
+        running.stop().await;
+        let words: Vec<&str> = answer.split_whitespace().collect();
+        let [_, p50, p99, answered, sent] = words.as_slice() else {
+            panic!("driver answered {answer:?}");
+        };
+        let (p50, p99): (f64, f64) = (p50.parse().expect("p50"), p99.parse().expect("p99"));
+        rows.push(format!(
+            "| latency_{}_us | p50 {p50:.0} / p99 {p99:.0} | | change sent → the reconciler's update seen on a watch, {LOAD_RATE} changes/s for {load_seconds} s; {answered} of {sent} answered |",
+            arm.name()
+        ));
+        results.insert(format!("latency_p50_{}_us", arm.name()), json!(p50));
+        results.insert(format!("latency_p99_{}_us", arm.name()), json!(p99));
+        if arm == Arm::Wasm {
+            results.insert("latency_p50_us".into(), json!(p50));
+            results.insert("latency_p99_us".into(), json!(p99));
+        }
+    }
+}
+
+fn main() {
+    if let Some(kubeconfig) = std::env::var_os("KREC_BENCH_DRIVER") {
+        driver_main(&kubeconfig.to_string_lossy());
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+    runtime.block_on(bench(&mut rows, &mut results));
+    common::print_table(&rows);
+    common::write_results(results);
+}

@@ -1,0 +1,346 @@
+//! Native reconcilers: a reconciler written with the guest SDK, compiled into the host process
+//! and run in place of a guest's module.
+//!
+//! The SDK compiled for the host's target routes a reconciler's [`Context`](krec_guest::Context)
+//! calls to a [`krec_guest::native::Host`]; [`NativeHost`] here serves them through the very
+//! checks and conversions the WIT host traits use ([`Calls`]), so one reconciler can run as a Wasm
+//! guest and natively in the same host, on the same path: that is how the benchmarks measure
+//! what the sandbox costs. Register one with
+//! [`ManagerOptions::native`](crate::manager::ManagerOptions::native).
+//!
+//! # Caveats
+//!
+//! A native reconciler is trusted code: it has no time or memory limit (a reconcile blocked in a
+//! host call is cut at the manifest's timeout only on a current-thread runtime). On a
+//! multi-thread runtime it runs on the worker's own task; a host call that is ready at once (a
+//! read from the cache) is simply polled to its end, and one that must wait (a write to the API
+//! server) blocks in place (`tokio::task::block_in_place`). On a current-thread runtime it runs
+//! on a blocking thread. A panic is caught and treated like a guest trap.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use krec_guest::native::{Host, Level, ObjectReference, PatchType};
+use krec_guest::{GroupVersionKind, ListParams, Preconditions};
+use tokio::runtime::{Handle, RuntimeFlavor};
+
+use crate::bindings::krec::reconciler::{client, events, log};
+use crate::cluster::{self, AccessError, ClusterAccess, Gvk};
+use crate::imports::{Calls, count_call, guest_log};
+use crate::manifest::{Manifest, Verb};
+use crate::metrics::Metrics;
+
+use super::{Action, ReconcileError, TrapCause, Usage};
+
+/// A reconciler compiled into the host: `krec_guest::native::reconcile::<MyReconciler>`.
+pub type NativeReconcile =
+    fn(Arc<dyn Host>, krec_guest::Request) -> krec_guest::Result<krec_guest::Action>;
+
+/// The host side of one native reconcile: the guest's manifest, cluster and request.
+pub(crate) struct NativeHost {
+    manifest: Arc<Manifest>,
+    cluster: Arc<dyn ClusterAccess>,
+    metrics: Option<Arc<Metrics>>,
+    request: String,
+    handle: Handle,
+    /// Whether the reconcile runs on a runtime worker (multi-thread runtime) rather than on a
+    /// blocking thread.
+    on_worker: bool,
+    /// Nanoseconds spent in host calls.
+    host_nanos: AtomicU64,
+}
+
+fn gvk(g: &GroupVersionKind) -> Gvk {
+    Gvk::new(&g.group, &g.version, &g.kind)
+}
+
+fn wit_gvk(g: &GroupVersionKind) -> crate::bindings::WitGvk {
+    crate::bindings::WitGvk {
+        group: g.group.clone(),
+        version: g.version.clone(),
+        kind: g.kind.clone(),
+    }
+}
+
+fn sdk_error(err: AccessError) -> krec_guest::Error {
+    use krec_guest::Error;
+    match err {
+        AccessError::NotFound(m) => Error::NotFound(m),
+        AccessError::AlreadyExists(m) => Error::AlreadyExists(m),
+        AccessError::Conflict(m) => Error::Conflict(m),
+        AccessError::Forbidden(m) => Error::Forbidden(m),
+        AccessError::Invalid(m) => Error::Invalid(m),
+        AccessError::Timeout(m) => Error::Timeout(m),
+        AccessError::Unavailable(m) => Error::Unavailable(m),
+        AccessError::Other(m) => Error::Other(m),
+    }
+}
+
+fn access_error(err: krec_guest::Error) -> AccessError {
+    use krec_guest::Error;
+    match err {
+        Error::NotFound(m) => AccessError::NotFound(m),
+        Error::AlreadyExists(m) => AccessError::AlreadyExists(m),
+        Error::Conflict(m) => AccessError::Conflict(m),
+        Error::Forbidden(m) => AccessError::Forbidden(m),
+        Error::Invalid(m) => AccessError::Invalid(m),
+        Error::Timeout(m) => AccessError::Timeout(m),
+        Error::Unavailable(m) => AccessError::Unavailable(m),
+        Error::Other(m) => AccessError::Other(m),
+    }
+}
+
+impl NativeHost {
+    fn calls(&self) -> Calls<'_> {
+        Calls {
+            manifest: &self.manifest,
+            cluster: &self.cluster,
+            request: &self.request,
+        }
+    }
+
+    /// Run a host call to its end on this thread, and account for it as the WIT host does.
+    fn run<T>(
+        &self,
+        verb: &'static str,
+        call: impl Future<Output = Result<T, AccessError>>,
+    ) -> krec_guest::Result<T> {
+        let started = Instant::now();
+        let mut call = std::pin::pin!(call);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let result = match call.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(result) => result,
+            std::task::Poll::Pending if self.on_worker => {
+                tokio::task::block_in_place(|| self.handle.block_on(call))
+            }
+            std::task::Poll::Pending => self.handle.block_on(call),
+        };
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.host_nanos.fetch_add(nanos, Ordering::Relaxed);
+        count_call(self.metrics.as_deref(), &self.manifest.name, verb, &result);
+        result.map_err(sdk_error)
+    }
+}
+
+impl Host for NativeHost {
+    fn get(
+        &self,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> krec_guest::Result<String> {
+        let calls = self.calls();
+        self.run(
+            "get",
+            calls.get_json(gvk(kind), namespace.map(str::to_owned), name.to_owned()),
+        )
+    }
+
+    fn list(
+        &self,
+        kind: &GroupVersionKind,
+        params: &ListParams,
+    ) -> krec_guest::Result<Vec<String>> {
+        let options = cluster::ListOptions {
+            namespace: params.namespace.clone(),
+            label_selector: params.label_selector.clone(),
+            field_selector: params.field_selector.clone(),
+            uncached: params.uncached,
+        };
+        let calls = self.calls();
+        self.run("list", calls.list_json(gvk(kind), options))
+    }
+
+    fn create(&self, object: &str) -> krec_guest::Result<String> {
+        let calls = self.calls();
+        self.run("create", calls.write(object, Verb::Create))
+    }
+
+    fn update(&self, object: &str, status: bool) -> krec_guest::Result<String> {
+        let calls = self.calls();
+        if status {
+            self.run("update_status", calls.write(object, Verb::UpdateStatus))
+        } else {
+            self.run("update", calls.write(object, Verb::Update))
+        }
+    }
+
+    fn patch(
+        &self,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: &str,
+        status: bool,
+    ) -> krec_guest::Result<String> {
+        let how = match patch_type {
+            PatchType::Merge => client::PatchType::Merge,
+            PatchType::Json => client::PatchType::Json,
+            PatchType::Strategic => client::PatchType::Strategic,
+            PatchType::Apply => client::PatchType::Apply,
+        };
+        let calls = self.calls();
+        self.run(
+            "patch",
+            calls.patch_json(
+                gvk(kind),
+                namespace.map(str::to_owned),
+                name.to_owned(),
+                how,
+                body,
+                status,
+            ),
+        )
+    }
+
+    fn delete(
+        &self,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> krec_guest::Result<()> {
+        let preconditions = preconditions.map(|p| client::Preconditions {
+            uid: p.uid.clone(),
+            resource_version: p.resource_version.clone(),
+        });
+        let calls = self.calls();
+        self.run(
+            "delete",
+            calls.delete_object(
+                gvk(kind),
+                namespace.map(str::to_owned),
+                name.to_owned(),
+                preconditions,
+            ),
+        )
+    }
+
+    fn record_event(
+        &self,
+        regarding: &ObjectReference,
+        event_type: krec_guest::EventType,
+        reason: &str,
+        message: &str,
+    ) -> krec_guest::Result<()> {
+        let regarding = events::ObjectReference {
+            kind: wit_gvk(&regarding.gvk),
+            namespace: regarding.namespace.clone(),
+            name: regarding.name.clone(),
+            uid: regarding.uid.clone(),
+        };
+        let event_type = match event_type {
+            krec_guest::EventType::Normal => events::EventType::Normal,
+            krec_guest::EventType::Warning => events::EventType::Warning,
+        };
+        let calls = self.calls();
+        self.run(
+            "event",
+            calls.record_event(regarding, event_type, reason.to_owned(), message.to_owned()),
+        )
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        let level = match level {
+            Level::Trace => log::Level::Trace,
+            Level::Debug => log::Level::Debug,
+            Level::Info => log::Level::Info,
+            Level::Warn => log::Level::Warn,
+            Level::Error => log::Level::Error,
+        };
+        guest_log(
+            &self.manifest.name,
+            &self.request,
+            level,
+            message.to_owned(),
+        );
+    }
+}
+
+/// Run one reconcile of `request` with the native reconciler `reconcile`.
+pub(crate) async fn run(
+    reconcile: NativeReconcile,
+    manifest: &Arc<Manifest>,
+    cluster: &Arc<dyn ClusterAccess>,
+    metrics: Option<Arc<Metrics>>,
+    request: krec_guest::Request,
+) -> (Result<Action, ReconcileError>, Usage) {
+    let shown = request.to_string();
+    let handle = Handle::current();
+    let on_worker = handle.runtime_flavor() == RuntimeFlavor::MultiThread;
+    let host = Arc::new(NativeHost {
+        manifest: manifest.clone(),
+        cluster: cluster.clone(),
+        metrics,
+        request: shown.clone(),
+        handle: handle.clone(),
+        on_worker,
+        host_nanos: AtomicU64::new(0),
+    });
+    let dyn_host: Arc<dyn Host> = host.clone();
+    let call = move || std::panic::catch_unwind(AssertUnwindSafe(|| reconcile(dyn_host, request)));
+    let started = Instant::now();
+    let outcome = match on_worker {
+        true => call(),
+        false => {
+            let timeout = manifest
+                .spec
+                .limits
+                .timeout
+                .saturating_add(super::HOST_CALL_GRACE);
+            match tokio::time::timeout(timeout, tokio::task::spawn_blocking(call)).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(join)) => Err(Box::new(join.to_string()) as Box<dyn std::any::Any + Send>),
+                Err(_) => {
+                    let usage = Usage {
+                        guest_time: started.elapsed(),
+                        memory_peak: 0,
+                    };
+                    let err = ReconcileError::Trap {
+                        guest: manifest.name.clone(),
+                        request: shown,
+                        cause: TrapCause::Timeout,
+                        message: format!(
+                            "native reconcile exceeded its time limit of {:?}",
+                            manifest.spec.limits.timeout
+                        ),
+                    };
+                    return (Err(err), usage);
+                }
+            }
+        }
+    };
+    let host_time = Duration::from_nanos(host.host_nanos.load(Ordering::Relaxed));
+    let usage = Usage {
+        guest_time: started.elapsed().saturating_sub(host_time),
+        memory_peak: 0,
+    };
+    let result = match outcome {
+        Ok(Ok(krec_guest::Action::Done)) => Ok(Action::Done),
+        Ok(Ok(krec_guest::Action::Requeue)) => Ok(Action::Requeue),
+        Ok(Ok(krec_guest::Action::RequeueAfter(after))) => Ok(Action::RequeueAfter(after)),
+        Ok(Err(error)) => Err(ReconcileError::Guest {
+            guest: manifest.name.clone(),
+            request: shown,
+            error: access_error(error),
+        }),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "native reconciler panicked".to_owned());
+            Err(ReconcileError::Trap {
+                guest: manifest.name.clone(),
+                request: shown,
+                cause: TrapCause::Panic,
+                message,
+            })
+        }
+    };
+    (result, usage)
+}
