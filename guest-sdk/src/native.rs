@@ -16,6 +16,79 @@
 //! A native reconciler is ordinary code in the caller's process: no sandbox, no time or memory
 //! limit. Outside [`reconcile`], [`Context`](crate::Context) calls fail with
 //! [`Error::Unavailable`] and log lines go to standard error.
+//!
+//! # Example: a reconciler under `cargo test`
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::sync::{Arc, Mutex};
+//!
+//! use krec_guest::native::{self, Host, Level, ObjectReference, PatchType};
+//! use krec_guest::prelude::*;
+//! use krec_guest::{GroupVersionKind, Preconditions};
+//! use krec_guest::k8s_openapi::api::core::v1::ConfigMap;
+//! use krec_guest::serde_json;
+//!
+//! /// The reconciler under test: labels every ConfigMap `seen=yes`.
+//! struct Labeler;
+//!
+//! impl Reconciler for Labeler {
+//!     fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+//!         let mut cm = ctx.get::<ConfigMap>(req.namespace(), &req.name)?;
+//!         cm.labels_mut().insert("seen".into(), "yes".into());
+//!         ctx.update(&cm)?;
+//!         Ok(Action::done())
+//!     }
+//! }
+//!
+//! /// A fake cluster: objects by name, as JSON text.
+//! #[derive(Default)]
+//! struct FakeCluster(Mutex<BTreeMap<String, String>>);
+//!
+//! fn name_of(json: &str) -> Result<String> {
+//!     let value: serde_json::Value = serde_json::from_str(json)?;
+//!     Ok(value["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+//! }
+//!
+//! impl Host for FakeCluster {
+//!     fn get(&self, _: &GroupVersionKind, _: Option<&str>, name: &str) -> Result<String> {
+//!         let objects = self.0.lock().map_err(Error::other)?;
+//!         objects.get(name).cloned().ok_or_else(|| Error::NotFound(name.into()))
+//!     }
+//!     fn list(&self, _: &GroupVersionKind, _: &ListParams) -> Result<Vec<String>> {
+//!         Ok(self.0.lock().map_err(Error::other)?.values().cloned().collect())
+//!     }
+//!     fn create(&self, object: &str) -> Result<String> {
+//!         self.0.lock().map_err(Error::other)?.insert(name_of(object)?, object.into());
+//!         Ok(object.into())
+//!     }
+//!     fn update(&self, object: &str, _status: bool) -> Result<String> {
+//!         self.create(object)
+//!     }
+//!     fn patch(&self, _: &GroupVersionKind, _: Option<&str>, _: &str, _: PatchType, _: &str, _: bool) -> Result<String> {
+//!         Err(Error::other("patch is not faked"))
+//!     }
+//!     fn delete(&self, _: &GroupVersionKind, _: Option<&str>, name: &str, _: Option<&Preconditions>) -> Result<()> {
+//!         self.0.lock().map_err(Error::other)?.remove(name);
+//!         Ok(())
+//!     }
+//!     fn record_event(&self, _: &ObjectReference, _: EventType, _: &str, _: &str) -> Result<()> {
+//!         Ok(())
+//!     }
+//!     fn log(&self, level: Level, message: &str) {
+//!         println!("[{level:?}] {message}");
+//!     }
+//! }
+//!
+//! # fn main() -> Result<()> {
+//! let cluster = Arc::new(FakeCluster::default());
+//! cluster.create(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"default"}}"#)?;
+//! let request = Request { namespace: Some("default".into()), name: "a".into() };
+//! assert_eq!(native::reconcile::<Labeler>(cluster.clone(), request)?, Action::done());
+//! assert!(cluster.get(&GroupVersionKind::gvk("", "v1", "ConfigMap"), None, "a")?.contains(r#""seen":"yes""#));
+//! # Ok(())
+//! # }
+//! ```
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -57,6 +57,17 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
         rs.pointer("/metadata/labels/pod-count").map(drop)
     })
     .await;
+    // The label is visible as soon as the guest's update lands, before its reconcile returns.
+    let controller = live.controller("pod-counter");
+    live.eventually("the labelling reconcile to finish", || async {
+        (controller
+            .stats()
+            .done
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1)
+            .then_some(())
+    })
+    .await;
     let admin = Admin::start("127.0.0.1:0".parse().expect("addr"), None)
         .await
         .expect("admin");
