@@ -86,8 +86,13 @@ pub struct GuestModule {
 
 /// What runs a guest's reconciles.
 enum Body {
-    /// A component, pre-instantiated.
-    Wasm(ReconcilerPre<HostState>),
+    /// A component, pre-instantiated; the `Arc` keeps its compiled code shared with other
+    /// guests of the same module (see [`ModuleCache::shared_component`]).
+    Wasm(
+        ReconcilerPre<HostState>,
+        #[allow(dead_code)] // held, never read: it keeps the compiled code shared
+        Arc<Component>,
+    ),
     /// A reconciler compiled into the host (see [`native`]).
     Native(NativeReconcile),
 }
@@ -168,10 +173,10 @@ impl GuestModule {
             path: path.clone(),
             source,
         })?;
-        let (pre, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
+        let (pre, component, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
         Ok(GuestModule {
             manifest,
-            body: Body::Wasm(pre),
+            body: Body::Wasm(pre, component),
             digest,
             origin,
         })
@@ -185,10 +190,11 @@ impl GuestModule {
         path: &str,
         bytes: &[u8],
     ) -> Result<Self, LoadError> {
-        let (pre, digest, origin) = prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
+        let (pre, component, digest, origin) =
+            prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         Ok(GuestModule {
             manifest,
-            body: Body::Wasm(pre),
+            body: Body::Wasm(pre, component),
             digest,
             origin,
         })
@@ -235,15 +241,16 @@ fn prepare(
     path: &str,
     bytes: &[u8],
     cache: &ModuleCache,
-) -> Result<(ReconcilerPre<HostState>, String, Origin), LoadError> {
-    let (component, origin) = cache.component(engine, bytes, || compile(engine, path, bytes))?;
+) -> Result<(ReconcilerPre<HostState>, Arc<Component>, String, Origin), LoadError> {
+    let (component, origin) =
+        cache.shared_component(engine, bytes, || compile(engine, path, bytes))?;
     let wrong_world = |err: wasmtime::Error| LoadError::WrongWorld {
         path: path.into(),
         reason: one_line(&err),
     };
     let instance_pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
     let pre = ReconcilerPre::new(instance_pre).map_err(wrong_world)?;
-    Ok((pre, module_cache::digest(bytes), origin))
+    Ok((pre, component, module_cache::digest(bytes), origin))
 }
 
 /// Check that a module file is a component implementing the world; returns its digest.
@@ -257,7 +264,8 @@ pub fn check_module(
         path: shown.clone(),
         source,
     })?;
-    prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled()).map(|(_, digest, _)| digest)
+    prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled())
+        .map(|(_, _, digest, _)| digest)
 }
 
 /// What a reconcile asks the host to do next.
@@ -463,7 +471,7 @@ impl GuestWorker {
             wasi,
             table: ResourceTable::new(),
         };
-        let Body::Wasm(pre) = &module.body else {
+        let Body::Wasm(pre, _) = &module.body else {
             return Err(wasmtime::format_err!(
                 "guest {name} is native: it has no instance"
             ));

@@ -7,13 +7,19 @@
 //! so a crash never leaves a half-written entry under a valid name. An entry that fails to load
 //! (corrupt, or from an incompatible engine) is compiled again and replaced.
 //!
+//! Within one process, guests that run the same module share its compiled code: a component
+//! loaded for one guest is handed to the next as long as any guest still runs it, so a thousand
+//! guests of one module map its code once.
+//!
 //! # Trust
 //!
 //! Loading an entry runs native code from the cache directory: the directory must be writable
 //! only by the host's user. It is created with mode 0700.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -28,12 +34,18 @@ pub enum Origin {
     Cached,
     /// Not a component: a reconciler compiled into the host (see [`super::native`]).
     Native,
+    /// Already loaded in this process for another guest, and shared.
+    Shared,
 }
+
+/// Components loaded in this process, by module digest, while some guest runs them.
+type Loaded = Arc<Mutex<HashMap<String, Weak<Component>>>>;
 
 /// The on-disk cache of compiled components. See the [module docs](self).
 #[derive(Clone, Debug, Default)]
 pub struct ModuleCache {
     dir: Option<PathBuf>,
+    loaded: Loaded,
 }
 
 /// `sha256:<hex>` of `bytes`: the identity of a module version.
@@ -56,12 +68,16 @@ impl ModuleCache {
         }
         Ok(ModuleCache {
             dir: Some(dir.to_owned()),
+            loaded: Loaded::default(),
         })
     }
 
     /// No cache: every load compiles.
     pub fn disabled() -> Self {
-        ModuleCache { dir: None }
+        ModuleCache {
+            dir: None,
+            loaded: Loaded::default(),
+        }
     }
 
     /// The default directory: `$XDG_CACHE_HOME/krec/modules`, else `~/.cache/krec/modules`.
@@ -84,6 +100,39 @@ impl ModuleCache {
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let module = format!("{:x}", Sha256::digest(bytes));
         Some(dir.join(format!("{module}-{:016x}.cwasm", hasher.finish())))
+    }
+
+    /// The compiled form of the component in `bytes`, shared with the other guests of this
+    /// cache that run it (see the [module docs](self)); else from the disk cache if there,
+    /// otherwise `compile`d and stored. Keep the returned `Arc` as long as the component is in
+    /// use: that is what keeps it shared.
+    ///
+    /// # Errors
+    ///
+    /// What `compile` returns.
+    pub fn shared_component<E>(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        compile: impl FnOnce() -> Result<Component, E>,
+    ) -> Result<(Arc<Component>, Origin), E> {
+        let key = digest(bytes);
+        {
+            let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+            loaded.retain(|_, weak| weak.strong_count() > 0);
+            if let Some(component) = loaded.get(&key).and_then(Weak::upgrade)
+                && Engine::same(component.engine(), engine)
+            {
+                return Ok((component, Origin::Shared));
+            }
+        }
+        let (component, origin) = self.component(engine, bytes, compile)?;
+        let component = Arc::new(component);
+        self.loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Arc::downgrade(&component));
+        Ok((component, origin))
     }
 
     /// The compiled form of the component in `bytes`: from the cache if there, otherwise
