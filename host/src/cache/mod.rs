@@ -25,7 +25,6 @@ use futures::StreamExt;
 use kube::Api;
 use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, watcher};
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -105,12 +104,19 @@ impl Indexes {
     }
 }
 
+/// An informer's objects by namespace and name, and the list being received during a (re)list.
+#[derive(Default)]
+struct ObjectStore {
+    objects: HashMap<ObjectKey, Arc<CachedObject>>,
+    relist: Option<HashMap<ObjectKey, Arc<CachedObject>>>,
+}
+
 /// One watch of one kind in one scope, its store, indexes and subscribers.
 pub struct Informer {
     gvk: Gvk,
     namespace: Option<String>,
     resolved: Resolved,
-    reader: Store<CachedObject>,
+    store: RwLock<ObjectStore>,
     indexes: RwLock<Indexes>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
     synced: tokio::sync::watch::Sender<bool>,
@@ -172,20 +178,12 @@ impl Informer {
 
     /// Number of cached objects.
     pub fn len(&self) -> usize {
-        self.reader.len()
+        self.read_store().objects.len()
     }
 
     /// Whether the store is empty.
     pub fn is_empty(&self) -> bool {
-        self.reader.is_empty()
-    }
-
-    fn object_ref(&self, namespace: Option<&str>, name: &str) -> ObjectRef<CachedObject> {
-        let r = ObjectRef::new_with(name, self.resolved.resource.clone());
-        match namespace.filter(|_| self.resolved.namespaced) {
-            Some(ns) => r.within(ns),
-            None => r,
-        }
+        self.read_store().objects.is_empty()
     }
 
     /// One object from the store, parsed.
@@ -200,7 +198,10 @@ impl Informer {
 
     /// One object from the store as cached.
     pub fn cached(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
-        self.reader.get(&self.object_ref(namespace, name))
+        self.read_store()
+            .objects
+            .get(&self.key(namespace, name))
+            .cloned()
     }
 
     /// Objects in `namespace` (all when `None`) matching the selectors, parsed, sorted by
@@ -233,10 +234,10 @@ impl Informer {
                     .get(ns)
                     .into_iter()
                     .flatten()
-                    .filter_map(|name| self.reader.get(&self.object_ref(Some(ns), name)))
+                    .filter_map(|name| self.cached(Some(ns), name))
                     .collect()
             }
-            None => self.reader.state(),
+            None => self.state(),
         };
         let mut out: Vec<(ObjectKey, Arc<CachedObject>)> = objects
             .into_iter()
@@ -255,7 +256,7 @@ impl Informer {
 
     /// The namespace and name of every cached object, sorted.
     pub fn keys(&self) -> Vec<(Option<String>, String)> {
-        let mut keys: Vec<ObjectKey> = self.reader.state().iter().map(|o| key_of(o)).collect();
+        let mut keys: Vec<ObjectKey> = self.read_store().objects.keys().cloned().collect();
         keys.sort();
         keys
     }
@@ -263,7 +264,11 @@ impl Informer {
     /// The JSON bytes the store holds: the cached objects' text (their parsed metadata comes on
     /// top).
     pub fn json_bytes(&self) -> usize {
-        self.reader.state().iter().map(|o| o.json_len()).sum()
+        self.read_store()
+            .objects
+            .values()
+            .map(|o| o.json_len())
+            .sum()
     }
 
     /// Objects whose controller owner reference has `uid`, from the owner index.
@@ -274,7 +279,7 @@ impl Informer {
             .get(uid)
             .into_iter()
             .flatten()
-            .filter_map(|(ns, name)| self.reader.get(&self.object_ref(ns.as_deref(), name)))
+            .filter_map(|(ns, name)| self.cached(ns.as_deref(), name))
             .map(|o| o.to_value())
             .collect()
     }
@@ -292,9 +297,7 @@ impl Informer {
     /// Deliver every cached object to `sink` as a create, as a new subscriber gets them: how a
     /// swapped-in guest version sees the whole state, as a restarted controller would.
     pub fn replay(&self, sink: &dyn EventSink) {
-        let mut objects = self.reader.state();
-        objects.sort_by_key(|o| key_of(o));
-        for object in objects {
+        for object in self.state_sorted() {
             let value = object.head(&self.gvk);
             sink.on_event(
                 &self.gvk,
@@ -359,68 +362,63 @@ impl Informer {
 
     /// Apply one watcher event to the store and indexes and tell the subscribers. Each object
     /// version is serialized here, once.
-    fn apply(&self, writer: &mut Writer<CachedObject>, event: watcher::Event<DynamicObject>) {
-        let cache = |o| CachedObject::new(&self.gvk, o);
-        let event = match event {
-            watcher::Event::Apply(o) => watcher::Event::Apply(cache(o)),
-            watcher::Event::Delete(o) => watcher::Event::Delete(cache(o)),
-            watcher::Event::Init => watcher::Event::Init,
-            watcher::Event::InitApply(o) => watcher::Event::InitApply(cache(o)),
-            watcher::Event::InitDone => watcher::Event::InitDone,
-        };
-        match &event {
+    fn apply(&self, event: watcher::Event<DynamicObject>) {
+        let cache = |o| Arc::new(CachedObject::new(&self.gvk, o));
+        match event {
             watcher::Event::Apply(object) => {
-                let old = self.reader.get(&ObjectRef::from_obj_with(
-                    object,
-                    self.resolved.resource.clone(),
-                ));
-                writer.apply_watcher_event(&event);
+                let object = cache(object);
+                let old = self
+                    .write_store()
+                    .objects
+                    .insert(key_of(&object), object.clone());
                 {
                     let mut indexes = self.indexes.write().unwrap_or_else(|e| e.into_inner());
                     if let Some(old) = &old {
                         indexes.remove(old);
                     }
-                    indexes.insert(object);
+                    indexes.insert(&object);
                 }
                 match old {
                     // A relisted object that did not change is no event.
                     Some(old)
                         if old.metadata().resource_version
                             == object.metadata().resource_version => {}
-                    Some(old) => self.dispatch(EventKind::Update, object, Some(&old)),
-                    None => self.dispatch(EventKind::Create, object, None),
+                    Some(old) => self.dispatch(EventKind::Update, &object, Some(&old)),
+                    None => self.dispatch(EventKind::Create, &object, None),
                 }
             }
             watcher::Event::Delete(object) => {
-                writer.apply_watcher_event(&event);
+                let object = cache(object);
+                let stored = self.write_store().objects.remove(&key_of(&object));
                 self.indexes
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
-                    .remove(object);
-                self.dispatch(EventKind::Delete, object, None);
+                    .remove(stored.as_deref().unwrap_or(&object));
+                self.dispatch(EventKind::Delete, &object, None);
             }
-            watcher::Event::Init | watcher::Event::InitApply(_) => {
-                writer.apply_watcher_event(&event);
+            watcher::Event::Init => self.write_store().relist = Some(HashMap::new()),
+            watcher::Event::InitApply(object) => {
+                let object = cache(object);
+                self.write_store()
+                    .relist
+                    .get_or_insert_default()
+                    .insert(key_of(&object), object);
             }
             watcher::Event::InitDone => {
                 // A (re)list: the new list replaces the store at once; what changed since the
                 // old store is delivered as events.
-                let before: HashMap<ObjectKey, Arc<CachedObject>> = self
-                    .reader
-                    .state()
-                    .into_iter()
-                    .map(|o| (key_of(&o), o))
-                    .collect();
-                writer.apply_watcher_event(&event);
+                let mut before = {
+                    let mut store = self.write_store();
+                    let listed = store.relist.take().unwrap_or_default();
+                    std::mem::replace(&mut store.objects, listed)
+                };
                 // Deliver in namespace/name order: the store's order is arbitrary.
-                let mut after = self.reader.state();
-                after.sort_by_key(|o| key_of(o));
+                let after = self.state_sorted();
                 let mut indexes = Indexes::default();
                 for object in &after {
                     indexes.insert(object);
                 }
                 *self.indexes.write().unwrap_or_else(|e| e.into_inner()) = indexes;
-                let mut before = before;
                 for object in &after {
                     match before.remove(&key_of(object)) {
                         None => self.dispatch(EventKind::Create, object, None),
@@ -441,6 +439,36 @@ impl Informer {
                 self.synced.send_replace(true);
             }
         }
+    }
+
+    fn read_store(&self) -> std::sync::RwLockReadGuard<'_, ObjectStore> {
+        self.store.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_store(&self) -> std::sync::RwLockWriteGuard<'_, ObjectStore> {
+        self.store.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every cached object.
+    fn state(&self) -> Vec<Arc<CachedObject>> {
+        self.read_store().objects.values().cloned().collect()
+    }
+
+    /// Every cached object, in namespace/name order.
+    fn state_sorted(&self) -> Vec<Arc<CachedObject>> {
+        let mut objects = self.state();
+        objects.sort_by_key(|o| key_of(o));
+        objects
+    }
+
+    /// The store key of `namespace`/`name`: no namespace for a cluster-scoped kind.
+    fn key(&self, namespace: Option<&str>, name: &str) -> ObjectKey {
+        (
+            namespace
+                .filter(|_| self.resolved.namespaced)
+                .map(str::to_owned),
+            name.to_owned(),
+        )
     }
 }
 
@@ -508,20 +536,18 @@ impl Cache {
             found.add_user(user);
             return Ok(found.clone());
         }
-        let writer = Writer::new(resolved.resource.clone());
-        let reader = writer.as_reader();
         let informer = Arc::new(Informer {
             gvk: gvk.clone(),
             namespace,
             resolved,
-            reader,
+            store: RwLock::default(),
             indexes: RwLock::new(Indexes::default()),
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             task: Mutex::new(None),
             users: Mutex::new(BTreeSet::new()),
         });
-        let task = tokio::spawn(run(self.api.clone(), informer.clone(), writer));
+        let task = tokio::spawn(run(self.api.clone(), informer.clone()));
         *informer.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         tracing::debug!("watching {}", informer.describe());
         informer.add_user(user);
@@ -606,7 +632,7 @@ impl Drop for Cache {
 
 /// The informer's task: watch, store, index, dispatch; errors are logged and the watch is
 /// retried with the watcher's default backoff.
-async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<CachedObject>) {
+async fn run(api: Arc<ApiClient>, informer: Arc<Informer>) {
     let resource = &informer.resolved.resource;
     let client = api.client().clone();
     let objects: Api<DynamicObject> = match &informer.namespace {
@@ -618,7 +644,7 @@ async fn run(api: Arc<ApiClient>, informer: Arc<Informer>, mut writer: Writer<Ca
         .boxed();
     while let Some(event) = stream.next().await {
         match event {
-            Ok(event) => informer.apply(&mut writer, event),
+            Ok(event) => informer.apply(event),
             Err(err) => tracing::warn!("watch of {} failed, retrying: {err}", informer.describe()),
         }
     }
@@ -663,7 +689,7 @@ mod tests {
         }
     }
 
-    fn informer() -> (Arc<Informer>, Writer<CachedObject>) {
+    fn informer() -> Arc<Informer> {
         let resource = ApiResource {
             group: String::new(),
             version: "v1".into(),
@@ -671,22 +697,20 @@ mod tests {
             kind: "Pod".into(),
             plural: "pods".into(),
         };
-        let writer = Writer::new(resource.clone());
-        let informer = Arc::new(Informer {
+        Arc::new(Informer {
             gvk: Gvk::new("", "v1", "Pod"),
             namespace: None,
             resolved: Resolved {
                 resource,
                 namespaced: true,
             },
-            reader: writer.as_reader(),
+            store: RwLock::default(),
             indexes: RwLock::new(Indexes::default()),
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             task: Mutex::new(None),
             users: Mutex::new(BTreeSet::new()),
-        });
-        (informer, writer)
+        })
     }
 
     fn pod(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {
@@ -709,7 +733,7 @@ mod tests {
 
     #[test]
     fn changes_and_relists_should_reach_subscribers_as_creates_updates_and_deletes() {
-        let (informer, mut writer) = informer();
+        let informer = informer();
         let recorder = Arc::new(Recorder::default());
         informer.subscribe(recorder.clone());
         for event in [
@@ -718,23 +742,14 @@ mod tests {
             watcher::Event::InitApply(pod("b", "p2", "2", None)),
             watcher::Event::InitDone,
         ] {
-            informer.apply(&mut writer, event);
+            informer.apply(event);
         }
         assert!(informer.is_synced());
         assert_eq!(recorder.take(), ["Create p1 1", "Create p2 2"]);
 
-        informer.apply(
-            &mut writer,
-            watcher::Event::Apply(pod("a", "p1", "3", None)),
-        );
-        informer.apply(
-            &mut writer,
-            watcher::Event::Apply(pod("a", "p3", "4", Some("u1"))),
-        );
-        informer.apply(
-            &mut writer,
-            watcher::Event::Delete(pod("b", "p2", "5", None)),
-        );
+        informer.apply(watcher::Event::Apply(pod("a", "p1", "3", None)));
+        informer.apply(watcher::Event::Apply(pod("a", "p3", "4", Some("u1"))));
+        informer.apply(watcher::Event::Delete(pod("b", "p2", "5", None)));
         assert_eq!(
             recorder.take(),
             ["Update p1 3 (was 1)", "Create p3 4", "Delete p2 5"]
@@ -752,7 +767,7 @@ mod tests {
             watcher::Event::InitApply(pod("b", "p4", "8", Some("u1"))),
             watcher::Event::InitDone,
         ] {
-            informer.apply(&mut writer, event);
+            informer.apply(event);
         }
         assert_eq!(
             recorder.take(),
@@ -767,7 +782,7 @@ mod tests {
 
     #[test]
     fn reads_should_filter_by_namespace_labels_and_fields() {
-        let (informer, mut writer) = informer();
+        let informer = informer();
         for event in [
             watcher::Event::Init,
             watcher::Event::InitApply(pod("a", "x", "1", None)),
@@ -775,7 +790,7 @@ mod tests {
             watcher::Event::InitApply(pod("b", "x", "3", None)),
             watcher::Event::InitDone,
         ] {
-            informer.apply(&mut writer, event);
+            informer.apply(event);
         }
         let x = LabelSelector::parse("app=x").expect("selector");
         let in_b = FieldSelector::parse("metadata.namespace=b").expect("selector");
@@ -793,13 +808,13 @@ mod tests {
 
     #[test]
     fn a_late_subscriber_should_first_get_every_cached_object() {
-        let (informer, mut writer) = informer();
+        let informer = informer();
         for event in [
             watcher::Event::Init,
             watcher::Event::InitApply(pod("a", "x", "1", None)),
             watcher::Event::InitDone,
         ] {
-            informer.apply(&mut writer, event);
+            informer.apply(event);
         }
         let late = Arc::new(Recorder::default());
         informer.subscribe(late.clone());
