@@ -104,14 +104,12 @@ pub trait QueueObserver: Send + Sync {
 }
 
 struct State<K> {
-    queue: VecDeque<K>,
-    /// When each queued key entered the queue.
-    enqueued_at: HashMap<K, Instant>,
-    /// When each key being processed was handed out.
-    started_at: HashMap<K, Instant>,
+    /// Keys ready to be handed out, with when each entered the queue.
+    queue: VecDeque<(K, Instant)>,
     /// Keys waiting in `queue` or to be re-queued when their processing ends.
     dirty: HashSet<K>,
-    processing: HashSet<K>,
+    /// Keys being processed, with when each was handed out.
+    processing: HashMap<K, Instant>,
     /// Earliest time each delayed key is due.
     waiting: HashMap<K, Instant>,
     /// The same due times, ordered (stale entries are skipped).
@@ -131,6 +129,18 @@ pub struct WorkQueue<K> {
     ready: Notify,
     /// Wakes `drained` callers: processing finished.
     idle: Notify,
+    /// How many `drained` callers wait (so that `done` skips waking nobody).
+    draining: std::sync::atomic::AtomicUsize,
+}
+
+/// What one look into the queue found.
+enum Take<K> {
+    /// A key, handed out.
+    Key(K),
+    /// Nothing ready; the next delayed key is due then, if any.
+    Empty(Option<Instant>),
+    /// The queue is shut down.
+    Shutdown,
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
@@ -141,10 +151,8 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             observer: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
-                enqueued_at: HashMap::new(),
-                started_at: HashMap::new(),
                 dirty: HashSet::new(),
-                processing: HashSet::new(),
+                processing: HashMap::new(),
                 waiting: HashMap::new(),
                 due: BinaryHeap::new(),
                 sequence: 0,
@@ -155,6 +163,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             }),
             ready: Notify::new(),
             idle: Notify::new(),
+            draining: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -178,9 +187,8 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         if state.shutting_down || !state.dirty.insert(key.clone()) {
             return false;
         }
-        if !state.processing.contains(&key) {
-            state.enqueued_at.insert(key.clone(), Instant::now());
-            state.queue.push_back(key);
+        if !state.processing.contains_key(&key) {
+            state.queue.push_back((key, Instant::now()));
             return true;
         }
         false
@@ -283,7 +291,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         let now = Instant::now();
         let mut running: Vec<Duration> = self
             .lock()
-            .started_at
+            .processing
             .values()
             .map(|t| now.saturating_duration_since(*t))
             .collect();
@@ -312,42 +320,56 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         (None, added)
     }
 
+    /// Hand out the next ready key, if any, after moving due delayed keys into the queue.
+    fn take(&self) -> Take<K> {
+        let (next_due, added, taken) = {
+            let mut state = self.lock();
+            if state.shutting_down {
+                return Take::Shutdown;
+            }
+            let now = Instant::now();
+            let (next_due, added) = Self::promote_due(&mut state, now);
+            let taken = state.queue.pop_front().map(|(key, enqueued)| {
+                state.dirty.remove(&key);
+                state.processing.insert(key.clone(), now);
+                (key, now.saturating_duration_since(enqueued))
+            });
+            if taken.is_some() && !state.queue.is_empty() {
+                // Let another worker take the next one.
+                self.ready.notify_one();
+            }
+            (next_due, added, taken)
+        };
+        for _ in 0..added {
+            self.observe(|o| o.added());
+        }
+        match taken {
+            Some((key, waited)) => {
+                self.observe(|o| o.taken(waited));
+                Take::Key(key)
+            }
+            None => Take::Empty(next_due),
+        }
+    }
+
     /// Wait for the next key; `None` once the queue is shut down.
     pub async fn get(&self) -> Option<K> {
+        // A ready key is handed out without registering as a waiter.
+        match self.take() {
+            Take::Key(key) => return Some(key),
+            Take::Shutdown => return None,
+            Take::Empty(_) => {}
+        }
         loop {
             let notified = self.ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (next_due, added, taken) = {
-                let mut state = self.lock();
-                if state.shutting_down {
-                    return None;
-                }
-                let now = Instant::now();
-                let (next_due, added) = Self::promote_due(&mut state, now);
-                let taken = state.queue.pop_front().map(|key| {
-                    state.dirty.remove(&key);
-                    state.processing.insert(key.clone());
-                    let waited = state
-                        .enqueued_at
-                        .remove(&key)
-                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-                    state.started_at.insert(key.clone(), now);
-                    (key, waited)
-                });
-                if taken.is_some() && !state.queue.is_empty() {
-                    // Let another worker take the next one.
-                    self.ready.notify_one();
-                }
-                (next_due, added, taken)
+            // Registered: a key added from now on wakes us, so look once more before sleeping.
+            let next_due = match self.take() {
+                Take::Key(key) => return Some(key),
+                Take::Shutdown => return None,
+                Take::Empty(next_due) => next_due,
             };
-            for _ in 0..added {
-                self.observe(|o| o.added());
-            }
-            if let Some((key, waited)) = taken {
-                self.observe(|o| o.taken(waited));
-                return Some(key);
-            }
             match next_due {
                 Some(at) => {
                     tokio::select! {
@@ -364,16 +386,14 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     /// meanwhile.
     pub fn done(&self, key: &K) {
         let mut state = self.lock();
-        state.processing.remove(key);
         let now = Instant::now();
         let worked = state
-            .started_at
+            .processing
             .remove(key)
             .map(|t| now.saturating_duration_since(t));
         let requeue = state.dirty.contains(key) && !state.shutting_down;
         if requeue {
-            state.enqueued_at.insert(key.clone(), now);
-            state.queue.push_back(key.clone());
+            state.queue.push_back((key.clone(), now));
         }
         let idle = state.processing.is_empty();
         drop(state);
@@ -384,7 +404,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             self.observe(|o| o.added());
             self.ready.notify_one();
         }
-        if idle {
+        if idle && self.draining.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             self.idle.notify_waiters();
         }
     }
@@ -394,7 +414,6 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         let mut state = self.lock();
         state.shutting_down = true;
         state.queue.clear();
-        state.enqueued_at.clear();
         state.dirty.clear();
         state.waiting.clear();
         state.due.clear();
@@ -409,6 +428,16 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Wait until no key is being processed.
     pub async fn drained(&self) {
+        /// Counts this caller among the waiters for as long as it waits.
+        struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        self.draining
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _waiting = Waiting(&self.draining);
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);

@@ -12,7 +12,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 
-use super::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use super::{
+    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+};
 
 /// A kind as the API server serves it.
 #[derive(Clone, Debug)]
@@ -253,6 +255,46 @@ impl ApiClient {
         );
         let builder = http::Request::post(url).header("content-type", "application/json");
         self.send(builder, Self::encode(object)?).await
+    }
+
+    /// POST or PUT (an object or its status) an object given as JSON text, as `field_manager`;
+    /// the text is sent as it is and the stored object returned as the server's text.
+    pub async fn write_text(
+        &self,
+        kind: WriteKind,
+        head: &ObjectHead,
+        json: &str,
+        field_manager: &str,
+    ) -> Result<String, AccessError> {
+        let resolved = self.resolve(&head.gvk).await?;
+        let namespace = head.namespace.as_deref();
+        let builder = match kind {
+            WriteKind::Create => http::Request::post(format!(
+                "{}?fieldManager={}",
+                resolved.collection_url(namespace)?,
+                percent(field_manager)
+            )),
+            WriteKind::Update | WriteKind::UpdateStatus => {
+                let name = head
+                    .name
+                    .as_deref()
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| AccessError::Invalid("object has no metadata.name".into()))?;
+                http::Request::put(format!(
+                    "{}?fieldManager={}",
+                    resolved.object_url(namespace, name, kind == WriteKind::UpdateStatus)?,
+                    percent(field_manager)
+                ))
+            }
+        };
+        let request = builder
+            .header("content-type", "application/json")
+            .body(json.as_bytes().to_vec())
+            .map_err(|e| AccessError::Invalid(format!("building the request: {e}")))?;
+        self.client
+            .request_text(request)
+            .await
+            .map_err(access_error)
     }
 
     /// PUT an object (or its status) as `field_manager`.

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use super::api::ApiClient;
 use super::{
-    AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions, json_text,
+    AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, ObjectHead, PatchType,
+    Preconditions, WriteKind, json_text,
 };
 use crate::cache::{Cache, Informer, SYNC_TIMEOUT};
 use crate::manifest::Manifest;
@@ -284,6 +285,26 @@ impl ClusterAccess for LiveCluster {
     ) -> Result<(), AccessError> {
         let result = self.api.delete(gvk, namespace, name, preconditions).await;
         self.logged("deleted", describe(gvk, namespace, name), result)
+    }
+
+    async fn write_json(
+        &self,
+        kind: WriteKind,
+        head: &ObjectHead,
+        json: &str,
+    ) -> Result<String, AccessError> {
+        let result = self
+            .api
+            .write_text(kind, head, json, &self.field_manager)
+            .await;
+        let verb = match kind {
+            WriteKind::Create => "created",
+            WriteKind::Update => "updated",
+            WriteKind::UpdateStatus => "updated the status of",
+        };
+        let name = head.name.as_deref().unwrap_or("(generated name)");
+        let what = describe(&head.gvk, head.namespace.as_deref(), name);
+        self.logged(verb, what, result)
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {

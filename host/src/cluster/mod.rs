@@ -97,6 +97,76 @@ pub fn json_text(object: &Value) -> Result<Arc<str>, AccessError> {
         .map_err(|e| AccessError::Other(format!("encoding object: {e}")))
 }
 
+/// A whole-object write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Create the object.
+    Create,
+    /// Replace the object (its status is ignored for kinds with a status subresource).
+    Update,
+    /// Replace the object's status through the status subresource.
+    UpdateStatus,
+}
+
+/// What an object given as JSON text says about itself: kind, namespace and name, read without
+/// building the object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectHead {
+    /// Its kind, from `apiVersion` and `kind`.
+    pub gvk: Gvk,
+    /// `metadata.namespace`.
+    pub namespace: Option<String>,
+    /// `metadata.name` (absent on a create with `generateName`).
+    pub name: Option<String>,
+}
+
+impl ObjectHead {
+    /// Read the head of `json`, which must be one valid JSON object with `apiVersion` and
+    /// `kind`. The whole text is checked, but only the head is kept.
+    ///
+    /// # Errors
+    ///
+    /// `invalid`, saying what is wrong.
+    pub fn parse(json: &str) -> Result<Self, AccessError> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(rename = "apiVersion")]
+            api_version: Option<String>,
+            kind: Option<String>,
+            #[serde(default)]
+            metadata: Option<Meta>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            namespace: Option<String>,
+            name: Option<String>,
+        }
+        if !json.trim_start().starts_with('{') {
+            return Err(match serde_json::from_str::<serde::de::IgnoredAny>(json) {
+                Ok(_) => AccessError::Invalid("object is not a JSON object".into()),
+                Err(e) => AccessError::Invalid(format!("object is not valid JSON: {e}")),
+            });
+        }
+        let head: Head = serde_json::from_str(json)
+            .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
+        let field = |value: Option<String>, name: &str| {
+            value
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| AccessError::Invalid(format!("object has no {name}")))
+        };
+        let api_version = field(head.api_version, "apiVersion")?;
+        let kind = field(head.kind, "kind")?;
+        let (namespace, name) = head
+            .metadata
+            .map_or((None, None), |m| (m.namespace, m.name));
+        Ok(ObjectHead {
+            gvk: Gvk::from_api_version(&api_version, &kind),
+            namespace,
+            name,
+        })
+    }
+}
+
 /// Which objects a list returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListOptions {
@@ -270,4 +340,49 @@ pub trait ClusterAccess: Send + Sync + 'static {
     ) -> Result<(), AccessError>;
     /// Record an Event.
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError>;
+    /// Write an object given as JSON text (`head` read from it) and return it as stored, as
+    /// JSON text. The default parses the text and calls [`create`](Self::create) or
+    /// [`update`](Self::update); a client of the API server sends the text as it is.
+    async fn write_json(
+        &self,
+        kind: WriteKind,
+        head: &ObjectHead,
+        json: &str,
+    ) -> Result<String, AccessError> {
+        let _ = head;
+        let object: Value = serde_json::from_str(json)
+            .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
+        let stored = match kind {
+            WriteKind::Create => self.create(object).await?,
+            WriteKind::Update => self.update(object, false).await?,
+            WriteKind::UpdateStatus => self.update(object, true).await?,
+        };
+        serde_json::to_string(&stored)
+            .map_err(|e| AccessError::Other(format!("encoding object: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_head_should_read_kind_and_name_and_refuse_what_is_not_an_object() {
+        let head = ObjectHead::parse(
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"a","labels":{"x":"y"}},"spec":{"replicas":2}}"#,
+        )
+        .expect("head");
+        assert_eq!(head.gvk, Gvk::new("apps", "v1", "Deployment"));
+        assert_eq!(head.namespace.as_deref(), Some("a"));
+        assert_eq!(head.name.as_deref(), Some("web"));
+        let refused = |json: &str| match ObjectHead::parse(json) {
+            Err(AccessError::Invalid(message)) => message,
+            other => panic!("{json}: {other:?}"),
+        };
+        assert!(refused("[1, 2]").contains("not a JSON object"));
+        assert!(refused("{\"apiVersion\": \"v1\", ").contains("not valid JSON"));
+        assert!(refused(r#"{"apiVersion":"v1","kind":"Pod"} trailing"#).contains("not valid JSON"));
+        assert!(refused(r#"{"kind":"Pod"}"#).contains("no apiVersion"));
+        assert!(refused(r#"{"apiVersion":"v1","kind":""}"#).contains("no kind"));
+    }
 }

@@ -8,33 +8,12 @@ use serde_json::Value;
 use super::{Calls, MAX_LIST_BYTES, MAX_OBJECT_BYTES};
 use crate::bindings::krec::reconciler::client::{Host, ListOptions, PatchType, Preconditions};
 use crate::bindings::{WitError, WitGvk};
-use crate::cluster::{self, AccessError, ClusterAccess, Gvk};
+use crate::cluster::{self, AccessError, ClusterAccess, Gvk, ObjectHead, WriteKind};
 use crate::guest::HostState;
 use crate::manifest::Verb;
 use std::sync::Arc;
 
 type CallResult<T> = wasmtime::Result<Result<T, WitError>>;
-
-/// Parse a guest-supplied object: bounded, a JSON object, with apiVersion and kind.
-fn parse_object(json: &str) -> Result<(Gvk, Option<String>, Value), AccessError> {
-    if json.len() > MAX_OBJECT_BYTES {
-        return Err(AccessError::Invalid(format!(
-            "object of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
-            json.len()
-        )));
-    }
-    let object: Value = serde_json::from_str(json)
-        .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
-    if !object.is_object() {
-        return Err(AccessError::Invalid("object is not a JSON object".into()));
-    }
-    let gvk = Gvk::of_object(&object)?;
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Ok((gvk, namespace, object))
-}
 
 fn to_json(object: &Value) -> Result<String, AccessError> {
     serde_json::to_string(object).map_err(|e| AccessError::Other(format!("encoding object: {e}")))
@@ -53,14 +32,21 @@ impl Calls<'_> {
     }
 
     pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, AccessError> {
-        let (gvk, namespace, object) = parse_object(json)?;
-        let cluster = self.cluster_for(verb, &gvk, namespace.as_deref())?;
-        let stored = match verb {
-            Verb::Create => cluster.create(object).await?,
-            Verb::Update => cluster.update(object, false).await?,
-            _ => cluster.update(object, true).await?,
+        if json.len() > MAX_OBJECT_BYTES {
+            return Err(AccessError::Invalid(format!(
+                "object of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
+                json.len()
+            )));
+        }
+        // The text is checked and its head read, but it goes to the API server as it is.
+        let head = ObjectHead::parse(json)?;
+        let cluster = self.cluster_for(verb, &head.gvk, head.namespace.as_deref())?;
+        let kind = match verb {
+            Verb::Create => WriteKind::Create,
+            Verb::Update => WriteKind::Update,
+            _ => WriteKind::UpdateStatus,
         };
-        to_json(&stored)
+        cluster.write_json(kind, &head, json).await
     }
 
     pub(crate) async fn get_json(
