@@ -1,9 +1,11 @@
 //! What one reconcile costs in the sandbox, and what the workqueue costs alone:
 //!
-//! - `guest_call_overhead_us`: a reconcile that gets a ~3 KB Pod through the host and parses it
-//!   into `k8s-openapi`'s `Pod`, as a Wasm guest (reused instance, and a fresh instance per
-//!   reconcile) against the same work done natively in this process; the difference and the
-//!   ratio. The arms are interleaved round by round, so machine noise hits all of them alike.
+//! - `guest_call_overhead_us`: one reconcile of `bench/pod-stamper` on a read-only ~3 KB Pod —
+//!   a `get` through the host, the text parsed into `k8s-openapi`'s `Pod`, the decision — as a
+//!   Wasm guest (reused instance, and a fresh instance per reconcile) against the same crate
+//!   compiled natively and run by the same `GuestWorker` (`krec_guest::native`), over an
+//!   in-memory cluster; the difference and the ratio. The arms are interleaved round by round,
+//!   so machine noise hits all of them alike.
 //! - `queue_ops_per_s`: workqueue add + get + done cycles per second, one thread and two.
 //!
 //! The figures are printed as a Markdown table and merged into `bench/results.json`.
@@ -16,20 +18,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::{median_min_max, quick};
-use k8s_openapi::api::core::v1::Pod;
-use krec::cluster::{ClusterAccess, Gvk, MemoryCluster};
+use krec::cluster::{ClusterAccess, MemoryCluster};
 use krec::guest::{GuestModule, GuestWorker};
 use krec::manifest::Manifest;
 use krec::queue::{RateLimit, WorkQueue};
 use serde_json::{Value, json};
 
 fn manifest(dir: &Path, isolation: &str) -> Manifest {
-    let module = common::module("getter.wasm");
-    let path = dir.join(format!("getter-{isolation}.yaml"));
+    let module = common::module("pod_stamper.wasm");
+    let path = dir.join(format!("pod-stamper-{isolation}.yaml"));
     std::fs::write(
         &path,
         format!(
-            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: getter}}\nspec:\n  module: {}\n  isolation: {isolation}\n  tickers: [{{every: 1h, request: {{name: x}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: pod-stamper}}\nspec:\n  module: {}\n  isolation: {isolation}\n  tickers: [{{every: 1h, request: {{name: x}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
             module.display()
         ),
     )
@@ -37,28 +38,15 @@ fn manifest(dir: &Path, isolation: &str) -> Manifest {
     Manifest::load(&path).expect("manifest")
 }
 
-/// The native arm: the same work as the guest, in process.
-async fn native_reconcile(cluster: &MemoryCluster, gvk: &Gvk) {
-    let value = cluster
-        .get(gvk, Some("default"), "web-0")
-        .await
-        .expect("get");
-    let pod: Pod = serde_json::from_value(value).expect("pod");
-    assert!(!pod.spec.expect("spec").containers.is_empty());
-}
-
 async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = krec::engine::new_engine().expect("engine");
     let linker = krec::guest::new_linker(&engine).expect("linker");
     let cluster = Arc::new(MemoryCluster::new());
-    let bytes = serde_json::to_vec(&common::pod("default", "web-0"))
-        .expect("json")
-        .len();
-    cluster
-        .create(common::pod("default", "web-0"))
-        .await
-        .expect("pod");
+    let mut pod = common::pod("default", "web-0");
+    pod["metadata"]["labels"][pod_stamper::READ_ONLY] = json!("true");
+    let bytes = serde_json::to_vec(&pod).expect("json").len();
+    cluster.create(pod).await.expect("pod");
     let access: Arc<dyn ClusterAccess> = cluster.clone();
     let load = |isolation: &str| {
         Arc::new(
@@ -66,11 +54,17 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
                 .expect("module"),
         )
     };
+    let mut native = GuestWorker::new(
+        Arc::new(GuestModule::native(
+            Arc::new(manifest(dir.path(), "reuse")),
+            krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+        )),
+        access.clone(),
+    );
     let mut reused = GuestWorker::new(load("reuse"), access.clone());
     let mut fresh = GuestWorker::new(load("per-reconcile"), access.clone());
-    let gvk = Gvk::new("", "v1", "Pod");
     let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
-    let (mut native, mut wasm_reused, mut wasm_fresh) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut native_us, mut wasm_reused, mut wasm_fresh) = (Vec::new(), Vec::new(), Vec::new());
     // Warm up every arm.
     for _ in 0..50 {
         reused
@@ -81,14 +75,20 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
             .reconcile(Some("default"), "web-0")
             .await
             .expect("reconcile");
-        native_reconcile(&cluster, &gvk).await;
+        native
+            .reconcile(Some("default"), "web-0")
+            .await
+            .expect("reconcile");
     }
     for _ in 0..rounds {
         let started = Instant::now();
         for _ in 0..per_round {
-            native_reconcile(&cluster, &gvk).await;
+            native
+                .reconcile(Some("default"), "web-0")
+                .await
+                .expect("reconcile");
         }
-        native.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+        native_us.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
         let started = Instant::now();
         for _ in 0..per_round {
             reused
@@ -106,14 +106,14 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
         }
         wasm_fresh.push(started.elapsed().as_secs_f64() * 1e6 / (per_round / 4) as f64);
     }
-    let (n, n_min, n_max) = median_min_max(native);
+    let (n, n_min, n_max) = median_min_max(native_us);
     let (r, r_min, r_max) = median_min_max(wasm_reused);
     let (f, f_min, f_max) = median_min_max(wasm_fresh);
     rows.push(format!(
-        "| guest_call_native_us | {n:.2} | {n_min:.2}–{n_max:.2} | get of a {bytes}-byte Pod from the in-memory cluster, parsed into `Pod`, in process (baseline) |"
+        "| guest_call_native_us | {n:.2} | {n_min:.2}–{n_max:.2} | pod-stamper compiled natively, run by a `GuestWorker`: get of a {bytes}-byte Pod from the in-memory cluster as text, parsed into `Pod` (baseline) |"
     ));
     rows.push(format!(
-        "| guest_call_wasm_reused_us | {r:.2} | {r_min:.2}–{r_max:.2} | the same as a Wasm guest reconcile, the worker's instance reused |"
+        "| guest_call_wasm_reused_us | {r:.2} | {r_min:.2}–{r_max:.2} | the same crate as a Wasm guest, the worker's instance reused |"
     ));
     rows.push(format!(
         "| guest_call_wasm_fresh_us | {f:.2} | {f_min:.2}–{f_max:.2} | the same with a fresh instance per reconcile (`isolation: per-reconcile`) |"

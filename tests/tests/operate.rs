@@ -237,6 +237,19 @@ async fn readiness_trigger_leadership_and_shutdown_through_serve() {
 
     // The manual trigger enqueues a reconcile the guest runs.
     let controller = manager.controller("cleanup-ticker").expect("guest");
+    // The ticker's first tick reconciles at start-up: let it finish, so that only the trigger
+    // can account for the next reconcile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while controller.stats().total() == 0
+        || !controller.queue().is_empty()
+        || controller.stats().active() > 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first tick never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let before = controller.stats().total();
     let (status, body) = http(
         addr,

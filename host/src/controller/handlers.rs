@@ -340,4 +340,47 @@ mod tests {
             1
         );
     }
+    #[test]
+    fn annotation_and_resource_version_predicates_should_filter_updates() {
+        let gvk = Gvk::new("apps", "v1", "ReplicaSet");
+        let with = |annotations: Value, rv: &str| {
+            let mut object = rs(1, json!({}));
+            object["metadata"]["annotations"] = annotations;
+            object["metadata"]["resourceVersion"] = json!(rv);
+            object
+        };
+        let annotations = handlers(
+            "  for: {apiVersion: apps/v1, kind: ReplicaSet}\n  predicates: [AnnotationsChanged]\n",
+        );
+        let old = with(json!({"a": "1"}), "1");
+        let same = with(json!({"a": "1"}), "2");
+        let changed = with(json!({"a": "2"}), "3");
+        assert!(
+            annotations
+                .requests(&gvk, &ev(EventKind::Update, &same, Some(&old)))
+                .is_empty(),
+            "annotations unchanged"
+        );
+        assert_eq!(
+            annotations
+                .requests(&gvk, &ev(EventKind::Update, &changed, Some(&old)))
+                .len(),
+            1
+        );
+        let versions = handlers(
+            "  for: {apiVersion: apps/v1, kind: ReplicaSet}\n  predicates: [ResourceVersionChanged]\n",
+        );
+        assert!(
+            versions
+                .requests(&gvk, &ev(EventKind::Update, &old, Some(&old)))
+                .is_empty(),
+            "a resync of an unchanged object"
+        );
+        assert_eq!(
+            versions
+                .requests(&gvk, &ev(EventKind::Update, &same, Some(&old)))
+                .len(),
+            1
+        );
+    }
 }

@@ -193,3 +193,53 @@ fn store(component: &Component, entry: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(engine: &Engine) -> Result<Component, wasmtime::Error> {
+        Component::new(engine, "(component)")
+    }
+
+    #[test]
+    fn a_module_should_be_compiled_once_then_loaded_or_shared() {
+        let engine = Engine::default();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes = b"the module's bytes";
+        let first = ModuleCache::new(dir.path()).expect("cache");
+        let (held, origin) = first
+            .shared_component(&engine, bytes, || compile(&engine))
+            .expect("compiled");
+        assert_eq!(origin, Origin::Compiled);
+        // Another guest of the same module, while the first runs: the same code.
+        let (_, origin) = first
+            .shared_component(&engine, bytes, || -> Result<Component, wasmtime::Error> {
+                panic!("must not compile again")
+            })
+            .expect("shared");
+        assert_eq!(origin, Origin::Shared);
+        drop(held);
+        // A restart (a new cache over the same directory): loaded, not compiled.
+        let restarted = ModuleCache::new(dir.path()).expect("cache");
+        let (_, origin) = restarted
+            .shared_component(&engine, bytes, || -> Result<Component, wasmtime::Error> {
+                panic!("must not compile again")
+            })
+            .expect("loaded");
+        assert_eq!(origin, Origin::Cached);
+        // Another module is compiled; an engine with other settings does not reuse the entry.
+        let (_, origin) = restarted
+            .shared_component(&engine, b"other bytes", || compile(&engine))
+            .expect("compiled");
+        assert_eq!(origin, Origin::Compiled);
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let other_engine = Engine::new(&config).expect("engine");
+        let (_, origin) = ModuleCache::new(dir.path())
+            .expect("cache")
+            .shared_component(&other_engine, bytes, || compile(&other_engine))
+            .expect("compiled");
+        assert_eq!(origin, Origin::Compiled);
+    }
+}
