@@ -23,7 +23,6 @@ mod object;
 
 use futures::StreamExt;
 use kube::Api;
-use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use serde_json::Value;
@@ -362,8 +361,8 @@ impl Informer {
 
     /// Apply one watcher event to the store and indexes and tell the subscribers. Each object
     /// version is serialized here, once.
-    fn apply(&self, event: watcher::Event<DynamicObject>) {
-        let cache = |o| Arc::new(CachedObject::new(&self.gvk, o));
+    fn apply(&self, event: watcher::Event<CachedObject>) {
+        let cache = |o: CachedObject| Arc::new(o.with_kind(&self.gvk));
         match event {
             watcher::Event::Apply(object) => {
                 let object = cache(object);
@@ -635,7 +634,7 @@ impl Drop for Cache {
 async fn run(api: Arc<ApiClient>, informer: Arc<Informer>) {
     let resource = &informer.resolved.resource;
     let client = api.client().clone();
-    let objects: Api<DynamicObject> = match &informer.namespace {
+    let objects: Api<CachedObject> = match &informer.namespace {
         Some(ns) => Api::namespaced_with(client, ns, resource),
         None => Api::all_with(client, resource),
     };
@@ -713,7 +712,7 @@ mod tests {
         })
     }
 
-    fn pod(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> DynamicObject {
+    fn pod(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> CachedObject {
         let mut value = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "resourceVersion": rv,
                 "labels": {"app": name}}});
