@@ -16,14 +16,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use krec::cluster::Gvk;
 use krec::cluster::api::ApiClient;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 /// The system allocator, counting the bytes live at any moment.
@@ -158,27 +157,12 @@ async fn cache_ratio(
     results: &mut serde_json::Map<String, Value>,
 ) {
     let pods_total = if common::quick() { 2_000 } else { 10_000 };
-    let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns = "bench-cache";
-    let object = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
-    namespaces
-        .create(&PostParams::default(), &object)
-        .await
-        .expect("namespace");
+    common::create_pods(client, ns, pods_total, |i| {
+        common::pod(ns, &format!("pod-{i:05}"))
+    })
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(0..pods_total)
-        .map(|i| {
-            let pods = pods.clone();
-            async move {
-                let object: Pod =
-                    serde_json::from_value(common::pod(ns, &format!("pod-{i:05}"))).expect("pod");
-                pods.create(&PostParams::default(), &object).await
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("create pods");
     // The size of the Pods as the API server serves them (with uid, timestamps, ...).
     let json_bytes: usize = pods
         .list(&ListParams::default())

@@ -109,26 +109,8 @@ fn driver_main(kubeconfig_path: &str) {
 }
 
 async fn setup(client: &kube::Client) -> String {
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     for ns in [WRITE_NS, READ_NS] {
-        let object = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
-        namespaces
-            .create(&PostParams::default(), &object)
-            .await
-            .expect("create namespace");
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        futures::stream::iter(0..PODS)
-            .map(|i| {
-                let pods = pods.clone();
-                async move {
-                    let object: Pod = serde_json::from_value(pod(ns, i)).expect("pod");
-                    pods.create(&PostParams::default(), &object).await
-                }
-            })
-            .buffer_unordered(32)
-            .try_collect::<Vec<_>>()
-            .await
-            .expect("create pods");
+        common::create_pods(client, ns, PODS, |i| pod(ns, i)).await;
     }
     "ok".into()
 }

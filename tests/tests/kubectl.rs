@@ -58,16 +58,8 @@ impl Kubectl {
     }
 }
 
-fn sample(path: &str) -> String {
-    repo_root()
-        .join("sample-guests/foo-controller/crd")
-        .join(path)
-        .display()
-        .to_string()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_should_drive_the_embedded_api_server() {
+/// The embedded API server, and a kubectl configured for it in a fresh directory.
+async fn start() -> (LocalCluster, tempfile::TempDir, Kubectl) {
     let cluster = LocalCluster::start(LocalClusterConfig::default())
         .await
         .expect("start");
@@ -79,6 +71,20 @@ async fn kubectl_should_drive_the_embedded_api_server() {
         kubeconfig,
         cache: dir.path().join("cache"),
     };
+    (cluster, dir, kubectl)
+}
+
+fn sample(path: &str) -> String {
+    repo_root()
+        .join("sample-guests/foo-controller/crd")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_should_drive_the_embedded_api_server() {
+    let (_cluster, dir, kubectl) = start().await;
     tokio::task::spawn_blocking(move || scenario(&kubectl, dir.path()))
         .await
         .expect("scenario");
@@ -240,17 +246,7 @@ fn scenario(k: &Kubectl, dir: &Path) {
 /// a real cluster, and the generated ClusterRole is stored as generated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krec_rbac_and_the_deploy_manifests_should_apply_cleanly() {
-    let cluster = LocalCluster::start(LocalClusterConfig::default())
-        .await
-        .expect("start");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let kubectl = Kubectl {
-        binary: kubectl_binary(),
-        kubeconfig,
-        cache: dir.path().join("cache"),
-    };
+    let (_cluster, dir, kubectl) = start().await;
     let samples = repo_root().join("sample-guests");
     let manifests = krec::dev::load_manifests(&samples).expect("sample manifests");
     let subject = krec::rbac::Subject {

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 /// The repository root.
@@ -161,4 +164,32 @@ impl Drop for ClusterProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Create the namespace `ns` and `count` Pods in it, `pod(i)` each, 32 requests in flight.
+pub async fn create_pods(
+    client: &kube::Client,
+    ns: &str,
+    count: usize,
+    pod: impl Fn(usize) -> Value,
+) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let object = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+    namespaces
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (pods, object) = (pods.clone(), pod(i));
+            async move {
+                let object: Pod = serde_json::from_value(object).expect("pod");
+                pods.create(&PostParams::default(), &object).await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create pods");
 }
