@@ -391,7 +391,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             .processing
             .remove(key)
             .map(|t| now.saturating_duration_since(t));
-        let requeue = state.dirty.contains(key) && !state.shutting_down;
+        // Only a key that was being processed goes back: `done` for any other key must not
+        // queue it a second time.
+        let requeue = worked.is_some() && state.dirty.contains(key) && !state.shutting_down;
         if requeue {
             state.queue.push_back((key.clone(), now));
         }
@@ -478,6 +480,17 @@ mod tests {
         assert_eq!(q.get().await, Some("b"));
         assert_eq!(q.get().await, Some("c"));
         assert_eq!(get_now(&q).await, None, "each key once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_for_a_key_not_handed_out_should_not_queue_it_again() {
+        let q = queue();
+        q.add("a");
+        q.done(&"a");
+        assert_eq!(q.len(), 1, "a waits once");
+        assert_eq!(q.get().await, Some("a"));
+        q.done(&"a");
+        assert_eq!(get_now(&q).await, None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -104,9 +104,11 @@ impl Indexes {
 }
 
 /// An informer's objects by namespace and name, and the list being received during a (re)list.
+/// The indexes live under the same lock as the objects, so a read never sees them disagree.
 #[derive(Default)]
 struct ObjectStore {
     objects: HashMap<ObjectKey, Arc<CachedObject>>,
+    indexes: Indexes,
     relist: Option<HashMap<ObjectKey, Arc<CachedObject>>>,
 }
 
@@ -116,7 +118,6 @@ pub struct Informer {
     namespace: Option<String>,
     resolved: Resolved,
     store: RwLock<ObjectStore>,
-    indexes: RwLock<Indexes>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
     synced: tokio::sync::watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -227,13 +228,15 @@ impl Informer {
     ) -> Vec<Arc<CachedObject>> {
         let objects: Vec<Arc<CachedObject>> = match namespace.filter(|_| self.resolved.namespaced) {
             Some(ns) => {
-                let indexes = self.indexes.read().unwrap_or_else(|e| e.into_inner());
-                indexes
+                let store = self.read_store();
+                store
+                    .indexes
                     .by_namespace
                     .get(ns)
                     .into_iter()
                     .flatten()
-                    .filter_map(|name| self.cached(Some(ns), name))
+                    .filter_map(|name| store.objects.get(&(Some(ns.to_owned()), name.clone())))
+                    .cloned()
                     .collect()
             }
             None => self.state(),
@@ -272,13 +275,14 @@ impl Informer {
 
     /// Objects whose controller owner reference has `uid`, from the owner index.
     pub fn controlled_by(&self, uid: &str) -> Vec<Value> {
-        let indexes = self.indexes.read().unwrap_or_else(|e| e.into_inner());
-        indexes
+        let store = self.read_store();
+        store
+            .indexes
             .by_owner
             .get(uid)
             .into_iter()
             .flatten()
-            .filter_map(|(ns, name)| self.cached(ns.as_deref(), name))
+            .filter_map(|key| store.objects.get(key))
             .map(|o| o.to_value())
             .collect()
     }
@@ -343,6 +347,17 @@ impl Informer {
 
     fn dispatch(&self, kind: EventKind, object: &CachedObject, old: Option<&CachedObject>) {
         let sinks = self.sinks.read().unwrap_or_else(|e| e.into_inner());
+        self.dispatch_to(&sinks, kind, object, old);
+    }
+
+    /// Tell `sinks` of one change.
+    fn dispatch_to(
+        &self,
+        sinks: &[Arc<dyn EventSink>],
+        kind: EventKind,
+        object: &CachedObject,
+        old: Option<&CachedObject>,
+    ) {
         if sinks.is_empty() {
             return;
         }
@@ -366,17 +381,15 @@ impl Informer {
         match event {
             watcher::Event::Apply(object) => {
                 let object = cache(object);
-                let old = self
-                    .write_store()
-                    .objects
-                    .insert(key_of(&object), object.clone());
-                {
-                    let mut indexes = self.indexes.write().unwrap_or_else(|e| e.into_inner());
+                let old = {
+                    let mut store = self.write_store();
+                    let old = store.objects.insert(key_of(&object), object.clone());
                     if let Some(old) = &old {
-                        indexes.remove(old);
+                        store.indexes.remove(old);
                     }
-                    indexes.insert(&object);
-                }
+                    store.indexes.insert(&object);
+                    old
+                };
                 match old {
                     // A relisted object that did not change is no event.
                     Some(old)
@@ -388,11 +401,11 @@ impl Informer {
             }
             watcher::Event::Delete(object) => {
                 let object = cache(object);
-                let stored = self.write_store().objects.remove(&key_of(&object));
-                self.indexes
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(stored.as_deref().unwrap_or(&object));
+                {
+                    let mut store = self.write_store();
+                    let stored = store.objects.remove(&key_of(&object));
+                    store.indexes.remove(stored.as_deref().unwrap_or(&object));
+                }
                 self.dispatch(EventKind::Delete, &object, None);
             }
             watcher::Event::Init => self.write_store().relist = Some(HashMap::new()),
@@ -406,26 +419,30 @@ impl Informer {
             watcher::Event::InitDone => {
                 // A (re)list: the new list replaces the store at once; what changed since the
                 // old store is delivered as events.
+                // Subscribers are held still from the swap until `synced` is set: one that
+                // subscribes meanwhile waits, then sees the informer synced and gets every
+                // object replayed, rather than falling between the two.
+                let sinks = self.sinks.read().unwrap_or_else(|e| e.into_inner());
                 let mut before = {
                     let mut store = self.write_store();
                     let listed = store.relist.take().unwrap_or_default();
+                    let mut indexes = Indexes::default();
+                    for object in listed.values() {
+                        indexes.insert(object);
+                    }
+                    store.indexes = indexes;
                     std::mem::replace(&mut store.objects, listed)
                 };
                 // Deliver in namespace/name order: the store's order is arbitrary.
                 let after = self.state_sorted();
-                let mut indexes = Indexes::default();
-                for object in &after {
-                    indexes.insert(object);
-                }
-                *self.indexes.write().unwrap_or_else(|e| e.into_inner()) = indexes;
                 for object in &after {
                     match before.remove(&key_of(object)) {
-                        None => self.dispatch(EventKind::Create, object, None),
+                        None => self.dispatch_to(&sinks, EventKind::Create, object, None),
                         Some(old)
                             if old.metadata().resource_version
                                 != object.metadata().resource_version =>
                         {
-                            self.dispatch(EventKind::Update, object, Some(&old));
+                            self.dispatch_to(&sinks, EventKind::Update, object, Some(&old));
                         }
                         Some(_) => {}
                     }
@@ -433,9 +450,10 @@ impl Informer {
                 let mut gone: Vec<_> = before.into_values().collect();
                 gone.sort_by_key(|o| key_of(o));
                 for object in &gone {
-                    self.dispatch(EventKind::Delete, object, None);
+                    self.dispatch_to(&sinks, EventKind::Delete, object, None);
                 }
                 self.synced.send_replace(true);
+                drop(sinks);
             }
         }
     }
@@ -540,7 +558,6 @@ impl Cache {
             namespace,
             resolved,
             store: RwLock::default(),
-            indexes: RwLock::new(Indexes::default()),
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             task: Mutex::new(None),
@@ -704,7 +721,6 @@ mod tests {
                 namespaced: true,
             },
             store: RwLock::default(),
-            indexes: RwLock::new(Indexes::default()),
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             task: Mutex::new(None),

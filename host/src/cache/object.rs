@@ -134,7 +134,10 @@ impl CachedObject {
             // One of the two was there: rebuild the object the slow, exact way.
             _ => match serde_json::from_str::<DynamicObject>(&self.json) {
                 Ok(object) => CachedObject::new(gvk, object),
-                Err(_) => self,
+                Err(err) => {
+                    tracing::debug!("a cached {gvk} keeps its text without a kind: {err}");
+                    self
+                }
             },
         }
     }

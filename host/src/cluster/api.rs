@@ -291,10 +291,16 @@ impl ApiClient {
             .header("content-type", "application/json")
             .body(json.as_bytes().to_vec())
             .map_err(|e| AccessError::Invalid(format!("building the request: {e}")))?;
-        self.client
+        let text = self
+            .client
             .request_text(request)
             .await
-            .map_err(access_error)
+            .map_err(access_error)?;
+        // The guest gets the text as it is: it must at least be JSON.
+        serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| {
+            AccessError::Other(format!("the API server answered with invalid JSON: {e}"))
+        })?;
+        Ok(text)
     }
 
     /// PUT an object (or its status) as `field_manager`.

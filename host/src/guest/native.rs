@@ -10,8 +10,8 @@
 //!
 //! # Caveats
 //!
-//! A native reconciler is trusted code: it has no time or memory limit (a reconcile blocked in a
-//! host call is cut at the manifest's timeout only on a current-thread runtime). On a
+//! A native reconciler is trusted code: it has no time or memory limit, and nothing stops it
+//! once it runs (abandoning it would let a retry of its key run beside it). On a
 //! multi-thread runtime it runs on the worker's own task; a host call that is ready at once (a
 //! read from the cache) is simply polled to its end, and one that must wait (a write to the API
 //! server) blocks in place (`tokio::task::block_in_place`). On a current-thread runtime it runs
@@ -286,33 +286,12 @@ pub(crate) async fn run(
     let started = Instant::now();
     let outcome = match on_worker {
         true => call(),
-        false => {
-            let timeout = manifest
-                .spec
-                .limits
-                .timeout
-                .saturating_add(super::HOST_CALL_GRACE);
-            match tokio::time::timeout(timeout, tokio::task::spawn_blocking(call)).await {
-                Ok(Ok(outcome)) => outcome,
-                Ok(Err(join)) => Err(Box::new(join.to_string()) as Box<dyn std::any::Any + Send>),
-                Err(_) => {
-                    let usage = Usage {
-                        guest_time: started.elapsed(),
-                        memory_peak: 0,
-                    };
-                    let err = ReconcileError::Trap {
-                        guest: manifest.name.clone(),
-                        request: shown,
-                        cause: TrapCause::Timeout,
-                        message: format!(
-                            "native reconcile exceeded its time limit of {:?}",
-                            manifest.spec.limits.timeout
-                        ),
-                    };
-                    return (Err(err), usage);
-                }
-            }
-        }
+        // No timeout: a native reconcile cannot be stopped, and abandoning it would let the
+        // retry of its key run beside it.
+        false => match tokio::task::spawn_blocking(call).await {
+            Ok(outcome) => outcome,
+            Err(join) => Err(Box::new(join.to_string()) as Box<dyn std::any::Any + Send>),
+        },
     };
     let host_time = Duration::from_nanos(host.host_nanos.load(Ordering::Relaxed));
     let usage = Usage {
