@@ -1,7 +1,8 @@
-//! The shared informer cache: one kube [`watcher`] and reflector store per (kind, namespace
-//! scope), shared by every guest that needs that kind.
+//! The shared informer cache: one kube [`watcher`] and one store per (kind, namespace scope),
+//! shared by every guest that needs that kind.
 //!
-//! An [`Informer`] keeps the store, indexes by namespace and by controller owner UID, and passes
+//! An [`Informer`] keeps the store (each object as a [`CachedObject`]: its JSON text and parsed
+//! metadata), indexes by namespace and by controller owner UID, and passes
 //! each change to its subscribers ([`EventSink`]s, the guests' controllers) as a create, update
 //! or delete with the previous state, the way client-go's shared informers feed event handlers.
 //! A watch that breaks is resumed by the watcher; when it has to relist, the new list is compared
@@ -263,16 +264,6 @@ impl Informer {
         keys
     }
 
-    /// The JSON bytes the store holds: the cached objects' text (their parsed metadata comes on
-    /// top).
-    pub fn json_bytes(&self) -> usize {
-        self.read_store()
-            .objects
-            .values()
-            .map(|o| o.json_len())
-            .sum()
-    }
-
     /// Objects whose controller owner reference has `uid`, from the owner index.
     pub fn controlled_by(&self, uid: &str) -> Vec<Value> {
         let store = self.read_store();
@@ -374,8 +365,7 @@ impl Informer {
         }
     }
 
-    /// Apply one watcher event to the store and indexes and tell the subscribers. Each object
-    /// version is serialized here, once.
+    /// Apply one watcher event to the store and indexes and tell the subscribers.
     fn apply(&self, event: watcher::Event<CachedObject>) {
         let cache = |o: CachedObject| Arc::new(o.with_kind(&self.gvk));
         match event {

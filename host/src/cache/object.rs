@@ -175,11 +175,6 @@ impl CachedObject {
             .find(|r| r.controller == Some(true))
             .map(|r| r.uid.as_str())
     }
-
-    /// The size of its JSON text, in bytes.
-    pub fn json_len(&self) -> usize {
-        self.json.len()
-    }
 }
 
 impl Resource for CachedObject {

@@ -246,15 +246,41 @@ impl ApiClient {
 
     /// POST a new object as `field_manager`.
     pub async fn create(&self, object: &Value, field_manager: &str) -> Result<Value, AccessError> {
-        let gvk = Gvk::of_object(object)?;
-        let resolved = self.resolve(&gvk).await?;
-        let url = format!(
-            "{}?fieldManager={}",
-            resolved.collection_url(meta_str(object, "namespace"))?,
-            percent(field_manager)
-        );
-        let builder = http::Request::post(url).header("content-type", "application/json");
-        self.send(builder, Self::encode(object)?).await
+        self.write(WriteKind::Create, object, field_manager).await
+    }
+
+    /// PUT an object (or its status) as `field_manager`.
+    pub async fn update(
+        &self,
+        object: &Value,
+        status: bool,
+        field_manager: &str,
+    ) -> Result<Value, AccessError> {
+        let kind = if status {
+            WriteKind::UpdateStatus
+        } else {
+            WriteKind::Update
+        };
+        self.write(kind, object, field_manager).await
+    }
+
+    /// [`write_text`](Self::write_text) for an object given as a value.
+    async fn write(
+        &self,
+        kind: WriteKind,
+        object: &Value,
+        field_manager: &str,
+    ) -> Result<Value, AccessError> {
+        let head = ObjectHead {
+            gvk: Gvk::of_object(object)?,
+            namespace: meta_str(object, "namespace").map(str::to_owned),
+            name: meta_str(object, "name").map(str::to_owned),
+        };
+        let json = String::from_utf8(Self::encode(object)?)
+            .map_err(|e| AccessError::Other(format!("encoding: {e}")))?;
+        let text = self.write_text(kind, &head, &json, field_manager).await?;
+        serde_json::from_str(&text)
+            .map_err(|e| AccessError::Other(format!("decoding the response: {e}")))
     }
 
     /// POST or PUT (an object or its status) an object given as JSON text, as `field_manager`;
@@ -301,27 +327,6 @@ impl ApiClient {
             AccessError::Other(format!("the API server answered with invalid JSON: {e}"))
         })?;
         Ok(text)
-    }
-
-    /// PUT an object (or its status) as `field_manager`.
-    pub async fn update(
-        &self,
-        object: &Value,
-        status: bool,
-        field_manager: &str,
-    ) -> Result<Value, AccessError> {
-        let gvk = Gvk::of_object(object)?;
-        let resolved = self.resolve(&gvk).await?;
-        let name = meta_str(object, "name")
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| AccessError::Invalid("object has no metadata.name".into()))?;
-        let url = format!(
-            "{}?fieldManager={}",
-            resolved.object_url(meta_str(object, "namespace"), name, status)?,
-            percent(field_manager)
-        );
-        let builder = http::Request::put(url).header("content-type", "application/json");
-        self.send(builder, Self::encode(object)?).await
     }
 
     /// PATCH an object (or its status) as `field_manager`.

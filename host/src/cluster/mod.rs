@@ -346,10 +346,9 @@ pub trait ClusterAccess: Send + Sync + 'static {
     async fn write_json(
         &self,
         kind: WriteKind,
-        head: &ObjectHead,
+        _head: &ObjectHead,
         json: &str,
     ) -> Result<String, AccessError> {
-        let _ = head;
         let object: Value = serde_json::from_str(json)
             .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
         let stored = match kind {
