@@ -292,12 +292,11 @@ impl Informer {
     /// swapped-in guest version sees the whole state, as a restarted controller would.
     pub fn replay(&self, sink: &dyn EventSink) {
         for object in self.state_sorted() {
-            let value = object.head(&self.gvk);
             sink.on_event(
                 &self.gvk,
                 &Event {
                     kind: EventKind::Create,
-                    object: &value,
+                    object: object.metadata(),
                     old: None,
                 },
             );
@@ -352,13 +351,10 @@ impl Informer {
         if sinks.is_empty() {
             return;
         }
-        // Handlers and predicates look at metadata only: the spec is not converted for them.
-        let value = object.head(&self.gvk);
-        let old = old.map(|o| o.head(&self.gvk));
         let event = Event {
             kind,
-            object: &value,
-            old: old.as_ref(),
+            object: object.metadata(),
+            old: old.map(CachedObject::metadata),
         };
         for sink in sinks.iter() {
             sink.on_event(&self.gvk, &event);
@@ -658,6 +654,7 @@ async fn run(api: Arc<ApiClient>, informer: Arc<Informer>) {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::core::ApiResource;
     use serde_json::json;
 
@@ -669,16 +666,11 @@ mod tests {
 
     impl EventSink for Recorder {
         fn on_event(&self, _gvk: &Gvk, event: &Event<'_>) {
-            let rv = |o: &Value| {
-                o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned()
-            };
+            let rv = |o: &ObjectMeta| o.resource_version.clone().unwrap_or_default();
             let line = format!(
                 "{:?} {} {}{}",
                 event.kind,
-                event.object["metadata"]["name"].as_str().unwrap_or(""),
+                event.object.name.as_deref().unwrap_or(""),
                 rv(event.object),
                 event
                     .old

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope, Resource};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::cluster::Gvk;
 
@@ -157,15 +157,6 @@ impl CachedObject {
         serde_json::from_str(&self.json).unwrap_or(Value::Null)
     }
 
-    /// `apiVersion`, `kind` and `metadata`: the object as event handlers see it.
-    pub fn head(&self, gvk: &Gvk) -> Value {
-        json!({
-            "apiVersion": gvk.api_version(),
-            "kind": gvk.kind,
-            "metadata": serde_json::to_value(&self.metadata).unwrap_or(Value::Null),
-        })
-    }
-
     /// The UID of its controller owner reference, if any.
     pub fn controller_uid(&self) -> Option<&str> {
         self.metadata
@@ -212,6 +203,8 @@ impl Resource for CachedObject {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -260,8 +253,6 @@ mod tests {
         assert_eq!(value["status"]["phase"], "Running");
         assert_eq!(cached.json().matches("\"kind\"").count(), 1);
         assert_eq!(cached.metadata().name.as_deref(), Some("p"));
-        let head = cached.head(&Gvk::new("", "v1", "Pod"));
-        assert_eq!(head["metadata"]["namespace"], "a");
-        assert!(head.get("spec").is_none());
+        assert_eq!(cached.metadata().namespace.as_deref(), Some("a"));
     }
 }

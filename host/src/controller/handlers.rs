@@ -8,11 +8,18 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cluster::Gvk;
 use crate::manifest::{EventKind, Manifest, Predicate};
-use crate::selector::{LabelSelector, object_labels};
+use crate::selector::LabelSelector;
+
+/// The labels of an object without any.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+fn labels(meta: &ObjectMeta) -> &BTreeMap<String, String> {
+    meta.labels.as_ref().unwrap_or(&NO_LABELS)
+}
 
 /// The key of an object to reconcile.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,15 +40,37 @@ impl Request {
     }
 }
 
-/// One watch event as the handlers see it.
+/// One watch event as the handlers see it: handlers and predicates look at an object's
+/// metadata only, so that is what they get.
 #[derive(Clone, Copy, Debug)]
 pub struct Event<'a> {
     /// What happened.
     pub kind: EventKind,
-    /// The object (for a delete: its last state).
-    pub object: &'a Value,
-    /// For an update: the previous state.
-    pub old: Option<&'a Value>,
+    /// The object's metadata (for a delete: its last state).
+    pub object: &'a ObjectMeta,
+    /// For an update: the previous state's metadata.
+    pub old: Option<&'a ObjectMeta>,
+}
+
+/// A metadata field a change predicate compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Generation,
+    Labels,
+    Annotations,
+    ResourceVersion,
+}
+
+impl Field {
+    /// Whether `field` differs between `old` and `new`.
+    fn changed(self, old: &ObjectMeta, new: &ObjectMeta) -> bool {
+        match self {
+            Field::Generation => old.generation != new.generation,
+            Field::Labels => old.labels != new.labels,
+            Field::Annotations => old.annotations != new.annotations,
+            Field::ResourceVersion => old.resource_version != new.resource_version,
+        }
+    }
 }
 
 /// How a watched kind maps to requests.
@@ -65,17 +94,9 @@ pub struct Handlers {
 
 #[derive(Clone, Debug)]
 enum CompiledPredicate {
-    Changed(&'static str),
+    Changed(Field),
     Labels(LabelSelector),
     Events(Vec<EventKind>),
-}
-
-fn meta<'a>(object: &'a Value, field: &str) -> Option<&'a Value> {
-    object.get("metadata")?.get(field)
-}
-
-fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
-    meta(object, field)?.as_str()
 }
 
 impl CompiledPredicate {
@@ -83,10 +104,10 @@ impl CompiledPredicate {
         match self {
             // Change predicates filter updates only, as controller-runtime's do.
             CompiledPredicate::Changed(field) => match (event.kind, event.old) {
-                (EventKind::Update, Some(old)) => meta(old, field) != meta(event.object, field),
+                (EventKind::Update, Some(old)) => field.changed(old, event.object),
                 _ => true,
             },
-            CompiledPredicate::Labels(selector) => selector.matches_object(event.object),
+            CompiledPredicate::Labels(selector) => selector.matches(labels(event.object)),
             CompiledPredicate::Events(kinds) => kinds.contains(&event.kind),
         }
     }
@@ -100,10 +121,12 @@ impl Handlers {
             .predicates
             .iter()
             .map(|p| match p {
-                Predicate::GenerationChanged => CompiledPredicate::Changed("generation"),
-                Predicate::LabelsChanged => CompiledPredicate::Changed("labels"),
-                Predicate::AnnotationsChanged => CompiledPredicate::Changed("annotations"),
-                Predicate::ResourceVersionChanged => CompiledPredicate::Changed("resourceVersion"),
+                Predicate::GenerationChanged => CompiledPredicate::Changed(Field::Generation),
+                Predicate::LabelsChanged => CompiledPredicate::Changed(Field::Labels),
+                Predicate::AnnotationsChanged => CompiledPredicate::Changed(Field::Annotations),
+                Predicate::ResourceVersionChanged => {
+                    CompiledPredicate::Changed(Field::ResourceVersion)
+                }
                 Predicate::LabelSelector(text) => {
                     CompiledPredicate::Labels(LabelSelector::parse(text).unwrap_or_default())
                 }
@@ -148,10 +171,10 @@ impl Handlers {
     /// The requests an event on an object of kind `gvk` causes (deduplicated, sorted).
     pub fn requests(&self, gvk: &Gvk, event: &Event<'_>) -> Vec<Request> {
         let mut out = BTreeMap::new();
-        let namespace = meta_str(event.object, "namespace");
+        let namespace = event.object.namespace.as_deref();
         if self.for_kind.as_ref() == Some(gvk)
             && self.predicates.iter().all(|p| p.allows(event))
-            && let Some(name) = meta_str(event.object, "name")
+            && let Some(name) = event.object.name.as_deref()
         {
             out.insert(Request::new(namespace, name), ());
         }
@@ -172,7 +195,7 @@ impl Handlers {
                     key,
                     namespace: fixed,
                 } => {
-                    if let Some(name) = object_labels(event.object).get(key) {
+                    if let Some(name) = labels(event.object).get(key) {
                         let ns = fixed.as_deref().or(namespace);
                         out.insert(Request::new(ns, name), ());
                     }
@@ -183,20 +206,19 @@ impl Handlers {
     }
 
     /// The name of the object's controller owner, if it is of the `for` kind.
-    fn controller_owner(&self, object: &Value) -> Option<String> {
+    fn controller_owner(&self, object: &ObjectMeta) -> Option<String> {
         let for_kind = self.for_kind.as_ref()?;
-        meta(object, "ownerReferences")?
-            .as_array()?
+        object
+            .owner_references
+            .as_ref()?
             .iter()
-            .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+            .filter(|r| r.controller == Some(true))
             .find(|r| {
-                let api_version = r.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-                let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
                 // Any version of the `for` kind's group counts, as controller-runtime does.
-                Gvk::from_api_version(api_version, kind).group == for_kind.group
-                    && kind == for_kind.kind
+                Gvk::from_api_version(&r.api_version, &r.kind).group == for_kind.group
+                    && r.kind == for_kind.kind
             })
-            .and_then(|r| r.get("name")?.as_str().map(str::to_owned))
+            .map(|r| r.name.clone())
     }
 }
 
@@ -205,6 +227,8 @@ mod tests {
     use std::path::Path;
 
     use serde_json::json;
+
+    use serde_json::Value;
 
     use super::*;
 
@@ -215,12 +239,17 @@ mod tests {
         Handlers::from_manifest(&Manifest::parse(Path::new("t.yaml"), &text).expect("manifest"))
     }
 
-    fn rs(generation: i64, labels: Value) -> Value {
-        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-            "metadata": {"name": "web", "namespace": "default", "generation": generation, "labels": labels, "resourceVersion": "1"}})
+    fn rs(generation: i64, labels: Value) -> ObjectMeta {
+        meta(&json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "web", "namespace": "default", "generation": generation, "labels": labels, "resourceVersion": "1"}}))
     }
 
-    fn ev<'a>(kind: EventKind, object: &'a Value, old: Option<&'a Value>) -> Event<'a> {
+    /// The metadata of an object written as JSON.
+    fn meta(object: &Value) -> ObjectMeta {
+        serde_json::from_value(object["metadata"].clone()).expect("metadata")
+    }
+
+    fn ev<'a>(kind: EventKind, object: &'a ObjectMeta, old: Option<&'a ObjectMeta>) -> Event<'a> {
         Event { kind, object, old }
     }
 
@@ -236,27 +265,33 @@ mod tests {
             [Request::new(Some("default"), "web")]
         );
 
-        let owned = json!({"metadata": {"name": "web-1", "namespace": "default", "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]}});
+        let owned = meta(
+            &json!({"metadata": {"name": "web-1", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]}}),
+        );
         let pod = Gvk::new("", "v1", "Pod");
         assert_eq!(
             h.requests(&pod, &ev(EventKind::Delete, &owned, None)),
             [Request::new(Some("default"), "web")]
         );
-        let not_controller = json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u"}]}});
+        let not_controller = meta(
+            &json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u"}]}}),
+        );
         assert!(
             h.requests(&pod, &ev(EventKind::Create, &not_controller, None))
                 .is_empty()
         );
-        let other_kind = json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u", "controller": true}]}});
+        let other_kind = meta(
+            &json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u", "controller": true}]}}),
+        );
         assert!(
             h.requests(&pod, &ev(EventKind::Create, &other_kind, None))
                 .is_empty()
         );
 
-        let cm = json!({"metadata": {"name": "any", "namespace": "x"}});
+        let cm = meta(&json!({"metadata": {"name": "any", "namespace": "x"}}));
         assert_eq!(
             h.requests(
                 &Gvk::new("", "v1", "ConfigMap"),
@@ -265,7 +300,7 @@ mod tests {
             [Request::new(Some("bbb"), "abc")]
         );
         let secret =
-            json!({"metadata": {"name": "s", "namespace": "x", "labels": {"app": "shop"}}});
+            meta(&json!({"metadata": {"name": "s", "namespace": "x", "labels": {"app": "shop"}}}));
         assert_eq!(
             h.requests(
                 &Gvk::new("", "v1", "Secret"),
@@ -343,18 +378,23 @@ mod tests {
     #[test]
     fn annotation_and_resource_version_predicates_should_filter_updates() {
         let gvk = Gvk::new("apps", "v1", "ReplicaSet");
-        let with = |annotations: Value, rv: &str| {
+        let with = |annotations: &[(&str, &str)], rv: &str| {
             let mut object = rs(1, json!({}));
-            object["metadata"]["annotations"] = annotations;
-            object["metadata"]["resourceVersion"] = json!(rv);
+            object.annotations = Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            );
+            object.resource_version = Some(rv.to_owned());
             object
         };
         let annotations = handlers(
             "  for: {apiVersion: apps/v1, kind: ReplicaSet}\n  predicates: [AnnotationsChanged]\n",
         );
-        let old = with(json!({"a": "1"}), "1");
-        let same = with(json!({"a": "1"}), "2");
-        let changed = with(json!({"a": "2"}), "3");
+        let old = with(&[("a", "1")], "1");
+        let same = with(&[("a", "1")], "2");
+        let changed = with(&[("a", "2")], "3");
         assert!(
             annotations
                 .requests(&gvk, &ev(EventKind::Update, &same, Some(&old)))

@@ -26,9 +26,9 @@ impl Calls<'_> {
         verb: Verb,
         gvk: &Gvk,
         namespace: Option<&str>,
-    ) -> Result<Arc<dyn ClusterAccess>, AccessError> {
+    ) -> Result<&Arc<dyn ClusterAccess>, AccessError> {
         self.authorize(verb, gvk, namespace)?;
-        Ok(self.cluster.clone())
+        Ok(self.cluster)
     }
 
     pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, AccessError> {
