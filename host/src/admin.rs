@@ -172,6 +172,43 @@ fn same_token(given: &str, expected: &str) -> bool {
             == 0
 }
 
+/// The token of an `Authorization: Bearer <token>` header; the scheme is matched without
+/// regard to case (RFC 7235).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start())
+}
+
+/// Longest object name the trigger accepts: a DNS subdomain's 253 bytes.
+const MAX_TRIGGER_NAME: usize = 253;
+
+/// Check a trigger's namespace and name: what an object could be called, one URL segment,
+/// nothing that could forge a log line.
+fn check_trigger_names(namespace: Option<&str>, name: &str) -> Result<(), String> {
+    if let Some(ns) = namespace
+        && !crate::selector::is_dns_label(ns)
+    {
+        return Err(format!(
+            "{ns:?} is not a valid namespace (use `_` for a cluster-scoped object)"
+        ));
+    }
+    let valid = !name.is_empty()
+        && name.len() <= MAX_TRIGGER_NAME
+        && name != "."
+        && name != ".."
+        && !name.chars().any(|c| c.is_control() || c == '/' || c == '%');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a valid object name: 1-{MAX_TRIGGER_NAME} bytes, no `/`, `%` or control characters",
+            name.chars().take(64).collect::<String>()
+        ))
+    }
+}
+
 async fn trigger(
     State(state): State<Arc<AdminState>>,
     Path((guest, namespace, name)): Path<(String, String, String)>,
@@ -181,7 +218,7 @@ async fn trigger(
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_token);
         if !given.is_some_and(|g| same_token(g, expected)) {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -195,8 +232,11 @@ async fn trigger(
         return (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")).into_response();
     };
     let namespace = (namespace != "_").then_some(namespace);
+    if let Err(problem) = check_trigger_names(namespace.as_deref(), &name) {
+        return (StatusCode::BAD_REQUEST, format!("{problem}\n")).into_response();
+    }
     let request = Request::new(namespace.as_deref(), &name);
-    tracing::info!("manual trigger: {guest} {request}");
+    tracing::info!(guest = %guest, request = %request, "manual trigger");
     controller.trigger(request.clone());
     (
         StatusCode::ACCEPTED,

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod controller;
 pub mod dev;
 pub mod engine;
+pub mod files;
 pub mod guest;
 pub mod imports;
 pub mod leader;

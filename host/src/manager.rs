@@ -299,6 +299,23 @@ impl Manager {
                 .await
                 .map_err(|err| format!("cannot watch {gvk}: {err}"))?;
         }
+        // A namespace cannot restrict a cluster-scoped kind: refuse the guest rather than let
+        // it believe its permission is narrower than it is.
+        for (i, permission) in manifest.spec.permissions.iter().enumerate() {
+            if permission.namespaces.is_empty() {
+                continue;
+            }
+            let gvk = Gvk::from_api_version(&permission.api_version, &permission.kind);
+            if let Ok(resolved) = api.resolve(&gvk).await
+                && !resolved.namespaced
+            {
+                return Err(format!(
+                    "{}: spec.permissions[{i}].namespaces: {}",
+                    manifest.path.display(),
+                    crate::manifest::cluster_scoped_namespaces(&gvk)
+                ));
+            }
+        }
         let for_kind: Option<Gvk> = manifest.spec.for_kind.as_ref().map(|k| k.gvk());
         let mut informers: Vec<Arc<Informer>> = Vec::new();
         let mut for_informers = Vec::new();
@@ -358,6 +375,8 @@ impl Manager {
             Ok(wired) => wired,
             Err(reason) => {
                 self.inner.cache.release(&name, Some(&sink), &[]);
+                // It never ran: no series may say it is loaded.
+                controller.forget_metrics();
                 return Err(reason);
             }
         };
@@ -493,7 +512,7 @@ impl Manager {
                     }
                 },
                 Some(guest) => {
-                    let digest = std::fs::read(&manifest.spec.module)
+                    let digest = crate::guest::read_module(&manifest.spec.module)
                         .map(|b| crate::guest::module_cache::digest(&b))
                         .unwrap_or_default();
                     if *guest.manifest == manifest && guest.digest == digest {

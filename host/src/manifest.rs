@@ -359,8 +359,39 @@ pub struct Limits {
 
 /// Default per-reconcile timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest `limits.timeout` accepted: a reconcile holds a worker for that long.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest `limits.timeout` accepted: a reconcile holds a worker (and a key) for that long.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+/// Smallest `limits.memory`: a Rust guest needs about this much to start.
+pub const MIN_MEMORY: u64 = 1 << 20;
+/// Largest `limits.memory`: all a wasm32 guest can address.
+pub const MAX_MEMORY: u64 = 4 << 30;
+/// Most workers (`maxConcurrentReconciles`) a guest may have; each holds an instance.
+pub const MAX_CONCURRENT_RECONCILES: u32 = 256;
+/// Highest `rateLimiter.qps`.
+pub const MAX_QPS: f64 = 10_000.0;
+/// Largest `rateLimiter.burst`.
+pub const MAX_BURST: u32 = 100_000;
+/// Most tickers one guest may have.
+pub const MAX_TICKERS: usize = 64;
+/// Shortest ticker period.
+pub const MIN_TICKER: Duration = Duration::from_millis(100);
+/// Shortest resync period: each resync enqueues every cached object of the `for` kind.
+pub const MIN_PERIOD: Duration = Duration::from_secs(1);
+/// Longest period or delay (tickers, resync, backoff cap): 30 days.
+pub const MAX_PERIOD: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Largest manifest file read.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// A duration as the manifest would write it: `300s`, `100ms`, `720h`.
+fn show_duration(d: Duration) -> String {
+    if d.subsec_nanos() != 0 {
+        format!("{}ms", d.as_millis())
+    } else if d.as_secs().is_multiple_of(3600) && d.as_secs() >= 3600 {
+        format!("{}h", d.as_secs() / 3600)
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
 /// Default linear memory limit: 64 MiB.
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
 
@@ -466,7 +497,7 @@ impl Manifest {
 
     /// Read and validate a manifest file.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+        let text = read_manifest(path).map_err(|source| ManifestError::Read {
             path: path.to_owned(),
             source,
         })?;
@@ -539,7 +570,7 @@ impl Manifest {
         files.sort();
         let mut results: Vec<Result<Manifest, ManifestError>> = Vec::new();
         for file in files {
-            let text = match std::fs::read_to_string(&file) {
+            let text = match read_manifest(&file) {
                 Ok(text) => text,
                 Err(source) => {
                     results.push(Err(ManifestError::Read { path: file, source }));
@@ -564,6 +595,11 @@ impl Manifest {
         }
         Ok(results)
     }
+}
+
+/// A manifest file's text: a regular file of at most [`MAX_MANIFEST_BYTES`].
+fn read_manifest(path: &Path) -> std::io::Result<String> {
+    crate::files::read_bounded_text(path, MAX_MANIFEST_BYTES)
 }
 
 /// Whether a YAML file clearly declares some other `kind` (a CRD, example objects) in its first
@@ -698,30 +734,69 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
             );
         }
     }
-    if spec.max_concurrent_reconciles == 0 {
-        return problem("spec.maxConcurrentReconciles", "must be at least 1".into());
-    }
-    let rl = &spec.rate_limiter;
-    if rl.base_delay.is_zero() || rl.base_delay > rl.max_delay {
+    if spec.max_concurrent_reconciles == 0
+        || spec.max_concurrent_reconciles > MAX_CONCURRENT_RECONCILES
+    {
         return problem(
-            "spec.rateLimiter.baseDelay",
-            "must be positive and at most maxDelay".into(),
+            "spec.maxConcurrentReconciles",
+            format!(
+                "must be between 1 and {MAX_CONCURRENT_RECONCILES} (got {})",
+                spec.max_concurrent_reconciles
+            ),
         );
     }
-    if !(rl.qps.is_finite() && rl.qps > 0.0) {
-        return problem("spec.rateLimiter.qps", "must be a positive number".into());
+    let rl = &spec.rate_limiter;
+    if rl.base_delay < Duration::from_millis(1) || rl.base_delay > rl.max_delay {
+        return problem(
+            "spec.rateLimiter.baseDelay",
+            "must be at least 1ms and at most maxDelay".into(),
+        );
     }
-    if rl.burst == 0 {
-        return problem("spec.rateLimiter.burst", "must be at least 1".into());
+    if rl.max_delay > MAX_PERIOD {
+        return problem(
+            "spec.rateLimiter.maxDelay",
+            format!("must be at most {}", show_duration(MAX_PERIOD)),
+        );
     }
-    if spec.resync_period.is_some_and(|p| p.is_zero()) {
-        return problem("spec.resyncPeriod", "must be positive".into());
+    if !(rl.qps.is_finite() && rl.qps > 0.0 && rl.qps <= MAX_QPS) {
+        return problem(
+            "spec.rateLimiter.qps",
+            format!("must be a positive number, at most {MAX_QPS}"),
+        );
+    }
+    if rl.burst == 0 || rl.burst > MAX_BURST {
+        return problem(
+            "spec.rateLimiter.burst",
+            format!("must be between 1 and {MAX_BURST}"),
+        );
+    }
+    if let Some(period) = spec.resync_period
+        && !(MIN_PERIOD..=MAX_PERIOD).contains(&period)
+    {
+        return problem(
+            "spec.resyncPeriod",
+            format!(
+                "must be between {} and {}",
+                show_duration(MIN_PERIOD),
+                show_duration(MAX_PERIOD)
+            ),
+        );
+    }
+    if spec.tickers.len() > MAX_TICKERS {
+        return problem(
+            "spec.tickers",
+            format!("at most {MAX_TICKERS} tickers (got {})", spec.tickers.len()),
+        );
     }
     for (i, t) in spec.tickers.iter().enumerate() {
-        if t.every < Duration::from_millis(100) {
+        if !(MIN_TICKER..=MAX_PERIOD).contains(&t.every) {
             return problem(
                 &format!("spec.tickers[{i}].every"),
-                "must be at least 100ms".into(),
+                format!(
+                    "must be between {} and {}",
+                    show_duration(MIN_TICKER),
+                    show_duration(MAX_PERIOD)
+                ),
             );
         }
         validate_request(&format!("spec.tickers[{i}].request"), &t.request)?;
@@ -735,11 +810,17 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     if spec.limits.timeout.is_zero() || spec.limits.timeout > MAX_TIMEOUT {
         return problem(
             "spec.limits.timeout",
-            format!("must be positive and at most {MAX_TIMEOUT:?}"),
+            format!(
+                "must be positive and at most {}",
+                show_duration(MAX_TIMEOUT)
+            ),
         );
     }
-    if spec.limits.memory < (1 << 20) {
-        return problem("spec.limits.memory", "must be at least 1Mi".into());
+    if !(MIN_MEMORY..=MAX_MEMORY).contains(&spec.limits.memory) {
+        return problem(
+            "spec.limits.memory",
+            "must be between 1Mi and 4Gi (a wasm32 guest addresses at most 4Gi)".into(),
+        );
     }
     for (i, k) in spec.uncached.iter().enumerate() {
         validate_kind(&format!("spec.uncached[{i}]"), k)?;
@@ -759,6 +840,13 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
                 "must list at least one verb".into(),
             );
         }
+        let gvk = Gvk::from_api_version(&p.api_version, &p.kind);
+        if !p.namespaces.is_empty() && is_builtin_cluster_scoped(&gvk) {
+            return problem(
+                &format!("{field}.namespaces"),
+                cluster_scoped_namespaces(&gvk),
+            );
+        }
         for (j, ns) in p.namespaces.iter().enumerate() {
             if !is_dns_label(ns) {
                 return problem(
@@ -769,6 +857,69 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
         }
     }
     Ok(())
+}
+
+/// Group and kind of the cluster-scoped kinds Kubernetes serves itself (any version). A
+/// permission's `namespaces` cannot restrict them; custom resources are checked against
+/// discovery when the guest starts.
+const CLUSTER_SCOPED_BUILTINS: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "ComponentStatus"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
+];
+
+/// Whether `gvk` is one of Kubernetes' own cluster-scoped kinds.
+pub fn is_builtin_cluster_scoped(gvk: &Gvk) -> bool {
+    CLUSTER_SCOPED_BUILTINS
+        .iter()
+        .any(|(group, kind)| gvk.group == *group && gvk.kind == *kind)
+}
+
+/// The problem with `namespaces` on a permission for the cluster-scoped kind `gvk`.
+pub fn cluster_scoped_namespaces(gvk: &Gvk) -> String {
+    format!(
+        "{gvk} is cluster-scoped, so a namespace cannot restrict it: remove `namespaces` (the \
+         permission then covers every {} in the cluster) or drop the permission",
+        gvk.kind
+    )
 }
 
 fn validate_request(field: &str, r: &RequestSpec) -> Result<(), (String, String)> {
@@ -932,7 +1083,32 @@ spec:
             ),
             (
                 GOOD.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 0"),
-                "spec.maxConcurrentReconciles: must be at least 1",
+                "spec.maxConcurrentReconciles: must be between 1 and 256 (got 0)",
+            ),
+            // Every number has an upper bound: an absurd one is refused here, not by the
+            // host aborting on an allocation (issue 18).
+            (
+                GOOD.replace(
+                    "maxConcurrentReconciles: 2",
+                    "maxConcurrentReconciles: 4000000000",
+                ),
+                "spec.maxConcurrentReconciles: must be between 1 and 256 (got 4000000000)",
+            ),
+            (
+                GOOD.replace("memory: 64Mi", "memory: 1000000Gi"),
+                "spec.limits.memory: must be between 1Mi and 4Gi",
+            ),
+            (
+                GOOD.replace("timeout: 5s", "timeout: 600s"),
+                "spec.limits.timeout: must be positive and at most 300s",
+            ),
+            (
+                GOOD.replace("resyncPeriod: 10m", "resyncPeriod: 1ms"),
+                "spec.resyncPeriod: must be between 1s and 720h",
+            ),
+            (
+                GOOD.replace("every: 1m30s", "every: 100000000h"),
+                "spec.tickers[0].every: must be between 100ms and 720h",
             ),
             (
                 GOOD.replace("GenerationChanged,", "GenerationChnaged,"),

@@ -148,6 +148,14 @@ pub struct Metrics {
     pub module_info: Family<ModuleLabels, Gauge>,
     /// `krec_host_calls_total`.
     pub host_calls: Family<CallLabels, Counter>,
+    /// `krec_guest_log_dropped_lines_total`.
+    pub log_dropped: Family<GuestLabel, Counter>,
+    /// `krec_guest_cpu_throttled_seconds_total`.
+    pub cpu_throttled: Family<GuestLabel, Counter<f64, AtomicU64>>,
+    /// `krec_guest_write_throttled_seconds_total`.
+    pub write_throttled: Family<GuestLabel, Counter<f64, AtomicU64>>,
+    /// `krec_guest_quarantined_keys_total`.
+    pub quarantined: Family<GuestLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -185,6 +193,10 @@ impl Metrics {
             guest_memory_peak: Family::default(),
             module_info: Family::default(),
             host_calls: Family::default(),
+            log_dropped: Family::default(),
+            cpu_throttled: Family::default(),
+            write_throttled: Family::default(),
+            quarantined: Family::default(),
             registry: Registry::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
@@ -277,6 +289,26 @@ impl Metrics {
             "krec_host_calls",
             "Host calls that reached the cluster, per guest, verb and result",
             m.host_calls.clone(),
+        );
+        registry.register(
+            "krec_guest_log_dropped_lines",
+            "Guest log lines dropped for being over the guest's log budget",
+            m.log_dropped.clone(),
+        );
+        registry.register(
+            "krec_guest_cpu_throttled_seconds",
+            "Time guest code was held back for being over the guest's CPU budget",
+            m.cpu_throttled.clone(),
+        );
+        registry.register(
+            "krec_guest_write_throttled_seconds",
+            "Time guest writes waited for the guest's write rate limit",
+            m.write_throttled.clone(),
+        );
+        registry.register(
+            "krec_guest_quarantined_keys",
+            "Times a key was quarantined after trapping again and again",
+            m.quarantined.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -188,6 +188,22 @@ impl Live {
         }
     }
 
+    /// A worker running `manifest`'s guest against this cluster through the host's cache and
+    /// API client, as a controller's worker does; the manifest is used as given (not
+    /// validated again), so a test can hand it permissions validation would refuse.
+    pub fn worker(&self, manifest: Manifest) -> GuestWorker {
+        let engine = krec::engine::new_engine().expect("engine");
+        let linker = krec::guest::new_linker(&engine).expect("linker");
+        let manifest = Arc::new(manifest);
+        let module =
+            GuestModule::load(&engine, &linker, manifest.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let cluster = Arc::new(krec::cluster::live::LiveCluster::new(
+            self.manager.cache().clone(),
+            &manifest,
+        ));
+        GuestWorker::new(Arc::new(module), cluster)
+    }
+
     /// The running guest `name`.
     pub fn controller(&self, name: &str) -> Arc<krec::controller::Controller> {
         self.manager
@@ -231,6 +247,18 @@ impl Drop for Live {
 /// How long [`Live::eventually`] waits for the host to converge: generous, as CI machines are
 /// slow; a passing run takes milliseconds.
 pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The misbehave test guest's manifest (`tests/guests/misbehave/manifest.yaml`).
+pub fn misbehave_manifest() -> Manifest {
+    let path = repo_root().join("tests/guests/misbehave/manifest.yaml");
+    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        manifest.spec.module.exists(),
+        "{} is missing: run `make guests` first",
+        manifest.spec.module.display()
+    );
+    manifest
+}
 
 /// The path of a built guest module in `target/wasm32-wasip2/release/`, with a clear failure if
 /// it was not built.

@@ -90,7 +90,7 @@ async fn misbehaving_guests_should_be_contained_while_a_good_guest_keeps_reconci
     let causes = live
         .eventually("every kind of trap", || async {
             let causes = bad.stats().traps_by_cause();
-            ["timeout", "out_of_memory", "panic", "memory_fault"]
+            ["timeout", "out_of_memory", "panic", "stack_overflow"]
                 .iter()
                 .all(|c| causes.get(c).is_some_and(|n| *n > 0))
                 .then_some(causes)

@@ -76,10 +76,11 @@ impl LiveCluster {
         if self.uncached.contains(gvk) {
             return Ok(None);
         }
-        let informers = if let Some(all) = self.cache.running(gvk, None) {
-            all.add_user(&self.reader);
-            vec![all]
-        } else if self.namespaces.is_empty() {
+        // Reads come from the informers of the guest's own scope, the ones its events come
+        // from: another guest's store of the same kind (all namespaces, say) applies events at
+        // its own pace, so a reconcile triggered by an event could read an object older than
+        // that event there, return `done`, and the change would never be reconciled.
+        let informers = if self.namespaces.is_empty() {
             vec![self.cache.informer(gvk, None, &self.reader).await?]
         } else {
             let wanted: Vec<&str> = match namespace {
@@ -181,6 +182,10 @@ impl ClusterAccess for LiveCluster {
                 let resolved_kind = gvk.kind.to_lowercase();
                 AccessError::NotFound(format!("{resolved_kind} {name:?} not found"))
             })
+    }
+
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+        Ok(self.api.resolve(gvk).await?.namespaced)
     }
 
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {

@@ -114,6 +114,10 @@ impl ClusterAccess for MemoryCluster {
         Ok(self.store.get(&rt, namespace, name)?)
     }
 
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+        Ok(self.resolve(gvk)?.namespaced)
+    }
+
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
         let rt = self.resolve(gvk)?;
         let labels = LabelSelector::parse(options.label_selector.as_deref().unwrap_or(""))

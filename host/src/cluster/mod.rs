@@ -294,6 +294,14 @@ pub trait ClusterAccess: Send + Sync + 'static {
     ) -> Result<Value, AccessError>;
     /// List objects.
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError>;
+    /// Whether objects of `gvk` live in namespaces (`false`: cluster-scoped), as the API server
+    /// serves the kind. Permission checks use it: a namespace given for a cluster-scoped kind
+    /// grants nothing.
+    ///
+    /// # Errors
+    ///
+    /// `not-found` when the kind is not served.
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError>;
     /// Get one object as JSON text, as a guest receives it. The default serializes what
     /// [`get`](Self::get) returns; a cache hands out the text it holds.
     async fn get_json(

@@ -10,7 +10,8 @@
 //! |---|---|
 //! | done | `forget` (backoff reset) |
 //! | requeue | `add_rate_limited` |
-//! | requeue-after(d) | `forget`, then `add_after(d)` |
+//! | requeue-after(0) | as done: controller-runtime ignores `RequeueAfter: 0` |
+//! | requeue-after(d) | `forget`, then `add_after(max(d, MIN_REQUEUE_AFTER))` |
 //! | error or trap | `add_rate_limited`, logged and counted |
 //!
 //! Generic sources feed the same queue: each manifest ticker, the resync period (every cached
@@ -50,6 +51,20 @@ impl std::fmt::Display for Request {
             Some(ns) => write!(f, "{ns}/{}", self.name),
             None => f.write_str(&self.name),
         }
+    }
+}
+
+/// Shortest delay a `requeue-after` is honoured with; shorter ones wait this long. Without a
+/// floor, `requeue_after(1ms)` would reconcile one key a thousand times a second, outside both
+/// the per-key backoff and the token bucket.
+pub const MIN_REQUEUE_AFTER: Duration = Duration::from_millis(100);
+
+/// What the queue does with a reconcile's result (errors aside): the [module docs](self)' table.
+fn action_after(action: Action) -> Action {
+    match action {
+        Action::RequeueAfter(after) if after.is_zero() => Action::Done,
+        Action::RequeueAfter(after) => Action::RequeueAfter(after.max(MIN_REQUEUE_AFTER)),
+        other => other,
     }
 }
 
@@ -453,10 +468,17 @@ impl Controller {
                 .await;
             self.metrics.active_workers.get_or_create(&label).dec();
             self.stats.end(&request);
+            let guest_label = GuestLabel {
+                guest: self.name.clone(),
+            };
+            let dropped = version.module.log_budget().take_dropped();
+            if dropped > 0 {
+                self.metrics
+                    .log_dropped
+                    .get_or_create(&guest_label)
+                    .inc_by(dropped);
+            }
             if let Some(usage) = guest.last_usage() {
-                let guest_label = GuestLabel {
-                    guest: self.name.clone(),
-                };
                 self.metrics
                     .guest_cpu
                     .get_or_create(&guest_label)
@@ -515,7 +537,7 @@ impl Controller {
             .reconcile_time
             .get_or_create(&self.controller_label())
             .observe(took.as_secs_f64());
-        match result {
+        match result.map(action_after) {
             Ok(Action::Done) => {
                 self.stats.done.fetch_add(1, Ordering::Relaxed);
                 self.count("success");

@@ -7,6 +7,7 @@
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
 mod limits;
+mod log_budget;
 pub mod module_cache;
 pub mod native;
 mod output;
@@ -24,6 +25,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 pub use limits::{
     GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
 };
+pub use log_budget::{LogBudget, MAX_LOG_BYTES_PER_SECOND, MAX_LOG_LINES_PER_SECOND};
 pub use module_cache::{ModuleCache, Origin};
 pub use native::NativeReconcile;
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
@@ -82,6 +84,7 @@ pub struct GuestModule {
     body: Body,
     digest: String,
     origin: Origin,
+    log_budget: Arc<LogBudget>,
 }
 
 /// What runs a guest's reconciles.
@@ -169,12 +172,13 @@ impl GuestModule {
         cache: &ModuleCache,
     ) -> Result<Self, LoadError> {
         let path = manifest.spec.module.display().to_string();
-        let bytes = std::fs::read(&manifest.spec.module).map_err(|source| LoadError::Read {
+        let bytes = read_module(&manifest.spec.module).map_err(|source| LoadError::Read {
             path: path.clone(),
             source,
         })?;
         let (pre, component, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
         Ok(GuestModule {
+            log_budget: Arc::new(LogBudget::new(&manifest.name)),
             manifest,
             body: Body::Wasm(pre, component),
             digest,
@@ -193,6 +197,7 @@ impl GuestModule {
         let (pre, component, digest, origin) =
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         Ok(GuestModule {
+            log_budget: Arc::new(LogBudget::new(&manifest.name)),
             manifest,
             body: Body::Wasm(pre, component),
             digest,
@@ -205,6 +210,7 @@ impl GuestModule {
     pub fn native(manifest: Arc<Manifest>, reconcile: NativeReconcile) -> Self {
         let digest = format!("native:{}", manifest.name);
         GuestModule {
+            log_budget: Arc::new(LogBudget::new(&manifest.name)),
             manifest,
             body: Body::Native(reconcile),
             digest,
@@ -225,6 +231,11 @@ impl GuestModule {
     /// The guest's name.
     pub fn name(&self) -> &str {
         &self.manifest.name
+    }
+
+    /// The guest's log budget, shared by its channels and instances.
+    pub fn log_budget(&self) -> &Arc<LogBudget> {
+        &self.log_budget
     }
 
     /// SHA-256 of the module bytes, `sha256:<hex>`: identifies the loaded version.
@@ -253,6 +264,11 @@ fn prepare(
     Ok((pre, component, module_cache::digest(bytes), origin))
 }
 
+/// A module file's bytes: a regular file of at most [`MAX_MODULE_BYTES`](crate::files::MAX_MODULE_BYTES).
+pub fn read_module(path: &Path) -> std::io::Result<Vec<u8>> {
+    crate::files::read_bounded(path, crate::files::MAX_MODULE_BYTES)
+}
+
 /// Check that a module file is a component implementing the world; returns its digest.
 pub fn check_module(
     engine: &Engine,
@@ -260,12 +276,31 @@ pub fn check_module(
     path: &Path,
 ) -> Result<String, LoadError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+    let bytes = read_module(path).map_err(|source| LoadError::Read {
         path: shown.clone(),
         source,
     })?;
     prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled())
         .map(|(_, _, digest, _)| digest)
+}
+
+/// A guest's error with its message cut at
+/// [`MAX_ERROR_MESSAGE_BYTES`](crate::imports::MAX_ERROR_MESSAGE_BYTES).
+pub(crate) fn bounded_error(mut error: AccessError) -> AccessError {
+    let message = match &mut error {
+        AccessError::NotFound(m)
+        | AccessError::AlreadyExists(m)
+        | AccessError::Conflict(m)
+        | AccessError::Forbidden(m)
+        | AccessError::Invalid(m)
+        | AccessError::Timeout(m)
+        | AccessError::Unavailable(m)
+        | AccessError::Other(m) => m,
+    };
+    if crate::imports::cut(message, crate::imports::MAX_ERROR_MESSAGE_BYTES) {
+        message.push_str(" [truncated]");
+    }
+    error
 }
 
 /// What a reconcile asks the host to do next.
@@ -288,10 +323,11 @@ pub enum TrapCause {
     OutOfMemory,
     /// The guest panicked or hit `unreachable`.
     Panic,
-    /// The guest overflowed the host-managed call stack.
+    /// The guest overflowed its stack: the host-managed call stack, or the shadow stack in its
+    /// linear memory (deep recursion).
     StackOverflow,
-    /// The guest accessed memory out of bounds. For Rust guests this is almost always an
-    /// overflow of the shadow stack kept in linear memory (deep recursion).
+    /// The guest accessed memory out of bounds (an overflow of the shadow stack a Rust guest
+    /// keeps in linear memory is told apart by its address and counted as `StackOverflow`).
     MemoryFault,
     /// Instantiation failed (e.g. the start function trapped).
     Instantiate,
@@ -375,11 +411,29 @@ fn classify(err: &wasmtime::Error) -> TrapCause {
         Some(Trap::UnreachableCodeReached) => TrapCause::Panic,
         Some(Trap::Interrupt) => TrapCause::Timeout,
         Some(Trap::AllocationTooLarge) => TrapCause::OutOfMemory,
+        Some(Trap::MemoryOutOfBounds) if shadow_stack_overflow(err) => TrapCause::StackOverflow,
         Some(Trap::MemoryOutOfBounds) => TrapCause::MemoryFault,
         // Creating more instances, tables or memories than allowed fails instantiation.
         _ if one_line(err).contains("resource limit exceeded") => TrapCause::OutOfMemory,
         _ => TrapCause::Other,
     }
+}
+
+/// Lowest faulting address taken for an overflow of a guest's shadow stack. Rust (and C) wasm32
+/// guests keep their stack in linear memory, below `__stack_pointer`, growing down towards 0;
+/// overflowing it wraps the 32-bit stack pointer to just under 4 GiB, far past any memory a
+/// guest can have (its limit is at most 4 GiB and a fault there is never an honest access).
+const SHADOW_STACK_WRAP: u64 = 0xFFF0_0000;
+
+/// Whether an out-of-bounds trap is a shadow-stack overflow: wasmtime reports the faulting
+/// address ("memory fault at wasm address 0x… in linear memory of size 0x…").
+fn shadow_stack_overflow(err: &wasmtime::Error) -> bool {
+    let text = one_line(err);
+    let Some(rest) = text.split("memory fault at wasm address 0x").nth(1) else {
+        return false;
+    };
+    let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex, 16).is_ok_and(|address| address >= SHADOW_STACK_WRAP)
 }
 
 /// A live instance: its store and the typed handle to its exports.
@@ -452,8 +506,8 @@ impl GuestWorker {
         // No preopened directories, environment, arguments or stdin; no sockets or name
         // lookups (denied by default too, refused explicitly here); clocks and random allowed.
         let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::new(name, "stdout"))
-            .stderr(GuestOutput::new(name, "stderr"))
+            .stdout(GuestOutput::new(name, "stdout", module.log_budget.clone()))
+            .stderr(GuestOutput::new(name, "stderr", module.log_budget.clone()))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -468,6 +522,7 @@ impl GuestWorker {
             limits,
             host_time: Duration::ZERO,
             metrics,
+            log_budget: module.log_budget.clone(),
             wasi,
             table: ResourceTable::new(),
         };
@@ -543,6 +598,7 @@ impl GuestWorker {
                 manifest,
                 &self.cluster,
                 self.metrics.clone(),
+                self.module.log_budget.clone(),
                 request,
             )
             .await;
@@ -628,7 +684,7 @@ impl GuestWorker {
             Err(error) => Err(ReconcileError::Guest {
                 guest,
                 request,
-                error: error.into(),
+                error: bounded_error(error.into()),
             }),
         }
     }

@@ -44,6 +44,7 @@ pub(crate) struct NativeHost {
     manifest: Arc<Manifest>,
     cluster: Arc<dyn ClusterAccess>,
     metrics: Option<Arc<Metrics>>,
+    log_budget: Arc<super::LogBudget>,
     request: String,
     handle: Handle,
     /// Whether the reconcile runs on a runtime worker (multi-thread runtime) rather than on a
@@ -257,6 +258,7 @@ impl Host for NativeHost {
             &self.request,
             level,
             message.to_owned(),
+            &self.log_budget,
         );
     }
 }
@@ -267,6 +269,7 @@ pub(crate) async fn run(
     manifest: &Arc<Manifest>,
     cluster: &Arc<dyn ClusterAccess>,
     metrics: Option<Arc<Metrics>>,
+    log_budget: Arc<super::LogBudget>,
     request: krec_guest::Request,
 ) -> (Result<Action, ReconcileError>, Usage) {
     let shown = request.to_string();
@@ -276,6 +279,7 @@ pub(crate) async fn run(
         manifest: manifest.clone(),
         cluster: cluster.clone(),
         metrics,
+        log_budget,
         request: shown.clone(),
         handle: handle.clone(),
         on_worker,
@@ -305,7 +309,7 @@ pub(crate) async fn run(
         Ok(Err(error)) => Err(ReconcileError::Guest {
             guest: manifest.name.clone(),
             request: shown,
-            error: access_error(error),
+            error: super::bounded_error(access_error(error)),
         }),
         Err(panic) => {
             let message = panic

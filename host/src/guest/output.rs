@@ -1,25 +1,23 @@
 //! Guest stdout and stderr, forwarded line by line to the host's log under the guest's name.
 //!
 //! Guests get no inherited stdio; what they print (including Rust's panic messages) becomes log
-//! lines `guest=<name> stream=stderr`, each cut at [`MAX_OUTPUT_LINE_BYTES`], at most
-//! [`MAX_OUTPUT_LINES_PER_SECOND`] per stream; the lines dropped beyond that are counted and
+//! lines `guest=<name> stream=stderr`, each cut at [`MAX_OUTPUT_LINE_BYTES`], within the guest's
+//! [`LogBudget`] (shared with its `log` calls); lines beyond it are dropped, counted and
 //! reported, so a guest printing in a loop cannot flood the host's log.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
+use super::LogBudget;
+
 /// Longest line of guest output logged; the rest of a longer line is dropped, so a guest cannot
 /// make the host buffer unbounded output.
 pub const MAX_OUTPUT_LINE_BYTES: usize = 4096;
-
-/// Most lines per second logged from one guest output stream.
-pub const MAX_OUTPUT_LINES_PER_SECOND: u32 = 100;
 
 /// One of a guest's output streams.
 #[derive(Clone)]
@@ -32,29 +30,18 @@ struct Sink {
     stream: &'static str,
     /// The unfinished line, at most [`MAX_OUTPUT_LINE_BYTES`].
     pending: Mutex<(Vec<u8>, bool)>,
-    budget: Mutex<Budget>,
-}
-
-/// Lines logged in the current one-second window, and lines dropped.
-struct Budget {
-    window: Instant,
-    logged: u32,
-    dropped: u64,
+    budget: Arc<LogBudget>,
 }
 
 impl GuestOutput {
-    /// A stream named `stream` (`stdout`/`stderr`) of `guest`.
-    pub fn new(guest: &str, stream: &'static str) -> Self {
+    /// A stream named `stream` (`stdout`/`stderr`) of `guest`, within `budget`.
+    pub fn new(guest: &str, stream: &'static str, budget: Arc<LogBudget>) -> Self {
         GuestOutput {
             inner: Arc::new(Sink {
                 guest: guest.to_owned(),
                 stream,
                 pending: Mutex::new((Vec::new(), false)),
-                budget: Mutex::new(Budget {
-                    window: Instant::now(),
-                    logged: 0,
-                    dropped: 0,
-                }),
+                budget,
             }),
         }
     }
@@ -78,35 +65,12 @@ impl Sink {
     }
 
     fn emit(&self, line: &[u8], truncated: bool) {
-        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        if budget.window.elapsed() >= Duration::from_secs(1) {
-            self.report_dropped(&mut budget);
-            budget.window = Instant::now();
-            budget.logged = 0;
-        }
-        if budget.logged >= MAX_OUTPUT_LINES_PER_SECOND {
-            budget.dropped += 1;
+        if !self.budget.admit(line.len()) {
             return;
         }
-        budget.logged += 1;
-        drop(budget);
         let text = String::from_utf8_lossy(line);
         let more = if truncated { " [truncated]" } else { "" };
         tracing::info!(guest = %self.guest, stream = self.stream, "{text}{more}");
-    }
-}
-
-impl Sink {
-    fn report_dropped(&self, budget: &mut Budget) {
-        if budget.dropped > 0 {
-            tracing::warn!(
-                guest = %self.guest,
-                stream = self.stream,
-                "{} line(s) of output dropped: more than {MAX_OUTPUT_LINES_PER_SECOND} lines/s",
-                budget.dropped
-            );
-            budget.dropped = 0;
-        }
     }
 }
 
@@ -117,15 +81,6 @@ impl Drop for Sink {
         if !line.is_empty() {
             self.emit(&line, truncated);
         }
-        let mut budget = std::mem::replace(
-            self.budget.get_mut().unwrap_or_else(|e| e.into_inner()),
-            Budget {
-                window: Instant::now(),
-                logged: 0,
-                dropped: 0,
-            },
-        );
-        self.report_dropped(&mut budget);
     }
 }
 

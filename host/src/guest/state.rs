@@ -27,6 +27,8 @@ pub struct HostState {
     pub host_time: std::time::Duration,
     /// Where host calls are counted, if anywhere.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The guest's log budget, shared by all its channels and instances.
+    pub log_budget: Arc<super::LogBudget>,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
 }

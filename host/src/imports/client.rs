@@ -19,16 +19,48 @@ fn to_json(object: &Value) -> Result<String, AccessError> {
     serde_json::to_string(object).map_err(|e| AccessError::Other(format!("encoding object: {e}")))
 }
 
+/// Where the namespace of a call came from: a cluster-scoped kind given one as an argument is a
+/// mistake worth saying so; in an object's body it is ignored, as kube-apiserver clears it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NamespaceFrom {
+    Argument,
+    Body,
+}
+
 impl Calls<'_> {
-    /// Authorize `verb` and hand back the cluster handle to await on.
-    fn cluster_for(
+    /// Authorize `verb` on `gvk` in the namespace the call acts in, and hand back the cluster
+    /// handle to await on with that namespace: the one given for a namespaced kind, none for a
+    /// cluster-scoped kind (whose URL has no namespace, so a namespace-limited permission must
+    /// not grant it).
+    async fn cluster_for<'n>(
         &self,
         verb: Verb,
         gvk: &Gvk,
-        namespace: Option<&str>,
-    ) -> Result<&Arc<dyn ClusterAccess>, AccessError> {
+        namespace: Option<&'n str>,
+        from: NamespaceFrom,
+    ) -> Result<(&Arc<dyn ClusterAccess>, Option<&'n str>), AccessError> {
+        let namespaced = match self.cluster.namespaced(gvk).await {
+            Ok(namespaced) => namespaced,
+            Err(err) => {
+                // A kind that is not served: say so only to a guest that may use it.
+                self.authorize(verb, gvk, namespace)?;
+                return Err(err);
+            }
+        };
+        let namespace = match namespace {
+            Some(ns) if !namespaced => {
+                if from == NamespaceFrom::Argument {
+                    self.authorize(verb, gvk, None)?;
+                    return Err(AccessError::Invalid(format!(
+                        "{gvk} is cluster-scoped: call it without a namespace (got {ns:?})"
+                    )));
+                }
+                None
+            }
+            other => other,
+        };
         self.authorize(verb, gvk, namespace)?;
-        Ok(self.cluster)
+        Ok((self.cluster, namespace))
     }
 
     pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, AccessError> {
@@ -40,7 +72,14 @@ impl Calls<'_> {
         }
         // The text is checked and its head read, but it goes to the API server as it is.
         let head = ObjectHead::parse(json)?;
-        let cluster = self.cluster_for(verb, &head.gvk, head.namespace.as_deref())?;
+        let (cluster, _) = self
+            .cluster_for(
+                verb,
+                &head.gvk,
+                head.namespace.as_deref(),
+                NamespaceFrom::Body,
+            )
+            .await?;
         let kind = match verb {
             Verb::Create => WriteKind::Create,
             Verb::Update => WriteKind::Update,
@@ -55,17 +94,32 @@ impl Calls<'_> {
         namespace: Option<String>,
         name: String,
     ) -> Result<String, AccessError> {
-        let cluster = self.cluster_for(Verb::Get, &gvk, namespace.as_deref())?;
-        let json = cluster.get_json(&gvk, namespace.as_deref(), &name).await?;
+        let (cluster, namespace) = self
+            .cluster_for(
+                Verb::Get,
+                &gvk,
+                namespace.as_deref(),
+                NamespaceFrom::Argument,
+            )
+            .await?;
+        let json = cluster.get_json(&gvk, namespace, &name).await?;
         Ok(String::from(&*json))
     }
 
     pub(crate) async fn list_json(
         &self,
         gvk: Gvk,
-        options: cluster::ListOptions,
+        mut options: cluster::ListOptions,
     ) -> Result<Vec<String>, AccessError> {
-        let cluster = self.cluster_for(Verb::List, &gvk, options.namespace.as_deref())?;
+        let (cluster, namespace) = self
+            .cluster_for(
+                Verb::List,
+                &gvk,
+                options.namespace.as_deref(),
+                NamespaceFrom::Argument,
+            )
+            .await?;
+        options.namespace = namespace.map(str::to_owned);
         let items = cluster.list_json(&gvk, &options).await?;
         let mut total = 0;
         let mut out = Vec::with_capacity(items.len());
@@ -97,7 +151,9 @@ impl Calls<'_> {
         } else {
             Verb::Patch
         };
-        let cluster = self.cluster_for(verb, &gvk, namespace.as_deref())?;
+        let (cluster, namespace) = self
+            .cluster_for(verb, &gvk, namespace.as_deref(), NamespaceFrom::Argument)
+            .await?;
         if body.len() > MAX_OBJECT_BYTES {
             return Err(AccessError::Invalid(format!(
                 "patch of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
@@ -113,7 +169,7 @@ impl Calls<'_> {
             PatchType::Apply => cluster::PatchType::Apply,
         };
         let patched = cluster
-            .patch(&gvk, namespace.as_deref(), &name, how, body, status)
+            .patch(&gvk, namespace, &name, how, body, status)
             .await?;
         to_json(&patched)
     }
@@ -125,14 +181,19 @@ impl Calls<'_> {
         name: String,
         preconditions: Option<Preconditions>,
     ) -> Result<(), AccessError> {
-        let cluster = self.cluster_for(Verb::Delete, &gvk, namespace.as_deref())?;
+        let (cluster, namespace) = self
+            .cluster_for(
+                Verb::Delete,
+                &gvk,
+                namespace.as_deref(),
+                NamespaceFrom::Argument,
+            )
+            .await?;
         let pre = preconditions.map(|p| cluster::Preconditions {
             uid: p.uid,
             resource_version: p.resource_version,
         });
-        cluster
-            .delete(&gvk, namespace.as_deref(), &name, pre.as_ref())
-            .await
+        cluster.delete(&gvk, namespace, &name, pre.as_ref()).await
     }
 }
 

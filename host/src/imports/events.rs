@@ -8,15 +8,9 @@ use crate::cluster::{self, AccessError, EventRecord, Gvk};
 use crate::guest::HostState;
 use crate::manifest::Verb;
 
-/// Cut `text` to at most `max` bytes on a character boundary.
+/// `text` cut to at most `max` bytes on a character boundary.
 fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
+    super::cut(&mut text, max);
     text
 }
 

@@ -2,18 +2,22 @@
 
 use super::MAX_LOG_LINE_BYTES;
 use crate::bindings::krec::reconciler::log::{Host, Level};
-use crate::guest::HostState;
+use crate::guest::{HostState, LogBudget};
 
 /// Write a line `guest` logged while reconciling `request` into the host's log (target
-/// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`].
-pub(crate) fn guest_log(guest: &str, request: &str, level: Level, mut message: String) {
-    if message.len() > MAX_LOG_LINE_BYTES {
-        let mut cut = MAX_LOG_LINE_BYTES;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
+/// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`], if the guest's `budget` allows it.
+pub(crate) fn guest_log(
+    guest: &str,
+    request: &str,
+    level: Level,
+    mut message: String,
+    budget: &LogBudget,
+) {
+    if super::cut(&mut message, MAX_LOG_LINE_BYTES) {
         message.push_str(" [truncated]");
+    }
+    if !budget.admit(message.len()) {
+        return;
     }
     match level {
         Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),
@@ -26,7 +30,13 @@ pub(crate) fn guest_log(guest: &str, request: &str, level: Level, mut message: S
 
 impl Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        guest_log(self.guest(), &self.request, level, message);
+        guest_log(
+            &self.manifest.name,
+            &self.request,
+            level,
+            message,
+            &self.log_budget,
+        );
         Ok(())
     }
 }

@@ -147,6 +147,27 @@ impl ApiError {
         )
     }
 
+    /// 413 RequestEntityTooLarge with kube-apiserver's message for a request that is too large
+    /// in some other way than its body's bytes.
+    pub fn too_large_message(message: impl Into<String>) -> Self {
+        Self::new(413, "RequestEntityTooLarge", message.into())
+    }
+
+    /// 504 Timeout: a watch or list asked for a resourceVersion the server has not reached
+    /// (kube-apiserver's `NewTooLargeResourceVersionError`, retry after one second).
+    pub fn too_large_resource_version(asked: u64, current: u64) -> Self {
+        let mut err = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {asked}, current: {current}"),
+        );
+        err.details = Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        }));
+        err
+    }
+
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", message.into())

@@ -97,6 +97,38 @@ impl Params {
     }
 }
 
+/// How long a watch from a resourceVersion the store has not reached waits for it (as
+/// kube-apiserver's watch cache, 3 s) before failing.
+const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
+
+/// How much of an over-size body is read and discarded before the 413 answer, so that the
+/// client, still sending, reads a `Status` rather than a reset stream or connection.
+const MAX_DRAINED_BYTES: usize = 64 << 20;
+
+/// The request body, at most [`MAX_BODY_BYTES`]; a larger one is a 413 `Status`.
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    let mut stream = body.into_data_stream();
+    let mut kept: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        total = total.saturating_add(chunk.len());
+        if total > MAX_BODY_BYTES {
+            kept = Vec::new();
+            if total > MAX_DRAINED_BYTES {
+                break;
+            }
+            continue;
+        }
+        kept.extend_from_slice(&chunk);
+    }
+    if total > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok(Bytes::from(kept))
+}
+
 /// Entry point: every request.
 pub async fn handle(
     State(server): State<Arc<ApiServer>>,
@@ -105,9 +137,9 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+    let body = match read_body(body).await {
         Ok(body) => body,
-        Err(_) => return ApiError::too_large(MAX_BODY_BYTES).into_response(),
+        Err(err) => return err.into_response(),
     };
     match route(&server, &method, &uri, &headers, body).await {
         Ok(response) => response,
@@ -241,7 +273,7 @@ async fn route(
                 &maybe_table(&target.rt, vec![object], None, table, &params),
             ))
         }
-        (Method::GET, false) if params.flag("watch") => watch(server, target, &params, table),
+        (Method::GET, false) if params.flag("watch") => watch(server, target, &params, table).await,
         (Method::GET, false) => list(&server, &target, &params, table),
         (Method::POST, false) => {
             let object = decode_body(&body, headers)?;
@@ -617,7 +649,7 @@ fn maybe_table(
         "rows": rows})
 }
 
-fn watch(
+async fn watch(
     server: Arc<ApiServer>,
     target: Target,
     params: &Params,
@@ -658,7 +690,15 @@ fn watch(
         ));
     }
     let include = params.get("includeObject").map(str::to_owned);
-    let start = match server.store.watch(&target.rt, from) {
+    // A resourceVersion the store has not reached yet: wait for it a while, as kube-apiserver's
+    // watch cache does, then answer 504 "Too large resource version".
+    let waiting = tokio::time::Instant::now() + FRESHNESS_WAIT;
+    let mut started = server.store.watch(&target.rt, from);
+    while matches!(&started, Err(err) if err.code == 504) && tokio::time::Instant::now() < waiting {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        started = server.store.watch(&target.rt, from);
+    }
+    let start = match started {
         Ok(start) => start,
         // kube-apiserver reports an expired watch as an ERROR event in a 200 stream.
         Err(err) if err.code == 410 => {

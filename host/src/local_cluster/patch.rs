@@ -12,6 +12,14 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 
+/// Most operations one JSON patch may have (kube-apiserver's `maxJSONPatchOperations`).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+/// Most bytes the `copy` operations of one JSON patch may add, counted as the JSON text of each
+/// copied value (kube-apiserver's `--json-patch-max-copy-bytes` default, the 3 MiB request
+/// limit). Without it, a patch of a few dozen `copy` operations, each doubling the object, would
+/// grow it exponentially.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 << 20;
+
 /// How a patch body is to be applied, from its `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchKind {
@@ -53,21 +61,7 @@ pub fn apply_patch(
             require_object(body)?;
             json_patch::merge(target, body);
         }
-        PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(body.clone())
-                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(target, &ops).map_err(|e| {
-                ApiError::invalid(
-                    "",
-                    "",
-                    "",
-                    vec![(
-                        "patch".into(),
-                        format!("the JSON patch could not be applied: {e}"),
-                    )],
-                )
-            })?;
-        }
+        PatchKind::Json => json_patch_bounded(target, body)?,
         PatchKind::Strategic => {
             if !builtin {
                 return Err(ApiError::unsupported_media_type(
@@ -106,6 +100,69 @@ pub fn patched(
         None if kind == PatchKind::Apply => Ok(Some(body.clone())),
         None => Ok(None),
     }
+}
+
+/// Apply the RFC 6902 patch `body` to `target` within kube-apiserver's bounds: at most
+/// [`MAX_JSON_PATCH_OPERATIONS`] operations (413) and [`MAX_JSON_PATCH_COPY_BYTES`] copied
+/// (422). Operations apply one at a time, so the size of what each `copy` duplicates is known
+/// before it is made; on an error `target` is half-patched and must be discarded (callers patch
+/// a copy).
+fn json_patch_bounded(target: &mut Value, body: &Value) -> Result<(), ApiError> {
+    let ops = body.as_array().ok_or_else(|| {
+        ApiError::bad_request("invalid JSON patch: the body must be a JSON array")
+    })?;
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError::too_large_message(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+            ops.len()
+        )));
+    }
+    let ops: json_patch::Patch = serde_json::from_value(body.clone())
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    let failed = |message: String| {
+        ApiError::invalid(
+            "",
+            "",
+            "",
+            vec![(
+                "patch".into(),
+                format!("the JSON patch could not be applied: {message}"),
+            )],
+        )
+    };
+    let mut copied = 0usize;
+    for op in ops.0 {
+        if let json_patch::PatchOperation::Copy(copy) = &op
+            && let Some(value) = target.pointer(copy.from.as_str())
+        {
+            copied = copied.saturating_add(json_len(value));
+            if copied > MAX_JSON_PATCH_COPY_BYTES {
+                return Err(failed(format!(
+                    "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+                )));
+            }
+        }
+        json_patch::patch(target, &[op]).map_err(|e| failed(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Length of `value`'s JSON text, counted without building it.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 fn require_object(body: &Value) -> Result<(), ApiError> {
@@ -281,6 +338,44 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn copy_amplification_should_be_refused_within_the_copy_budget() {
+        // The attack: one small value, then copies of the whole growing map into itself, each
+        // doubling it (22 operations would reach gigabytes).
+        let mut ops = vec![json!({"op": "add", "path": "/d", "value": {"x": "y".repeat(1000)}})];
+        for k in 0..40 {
+            ops.push(json!({"op": "copy", "from": "/d", "path": format!("/d/k{k}")}));
+        }
+        let mut target = json!({"metadata": {"name": "x"}});
+        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), true)
+            .expect_err("amplification refused");
+        assert_eq!(err.code, 422);
+        assert!(
+            err.message.contains("accumulated size increase of copy"),
+            "{err:?}"
+        );
+        // Honest copies within the budget still work.
+        let mut target = json!({"a": {"b": 1}});
+        let ops = json!([{"op": "copy", "from": "/a", "path": "/c"}]);
+        apply_patch(PatchKind::Json, &mut target, &ops, true).expect("copy");
+        assert_eq!(target, json!({"a": {"b": 1}, "c": {"b": 1}}));
+    }
+
+    #[test]
+    fn a_json_patch_of_too_many_operations_should_be_413() {
+        let ops: Vec<Value> = (0..=MAX_JSON_PATCH_OPERATIONS)
+            .map(|_| json!({"op": "test", "path": "/a", "value": 1}))
+            .collect();
+        let mut target = json!({"a": 1});
+        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), true)
+            .expect_err("too many operations");
+        assert_eq!(err.code, 413);
+        assert_eq!(
+            err.message,
+            "The allowed maximum operations in a JSON patch is 10000, got 10001"
+        );
+    }
 
     #[test]
     fn strategic_merge_should_merge_keyed_lists_and_honour_directives() {

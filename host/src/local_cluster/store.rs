@@ -217,6 +217,71 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// The fields of built-in kinds that are maps of strings (Go `map[string]string` or
+/// `map[string][]byte`, which is base64 text in JSON), by group and kind.
+const STRING_MAPS: &[(&str, &str, &[&str])] = &[
+    ("", "ConfigMap", &["data", "binaryData"]),
+    ("", "Secret", &["data", "stringData"]),
+];
+
+/// Refuse a non-string value in a field that is a map of strings, as kube-apiserver's decoder
+/// does (400, "cannot be handled as a ConfigMap").
+fn check_string_maps(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    let mut fields: Vec<(&str, &str)> = vec![("metadata", "annotations"), ("metadata", "labels")];
+    if let Some((_, _, own)) = STRING_MAPS
+        .iter()
+        .find(|(group, kind, _)| rt.group == *group && rt.kind == *kind)
+    {
+        fields.extend(own.iter().map(|f| ("", *f)));
+    }
+    for (parent, field) in fields {
+        let holder = if parent.is_empty() {
+            Some(object)
+        } else {
+            object.get(parent)
+        };
+        let Some(value) = holder.and_then(|h| h.get(field)) else {
+            continue;
+        };
+        let go_type = |v: &Value| match v {
+            Value::Number(_) => "number",
+            Value::Bool(_) => "bool",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+            _ => "string",
+        };
+        let path = if parent.is_empty() {
+            format!("{}.{field}", rt.kind)
+        } else {
+            format!("{}.{parent}.{field}", rt.kind)
+        };
+        let problem = match value {
+            Value::Null => None,
+            Value::Object(map) => map
+                .values()
+                .find(|v| !v.is_string() && !v.is_null())
+                .map(|v| {
+                    format!(
+                        "cannot unmarshal {} into Go struct field {path} of type string",
+                        go_type(v)
+                    )
+                }),
+            other => Some(format!(
+                "cannot unmarshal {} into Go struct field {path} of type map[string]string",
+                go_type(other)
+            )),
+        };
+        if let Some(problem) = problem {
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: json: {problem}",
+                kind = rt.kind,
+                version = rt.version
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What `generation` tracks: everything but `metadata`, and but `status` when the kind has a
 /// status subresource.
 fn spec_part(rt: &ResourceType, object: &Value) -> Value {
@@ -475,12 +540,6 @@ impl Store {
     /// Start a watch of `rt`'s objects (filtering by namespace and selectors is the caller's).
     pub fn watch(&self, rt: &ResourceType, from: WatchFrom) -> Result<WatchStart, ApiError> {
         let resource = rt.storage_key();
-        *self
-            .watches_started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(resource.clone())
-            .or_insert(0) += 1;
         let state = self.lock();
         let backlog = match from {
             WatchFrom::Now => state
@@ -500,6 +559,9 @@ impl Store {
                 })
                 .collect(),
             WatchFrom::After(rv) => {
+                if rv > state.rv {
+                    return Err(ApiError::too_large_resource_version(rv, state.rv));
+                }
                 if rv < state.compacted {
                     return Err(ApiError::gone(format!(
                         "too old resource version: {rv} ({})",
@@ -514,6 +576,12 @@ impl Store {
                     .collect()
             }
         };
+        *self
+            .watches_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(resource)
+            .or_insert(0) += 1;
         Ok(WatchStart {
             backlog,
             feed: self.feed.subscribe(),
@@ -591,6 +659,7 @@ impl Store {
                 ),
             ));
         }
+        check_string_maps(rt, object)?;
         if let Some(labels) = object
             .pointer("/metadata/labels")
             .and_then(Value::as_object)

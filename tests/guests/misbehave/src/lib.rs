@@ -1,10 +1,26 @@
 //! A guest that misbehaves in the way its request's name asks for, to test containment.
 
-use krec_guest::bindings::krec::reconciler::client;
-use krec_guest::k8s_openapi::api::core::v1::Namespace;
+use krec_guest::bindings::krec::reconciler::{client, types};
+use krec_guest::k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use krec_guest::prelude::*;
 
 struct Misbehave;
+
+fn namespace_gvk() -> types::Gvk {
+    types::Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Namespace".into(),
+    }
+}
+
+fn configmap_gvk() -> types::Gvk {
+    types::Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+    }
+}
 
 #[inline(never)]
 #[allow(unconditional_recursion)] // the point: overflow the stack
@@ -74,6 +90,72 @@ impl Reconciler for Misbehave {
             "requeue" => Ok(Action::requeue_after(std::time::Duration::from_millis(
                 1500,
             ))),
+            // Hostile calls: each tries to get past a limit of the host.
+            "delete-victim" => {
+                // A namespace for a cluster-scoped kind, hoping a namespace-limited permission
+                // matches it.
+                client::delete(&namespace_gvk(), Some("sandbox"), "victim", None)?;
+                Ok(Action::done())
+            }
+            "get-kube-system" => {
+                client::get(&namespace_gvk(), Some("sandbox"), "kube-system")?;
+                Ok(Action::done())
+            }
+            "create-in-body" => {
+                client::create(
+                    r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"smuggled","namespace":"sandbox"}}"#,
+                )?;
+                Ok(Action::done())
+            }
+            "read-cm" => {
+                // A harmless cached read across all namespaces (what starts an all-namespaces
+                // informer beside another guest's namespaced one).
+                ctx.get_opt::<ConfigMap>(Some("b"), "x")?;
+                Ok(Action::done())
+            }
+            "requeue-zero" => Ok(Action::requeue_after(std::time::Duration::ZERO)),
+            "requeue-1ms" => Ok(Action::requeue_after(std::time::Duration::from_millis(1))),
+            "log-flood" => {
+                let line = "x".repeat(16 << 10);
+                for _ in 0..2_000 {
+                    krec_guest::log::write(krec_guest::log::Level::Info, &line);
+                }
+                Ok(Action::done())
+            }
+            "huge-error" => Err(Error::Other("e".repeat(20 << 20))),
+            "copy-bomb" => {
+                let mut ops = vec![
+                    r#"{"op":"add","path":"/data","value":{"seed":"0123456789012345678901234567890123456789012345678901234567890123"}}"#
+                        .to_owned(),
+                ];
+                for k in 0..20 {
+                    ops.push(format!(
+                        r#"{{"op":"copy","from":"/data","path":"/data/k{k}"}}"#
+                    ));
+                }
+                let body = format!("[{}]", ops.join(","));
+                client::patch(
+                    &configmap_gvk(),
+                    Some("default"),
+                    "bomb",
+                    types::PatchType::Json,
+                    &body,
+                    false,
+                )?;
+                Ok(Action::done())
+            }
+            "write-flood" => {
+                for i in 0..1_000 {
+                    let cm = format!(
+                        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"flood-{i}","namespace":"default"}}}}"#
+                    );
+                    match client::create(&cm) {
+                        Ok(_) | Err(types::Error::AlreadyExists(_)) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                Ok(Action::done())
+            }
             other => Err(Error::Invalid(format!("unknown misbehaviour {other:?}"))),
         }
     }

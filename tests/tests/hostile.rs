@@ -1,0 +1,280 @@
+//! Attacks on the host by a hostile guest (tests/guests/misbehave) and what stops each: a
+//! namespace given for a cluster-scoped kind, `requeue_after(0)`, log floods, huge error
+//! strings, JSON-patch amplification. Each test failed before its fix.
+
+use std::time::Duration;
+
+use krec::cluster::{AccessError, Gvk};
+use krec::controller::Request;
+use krec::guest::{Action, ReconcileError};
+use krec::manifest::{Manifest, Permission, Verb};
+use krec_tests::{Harness, Live, built_module, misbehave_manifest};
+use serde_json::json;
+
+fn namespace(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+fn guest_error(result: Result<Action, ReconcileError>, what: &str) -> AccessError {
+    match result {
+        Err(ReconcileError::Guest { error, .. }) => error,
+        other => panic!("{what}: expected the guest to see an error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_given_for_a_cluster_scoped_kind_should_grant_nothing() {
+    let live = Live::start(vec![], vec![namespace("sandbox"), namespace("victim")]).await;
+    // What `krec check` refuses, given anyway: the runtime check must hold on its own.
+    let mut manifest = misbehave_manifest();
+    manifest.spec.permissions = vec![Permission {
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        verbs: vec![Verb::Get, Verb::Delete, Verb::Create],
+        namespaces: vec!["sandbox".into()],
+    }];
+    let mut worker = live.worker(manifest);
+    for attack in ["delete-victim", "get-kube-system", "create-in-body"] {
+        let error = guest_error(worker.reconcile(None, attack).await, attack);
+        assert!(
+            matches!(&error, AccessError::Forbidden(m) if m.contains("may not")),
+            "{attack}: {error:?}"
+        );
+    }
+    let ns = Gvk::new("", "v1", "Namespace");
+    assert!(
+        live.get(&ns, None, "victim").await.is_some(),
+        "the victim namespace must survive"
+    );
+    assert!(live.get(&ns, None, "smuggled").await.is_none());
+
+    // With a cluster-wide permission the same calls work, but a namespace argument for a
+    // cluster-scoped kind is still a mistake the guest is told about.
+    let mut manifest = misbehave_manifest();
+    manifest.spec.permissions = vec![Permission {
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        verbs: vec![Verb::Get],
+        namespaces: vec![],
+    }];
+    let mut worker = live.worker(manifest);
+    let error = guest_error(
+        worker.reconcile(None, "get-kube-system").await,
+        "get-kube-system",
+    );
+    assert!(
+        matches!(&error, AccessError::Invalid(m) if m.contains("cluster-scoped")),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_manifest_restricting_a_cluster_scoped_kind_to_namespaces_should_be_refused() {
+    let text = format!(
+        "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: m}}\nspec:\n  module: {}\n  tickers: [{{every: 1m, request: {{name: x}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: Namespace, verbs: [delete], namespaces: [sandbox]}}\n",
+        built_module("misbehave.wasm").display()
+    );
+    let err = Manifest::parse(std::path::Path::new("m.yaml"), &text).expect_err("refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("spec.permissions[0].namespaces") && message.contains("cluster-scoped"),
+        "{message}"
+    );
+}
+
+/// The misbehave guest in a live host, its ticker reconciling `ok` once at start.
+async fn live_misbehave() -> Live {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("misbehave.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: misbehave}}\nspec:\n  module: {}\n  limits: {{timeout: 2s, memory: 64Mi}}\n  tickers: [{{every: 1h, request: {{name: ok}}}}]\n",
+            built_module("misbehave.wasm").display()
+        ),
+    )
+    .expect("write");
+    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    Live::start(vec![manifest], vec![]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_after_zero_should_not_requeue_and_short_delays_should_have_a_floor() {
+    let live = live_misbehave().await;
+    let controller = live.controller("misbehave");
+    live.eventually("the start-up tick", || async {
+        (controller.stats().total() >= 1).then_some(())
+    })
+    .await;
+    // As controller-runtime: `RequeueAfter: 0` is no requeue at all.
+    let before = controller.stats().total();
+    controller.trigger(Request::new(None, "requeue-zero"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let zero = controller.stats().total() - before;
+    assert_eq!(zero, 1, "requeue_after(0) reconciled {zero} times in 1 s");
+
+    // requeue_after(1ms) waits MIN_REQUEUE_AFTER: about ten times a second, not a thousand.
+    let before = controller.stats().total();
+    controller.trigger(Request::new(None, "requeue-1ms"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let short = controller.stats().total() - before;
+    let most =
+        1 + Duration::from_secs(1).as_millis() / krec::controller::MIN_REQUEUE_AFTER.as_millis();
+    assert!(
+        (1..=most as u64 + 1).contains(&short),
+        "requeue_after(1ms) reconciled {short} times in 1 s (at most {most} expected)"
+    );
+}
+
+#[tokio::test]
+async fn a_log_flood_should_be_cut_to_the_guests_budget() {
+    let mut h = Harness::with_manifest(misbehave_manifest());
+    // 2 000 lines of 16 KiB: 32 MiB of log.
+    assert_eq!(h.reconcile(None, "log-flood").await, Ok(Action::Done));
+    let budget = h.worker.module().log_budget().clone();
+    let dropped = budget.take_dropped();
+    let most_kept = (krec::guest::MAX_LOG_BYTES_PER_SECOND / (16 << 10)) as u64 * 2;
+    assert!(
+        dropped >= 2_000 - most_kept,
+        "only {dropped} of 2000 flood lines dropped"
+    );
+    // stdout shares the budget: the flood of `println!` is cut too (whether it ends or meets
+    // its time limit first).
+    let _ = h.reconcile(None, "flood").await;
+    let dropped = budget.take_dropped();
+    assert!(dropped > 1_000, "only {dropped} printed lines dropped");
+}
+
+#[tokio::test]
+async fn a_huge_error_string_should_be_cut() {
+    let mut manifest = misbehave_manifest();
+    manifest.spec.limits.memory = 128 << 20;
+    let mut h = Harness::with_manifest(manifest);
+    let error = guest_error(h.reconcile(None, "huge-error").await, "huge-error");
+    let AccessError::Other(message) = error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        message.len() <= krec::imports::MAX_ERROR_MESSAGE_BYTES + 16,
+        "{} bytes",
+        message.len()
+    );
+    assert!(message.ends_with("[truncated]"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_patch_copy_amplification_should_be_refused() {
+    let live = Live::start(
+        vec![],
+        vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "bomb", "namespace": "default"}})],
+    )
+    .await;
+    let mut manifest = misbehave_manifest();
+    manifest.spec.permissions = vec![Permission {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        verbs: vec![Verb::Patch],
+        namespaces: vec![],
+    }];
+    let mut worker = live.worker(manifest);
+    let error = guest_error(worker.reconcile(None, "copy-bomb").await, "copy-bomb");
+    assert!(
+        matches!(&error, AccessError::Invalid(m) if m.contains("accumulated size increase of copy")),
+        "{error:?}"
+    );
+    let cm = live
+        .get(&Gvk::new("", "v1", "ConfigMap"), Some("default"), "bomb")
+        .await
+        .expect("the ConfigMap is still there");
+    assert!(cm.get("data").is_none(), "nothing was stored: {cm}");
+}
+
+fn write_manifest(dir: &std::path::Path, name: &str, text: &str) -> Manifest {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).expect("write");
+    Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_guests_cached_reads_should_not_make_a_namespaced_guest_lose_updates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The stamper sees ConfigMaps of namespace `a` only.
+    let stamper = write_manifest(
+        dir.path(),
+        "stamper",
+        &format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: stamper}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [a]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, patch], namespaces: [a]}}\n",
+            built_module("stamper_a.wasm").display()
+        ),
+    );
+    // A harmless reader beside it: a cached get across all namespaces, ten times a second,
+    // which starts an all-namespaces ConfigMap informer.
+    let reader = write_manifest(
+        dir.path(),
+        "reader",
+        &format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: reader}}\nspec:\n  module: {}\n  tickers: [{{every: 100ms, request: {{name: read-cm}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get]}}\n",
+            built_module("misbehave.wasm").display()
+        ),
+    );
+    let cm = Gvk::new("", "v1", "ConfigMap");
+    let live = Live::start(
+        vec![stamper, reader],
+        vec![
+            namespace("a"),
+            namespace("b"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "a"}, "data": {"value": "0"}}),
+        ],
+    )
+    .await;
+    let reader = live.controller("reader");
+    live.eventually("the reader's first read", || async {
+        (reader
+            .stats()
+            .done
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0)
+        .then_some(())
+    })
+    .await;
+    let stamped = |value: String| {
+        let live = &live;
+        let cm = &cm;
+        async move {
+            let object = live.get(cm, Some("a"), "c").await?;
+            let seen = object.pointer("/metadata/annotations/krec.dev~1stamped-value")?;
+            (seen.as_str()? == value).then_some(())
+        }
+    };
+    let mut lost = Vec::new();
+    for i in 1..=25 {
+        let patch = json!({"data": {"value": i.to_string()}});
+        live.api
+            .patch(
+                &cm,
+                Some("a"),
+                "c",
+                krec::cluster::PatchType::Merge,
+                &patch,
+                false,
+                "test",
+            )
+            .await
+            .expect("patch");
+        // Each change must be stamped; one the stamper never reconciles stays unstamped.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        loop {
+            if stamped(i.to_string()).await.is_some() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                lost.push(i);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(lost.is_empty(), "changes never reconciled: {lost:?}");
+}
