@@ -117,6 +117,48 @@ fn check_should_name_the_manifest_field_at_fault() {
 }
 
 #[test]
+fn check_should_refuse_modules_and_manifests_that_are_not_regular_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Read forever before: a device, then a FIFO with no writer (which blocked the open).
+    let zero = write(
+        dir.path(),
+        "zero.yaml",
+        b"apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: zero}\nspec: {module: /dev/zero, for: {apiVersion: v1, kind: Pod}}\n",
+    );
+    one_bad_line(&zero, "/dev/zero: cannot read module: not a regular file");
+    let fifo = dir.path().join("fifo.wasm");
+    let status = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(status.success());
+    let piped = write(
+        dir.path(),
+        "piped.yaml",
+        b"apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: piped}\nspec: {module: fifo.wasm, for: {apiVersion: v1, kind: Pod}}\n",
+    );
+    one_bad_line(&piped, "cannot read module: not a regular file");
+    let manifest_fifo = dir.path().join("manifest-fifo.yaml");
+    let status = Command::new("mkfifo")
+        .arg(&manifest_fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    one_bad_line(&manifest_fifo, "not a regular file");
+}
+
+#[test]
+fn check_should_refuse_numbers_beyond_their_bounds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let huge = write(
+        dir.path(),
+        "huge.yaml",
+        b"apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: huge}\nspec: {module: x.wasm, for: {apiVersion: v1, kind: Pod}, maxConcurrentReconciles: 4000000000}\n",
+    );
+    one_bad_line(
+        &huge,
+        "spec.maxConcurrentReconciles: must be between 1 and 256",
+    );
+}
+
+#[test]
 fn check_should_accept_the_sample_guests() {
     let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-guests");
     let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -97,6 +97,31 @@ async fn bad_requests_should_get_kubernetes_status_errors() {
             vec![b' '; 4 << 20],
             (413, "RequestEntityTooLarge"),
         ),
+        // Far beyond the limit: still a Status, not a reset stream (the rest is drained).
+        (
+            "POST",
+            cms.into(),
+            json,
+            vec![b' '; 16 << 20],
+            (413, "RequestEntityTooLarge"),
+        ),
+        // A ConfigMap's data holds strings only, as kube-apiserver's decoder insists.
+        (
+            "POST",
+            cms.into(),
+            json,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"n"},"data":{"a":1}}"#
+                .to_vec(),
+            (400, "BadRequest"),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/secrets".into(),
+            json,
+            br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"n"},"stringData":{"a":true}}"#
+                .to_vec(),
+            (400, "BadRequest"),
+        ),
         (
             "GET",
             "/apis/example.com/v1/widgets".into(),
@@ -200,4 +225,38 @@ async fn watches_should_bookmark_and_end_at_their_timeout() {
         bookmarks >= 2,
         "bookmarks every 100ms over 1s, got {bookmarks}"
     );
+}
+
+#[tokio::test]
+async fn a_watch_from_a_resource_version_not_reached_should_be_too_large() {
+    let cluster = LocalCluster::start(LocalClusterConfig::default())
+        .await
+        .expect("start");
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    // kube retries a 504 (as it should): turned off, to see the answer itself.
+    config.default_retry = false;
+    let client = Client::try_from(config).expect("client");
+    // kube-apiserver waits a few seconds for the version, then answers 504 with a retry hint.
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let err = cms
+        .watch(&WatchParams::default().timeout(5), "99999999")
+        .await
+        .err()
+        .expect("refused");
+    match err {
+        kube::Error::Api(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"));
+            assert!(
+                status
+                    .message
+                    .starts_with("Too large resource version: 99999999, current: "),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected a Status, got {other:?}"),
+    }
 }

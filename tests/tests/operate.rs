@@ -14,9 +14,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One HTTP/1.1 request; the status code and body.
 async fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    http_auth(addr, method, path, authorization.as_deref()).await
+}
+
+/// One HTTP/1.1 request with this `Authorization` header, if any; the status code and body.
+async fn http_auth(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
@@ -313,7 +324,55 @@ async fn the_trigger_beyond_loopback_should_require_the_token() {
     assert_eq!(http(local, "POST", path, None).await.0, 401);
     assert_eq!(http(local, "POST", path, Some("wrong")).await.0, 401);
     assert_eq!(http(local, "POST", path, Some("s3cret")).await.0, 202);
+    // The scheme is case-insensitive (RFC 7235).
+    assert_eq!(
+        http_auth(local, "POST", path, Some("bearer s3cret"))
+            .await
+            .0,
+        202
+    );
+    // Names that could forge a log line, or no object could have, are refused.
+    for bad in [
+        "/reconcile/pod-counter/default/web%0Aforged%20line",
+        "/reconcile/pod-counter/Not_A_Namespace/web",
+        &format!("/reconcile/pod-counter/default/{}", "x".repeat(300)),
+    ] {
+        let (code, body) = http(local, "POST", bad, Some("s3cret")).await;
+        assert_eq!(code, 400, "{bad}: {body}");
+    }
     // Probes and metrics stay open for kubelets and scrapers.
     assert_eq!(http(local, "GET", "/healthz", None).await.0, 200);
     assert_eq!(http(local, "GET", "/metrics", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_that_failed_to_start_should_have_no_module_info() {
+    let cluster = krec::local_cluster::LocalCluster::start(Default::default())
+        .await
+        .expect("embedded API server starts");
+    let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+        .await
+        .expect("client");
+    let api = krec::cluster::api::ApiClient::new(client);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("widgets.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: widgets}}\nspec:\n  module: {}\n  for: {{apiVersion: example.com/v1, kind: Widget}}\n",
+            krec_tests::built_module("misbehave.wasm").display()
+        ),
+    )
+    .expect("write");
+    let manifest = krec::manifest::Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let manager = krec::manager::Manager::start_with(api, vec![manifest], Default::default())
+        .await
+        .expect("manager starts");
+    assert_eq!(manager.skipped().len(), 1, "the Widget kind is not served");
+    let text = manager.metrics().encode();
+    assert!(
+        !text.contains("krec_guest_module_info{guest=\"widgets\""),
+        "a guest that never ran is not loaded: {text}"
+    );
+    manager.cache().stop();
 }
