@@ -38,7 +38,9 @@ use crate::cluster::api::ApiClient;
 use crate::cluster::live::LiveCluster;
 use crate::cluster::{ClusterAccess, Gvk};
 use crate::controller::Controller;
-use crate::guest::{GuestModule, GuestWorker, HostState, ModuleCache, NativeReconcile};
+use crate::guest::{
+    CpuGovernor, GuestModule, GuestWorker, HostState, ModuleCache, NativeReconcile,
+};
 use crate::manifest::{Manifest, ManifestError};
 use crate::metrics::Metrics;
 
@@ -134,6 +136,8 @@ struct Inner {
     linker: Linker<HostState>,
     module_cache: ModuleCache,
     native: BTreeMap<String, NativeReconcile>,
+    /// Shares the host's CPU between its guests.
+    governor: Arc<CpuGovernor>,
     cache: Arc<Cache>,
     /// The guests; the lock also serialises reloads.
     guests: tokio::sync::Mutex<BTreeMap<String, Guest>>,
@@ -216,6 +220,7 @@ impl Manager {
                 linker,
                 module_cache,
                 native: options.native,
+                governor: CpuGovernor::new(),
                 cache: Cache::new(api),
                 guests: tokio::sync::Mutex::new(BTreeMap::new()),
                 controllers: RwLock::new(BTreeMap::new()),
@@ -273,7 +278,7 @@ impl Manager {
             .map_err(|e| format!("loading the module panicked: {e}"))?
             .map_err(|e| e.to_string())?
         };
-        let module = Arc::new(module);
+        let module = Arc::new(module.governed_by(&self.inner.governor));
         let cluster: Arc<dyn ClusterAccess> =
             Arc::new(LiveCluster::new(self.inner.cache.clone(), &manifest));
         // Instantiate once: a module whose start function traps is refused here.

@@ -345,8 +345,8 @@ pub struct Ticker {
 }
 
 /// Sandbox limits of one reconcile.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Limits {
     /// Wall-clock limit of one reconcile, enforced by epoch interruption.
     #[serde(default = "default_timeout", deserialize_with = "de_duration")]
@@ -355,6 +355,18 @@ pub struct Limits {
     /// `64Mi`).
     #[serde(default = "default_memory", deserialize_with = "de_quantity")]
     pub memory: u64,
+    /// Most CPU the guest's code may use, in cores (a Kubernetes CPU quantity: `500m`, `1`),
+    /// over all its workers. When guests compete for the host's CPU each gets at most an equal
+    /// share of it; see [`crate::guest::CpuGovernor`].
+    #[serde(default = "default_cpu", deserialize_with = "de_cpu")]
+    pub cpu: f64,
+    /// Writes (create, update, patch, delete, Events) per second the guest may send to the
+    /// API server, over all its workers: client-go's `QPS`.
+    #[serde(default = "default_write_qps")]
+    pub write_qps: f64,
+    /// Writes the guest may send at once before `writeQps` applies: client-go's `Burst`.
+    #[serde(default = "default_write_burst")]
+    pub write_burst: u32,
 }
 
 /// Default per-reconcile timeout.
@@ -394,6 +406,19 @@ fn show_duration(d: Duration) -> String {
 }
 /// Default linear memory limit: 64 MiB.
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
+/// Default CPU limit: one core.
+pub const DEFAULT_CPU: f64 = 1.0;
+/// Smallest CPU limit: 10 millicores.
+pub const MIN_CPU: f64 = 0.01;
+/// Largest CPU limit: 64 cores.
+pub const MAX_CPU: f64 = 64.0;
+/// Default writes per second (controller-runtime's client defaults to 20 for a whole manager;
+/// a guest is one controller).
+pub const DEFAULT_WRITE_QPS: f64 = 50.0;
+/// Default write burst.
+pub const DEFAULT_WRITE_BURST: u32 = 100;
+/// Highest `writeQps` and `writeBurst`.
+pub const MAX_WRITE_RATE: u32 = 100_000;
 
 fn default_timeout() -> Duration {
     DEFAULT_TIMEOUT
@@ -401,12 +426,24 @@ fn default_timeout() -> Duration {
 fn default_memory() -> u64 {
     DEFAULT_MEMORY
 }
+fn default_cpu() -> f64 {
+    DEFAULT_CPU
+}
+fn default_write_qps() -> f64 {
+    DEFAULT_WRITE_QPS
+}
+fn default_write_burst() -> u32 {
+    DEFAULT_WRITE_BURST
+}
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             timeout: DEFAULT_TIMEOUT,
             memory: DEFAULT_MEMORY,
+            cpu: DEFAULT_CPU,
+            write_qps: DEFAULT_WRITE_QPS,
+            write_burst: DEFAULT_WRITE_BURST,
         }
     }
 }
@@ -822,6 +859,28 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
             "must be between 1Mi and 4Gi (a wasm32 guest addresses at most 4Gi)".into(),
         );
     }
+    if !(MIN_CPU..=MAX_CPU).contains(&spec.limits.cpu) {
+        return problem(
+            "spec.limits.cpu",
+            format!("must be between 10m and {MAX_CPU} cores"),
+        );
+    }
+    let max_rate = f64::from(MAX_WRITE_RATE);
+    if !(spec.limits.write_qps.is_finite()
+        && spec.limits.write_qps > 0.0
+        && spec.limits.write_qps <= max_rate)
+    {
+        return problem(
+            "spec.limits.writeQps",
+            format!("must be a positive number, at most {MAX_WRITE_RATE}"),
+        );
+    }
+    if spec.limits.write_burst == 0 || spec.limits.write_burst > MAX_WRITE_RATE {
+        return problem(
+            "spec.limits.writeBurst",
+            format!("must be between 1 and {MAX_WRITE_RATE}"),
+        );
+    }
     for (i, k) in spec.uncached.iter().enumerate() {
         validate_kind(&format!("spec.uncached[{i}]"), k)?;
     }
@@ -997,6 +1056,34 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
+fn de_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(f64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Number(n) => Ok(n),
+        Raw::Text(t) => parse_cpu(&t).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Parse a Kubernetes CPU quantity into cores: `500m`, `1`, `1.5`, `2000m`.
+pub fn parse_cpu(text: &str) -> Result<f64, String> {
+    let bad = || format!("invalid CPU quantity {text:?}: expected e.g. 500m, 1 or 1.5");
+    let t = text.trim();
+    let (number, scale) = match t.strip_suffix('m') {
+        Some(milli) => (milli, 1e-3),
+        None => (t, 1.0),
+    };
+    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(bad());
+    }
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    Ok(value * scale)
+}
+
 /// Parse a Kubernetes quantity of bytes: `64Mi`, `1Gi`, `500M`, `1048576`.
 pub fn parse_quantity(text: &str) -> Result<u64, String> {
     let bad = || format!("invalid quantity {text:?}: expected e.g. 64Mi, 1Gi or 500M");
@@ -1037,7 +1124,7 @@ spec:
   rateLimiter: { baseDelay: 5ms, maxDelay: 1000s, qps: 10, burst: 100 }
   resyncPeriod: 10m
   tickers: [ { every: 1m30s, request: { name: tick } } ]
-  limits: { timeout: 5s, memory: 64Mi }
+  limits: { timeout: 5s, memory: 64Mi, cpu: 500m, writeQps: 20, writeBurst: 30 }
   isolation: per-reconcile
   permissions:
     - { apiVersion: v1, kind: Pod, verbs: [get, list] }
@@ -1057,6 +1144,9 @@ spec:
         assert_eq!(m.spec.resync_period, Some(Duration::from_secs(600)));
         assert_eq!(m.spec.tickers[0].every, Duration::from_secs(90));
         assert_eq!(m.spec.limits.memory, 64 << 20);
+        assert_eq!(m.spec.limits.cpu, 0.5);
+        assert_eq!(m.spec.limits.write_qps, 20.0);
+        assert_eq!(m.spec.limits.write_burst, 30);
         assert_eq!(m.spec.isolation, Isolation::PerReconcile);
         assert_eq!(m.spec.predicates.len(), 3);
         let rs = Gvk::new("apps", "v1", "ReplicaSet");
@@ -1097,6 +1187,18 @@ spec:
             (
                 GOOD.replace("memory: 64Mi", "memory: 1000000Gi"),
                 "spec.limits.memory: must be between 1Mi and 4Gi",
+            ),
+            (
+                GOOD.replace("cpu: 500m", "cpu: 1000"),
+                "spec.limits.cpu: must be between 10m and 64 cores",
+            ),
+            (
+                GOOD.replace("cpu: 500m", "cpu: lots"),
+                "spec.limits.cpu: invalid CPU quantity \"lots\"",
+            ),
+            (
+                GOOD.replace("writeQps: 20", "writeQps: 0"),
+                "spec.limits.writeQps: must be a positive number, at most 100000",
             ),
             (
                 GOOD.replace("timeout: 5s", "timeout: 600s"),

@@ -232,6 +232,12 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Add a key after its rate-limited delay (a failed or requeued reconcile).
     pub fn add_rate_limited(&self, key: K) {
+        self.add_rate_limited_at_least(key, Duration::ZERO);
+    }
+
+    /// Like [`add_rate_limited`](Self::add_rate_limited), waiting at least `floor` (a key
+    /// quarantined for trapping again and again).
+    pub fn add_rate_limited_at_least(&self, key: K, floor: Duration) {
         let delay = {
             let mut state = self.lock();
             let failures = state.failures.entry(key.clone()).or_insert(0);
@@ -244,7 +250,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 .unwrap_or(limit.max_delay)
                 .min(limit.max_delay);
             let bucket = state.bucket.reserve(Instant::now());
-            backoff.max(bucket)
+            backoff.max(bucket).max(floor)
         };
         self.observe(|o| o.retried());
         self.add_after(key, delay);

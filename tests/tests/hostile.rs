@@ -131,7 +131,8 @@ async fn a_log_flood_should_be_cut_to_the_guests_budget() {
     let mut h = Harness::with_manifest(misbehave_manifest());
     // 2 000 lines of 16 KiB: 32 MiB of log.
     assert_eq!(h.reconcile(None, "log-flood").await, Ok(Action::Done));
-    let budget = h.worker.module().log_budget().clone();
+    let budgets = h.worker.module().budgets().clone();
+    let budget = &budgets.log;
     let dropped = budget.take_dropped();
     let most_kept = (krec::guest::MAX_LOG_BYTES_PER_SECOND / (16 << 10)) as u64 * 2;
     assert!(
@@ -277,4 +278,90 @@ async fn another_guests_cached_reads_should_not_make_a_namespaced_guest_lose_upd
         }
     }
     assert!(lost.is_empty(), "changes never reconciled: {lost:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_flood_should_keep_to_the_guests_write_rate() {
+    let mut manifest = misbehave_manifest();
+    manifest.spec.limits.timeout = Duration::from_secs(1);
+    manifest.spec.limits.write_qps = 20.0;
+    manifest.spec.limits.write_burst = 10;
+    manifest.spec.permissions = vec![Permission {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        verbs: vec![Verb::Create],
+        namespaces: vec![],
+    }];
+    let mut h = Harness::with_manifest(manifest);
+    // 1 000 creates in one reconcile: the burst, then 20 a second until the next write would
+    // wait past the reconcile's deadline, which fails it (and it is retried with backoff).
+    let error = guest_error(h.reconcile(None, "write-flood").await, "write-flood");
+    assert!(
+        matches!(&error, AccessError::Unavailable(m) if m.contains("writeQps")),
+        "{error:?}"
+    );
+    let created = h
+        .cluster
+        .objects(&Gvk::new("", "v1", "ConfigMap"))
+        .iter()
+        .filter(|cm| {
+            cm["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("flood-"))
+        })
+        .count();
+    // At most the burst plus a second's worth at 20/s (and one in flight).
+    assert!(
+        (10..=31).contains(&created),
+        "{created} ConfigMaps created in a 1 s reconcile"
+    );
+    assert!(h.worker.module().budgets().writes.take_waited() > Duration::ZERO);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_loop_should_get_no_more_cpu_than_its_limit() {
+    let mut manifest = misbehave_manifest();
+    manifest.spec.limits.timeout = Duration::from_secs(1);
+    manifest.spec.limits.cpu = 0.1;
+    let mut h = Harness::with_manifest(manifest);
+    // A reconcile that loops until its 1 s time limit...
+    match h.reconcile(None, "loop").await {
+        Err(ReconcileError::Trap { .. }) => {}
+        other => panic!("expected a timeout trap, got {other:?}"),
+    }
+    // ... was held back for most of that second: at 100m it may run its 100 ms burst and then
+    // a tenth of the time.
+    let throttled = h.worker.module().budgets().cpu.take_throttled();
+    assert!(
+        throttled >= Duration::from_millis(500),
+        "held back only {throttled:?} of a 1 s loop at 100m"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_keeps_trapping_should_be_quarantined() {
+    let live = live_misbehave().await;
+    let controller = live.controller("misbehave");
+    let traps = || {
+        controller
+            .stats()
+            .traps
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    controller.trigger(Request::new(None, "panic"));
+    // Backoff 5, 10, 20, 40 ms: five traps come quickly...
+    live.eventually("five traps", || async {
+        (traps() >= krec::controller::QUARANTINE_AFTER as u64).then_some(())
+    })
+    .await;
+    let text = live.manager.metrics().encode();
+    assert!(
+        text.contains("krec_guest_quarantined_keys_total{guest=\"misbehave\"} 1"),
+        "{text}"
+    );
+    // ... then the key waits at least QUARANTINE_DELAY (30 s), where its backoff alone would
+    // have retried it within 1.5 s (80, 160, 320, 640 ms).
+    let quarantined = traps();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(traps(), quarantined, "a quarantined key was retried early");
 }

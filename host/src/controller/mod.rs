@@ -13,6 +13,7 @@
 //! | requeue-after(0) | as done: controller-runtime ignores `RequeueAfter: 0` |
 //! | requeue-after(d) | `forget`, then `add_after(max(d, MIN_REQUEUE_AFTER))` |
 //! | error or trap | `add_rate_limited`, logged and counted |
+//! | the [`QUARANTINE_AFTER`]th trap in a row and later ones | `add_rate_limited`, waiting at least [`QUARANTINE_DELAY`]; logged once, counted |
 //!
 //! Generic sources feed the same queue: each manifest ticker, the resync period (every cached
 //! object of the `for` kind), and [`Controller::trigger`], the manual trigger.
@@ -58,6 +59,12 @@ impl std::fmt::Display for Request {
 /// floor, `requeue_after(1ms)` would reconcile one key a thousand times a second, outside both
 /// the per-key backoff and the token bucket.
 pub const MIN_REQUEUE_AFTER: Duration = Duration::from_millis(100);
+
+/// Traps in a row after which a key is quarantined: its retries wait at least
+/// [`QUARANTINE_DELAY`], however short its backoff, until a reconcile of it does not trap.
+pub const QUARANTINE_AFTER: u32 = 5;
+/// Shortest wait between retries of a quarantined key.
+pub const QUARANTINE_DELAY: Duration = Duration::from_secs(30);
 
 /// What the queue does with a reconcile's result (errors aside): the [module docs](self)' table.
 fn action_after(action: Action) -> Action {
@@ -239,6 +246,8 @@ pub struct Controller {
     workers: Mutex<Vec<Option<JoinHandle<()>>>>,
     sources: Mutex<Vec<JoinHandle<()>>>,
     for_informers: Mutex<Vec<Arc<Informer>>>,
+    /// Traps in a row, by key (keys whose last reconcile trapped).
+    trap_streaks: Mutex<std::collections::HashMap<Request, u32>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -285,6 +294,7 @@ impl Controller {
             workers: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
             for_informers: Mutex::new(Vec::new()),
+            trap_streaks: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -471,13 +481,7 @@ impl Controller {
             let guest_label = GuestLabel {
                 guest: self.name.clone(),
             };
-            let dropped = version.module.log_budget().take_dropped();
-            if dropped > 0 {
-                self.metrics
-                    .log_dropped
-                    .get_or_create(&guest_label)
-                    .inc_by(dropped);
-            }
+            self.count_budgets(&version.module, &guest_label);
             if let Some(usage) = guest.last_usage() {
                 self.metrics
                     .guest_cpu
@@ -492,6 +496,60 @@ impl Controller {
             self.finish(&request, result, started.elapsed());
             self.queue.done(&request);
         }
+    }
+
+    /// Add what the guest's budgets held back since the last reconcile to the metrics.
+    fn count_budgets(&self, module: &GuestModule, label: &GuestLabel) {
+        let budgets = module.budgets();
+        let dropped = budgets.log.take_dropped();
+        if dropped > 0 {
+            self.metrics
+                .log_dropped
+                .get_or_create(label)
+                .inc_by(dropped);
+        }
+        let throttled = budgets.cpu.take_throttled();
+        if !throttled.is_zero() {
+            self.metrics
+                .cpu_throttled
+                .get_or_create(label)
+                .inc_by(throttled.as_secs_f64());
+        }
+        let waited = budgets.writes.take_waited();
+        if !waited.is_zero() {
+            self.metrics
+                .write_throttled
+                .get_or_create(label)
+                .inc_by(waited.as_secs_f64());
+        }
+    }
+
+    /// Track `request`'s traps in a row; whether it is (now) quarantined. Entering quarantine
+    /// is logged once and counted; leaving it is logged.
+    fn trap_streak(&self, request: &Request, trapped: bool) -> bool {
+        let mut streaks = self.trap_streaks.lock().unwrap_or_else(|e| e.into_inner());
+        if !trapped {
+            if streaks.remove(request).unwrap_or(0) >= QUARANTINE_AFTER {
+                tracing::info!(guest = %self.name, key = %request, "key released from quarantine: its reconcile no longer traps");
+            }
+            return false;
+        }
+        let streak = streaks.entry(request.clone()).or_insert(0);
+        *streak = streak.saturating_add(1);
+        if *streak == QUARANTINE_AFTER {
+            tracing::warn!(
+                guest = %self.name,
+                key = %request,
+                "key quarantined after {QUARANTINE_AFTER} traps in a row: retried at most every {QUARANTINE_DELAY:?} until a reconcile of it does not trap"
+            );
+            self.metrics
+                .quarantined
+                .get_or_create(&GuestLabel {
+                    guest: self.name.clone(),
+                })
+                .inc();
+        }
+        *streak >= QUARANTINE_AFTER
     }
 
     fn controller_label(&self) -> ControllerLabel {
@@ -537,6 +595,8 @@ impl Controller {
             .reconcile_time
             .get_or_create(&self.controller_label())
             .observe(took.as_secs_f64());
+        let trapped = matches!(result, Err(ReconcileError::Trap { .. }));
+        let quarantined = self.trap_streak(request, trapped);
         match result.map(action_after) {
             Ok(Action::Done) => {
                 self.stats.done.fetch_add(1, Ordering::Relaxed);
@@ -579,7 +639,12 @@ impl Controller {
                         self.stats.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                self.queue.add_rate_limited(request.clone());
+                if quarantined {
+                    self.queue
+                        .add_rate_limited_at_least(request.clone(), QUARANTINE_DELAY);
+                } else {
+                    self.queue.add_rate_limited(request.clone());
+                }
                 let retries = self.queue.num_requeues(request);
                 tracing::warn!(target: "krec::reconcile", guest = %guest, key = %request, result = %"error", duration_ms = %format_args!("{ms:.1}"), retries, "{err}; retrying with backoff");
             }

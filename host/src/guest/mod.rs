@@ -6,6 +6,7 @@
 //! every call. Every reconcile runs under the manifest's time limit (epoch interruption) and
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
+mod budget;
 mod limits;
 mod log_budget;
 pub mod module_cache;
@@ -22,6 +23,7 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 
+pub use budget::{CPU_BURST, CpuAccount, CpuGovernor, GuestBudgets, MAX_CPU_PAUSE, WriteLimiter};
 pub use limits::{
     GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
 };
@@ -84,7 +86,7 @@ pub struct GuestModule {
     body: Body,
     digest: String,
     origin: Origin,
-    log_budget: Arc<LogBudget>,
+    budgets: Arc<GuestBudgets>,
 }
 
 /// What runs a guest's reconciles.
@@ -178,7 +180,7 @@ impl GuestModule {
         })?;
         let (pre, component, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
         Ok(GuestModule {
-            log_budget: Arc::new(LogBudget::new(&manifest.name)),
+            budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
             body: Body::Wasm(pre, component),
             digest,
@@ -197,7 +199,7 @@ impl GuestModule {
         let (pre, component, digest, origin) =
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         Ok(GuestModule {
-            log_budget: Arc::new(LogBudget::new(&manifest.name)),
+            budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
             body: Body::Wasm(pre, component),
             digest,
@@ -210,7 +212,7 @@ impl GuestModule {
     pub fn native(manifest: Arc<Manifest>, reconcile: NativeReconcile) -> Self {
         let digest = format!("native:{}", manifest.name);
         GuestModule {
-            log_budget: Arc::new(LogBudget::new(&manifest.name)),
+            budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
             body: Body::Native(reconcile),
             digest,
@@ -233,9 +235,17 @@ impl GuestModule {
         &self.manifest.name
     }
 
-    /// The guest's log budget, shared by its channels and instances.
-    pub fn log_budget(&self) -> &Arc<LogBudget> {
-        &self.log_budget
+    /// The guest's budgets (log, CPU, writes), shared by its workers and instances.
+    pub fn budgets(&self) -> &Arc<GuestBudgets> {
+        &self.budgets
+    }
+
+    /// Govern the guest's CPU with `governor` (the host's, shared by all its guests) rather
+    /// than a governor of its own. Call before the module is shared.
+    #[must_use]
+    pub fn governed_by(mut self, governor: &Arc<CpuGovernor>) -> Self {
+        self.budgets = Arc::new(GuestBudgets::new(&self.manifest, governor));
+        self
     }
 
     /// SHA-256 of the module bytes, `sha256:<hex>`: identifies the loaded version.
@@ -506,8 +516,8 @@ impl GuestWorker {
         // No preopened directories, environment, arguments or stdin; no sockets or name
         // lookups (denied by default too, refused explicitly here); clocks and random allowed.
         let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::new(name, "stdout", module.log_budget.clone()))
-            .stderr(GuestOutput::new(name, "stderr", module.log_budget.clone()))
+            .stdout(GuestOutput::new(name, "stdout", module.budgets.clone()))
+            .stderr(GuestOutput::new(name, "stderr", module.budgets.clone()))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -522,7 +532,10 @@ impl GuestWorker {
             limits,
             host_time: Duration::ZERO,
             metrics,
-            log_budget: module.log_budget.clone(),
+            budgets: module.budgets.clone(),
+            cpu_mark: Instant::now(),
+            host_time_mark: Duration::ZERO,
+            cpu_paused: Duration::ZERO,
             wasi,
             table: ResourceTable::new(),
         };
@@ -534,12 +547,17 @@ impl GuestWorker {
         let mut store = Store::new(pre.engine(), state);
         store.limiter(|state| &mut state.limits);
         let timeout = manifest.spec.limits.timeout;
-        store.epoch_deadline_callback(move |ctx| {
-            if Instant::now() >= ctx.data().deadline {
-                Err(DeadlineExceeded(timeout).into())
-            } else {
-                Ok(UpdateDeadline::Yield(1))
+        // Every tick: past the deadline, trap; over the CPU budget, yield for the pause that
+        // repays it; otherwise yield, so other tasks run.
+        store.epoch_deadline_callback(move |mut ctx| {
+            let state = ctx.data_mut();
+            if Instant::now() >= state.deadline {
+                return Err(DeadlineExceeded(timeout).into());
             }
+            Ok(match state.charge_cpu(true) {
+                Some(pause) => UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(pause))),
+                None => UpdateDeadline::Yield(1),
+            })
         });
         store.set_epoch_deadline(1);
         let bindings = pre.instantiate_async(&mut store).await?;
@@ -598,7 +616,7 @@ impl GuestWorker {
                 manifest,
                 &self.cluster,
                 self.metrics.clone(),
-                self.module.log_budget.clone(),
+                self.module.budgets.clone(),
                 request,
             )
             .await;
@@ -622,6 +640,12 @@ impl GuestWorker {
         let outer = timeout.saturating_add(HOST_CALL_GRACE);
         // The future owns what it uses (a `&self` held across awaits would need the store to be
         // `Sync`, which WASI's context is not).
+        // A guest over its CPU budget waits before it starts: short reconciles never meet an
+        // epoch tick, so this is where a flood of them is held back.
+        while let Some(pause) = self.module.budgets.cpu.debt() {
+            self.module.budgets.cpu.held_back(pause);
+            tokio::time::sleep(pause).await;
+        }
         let kept = self.instance.take();
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
         let metrics = self.metrics.clone();
@@ -642,6 +666,7 @@ impl GuestWorker {
             let state = instance.store.data_mut();
             state.request = request_text;
             state.host_time = Duration::ZERO;
+            state.cpu_paused = Duration::ZERO;
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
             let wit_request = WitRequest {
@@ -649,13 +674,19 @@ impl GuestWorker {
                 name: name.to_owned(),
             };
             let started = Instant::now();
+            instance.store.data_mut().start_cpu();
             let outcome = instance
                 .bindings
                 .call_reconcile(&mut instance.store, &wit_request)
                 .await;
+            // What the last stretch used; a debt is paid before the next reconcile.
+            let _ = instance.store.data_mut().charge_cpu(false);
             let state = instance.store.data();
             let usage = Usage {
-                guest_time: started.elapsed().saturating_sub(state.host_time),
+                guest_time: started
+                    .elapsed()
+                    .saturating_sub(state.host_time)
+                    .saturating_sub(state.cpu_paused),
                 memory_peak: state.limits.memory_peak(),
             };
             match outcome {

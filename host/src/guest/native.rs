@@ -44,8 +44,10 @@ pub(crate) struct NativeHost {
     manifest: Arc<Manifest>,
     cluster: Arc<dyn ClusterAccess>,
     metrics: Option<Arc<Metrics>>,
-    log_budget: Arc<super::LogBudget>,
+    budgets: Arc<super::GuestBudgets>,
     request: String,
+    /// When the reconcile should end (native reconciles are never cut, but writes keep to it).
+    deadline: Instant,
     handle: Handle,
     /// Whether the reconcile runs on a runtime worker (multi-thread runtime) rather than on a
     /// blocking thread.
@@ -100,6 +102,8 @@ impl NativeHost {
             manifest: &self.manifest,
             cluster: &self.cluster,
             request: &self.request,
+            writes: &self.budgets.writes,
+            deadline: self.deadline,
         }
     }
 
@@ -258,7 +262,7 @@ impl Host for NativeHost {
             &self.request,
             level,
             message.to_owned(),
-            &self.log_budget,
+            &self.budgets.log,
         );
     }
 }
@@ -269,7 +273,7 @@ pub(crate) async fn run(
     manifest: &Arc<Manifest>,
     cluster: &Arc<dyn ClusterAccess>,
     metrics: Option<Arc<Metrics>>,
-    log_budget: Arc<super::LogBudget>,
+    budgets: Arc<super::GuestBudgets>,
     request: krec_guest::Request,
 ) -> (Result<Action, ReconcileError>, Usage) {
     let shown = request.to_string();
@@ -279,7 +283,8 @@ pub(crate) async fn run(
         manifest: manifest.clone(),
         cluster: cluster.clone(),
         metrics,
-        log_budget,
+        budgets,
+        deadline: Instant::now() + manifest.spec.limits.timeout,
         request: shown.clone(),
         handle: handle.clone(),
         on_worker,

@@ -2,7 +2,7 @@
 //!
 //! Guests get no inherited stdio; what they print (including Rust's panic messages) becomes log
 //! lines `guest=<name> stream=stderr`, each cut at [`MAX_OUTPUT_LINE_BYTES`], within the guest's
-//! [`LogBudget`] (shared with its `log` calls); lines beyond it are dropped, counted and
+//! [`LogBudget`](super::LogBudget) (shared with its `log` calls); lines beyond it are dropped, counted and
 //! reported, so a guest printing in a loop cannot flood the host's log.
 
 use std::io;
@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
-use super::LogBudget;
+use super::GuestBudgets;
 
 /// Longest line of guest output logged; the rest of a longer line is dropped, so a guest cannot
 /// make the host buffer unbounded output.
@@ -30,18 +30,18 @@ struct Sink {
     stream: &'static str,
     /// The unfinished line, at most [`MAX_OUTPUT_LINE_BYTES`].
     pending: Mutex<(Vec<u8>, bool)>,
-    budget: Arc<LogBudget>,
+    budgets: Arc<GuestBudgets>,
 }
 
 impl GuestOutput {
-    /// A stream named `stream` (`stdout`/`stderr`) of `guest`, within `budget`.
-    pub fn new(guest: &str, stream: &'static str, budget: Arc<LogBudget>) -> Self {
+    /// A stream named `stream` (`stdout`/`stderr`) of `guest`, within its log budget.
+    pub fn new(guest: &str, stream: &'static str, budgets: Arc<GuestBudgets>) -> Self {
         GuestOutput {
             inner: Arc::new(Sink {
                 guest: guest.to_owned(),
                 stream,
                 pending: Mutex::new((Vec::new(), false)),
-                budget,
+                budgets,
             }),
         }
     }
@@ -65,7 +65,7 @@ impl Sink {
     }
 
     fn emit(&self, line: &[u8], truncated: bool) {
-        if !self.budget.admit(line.len()) {
+        if !self.budgets.log.admit(line.len()) {
             return;
         }
         let text = String::from_utf8_lossy(line);

@@ -80,6 +80,7 @@ impl Calls<'_> {
                 NamespaceFrom::Body,
             )
             .await?;
+        self.throttle_write().await?;
         let kind = match verb {
             Verb::Create => WriteKind::Create,
             Verb::Update => WriteKind::Update,
@@ -162,6 +163,7 @@ impl Calls<'_> {
         }
         let body: Value = serde_json::from_str(body)
             .map_err(|e| AccessError::Invalid(format!("patch is not valid JSON: {e}")))?;
+        self.throttle_write().await?;
         let how = match how {
             PatchType::Merge => cluster::PatchType::Merge,
             PatchType::Json => cluster::PatchType::Json,
@@ -189,6 +191,7 @@ impl Calls<'_> {
                 NamespaceFrom::Argument,
             )
             .await?;
+        self.throttle_write().await?;
         let pre = preconditions.map(|p| cluster::Preconditions {
             uid: p.uid,
             resource_version: p.resource_version,

@@ -46,6 +46,7 @@ impl Calls<'_> {
             message: truncate(message, MAX_EVENT_MESSAGE_BYTES),
             reporter: self.guest().to_owned(),
         };
+        self.throttle_write().await?;
         self.cluster.record_event(event).await
     }
 }

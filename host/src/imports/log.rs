@@ -35,7 +35,7 @@ impl Host for HostState {
             &self.request,
             level,
             message,
-            &self.log_budget,
+            &self.budgets.log,
         );
         Ok(())
     }

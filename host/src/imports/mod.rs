@@ -100,9 +100,18 @@ pub(crate) struct Calls<'a> {
     pub cluster: &'a Arc<dyn ClusterAccess>,
     /// The request being reconciled, for log lines.
     pub request: &'a str,
+    /// The guest's write rate limit.
+    pub writes: &'a crate::guest::WriteLimiter,
+    /// When the reconcile must end: a write that would wait for the rate limit past it fails.
+    pub deadline: std::time::Instant,
 }
 
 impl Calls<'_> {
+    /// Wait for the guest's write rate limit to allow one more write.
+    pub(crate) async fn throttle_write(&self) -> Result<(), AccessError> {
+        self.writes.acquire(self.deadline).await
+    }
+
     /// The guest's name.
     pub(crate) fn guest(&self) -> &str {
         &self.manifest.name
@@ -170,6 +179,8 @@ impl HostState {
             manifest: &self.manifest,
             cluster: &self.cluster,
             request: &self.request,
+            writes: &self.budgets.writes,
+            deadline: self.deadline,
         }
     }
 

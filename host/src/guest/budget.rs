@@ -1,0 +1,341 @@
+//! A guest's budgets: what one guest may take of what all guests share — CPU, the API server
+//! and the log — so that a misbehaving or merely greedy guest cannot starve the others.
+//!
+//! - **CPU** ([`CpuGovernor`], [`CpuAccount`]): each guest's code may use at most its
+//!   `limits.cpu`, and while several guests compete at most an equal share of the host's
+//!   cores. Usage is charged while the guest runs (at every epoch tick and when a reconcile
+//!   ends) against a token bucket; a guest in debt is held back — its code yields to the
+//!   runtime for the time that repays the debt, and its next reconcile waits before it starts —
+//!   like a CFS quota.
+//! - **Writes** ([`WriteLimiter`]): `limits.writeQps` writes per second with bursts of
+//!   `limits.writeBurst`, client-go's client-side limiter, shared by the guest's workers. A
+//!   write that would have to wait past its reconcile's deadline fails at once with
+//!   `unavailable`.
+//! - **Log** ([`LogBudget`]): lines and bytes per second over every channel.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::LogBudget;
+use crate::cluster::AccessError;
+use crate::manifest::Manifest;
+
+/// CPU time a guest may bank while idle and then spend at once.
+pub const CPU_BURST: Duration = Duration::from_millis(100);
+/// Longest a guest's code is held back at one time; a deeper debt is repaid over several.
+pub const MAX_CPU_PAUSE: Duration = Duration::from_millis(100);
+/// How recently a guest must have run to count as competing for the CPU.
+const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
+/// How often the number of competing guests is recounted.
+const RECOUNT: Duration = Duration::from_millis(50);
+
+/// The host's CPU, shared fairly between the guests that compete for it. See the
+/// [module docs](self).
+#[derive(Debug)]
+pub struct CpuGovernor {
+    cores: f64,
+    started: Instant,
+    accounts: Mutex<Vec<Weak<CpuAccount>>>,
+    /// Guests that ran within [`ACTIVE_WINDOW`], as last counted.
+    active: AtomicUsize,
+    /// When `active` was counted, in ms since `started`.
+    counted_at: AtomicU64,
+}
+
+impl CpuGovernor {
+    /// A governor of this machine's cores (its available parallelism).
+    pub fn new() -> Arc<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self::with_cores(cores as f64)
+    }
+
+    /// A governor of `cores` cores.
+    pub fn with_cores(cores: f64) -> Arc<Self> {
+        Arc::new(CpuGovernor {
+            cores: cores.max(0.01),
+            started: Instant::now(),
+            accounts: Mutex::new(Vec::new()),
+            active: AtomicUsize::new(0),
+            counted_at: AtomicU64::new(0),
+        })
+    }
+
+    /// A new account for a guest whose own limit is `limit` cores.
+    pub fn account(self: &Arc<Self>, limit: f64) -> Arc<CpuAccount> {
+        let account = Arc::new(CpuAccount {
+            governor: self.clone(),
+            limit,
+            bucket: Mutex::new(Bucket {
+                tokens: CPU_BURST.as_secs_f64(),
+                updated: Instant::now(),
+            }),
+            last_ran: AtomicU64::new(0),
+            throttled_nanos: AtomicU64::new(0),
+        });
+        let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
+        accounts.retain(|a| a.strong_count() > 0);
+        accounts.push(Arc::downgrade(&account));
+        account
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Guests that ran within the last second (at least 1), recounted at most every 50 ms.
+    fn competing(&self) -> usize {
+        let now = self.now_ms();
+        let counted = self.counted_at.load(Ordering::Relaxed);
+        if now.saturating_sub(counted) >= RECOUNT.as_millis() as u64 || counted == 0 {
+            let window = ACTIVE_WINDOW.as_millis() as u64;
+            let active = self
+                .accounts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|a| {
+                    let ran = a.last_ran.load(Ordering::Relaxed);
+                    ran > 0 && now.saturating_sub(ran) <= window
+                })
+                .count();
+            self.active.store(active, Ordering::Relaxed);
+            self.counted_at.store(now.max(1), Ordering::Relaxed);
+        }
+        self.active.load(Ordering::Relaxed).max(1)
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    /// CPU seconds the guest may still use; negative is debt.
+    tokens: f64,
+    updated: Instant,
+}
+
+/// One guest's CPU account with its [`CpuGovernor`].
+#[derive(Debug)]
+pub struct CpuAccount {
+    governor: Arc<CpuGovernor>,
+    limit: f64,
+    bucket: Mutex<Bucket>,
+    /// When the guest last ran, in ms since the governor started (0: never).
+    last_ran: AtomicU64,
+    /// Time held back, not yet added to the metrics.
+    throttled_nanos: AtomicU64,
+}
+
+impl CpuAccount {
+    /// The cores the guest may use now: its limit, or an equal share of the host's cores while
+    /// more guests compete than there are cores for.
+    pub fn share(&self) -> f64 {
+        let fair = self.governor.cores / self.governor.competing() as f64;
+        self.limit.min(fair)
+    }
+
+    /// Refill the bucket to `now` at the current share.
+    fn refill(&self, bucket: &mut Bucket, now: Instant) {
+        let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * self.share()).min(CPU_BURST.as_secs_f64());
+        bucket.updated = now;
+    }
+
+    /// Charge `used` CPU time; how long the guest must now be held back, if at all (the caller
+    /// holds it back and says so with [`held_back`](Self::held_back)).
+    pub fn charge(&self, used: Duration) -> Option<Duration> {
+        if !used.is_zero() {
+            self.last_ran
+                .store(self.governor.now_ms().max(1), Ordering::Relaxed);
+        }
+        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        self.refill(&mut bucket, Instant::now());
+        bucket.tokens -= used.as_secs_f64();
+        self.pause(&bucket)
+    }
+
+    /// How long the guest must wait before it runs again, if it is in debt.
+    pub fn debt(&self) -> Option<Duration> {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        self.refill(&mut bucket, Instant::now());
+        self.pause(&bucket)
+    }
+
+    fn pause(&self, bucket: &Bucket) -> Option<Duration> {
+        if bucket.tokens >= 0.0 {
+            return None;
+        }
+        let seconds = -bucket.tokens / self.share();
+        Some(
+            Duration::try_from_secs_f64(seconds)
+                .unwrap_or(MAX_CPU_PAUSE)
+                .min(MAX_CPU_PAUSE),
+        )
+    }
+
+    /// Count `pause` as time the guest was held back.
+    pub fn held_back(&self, pause: Duration) {
+        self.throttled_nanos.fetch_add(
+            u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Time held back since the last call, for `krec_guest_cpu_throttled_seconds_total`.
+    pub fn take_throttled(&self) -> Duration {
+        Duration::from_nanos(self.throttled_nanos.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// A guest's client-side write rate limit (client-go's token bucket). See the
+/// [module docs](self).
+#[derive(Debug)]
+pub struct WriteLimiter {
+    qps: f64,
+    burst: f64,
+    /// Tokens and when they were counted (tokio's clock, so paused-time tests see it move).
+    state: Mutex<(f64, tokio::time::Instant)>,
+    waited_nanos: AtomicU64,
+}
+
+impl WriteLimiter {
+    /// `qps` writes per second, bursts of `burst`.
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        WriteLimiter {
+            qps: qps.max(f64::MIN_POSITIVE),
+            burst,
+            state: Mutex::new((burst, tokio::time::Instant::now())),
+            waited_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Take a token, waiting for it if need be; fails without waiting if the token would come
+    /// after `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// `unavailable`, saying the guest is over its write rate.
+    pub async fn acquire(&self, deadline: Instant) -> Result<(), AccessError> {
+        let wait = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let (tokens, updated) = &mut *state;
+            let now = tokio::time::Instant::now();
+            let deadline = tokio::time::Instant::from_std(deadline);
+            *tokens = (*tokens + now.saturating_duration_since(*updated).as_secs_f64() * self.qps)
+                .min(self.burst);
+            *updated = now;
+            let wait = if *tokens >= 1.0 {
+                Duration::ZERO
+            } else {
+                Duration::try_from_secs_f64((1.0 - *tokens) / self.qps).unwrap_or(Duration::MAX)
+            };
+            if now.checked_add(wait).is_none_or(|ready| ready > deadline) {
+                return Err(AccessError::Unavailable(format!(
+                    "client-side rate limit: this guest may write {} times per second (bursts of {}; \
+                     limits.writeQps and writeBurst), and the next write would wait past the \
+                     reconcile's deadline",
+                    self.qps, self.burst
+                )));
+            }
+            // The token is taken now; the caller waits for its time.
+            *tokens -= 1.0;
+            wait
+        };
+        if !wait.is_zero() {
+            self.waited_nanos.fetch_add(
+                u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
+    }
+
+    /// Time writes waited since the last call, for `krec_guest_write_throttled_seconds_total`.
+    pub fn take_waited(&self) -> Duration {
+        Duration::from_nanos(self.waited_nanos.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// Everything one guest may take of what all guests share. Every worker and instance of the
+/// guest charges the same budgets.
+#[derive(Debug)]
+pub struct GuestBudgets {
+    /// Its log lines and bytes per second.
+    pub log: LogBudget,
+    /// Its CPU.
+    pub cpu: Arc<CpuAccount>,
+    /// Its writes to the API server.
+    pub writes: WriteLimiter,
+}
+
+impl GuestBudgets {
+    /// The budgets `manifest`'s limits give, its CPU governed by `governor`.
+    pub fn new(manifest: &Manifest, governor: &Arc<CpuGovernor>) -> Self {
+        let limits = &manifest.spec.limits;
+        GuestBudgets {
+            log: LogBudget::new(&manifest.name),
+            cpu: governor.account(limits.cpu),
+            writes: WriteLimiter::new(limits.write_qps, limits.write_burst),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lone_guest_should_get_its_limit_and_competing_guests_an_equal_share() {
+        let governor = CpuGovernor::with_cores(2.0);
+        let a = governor.account(1.0);
+        assert_eq!(a.share(), 1.0, "a guest alone gets its own limit");
+        let others: Vec<_> = (0..7).map(|_| governor.account(1.0)).collect();
+        for other in &others {
+            other.charge(Duration::from_millis(1));
+        }
+        a.charge(Duration::from_millis(1));
+        // Recounted at most every 50 ms: force it.
+        governor.counted_at.store(0, Ordering::Relaxed);
+        assert!((a.share() - 0.25).abs() < 1e-9, "2 cores over 8 guests");
+    }
+
+    #[test]
+    fn a_guest_in_debt_should_be_held_back_until_it_repays() {
+        let governor = CpuGovernor::with_cores(2.0);
+        let account = governor.account(0.5);
+        // Within the banked burst: no pause.
+        assert_eq!(account.charge(Duration::from_millis(50)), None);
+        // 200 ms over a 0.5-core share: 400 ms of debt, paid at most 100 ms at a time.
+        let pause = account.charge(Duration::from_millis(250)).expect("in debt");
+        assert_eq!(pause, MAX_CPU_PAUSE);
+        assert!(account.debt().is_some());
+        account.held_back(pause);
+        assert_eq!(account.take_throttled(), MAX_CPU_PAUSE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_should_keep_to_the_rate_and_fail_past_the_deadline() {
+        let limiter = WriteLimiter::new(10.0, 2);
+        let far = Instant::now() + Duration::from_secs(3600);
+        // Deadlines are std instants; the limiter counts on tokio's (paused) clock.
+        let started = tokio::time::Instant::now();
+        for _ in 0..12 {
+            limiter.acquire(far).await.expect("within the deadline");
+        }
+        // Two at once, then ten at 10/s.
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(950) && took <= Duration::from_millis(1100),
+            "{took:?}"
+        );
+        assert!(limiter.take_waited() >= Duration::from_millis(900));
+        // The next token is 100 ms away: a deadline before it fails at once.
+        let err = limiter
+            .acquire((tokio::time::Instant::now() + Duration::from_millis(10)).into_std())
+            .await
+            .expect_err("past the deadline");
+        assert!(matches!(err, AccessError::Unavailable(m) if m.contains("writeQps")));
+    }
+}
