@@ -1277,4 +1277,38 @@ spec:
         assert!(parse_quantity("64XB").is_err());
         assert!(parse_quantity("99999999999999Gi").is_err());
     }
+
+    proptest::proptest! {
+        /// Manifest text is untrusted input (a file dropped on a guest volume): any text, and
+        /// any single-line change of a valid manifest, parses or fails with an error naming
+        /// the file, and never panics.
+        #[test]
+        fn any_manifest_text_should_parse_or_be_refused(text in ".{0,300}") {
+            if let Err(err) = Manifest::parse(Path::new("m.yaml"), &text) {
+                proptest::prop_assert!(err.to_string().starts_with("m.yaml"));
+            }
+        }
+
+        #[test]
+        fn numbers_and_units_should_parse_or_be_refused(text in "[0-9.]{0,40}(ns|us|ms|s|m|h|Ki|Mi|Gi|k|M|G|x|)") {
+            let _ = parse_duration(&text);
+            let _ = parse_quantity(&text);
+            let _ = parse_cpu(&text);
+        }
+
+        #[test]
+        fn a_changed_line_of_a_valid_manifest_should_parse_or_be_refused(
+            line in 0usize..40,
+            replacement in "[ -~]{0,60}",
+        ) {
+            let mut lines: Vec<String> = GOOD.lines().map(str::to_owned).collect();
+            if line < lines.len() {
+                lines[line] = replacement;
+            }
+            let text = lines.join("\n");
+            if let Err(err) = Manifest::parse(Path::new("dir/m.yaml"), &text) {
+                proptest::prop_assert!(err.to_string().starts_with("dir/m.yaml"));
+            }
+        }
+    }
 }

@@ -392,4 +392,23 @@ mod tests {
         assert!(refused(r#"{"kind":"Pod"}"#).contains("no apiVersion"));
         assert!(refused(r#"{"apiVersion":"v1","kind":""}"#).contains("no kind"));
     }
+
+    proptest::proptest! {
+        /// What a guest sends as an object is untrusted: any text is read or refused, never a
+        /// panic.
+        #[test]
+        fn any_object_text_should_be_read_or_refused(text in ".{0,200}") {
+            let _ = ObjectHead::parse(&text);
+        }
+
+        #[test]
+        fn object_like_text_should_be_read_or_refused(
+            api_version in proptest::sample::select(&["v1", "apps/v1", "", "/", "a/b/c", "\\u0000"][..]),
+            kind in "[A-Za-z]{0,8}",
+            metadata in proptest::sample::select(&["{}", "null", "[]", "{\"name\":1}", "{\"name\":\"x\",\"namespace\":\"y\"}", "\"s\""][..]),
+        ) {
+            let text = format!(r#"{{"apiVersion":"{api_version}","kind":"{kind}","metadata":{metadata}}}"#);
+            let _ = ObjectHead::parse(&text);
+        }
+    }
 }
