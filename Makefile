@@ -69,6 +69,7 @@ bench: guests
 	$(CARGO) bench -p krec --bench local_cluster
 	$(CARGO) bench -p krec --bench host
 	$(CARGO) bench -p krec --bench memory
+	$(CARGO) bench -p krec --bench fairness
 
 ## The quick benchmarks (under 3 minutes once built): fewer rounds of the same figures.
 bench-quick: guests

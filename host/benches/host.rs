@@ -48,6 +48,8 @@ fn manifest(dir: &Path, name: &str, module: &Path) -> Manifest {
         "spec:".to_owned(),
         format!("  module: {}", module.display()),
         "  for: {apiVersion: v1, kind: ConfigMap}".to_owned(),
+        // Load, not the guest's own write budget, is what is measured.
+        "  limits: {writeQps: 100000, writeBurst: 100000}".to_owned(),
         "  permissions:".to_owned(),
         "    - {apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}".to_owned(),
     ]

@@ -365,6 +365,8 @@ spec:
   module: {}
   for: {{apiVersion: v1, kind: Pod}}
   maxConcurrentReconciles: {WORKERS}
+  # kube-rs's client has no rate limit: neither has this arm, to compare like with like.
+  limits: {{writeQps: 100000, writeBurst: 100000}}
   permissions:
     - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch, update]}}
 ",

@@ -11,7 +11,7 @@ use std::time::Duration;
 use wasmtime::{Config, Engine};
 
 /// How often the epoch advances: the granularity of timeouts and of yielding to other tasks.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Build the engine: component model and epoch interruption (async support is always on).
 pub fn new_engine() -> wasmtime::Result<Engine> {

@@ -122,6 +122,11 @@ pub struct ClusterProcess {
 }
 
 impl ClusterProcess {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Start it and wait for its kubeconfig.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");

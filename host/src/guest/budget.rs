@@ -21,6 +21,11 @@ use super::LogBudget;
 use crate::cluster::AccessError;
 use crate::manifest::Manifest;
 
+/// The part of the host's cores that competing guests share between them; the rest is left to
+/// the host itself (watches, the queue, the client, the embedded API server under `krec dev`),
+/// so that a light guest's reconcile finds a thread free however many heavy guests run.
+pub const GUEST_CORES: f64 = 0.5;
+
 /// CPU time a guest may bank while idle and then spend at once.
 pub const CPU_BURST: Duration = Duration::from_millis(100);
 /// Longest a guest's code is held back at one time; a deeper debt is repaid over several.
@@ -127,10 +132,14 @@ pub struct CpuAccount {
 }
 
 impl CpuAccount {
-    /// The cores the guest may use now: its limit, or an equal share of the host's cores while
-    /// more guests compete than there are cores for.
+    /// The cores the guest may use now: its limit, or an equal share of the guests' part of the
+    /// host's cores ([`GUEST_CORES`]) while guests compete.
     pub fn share(&self) -> f64 {
-        let fair = self.governor.cores / self.governor.competing() as f64;
+        let competing = self.governor.competing();
+        if competing <= 1 {
+            return self.limit;
+        }
+        let fair = self.governor.cores * GUEST_CORES / competing as f64;
         self.limit.min(fair)
     }
 
@@ -298,7 +307,10 @@ mod tests {
         a.charge(Duration::from_millis(1));
         // Recounted at most every 50 ms: force it.
         governor.counted_at.store(0, Ordering::Relaxed);
-        assert!((a.share() - 0.25).abs() < 1e-9, "2 cores over 8 guests");
+        assert!(
+            (a.share() - 0.125).abs() < 1e-9,
+            "half of 2 cores over 8 guests"
+        );
     }
 
     #[test]

@@ -217,6 +217,10 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// Times a patch is applied again when the object changed while it was being computed
+/// (kube-apiserver's `maxRetryWhenPatchConflicts`).
+const MAX_PATCH_ATTEMPTS: u32 = 5;
+
 /// The fields of built-in kinds that are maps of strings (Go `map[string]string` or
 /// `map[string][]byte`, which is base64 text in JSON), by group and kind.
 const STRING_MAPS: &[(&str, &str, &[&str])] = &[
@@ -1058,45 +1062,60 @@ impl Store {
         name: &str,
         status: bool,
         dry_run: bool,
-        apply: F,
+        mut apply: F,
     ) -> Result<Value, ApiError>
     where
-        F: FnOnce(Option<&Value>) -> Result<Option<Value>, ApiError>,
+        F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError>,
     {
-        let mut state = self.lock();
         let key = Key::new(rt, namespace, name);
-        let current = state.objects.get(&key).map(|o| Self::served(rt, o));
-        let Some(current) = current else {
-            drop(state);
-            return match apply(None)? {
-                Some(mut created) if !status => {
-                    match meta_str(&created, "name") {
-                        Some(body_name) if body_name != name => {
-                            return Err(ApiError::bad_request(format!(
-                                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                            )));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.lock().objects.get(&key).map(|o| Self::served(rt, o));
+            let Some(current) = current else {
+                return match apply(None)? {
+                    Some(mut created) if !status => {
+                        match meta_str(&created, "name") {
+                            Some(body_name) if body_name != name => {
+                                return Err(ApiError::bad_request(format!(
+                                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                                )));
+                            }
+                            Some(_) => {}
+                            None => {
+                                metadata_mut(&mut created).insert("name".into(), json!(name));
+                            }
                         }
-                        Some(_) => {}
-                        None => {
-                            metadata_mut(&mut created).insert("name".into(), json!(name));
-                        }
+                        self.create(rt, namespace, created, dry_run)
                     }
-                    self.create(rt, namespace, created, dry_run)
-                }
-                _ => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+                    _ => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+                };
             };
-        };
-        let mut patched = apply(Some(&current))?
-            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        // A patch cannot change identity; a stale resourceVersion in the patch is a conflict,
-        // a missing one means "whatever is current".
-        if meta_str(&patched, "resourceVersion").is_none() {
-            let rv = meta_str(&current, "resourceVersion").map(str::to_owned);
-            if let Some(rv) = rv {
+            // The patch is computed without the store's lock (it can be expensive: a JSON patch
+            // may copy megabytes), then written only if the object did not change meanwhile —
+            // kube-apiserver's GuaranteedUpdate.
+            let current_rv = meta_str(&current, "resourceVersion").map(str::to_owned);
+            let mut patched = apply(Some(&current))?
+                .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+            // A patch cannot change identity; a stale resourceVersion in the patch is a conflict,
+            // a missing one means "whatever is current".
+            let patched_rv = meta_str(&patched, "resourceVersion").map(str::to_owned);
+            if patched_rv.is_none()
+                && let Some(rv) = &current_rv
+            {
                 metadata_mut(&mut patched).insert("resourceVersion".into(), json!(rv));
             }
+            // A patch that names no other version than the one it was applied to is retried on
+            // a concurrent change, as kube-apiserver does (up to 5 times).
+            let retriable = patched_rv.is_none() || patched_rv == current_rv;
+            let mut state = self.lock();
+            match self.update_locked(&mut state, rt, namespace, name, patched, status, dry_run) {
+                Err(err) if err.code == 409 && retriable && attempt < MAX_PATCH_ATTEMPTS => {
+                    continue;
+                }
+                result => return result,
+            }
         }
-        self.update_locked(&mut state, rt, namespace, name, patched, status, dry_run)
     }
 
     /// Delete an object. Returns the object: gone, or marked for deletion when finalizers hold it.

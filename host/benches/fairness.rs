@@ -1,0 +1,490 @@
+//! Fairness under attack: one healthy guest (`bench/pod-stamper`, the throughput benchmark's
+//! reconciler) alone, and beside every misbehaving guest of the test suite at once — one guest
+//! per attack of `tests/guests/misbehave` (busy loops, memory bombs, panics, deep recursion,
+//! sleeping in host calls, stdout and log floods, huge errors, `requeue_after(0)` and 1 ms hot
+//! loops, write floods, JSON-patch copy bombs, forbidden and malformed calls), each ticking
+//! every 100 ms. Rounds alternate the two arms in one run.
+//!
+//! Figures (ratios attacked / alone, medians and min–max over rounds):
+//!
+//! - `fairness_throughput_ratio`: the healthy guest's reconciles per second while the driver
+//!   changes every one of its Pods at once (time from the first change to the last stamp);
+//! - `fairness_p50_ratio`, `fairness_p99_ratio`: its reconcile latency, one change at a time,
+//!   from the driver's change to the driver seeing the guest's stamp on its watch;
+//! - `fairness_host_peak_rss_mib`, `fairness_cluster_peak_rss_mib`: peak resident memory of the
+//!   host (this process) and of the embedded API server (child process) over the whole run.
+//!
+//! The API server and the load driver run in child processes, as in `throughput.rs`.
+//! `KREC_BENCH_QUICK=1` runs one round of each arm; `KREC_FAIRNESS_ATTACKS=loop,flood` only the
+//! attacks named. Needs `make guests`.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{median_min_max, percentile, quick};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use krec::manager::{Manager, ManagerOptions};
+use krec::manifest::Manifest;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use pod_stamper::{GENERATION, STAMP};
+use serde_json::{Value, json};
+
+/// The healthy guest's namespace and Pods.
+const NS: &str = "bench-healthy";
+const PODS: usize = 200;
+/// Changes of every Pod per throughput measurement.
+const BURSTS: usize = 5;
+/// One-at-a-time changes per latency measurement.
+const LATENCY_SAMPLES: usize = 60;
+/// The healthy guest.
+const GUEST: &str = "pod-stamper";
+
+/// Every attack of the misbehave test guest, one attacking guest each.
+const ATTACKS: &[&str] = &[
+    "loop",
+    "oom",
+    "panic",
+    "recurse",
+    "sleep",
+    "flood",
+    "log-flood",
+    "huge-error",
+    "requeue-zero",
+    "requeue-1ms",
+    "write-flood",
+    "copy-bomb",
+    "forbidden",
+    "bad-json",
+    "huge",
+    "delete-victim",
+];
+
+// ---------------------------------------------------------------------------------------------
+// The driver: a child process that changes the healthy guest's Pods and watches its answers.
+
+fn driver_main(kubeconfig_path: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
+    runtime.block_on(async {
+        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+            .await
+            .expect("client");
+        for line in std::io::stdin().lock().lines() {
+            let line = line.expect("command");
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let answer = match words.as_slice() {
+                ["setup"] => setup(&client).await,
+                ["burst", generation] => burst(&client, generation).await,
+                ["latency", first] => latency(&client, first.parse().expect("first")).await,
+                _ => format!("error unknown command {line:?}"),
+            };
+            println!("{answer}");
+            std::io::stdout().flush().expect("stdout");
+        }
+    });
+}
+
+async fn setup(client: &kube::Client) -> String {
+    common::create_pods(client, NS, PODS, |i| {
+        let mut pod = common::pod(NS, &format!("web-{i:04}"));
+        pod["metadata"]["labels"][GENERATION] = json!("0");
+        pod
+    })
+    .await;
+    // What the attackers need: a ConfigMap to patch, namespaces to aim at.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    let bomb = serde_json::from_value(json!({"metadata": {"name": "bomb"}})).expect("cm");
+    let _ = cms.create(&Default::default(), &bomb).await;
+    "ok".into()
+}
+
+fn generation_patch(generation: &str) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"labels": {GENERATION: generation}}}))
+}
+
+/// Whether `pod`'s stamp records `generation`.
+fn stamped(pod: &Pod, generation: &str) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(STAMP))
+        .and_then(|s| s.split('/').next())
+        == Some(generation)
+}
+
+/// A watch of the healthy namespace, yielding every Pod it sees.
+fn pod_watch(client: &kube::Client) -> impl futures::Stream<Item = Pod> + use<> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    watcher(pods, watcher::Config::default()).filter_map(|event| async move {
+        match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => Some(pod),
+            _ => None,
+        }
+    })
+}
+
+/// Change every Pod to `generation` at once; answer `burst <seconds>` once all are stamped.
+async fn burst(client: &kube::Client, generation: &str) -> String {
+    let mut watch = Box::pin(pod_watch(client));
+    // Let the watch's initial list pass.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let started = Instant::now();
+    let patch = generation_patch(generation);
+    let patching = futures::stream::iter(0..PODS)
+        .map(|i| {
+            let (pods, patch) = (pods.clone(), &patch);
+            async move {
+                pods.patch(&format!("web-{i:04}"), &PatchParams::default(), patch)
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>();
+    let mut done: HashSet<String> = HashSet::new();
+    let watching = async {
+        while done.len() < PODS {
+            match tokio::time::timeout(Duration::from_secs(120), watch.next()).await {
+                Ok(Some(pod)) if stamped(&pod, generation) => {
+                    done.insert(pod.metadata.name.unwrap_or_default());
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+    };
+    let (patched, ()) = tokio::join!(patching, watching);
+    patched.expect("patch pods");
+    format!(
+        "burst {:.4} {}",
+        started.elapsed().as_secs_f64(),
+        done.len()
+    )
+}
+
+/// Change one Pod at a time, waiting for each stamp; answer `latency <p50_us> <p99_us>
+/// <answered>`.
+async fn latency(client: &kube::Client, first: u64) -> String {
+    let mut watch = Box::pin(pod_watch(client));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut samples = Vec::new();
+    for n in 0..LATENCY_SAMPLES {
+        let name = format!("web-{:04}", n % PODS);
+        let generation = (first + n as u64).to_string();
+        let started = Instant::now();
+        pods.patch(
+            &name,
+            &PatchParams::default(),
+            &generation_patch(&generation),
+        )
+        .await
+        .expect("patch");
+        let deadline = started + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, watch.next()).await {
+                Ok(Some(pod))
+                    if pod.metadata.name.as_deref() == Some(&name)
+                        && stamped(&pod, &generation) =>
+                {
+                    samples.push(started.elapsed().as_secs_f64() * 1e6);
+                    break;
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+    }
+    let answered = samples.len();
+    if samples.is_empty() {
+        return "latency 0 0 0".into();
+    }
+    let p50 = percentile(&mut samples, 50.0);
+    let p99 = percentile(&mut samples, 99.0);
+    format!("latency {p50:.0} {p99:.0} {answered}")
+}
+
+struct Driver {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Driver {
+    fn start(kubeconfig_path: &Path) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("current exe"))
+            .env("KREC_BENCH_DRIVER", kubeconfig_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the driver");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Driver {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    async fn ask(&mut self, command: String) -> String {
+        writeln!(self.stdin, "{command}").expect("to driver");
+        self.stdin.flush().expect("to driver");
+        let mut line = String::new();
+        tokio::task::block_in_place(|| self.stdout.read_line(&mut line)).expect("from driver");
+        assert!(!line.is_empty(), "the driver exited");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The host under test.
+
+fn write_manifest(dir: &Path, name: &str, text: &str) -> Manifest {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).expect("write manifest");
+    Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The healthy guest. Its write rate is not limited here, so that its throughput measures
+/// contention rather than its own budget.
+fn healthy(dir: &Path) -> Manifest {
+    write_manifest(
+        dir,
+        GUEST,
+        &format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {GUEST}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: Pod}}\n  namespaces: [{NS}]\n  maxConcurrentReconciles: 2\n  limits: {{writeQps: 100000, writeBurst: 100000}}\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get, update], namespaces: [{NS}]}}\n",
+            common::module("pod_stamper.wasm").display()
+        ),
+    )
+}
+
+/// One attacking guest per attack, each ticking every 100 ms, with the defaults a guest author
+/// gets (timeout 5 s, memory 64Mi, one core, 50 writes/s) and what its attack needs.
+fn attackers(dir: &Path) -> Vec<Manifest> {
+    let module = common::module("misbehave.wasm");
+    // `KREC_FAIRNESS_ATTACKS=loop,flood` runs only those, to see what each costs.
+    let only = std::env::var("KREC_FAIRNESS_ATTACKS").ok();
+    ATTACKS
+        .iter()
+        .filter(|a| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == **a)))
+        .map(|attack| {
+            let name = format!("attack-{attack}");
+            write_manifest(
+                dir,
+                &name,
+                &format!(
+                    "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {}\n  tickers: [{{every: 100ms, request: {{name: {attack}}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, create, update, patch]}}\n    - {{apiVersion: v1, kind: Namespace, verbs: [get]}}\n",
+                    module.display()
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Peak resident memory of process `pid` (`VmHWM`), in MiB.
+fn peak_rss_mib(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+struct Round {
+    throughput: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// Cores the host and the API server used over the round.
+    host_cores: f64,
+    cluster_cores: f64,
+}
+
+/// CPU seconds process `pid` has used (user + system, `/proc/<pid>/stat`).
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    #[allow(unsafe_code)] // sysconf: the clock tick rate /proc reports in
+    // SAFETY: sysconf with a constant name has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz.max(1.0)
+}
+
+async fn round(
+    driver: &mut Driver,
+    client: &kube::Client,
+    manifests: Vec<Manifest>,
+    generation: &mut u64,
+    cluster_pid: &str,
+) -> Round {
+    let started = Instant::now();
+    let (host_cpu, cluster_cpu) = (cpu_seconds("self"), cpu_seconds(cluster_pid));
+    let api = krec::cluster::api::ApiClient::new(client.clone());
+    let manager = Manager::start_with(api, manifests, ManagerOptions::default())
+        .await
+        .expect("manager");
+    // Let the attackers get going (and the healthy guest stamp what it finds).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut seconds = 0.0;
+    for _ in 0..BURSTS {
+        *generation += 1;
+        let answer = driver.ask(format!("burst {generation}")).await;
+        let words: Vec<&str> = answer.split_whitespace().collect();
+        seconds += words
+            .get(1)
+            .and_then(|s| s.parse::<f64>().ok())
+            .expect("burst");
+        let stamped: usize = words.get(2).and_then(|s| s.parse().ok()).expect("burst");
+        assert_eq!(stamped, PODS, "every Pod is stamped: {answer}");
+    }
+    *generation += 1000;
+    let answer = driver.ask(format!("latency {generation}")).await;
+    *generation += LATENCY_SAMPLES as u64;
+    let words: Vec<&str> = answer.split_whitespace().collect();
+    let p50_us: f64 = words.get(1).and_then(|s| s.parse().ok()).expect("latency");
+    let p99_us: f64 = words.get(2).and_then(|s| s.parse().ok()).expect("latency");
+    let wall = started.elapsed().as_secs_f64();
+    let host_cores = (cpu_seconds("self") - host_cpu) / wall;
+    let cluster_cores = (cpu_seconds(cluster_pid) - cluster_cpu) / wall;
+    manager.shutdown(Duration::from_secs(10)).await;
+    eprintln!(
+        "round: {seconds:.2} s for {BURSTS}×{PODS} Pods, latency p50 {p50_us:.0} µs p99 {p99_us:.0} µs, \
+         host {host_cores:.2} cores, API server {cluster_cores:.2} cores"
+    );
+    Round {
+        throughput: (BURSTS * PODS) as f64 / seconds,
+        p50_us,
+        p99_us,
+        host_cores,
+        cluster_cores,
+    }
+}
+
+async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
+    let cluster = common::ClusterProcess::start();
+    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
+    let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+        .await
+        .expect("client");
+    let mut driver = Driver::start(&cluster.kubeconfig_path);
+    assert_eq!(driver.ask("setup".into()).await, "ok");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rounds = if quick() { 1 } else { 3 };
+    let mut generation = 0u64;
+    let cluster_pid = cluster.pid().to_string();
+    let (mut alone, mut attacked) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        alone.push(
+            round(
+                &mut driver,
+                &client,
+                vec![healthy(dir.path())],
+                &mut generation,
+                &cluster_pid,
+            )
+            .await,
+        );
+        let mut all = attackers(dir.path());
+        all.push(healthy(dir.path()));
+        attacked.push(round(&mut driver, &client, all, &mut generation, &cluster_pid).await);
+    }
+    let ratios = |f: fn(&Round) -> f64| -> Vec<f64> {
+        alone
+            .iter()
+            .zip(&attacked)
+            .map(|(a, b)| f(b) / f(a))
+            .collect()
+    };
+    let throughput = median_min_max(ratios(|r| r.throughput));
+    let p50 = median_min_max(ratios(|r| r.p50_us));
+    let p99 = median_min_max(ratios(|r| r.p99_us));
+    let alone_p50 = median_min_max(alone.iter().map(|r| r.p50_us / 1000.0).collect());
+    let alone_tp = median_min_max(alone.iter().map(|r| r.throughput).collect());
+    let host_rss = peak_rss_mib("self");
+    let cluster_rss = peak_rss_mib(&cluster.pid().to_string());
+    let row = |name: &str, (m, lo, hi): (f64, f64, f64), what: &str| {
+        format!("| {name} | {m:.2} | {lo:.2}–{hi:.2} | {what} |")
+    };
+    let rows = vec![
+        row(
+            "fairness_throughput_ratio",
+            throughput,
+            &format!(
+                "healthy guest's reconciles/s beside {} attackers ÷ alone (alone {:.0}/s)",
+                ATTACKS.len(),
+                alone_tp.0
+            ),
+        ),
+        row(
+            "fairness_p50_ratio",
+            p50,
+            &format!(
+                "healthy p50 latency attacked ÷ alone (alone {:.1} ms)",
+                alone_p50.0
+            ),
+        ),
+        row(
+            "fairness_p99_ratio",
+            p99,
+            "healthy p99 latency attacked ÷ alone",
+        ),
+        format!(
+            "| fairness_host_peak_rss_mib | {host_rss:.0} | – | host process peak RSS over the run |"
+        ),
+        format!(
+            "| fairness_cluster_peak_rss_mib | {cluster_rss:.0} | – | embedded API server peak RSS (copy bombs land here) |"
+        ),
+    ];
+    let figure = |(m, lo, hi): (f64, f64, f64)| json!({"median": m, "min": lo, "max": hi});
+    let mut results = serde_json::Map::new();
+    results.insert("fairness_throughput_ratio".into(), figure(throughput));
+    results.insert("fairness_p50_ratio".into(), figure(p50));
+    results.insert("fairness_p99_ratio".into(), figure(p99));
+    results.insert("fairness_host_peak_rss_mib".into(), json!(host_rss));
+    results.insert("fairness_cluster_peak_rss_mib".into(), json!(cluster_rss));
+    (rows, results)
+}
+
+fn main() {
+    if let Ok(kubeconfig_path) = std::env::var("KREC_BENCH_DRIVER") {
+        return driver_main(&kubeconfig_path);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (rows, results) = runtime.block_on(bench());
+    common::print_table(&rows);
+    common::write_results(results);
+}
