@@ -431,6 +431,12 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
     let p99 = median_min_max(ratios(|r| r.p99_us));
     let alone_p50 = median_min_max(alone.iter().map(|r| r.p50_us / 1000.0).collect());
     let alone_tp = median_min_max(alone.iter().map(|r| r.throughput).collect());
+    let cores =
+        |rounds: &[Round], f: fn(&Round) -> f64| median_min_max(rounds.iter().map(f).collect());
+    let host_alone = cores(&alone, |r| r.host_cores);
+    let host_attacked = cores(&attacked, |r| r.host_cores);
+    let cluster_alone = cores(&alone, |r| r.cluster_cores);
+    let cluster_attacked = cores(&attacked, |r| r.cluster_cores);
     let host_rss = peak_rss_mib("self");
     let cluster_rss = peak_rss_mib(&cluster.pid().to_string());
     let row = |name: &str, (m, lo, hi): (f64, f64, f64), what: &str| {
@@ -459,6 +465,22 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
             p99,
             "healthy p99 latency attacked ÷ alone",
         ),
+        row(
+            "fairness_host_cores_attacked",
+            host_attacked,
+            &format!(
+                "cores the host used over an attacked round (alone {:.2})",
+                host_alone.0
+            ),
+        ),
+        row(
+            "fairness_cluster_cores_attacked",
+            cluster_attacked,
+            &format!(
+                "cores the embedded API server used over an attacked round (alone {:.2})",
+                cluster_alone.0
+            ),
+        ),
         format!(
             "| fairness_host_peak_rss_mib | {host_rss:.0} | – | host process peak RSS over the run |"
         ),
@@ -471,6 +493,13 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
     results.insert("fairness_throughput_ratio".into(), figure(throughput));
     results.insert("fairness_p50_ratio".into(), figure(p50));
     results.insert("fairness_p99_ratio".into(), figure(p99));
+    results.insert("fairness_host_cores_attacked".into(), figure(host_attacked));
+    results.insert("fairness_host_cores_alone".into(), figure(host_alone));
+    results.insert(
+        "fairness_cluster_cores_attacked".into(),
+        figure(cluster_attacked),
+    );
+    results.insert("fairness_cluster_cores_alone".into(), figure(cluster_alone));
     results.insert("fairness_host_peak_rss_mib".into(), json!(host_rss));
     results.insert("fairness_cluster_peak_rss_mib".into(), json!(cluster_rss));
     (rows, results)
