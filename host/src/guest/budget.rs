@@ -2,8 +2,9 @@
 //! and the log — so that a misbehaving or merely greedy guest cannot starve the others.
 //!
 //! - **CPU** ([`CpuGovernor`], [`CpuAccount`]): each guest's code may use at most its
-//!   `limits.cpu`, and while several guests compete at most an equal share of the host's
-//!   cores. Usage is charged while the guest runs (at every epoch tick and when a reconcile
+//!   `limits.cpu`, and while the guests together want more than half the host's cores, a
+//!   max-min fair share of that half (guests using less than an equal share keep what they
+//!   use; the heavy ones share the rest equally). Usage is charged while the guest runs (at every epoch tick and when a reconcile
 //!   ends) against a token bucket; a guest in debt is held back — its code yields to the
 //!   runtime for the time that repays the debt, and its next reconcile waits before it starts —
 //!   like a CFS quota.
@@ -13,7 +14,7 @@
 //!   `unavailable`.
 //! - **Log** ([`LogBudget`]): lines and bytes per second over every channel.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -21,31 +22,36 @@ use super::LogBudget;
 use crate::cluster::AccessError;
 use crate::manifest::Manifest;
 
-/// The part of the host's cores that competing guests share between them; the rest is left to
-/// the host itself (watches, the queue, the client, the embedded API server under `krec dev`),
-/// so that a light guest's reconcile finds a thread free however many heavy guests run.
+/// The part of the host's cores that guests share between them when they want more than
+/// that; the rest is left to the host itself (watches, the queue, the client, the embedded API
+/// server under `krec dev`), so that a light guest's reconcile finds a thread free however many
+/// heavy guests run.
 pub const GUEST_CORES: f64 = 0.5;
 
 /// CPU time a guest may bank while idle and then spend at once.
 pub const CPU_BURST: Duration = Duration::from_millis(100);
 /// Longest a guest's code is held back at one time; a deeper debt is repaid over several.
 pub const MAX_CPU_PAUSE: Duration = Duration::from_millis(100);
-/// How recently a guest must have run to count as competing for the CPU.
-const ACTIVE_WINDOW: Duration = Duration::from_secs(1);
-/// How often the number of competing guests is recounted.
+/// Time constant of a guest's recent usage (an exponentially weighted average, in cores).
+const USAGE_WINDOW: Duration = Duration::from_secs(1);
+/// How often the fair level is recomputed.
 const RECOUNT: Duration = Duration::from_millis(50);
 
-/// The host's CPU, shared fairly between the guests that compete for it. See the
-/// [module docs](self).
+/// The host's CPU, shared fairly between the guests that compete for it: max-min fairness
+/// over their recent usage. While all guests together use less than their part of the host
+/// ([`GUEST_CORES`] of its cores), each may use up to its own `limits.cpu`; beyond that, the
+/// guests using less than an equal share keep what they use, and the rest share what is left
+/// equally (the water level). See the [module docs](self).
 #[derive(Debug)]
 pub struct CpuGovernor {
-    cores: f64,
+    /// The guests' part of the host's cores.
+    pool: f64,
     started: Instant,
     accounts: Mutex<Vec<Weak<CpuAccount>>>,
-    /// Guests that ran within [`ACTIVE_WINDOW`], as last counted.
-    active: AtomicUsize,
-    /// When `active` was counted, in ms since `started`.
-    counted_at: AtomicU64,
+    /// The fair level in cores (`f64` bits; infinite while guests fit in the pool).
+    level: AtomicU64,
+    /// When `level` was computed, in ms since `started` (0: never).
+    computed_at: AtomicU64,
 }
 
 impl CpuGovernor {
@@ -58,24 +64,26 @@ impl CpuGovernor {
     /// A governor of `cores` cores.
     pub fn with_cores(cores: f64) -> Arc<Self> {
         Arc::new(CpuGovernor {
-            cores: cores.max(0.01),
+            pool: (cores * GUEST_CORES).max(0.01),
             started: Instant::now(),
             accounts: Mutex::new(Vec::new()),
-            active: AtomicUsize::new(0),
-            counted_at: AtomicU64::new(0),
+            level: AtomicU64::new(f64::INFINITY.to_bits()),
+            computed_at: AtomicU64::new(0),
         })
     }
 
     /// A new account for a guest whose own limit is `limit` cores.
     pub fn account(self: &Arc<Self>, limit: f64) -> Arc<CpuAccount> {
+        let now = Instant::now();
         let account = Arc::new(CpuAccount {
             governor: self.clone(),
             limit,
             bucket: Mutex::new(Bucket {
                 tokens: CPU_BURST.as_secs_f64(),
-                updated: Instant::now(),
+                updated: now,
+                usage: 0.0,
+                usage_at: now,
             }),
-            last_ran: AtomicU64::new(0),
             throttled_nanos: AtomicU64::new(0),
         });
         let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
@@ -88,28 +96,42 @@ impl CpuGovernor {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Guests that ran within the last second (at least 1), recounted at most every 50 ms.
-    fn competing(&self) -> usize {
+    /// The fair level in cores, recomputed at most every 50 ms from every guest's usage.
+    fn level(&self) -> f64 {
         let now = self.now_ms();
-        let counted = self.counted_at.load(Ordering::Relaxed);
-        if now.saturating_sub(counted) >= RECOUNT.as_millis() as u64 || counted == 0 {
-            let window = ACTIVE_WINDOW.as_millis() as u64;
-            let active = self
+        let computed = self.computed_at.load(Ordering::Relaxed);
+        if computed == 0 || now.saturating_sub(computed) >= RECOUNT.as_millis() as u64 {
+            self.computed_at.store(now.max(1), Ordering::Relaxed);
+            let at = Instant::now();
+            let usages: Vec<f64> = self
                 .accounts
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
                 .filter_map(Weak::upgrade)
-                .filter(|a| {
-                    let ran = a.last_ran.load(Ordering::Relaxed);
-                    ran > 0 && now.saturating_sub(ran) <= window
-                })
-                .count();
-            self.active.store(active, Ordering::Relaxed);
-            self.counted_at.store(now.max(1), Ordering::Relaxed);
+                .map(|a| a.usage(at))
+                .collect();
+            self.level
+                .store(water_level(usages, self.pool).to_bits(), Ordering::Relaxed);
         }
-        self.active.load(Ordering::Relaxed).max(1)
+        f64::from_bits(self.level.load(Ordering::Relaxed))
     }
+}
+
+/// Max-min fair level for `usages` sharing `pool`: the guests using less keep what they use,
+/// the others get the level; infinite when everything fits.
+fn water_level(mut usages: Vec<f64>, pool: f64) -> f64 {
+    usages.sort_by(f64::total_cmp);
+    let mut left = pool;
+    let count = usages.len();
+    for (i, usage) in usages.iter().enumerate() {
+        let even = left / (count - i) as f64;
+        if *usage > even {
+            return even;
+        }
+        left -= usage;
+    }
+    f64::INFINITY
 }
 
 #[derive(Debug)]
@@ -117,6 +139,19 @@ struct Bucket {
     /// CPU seconds the guest may still use; negative is debt.
     tokens: f64,
     updated: Instant,
+    /// Recent usage in cores (exponentially weighted over [`USAGE_WINDOW`]) and when.
+    usage: f64,
+    usage_at: Instant,
+}
+
+impl Bucket {
+    /// Decay the recent usage to `now`, adding `used`.
+    fn record(&mut self, now: Instant, used: Duration) {
+        let dt = now.saturating_duration_since(self.usage_at).as_secs_f64();
+        let tau = USAGE_WINDOW.as_secs_f64();
+        self.usage = self.usage * (-dt / tau).exp() + used.as_secs_f64() / tau;
+        self.usage_at = now;
+    }
 }
 
 /// One guest's CPU account with its [`CpuGovernor`].
@@ -125,56 +160,56 @@ pub struct CpuAccount {
     governor: Arc<CpuGovernor>,
     limit: f64,
     bucket: Mutex<Bucket>,
-    /// When the guest last ran, in ms since the governor started (0: never).
-    last_ran: AtomicU64,
     /// Time held back, not yet added to the metrics.
     throttled_nanos: AtomicU64,
 }
 
 impl CpuAccount {
-    /// The cores the guest may use now: its limit, or an equal share of the guests' part of the
-    /// host's cores ([`GUEST_CORES`]) while guests compete.
+    /// The cores the guest may use now: its limit, or the fair level while the guests want
+    /// more than their part of the host.
     pub fn share(&self) -> f64 {
-        let competing = self.governor.competing();
-        if competing <= 1 {
-            return self.limit;
-        }
-        let fair = self.governor.cores * GUEST_CORES / competing as f64;
-        self.limit.min(fair)
+        self.limit.min(self.governor.level())
     }
 
-    /// Refill the bucket to `now` at the current share.
-    fn refill(&self, bucket: &mut Bucket, now: Instant) {
+    /// The guest's recent usage in cores, as of `now`.
+    fn usage(&self, now: Instant) -> f64 {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        bucket.record(now, Duration::ZERO);
+        bucket.usage
+    }
+
+    /// Refill the bucket to `now` at `share` cores.
+    fn refill(bucket: &mut Bucket, now: Instant, share: f64) {
         let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * self.share()).min(CPU_BURST.as_secs_f64());
+        bucket.tokens = (bucket.tokens + elapsed * share).min(CPU_BURST.as_secs_f64());
         bucket.updated = now;
     }
 
     /// Charge `used` CPU time; how long the guest must now be held back, if at all (the caller
     /// holds it back and says so with [`held_back`](Self::held_back)).
     pub fn charge(&self, used: Duration) -> Option<Duration> {
-        if !used.is_zero() {
-            self.last_ran
-                .store(self.governor.now_ms().max(1), Ordering::Relaxed);
-        }
+        let share = self.share();
         let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        self.refill(&mut bucket, Instant::now());
+        let now = Instant::now();
+        bucket.record(now, used);
+        Self::refill(&mut bucket, now, share);
         bucket.tokens -= used.as_secs_f64();
-        self.pause(&bucket)
+        Self::pause(&bucket, share)
     }
 
     /// How long the guest must wait before it runs again, if it is in debt.
     pub fn debt(&self) -> Option<Duration> {
+        let share = self.share();
         let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        self.refill(&mut bucket, Instant::now());
-        self.pause(&bucket)
+        Self::refill(&mut bucket, Instant::now(), share);
+        Self::pause(&bucket, share)
     }
 
-    fn pause(&self, bucket: &Bucket) -> Option<Duration> {
+    fn pause(bucket: &Bucket, share: f64) -> Option<Duration> {
         if bucket.tokens >= 0.0 {
             return None;
         }
-        let seconds = -bucket.tokens / self.share();
+        let seconds = -bucket.tokens / share;
         Some(
             Duration::try_from_secs_f64(seconds)
                 .unwrap_or(MAX_CPU_PAUSE)
@@ -296,21 +331,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lone_guest_should_get_its_limit_and_competing_guests_an_equal_share() {
+    fn the_water_level_should_leave_light_guests_what_they_use() {
+        // Everything fits: no level.
+        assert_eq!(water_level(vec![0.1, 0.2], 1.0), f64::INFINITY);
+        // Two light guests keep theirs; three heavy ones share the rest equally.
+        let level = water_level(vec![0.05, 0.15, 1.0, 1.0, 1.0], 1.0);
+        assert!((level - 0.8 / 3.0).abs() < 1e-9, "{level}");
+        assert_eq!(water_level(vec![], 1.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn a_lone_guest_should_get_its_limit_and_heavy_guests_a_fair_share() {
         let governor = CpuGovernor::with_cores(2.0);
         let a = governor.account(1.0);
         assert_eq!(a.share(), 1.0, "a guest alone gets its own limit");
-        let others: Vec<_> = (0..7).map(|_| governor.account(1.0)).collect();
-        for other in &others {
-            other.charge(Duration::from_millis(1));
+        let heavy: Vec<_> = (0..4).map(|_| governor.account(1.0)).collect();
+        for h in &heavy {
+            h.charge(Duration::from_millis(900));
         }
-        a.charge(Duration::from_millis(1));
-        // Recounted at most every 50 ms: force it.
-        governor.counted_at.store(0, Ordering::Relaxed);
-        assert!(
-            (a.share() - 0.125).abs() < 1e-9,
-            "half of 2 cores over 8 guests"
-        );
+        // Recomputed at most every 50 ms: force it.
+        governor.computed_at.store(0, Ordering::Relaxed);
+        // Half of 2 cores; the idle guest keeps nothing it does not use, four heavy ones share.
+        let level = a.share();
+        assert!((level - 0.25).abs() < 0.01, "{level}");
     }
 
     #[test]
