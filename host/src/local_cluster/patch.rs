@@ -166,7 +166,9 @@ fn json_len(value: &Value) -> usize {
             _ => n.to_string().len(),
         },
         Value::String(s) => s.len() + 2,
-        Value::Array(items) => 2 + items.len().saturating_sub(1) + items.iter().map(json_len).sum::<usize>(),
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(json_len).sum::<usize>()
+        }
         Value::Object(map) => {
             2 + map.len().saturating_sub(1)
                 + map
