@@ -2,9 +2,10 @@
 //! and the log — so that a misbehaving or merely greedy guest cannot starve the others.
 //!
 //! - **CPU** ([`CpuGovernor`], [`CpuAccount`]): each guest's code may use at most its
-//!   `limits.cpu`, and while the guests together want more than half the host's cores, a
-//!   max-min fair share of that half (guests using less than an equal share keep what they
-//!   use; the heavy ones share the rest equally). Usage is charged while the guest runs (at every epoch tick and when a reconcile
+//!   `limits.cpu`, and while two or more guests together want more than a quarter of the
+//!   host's cores ([`GUEST_CORES`]), a max-min fair share of that quarter (guests using less
+//!   than an equal share keep what they use; the heavy ones share the rest equally). The other
+//!   three quarters stay with the host's own work and with the light guests' bursts. Usage is charged while the guest runs (at every epoch tick and when a reconcile
 //!   ends) against a token bucket; a guest in debt is held back — its code yields to the
 //!   runtime for the time that repays the debt, and its next reconcile waits before it starts —
 //!   like a CFS quota.
@@ -22,11 +23,11 @@ use super::LogBudget;
 use crate::cluster::AccessError;
 use crate::manifest::Manifest;
 
-/// The part of the host's cores that guests share between them when they want more than
-/// that; the rest is left to the host itself (watches, the queue, the client, the embedded API
+/// The part of the host's cores that guests share between them when two or more want more
+/// than that; the rest is left to the host itself (watches, the queue, the client, the embedded API
 /// server under `krec dev`), so that a light guest's reconcile finds a thread free however many
 /// heavy guests run.
-pub const GUEST_CORES: f64 = 0.5;
+pub const GUEST_CORES: f64 = 0.25;
 
 /// CPU time a guest may bank while idle and then spend at once.
 pub const CPU_BURST: Duration = Duration::from_millis(100);
@@ -39,7 +40,8 @@ const RECOUNT: Duration = Duration::from_millis(50);
 
 /// The host's CPU, shared fairly between the guests that compete for it: max-min fairness
 /// over their recent usage. While all guests together use less than their part of the host
-/// ([`GUEST_CORES`] of its cores), each may use up to its own `limits.cpu`; beyond that, the
+/// ([`GUEST_CORES`] of its cores), or one alone is busy, each may use up to its own
+/// `limits.cpu`; beyond that, the
 /// guests using less than an equal share keep what they use, and the rest share what is left
 /// equally (the water level). See the [module docs](self).
 #[derive(Debug)]
@@ -118,9 +120,16 @@ impl CpuGovernor {
     }
 }
 
+/// Usage below which a guest does not count as competing (cores).
+const IDLE_USAGE: f64 = 0.01;
+
 /// Max-min fair level for `usages` sharing `pool`: the guests using less keep what they use,
-/// the others get the level; infinite when everything fits.
+/// the others get the level; infinite when everything fits, or when one guest alone is busy
+/// (it then has only its own limit).
 fn water_level(mut usages: Vec<f64>, pool: f64) -> f64 {
+    if usages.iter().filter(|u| **u > IDLE_USAGE).count() <= 1 {
+        return f64::INFINITY;
+    }
     usages.sort_by(f64::total_cmp);
     let mut left = pool;
     let count = usages.len();
@@ -332,8 +341,9 @@ mod tests {
 
     #[test]
     fn the_water_level_should_leave_light_guests_what_they_use() {
-        // Everything fits: no level.
+        // Everything fits: no level; one busy guest alone: no level.
         assert_eq!(water_level(vec![0.1, 0.2], 1.0), f64::INFINITY);
+        assert_eq!(water_level(vec![0.0, 3.0], 1.0), f64::INFINITY);
         // Two light guests keep theirs; three heavy ones share the rest equally.
         let level = water_level(vec![0.05, 0.15, 1.0, 1.0, 1.0], 1.0);
         assert!((level - 0.8 / 3.0).abs() < 1e-9, "{level}");
@@ -346,14 +356,18 @@ mod tests {
         let a = governor.account(1.0);
         assert_eq!(a.share(), 1.0, "a guest alone gets its own limit");
         let heavy: Vec<_> = (0..4).map(|_| governor.account(1.0)).collect();
+        heavy[0].charge(Duration::from_millis(900));
+        // Recomputed at most every 50 ms: force it.
+        governor.computed_at.store(0, Ordering::Relaxed);
+        assert_eq!(a.share(), 1.0, "one busy guest alone keeps its own limit");
         for h in &heavy {
             h.charge(Duration::from_millis(900));
         }
-        // Recomputed at most every 50 ms: force it.
         governor.computed_at.store(0, Ordering::Relaxed);
-        // Half of 2 cores; the idle guest keeps nothing it does not use, four heavy ones share.
+        // A quarter of 2 cores; the idle guest keeps nothing it does not use, four heavy ones
+        // share.
         let level = a.share();
-        assert!((level - 0.25).abs() < 0.01, "{level}");
+        assert!((level - 0.125).abs() < 0.01, "{level}");
     }
 
     #[test]
