@@ -156,7 +156,7 @@ async fn a_huge_error_string_should_be_cut() {
         panic!("{error:?}");
     };
     assert!(
-        message.len() <= krec::imports::MAX_ERROR_MESSAGE_BYTES + 16,
+        message.len() <= krec::guest::MAX_ERROR_MESSAGE_BYTES + 16,
         "{} bytes",
         message.len()
     );

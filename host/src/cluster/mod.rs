@@ -249,6 +249,19 @@ pub struct EventRecord {
     pub reporter: String,
 }
 
+/// Cut `text` to at most `max` bytes on a character boundary; whether anything was cut.
+pub(crate) fn cut(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    true
+}
+
 /// Why a cluster call failed; mirrors the WIT `error` variant and Kubernetes' status reasons.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {
@@ -276,6 +289,27 @@ pub enum AccessError {
     /// Anything else.
     #[error("{0}")]
     Other(String),
+}
+
+impl AccessError {
+    /// The same error with its message cut at `max` bytes (marked `[truncated]`).
+    #[must_use]
+    pub fn truncated(mut self, max: usize) -> Self {
+        let message = match &mut self {
+            AccessError::NotFound(m)
+            | AccessError::AlreadyExists(m)
+            | AccessError::Conflict(m)
+            | AccessError::Forbidden(m)
+            | AccessError::Invalid(m)
+            | AccessError::Timeout(m)
+            | AccessError::Unavailable(m)
+            | AccessError::Other(m) => m,
+        };
+        if cut(message, max) {
+            message.push_str(" [truncated]");
+        }
+        self
+    }
 }
 
 /// Where guests' reads and writes go. Objects are JSON values with `apiVersion` and `kind`.

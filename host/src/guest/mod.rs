@@ -294,23 +294,13 @@ pub fn check_module(
         .map(|(_, _, digest, _)| digest)
 }
 
-/// A guest's error with its message cut at
-/// [`MAX_ERROR_MESSAGE_BYTES`](crate::imports::MAX_ERROR_MESSAGE_BYTES).
-pub(crate) fn bounded_error(mut error: AccessError) -> AccessError {
-    let message = match &mut error {
-        AccessError::NotFound(m)
-        | AccessError::AlreadyExists(m)
-        | AccessError::Conflict(m)
-        | AccessError::Forbidden(m)
-        | AccessError::Invalid(m)
-        | AccessError::Timeout(m)
-        | AccessError::Unavailable(m)
-        | AccessError::Other(m) => m,
-    };
-    if crate::imports::cut(message, crate::imports::MAX_ERROR_MESSAGE_BYTES) {
-        message.push_str(" [truncated]");
-    }
-    error
+/// Longest error message a guest may return; the rest is cut, so a guest cannot write
+/// megabytes into the log on every retry.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
+/// A guest's error with its message cut at [`MAX_ERROR_MESSAGE_BYTES`].
+pub(crate) fn bounded_error(error: AccessError) -> AccessError {
+    error.truncated(MAX_ERROR_MESSAGE_BYTES)
 }
 
 /// What a reconcile asks the host to do next.

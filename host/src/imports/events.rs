@@ -10,7 +10,7 @@ use crate::manifest::Verb;
 
 /// `text` cut to at most `max` bytes on a character boundary.
 fn truncate(mut text: String, max: usize) -> String {
-    super::cut(&mut text, max);
+    crate::cluster::cut(&mut text, max);
     text
 }
 

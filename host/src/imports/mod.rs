@@ -31,22 +31,6 @@ pub const MAX_LOG_LINE_BYTES: usize = 16 << 10;
 pub const MAX_EVENT_MESSAGE_BYTES: usize = 1024;
 /// Longest Event reason.
 pub const MAX_EVENT_REASON_BYTES: usize = 128;
-/// Longest error message a guest may return; the rest is cut, so a guest cannot write
-/// megabytes into the log on every retry.
-pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
-
-/// Cut `text` to at most `max` bytes on a character boundary; whether anything was cut.
-pub(crate) fn cut(text: &mut String, max: usize) -> bool {
-    if text.len() <= max {
-        return false;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    true
-}
 
 impl types::Host for HostState {}
 
