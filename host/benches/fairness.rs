@@ -21,9 +21,8 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{median_min_max, percentile, quick};
@@ -217,46 +216,6 @@ async fn latency(client: &kube::Client, first: u64) -> String {
     format!("latency {p50:.0} {p99:.0} {answered}")
 }
 
-struct Driver {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Driver {
-    fn start(kubeconfig_path: &Path) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("current exe"))
-            .env("KREC_BENCH_DRIVER", kubeconfig_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the driver");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Driver {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    async fn ask(&mut self, command: String) -> String {
-        writeln!(self.stdin, "{command}").expect("to driver");
-        self.stdin.flush().expect("to driver");
-        let mut line = String::new();
-        tokio::task::block_in_place(|| self.stdout.read_line(&mut line)).expect("from driver");
-        assert!(!line.is_empty(), "the driver exited");
-        line.trim().to_owned()
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The host under test.
 
@@ -342,7 +301,7 @@ fn cpu_seconds(pid: &str) -> f64 {
 }
 
 async fn round(
-    driver: &mut Driver,
+    driver: &mut common::Driver,
     client: &kube::Client,
     manifests: Vec<Manifest>,
     generation: &mut u64,
@@ -397,7 +356,7 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
     let client = krec::dev::client_from_kubeconfig(&kubeconfig)
         .await
         .expect("client");
-    let mut driver = Driver::start(&cluster.kubeconfig_path);
+    let mut driver = common::Driver::start(&cluster.kubeconfig_path);
     assert_eq!(driver.ask("setup".into()).await, "ok");
     let dir = tempfile::tempdir().expect("tempdir");
     let rounds = if quick() { 1 } else { 3 };

@@ -24,9 +24,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -212,48 +211,6 @@ async fn load(client: &kube::Client, seconds: u64, first: u64) -> String {
     format!("latency {p50:.0} {p99:.0} {answered} {total}")
 }
 
-/// The driver process, spoken to line by line.
-struct Driver {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Driver {
-    fn start(kubeconfig_path: &Path) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("current exe"))
-            .env("KREC_BENCH_DRIVER", kubeconfig_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the driver");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Driver {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// Send `command` and wait (on a blocking thread) for its answer.
-    async fn ask(&mut self, command: String) -> String {
-        writeln!(self.stdin, "{command}").expect("to driver");
-        self.stdin.flush().expect("to driver");
-        let mut line = String::new();
-        tokio::task::block_in_place(|| self.stdout.read_line(&mut line)).expect("from driver");
-        assert!(!line.is_empty(), "the driver exited");
-        line.trim().to_owned()
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The arms.
 
@@ -431,7 +388,7 @@ async fn start(
 /// expected per Pod.
 async fn measure(
     running: &Running,
-    driver: &mut Driver,
+    driver: &mut common::Driver,
     ns: &str,
     generation: u64,
     per_pod: u64,
@@ -455,7 +412,7 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     let cluster = common::ClusterProcess::start();
     let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
     let client = client(&kubeconfig).await;
-    let mut driver = Driver::start(&cluster.kubeconfig_path);
+    let mut driver = common::Driver::start(&cluster.kubeconfig_path);
     assert_eq!(driver.ask("setup".into()).await, "ok");
     let dir = tempfile::tempdir().expect("tempdir");
     let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");

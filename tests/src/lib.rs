@@ -19,11 +19,17 @@ pub fn repo_root() -> PathBuf {
 
 /// The manifest of a sample guest, with a clear failure if its module was not built.
 pub fn sample_manifest(guest_dir: &str) -> Manifest {
-    let path = repo_root()
-        .join("sample-guests")
-        .join(guest_dir)
-        .join("manifest.yaml");
-    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    built_manifest(
+        &repo_root()
+            .join("sample-guests")
+            .join(guest_dir)
+            .join("manifest.yaml"),
+    )
+}
+
+/// The manifest at `path`, with a clear failure if its module was not built.
+pub fn built_manifest(path: &Path) -> Manifest {
+    let manifest = Manifest::load(path).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         manifest.spec.module.exists(),
         "{} is missing: run `make guests` first",
@@ -250,14 +256,7 @@ pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The misbehave test guest's manifest (`tests/guests/misbehave/manifest.yaml`).
 pub fn misbehave_manifest() -> Manifest {
-    let path = repo_root().join("tests/guests/misbehave/manifest.yaml");
-    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        manifest.spec.module.exists(),
-        "{} is missing: run `make guests` first",
-        manifest.spec.module.display()
-    );
-    manifest
+    built_manifest(&repo_root().join("tests/guests/misbehave/manifest.yaml"))
 }
 
 /// The path of a built guest module in `target/wasm32-wasip2/release/`, with a clear failure if

@@ -5,18 +5,11 @@ use std::time::{Duration, Instant};
 
 use krec::cluster::AccessError;
 use krec::guest::{Action, ReconcileError, TrapCause};
-use krec::manifest::Manifest;
-use krec_tests::{Harness, repo_root};
+
+use krec_tests::{Harness, misbehave_manifest};
 
 fn misbehave() -> Harness {
-    let path = repo_root().join("tests/guests/misbehave/manifest.yaml");
-    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        manifest.spec.module.exists(),
-        "{} is missing: run `make guests` first",
-        manifest.spec.module.display()
-    );
-    Harness::with_manifest(manifest)
+    Harness::with_manifest(misbehave_manifest())
 }
 
 async fn expect_trap(h: &mut Harness, name: &str, causes: &[TrapCause]) -> String {

@@ -198,3 +198,49 @@ pub async fn create_pods(
         .await
         .expect("create pods");
 }
+
+/// This benchmark binary re-run as a load driver (`KREC_BENCH_DRIVER` names the kubeconfig),
+/// spoken to line by line: one command on its stdin, one answer on its stdout. Killed when
+/// dropped.
+pub struct Driver {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Driver {
+    /// Start the driver against the cluster of `kubeconfig_path`.
+    pub fn start(kubeconfig_path: &Path) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("current exe"))
+            .env("KREC_BENCH_DRIVER", kubeconfig_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the driver");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        Driver {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Send `command` and wait (on a blocking thread) for its answer.
+    pub async fn ask(&mut self, command: String) -> String {
+        use std::io::{BufRead as _, Write as _};
+        writeln!(self.stdin, "{command}").expect("to driver");
+        self.stdin.flush().expect("to driver");
+        let mut line = String::new();
+        tokio::task::block_in_place(|| self.stdout.read_line(&mut line)).expect("from driver");
+        assert!(!line.is_empty(), "the driver exited");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
