@@ -21,7 +21,6 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -69,27 +68,13 @@ const ATTACKS: &[&str] = &[
 // The driver: a child process that changes the healthy guest's Pods and watches its answers.
 
 fn driver_main(kubeconfig_path: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
-    runtime.block_on(async {
-        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
-            .await
-            .expect("client");
-        for line in std::io::stdin().lock().lines() {
-            let line = line.expect("command");
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let answer = match words.as_slice() {
-                ["setup"] => setup(&client).await,
-                ["burst", generation] => burst(&client, generation).await,
-                ["latency", first] => latency(&client, first.parse().expect("first")).await,
-                _ => format!("error unknown command {line:?}"),
-            };
-            println!("{answer}");
-            std::io::stdout().flush().expect("stdout");
+    common::serve_driver(kubeconfig_path, |client, words| async move {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["setup"] => setup(&client).await,
+            ["burst", generation] => burst(&client, generation).await,
+            ["latency", first] => latency(&client, first.parse().expect("first")).await,
+            other => format!("error unknown command {other:?}"),
         }
     });
 }

@@ -24,7 +24,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,33 +75,20 @@ async fn client(kubeconfig: &str) -> kube::Client {
 
 /// Run as the driver: read commands on stdin, answer each with one line on stdout.
 fn driver_main(kubeconfig_path: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
-    runtime.block_on(async {
-        let client = client(&kubeconfig).await;
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            let line = line.expect("command");
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let answer = match words.as_slice() {
-                ["setup"] => setup(&client).await,
-                ["bump", ns, generation] => bump(&client, ns, generation).await,
-                ["load", seconds, generation] => {
-                    load(
-                        &client,
-                        seconds.parse().expect("seconds"),
-                        generation.parse().expect("generation"),
-                    )
-                    .await
-                }
-                _ => format!("error unknown command {line:?}"),
-            };
-            println!("{answer}");
-            std::io::stdout().flush().expect("stdout");
+    common::serve_driver(kubeconfig_path, |client, words| async move {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["setup"] => setup(&client).await,
+            ["bump", ns, generation] => bump(&client, ns, generation).await,
+            ["load", seconds, generation] => {
+                load(
+                    &client,
+                    seconds.parse().expect("seconds"),
+                    generation.parse().expect("generation"),
+                )
+                .await
+            }
+            other => format!("error unknown command {other:?}"),
         }
     });
 }

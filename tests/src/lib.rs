@@ -165,13 +165,7 @@ impl Live {
             .with_test_writer()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
-        let cluster = krec::local_cluster::LocalCluster::start(Default::default())
-            .await
-            .expect("embedded API server starts");
-        let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
-            .await
-            .expect("client");
-        let api = krec::cluster::api::ApiClient::new(client.clone());
+        let (cluster, client, api) = local_cluster().await;
         let problems = krec::dev::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
         let options = krec::manager::ManagerOptions {
@@ -253,6 +247,22 @@ impl Drop for Live {
 /// How long [`Live::eventually`] waits for the host to converge: generous, as CI machines are
 /// slow; a passing run takes milliseconds.
 pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The embedded API server, a kube client for it and the host's API client over that client.
+pub async fn local_cluster() -> (
+    krec::local_cluster::LocalCluster,
+    kube::Client,
+    Arc<krec::cluster::api::ApiClient>,
+) {
+    let cluster = krec::local_cluster::LocalCluster::start(Default::default())
+        .await
+        .expect("embedded API server starts");
+    let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+        .await
+        .expect("client");
+    let api = krec::cluster::api::ApiClient::new(client.clone());
+    (cluster, client, api)
+}
 
 /// The misbehave test guest's manifest (`tests/guests/misbehave/manifest.yaml`).
 pub fn misbehave_manifest() -> Manifest {

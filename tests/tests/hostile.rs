@@ -15,6 +15,16 @@ fn namespace(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 }
 
+/// A permission on a core (`v1`) kind.
+fn core_permission(kind: &str, verbs: &[Verb], namespaces: &[&str]) -> Permission {
+    Permission {
+        api_version: "v1".into(),
+        kind: kind.into(),
+        verbs: verbs.to_vec(),
+        namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+    }
+}
+
 fn guest_error(result: Result<Action, ReconcileError>, what: &str) -> AccessError {
     match result {
         Err(ReconcileError::Guest { error, .. }) => error,
@@ -27,12 +37,11 @@ async fn a_namespace_given_for_a_cluster_scoped_kind_should_grant_nothing() {
     let live = Live::start(vec![], vec![namespace("sandbox"), namespace("victim")]).await;
     // What `krec check` refuses, given anyway: the runtime check must hold on its own.
     let mut manifest = misbehave_manifest();
-    manifest.spec.permissions = vec![Permission {
-        api_version: "v1".into(),
-        kind: "Namespace".into(),
-        verbs: vec![Verb::Get, Verb::Delete, Verb::Create],
-        namespaces: vec!["sandbox".into()],
-    }];
+    manifest.spec.permissions = vec![core_permission(
+        "Namespace",
+        &[Verb::Get, Verb::Delete, Verb::Create],
+        &["sandbox"],
+    )];
     let mut worker = live.worker(manifest);
     for attack in ["delete-victim", "get-kube-system", "create-in-body"] {
         let error = guest_error(worker.reconcile(None, attack).await, attack);
@@ -51,12 +60,7 @@ async fn a_namespace_given_for_a_cluster_scoped_kind_should_grant_nothing() {
     // With a cluster-wide permission the same calls work, but a namespace argument for a
     // cluster-scoped kind is still a mistake the guest is told about.
     let mut manifest = misbehave_manifest();
-    manifest.spec.permissions = vec![Permission {
-        api_version: "v1".into(),
-        kind: "Namespace".into(),
-        verbs: vec![Verb::Get],
-        namespaces: vec![],
-    }];
+    manifest.spec.permissions = vec![core_permission("Namespace", &[Verb::Get], &[])];
     let mut worker = live.worker(manifest);
     let error = guest_error(
         worker.reconcile(None, "get-kube-system").await,
@@ -172,12 +176,7 @@ async fn json_patch_copy_amplification_should_be_refused() {
     )
     .await;
     let mut manifest = misbehave_manifest();
-    manifest.spec.permissions = vec![Permission {
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        verbs: vec![Verb::Patch],
-        namespaces: vec![],
-    }];
+    manifest.spec.permissions = vec![core_permission("ConfigMap", &[Verb::Patch], &[])];
     let mut worker = live.worker(manifest);
     let error = guest_error(worker.reconcile(None, "copy-bomb").await, "copy-bomb");
     assert!(
@@ -286,12 +285,7 @@ async fn a_write_flood_should_keep_to_the_guests_write_rate() {
     manifest.spec.limits.timeout = Duration::from_secs(1);
     manifest.spec.limits.write_qps = 20.0;
     manifest.spec.limits.write_burst = 10;
-    manifest.spec.permissions = vec![Permission {
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        verbs: vec![Verb::Create],
-        namespaces: vec![],
-    }];
+    manifest.spec.permissions = vec![core_permission("ConfigMap", &[Verb::Create], &[])];
     let mut h = Harness::with_manifest(manifest);
     // 1 000 creates in one reconcile: the burst, then 20 a second until the next write would
     // wait past the reconcile's deadline, which fails it (and it is retried with backoff).

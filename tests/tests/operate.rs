@@ -347,13 +347,7 @@ async fn the_trigger_beyond_loopback_should_require_the_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_that_failed_to_start_should_have_no_module_info() {
-    let cluster = krec::local_cluster::LocalCluster::start(Default::default())
-        .await
-        .expect("embedded API server starts");
-    let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
-        .await
-        .expect("client");
-    let api = krec::cluster::api::ApiClient::new(client);
+    let (_cluster, _client, api) = krec_tests::local_cluster().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("widgets.yaml");
     std::fs::write(

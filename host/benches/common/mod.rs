@@ -244,3 +244,31 @@ impl Drop for Driver {
         let _ = self.child.wait();
     }
 }
+
+/// Run as a [`Driver`]: connect to the cluster of `kubeconfig_path`, then answer each command
+/// line on stdin with `handle(client, words)`'s one line on stdout, until stdin closes.
+pub fn serve_driver<F, Fut>(kubeconfig_path: &str, handle: F)
+where
+    F: Fn(kube::Client, Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    use std::io::{BufRead as _, Write as _};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
+    runtime.block_on(async {
+        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+            .await
+            .expect("client");
+        for line in std::io::stdin().lock().lines() {
+            let line = line.expect("command");
+            let words = line.split_whitespace().map(str::to_owned).collect();
+            let answer = handle(client.clone(), words).await;
+            println!("{answer}");
+            std::io::stdout().flush().expect("stdout");
+        }
+    });
+}

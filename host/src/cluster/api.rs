@@ -175,6 +175,25 @@ impl ApiClient {
         Ok(found)
     }
 
+    /// Whether `gvk`'s objects live in namespaces, from discovery. Asked on every guest call
+    /// (permission checks), so a kind already found is answered without copying its resource.
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve`](Self::resolve).
+    pub async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+        let known = self
+            .resolved
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(gvk)
+            .map(|r| r.namespaced);
+        match known {
+            Some(namespaced) => Ok(namespaced),
+            None => Ok(self.resolve(gvk).await?.namespaced),
+        }
+    }
+
     async fn send(
         &self,
         builder: http::request::Builder,

@@ -185,7 +185,7 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
-        Ok(self.api.resolve(gvk).await?.namespaced)
+        self.api.namespaced(gvk).await
     }
 
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {

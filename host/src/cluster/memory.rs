@@ -115,7 +115,10 @@ impl ClusterAccess for MemoryCluster {
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
-        Ok(self.resolve(gvk)?.namespaced)
+        match self.store.registry().namespaced(gvk) {
+            Some(namespaced) => Ok(namespaced),
+            None => self.resolve(gvk).map(|rt| rt.namespaced),
+        }
     }
 
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {

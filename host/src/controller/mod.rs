@@ -508,19 +508,13 @@ impl Controller {
                 .get_or_create(label)
                 .inc_by(dropped);
         }
-        let throttled = budgets.cpu.take_throttled();
-        if !throttled.is_zero() {
-            self.metrics
-                .cpu_throttled
-                .get_or_create(label)
-                .inc_by(throttled.as_secs_f64());
-        }
-        let waited = budgets.writes.take_waited();
-        if !waited.is_zero() {
-            self.metrics
-                .write_throttled
-                .get_or_create(label)
-                .inc_by(waited.as_secs_f64());
+        for (held, series) in [
+            (budgets.cpu.take_throttled(), &self.metrics.cpu_throttled),
+            (budgets.writes.take_waited(), &self.metrics.write_throttled),
+        ] {
+            if !held.is_zero() {
+                series.get_or_create(label).inc_by(held.as_secs_f64());
+            }
         }
     }
 

@@ -628,14 +628,14 @@ impl GuestWorker {
         // Epoch interruption stops guest code at its deadline; the outer timeout also bounds time
         // spent blocked in host calls (a guest sleeping through WASI, a hung API server).
         let outer = timeout.saturating_add(HOST_CALL_GRACE);
-        // The future owns what it uses (a `&self` held across awaits would need the store to be
-        // `Sync`, which WASI's context is not).
         // A guest over its CPU budget waits before it starts: short reconciles never meet an
         // epoch tick, so this is where a flood of them is held back.
         while let Some(pause) = self.module.budgets.cpu.debt() {
             self.module.budgets.cpu.held_back(pause);
             tokio::time::sleep(pause).await;
         }
+        // The future owns what it uses (a `&self` held across awaits would need the store to be
+        // `Sync`, which WASI's context is not).
         let kept = self.instance.take();
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
         let metrics = self.metrics.clone();

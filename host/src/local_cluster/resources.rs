@@ -371,6 +371,14 @@ impl Registry {
             .cloned()
     }
 
+    /// Whether `gvk`'s objects live in namespaces; `None` when it is not served.
+    pub fn namespaced(&self, gvk: &Gvk) -> Option<bool> {
+        self.read()
+            .iter()
+            .find(|t| t.group == gvk.group && t.version == gvk.version && t.kind == gvk.kind)
+            .map(|t| t.namespaced)
+    }
+
     /// Whether any version of `group/version` is served.
     pub fn serves_group_version(&self, group: &str, version: &str) -> bool {
         self.read()
