@@ -227,11 +227,8 @@ fn healthy(dir: &Path) -> Manifest {
 /// gets (timeout 5 s, memory 64Mi, one core, 50 writes/s) and what its attack needs.
 fn attackers(dir: &Path) -> Vec<Manifest> {
     let module = common::module("misbehave.wasm");
-    // `KREC_FAIRNESS_ATTACKS=loop,flood` runs only those, to see what each costs.
-    let only = std::env::var("KREC_FAIRNESS_ATTACKS").ok();
-    ATTACKS
+    chosen_attacks()
         .iter()
-        .filter(|a| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == **a)))
         .map(|attack| {
             let name = format!("attack-{attack}");
             write_manifest(
@@ -242,6 +239,20 @@ fn attackers(dir: &Path) -> Vec<Manifest> {
                     module.display()
                 ),
             )
+        })
+        .collect()
+}
+
+/// The attacks run: all, or those `KREC_FAIRNESS_ATTACKS=loop,flood` names, to see what each
+/// costs.
+fn chosen_attacks() -> Vec<&'static str> {
+    let only = std::env::var("KREC_FAIRNESS_ATTACKS").ok();
+    ATTACKS
+        .iter()
+        .copied()
+        .filter(|a| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == *a))
         })
         .collect()
 }
@@ -392,7 +403,7 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
             throughput,
             &format!(
                 "healthy guest's reconciles/s beside {} attackers ÷ alone (alone {:.0}/s)",
-                ATTACKS.len(),
+                chosen_attacks().len(),
                 alone_tp.0
             ),
         ),
