@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use common::{median_min_max, module};
 use krec::cluster::api::ApiClient;
 use krec::guest::ModuleCache;
-use krec::local_cluster::LocalCluster;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
+use krec_apiserver::Server;
 use serde_json::json;
 
 const RUNS: usize = 5;
@@ -303,9 +303,7 @@ async fn swaps(api: &std::sync::Arc<ApiClient>, rows: &mut Vec<String>) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let cluster = LocalCluster::start(Default::default())
-        .await
-        .expect("server");
+    let cluster = Server::builder().start().await.expect("server");
     let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");

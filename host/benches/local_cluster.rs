@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{median_min_max, percentile};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+use krec_apiserver::Server;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, Config};
 use serde_json::json;
@@ -26,7 +26,7 @@ const WATCHERS: usize = 10;
 const EVENTS_PER_SECOND: u64 = 1_000;
 const SECONDS: u64 = 5;
 
-async fn client(cluster: &LocalCluster) -> Client {
+async fn client(cluster: &Server) -> Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -156,11 +156,7 @@ async fn watch_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
 fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let rows = runtime.block_on(async {
-        let cluster = Arc::new(
-            LocalCluster::start(LocalClusterConfig::default())
-                .await
-                .expect("start"),
-        );
+        let cluster = Arc::new(Server::builder().start().await.expect("start"));
         let cms: Api<ConfigMap> = Api::namespaced(client(&cluster).await, "default");
         let mut rows = list_benchmark(&cms).await;
         rows.extend(watch_benchmark(&cms).await);

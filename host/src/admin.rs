@@ -188,7 +188,7 @@ const MAX_TRIGGER_NAME: usize = 253;
 /// nothing that could forge a log line.
 fn check_trigger_names(namespace: Option<&str>, name: &str) -> Result<(), String> {
     if let Some(ns) = namespace
-        && !crate::selector::is_dns_label(ns)
+        && !krec_apiserver::selector::is_dns_label(ns)
     {
         return Err(format!(
             "{ns:?} is not a valid namespace (use `_` for a cluster-scoped object)"

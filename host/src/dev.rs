@@ -263,16 +263,14 @@ pub async fn dev(
     options: DevOptions,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    use crate::local_cluster::{LocalCluster, LocalClusterConfig};
     let manifests = load_manifests(&options.manifests)?;
     let apply_dir = options.apply.as_deref().unwrap_or(&options.manifests);
-    let objects = crate::local_cluster::read_objects(apply_dir).map_err(anyhow::Error::msg)?;
+    let objects = crate::objects::read_objects(apply_dir).map_err(anyhow::Error::msg)?;
 
-    let cluster = LocalCluster::start(LocalClusterConfig {
-        addr: options.addr,
-        ..Default::default()
-    })
-    .await?;
+    let cluster = krec_apiserver::Server::builder()
+        .addr(options.addr)
+        .start()
+        .await?;
     cluster
         .write_kubeconfig(&options.kubeconfig_out)
         .with_context(|| {

@@ -337,18 +337,16 @@ async fn cluster(
     data_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    use krec::local_cluster::{LocalCluster, LocalClusterConfig};
     if !addr.ip().is_loopback() {
         tracing::warn!(
             "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
         );
     }
-    let config = LocalClusterConfig {
-        addr,
-        data_dir: data_dir.clone(),
-        ..Default::default()
-    };
-    let cluster = LocalCluster::start(config).await?;
+    let mut server = krec_apiserver::Server::builder().addr(addr);
+    if let Some(dir) = &data_dir {
+        server = server.data_dir(dir);
+    }
+    let cluster = server.start().await?;
     cluster
         .write_kubeconfig(&kubeconfig_out)
         .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_out.display()))?;

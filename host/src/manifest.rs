@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::cluster::Gvk;
-use crate::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
+use krec_apiserver::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
 
 /// The manifest's `apiVersion`.
 pub const API_VERSION: &str = "krec.dev/v1alpha1";

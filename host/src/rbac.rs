@@ -19,8 +19,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::cluster::Gvk;
-use crate::local_cluster::Registry;
 use crate::manifest::{Manifest, Verb};
+use krec_apiserver::Registry;
 
 /// One rule's key: API group and resource (with `/status` for the subresource).
 type Resource = (String, String);
@@ -38,7 +38,7 @@ pub struct Subject {
 
 /// The resource (plural) of `gvk`, and whether it was guessed.
 fn plural(registry: &Registry, gvk: &Gvk) -> (String, bool) {
-    match registry.by_gvk(gvk) {
+    match registry.by_kind(&gvk.group, &gvk.version, &gvk.kind) {
         Some(rt) => (rt.plural, false),
         None => {
             let lower = gvk.kind.to_lowercase();
@@ -67,7 +67,7 @@ pub fn generate(
 ) -> Result<String, String> {
     let registry = Registry::new();
     if let Some(dir) = crd_dir {
-        for crd in crate::local_cluster::read_objects(dir)?
+        for crd in crate::objects::read_objects(dir)?
             .into_iter()
             .filter(|o| o["kind"] == "CustomResourceDefinition")
         {

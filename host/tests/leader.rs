@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use krec::local_cluster::{LocalCluster, LocalClusterConfig, Store};
+use krec_apiserver::{Server, Store};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -153,10 +153,8 @@ fn lease(store: &Store) -> Value {
         .unwrap_or(json!({}))
 }
 
-async fn cluster(dir: &Path) -> (LocalCluster, PathBuf) {
-    let cluster = LocalCluster::start(LocalClusterConfig::default())
-        .await
-        .expect("server");
+async fn cluster(dir: &Path) -> (Server, PathBuf) {
+    let cluster = Server::builder().start().await.expect("server");
     let kubeconfig = dir.join("kc.yaml");
     cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     (cluster, kubeconfig)

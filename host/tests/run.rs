@@ -4,14 +4,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+use krec_apiserver::Server;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigterm() {
-    let cluster = LocalCluster::start(LocalClusterConfig::default())
-        .await
-        .expect("server");
+    let cluster = Server::builder().start().await.expect("server");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kc.yaml");
     cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");

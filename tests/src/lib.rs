@@ -55,8 +55,7 @@ impl Harness {
             .join(guest_dir)
             .join("crd");
         if crd_dir.is_dir() {
-            let objects =
-                krec::local_cluster::read_objects(&crd_dir).unwrap_or_else(|e| panic!("{e}"));
+            let objects = krec::objects::read_objects(&crd_dir).unwrap_or_else(|e| panic!("{e}"));
             for crd in objects
                 .into_iter()
                 .filter(|o| o["kind"] == "CustomResourceDefinition")
@@ -139,7 +138,7 @@ pub fn foo_gvk() -> Gvk {
 /// The host running live against the embedded API server over HTTPS, as `krec dev` does.
 pub struct Live {
     /// The embedded API server.
-    pub cluster: krec::local_cluster::LocalCluster,
+    pub cluster: krec_apiserver::Server,
     /// A kube client for it (the test's own, not the host's).
     pub client: kube::Client,
     /// The host's API client.
@@ -250,11 +249,12 @@ pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The embedded API server, a kube client for it and the host's API client over that client.
 pub async fn local_cluster() -> (
-    krec::local_cluster::LocalCluster,
+    krec_apiserver::Server,
     kube::Client,
     Arc<krec::cluster::api::ApiClient>,
 ) {
-    let cluster = krec::local_cluster::LocalCluster::start(Default::default())
+    let cluster = krec_apiserver::Server::builder()
+        .start()
         .await
         .expect("embedded API server starts");
     let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
@@ -283,6 +283,6 @@ pub fn built_module(file: &str) -> PathBuf {
 
 /// The sample CRDs and example objects under `sample-guests/<guest_dir>`.
 pub fn sample_objects(guest_dir: &str) -> Vec<Value> {
-    krec::local_cluster::read_objects(&repo_root().join("sample-guests").join(guest_dir))
+    krec::objects::read_objects(&repo_root().join("sample-guests").join(guest_dir))
         .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -179,7 +179,8 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_trigger_leadership_and_shutdown_through_serve() {
-    let cluster = krec::local_cluster::LocalCluster::start(Default::default())
+    let cluster = krec_apiserver::Server::builder()
+        .start()
         .await
         .expect("server");
     let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())

@@ -33,7 +33,7 @@ use crate::cluster::api::{ApiClient, Resolved};
 use crate::cluster::{AccessError, Gvk};
 use crate::controller::handlers::Event;
 use crate::manifest::EventKind;
-use crate::selector::{FieldSelector, LabelSelector};
+use krec_apiserver::selector::{FieldSelector, LabelSelector};
 
 pub use object::CachedObject;
 

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::cache::{Cache, Informer, SYNC_TIMEOUT};
 use crate::manifest::Manifest;
-use crate::selector::{FieldSelector, LabelSelector};
+use krec_apiserver::selector::{FieldSelector, LabelSelector};
 
 /// The field manager a guest's writes are attributed to: `krec-<guest>`.
 pub fn field_manager(guest: &str) -> String {

@@ -1,7 +1,7 @@
 //! [`MemoryCluster`]: the embedded API server's object store used in-process, without HTTP.
 //!
 //! It is what the guest tests and the in-memory `krec dev` run against, and it has exactly the
-//! embedded API server's semantics (see [`crate::local_cluster::store`]): the same built-in
+//! embedded API server's semantics (see [`krec_apiserver::store`]): the same built-in
 //! kinds, CRDs that must be created before their objects, namespaces that must exist,
 //! resourceVersion conflicts, the status subresource, finalizers and garbage collection.
 //! Events are kept in a bounded in-memory log for inspection rather than stored as objects.
@@ -13,10 +13,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
-use crate::local_cluster::patch::{PatchKind, patched};
-use crate::local_cluster::store::DeleteOptions;
-use crate::local_cluster::{Registry, ResourceType, Store, ensure_namespaces};
-use crate::selector::{FieldSelector, LabelSelector};
+use krec_apiserver::patch::{PatchKind, patched};
+use krec_apiserver::selector::{FieldSelector, LabelSelector};
+use krec_apiserver::store::DeleteOptions;
+use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};
 
 /// An Event recorded through [`ClusterAccess::record_event`].
 pub type RecordedEvent = EventRecord;
@@ -94,11 +94,14 @@ impl MemoryCluster {
     }
 
     fn resolve(&self, gvk: &Gvk) -> Result<ResourceType, AccessError> {
-        self.store.registry().by_gvk(gvk).ok_or_else(|| {
-            AccessError::NotFound(format!(
-                "the server could not find the requested resource: {gvk} is not served"
-            ))
-        })
+        self.store
+            .registry()
+            .by_kind(&gvk.group, &gvk.version, &gvk.kind)
+            .ok_or_else(|| {
+                AccessError::NotFound(format!(
+                    "the server could not find the requested resource: {gvk} is not served"
+                ))
+            })
     }
 }
 
@@ -115,7 +118,11 @@ impl ClusterAccess for MemoryCluster {
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
-        match self.store.registry().namespaced(gvk) {
+        match self
+            .store
+            .registry()
+            .namespaced(&gvk.group, &gvk.version, &gvk.kind)
+        {
             Some(namespaced) => Ok(namespaced),
             None => self.resolve(gvk).map(|rt| rt.namespaced),
         }

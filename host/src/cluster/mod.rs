@@ -291,6 +291,22 @@ pub enum AccessError {
     Other(String),
 }
 
+impl From<krec_apiserver::ApiError> for AccessError {
+    fn from(err: krec_apiserver::ApiError) -> Self {
+        let message = err.message;
+        match (err.code, err.reason) {
+            (404, _) => AccessError::NotFound(message),
+            (409, "AlreadyExists") => AccessError::AlreadyExists(message),
+            (409, _) => AccessError::Conflict(message),
+            (403, _) => AccessError::Forbidden(message),
+            (400 | 413 | 415 | 422, _) => AccessError::Invalid(message),
+            (504, _) => AccessError::Timeout(message),
+            (503, _) => AccessError::Unavailable(message),
+            _ => AccessError::Other(message),
+        }
+    }
+}
+
 impl AccessError {
     /// The same error with its message cut at `max` bytes (marked `[truncated]`).
     #[must_use]

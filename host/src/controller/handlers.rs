@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cluster::Gvk;
 use crate::manifest::{EventKind, Manifest, Predicate};
-use crate::selector::LabelSelector;
+use krec_apiserver::selector::LabelSelector;
 
 /// The labels of an object without any.
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();

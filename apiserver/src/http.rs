@@ -14,11 +14,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::error::ApiError;
-use super::patch::{PatchKind, patched};
-use super::resources::ResourceType;
-use super::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
+use crate::error::ApiError;
+use crate::patch::{PatchKind, patched};
+use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
 
 /// Largest request body accepted, as kube-apiserver's default (3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
@@ -331,7 +331,7 @@ async fn route(
 
 /// `/openapi/v3`: one entry per served group-version. The hash changes when the group-version's
 /// resources do, so clients' caches follow CRD changes.
-fn openapi_v3_root(registry: &super::resources::Registry) -> Value {
+fn openapi_v3_root(registry: &crate::resources::Registry) -> Value {
     let mut paths = serde_json::Map::new();
     let mut seen = std::collections::BTreeSet::new();
     for rt in registry.all() {
@@ -364,7 +364,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// with the query parameters kubectl checks for (`fieldValidation`, `dryRun`, `fieldManager`)
 /// and the kinds' schemas where a CRD gives one. Built-in kinds' schemas are not included.
 fn openapi_v3_doc(
-    registry: &super::resources::Registry,
+    registry: &crate::resources::Registry,
     group: &str,
     version: &str,
 ) -> Option<Value> {
@@ -798,7 +798,7 @@ async fn watch(
 /// ADDED/MODIFIED/DELETED for a change as a selector-filtered watch sees it: an object that
 /// starts matching is ADDED, one that stops matching is DELETED.
 fn event_kind(
-    change: &super::store::Change,
+    change: &crate::store::Change,
     matches: &impl Fn(&Value) -> bool,
 ) -> Option<&'static str> {
     let now = matches(&change.object);
@@ -842,7 +842,7 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::local_cluster::{Registry, ensure_namespaces};
+    use crate::{Registry, ensure_namespaces};
 
     fn app() -> axum::Router {
         let store = Arc::new(Store::new(Arc::new(Registry::new())));

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use super::error::ApiError;
-use super::persist::Persistence;
-use super::resources::{Registry, ResourceType};
-use super::schema;
+use crate::error::ApiError;
+use crate::persist::Persistence;
+use crate::resources::{Registry, ResourceType};
+use crate::schema;
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
 
 /// Watch events kept for watches that resume from a resourceVersion; older ones are compacted
@@ -685,7 +685,7 @@ impl Store {
             }
         }
         if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {
-            super::resources::types_from_crd(object).map_err(|e| invalid("spec", e.0))?;
+            crate::resources::types_from_crd(object).map_err(|e| invalid("spec", e.0))?;
         }
         Ok(())
     }

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use krec::local_cluster::{LocalCluster, LocalClusterConfig};
+use krec_apiserver::{Builder, Server};
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::{Client, Config};
 
-async fn start(config: LocalClusterConfig) -> (LocalCluster, Client) {
-    let cluster = LocalCluster::start(config).await.expect("start");
+async fn start(config: Builder) -> (Server, Client) {
+    let cluster = config.start().await.expect("start");
     let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
@@ -42,7 +42,7 @@ async fn raw(
 
 #[tokio::test]
 async fn bad_requests_should_get_kubernetes_status_errors() {
-    let (_cluster, client) = start(LocalClusterConfig::default()).await;
+    let (_cluster, client) = start(Server::builder()).await;
     let cms = "/api/v1/namespaces/default/configmaps";
     let json = "application/json";
     // (method, path, content type, body, expected (code, reason))
@@ -205,10 +205,7 @@ async fn bad_requests_should_get_kubernetes_status_errors() {
 
 #[tokio::test]
 async fn watches_should_bookmark_and_end_at_their_timeout() {
-    let config = LocalClusterConfig {
-        bookmark_interval: Duration::from_millis(100),
-        ..Default::default()
-    };
+    let config = Server::builder().bookmark_interval(Duration::from_millis(100));
     let (_cluster, client) = start(config).await;
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let params = WatchParams::default().timeout(1); // bookmarks are on by default
@@ -229,9 +226,7 @@ async fn watches_should_bookmark_and_end_at_their_timeout() {
 
 #[tokio::test]
 async fn a_watch_from_a_resource_version_not_reached_should_be_too_large() {
-    let cluster = LocalCluster::start(LocalClusterConfig::default())
-        .await
-        .expect("start");
+    let cluster = Server::builder().start().await.expect("start");
     let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await

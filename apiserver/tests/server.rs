@@ -5,8 +5,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use krec::local_cluster::{LocalCluster, LocalClusterConfig};
-use krec_tests::repo_root;
+use krec_apiserver::Server;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
     WatchParams,
@@ -16,7 +15,15 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, Config};
 use serde_json::json;
 
-async fn client_for(cluster: &LocalCluster) -> Client {
+/// The repository's top directory.
+fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("apiserver/ has a parent")
+        .to_owned()
+}
+
+async fn client_for(cluster: &Server) -> Client {
     let kubeconfig =
         kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -25,10 +32,8 @@ async fn client_for(cluster: &LocalCluster) -> Client {
     Client::try_from(config).expect("client")
 }
 
-async fn start() -> (LocalCluster, Client) {
-    let cluster = LocalCluster::start(LocalClusterConfig::default())
-        .await
-        .expect("start");
+async fn start() -> (Server, Client) {
+    let cluster = Server::builder().start().await.expect("start");
     let client = client_for(&cluster).await;
     (cluster, client)
 }
@@ -444,11 +449,11 @@ async fn a_watch_should_resume_from_a_resource_version() {
 
 #[tokio::test]
 async fn a_compacted_watch_should_get_gone_and_a_relist_should_recover() {
-    let config = LocalClusterConfig {
-        watch_history: 3,
-        ..Default::default()
-    };
-    let cluster = LocalCluster::start(config).await.expect("start");
+    let cluster = Server::builder()
+        .watch_history(3)
+        .start()
+        .await
+        .expect("start");
     let client = client_for(&cluster).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let first = cms
@@ -483,11 +488,8 @@ async fn a_compacted_watch_should_get_gone_and_a_relist_should_recover() {
 #[tokio::test]
 async fn a_reflector_should_stay_correct_across_a_restart_with_a_data_dir() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = LocalClusterConfig {
-        data_dir: Some(dir.path().to_owned()),
-        ..Default::default()
-    };
-    let cluster = LocalCluster::start(config.clone()).await.expect("start");
+    let config = Server::builder().data_dir(dir.path());
+    let cluster = config.clone().start().await.expect("start");
     let addr = cluster.addr();
     let client = client_for(&cluster).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
@@ -509,9 +511,7 @@ async fn a_reflector_should_stay_correct_across_a_restart_with_a_data_dir() {
     // Restart on the same port and directory: objects, resourceVersions and the CA survive, so
     // the same client reconnects.
     cluster.shutdown().await;
-    let restarted = LocalCluster::start(LocalClusterConfig { addr, ..config })
-        .await
-        .expect("restart");
+    let restarted = config.addr(addr).start().await.expect("restart");
     assert_eq!(
         cms.list(&ListParams::default())
             .await

@@ -2,8 +2,6 @@
 
 use serde_json::{Value, json};
 
-use crate::cluster::AccessError;
-
 /// A failed request: HTTP code, Kubernetes `reason`, message and optional details.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{reason} ({code}): {message}")]
@@ -201,21 +199,5 @@ fn qualified(group: &str, plural: &str) -> String {
         plural.to_owned()
     } else {
         format!("{plural}.{group}")
-    }
-}
-
-impl From<ApiError> for AccessError {
-    fn from(err: ApiError) -> Self {
-        let message = err.message;
-        match (err.code, err.reason) {
-            (404, _) => AccessError::NotFound(message),
-            (409, "AlreadyExists") => AccessError::AlreadyExists(message),
-            (409, _) => AccessError::Conflict(message),
-            (403, _) => AccessError::Forbidden(message),
-            (400 | 413 | 415 | 422, _) => AccessError::Invalid(message),
-            (504, _) => AccessError::Timeout(message),
-            (503, _) => AccessError::Unavailable(message),
-            _ => AccessError::Other(message),
-        }
     }
 }

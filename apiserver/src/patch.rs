@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// Most operations one JSON patch may have (kube-apiserver's `maxJSONPatchOperations`).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;

@@ -1,32 +1,9 @@
-//! The embedded Kubernetes API server (`krec cluster`, `krec dev`, the tests): a
-//! protocol-faithful kube-apiserver stand-in that `kubectl` and `kube` use unchanged.
-//!
-//! It serves HTTPS on loopback with a generated CA, writes a kubeconfig trusting it, keeps
-//! objects in memory (or in a redb database with `--data-dir`) and implements discovery, every
-//! verb, watches with resourceVersions, bookmarks and 410 Gone, the status subresource, CRDs with
-//! schema validation, finalizers, owner-reference garbage collection and namespace deletion.
-//!
-//! # Caveats
-//!
-//! - There is no authentication or authorization: anyone who can reach the port is an admin.
-//!   It binds loopback unless told otherwise.
-//! - No controllers run: a Deployment gets no ReplicaSet, a ReplicaSet no Pods.
-//! - Server-side apply is applied as a merge without field ownership (see [`patch`]).
-//! - Custom resources are stored in whichever version they were written with; versions differ
-//!   only in `apiVersion` (no conversion webhooks).
-
-pub mod error;
-pub mod http;
-pub mod patch;
-pub mod persist;
-pub mod resources;
-pub mod schema;
-pub mod store;
-pub mod tls;
+//! The server process: binding, TLS, the kubeconfig, the accept loop and shutdown.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -35,31 +12,64 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use error::ApiError;
-pub use resources::{Registry, ResourceType};
-pub use store::Store;
+use crate::error::ApiError;
+use crate::resources::Registry;
+use crate::store::{self, Store};
+use crate::{http, persist, tls};
 
-/// How to start the embedded API server.
+/// How to start a [`Server`]: `Server::builder().addr(…).data_dir(…).start().await`.
 #[derive(Clone, Debug)]
-pub struct LocalClusterConfig {
-    /// Address to bind; port 0 picks a free one.
-    pub addr: SocketAddr,
-    /// Persist objects here; `None` keeps them in memory.
-    pub data_dir: Option<PathBuf>,
-    /// Changes kept for watches resuming from a resourceVersion.
-    pub watch_history: usize,
-    /// How often watches that allow bookmarks get one.
-    pub bookmark_interval: std::time::Duration,
+pub struct Builder {
+    addr: SocketAddr,
+    data_dir: Option<PathBuf>,
+    watch_history: usize,
+    bookmark_interval: Duration,
 }
 
-impl Default for LocalClusterConfig {
+impl Default for Builder {
     fn default() -> Self {
-        LocalClusterConfig {
+        Builder {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             watch_history: store::DEFAULT_HISTORY,
             bookmark_interval: http::BOOKMARK_INTERVAL,
         }
+    }
+}
+
+impl Builder {
+    /// Address to bind (default `127.0.0.1:0`; port 0 picks a free one).
+    pub fn addr(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Persist objects (and the CA) in `dir`; by default they are kept in memory.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// How many changes are kept for watches resuming from a resourceVersion.
+    pub fn watch_history(mut self, changes: usize) -> Self {
+        self.watch_history = changes;
+        self
+    }
+
+    /// How often watches that allow bookmarks get one.
+    pub fn bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+
+    /// Start serving. Returns once the port is bound.
+    ///
+    /// # Errors
+    ///
+    /// When the address cannot be bound, TLS cannot be set up or the data directory cannot be
+    /// opened or read.
+    pub async fn start(self) -> Result<Server, StartError> {
+        Server::start(self).await
     }
 }
 
@@ -84,7 +94,7 @@ pub enum StartError {
 
 /// A running embedded API server. Stops when [`shutdown`](Self::shutdown) is called or it is
 /// dropped.
-pub struct LocalCluster {
+pub struct Server {
     addr: SocketAddr,
     kubeconfig: String,
     store: Arc<Store>,
@@ -96,9 +106,13 @@ pub struct LocalCluster {
 pub const INITIAL_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
-impl LocalCluster {
-    /// Start serving. Returns once the port is bound.
-    pub async fn start(config: LocalClusterConfig) -> Result<Self, StartError> {
+impl Server {
+    /// A builder for a server on `127.0.0.1` with a free port, objects in memory.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    async fn start(config: Builder) -> Result<Self, StartError> {
         let registry = Arc::new(Registry::new());
         let store = match &config.data_dir {
             Some(dir) => {
@@ -139,7 +153,7 @@ impl LocalCluster {
             bookmark_interval: config.bookmark_interval,
         });
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
-        Ok(LocalCluster {
+        Ok(Server {
             addr,
             kubeconfig,
             store,
@@ -188,7 +202,7 @@ impl LocalCluster {
     }
 }
 
-impl Drop for LocalCluster {
+impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
@@ -196,56 +210,6 @@ impl Drop for LocalCluster {
         }
         self.store.close();
     }
-}
-
-/// Every Kubernetes object in the YAML files under `dir` (recursively, sorted by path; several
-/// documents per file allowed), skipping krec `Reconciler` manifests and `target/` and `src/`
-/// directories. Errors name the file.
-pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let path = entry.path();
-            if entry.file_type()?.is_dir() {
-                if !path
-                    .file_name()
-                    .is_some_and(|n| n == "target" || n == "src")
-                {
-                    walk(&path, out)?;
-                }
-            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                out.push(path);
-            }
-        }
-        Ok(())
-    }
-    use serde::Deserialize as _;
-    let mut files = Vec::new();
-    walk(dir, &mut files).map_err(|e| format!("{}: {e}", dir.display()))?;
-    files.sort();
-    let mut objects = Vec::new();
-    for file in files {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        for document in serde_yaml_ng::Deserializer::from_str(&text) {
-            let value = serde_json::Value::deserialize(document)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            if value.is_null()
-                || value.get("kind").and_then(serde_json::Value::as_str)
-                    == Some(crate::manifest::KIND)
-            {
-                continue;
-            }
-            if value.get("apiVersion").is_none() || value.get("kind").is_none() {
-                return Err(format!(
-                    "{}: a document without apiVersion and kind",
-                    file.display()
-                ));
-            }
-            objects.push(value);
-        }
-    }
-    Ok(objects)
 }
 
 /// Create the [`INITIAL_NAMESPACES`] that do not exist yet.

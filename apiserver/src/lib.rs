@@ -1,0 +1,32 @@
+//! The embedded Kubernetes API server (`krec cluster`, `krec dev`, the tests): a
+//! protocol-faithful kube-apiserver stand-in that `kubectl` and `kube` use unchanged.
+//!
+//! It serves HTTPS on loopback with a generated CA, writes a kubeconfig trusting it, keeps
+//! objects in memory (or in a redb database with `--data-dir`) and implements discovery, every
+//! verb, watches with resourceVersions, bookmarks and 410 Gone, the status subresource, CRDs with
+//! schema validation, finalizers, owner-reference garbage collection and namespace deletion.
+//!
+//! # Caveats
+//!
+//! - There is no authentication or authorization: anyone who can reach the port is an admin.
+//!   It binds loopback unless told otherwise.
+//! - No controllers run: a Deployment gets no ReplicaSet, a ReplicaSet no Pods.
+//! - Server-side apply is applied as a merge without field ownership (see [`patch`]).
+//! - Custom resources are stored in whichever version they were written with; versions differ
+//!   only in `apiVersion` (no conversion webhooks).
+
+pub mod error;
+pub mod http;
+pub mod patch;
+pub mod persist;
+pub mod resources;
+pub mod schema;
+pub mod selector;
+pub mod server;
+pub mod store;
+pub mod tls;
+
+pub use error::ApiError;
+pub use resources::{Registry, ResourceType};
+pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces};
+pub use store::Store;

