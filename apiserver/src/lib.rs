@@ -18,7 +18,6 @@
 pub mod error;
 pub mod http;
 pub mod patch;
-pub mod persist;
 pub mod resources;
 pub mod schema;
 pub mod selector;

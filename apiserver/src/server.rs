@@ -14,8 +14,9 @@ use tokio::task::JoinHandle;
 
 use crate::error::ApiError;
 use crate::resources::Registry;
+use crate::store::persist;
 use crate::store::{self, Store};
-use crate::{http, persist, tls};
+use crate::{http, tls};
 
 /// How to start a [`Server`]: `Server::builder().addr(…).data_dir(…).start().await`.
 #[derive(Clone, Debug)]

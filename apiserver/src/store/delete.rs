@@ -1,0 +1,312 @@
+//! Deletion: finalizers, propagation (background, orphan), namespace and CRD clean-up, and
+//! owner-reference garbage collection.
+
+use super::*;
+
+impl Store {
+    /// Delete an object. Returns the object: gone, or marked for deletion when finalizers hold it.
+    pub fn delete(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        let key = Key::new(rt, namespace, name);
+        let current = state
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        for (field, wanted) in [
+            ("uid", &options.uid),
+            ("resourceVersion", &options.resource_version),
+        ] {
+            if let Some(wanted) = wanted
+                && meta_str(&current, field) != Some(wanted.as_str())
+            {
+                let problem = format!(
+                    "Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {}",
+                    meta_str(&current, field).unwrap_or_default()
+                );
+                return Err(ApiError::precondition(&rt.group, &rt.plural, name, problem));
+            }
+        }
+        if options.dry_run {
+            return Ok(Self::served(rt, &current));
+        }
+        if options.propagation == Propagation::Orphan
+            && let Some(uid) = meta_str(&current, "uid")
+        {
+            self.orphan_dependents(&mut state, uid)?;
+        }
+        let result = self.delete_locked(&mut state, rt, &key)?;
+        Ok(Self::served(rt, &result))
+    }
+
+    /// Delete every object of `rt` in `namespace` matching the selectors.
+    pub fn delete_collection(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        dry_run: bool,
+    ) -> Result<Vec<Value>, ApiError> {
+        let page = self.list(rt, namespace, labels, fields, None, None)?;
+        if dry_run {
+            return Ok(page.items);
+        }
+        let mut state = self.lock();
+        let mut deleted = Vec::new();
+        for item in page.items {
+            let key = Key::new(
+                rt,
+                meta_str(&item, "namespace"),
+                meta_str(&item, "name").unwrap_or_default(),
+            );
+            if state.objects.contains_key(&key) {
+                let removed = self.delete_locked(&mut state, rt, &key)?;
+                deleted.push(Self::served(rt, &removed));
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Delete under the lock: mark if finalizers hold the object, else remove it.
+    pub(super) fn delete_locked(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        key: &Key,
+    ) -> Result<Arc<Value>, ApiError> {
+        let current = state
+            .objects
+            .get(key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &key.name))?;
+        let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
+        let is_crd = is_crd_type(rt);
+        if !(has_finalizers(&current) || is_namespace || is_crd) {
+            return self.remove_locked(state, rt, key);
+        }
+        // Held: a namespace until its contents are gone, a CRD until its custom resources are,
+        // anything else until its finalizers are removed.
+        let marked = if current.pointer("/metadata/deletionTimestamp").is_none() {
+            let mut marked = mark_deleting(&current);
+            if is_namespace {
+                marked["status"] = json!({"phase": "Terminating"});
+            }
+            if is_crd
+                && let Some(conditions) = marked
+                    .pointer_mut("/status/conditions")
+                    .and_then(Value::as_array_mut)
+            {
+                conditions.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now_rfc3339(),
+                    "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
+            }
+            self.write(state, key.clone(), Write::Put(marked))?
+        } else {
+            current
+        };
+        if is_namespace {
+            self.finalize_namespace(state, &key.name)?;
+        } else if is_crd {
+            self.finalize_crd(state, &key.name)?;
+        }
+        Ok(state.objects.get(key).cloned().unwrap_or(marked))
+    }
+
+    /// Delete a terminating CRD's custom resources (finalizers respected); remove the CRD and
+    /// stop serving its types once none are left.
+    pub(super) fn finalize_crd(&self, state: &mut State, crd_name: &str) -> Result<(), ApiError> {
+        let crd_key = Key {
+            resource: CRD_RESOURCE.into(),
+            namespace: String::new(),
+            name: crd_name.to_owned(),
+        };
+        let Some(crd) = state.objects.get(&crd_key).cloned() else {
+            return Ok(());
+        };
+        let Some(resource) = crd_resource(&crd) else {
+            return Ok(());
+        };
+        let instances: Vec<Key> = state
+            .objects
+            .keys()
+            .filter(|k| k.resource == resource)
+            .cloned()
+            .collect();
+        for key in instances {
+            self.remove_or_mark(state, key)?;
+        }
+        self.collect_garbage(state)?;
+        if !state.objects.keys().any(|k| k.resource == resource) {
+            self.write(state, crd_key, Write::Remove)?;
+            self.registry.remove_crd(crd_name);
+        }
+        Ok(())
+    }
+
+    /// Remove an object for good, then run the consequences: CRD types go away with their
+    /// objects, dependents are garbage-collected, a terminating namespace may finish.
+    pub(super) fn remove_locked(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        key: &Key,
+    ) -> Result<Arc<Value>, ApiError> {
+        let removed = self.write(state, key.clone(), Write::Remove)?;
+        if is_crd_type(rt) {
+            // Removed outright (not through finalize_crd): stop serving its types.
+            self.registry.remove_crd(&key.name);
+        } else if rt.schema.is_some() {
+            // The last custom resource of a terminating CRD lets the CRD go.
+            let crd_name = format!("{}.{}", rt.plural, rt.group);
+            let crd_key = Key {
+                resource: CRD_RESOURCE.into(),
+                namespace: String::new(),
+                name: crd_name.clone(),
+            };
+            if state
+                .objects
+                .get(&crd_key)
+                .is_some_and(|c| c.pointer("/metadata/deletionTimestamp").is_some())
+            {
+                self.finalize_crd(state, &crd_name)?;
+            }
+        }
+        self.collect_garbage(state)?;
+        if !key.namespace.is_empty() {
+            let ns_key = Key::namespace_key(&key.namespace);
+            if state
+                .objects
+                .get(&ns_key)
+                .is_some_and(|ns| ns.pointer("/metadata/deletionTimestamp").is_some())
+            {
+                self.finalize_namespace(state, &key.namespace)?;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Delete a terminating namespace's contents; remove it once they are all gone.
+    pub(super) fn finalize_namespace(
+        &self,
+        state: &mut State,
+        namespace: &str,
+    ) -> Result<(), ApiError> {
+        let contents: Vec<Key> = state
+            .objects
+            .keys()
+            .filter(|k| k.namespace == namespace)
+            .cloned()
+            .collect();
+        for key in contents {
+            self.remove_or_mark(state, key)?;
+        }
+        let remaining = state.objects.keys().any(|k| k.namespace == namespace);
+        let ns_key = Key::namespace_key(namespace);
+        if !remaining && state.objects.contains_key(&ns_key) {
+            self.write(state, ns_key, Write::Remove)?;
+        }
+        Ok(())
+    }
+
+    /// Remove an object, or, when finalizers hold it, mark it for deletion (once).
+    pub(super) fn remove_or_mark(&self, state: &mut State, key: Key) -> Result<(), ApiError> {
+        let Some(object) = state.objects.get(&key).cloned() else {
+            return Ok(());
+        };
+        if !has_finalizers(&object) {
+            self.write(state, key, Write::Remove)?;
+        } else if object.pointer("/metadata/deletionTimestamp").is_none() {
+            self.write(state, key, Write::Put(mark_deleting(&object)))?;
+        }
+        Ok(())
+    }
+
+    /// Remove owner references to `uid` from its dependents.
+    pub(super) fn orphan_dependents(&self, state: &mut State, uid: &str) -> Result<(), ApiError> {
+        let dependents: Vec<(Key, Arc<Value>)> = state
+            .objects
+            .iter()
+            .filter(|(_, o)| owner_uids(o).any(|u| u == uid))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect();
+        for (key, object) in dependents {
+            let mut orphan = (*object).clone();
+            if let Some(refs) = orphan
+                .pointer_mut("/metadata/ownerReferences")
+                .and_then(Value::as_array_mut)
+            {
+                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+            }
+            self.write(state, key, Write::Put(orphan))?;
+        }
+        Ok(())
+    }
+
+    /// Background garbage collection: delete objects all of whose owners are gone.
+    pub(super) fn collect_garbage(&self, state: &mut State) -> Result<(), ApiError> {
+        loop {
+            let uids: HashSet<&str> = state
+                .objects
+                .values()
+                .filter_map(|o| meta_str(o, "uid"))
+                .collect();
+            let garbage: Vec<Key> = state
+                .objects
+                .iter()
+                .filter(|(_, o)| {
+                    let mut owners = owner_uids(o).peekable();
+                    owners.peek().is_some() && owners.all(|u| !uids.contains(u))
+                })
+                .filter(|(_, o)| o.pointer("/metadata/deletionTimestamp").is_none())
+                .map(|(k, _)| k.clone())
+                .collect();
+            if garbage.is_empty() {
+                return Ok(());
+            }
+            for key in garbage {
+                self.remove_or_mark(state, key)?;
+            }
+        }
+    }
+}
+
+/// Storage key prefix of CRD objects.
+const CRD_RESOURCE: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// The storage key prefix (`group/plural`) of a CRD's custom resources.
+fn crd_resource(crd: &Value) -> Option<String> {
+    let group = crd.pointer("/spec/group").and_then(Value::as_str)?;
+    let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str)?;
+    Some(format!("{group}/{plural}"))
+}
+
+/// An object marked for deletion, as kube-apiserver's `markAsDeleting`: `deletionTimestamp`
+/// set, grace period 0, and `generation` bumped where the kind tracks it.
+fn mark_deleting(object: &Value) -> Value {
+    let mut marked = object.clone();
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let meta = metadata_mut(&mut marked);
+    meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    if let Some(generation) = generation.filter(|g| *g > 0) {
+        meta.insert("generation".into(), json!(generation.saturating_add(1)));
+    }
+    marked
+}
+
+fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("uid").and_then(Value::as_str))
+}

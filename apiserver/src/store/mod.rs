@@ -1,0 +1,383 @@
+//! The embedded API server's object store: every object, the resourceVersion counter, the watch
+//! history, and the Kubernetes semantics of writes.
+//!
+//! One lock guards the state, so each write is atomic and gets the next resourceVersion from a
+//! single increasing counter; the change is appended to a bounded history (for watches resuming
+//! from a resourceVersion) and broadcast to live watches while the lock is held, so a watch
+//! started under the lock sees exactly the changes after its starting point. Semantics follow
+//! kube-apiserver: `uid`, `creationTimestamp`, `generation` bumped on spec changes only,
+//! optimistic concurrency, `generateName`, the status subresource, namespaces that must exist and
+//! whose deletion removes their contents, finalizers holding deletion, background garbage
+//! collection through owner references, and CRDs that add and remove served types.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use crate::error::ApiError;
+use crate::resources::{Registry, ResourceType};
+use crate::schema;
+use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
+
+mod delete;
+pub mod persist;
+mod read;
+mod validate;
+mod write;
+
+pub use persist::Persistence;
+
+/// Watch events kept for watches that resume from a resourceVersion; older ones are compacted
+/// and such a watch gets 410 Gone, as from an etcd compaction.
+pub const DEFAULT_HISTORY: usize = 10_000;
+/// Capacity of the live broadcast to watches; a watch that falls further behind is closed with
+/// 410 Gone and its client relists.
+pub const WATCH_BUFFER: usize = 4_096;
+
+/// Where an object lives: its resource (`group/plural`, shared by all versions), namespace
+/// (`""` for cluster-scoped) and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// `group/plural`.
+    pub resource: String,
+    /// Namespace, `""` when cluster-scoped.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Key {
+    fn new(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Self {
+        Key {
+            resource: rt.storage_key(),
+            namespace: if rt.namespaced {
+                namespace.unwrap_or("").to_owned()
+            } else {
+                String::new()
+            },
+            name: name.to_owned(),
+        }
+    }
+
+    fn namespace_key(namespace: &str) -> Self {
+        Key {
+            resource: "/namespaces".into(),
+            namespace: String::new(),
+            name: namespace.to_owned(),
+        }
+    }
+
+    /// The persisted form: `resource\0namespace\0name`.
+    pub fn encode(&self) -> String {
+        format!("{}\0{}\0{}", self.resource, self.namespace, self.name)
+    }
+
+    /// Parse [`encode`](Self::encode)'s output.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.splitn(3, '\0');
+        Some(Key {
+            resource: parts.next()?.to_owned(),
+            namespace: parts.next()?.to_owned(),
+            name: parts.next()?.to_owned(),
+        })
+    }
+}
+
+/// What happened to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed.
+    Deleted,
+}
+
+/// One write, as watches see it.
+#[derive(Debug)]
+pub struct Change {
+    /// The resourceVersion the write produced.
+    pub rv: u64,
+    /// Kind of change.
+    pub change: ChangeType,
+    /// Where the object lives.
+    pub key: Key,
+    /// The object after the change (for a deletion: the last state, with the new resourceVersion).
+    pub object: Arc<Value>,
+    /// The object before the change, if any (to turn selector transitions into ADDED/DELETED).
+    pub old: Option<Arc<Value>>,
+}
+
+/// How a delete treats dependents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents are garbage-collected after the owner is gone (also used for `Foreground`).
+    #[default]
+    Background,
+    /// Dependents lose their owner reference and stay.
+    Orphan,
+}
+
+/// Options of a delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// Required UID.
+    pub uid: Option<String>,
+    /// Required resourceVersion.
+    pub resource_version: Option<String>,
+    /// Dependents policy.
+    pub propagation: Propagation,
+    /// Validate only; change nothing.
+    pub dry_run: bool,
+}
+
+/// A page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    /// The objects, in key order.
+    pub items: Vec<Value>,
+    /// The store's resourceVersion when listed.
+    pub resource_version: u64,
+    /// Token for the next page, if any.
+    pub continue_token: Option<String>,
+    /// How many objects the following pages hold.
+    pub remaining: Option<usize>,
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchFrom {
+    /// Synthetic ADDED events for every current object, then changes.
+    Now,
+    /// Changes after this resourceVersion.
+    After(u64),
+}
+
+/// A started watch: the backlog to send first, then the live feed.
+pub struct WatchStart {
+    /// Changes (or synthetic ADDED events) to send first, oldest first.
+    pub backlog: Vec<Arc<Change>>,
+    /// Subsequent changes.
+    pub feed: broadcast::Receiver<Arc<Change>>,
+    /// The store's resourceVersion when the watch started.
+    pub resource_version: u64,
+}
+
+struct State {
+    rv: u64,
+    objects: BTreeMap<Key, Arc<Value>>,
+    history: VecDeque<Arc<Change>>,
+    /// Changes at or below this resourceVersion are no longer in `history`.
+    compacted: u64,
+    /// Where writes are saved, if anywhere. Inside the lock, so closing the store releases the
+    /// database even while requests still hold the store.
+    persistence: Option<Persistence>,
+    /// Set by [`Store::close`]: writes fail from then on.
+    closed: bool,
+}
+
+/// The object store. See the [module docs](self).
+pub struct Store {
+    registry: Arc<Registry>,
+    state: Mutex<State>,
+    feed: broadcast::Sender<Arc<Change>>,
+    history_limit: usize,
+    /// Watches started per resource (`group/plural`), for tests and diagnostics.
+    watches_started: Mutex<BTreeMap<String, u64>>,
+}
+
+/// What `write` should do with an object.
+enum Write {
+    Put(Value),
+    Remove,
+}
+
+fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object.get("metadata")?.get(field)?.as_str()
+}
+
+fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.is_object() {
+        *object = json!({});
+    }
+    let map = object.as_object_mut().expect("just made an object");
+    let meta = map.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    meta.as_object_mut().expect("just made an object")
+}
+
+fn has_finalizers(object: &Value) -> bool {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+impl Store {
+    /// An empty in-memory store serving the types in `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self::with_history(registry, DEFAULT_HISTORY)
+    }
+
+    /// Like [`new`](Self::new), keeping `history_limit` changes for resuming watches.
+    pub fn with_history(registry: Arc<Registry>, history_limit: usize) -> Self {
+        let (feed, _) = broadcast::channel(WATCH_BUFFER);
+        Store {
+            registry,
+            state: Mutex::new(State {
+                rv: 0,
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                compacted: 0,
+                persistence: None,
+                closed: false,
+            }),
+            feed,
+            history_limit: history_limit.max(1),
+            watches_started: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A store backed by `persistence`: its objects are loaded (CRDs first, so their types are
+    /// served) and every write is saved before it is acknowledged. Watches cannot resume from
+    /// before the restart; they get 410 Gone and relist.
+    pub fn open(registry: Arc<Registry>, persistence: Persistence) -> Result<Self, ApiError> {
+        let (rv, objects) = persistence.load()?;
+        let mut store = Self::new(registry);
+        {
+            let state = store.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            state.persistence = Some(persistence);
+            state.rv = rv;
+            state.compacted = rv;
+            for (key, object) in objects {
+                if key.resource == "apiextensions.k8s.io/customresourcedefinitions"
+                    && let Err(err) = store.registry.put_crd(&object)
+                {
+                    tracing::warn!("stored CRD {} is not servable: {err}", key.name);
+                }
+                state.objects.insert(key, Arc::new(object));
+            }
+        }
+        Ok(store)
+    }
+
+    /// How many watches of `group`'s `plural` resource were started (`""` is the core group):
+    /// how a test sees that clients share one watch per kind.
+    pub fn watches_started(&self, group: &str, plural: &str) -> u64 {
+        let key = format!("{group}/{plural}");
+        self.watches_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Refuse further writes and release the database, so the data directory can be reopened
+    /// (a restart) even while requests or watches still hold the store.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.persistence = None;
+    }
+
+    /// The served types.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every mutation completes under the lock before it can panic, so a poisoned lock still
+        // guards consistent state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// The object as served at `rt`'s version.
+    fn served(rt: &ResourceType, object: &Value) -> Value {
+        let mut out = object.clone();
+        let api_version = rt.api_version();
+        if out.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str()) {
+            out["apiVersion"] = json!(api_version);
+        }
+        out
+    }
+
+    /// Apply one write under the lock: persist, store, record and broadcast. Returns the stored
+    /// object (for a removal, the final state with its new resourceVersion).
+    fn write(&self, state: &mut State, key: Key, write: Write) -> Result<Arc<Value>, ApiError> {
+        if state.closed {
+            return Err(ApiError::unavailable("the API server is shutting down"));
+        }
+        let rv = state.rv + 1;
+        let old = state.objects.get(&key).cloned();
+        let (change, object) = match write {
+            Write::Put(mut object) => {
+                metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
+                let change = if old.is_some() {
+                    ChangeType::Modified
+                } else {
+                    ChangeType::Added
+                };
+                (change, object)
+            }
+            Write::Remove => {
+                let Some(old) = &old else {
+                    return Err(ApiError::internal(format!(
+                        "removing a missing object {key:?}"
+                    )));
+                };
+                let mut last = (**old).clone();
+                metadata_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+                (ChangeType::Deleted, last)
+            }
+        };
+        if let Some(persistence) = &state.persistence {
+            match change {
+                ChangeType::Deleted => persistence.remove(&key, rv)?,
+                _ => persistence.put(&key, &object, rv)?,
+            }
+        }
+        let object = Arc::new(object);
+        state.rv = rv;
+        match change {
+            ChangeType::Deleted => state.objects.remove(&key),
+            _ => state.objects.insert(key.clone(), object.clone()),
+        };
+        let change = Arc::new(Change {
+            rv,
+            change,
+            key,
+            object: object.clone(),
+            old,
+        });
+        state.history.push_back(change.clone());
+        while state.history.len() > self.history_limit {
+            if let Some(dropped) = state.history.pop_front() {
+                state.compacted = dropped.rv;
+            }
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = self.feed.send(change);
+        Ok(object)
+    }
+}
+
+fn is_crd_type(rt: &ResourceType) -> bool {
+    rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition"
+}

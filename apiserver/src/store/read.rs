@@ -1,0 +1,149 @@
+//! Reads: get, list (with selectors and continue tokens) and watch (from the history or live).
+
+use super::*;
+
+impl Store {
+    /// Get one object.
+    pub fn get(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let key = Key::new(rt, namespace, name);
+        self.lock()
+            .objects
+            .get(&key)
+            .map(|o| Self::served(rt, o))
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+    }
+
+    /// List objects, optionally one page of `limit` after `continue_token`.
+    pub fn list(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+    ) -> Result<ListPage, ApiError> {
+        let state = self.lock();
+        let resource = rt.storage_key();
+        // Every page reports the first page's resourceVersion, so a watch from it replays what
+        // changed while the pages were read; once that version is compacted the list must restart.
+        let (start, list_rv) = match continue_token {
+            Some(token) => {
+                let (key, rv) = decode_continue(token)?;
+                if rv < state.compacted {
+                    return Err(ApiError::gone(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    ));
+                }
+                (Some(key), rv)
+            }
+            None => (None, state.rv),
+        };
+        let mut matching = state
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == resource)
+            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
+            .filter(|(k, _)| start.as_ref().is_none_or(|s| *k > s))
+            .filter(|(_, o)| labels.matches_object(o) && fields.matches_object(o));
+        let mut items = Vec::new();
+        let mut last = None;
+        for (key, object) in matching.by_ref() {
+            if limit.is_some_and(|l| l > 0 && items.len() >= l) {
+                // One more exists: there is a next page.
+                let remaining = 1 + matching.count();
+                let token = last.map(|k: &Key| encode_continue(k, list_rv));
+                return Ok(ListPage {
+                    items,
+                    resource_version: list_rv,
+                    continue_token: token,
+                    remaining: Some(remaining),
+                });
+            }
+            items.push(Self::served(rt, object));
+            last = Some(key);
+        }
+        Ok(ListPage {
+            items,
+            resource_version: list_rv,
+            continue_token: None,
+            remaining: None,
+        })
+    }
+
+    /// Start a watch of `rt`'s objects (filtering by namespace and selectors is the caller's).
+    pub fn watch(&self, rt: &ResourceType, from: WatchFrom) -> Result<WatchStart, ApiError> {
+        let resource = rt.storage_key();
+        let state = self.lock();
+        let backlog = match from {
+            WatchFrom::Now => state
+                .objects
+                .iter()
+                .filter(|(k, _)| k.resource == resource)
+                .map(|(k, o)| {
+                    Arc::new(Change {
+                        rv: meta_str(o, "resourceVersion")
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(state.rv),
+                        change: ChangeType::Added,
+                        key: k.clone(),
+                        object: o.clone(),
+                        old: None,
+                    })
+                })
+                .collect(),
+            WatchFrom::After(rv) => {
+                if rv > state.rv {
+                    return Err(ApiError::too_large_resource_version(rv, state.rv));
+                }
+                if rv < state.compacted {
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {rv} ({})",
+                        state.compacted + 1
+                    )));
+                }
+                state
+                    .history
+                    .iter()
+                    .filter(|c| c.rv > rv && c.key.resource == resource)
+                    .cloned()
+                    .collect()
+            }
+        };
+        *self
+            .watches_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(resource)
+            .or_insert(0) += 1;
+        Ok(WatchStart {
+            backlog,
+            feed: self.feed.subscribe(),
+            resource_version: state.rv,
+        })
+    }
+}
+
+/// A continue token: the list's resourceVersion and the last key returned.
+fn encode_continue(key: &Key, rv: u64) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{rv}\0{}", key.encode()))
+}
+
+fn decode_continue(token: &str) -> Result<(Key, u64), ApiError> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .and_then(|text| {
+            let (rv, key) = text.split_once('\0')?;
+            Some((Key::decode(key)?, rv.parse().ok()?))
+        })
+        .ok_or_else(|| ApiError::bad_request(format!("invalid continue token {token:?}")))
+}

@@ -1,0 +1,133 @@
+//! Validation every write passes: kinds, names, labels, string maps, CRD schemas.
+
+use super::*;
+
+impl Store {
+    /// Validate the parts of an object every write checks: kind, names, schema.
+    pub(super) fn validate(
+        &self,
+        rt: &ResourceType,
+        object: &Value,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let invalid = |field: &str, message: String| {
+            ApiError::invalid(&rt.kind, &rt.group, name, vec![(field.to_owned(), message)])
+        };
+        if let Some(kind) = object.get("kind").and_then(Value::as_str)
+            && kind != rt.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind {kind:?} of the object does not match the resource {} ({})",
+                rt.plural, rt.kind
+            )));
+        }
+        let name_ok = if rt.kind == "Namespace" {
+            is_dns_label(name)
+        } else {
+            is_dns_subdomain(name)
+        };
+        if !name_ok {
+            return Err(invalid(
+                "metadata.name",
+                format!(
+                    "Invalid value: {name:?}: a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                    if rt.kind == "Namespace" {
+                        "label"
+                    } else {
+                        "subdomain"
+                    }
+                ),
+            ));
+        }
+        check_string_maps(rt, object)?;
+        if let Some(labels) = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+        {
+            for (k, v) in labels {
+                let text = format!("{k}={}", v.as_str().unwrap_or("\u{0}"));
+                if LabelSelector::parse(&text).is_err() || !v.is_string() {
+                    return Err(invalid(
+                        &format!("metadata.labels[{k}]"),
+                        format!("Invalid value: {v}: not a valid label"),
+                    ));
+                }
+            }
+        }
+        if let Some(schema) = &rt.schema {
+            let causes = schema::validate(schema, object);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
+            }
+        }
+        if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {
+            crate::resources::types_from_crd(object).map_err(|e| invalid("spec", e.0))?;
+        }
+        Ok(())
+    }
+}
+
+/// The fields of built-in kinds that are maps of strings (Go `map[string]string` or
+/// `map[string][]byte`, which is base64 text in JSON), by group and kind.
+const STRING_MAPS: &[(&str, &str, &[&str])] = &[
+    ("", "ConfigMap", &["data", "binaryData"]),
+    ("", "Secret", &["data", "stringData"]),
+];
+
+/// Refuse a non-string value in a field that is a map of strings, as kube-apiserver's decoder
+/// does (400, "cannot be handled as a ConfigMap").
+fn check_string_maps(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    let mut fields: Vec<(&str, &str)> = vec![("metadata", "annotations"), ("metadata", "labels")];
+    if let Some((_, _, own)) = STRING_MAPS
+        .iter()
+        .find(|(group, kind, _)| rt.group == *group && rt.kind == *kind)
+    {
+        fields.extend(own.iter().map(|f| ("", *f)));
+    }
+    for (parent, field) in fields {
+        let holder = if parent.is_empty() {
+            Some(object)
+        } else {
+            object.get(parent)
+        };
+        let Some(value) = holder.and_then(|h| h.get(field)) else {
+            continue;
+        };
+        let go_type = |v: &Value| match v {
+            Value::Number(_) => "number",
+            Value::Bool(_) => "bool",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+            _ => "string",
+        };
+        let path = if parent.is_empty() {
+            format!("{}.{field}", rt.kind)
+        } else {
+            format!("{}.{parent}.{field}", rt.kind)
+        };
+        let problem = match value {
+            Value::Null => None,
+            Value::Object(map) => map
+                .values()
+                .find(|v| !v.is_string() && !v.is_null())
+                .map(|v| {
+                    format!(
+                        "cannot unmarshal {} into Go struct field {path} of type string",
+                        go_type(v)
+                    )
+                }),
+            other => Some(format!(
+                "cannot unmarshal {} into Go struct field {path} of type map[string]string",
+                go_type(other)
+            )),
+        };
+        if let Some(problem) = problem {
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: json: {problem}",
+                kind = rt.kind,
+                version = rt.version
+            )));
+        }
+    }
+    Ok(())
+}

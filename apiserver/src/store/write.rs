@@ -1,0 +1,510 @@
+//! Writes: create, update (whole object or status) and patch, with kube-apiserver's metadata
+//! rules, optimistic concurrency, generation and the status subresource.
+
+use super::*;
+
+impl Store {
+    /// Check the namespace of a namespaced write exists (and, for creates, is not terminating).
+    pub(super) fn check_namespace(
+        state: &State,
+        rt: &ResourceType,
+        namespace: &str,
+        creating: bool,
+    ) -> Result<(), ApiError> {
+        if !rt.namespaced {
+            return Ok(());
+        }
+        match state.objects.get(&Key::namespace_key(namespace)) {
+            None => Err(ApiError::not_found("", "namespaces", namespace)),
+            Some(ns) if creating && ns.pointer("/metadata/deletionTimestamp").is_some() => {
+                Err(ApiError::forbidden(format!(
+                    "{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                    rt.plural
+                )))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// A body of another kind (or API group) than the URL names is a 400, as kube-apiserver's
+    /// "X cannot be handled as a Y".
+    pub(super) fn check_type(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+        let kind = object.get("kind").and_then(Value::as_str);
+        let api_version = object.get("apiVersion").and_then(Value::as_str);
+        let group = api_version.map(|v| v.rsplit_once('/').map_or("", |(g, _)| g));
+        if kind.is_some_and(|k| k != rt.kind) || group.is_some_and(|g| g != rt.group) {
+            return Err(ApiError::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}",
+                kind.unwrap_or("object"),
+                api_version.unwrap_or(""),
+                rt.kind
+            )));
+        }
+        Ok(())
+    }
+
+    /// Create an object in `namespace` (from the URL; `None` for cluster-scoped).
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        mut object: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        if !object.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        Self::check_type(rt, &object)?;
+        let body_ns = meta_str(&object, "namespace").map(str::to_owned);
+        let namespace = if rt.namespaced {
+            match (namespace, body_ns.as_deref()) {
+                (Some(url), Some(body)) if url != body => {
+                    return Err(ApiError::bad_request(format!(
+                        "the namespace of the provided object ({body}) does not match the namespace sent on the request ({url})"
+                    )));
+                }
+                (Some(ns), _) | (None, Some(ns)) => Some(ns.to_owned()),
+                (None, None) => {
+                    return Err(ApiError::bad_request(
+                        "a namespace is required to create a namespaced object",
+                    ));
+                }
+            }
+        } else {
+            None
+        };
+        let mut state = self.lock();
+        let name = match meta_str(&object, "name").filter(|n| !n.is_empty()) {
+            Some(name) => name.to_owned(),
+            None => match meta_str(&object, "generateName").filter(|p| !p.is_empty()) {
+                Some(prefix) => format!("{prefix}{}", name_suffix()),
+                None => {
+                    return Err(ApiError::invalid(
+                        &rt.kind,
+                        &rt.group,
+                        "",
+                        vec![(
+                            "metadata.name".into(),
+                            "Required value: name or generateName is required".into(),
+                        )],
+                    ));
+                }
+            },
+        };
+        if let Some(ns) = &namespace {
+            Self::check_namespace(&state, rt, ns, true)?;
+        }
+        let key = Key::new(rt, namespace.as_deref(), &name);
+        if state.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        {
+            let map = object.as_object_mut().expect("checked above");
+            map.insert("apiVersion".into(), json!(rt.api_version()));
+            map.insert("kind".into(), json!(rt.kind));
+            if rt.status_subresource && rt.kind != "CustomResourceDefinition" {
+                map.remove("status");
+            }
+        }
+        let meta = metadata_mut(&mut object);
+        meta.insert("name".into(), json!(name));
+        match &namespace {
+            Some(ns) => meta.insert("namespace".into(), json!(ns)),
+            None => meta.remove("namespace"),
+        };
+        meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        for field in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+            "generation",
+            "managedFields",
+            "selfLink",
+        ] {
+            meta.remove(field);
+        }
+        if tracks_generation(rt) {
+            meta.insert("generation".into(), json!(1));
+        }
+        if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, &mut object);
+            schema::prune(schema, &mut object);
+        }
+        self.validate(rt, &object, &name)?;
+        self.prepare_special(rt, &mut object)?;
+        if dry_run {
+            return Ok(object);
+        }
+        let stored = self.write(&mut state, key, Write::Put(object))?;
+        self.after_write(rt, &stored);
+        Ok(Self::served(rt, &stored))
+    }
+
+    /// Kind-specific preparation: namespaces get `status.phase`, CRDs their accepted status.
+    pub(super) fn prepare_special(
+        &self,
+        rt: &ResourceType,
+        object: &mut Value,
+    ) -> Result<(), ApiError> {
+        if rt.group.is_empty()
+            && rt.kind == "Namespace"
+            && object.pointer("/status/phase").is_none()
+        {
+            object["status"] = json!({"phase": "Active"});
+        }
+        if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
+            let names = object.pointer("/spec/names").cloned().unwrap_or_default();
+            let stored: Vec<Value> = object
+                .pointer("/spec/versions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                .filter_map(|v| v.get("name").cloned())
+                .collect();
+            let now = now_rfc3339();
+            let condition = |t: &str, reason: &str, message: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
+            object["status"] = json!({
+                "acceptedNames": names,
+                "storedVersions": stored,
+                "conditions": [
+                    condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+                ],
+            });
+        }
+        Ok(())
+    }
+
+    /// Side effects of a stored object: CRDs serve their types.
+    pub(super) fn after_write(&self, rt: &ResourceType, stored: &Value) {
+        if rt.group == "apiextensions.k8s.io"
+            && rt.kind == "CustomResourceDefinition"
+            && let Err(err) = self.registry.put_crd(stored)
+        {
+            tracing::warn!(
+                "CRD {} is not servable: {err}",
+                meta_str(stored, "name").unwrap_or("?")
+            );
+        }
+    }
+
+    /// Replace an object (`status`: through the status subresource).
+    pub fn update(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        object: Value,
+        status: bool,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        self.update_locked(&mut state, rt, namespace, name, object, status, dry_run)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn update_locked(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        mut new: Value,
+        status: bool,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        if !new.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        if status && !rt.status_subresource {
+            return Err(ApiError::no_route(&format!("{}/{name}/status", rt.plural)));
+        }
+        Self::check_type(rt, &new)?;
+        if let Some(body_name) = meta_str(&new, "name")
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if rt.namespaced
+            && let (Some(url), Some(body)) = (namespace, meta_str(&new, "namespace"))
+            && url != body
+        {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({body}) does not match the namespace sent on the request ({url})"
+            )));
+        }
+        let key = Key::new(rt, namespace, name);
+        let old = state
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        match meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty()) {
+            Some(rv) if Some(rv) != meta_str(&old, "resourceVersion") => {
+                return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+            }
+            None if rt.schema.is_some() => {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    name,
+                    vec![(
+                        "metadata.resourceVersion".into(),
+                        "Invalid value: 0x0: must be specified for an update".into(),
+                    )],
+                ));
+            }
+            _ => {}
+        }
+        if rt.status_subresource {
+            if status {
+                // Like kube-apiserver's status strategies: only status changes; spec and
+                // metadata stay as stored (bar the resourceVersion checked above).
+                let new_status = new.get("status").cloned();
+                new = (*old).clone();
+                match new_status {
+                    Some(s) => new["status"] = s,
+                    None => {
+                        new.as_object_mut().map(|m| m.remove("status"));
+                    }
+                }
+            } else {
+                match old.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        new.as_object_mut().map(|m| m.remove("status"));
+                    }
+                }
+            }
+        }
+        {
+            let map = new.as_object_mut().expect("checked above");
+            map.insert("apiVersion".into(), json!(rt.api_version()));
+            map.insert("kind".into(), json!(rt.kind));
+        }
+        // The client never sets generation: it is carried over and bumped here.
+        let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
+        let spec_changed = spec_part(rt, &old) != spec_part(rt, &new);
+        let old_meta = old.get("metadata").cloned().unwrap_or_default();
+        let meta = metadata_mut(&mut new);
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+            "name",
+        ] {
+            match old_meta.get(field) {
+                Some(v) => meta.insert(field.into(), v.clone()),
+                None => meta.remove(field),
+            };
+        }
+        meta.remove("managedFields");
+        match generation {
+            Some(generation) => {
+                let next = if spec_changed {
+                    generation.saturating_add(1)
+                } else {
+                    generation
+                };
+                meta.insert("generation".into(), json!(next));
+            }
+            None => {
+                meta.remove("generation");
+            }
+        }
+        // A terminating object cannot gain finalizers.
+        if old_meta.get("deletionTimestamp").is_some() {
+            let old_finalizers: HashSet<String> = old
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect();
+            let added = new
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .any(|f| !old_finalizers.contains(f));
+            if added {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    name,
+                    vec![(
+                        "metadata.finalizers".into(),
+                        "Forbidden: no new finalizers can be added if the object is being deleted"
+                            .into(),
+                    )],
+                ));
+            }
+        }
+        if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, &mut new);
+            schema::prune(schema, &mut new);
+        }
+        self.validate(rt, &new, name)?;
+        if is_crd_type(rt) && !status {
+            let old_scope = old.pointer("/spec/scope");
+            if old_scope.is_some() && old_scope != new.pointer("/spec/scope") {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    name,
+                    vec![(
+                        "spec.scope".into(),
+                        format!(
+                            "Invalid value: {}: field is immutable",
+                            new.pointer("/spec/scope").unwrap_or(&Value::Null)
+                        ),
+                    )],
+                ));
+            }
+            if old.pointer("/metadata/deletionTimestamp").is_none() {
+                self.prepare_special(rt, &mut new)?;
+                // storedVersions only grows: objects may still be stored in an older version.
+                let mut stored: Vec<Value> = old
+                    .pointer("/status/storedVersions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for v in new
+                    .pointer("/status/storedVersions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                {
+                    if !stored.contains(&v) {
+                        stored.push(v);
+                    }
+                }
+                new["status"]["storedVersions"] = json!(stored);
+            }
+        }
+        if *old == new {
+            // Nothing changed: no new resourceVersion, no watch event (as kube-apiserver).
+            return Ok(Self::served(rt, &old));
+        }
+        if dry_run {
+            return Ok(new);
+        }
+        let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
+        if new.pointer("/metadata/deletionTimestamp").is_some()
+            && !has_finalizers(&new)
+            && !is_namespace
+        {
+            let stored = self.write(state, key.clone(), Write::Put(new))?;
+            self.remove_locked(state, rt, &key)?;
+            return Ok(Self::served(rt, &stored));
+        }
+        let stored = self.write(state, key, Write::Put(new))?;
+        self.after_write(rt, &stored);
+        Ok(Self::served(rt, &stored))
+    }
+
+    /// Patch an object: `apply` computes the patched object from the current one (or `None` when
+    /// the object does not exist, for server-side apply's create).
+    pub fn patch<F>(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        status: bool,
+        dry_run: bool,
+        mut apply: F,
+    ) -> Result<Value, ApiError>
+    where
+        F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError>,
+    {
+        let key = Key::new(rt, namespace, name);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.lock().objects.get(&key).map(|o| Self::served(rt, o));
+            let Some(current) = current else {
+                return match apply(None)? {
+                    Some(mut created) if !status => {
+                        match meta_str(&created, "name") {
+                            Some(body_name) if body_name != name => {
+                                return Err(ApiError::bad_request(format!(
+                                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                                )));
+                            }
+                            Some(_) => {}
+                            None => {
+                                metadata_mut(&mut created).insert("name".into(), json!(name));
+                            }
+                        }
+                        self.create(rt, namespace, created, dry_run)
+                    }
+                    _ => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+                };
+            };
+            // The patch is computed without the store's lock (it can be expensive: a JSON patch
+            // may copy megabytes), then written only if the object did not change meanwhile —
+            // kube-apiserver's GuaranteedUpdate.
+            let current_rv = meta_str(&current, "resourceVersion").map(str::to_owned);
+            let mut patched = apply(Some(&current))?
+                .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+            // A patch cannot change identity; a stale resourceVersion in the patch is a conflict,
+            // a missing one means "whatever is current".
+            let patched_rv = meta_str(&patched, "resourceVersion").map(str::to_owned);
+            if patched_rv.is_none()
+                && let Some(rv) = &current_rv
+            {
+                metadata_mut(&mut patched).insert("resourceVersion".into(), json!(rv));
+            }
+            // A patch that names no other version than the one it was applied to is retried on
+            // a concurrent change, as kube-apiserver does (up to 5 times).
+            let retriable = patched_rv.is_none() || patched_rv == current_rv;
+            let mut state = self.lock();
+            match self.update_locked(&mut state, rt, namespace, name, patched, status, dry_run) {
+                Err(err) if err.code == 409 && retriable && attempt < MAX_PATCH_ATTEMPTS => {
+                    continue;
+                }
+                result => return result,
+            }
+        }
+    }
+}
+
+/// Times a patch is applied again when the object changed while it was being computed
+/// (kube-apiserver's `maxRetryWhenPatchConflicts`).
+const MAX_PATCH_ATTEMPTS: u32 = 5;
+
+/// What `generation` tracks: everything but `metadata`, and but `status` when the kind has a
+/// status subresource.
+fn spec_part(rt: &ResourceType, object: &Value) -> Value {
+    let mut copy = object.clone();
+    if let Some(map) = copy.as_object_mut() {
+        map.remove("metadata");
+        if rt.status_subresource {
+            map.remove("status");
+        }
+    }
+    copy
+}
+
+/// Kinds whose objects carry `metadata.generation`: those with a spec and a status subresource,
+/// and every custom resource.
+fn tracks_generation(rt: &ResourceType) -> bool {
+    rt.status_subresource || rt.schema.is_some()
+}
+
+/// Random suffix for `generateName`, from the alphabet kube-apiserver uses.
+fn name_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    bytes[..5]
+        .iter()
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect()
+}
