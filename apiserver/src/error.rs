@@ -90,16 +90,24 @@ impl ApiError {
         .about(group, plural, name)
     }
 
-    /// 422 Invalid, with one cause per `(field, message)`.
+    /// 422 Invalid, with one cause per `(field, message)`. Each message starts as
+    /// kube-apiserver's do (`Required value: …`, `Invalid value: …`, `Forbidden: …`), which
+    /// gives the cause's reason; several causes are listed in brackets, as kube-apiserver's
+    /// aggregated errors are.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<(String, String)>) -> Self {
-        let summary = causes
+        let each: Vec<String> = causes
             .iter()
             .map(|(field, message)| format!("{field}: {message}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect();
+        let summary = match each.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
         let causes: Vec<Value> = causes
             .into_iter()
-            .map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field}))
+            .map(|(field, message)| {
+                json!({"reason": cause_reason(&message), "message": message, "field": field})
+            })
             .collect();
         ApiError {
             code: 422,
@@ -200,4 +208,23 @@ fn qualified(group: &str, plural: &str) -> String {
     } else {
         format!("{plural}.{group}")
     }
+}
+
+/// The `reason` of a 422 cause, from the start of its message (apimachinery's `field.ErrorType`).
+fn cause_reason(message: &str) -> &'static str {
+    const REASONS: &[(&str, &str)] = &[
+        ("Required value", "FieldValueRequired"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Not found", "FieldValueNotFound"),
+        ("Internal error", "InternalError"),
+        ("Invalid value", "FieldValueInvalid"),
+    ];
+    REASONS
+        .iter()
+        .find(|(prefix, _)| message.starts_with(prefix))
+        .map_or("FieldValueInvalid", |(_, reason)| reason)
 }

@@ -24,6 +24,7 @@ pub mod selector;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod validation;
 
 pub use error::ApiError;
 pub use resources::{Registry, ResourceType};

@@ -744,3 +744,70 @@ async fn discovery_should_serve_every_built_in_kind() {
         );
     }
 }
+
+/// What kube-apiserver refuses and a real cluster's users hit first: a CRD of a protected group
+/// (`*.k8s.io`) without API approval, and an owner reference without a uid. The approval is
+/// recorded in the CRD's `KubernetesAPIApprovalPolicyConformant` condition.
+#[tokio::test]
+async fn protected_crds_and_owner_references_without_uid_should_be_refused() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let (_cluster, client) = start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let text =
+        std::fs::read_to_string(repo_root().join("sample-guests/foo-controller/crd/foo-crd.yaml"))
+            .expect("crd file");
+    let mut crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).expect("crd");
+    let approval = crd.metadata.annotations.take();
+    let err = crds
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect_err("no approval annotation");
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert_eq!(
+        status.message,
+        "CustomResourceDefinition.apiextensions.k8s.io \"foos.samplecontroller.k8s.io\" is invalid: metadata.annotations[api-approved.kubernetes.io]: Required value: protected groups must have approval annotation \"api-approved.kubernetes.io\", see https://github.com/kubernetes/enhancements/pull/1111"
+    );
+    crd.metadata.annotations = approval;
+    let created = crds
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("approved");
+    let condition = created
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "KubernetesAPIApprovalPolicyConformant")
+        .expect("approval condition");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_deref()),
+        ("False", Some("UnapprovedAnnotation"))
+    );
+
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+    );
+    let pod: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "controller": true}]},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}}))
+    .expect("pod");
+    let err = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect_err("no uid");
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert_eq!(
+        status.message,
+        "Pod \"web-0\" is invalid: metadata.ownerReferences.uid: Invalid value: \"\": must not be empty"
+    );
+}

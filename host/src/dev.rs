@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::admin::Admin;
 use crate::cluster::api::ApiClient;
-use crate::cluster::{AccessError, Gvk, describe};
+use crate::cluster::{AccessError, describe};
 use crate::guest::ModuleCache;
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::manager::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT};
@@ -60,34 +60,6 @@ pub async fn client_from_kubeconfig(yaml: &str) -> anyhow::Result<kube::Client> 
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
 
-/// Fill in the `uid` of owner references that name their owner but leave the uid out (example
-/// files cannot know it), from the owner in the object's namespace.
-async fn resolve_owners(api: &ApiClient, object: &mut Value) -> Result<(), AccessError> {
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let Some(owners) = object
-        .pointer_mut("/metadata/ownerReferences")
-        .and_then(Value::as_array_mut)
-    else {
-        return Ok(());
-    };
-    for owner in owners {
-        if owner.get("uid").and_then(Value::as_str).is_some() {
-            continue;
-        }
-        let field = |f: &str| owner.get(f).and_then(Value::as_str).unwrap_or_default();
-        let gvk = Gvk::from_api_version(field("apiVersion"), field("kind"));
-        let found = api.get(&gvk, namespace.as_deref(), field("name")).await?;
-        owner["uid"] = found
-            .pointer("/metadata/uid")
-            .cloned()
-            .unwrap_or(Value::Null);
-    }
-    Ok(())
-}
-
 /// Create `objects` through the API: CRDs first (so their kinds are served), then namespaces,
 /// then the rest in order. Objects that exist already are left as they are. Returns one line per
 /// object that could not be applied.
@@ -100,13 +72,9 @@ pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> 
     let mut objects = objects;
     objects.sort_by_key(rank);
     let mut problems = Vec::new();
-    for mut object in objects {
+    for object in objects {
         let what = describe(&object);
-        let applied = match resolve_owners(api, &mut object).await {
-            Ok(()) => api.create(&object, "krec-dev").await.map(drop),
-            Err(err) => Err(err),
-        };
-        match applied {
+        match api.create(&object, "krec-dev").await.map(drop) {
             Ok(()) | Err(AccessError::AlreadyExists(_)) => tracing::info!("applied {what}"),
             Err(err) => problems.push(format!("{what}: {err}")),
         }

@@ -18,8 +18,8 @@ use tokio::sync::broadcast;
 
 use crate::error::ApiError;
 use crate::resources::{Registry, ResourceType};
-use crate::schema;
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
+use crate::{schema, validation};
 
 mod delete;
 pub mod persist;

@@ -1,14 +1,17 @@
-//! Validation every write passes: kinds, names, labels, string maps, CRD schemas.
+//! Validation every write passes: kinds, names, labels, owner references, string maps, CRD
+//! schemas and CRD API approval.
 
 use super::*;
 
 impl Store {
-    /// Validate the parts of an object every write checks: kind, names, schema.
+    /// Validate the parts of an object every write checks: kind, names, metadata, schema, and
+    /// for CRDs their definition and API approval; `old` is the stored object of an update.
     pub(super) fn validate(
         &self,
         rt: &ResourceType,
         object: &Value,
         name: &str,
+        old: Option<&Value>,
     ) -> Result<(), ApiError> {
         let invalid = |field: &str, message: String| {
             ApiError::invalid(&rt.kind, &rt.group, name, vec![(field.to_owned(), message)])
@@ -54,13 +57,20 @@ impl Store {
                 }
             }
         }
+        let mut causes = validation::owner_references(object);
+        if is_crd_type(rt) {
+            causes.extend(validation::crd_api_approval(object, old));
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
+        }
         if let Some(schema) = &rt.schema {
             let causes = schema::validate(schema, object);
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
             }
         }
-        if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {
+        if is_crd_type(rt) {
             crate::resources::types_from_crd(object).map_err(|e| invalid("spec", e.0))?;
         }
         Ok(())

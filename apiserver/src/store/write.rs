@@ -131,7 +131,7 @@ impl Store {
             schema::apply_defaults(schema, &mut object);
             schema::prune(schema, &mut object);
         }
-        self.validate(rt, &object, &name)?;
+        self.validate(rt, &object, &name, None)?;
         self.prepare_special(rt, &mut object)?;
         if dry_run {
             return Ok(object);
@@ -165,13 +165,19 @@ impl Store {
                 .collect();
             let now = now_rfc3339();
             let condition = |t: &str, reason: &str, message: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
+            let mut conditions = vec![
+                condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+                condition(
+                    "Established",
+                    "InitialNamesAccepted",
+                    "the initial names have been accepted",
+                ),
+            ];
+            conditions.extend(validation::crd_api_approval_condition(object, &now));
             object["status"] = json!({
                 "acceptedNames": names,
                 "storedVersions": stored,
-                "conditions": [
-                    condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-                    condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-                ],
+                "conditions": conditions,
             });
         }
         Ok(())
@@ -351,7 +357,7 @@ impl Store {
             schema::apply_defaults(schema, &mut new);
             schema::prune(schema, &mut new);
         }
-        self.validate(rt, &new, name)?;
+        self.validate(rt, &new, name, Some(&old))?;
         if is_crd_type(rt) && !status {
             let old_scope = old.pointer("/spec/scope");
             if old_scope.is_some() && old_scope != new.pointer("/spec/scope") {
