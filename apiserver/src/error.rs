@@ -124,6 +124,11 @@ impl ApiError {
         }
     }
 
+    /// 406 NotAcceptable: no media type the client accepts can carry the answer.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message.into())
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message.into())

@@ -16,6 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
 use crate::patch::{PatchKind, patched};
+use crate::protobuf;
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
@@ -141,12 +142,70 @@ pub async fn handle(
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };
-    match route(&server, &method, &uri, &headers, body).await {
+    let response = match route(&server, &method, &uri, &headers, body).await {
         Ok(response) => response,
         Err(err) => {
             tracing::debug!(%method, %uri, code = err.code, "{}", err.message);
             err.into_response()
         }
+    };
+    if protobuf_only(&headers) {
+        return as_protobuf(response).await;
+    }
+    response
+}
+
+/// Whether the client accepts Kubernetes' protobuf and not JSON (kube-apiserver answers JSON
+/// whenever it is acceptable, as every client that can send protobuf also reads JSON).
+fn protobuf_only(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mut protobuf_accepted = false;
+    for entry in accept.split(',') {
+        let media_type = entry.split(';').next().unwrap_or("").trim();
+        match media_type {
+            protobuf::MEDIA_TYPE => protobuf_accepted = true,
+            "" => {}
+            _ => return false,
+        }
+    }
+    protobuf_accepted
+}
+
+/// A complete JSON response re-encoded as protobuf; a kind without a protobuf message (custom
+/// resources, tables) is 406 Not Acceptable, as from kube-apiserver. Streams (watches) stay JSON.
+async fn as_protobuf(response: Response) -> Response {
+    use http_body::Body as _;
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !is_json || response.body().size_hint().exact().is_none() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("reading the response").into_response();
+    };
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|value| protobuf::encode(&value));
+    match encoded {
+        Some(Ok(encoded)) => {
+            let mut response = Response::from_parts(parts, Body::from(encoded));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static(protobuf::MEDIA_TYPE),
+            );
+            response.headers_mut().remove(header::CONTENT_LENGTH);
+            response
+        }
+        Some(Err(err)) => err.into_response(),
+        None => ApiError::not_acceptable(
+            "only the following media types are accepted: application/json, application/yaml",
+        )
+        .into_response(),
     }
 }
 
@@ -300,7 +359,7 @@ async fn route(
         }
         (Method::PATCH, true) => patch(&server, &target, &params, headers, &body),
         (Method::DELETE, true) => {
-            let options = delete_options(&params, &body)?;
+            let options = delete_options(&params, headers, &body)?;
             let name = target.name.as_deref().unwrap_or_default();
             let deleted =
                 server
@@ -434,13 +493,18 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     let media_type = content_type.split(';').next().unwrap_or("").trim();
-    if !matches!(media_type, "application/json" | "application/yaml" | "") {
-        // Protobuf and CBOR are not spoken here; clients fall back to JSON on a 415.
+    if !matches!(
+        media_type,
+        "application/json" | "application/yaml" | protobuf::MEDIA_TYPE | ""
+    ) {
+        // CBOR is not spoken here; clients fall back to JSON on a 415.
         return Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media_type:?})"
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {media_type:?})"
         )));
     }
-    let value: Value = if media_type == "application/yaml" {
+    let value: Value = if media_type == protobuf::MEDIA_TYPE {
+        protobuf::decode(body)?
+    } else if media_type == "application/yaml" {
         serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else {
@@ -453,9 +517,19 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
     Ok(value)
 }
 
-fn delete_options(params: &Params, body: &Bytes) -> Result<DeleteOptions, ApiError> {
+fn delete_options(
+    params: &Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<DeleteOptions, ApiError> {
+    let protobuf_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(protobuf::is_protobuf);
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
+    } else if protobuf_body {
+        protobuf::decode(body)?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
@@ -884,7 +958,7 @@ mod tests {
         fn requests_should_never_fail_internally(
             path in proptest::collection::vec(proptest::sample::select(SEGMENTS), 0..7),
             method in proptest::sample::select(&["GET", "POST", "PUT", "PATCH", "DELETE"][..]),
-            content_type in proptest::sample::select(&["application/json", "application/merge-patch+json",
+            content_type in proptest::sample::select(&["application/json", "application/vnd.kubernetes.protobuf", "application/merge-patch+json",
                 "application/json-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml", "text/plain"][..]),
             body in proptest::prop_oneof![
                 proptest::collection::vec(proptest::num::u8::ANY, 0..64),

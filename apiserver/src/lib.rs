@@ -18,6 +18,7 @@
 pub mod error;
 pub mod http;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selector;

@@ -177,3 +177,155 @@ fn scenario(k: &Kubectl, dir: &Path) {
     let out = k.run(&["get", "foos"]);
     assert!(!out.status.success(), "foos are gone with their CRD");
 }
+
+/// kubectl's typed subcommands send protobuf bodies (`create namespace`, `create configmap`, …):
+/// each works, and what is stored is what kubectl meant (data, replicas, ports, rules).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_create_subcommands_should_send_protobuf_that_is_understood() {
+    let (_cluster, _dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        for (args, printed) in [
+            (
+                &["create", "namespace", "demo"][..],
+                "namespace/demo created",
+            ),
+            (
+                &[
+                    "create",
+                    "configmap",
+                    "cm",
+                    "-n",
+                    "demo",
+                    "--from-literal=a=b",
+                    "--from-literal=empty=",
+                ][..],
+                "configmap/cm created",
+            ),
+            (
+                &[
+                    "create",
+                    "secret",
+                    "generic",
+                    "s",
+                    "-n",
+                    "demo",
+                    "--from-literal=x=y",
+                ][..],
+                "secret/s created",
+            ),
+            (
+                &[
+                    "create",
+                    "deployment",
+                    "web",
+                    "-n",
+                    "demo",
+                    "--image=nginx",
+                    "--replicas=0",
+                    "--port=80",
+                ][..],
+                "deployment.apps/web created",
+            ),
+            (
+                &[
+                    "create",
+                    "job",
+                    "once",
+                    "-n",
+                    "demo",
+                    "--image=busybox",
+                    "--",
+                    "echo",
+                    "hi",
+                ][..],
+                "job.batch/once created",
+            ),
+            (
+                &["create", "serviceaccount", "robot", "-n", "demo"][..],
+                "serviceaccount/robot created",
+            ),
+            (
+                &[
+                    "create",
+                    "role",
+                    "reader",
+                    "-n",
+                    "demo",
+                    "--verb=get,list",
+                    "--resource=pods",
+                ][..],
+                "role.rbac.authorization.k8s.io/reader created",
+            ),
+            (
+                &[
+                    "create",
+                    "rolebinding",
+                    "reads",
+                    "-n",
+                    "demo",
+                    "--role=reader",
+                    "--serviceaccount=demo:robot",
+                ][..],
+                "rolebinding.rbac.authorization.k8s.io/reads created",
+            ),
+            (
+                &[
+                    "create",
+                    "clusterrole",
+                    "watcher",
+                    "--verb=watch",
+                    "--resource=configmaps",
+                ][..],
+                "clusterrole.rbac.authorization.k8s.io/watcher created",
+            ),
+            (
+                &[
+                    "create",
+                    "service",
+                    "clusterip",
+                    "web",
+                    "-n",
+                    "demo",
+                    "--tcp=80:http",
+                ][..],
+                "service/web created",
+            ),
+        ] {
+            let out = k.ok(args);
+            assert!(out.contains(printed), "kubectl {args:?}: {out}");
+        }
+        let json = |args: &[&str]| -> serde_json::Value {
+            serde_json::from_str(&k.ok(args)).expect("json")
+        };
+        let cm = json(&["get", "configmap", "cm", "-n", "demo", "-o", "json"]);
+        assert_eq!(cm["data"], serde_json::json!({"a": "b", "empty": ""}));
+        let secret = json(&["get", "secret", "s", "-n", "demo", "-o", "json"]);
+        assert_eq!(secret["data"]["x"], "eQ==");
+        let deployment = json(&["get", "deployment", "web", "-n", "demo", "-o", "json"]);
+        assert_eq!(
+            deployment["spec"]["replicas"], 0,
+            "a pointer set to 0 is kept"
+        );
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "nginx");
+        assert_eq!(container["ports"][0]["containerPort"], 80);
+        assert!(container.get("stdin").is_none(), "{container}");
+        let service = json(&["get", "service", "web", "-n", "demo", "-o", "json"]);
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+        assert_eq!(service["spec"]["ports"][0]["port"], 80);
+        let role = json(&["get", "role", "reader", "-n", "demo", "-o", "json"]);
+        assert_eq!(
+            role["rules"][0]["verbs"],
+            serde_json::json!(["get", "list"])
+        );
+        let binding = json(&["get", "rolebinding", "reads", "-n", "demo", "-o", "json"]);
+        assert_eq!(binding["subjects"][0]["name"], "robot");
+        assert!(
+            json(&["get", "namespace", "demo", "-o", "json"])["metadata"]["creationTimestamp"]
+                .is_string()
+        );
+    })
+    .await
+    .expect("typed create");
+}
