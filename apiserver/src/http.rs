@@ -794,11 +794,7 @@ async fn watch(
         let mut feed = start.feed;
         let mut last_rv = start.resource_version;
         let render = |kind: &str, object: &Value| -> Bytes {
-            let served = {
-                let mut o = object.clone();
-                o["apiVersion"] = json!(rt.api_version());
-                o
-            };
+            let served = Store::served(&rt, object);
             let object = if table {
                 maybe_table(&rt, vec![served], None, true, &params)
             } else {

@@ -15,6 +15,7 @@
 //! - Custom resources are stored in whichever version they were written with; versions differ
 //!   only in `apiVersion` (no conversion webhooks).
 
+pub mod defaults;
 pub mod error;
 pub mod http;
 pub mod patch;

@@ -870,3 +870,122 @@ async fn a_protobuf_create_should_round_trip() {
         Some("protobuf")
     );
 }
+
+/// Built-in objects come back with kube-apiserver's defaults, custom resources with their
+/// schema's `default`s, also those added to the CRD after the object was stored.
+#[tokio::test]
+async fn objects_should_be_read_back_with_kube_apiservers_defaults() {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    let (_cluster, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}))
+    .expect("pod");
+    let pod = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    let spec = pod.spec.expect("spec");
+    assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+    assert_eq!(spec.termination_grace_period_seconds, Some(30));
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    assert_eq!(
+        spec.containers[0].image_pull_policy.as_deref(),
+        Some("Always")
+    );
+    let status = pod.status.expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let deployment: Deployment = serde_json::from_value(json!({"metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
+    .expect("deployment");
+    let deployment = deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("deployment");
+    let spec = deployment.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    assert_eq!(spec.progress_deadline_seconds, Some(600));
+    assert_eq!(
+        spec.strategy.and_then(|s| s.type_).as_deref(),
+        Some("RollingUpdate")
+    );
+    let template = spec.template.spec.expect("template");
+    assert_eq!(template.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(
+        template.containers[0].image_pull_policy.as_deref(),
+        Some("IfNotPresent")
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"k": "v"}}))
+            .expect("secret");
+    let secret = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    assert_eq!(secret.type_.as_deref(), Some("Opaque"));
+    assert!(secret.string_data.is_none());
+    assert_eq!(
+        secret
+            .data
+            .unwrap_or_default()
+            .get("k")
+            .map(|b| b.0.clone()),
+        Some(b"v".to_vec())
+    );
+
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "demo"}})).expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    assert_eq!(
+        ns.metadata
+            .labels
+            .unwrap_or_default()
+            .get("kubernetes.io/metadata.name")
+            .map(String::as_str),
+        Some("demo")
+    );
+    assert_eq!(
+        ns.spec.and_then(|s| s.finalizers),
+        Some(vec!["kubernetes".to_owned()])
+    );
+
+    // A default added to the CRD after a Foo was stored shows on reads of that Foo.
+    let resource = apply_foo_crd(&client).await;
+    let foos: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+    let foo: DynamicObject = serde_json::from_value(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1",
+        "kind": "Foo", "metadata": {"name": "old"}, "spec": {"deploymentName": "old", "replicas": 1}}))
+    .expect("foo");
+    foos.create(&PostParams::default(), &foo)
+        .await
+        .expect("foo");
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.patch(
+        "foos.samplecontroller.k8s.io",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([{"op": "add",
+                "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/mode",
+                "value": {"type": "string", "default": "fast"}}]))
+            .expect("patch"),
+        ),
+    )
+    .await
+    .expect("add a default");
+    let read = foos.get("old").await.expect("foo");
+    assert_eq!(read.data["spec"]["mode"], "fast");
+}

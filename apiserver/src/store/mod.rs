@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 use crate::error::ApiError;
 use crate::resources::{Registry, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
-use crate::{schema, validation};
+use crate::{defaults, schema, validation};
 
 mod delete;
 pub mod persist;
@@ -309,11 +309,17 @@ impl Store {
     }
 
     /// The object as served at `rt`'s version.
-    fn served(rt: &ResourceType, object: &Value) -> Value {
+    /// An object as it is answered in `rt`'s version: its `apiVersion`, and for custom resources
+    /// the schema's `default`s (applied on reads as well as writes, as kube-apiserver does, so
+    /// objects stored before a default was added get it).
+    pub fn served(rt: &ResourceType, object: &Value) -> Value {
         let mut out = object.clone();
         let api_version = rt.api_version();
         if out.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str()) {
             out["apiVersion"] = json!(api_version);
+        }
+        if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, &mut out);
         }
         out
     }

@@ -130,6 +130,11 @@ impl Store {
         if let Some(schema) = &rt.schema {
             schema::apply_defaults(schema, &mut object);
             schema::prune(schema, &mut object);
+        } else {
+            defaults::apply(&rt.group, &rt.kind, &mut object);
+            if rt.group.is_empty() && rt.kind == "Pod" {
+                defaults::pod_on_create(&mut object);
+            }
         }
         self.validate(rt, &object, &name, None)?;
         self.prepare_special(rt, &mut object)?;
@@ -356,6 +361,8 @@ impl Store {
         if let Some(schema) = &rt.schema {
             schema::apply_defaults(schema, &mut new);
             schema::prune(schema, &mut new);
+        } else {
+            defaults::apply(&rt.group, &rt.kind, &mut new);
         }
         self.validate(rt, &new, name, Some(&old))?;
         if is_crd_type(rt) && !status {
