@@ -18,7 +18,8 @@ use crate::error::ApiError;
 use crate::patch::{PatchKind, patched};
 use crate::protobuf;
 use crate::resources::ResourceType;
-use crate::selector::{FieldSelector, LabelSelector};
+use crate::scale;
+use crate::selector::{FieldSelector, LabelSelector, field_labels};
 use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
 
 /// Largest request body accepted, as kube-apiserver's default (3 MiB).
@@ -89,11 +90,15 @@ impl Params {
         self.get("dryRun") == Some("All")
     }
 
-    fn selectors(&self) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    /// The label and field selectors, the field labels being those `rt` supports.
+    fn selectors(&self, rt: &ResourceType) -> Result<(LabelSelector, FieldSelector), ApiError> {
         let labels = LabelSelector::parse(self.get("labelSelector").unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-        let fields = FieldSelector::parse(self.get("fieldSelector").unwrap_or(""))
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let fields = FieldSelector::parse_for(
+            self.get("fieldSelector").unwrap_or(""),
+            field_labels(&rt.group, &rt.kind),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok((labels, fields))
     }
 }
@@ -299,16 +304,17 @@ async fn route(
         }
         other => (None, other.to_vec()),
     };
-    let (plural, name, status) = match rest.as_slice() {
-        [plural] => (*plural, None, false),
-        [plural, name] => (*plural, Some(*name), false),
-        [plural, name, "status"] => (*plural, Some(*name), true),
+    let (plural, name, status, scale) = match rest.as_slice() {
+        [plural] => (*plural, None, false, false),
+        [plural, name] => (*plural, Some(*name), false, false),
+        [plural, name, "status"] => (*plural, Some(*name), true, false),
+        [plural, name, "scale"] => (*plural, Some(*name), false, true),
         _ => return Err(ApiError::no_route(path)),
     };
     let rt = registry
         .by_plural(group, version, plural)
         .ok_or_else(|| ApiError::no_route(path))?;
-    if namespace.is_some() && !rt.namespaced {
+    if (namespace.is_some() && !rt.namespaced) || (scale && rt.scale.is_none()) {
         return Err(ApiError::no_route(path));
     }
     let target = Target {
@@ -320,6 +326,9 @@ async fn route(
     let params = Params::parse(uri);
     let table = wants_table(headers);
     let server = server.clone();
+    if scale {
+        return scale_subresource(&server, &target, method, &params, headers, &body);
+    }
     match (method.clone(), target.name.is_some()) {
         (Method::GET, true) => {
             let object = server.store.get(
@@ -368,7 +377,7 @@ async fn route(
             Ok(respond(200, &deleted))
         }
         (Method::DELETE, false) => {
-            let (labels, fields) = params.selectors()?;
+            let (labels, fields) = params.selectors(&target.rt)?;
             let items = server.store.delete_collection(
                 &target.rt,
                 target.namespace.as_deref(),
@@ -576,7 +585,7 @@ fn list(
     params: &Params,
     table: bool,
 ) -> Result<Response, ApiError> {
-    let (labels, fields) = params.selectors()?;
+    let (labels, fields) = params.selectors(&target.rt)?;
     let limit = match params.get("limit") {
         Some(l) => Some(
             l.parse::<usize>()
@@ -610,6 +619,84 @@ fn list(
         &json!({"kind": format!("{}List", target.rt.kind), "apiVersion": target.rt.api_version(),
         "metadata": metadata, "items": page.items}),
     ))
+}
+
+/// How a scale write changes the object it scales.
+type ScaleChange<'a> = dyn Fn(&Value) -> Result<Value, ApiError> + 'a;
+
+/// `GET`, `PUT` and `PATCH` of `…/{name}/scale`: the object's `Scale`, and writes of its replicas.
+fn scale_subresource(
+    server: &ApiServer,
+    target: &Target,
+    method: &Method,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let rt = &target.rt;
+    let Some(paths) = rt.scale.as_ref() else {
+        return Err(ApiError::no_route(&format!("{}/scale", rt.plural)));
+    };
+    let namespace = target.namespace.as_deref();
+    let name = target.name.as_deref().unwrap_or_default();
+    let change: Box<ScaleChange> = match *method {
+        Method::GET => {
+            let object = server.store.get(rt, namespace, name)?;
+            return Ok(respond(200, &scale::scale_of(paths, &object)));
+        }
+        Method::PUT => {
+            let asked = decode_body(body, headers)?;
+            if asked.get("kind").and_then(Value::as_str) != Some("Scale") {
+                return Err(ApiError::bad_request(format!(
+                    "{} cannot be handled as a Scale",
+                    asked
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("object")
+                )));
+            }
+            Box::new(move |current| scale::apply_scale(rt, paths, current, &asked))
+        }
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)
+                .filter(|k| *k != PatchKind::Apply)
+                .ok_or_else(|| {
+                    ApiError::unsupported_media_type(format!(
+                        "the body of the request was in an unknown format ({content_type:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+                    ))
+                })?;
+            let patch: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+            Box::new(move |current| {
+                let scale = scale::scale_of(paths, current);
+                let asked = patched(kind, &patch, true, Some(&scale))?.unwrap_or(scale);
+                scale::apply_scale(rt, paths, current, &asked)
+            })
+        }
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on {}/scale",
+                rt.plural
+            )));
+        }
+    };
+    let stored =
+        server.store.patch(
+            rt,
+            namespace,
+            name,
+            false,
+            params.dry_run(),
+            |current| match current {
+                Some(current) => change(current).map(Some),
+                None => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+            },
+        )?;
+    Ok(respond(200, &scale::scale_of(paths, &stored)))
 }
 
 fn patch(
@@ -729,7 +816,7 @@ async fn watch(
     params: &Params,
     table: bool,
 ) -> Result<Response, ApiError> {
-    let (labels, fields) = params.selectors()?;
+    let (labels, fields) = params.selectors(&target.rt)?;
     let from = match params.get("resourceVersion") {
         None | Some("0") => WatchFrom::Now,
         Some(rv) => WatchFrom::After(

@@ -21,6 +21,7 @@ pub mod http;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
+pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod server;

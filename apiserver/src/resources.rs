@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use crate::scale::ScalePaths;
 use serde_json::{Value, json};
 
 /// One served resource type (one version of it).
@@ -35,6 +36,8 @@ pub struct ResourceType {
     pub schema: Option<Arc<Value>>,
     /// For CRD-defined types: whether this is the storage version.
     pub storage: bool,
+    /// Whether `/scale` is a subresource, and where it finds the replicas and selector.
+    pub scale: Option<ScalePaths>,
 }
 
 impl ResourceType {
@@ -93,6 +96,11 @@ fn builtin(
         categories: if in_all { vec!["all".into()] } else { vec![] },
         schema: None,
         storage: true,
+        scale: matches!(
+            (group, kind),
+            ("apps", "Deployment" | "ReplicaSet" | "StatefulSet") | ("", "ReplicationController")
+        )
+        .then(ScalePaths::workload),
     }
 }
 
@@ -317,6 +325,9 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             categories: strings("/names/categories"),
             schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
             storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
+            scale: v
+                .pointer("/subresources/scale")
+                .and_then(ScalePaths::from_crd),
         });
     }
     Ok(types)
@@ -434,6 +445,13 @@ impl Registry {
                 resources.push(json!({
                     "name": format!("{}/status", t.plural), "singularName": "",
                     "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"],
+                }));
+            }
+            if t.scale.is_some() {
+                resources.push(json!({
+                    "name": format!("{}/scale", t.plural), "singularName": "",
+                    "namespaced": t.namespaced, "group": "autoscaling", "version": "v1",
+                    "kind": "Scale", "verbs": ["get", "patch", "update"],
                 }));
             }
         }

@@ -270,15 +270,92 @@ pub fn is_dns_label(s: &str) -> bool {
 /// One field requirement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldRequirement {
+    /// The field label, e.g. `metadata.name` or `involvedObject.uid`.
+    pub field: String,
     /// JSON pointer of the field, e.g. `/metadata/name`.
-    pub pointer: &'static str,
+    pub pointer: String,
+    /// What the field reads as when the object does not set it (Go's zero value: `""`, `0`,
+    /// `false`).
+    pub zero: &'static str,
     /// The value to compare with.
     pub value: String,
     /// `!=` rather than `=`.
     pub negated: bool,
 }
 
-/// A parsed field selector on `metadata.name` / `metadata.namespace`.
+/// A field label a kind can be selected by: its label, the JSON pointer of the field, and what
+/// an unset field reads as.
+pub type FieldLabel = (&'static str, &'static str, &'static str);
+
+/// The labels every kind supports.
+const METADATA_LABELS: &[FieldLabel] = &[
+    ("metadata.name", "/metadata/name", ""),
+    ("metadata.namespace", "/metadata/namespace", ""),
+];
+
+/// The field labels kube-apiserver supports for `group`/`kind` besides `metadata.name` and
+/// `metadata.namespace` (its registries' `GetAttrs` and field label conversions).
+pub fn field_labels(group: &str, kind: &str) -> &'static [FieldLabel] {
+    match (group, kind) {
+        ("", "Pod") => &[
+            ("spec.nodeName", "/spec/nodeName", ""),
+            ("spec.restartPolicy", "/spec/restartPolicy", ""),
+            ("spec.schedulerName", "/spec/schedulerName", ""),
+            ("spec.serviceAccountName", "/spec/serviceAccountName", ""),
+            ("spec.hostNetwork", "/spec/hostNetwork", "false"),
+            ("status.phase", "/status/phase", ""),
+            ("status.podIP", "/status/podIP", ""),
+            ("status.nominatedNodeName", "/status/nominatedNodeName", ""),
+        ],
+        ("", "Event") => &[
+            ("involvedObject.kind", "/involvedObject/kind", ""),
+            ("involvedObject.namespace", "/involvedObject/namespace", ""),
+            ("involvedObject.name", "/involvedObject/name", ""),
+            ("involvedObject.uid", "/involvedObject/uid", ""),
+            (
+                "involvedObject.apiVersion",
+                "/involvedObject/apiVersion",
+                "",
+            ),
+            (
+                "involvedObject.resourceVersion",
+                "/involvedObject/resourceVersion",
+                "",
+            ),
+            ("involvedObject.fieldPath", "/involvedObject/fieldPath", ""),
+            ("reason", "/reason", ""),
+            ("reportingComponent", "/reportingComponent", ""),
+            ("source", "/source/component", ""),
+            ("type", "/type", ""),
+        ],
+        ("events.k8s.io", "Event") => &[
+            ("regarding.kind", "/regarding/kind", ""),
+            ("regarding.namespace", "/regarding/namespace", ""),
+            ("regarding.name", "/regarding/name", ""),
+            ("regarding.uid", "/regarding/uid", ""),
+            ("regarding.apiVersion", "/regarding/apiVersion", ""),
+            (
+                "regarding.resourceVersion",
+                "/regarding/resourceVersion",
+                "",
+            ),
+            ("regarding.fieldPath", "/regarding/fieldPath", ""),
+            ("reason", "/reason", ""),
+            ("reportingController", "/reportingController", ""),
+            ("type", "/type", ""),
+        ],
+        ("", "Secret") => &[("type", "/type", "")],
+        ("", "Namespace") => &[("status.phase", "/status/phase", "")],
+        ("", "Node") => &[("spec.unschedulable", "/spec/unschedulable", "false")],
+        ("", "ReplicationController") | ("apps", "ReplicaSet") => {
+            &[("status.replicas", "/status/replicas", "0")]
+        }
+        ("batch", "Job") => &[("status.successful", "/status/succeeded", "0")],
+        _ => &[],
+    }
+}
+
+/// A parsed field selector.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     /// The requirements; all must hold.
@@ -286,8 +363,14 @@ pub struct FieldSelector {
 }
 
 impl FieldSelector {
-    /// Parse selector text such as `metadata.name=web,metadata.namespace!=kube-system`.
+    /// Parse selector text on `metadata.name` and `metadata.namespace` only, such as
+    /// `metadata.name=web,metadata.namespace!=kube-system`.
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        Self::parse_for(text, &[])
+    }
+
+    /// Parse selector text on the metadata labels and `labels` (see [`field_labels`]).
+    pub fn parse_for(text: &str, labels: &[FieldLabel]) -> Result<Self, SelectorError> {
         let err = |problem: String| SelectorError {
             selector: text.to_owned(),
             problem,
@@ -309,13 +392,18 @@ impl FieldSelector {
             } else {
                 return Err(err(format!("{part:?} is not of the form field=value")));
             };
-            let pointer = match field.trim() {
-                "metadata.name" => "/metadata/name",
-                "metadata.namespace" => "/metadata/namespace",
-                other => return Err(err(format!("field label not supported: {other}"))),
+            let field = field.trim();
+            let Some((label, pointer, zero)) = METADATA_LABELS
+                .iter()
+                .chain(labels)
+                .find(|(label, _, _)| *label == field)
+            else {
+                return Err(err(format!("field label not supported: {field}")));
             };
             requirements.push(FieldRequirement {
-                pointer,
+                field: (*label).to_owned(),
+                pointer: (*pointer).to_owned(),
+                zero,
                 value: value.trim().to_owned(),
                 negated,
             });
@@ -325,16 +413,24 @@ impl FieldSelector {
 
     /// Whether an object satisfies the selector.
     pub fn matches_object(&self, object: &Value) -> bool {
-        let field = |f: &str| object.get("metadata")?.get(f)?.as_str();
-        self.matches_meta(field("name"), field("namespace"))
+        self.requirements.iter().all(|r| {
+            let actual = match object.pointer(&r.pointer) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => r.zero.to_owned(),
+                Some(other) => other.to_string(),
+            };
+            (actual == r.value) != r.negated
+        })
     }
 
-    /// Whether an object with this name and namespace satisfies the selector.
+    /// Whether an object with this name and namespace satisfies the selector's metadata
+    /// requirements (a selector from [`parse`](Self::parse) has no others).
     pub fn matches_meta(&self, name: Option<&str>, namespace: Option<&str>) -> bool {
         self.requirements.iter().all(|r| {
-            let actual = match r.pointer {
-                "/metadata/name" => name,
-                _ => namespace,
+            let actual = match r.field.as_str() {
+                "metadata.name" => name,
+                "metadata.namespace" => namespace,
+                _ => return true,
             }
             .unwrap_or("");
             (actual == r.value) != r.negated

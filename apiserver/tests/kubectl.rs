@@ -329,3 +329,95 @@ async fn typed_create_subcommands_should_send_protobuf_that_is_understood() {
     .await
     .expect("typed create");
 }
+
+/// `kubectl describe` lists an object's Events (it selects them by `involvedObject.*` field
+/// selectors), and per-kind field selectors work from `kubectl get --field-selector`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_should_list_the_objects_events() {
+    let (_cluster, dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        k.ok(&["create", "deployment", "web", "--image=nginx"]);
+        let uid = k.ok(&["get", "deployment", "web", "-o", "jsonpath={.metadata.uid}"]);
+        let event = dir.path().join("event.yaml");
+        let events = format!(
+            "apiVersion: v1\nkind: Event\nmetadata: {{name: web.1, namespace: default}}\n\
+             involvedObject: {{apiVersion: apps/v1, kind: Deployment, name: web, namespace: default, uid: {uid}}}\n\
+             reason: ScalingReplicaSet\nmessage: Scaled up replica set web-abc to 1\ntype: Normal\n\
+             source: {{component: deployment-controller}}\ncount: 1\n\
+             ---\napiVersion: v1\nkind: Event\nmetadata: {{name: other.1, namespace: default}}\n\
+             involvedObject: {{apiVersion: v1, kind: ConfigMap, name: other, namespace: default}}\n\
+             reason: Other\nmessage: not about web\ntype: Warning\n"
+        );
+        std::fs::write(&event, events).expect("write");
+        k.ok(&["apply", "-f", &event.display().to_string()]);
+        let described = k.ok(&["describe", "deployment", "web"]);
+        assert!(
+            described.contains("ScalingReplicaSet")
+                && described.contains("Scaled up replica set web-abc to 1")
+                && !described.contains("not about web"),
+            "{described}"
+        );
+        let warnings = k.ok(&["get", "events", "--field-selector", "type=Warning", "-o", "name"]);
+        assert_eq!(warnings.trim(), "event/other.1");
+        let by_source = k.ok(&[
+            "get", "events", "--field-selector", "source=deployment-controller,involvedObject.kind=Deployment",
+            "-o", "name",
+        ]);
+        assert_eq!(by_source.trim(), "event/web.1");
+        let out = k.run(&["get", "configmaps", "--field-selector", "spec.nodeName=x"]);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("field label not supported: spec.nodeName"),
+            "{out:?}"
+        );
+    })
+    .await
+    .expect("describe");
+}
+
+/// `kubectl scale` goes through the `scale` subresource (Deployments, ReplicaSets, StatefulSets,
+/// and custom resources whose CRD declares one), with `--current-replicas` as a precondition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_should_use_the_scale_subresource() {
+    let (_cluster, dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        k.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=2"]);
+        assert!(k.ok(&["scale", "deployment", "web", "--replicas=5"]).contains("deployment.apps/web scaled"));
+        assert_eq!(k.ok(&["get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"]), "5");
+        assert!(k.ok(&["scale", "deployment/web", "--current-replicas=5", "--replicas=0"]).contains("scaled"));
+        assert_eq!(k.ok(&["get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"]), "0");
+        let stale = k.run(&["scale", "deployment/web", "--current-replicas=3", "--replicas=1"]);
+        assert!(!stale.status.success(), "a failed precondition is refused");
+        let scale: serde_json::Value = serde_json::from_str(&k.ok(&[
+            "get", "--raw", "/apis/apps/v1/namespaces/default/deployments/web/scale",
+        ]))
+        .expect("scale");
+        assert_eq!(scale["kind"], "Scale");
+        assert_eq!(scale["apiVersion"], "autoscaling/v1");
+        assert_eq!(scale["status"]["selector"], "app=web");
+
+        // A CRD with a scale subresource.
+        let crd = dir.path().join("widgets.yaml");
+        std::fs::write(
+            &crd,
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+             metadata: {name: widgets.example.com}\n\
+             spec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Widget, plural: widgets}\n\
+             \x20 versions:\n  - name: v1\n    served: true\n    storage: true\n\
+             \x20   subresources:\n      status: {}\n      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}\n\
+             \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+        )
+        .expect("write");
+        k.ok(&["apply", "-f", &crd.display().to_string()]);
+        let widget = dir.path().join("widget.yaml");
+        std::fs::write(&widget, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {replicas: 1}\n")
+            .expect("write");
+        k.ok(&["apply", "-f", &widget.display().to_string()]);
+        assert!(k.ok(&["scale", "widget", "w", "--replicas=3"]).contains("widget.example.com/w scaled"));
+        assert_eq!(k.ok(&["get", "widget", "w", "-o", "jsonpath={.spec.replicas}"]), "3");
+    })
+    .await
+    .expect("scale");
+}
