@@ -547,7 +547,8 @@ fn delete_options(
     let propagation =
         field("propagationPolicy").or_else(|| params.get("propagationPolicy").map(str::to_owned));
     let propagation = match propagation.as_deref() {
-        None | Some("Background" | "Foreground") => Propagation::Background,
+        None | Some("Background") => Propagation::Background,
+        Some("Foreground") => Propagation::Foreground,
         Some("Orphan") => Propagation::Orphan,
         Some(other) => {
             return Err(ApiError::bad_request(format!(

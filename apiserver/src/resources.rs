@@ -367,6 +367,21 @@ impl Registry {
             .cloned()
     }
 
+    /// The type stored under a storage key (`group/plural`): its storage version when several
+    /// versions are served.
+    pub fn by_storage_key(&self, key: &str) -> Option<ResourceType> {
+        let types = self.read();
+        let mut matching = types.iter().filter(|t| t.storage_key() == key);
+        let first = matching.next()?;
+        Some(
+            std::iter::once(first)
+                .chain(matching)
+                .find(|t| t.storage)
+                .unwrap_or(first)
+                .clone(),
+        )
+    }
+
     /// The type of a group/version/kind.
     pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<ResourceType> {
         self.read()

@@ -421,3 +421,58 @@ async fn scale_should_use_the_scale_subresource() {
     .await
     .expect("scale");
 }
+
+/// `kubectl delete --cascade=foreground|orphan` and `kubectl wait --for=delete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_cascades_should_follow_kubectls_flags() {
+    let (_cluster, _dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        let owned = |owner: &str, name: &str| {
+            let uid = k.ok(&["get", "configmap", owner, "-o", "jsonpath={.metadata.uid}"]);
+            let manifest = format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"{name}\",\
+                 \"ownerReferences\":[{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"name\":\"{owner}\",\"uid\":\"{uid}\"}}]}}}}"
+            );
+            let mut child = k
+                .command(&["create", "-f", "-"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("kubectl");
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(manifest.as_bytes())
+                .expect("write");
+            assert!(child.wait().expect("wait").success());
+        };
+        k.ok(&["create", "configmap", "a"]);
+        owned("a", "a-child");
+        let out = k.ok(&["delete", "configmap", "a", "--cascade=orphan"]);
+        assert!(out.contains("configmap \"a\" deleted"), "{out}");
+        assert_eq!(
+            k.ok(&["get", "configmap", "a-child", "-o", "jsonpath={.metadata.ownerReferences}"]),
+            ""
+        );
+        k.ok(&["create", "configmap", "b"]);
+        owned("b", "b-child");
+        k.ok(&["delete", "configmap", "b", "--cascade=foreground"]);
+        assert!(!k.run(&["get", "configmap", "b-child"]).status.success());
+        k.ok(&["wait", "--for=delete", "configmap/b", "--timeout=10s"]);
+        k.ok(&["create", "configmap", "c"]);
+        let waiter = k
+            .command(&["wait", "--for=delete", "configmap/c", "--timeout=20s"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("wait");
+        std::thread::sleep(Duration::from_millis(300));
+        k.ok(&["delete", "configmap", "c", "--wait=false"]);
+        let out = waiter.wait_with_output().expect("waited");
+        assert!(out.status.success(), "{out:?}");
+    })
+    .await
+    .expect("cascades");
+}

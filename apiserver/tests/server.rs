@@ -989,3 +989,75 @@ async fn objects_should_be_read_back_with_kube_apiservers_defaults() {
     let read = foos.get("old").await.expect("foo");
     assert_eq!(read.data["spec"]["mode"], "fast");
 }
+
+/// Foreground deletion holds the owner (with `foregroundDeletion` and a `deletionTimestamp`)
+/// until its dependents are gone; orphaning keeps the dependents without the owner reference.
+#[tokio::test]
+async fn deletion_should_propagate_in_the_foreground_and_orphan() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner", json!({})))
+        .await
+        .expect("owner");
+    let owned = |name: &str, finalizers: serde_json::Value| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "finalizers": finalizers,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                "uid": owner.metadata.uid, "blockOwnerDeletion": true}]}}))
+        .expect("dependent")
+    };
+    cms.create(&PostParams::default(), &owned("held", json!(["test/hold"])))
+        .await
+        .expect("held");
+    cms.create(&PostParams::default(), &owned("free", json!([])))
+        .await
+        .expect("free");
+
+    cms.delete("owner", &DeleteParams::foreground())
+        .await
+        .expect("delete");
+    let waiting = cms.get("owner").await.expect("the owner waits");
+    assert!(waiting.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        waiting.metadata.finalizers,
+        Some(vec!["foregroundDeletion".to_owned()])
+    );
+    assert!(cms.get("free").await.is_err(), "a free dependent is gone");
+    let held = cms.get("held").await.expect("held by its finalizer");
+    assert!(held.metadata.deletion_timestamp.is_some());
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    assert!(cms.get("held").await.is_err());
+    assert!(
+        cms.get("owner").await.is_err(),
+        "the owner follows its dependents"
+    );
+
+    // Orphan: the dependent stays, without the reference.
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner", json!({})))
+        .await
+        .expect("owner again");
+    let dependent: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "kept",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner.metadata.uid}]}}))
+    .expect("dependent");
+    cms.create(&PostParams::default(), &dependent)
+        .await
+        .expect("dependent");
+    cms.delete("owner", &DeleteParams::orphan())
+        .await
+        .expect("delete");
+    let kept = cms.get("kept").await.expect("orphaned, not deleted");
+    assert!(
+        kept.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
+}

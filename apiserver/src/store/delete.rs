@@ -1,4 +1,4 @@
-//! Deletion: finalizers, propagation (background, orphan), namespace and CRD clean-up, and
+//! Deletion: finalizers, propagation (background, foreground, orphan), namespace and CRD clean-up, and
 //! owner-reference garbage collection.
 
 use super::*;
@@ -36,13 +36,141 @@ impl Store {
         if options.dry_run {
             return Ok(Self::served(rt, &current));
         }
-        if options.propagation == Propagation::Orphan
-            && let Some(uid) = meta_str(&current, "uid")
-        {
-            self.orphan_dependents(&mut state, uid)?;
-        }
-        let result = self.delete_locked(&mut state, rt, &key)?;
+        let uid = meta_str(&current, "uid").unwrap_or_default().to_owned();
+        let result = match options.propagation {
+            Propagation::Orphan => {
+                self.orphan_dependents(&mut state, &uid)?;
+                self.delete_locked(&mut state, rt, &key)?
+            }
+            Propagation::Foreground => {
+                self.delete_foreground(&mut state, rt, &key)?;
+                self.finish_foreground(&mut state)?;
+                state.objects.get(&key).cloned().unwrap_or(current)
+            }
+            Propagation::Background => self.delete_locked(&mut state, rt, &key)?,
+        };
         Ok(Self::served(rt, &result))
+    }
+
+    /// Foreground deletion of `key`: with dependents, the object is marked for deletion with the
+    /// `foregroundDeletion` finalizer and its dependents are deleted in the foreground in turn (a
+    /// dependent that has other owners only loses its reference to this one); without, it is
+    /// deleted as usual.
+    fn delete_foreground(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        key: &Key,
+    ) -> Result<(), ApiError> {
+        let Some(current) = state.objects.get(key).cloned() else {
+            return Ok(());
+        };
+        let uid = meta_str(&current, "uid").unwrap_or_default().to_owned();
+        let dependents = self.dependents(state, &uid);
+        if dependents.is_empty() {
+            self.delete_locked(state, rt, key)?;
+            return Ok(());
+        }
+        let mut marked = if current.pointer("/metadata/deletionTimestamp").is_none() {
+            mark_deleting(&current)
+        } else {
+            (*current).clone()
+        };
+        let finalizers = marked["metadata"]
+            .as_object_mut()
+            .map(|meta| meta.entry("finalizers").or_insert_with(|| json!([])));
+        if let Some(Value::Array(finalizers)) = finalizers
+            && !finalizers.iter().any(|f| f == FOREGROUND_DELETION)
+        {
+            finalizers.push(json!(FOREGROUND_DELETION));
+        }
+        self.write(state, key.clone(), Write::Put(marked))?;
+        let uids: HashSet<String> = state
+            .objects
+            .values()
+            .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none())
+            .filter_map(|o| meta_str(o, "uid").map(str::to_owned))
+            .collect();
+        for (dependent_key, dependent) in dependents {
+            let other_owner_lives = owner_uids(&dependent).any(|u| u != uid && uids.contains(u));
+            if other_owner_lives {
+                let mut kept = (*dependent).clone();
+                if let Some(refs) = kept
+                    .pointer_mut("/metadata/ownerReferences")
+                    .and_then(Value::as_array_mut)
+                {
+                    refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+                    if refs.is_empty() {
+                        metadata_mut(&mut kept).remove("ownerReferences");
+                    }
+                }
+                self.write(state, dependent_key, Write::Put(kept))?;
+            } else if let Some(dependent_rt) = self.registry.by_storage_key(&dependent_key.resource)
+            {
+                self.delete_foreground(state, &dependent_rt, &dependent_key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The objects with an owner reference to `uid`.
+    fn dependents(&self, state: &State, uid: &str) -> Vec<(Key, Arc<Value>)> {
+        state
+            .objects
+            .iter()
+            .filter(|(_, o)| owner_uids(o).any(|u| u == uid))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect()
+    }
+
+    /// Let go of the owners in foreground deletion whose dependents are all gone: their
+    /// `foregroundDeletion` finalizer is removed, and they go unless other finalizers hold them.
+    pub(super) fn finish_foreground(&self, state: &mut State) -> Result<(), ApiError> {
+        loop {
+            let done: Vec<Key> = state
+                .objects
+                .iter()
+                .filter(|(_, o)| {
+                    o.pointer("/metadata/finalizers")
+                        .and_then(Value::as_array)
+                        .is_some_and(|f| f.iter().any(|f| f == FOREGROUND_DELETION))
+                })
+                .filter(|(_, o)| {
+                    let uid = meta_str(o, "uid").unwrap_or_default();
+                    !state
+                        .objects
+                        .values()
+                        .any(|d| owner_uids(d).any(|u| u == uid))
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            if done.is_empty() {
+                return Ok(());
+            }
+            for key in done {
+                let Some(object) = state.objects.get(&key).cloned() else {
+                    continue;
+                };
+                let mut released = (*object).clone();
+                if let Some(finalizers) = released
+                    .pointer_mut("/metadata/finalizers")
+                    .and_then(Value::as_array_mut)
+                {
+                    finalizers.retain(|f| f != FOREGROUND_DELETION);
+                    if finalizers.is_empty() {
+                        metadata_mut(&mut released).remove("finalizers");
+                    }
+                }
+                if has_finalizers(&released) {
+                    self.write(state, key, Write::Put(released))?;
+                } else if let Some(rt) = self.registry.by_storage_key(&key.resource) {
+                    self.write(state, key.clone(), Write::Put(released))?;
+                    self.remove_locked(state, &rt, &key)?;
+                } else {
+                    self.write(state, key, Write::Remove)?;
+                }
+            }
+        }
     }
 
     /// Delete every object of `rt` in `namespace` matching the selectors.
@@ -178,6 +306,7 @@ impl Store {
             }
         }
         self.collect_garbage(state)?;
+        self.finish_foreground(state)?;
         if !key.namespace.is_empty() {
             let ns_key = Key::namespace_key(&key.namespace);
             if state
@@ -229,19 +358,16 @@ impl Store {
 
     /// Remove owner references to `uid` from its dependents.
     pub(super) fn orphan_dependents(&self, state: &mut State, uid: &str) -> Result<(), ApiError> {
-        let dependents: Vec<(Key, Arc<Value>)> = state
-            .objects
-            .iter()
-            .filter(|(_, o)| owner_uids(o).any(|u| u == uid))
-            .map(|(k, o)| (k.clone(), o.clone()))
-            .collect();
-        for (key, object) in dependents {
+        for (key, object) in self.dependents(state, uid) {
             let mut orphan = (*object).clone();
             if let Some(refs) = orphan
                 .pointer_mut("/metadata/ownerReferences")
                 .and_then(Value::as_array_mut)
             {
                 refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+                if refs.is_empty() {
+                    metadata_mut(&mut orphan).remove("ownerReferences");
+                }
             }
             self.write(state, key, Write::Put(orphan))?;
         }
@@ -275,6 +401,9 @@ impl Store {
         }
     }
 }
+
+/// The finalizer of an owner waiting for its dependents (foreground deletion).
+const FOREGROUND_DELETION: &str = "foregroundDeletion";
 
 /// Storage key prefix of CRD objects.
 const CRD_RESOURCE: &str = "apiextensions.k8s.io/customresourcedefinitions";

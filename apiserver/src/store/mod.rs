@@ -114,9 +114,12 @@ pub struct Change {
 /// How a delete treats dependents.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Propagation {
-    /// Dependents are garbage-collected after the owner is gone (also used for `Foreground`).
+    /// The owner goes at once; its dependents are garbage-collected after it.
     #[default]
     Background,
+    /// The owner gets the `foregroundDeletion` finalizer and a `deletionTimestamp`, and goes
+    /// once its dependents (deleted the same way) are gone.
+    Foreground,
     /// Dependents lose their owner reference and stay.
     Orphan,
 }

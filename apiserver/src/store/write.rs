@@ -9,6 +9,7 @@ impl Store {
         state: &State,
         rt: &ResourceType,
         namespace: &str,
+        name: &str,
         creating: bool,
     ) -> Result<(), ApiError> {
         if !rt.namespaced {
@@ -18,8 +19,8 @@ impl Store {
             None => Err(ApiError::not_found("", "namespaces", namespace)),
             Some(ns) if creating && ns.pointer("/metadata/deletionTimestamp").is_some() => {
                 Err(ApiError::forbidden(format!(
-                    "{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
-                    rt.plural
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                    qualified_plural(rt)
                 )))
             }
             Some(_) => Ok(()),
@@ -92,7 +93,7 @@ impl Store {
             },
         };
         if let Some(ns) = &namespace {
-            Self::check_namespace(&state, rt, ns, true)?;
+            Self::check_namespace(&state, rt, ns, &name, true)?;
         }
         let key = Key::new(rt, namespace.as_deref(), &name);
         if state.objects.contains_key(&key) {
@@ -520,4 +521,14 @@ fn name_suffix() -> String {
         .iter()
         .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
         .collect()
+}
+
+/// `plural.group` (`deployments.apps`), or the plural for the core group, as kube-apiserver names
+/// resources in messages.
+fn qualified_plural(rt: &ResourceType) -> String {
+    if rt.group.is_empty() {
+        rt.plural.clone()
+    } else {
+        format!("{}.{}", rt.plural, rt.group)
+    }
 }
