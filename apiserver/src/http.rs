@@ -16,6 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
 use crate::patch::{PatchKind, patched};
+use crate::printers;
 use crate::protobuf;
 use crate::resources::ResourceType;
 use crate::scale;
@@ -758,20 +759,6 @@ fn wants_table(headers: &HeaderMap) -> bool {
         })
 }
 
-/// How long ago an RFC 3339 timestamp was, as kubectl shows ages (`5s`, `3m`, `2h`, `4d`).
-fn age(timestamp: Option<&str>) -> String {
-    let Some(then) = timestamp.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
-        return "<unknown>".into();
-    };
-    let secs = (jiff::Timestamp::now().as_second() - then.as_second()).max(0);
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
-}
-
 /// The objects as a `meta.k8s.io/v1` Table when the client asked for one (kubectl get), else
 /// the single object unchanged.
 fn maybe_table(
@@ -784,31 +771,12 @@ fn maybe_table(
     if !table {
         return objects.pop().unwrap_or(Value::Null);
     }
-    let include = params.get("includeObject").unwrap_or("Metadata");
-    let rows: Vec<Value> = objects
-        .into_iter()
-        .map(|o| {
-            let cells = json!([
-                o.pointer("/metadata/name").cloned().unwrap_or_default(),
-                age(o
-                    .pointer("/metadata/creationTimestamp")
-                    .and_then(Value::as_str))
-            ]);
-            let object = match include {
-                "None" => Value::Null,
-                "Object" => o,
-                _ => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                    "metadata": o.get("metadata").cloned().unwrap_or_default()}),
-            };
-            json!({"cells": cells, "object": object})
-        })
-        .collect();
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta.unwrap_or_else(|| json!({})),
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": format!("CreationTimestamp of the {}", rt.kind), "priority": 0},
-        ],
-        "rows": rows})
+    printers::table(
+        rt,
+        objects,
+        list_meta.unwrap_or_else(|| json!({})),
+        params.get("includeObject").unwrap_or("Metadata"),
+    )
 }
 
 async fn watch(

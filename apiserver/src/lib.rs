@@ -19,6 +19,7 @@ pub mod defaults;
 pub mod error;
 pub mod http;
 pub mod patch;
+pub mod printers;
 pub mod protobuf;
 pub mod resources;
 pub mod scale;

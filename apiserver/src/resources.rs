@@ -38,6 +38,8 @@ pub struct ResourceType {
     pub storage: bool,
     /// Whether `/scale` is a subresource, and where it finds the replicas and selector.
     pub scale: Option<ScalePaths>,
+    /// For CRD-defined types: the version's `additionalPrinterColumns` (empty: NAME and AGE).
+    pub printer_columns: Vec<Value>,
 }
 
 impl ResourceType {
@@ -101,6 +103,7 @@ fn builtin(
             ("apps", "Deployment" | "ReplicaSet" | "StatefulSet") | ("", "ReplicationController")
         )
         .then(ScalePaths::workload),
+        printer_columns: Vec::new(),
     }
 }
 
@@ -328,6 +331,11 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             scale: v
                 .pointer("/subresources/scale")
                 .and_then(ScalePaths::from_crd),
+            printer_columns: v
+                .get("additionalPrinterColumns")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
         });
     }
     Ok(types)

@@ -407,6 +407,7 @@ async fn scale_should_use_the_scale_subresource() {
              spec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Widget, plural: widgets}\n\
              \x20 versions:\n  - name: v1\n    served: true\n    storage: true\n\
              \x20   subresources:\n      status: {}\n      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}\n\
+             \x20   additionalPrinterColumns: [{name: Replicas, type: integer, jsonPath: .spec.replicas}, {name: Age, type: date, jsonPath: .metadata.creationTimestamp}]\n\
              \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
         )
         .expect("write");
@@ -417,6 +418,10 @@ async fn scale_should_use_the_scale_subresource() {
         k.ok(&["apply", "-f", &widget.display().to_string()]);
         assert!(k.ok(&["scale", "widget", "w", "--replicas=3"]).contains("widget.example.com/w scaled"));
         assert_eq!(k.ok(&["get", "widget", "w", "-o", "jsonpath={.spec.replicas}"]), "3");
+        let printed = k.ok(&["get", "widgets"]);
+        let lines: Vec<Vec<&str>> = printed.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0], ["NAME", "REPLICAS", "AGE"], "{printed}");
+        assert_eq!(lines[1][..2], ["w", "3"], "{printed}");
     })
     .await
     .expect("scale");
@@ -475,4 +480,77 @@ async fn delete_cascades_should_follow_kubectls_flags() {
     })
     .await
     .expect("cascades");
+}
+
+/// `kubectl get` prints the columns kube-apiserver's printers give each kind, and a CRD's
+/// `additionalPrinterColumns`; services get a cluster IP (and node ports) from the allocators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_should_print_each_kinds_columns() {
+    let (_cluster, _dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        k.ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=2",
+        ]);
+        k.ok(&["create", "service", "nodeport", "web", "--tcp=80:8080"]);
+        k.ok(&[
+            "create",
+            "configmap",
+            "cm",
+            "--from-literal=a=b",
+            "--from-literal=c=d",
+        ]);
+        k.ok(&["run", "p", "--image=busybox"]);
+        k.ok(&["apply", "-f", &sample("foo-crd.yaml")]);
+        k.ok(&["apply", "-f", &sample("example-foo.yaml")]);
+        let header = |args: &[&str]| {
+            k.ok(args)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            header(&["get", "deployments"]),
+            "NAME READY UP-TO-DATE AVAILABLE AGE"
+        );
+        assert_eq!(
+            header(&["get", "deployments", "-o", "wide"]),
+            "NAME READY UP-TO-DATE AVAILABLE AGE CONTAINERS IMAGES SELECTOR"
+        );
+        assert_eq!(header(&["get", "pods"]), "NAME READY STATUS RESTARTS AGE");
+        assert_eq!(
+            header(&["get", "services"]),
+            "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE"
+        );
+        assert_eq!(header(&["get", "configmaps"]), "NAME DATA AGE");
+        assert_eq!(header(&["get", "namespaces"]), "NAME STATUS AGE");
+        let deployment = k.ok(&["get", "deployment", "web", "--no-headers"]);
+        assert!(
+            deployment.starts_with("web") && deployment.contains("0/2"),
+            "{deployment}"
+        );
+        let pod = k.ok(&["get", "pod", "p", "--no-headers"]);
+        assert!(pod.contains("0/1") && pod.contains("Pending"), "{pod}");
+        let service = k.ok(&["get", "service", "web", "--no-headers"]);
+        let cells: Vec<&str> = service.split_whitespace().collect();
+        assert_eq!(cells[1], "NodePort");
+        assert!(cells[2].starts_with("10.96."), "{service}");
+        assert!(
+            cells[4].starts_with("80:3") && cells[4].ends_with("/TCP"),
+            "{service}"
+        );
+        let cm = k.ok(&["get", "configmap", "cm", "--no-headers"]);
+        assert_eq!(cm.split_whitespace().nth(1), Some("2"));
+        // The Foo CRD declares no printer columns: NAME and AGE.
+        assert_eq!(header(&["get", "foos"]), "NAME AGE");
+    })
+    .await
+    .expect("columns");
 }
