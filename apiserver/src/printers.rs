@@ -33,17 +33,16 @@ const AGE: Column = (
 /// `Metadata` — the default — or `Object`).
 pub fn table(rt: &ResourceType, objects: Vec<Value>, list_meta: Value, include: &str) -> Value {
     let now = jiff::Timestamp::now();
-    let (columns, cells): (Vec<Value>, Box<Cells>) =
-        if rt.printer_columns.is_empty() {
-            let columns = builtin_columns(rt);
-            let kind = (rt.group.clone(), rt.kind.clone());
-            (
-                columns.iter().map(column_definition).collect(),
-                Box::new(move |o| builtin_cells(&kind.0, &kind.1, o, now)),
-            )
-        } else {
-            custom_columns(rt, now)
-        };
+    let (columns, cells): (Vec<Value>, Box<Cells>) = if rt.printer_columns.is_empty() {
+        let columns = builtin_columns(rt);
+        let kind = (rt.group.clone(), rt.kind.clone());
+        (
+            columns.iter().map(column_definition).collect(),
+            Box::new(move |o| builtin_cells(&kind.0, &kind.1, o, now)),
+        )
+    } else {
+        custom_columns(rt, now)
+    };
     let rows: Vec<Value> = objects
         .into_iter()
         .map(|o| {
@@ -588,10 +587,7 @@ fn event_cells(o: &Value, name: Value, now: jiff::Timestamp) -> Vec<Value> {
 }
 
 /// A CRD version's `additionalPrinterColumns` (with NAME first; AGE by default).
-fn custom_columns(
-    rt: &ResourceType,
-    now: jiff::Timestamp,
-) -> (Vec<Value>, Box<Cells>) {
+fn custom_columns(rt: &ResourceType, now: jiff::Timestamp) -> (Vec<Value>, Box<Cells>) {
     let mut columns = vec![column_definition(&NAME)];
     let specs = rt.printer_columns.clone();
     for c in &specs {

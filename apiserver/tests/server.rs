@@ -1061,3 +1061,77 @@ async fn deletion_should_propagate_in_the_foreground_and_orphan() {
             .is_empty()
     );
 }
+
+/// `dryRun=All` creates, updates, patches and deletes nothing: the answer is what would have
+/// been stored (defaulted, validated), no watch event is sent and no resourceVersion is used.
+#[tokio::test]
+async fn dry_run_should_store_nothing_and_send_no_event() {
+    let (cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let existing = cms
+        .create(&PostParams::default(), &cm("existing", json!({})))
+        .await
+        .expect("existing");
+    let rv_before = cluster.store().resource_version();
+    let mut watch = cms
+        .watch(
+            &WatchParams::default().timeout(1),
+            existing.metadata.resource_version.as_deref().unwrap_or("0"),
+        )
+        .await
+        .expect("watch")
+        .boxed();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let answered = cms
+        .create(&dry, &cm("dry", json!({"a": "b"})))
+        .await
+        .expect("dry-run create");
+    assert_eq!(answered.metadata.name.as_deref(), Some("dry"));
+    assert!(answered.metadata.uid.is_some() && answered.metadata.creation_timestamp.is_some());
+    let err = status_of(
+        cms.create(&dry, &cm("Bad_Name", json!({})))
+            .await
+            .expect_err("still validated"),
+    );
+    assert_eq!(err.code, 422);
+    let mut changed = existing.clone();
+    changed.data = Some([("changed".to_owned(), "yes".to_owned())].into());
+    cms.replace("existing", &dry, &changed)
+        .await
+        .expect("dry-run update");
+    cms.patch(
+        "existing",
+        &PatchParams::default().dry_run(),
+        &Patch::Merge(json!({"data": {"p": "q"}})),
+    )
+    .await
+    .expect("dry-run patch");
+    cms.delete(
+        "existing",
+        &DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("dry-run delete");
+
+    assert!(cms.get("dry").await.is_err(), "nothing created");
+    let stored = cms.get("existing").await.expect("still there");
+    assert_eq!(stored.data, existing.data, "nothing updated or patched");
+    assert_eq!(
+        cluster.store().resource_version(),
+        rv_before,
+        "no resourceVersion used"
+    );
+    let mut events = Vec::new();
+    while let Some(event) = watch.try_next().await.expect("event") {
+        if !matches!(event, WatchEvent::Bookmark(_)) {
+            events.push(format!("{event:?}"));
+        }
+    }
+    assert!(events.is_empty(), "no watch event: {events:?}");
+}
