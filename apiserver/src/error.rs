@@ -129,6 +129,22 @@ impl ApiError {
         Self::new(406, "NotAcceptable", message.into())
     }
 
+    /// 409 Conflict with its own message and causes (a server-side apply's field conflicts).
+    pub fn conflict_with(
+        message: String,
+        kind: &str,
+        group: &str,
+        name: &str,
+        causes: Vec<Value>,
+    ) -> Self {
+        ApiError {
+            code: 409,
+            reason: "Conflict",
+            message,
+            details: Some(json!({"name": name, "group": group, "kind": kind, "causes": causes})),
+        }
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message.into())

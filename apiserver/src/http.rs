@@ -15,13 +15,14 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
+use crate::managed;
 use crate::patch::{PatchKind, patched};
 use crate::printers;
 use crate::protobuf;
 use crate::resources::ResourceType;
 use crate::scale;
 use crate::selector::{FieldSelector, LabelSelector, field_labels};
-use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom};
+use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom, WriteOptions};
 
 /// Largest request body accepted, as kube-apiserver's default (3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 << 20;
@@ -89,6 +90,29 @@ impl Params {
 
     fn dry_run(&self) -> bool {
         self.get("dryRun") == Some("All")
+    }
+
+    /// The options of a write: dry-run, and the field manager (`fieldManager`, else the product
+    /// of the client's User-Agent, as kube-apiserver names unnamed managers).
+    fn write_options(&self, headers: &HeaderMap) -> WriteOptions {
+        let manager = self
+            .get("fieldManager")
+            .map(str::to_owned)
+            .or_else(|| {
+                headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|ua| ua.split('/').next())
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(|m| m.chars().take(128).collect())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        WriteOptions {
+            dry_run: self.dry_run(),
+            manager,
+            applied: false,
+        }
     }
 
     /// The label and field selectors, the field labels being those `rt` supports.
@@ -350,7 +374,7 @@ async fn route(
                 &target.rt,
                 target.namespace.as_deref(),
                 object,
-                params.dry_run(),
+                params.write_options(headers),
             )?;
             Ok(respond(201, &created))
         }
@@ -363,7 +387,7 @@ async fn route(
                 name,
                 object,
                 target.status,
-                params.dry_run(),
+                params.write_options(headers),
             )?;
             Ok(respond(200, &updated))
         }
@@ -686,18 +710,17 @@ fn scale_subresource(
             )));
         }
     };
-    let stored =
-        server.store.patch(
-            rt,
-            namespace,
-            name,
-            false,
-            params.dry_run(),
-            |current| match current {
-                Some(current) => change(current).map(Some),
-                None => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
-            },
-        )?;
+    let stored = server.store.patch(
+        rt,
+        namespace,
+        name,
+        false,
+        params.write_options(headers),
+        |current| match current {
+            Some(current) => change(current).map(Some),
+            None => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
+        },
+    )?;
     Ok(respond(200, &scale::scale_of(paths, &stored)))
 }
 
@@ -736,14 +759,57 @@ fn patch(
         .store
         .get(&target.rt, target.namespace.as_deref(), name)
         .is_ok();
-    let stored = server.store.patch(
-        &target.rt,
-        target.namespace.as_deref(),
-        name,
-        target.status,
-        params.dry_run(),
-        |current| patched(kind, &patch, builtin, current),
-    )?;
+    let mut options = params.write_options(headers);
+    let stored = if kind == PatchKind::Apply {
+        options.applied = true;
+        let rt = &target.rt;
+        let schema = match &rt.schema {
+            Some(schema) => managed::Schema::Custom(schema),
+            None => managed::Schema::Builtin,
+        };
+        let force = params.flag("force");
+        let time = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let api_version = rt.api_version();
+        let write = managed::Write {
+            manager: &options.manager.clone(),
+            api_version: &api_version,
+            subresource: target.status.then_some("status"),
+            time: &time,
+        };
+        if !patch.is_object() {
+            return Err(ApiError::bad_request("the apply body must be an object"));
+        }
+        server.store.patch(
+            rt,
+            target.namespace.as_deref(),
+            name,
+            target.status,
+            options.clone(),
+            |current| {
+                managed::apply(
+                    current,
+                    &patch,
+                    schema,
+                    rt.status_subresource && !target.status,
+                    force,
+                    &write,
+                    (&rt.kind, &rt.group, name),
+                )
+                .map(Some)
+            },
+        )?
+    } else {
+        server.store.patch(
+            &target.rt,
+            target.namespace.as_deref(),
+            name,
+            target.status,
+            options,
+            |current| patched(kind, &patch, builtin, current),
+        )?
+    };
     Ok(respond(if existed { 200 } else { 201 }, &stored))
 }
 

@@ -18,6 +18,7 @@
 pub mod defaults;
 pub mod error;
 pub mod http;
+pub mod managed;
 pub mod patch;
 pub mod printers;
 pub mod protobuf;

@@ -190,7 +190,7 @@ fn require_object(body: &Value) -> Result<(), ApiError> {
 }
 
 /// The merge key of a list field of the built-in kinds, or `None` to replace the list.
-fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
     match field {
         "containers"
         | "initContainers"

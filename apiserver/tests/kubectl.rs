@@ -554,3 +554,38 @@ async fn get_should_print_each_kinds_columns() {
     .await
     .expect("columns");
 }
+
+/// `kubectl apply --server-side`: a second manager's change conflicts with kube-apiserver's
+/// message, `--force-conflicts` takes the field over, and client-side apply still works beside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_should_report_conflicts_like_kube_apiserver() {
+    let (_cluster, dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        let file = dir.path().join("cm.yaml");
+        let write = |value: &str| {
+            std::fs::write(
+                &file,
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ssa}}\ndata: {{color: {value}}}\n"),
+            )
+            .expect("write");
+        };
+        write("red");
+        let path = file.display().to_string();
+        assert!(k.ok(&["apply", "--server-side", "-f", &path]).contains("configmap/ssa serverside-applied"));
+        write("blue");
+        let out = k.run(&["apply", "--server-side", "--field-manager=other", "-f", &path]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("Apply failed with 1 conflict: conflict with \"kubectl\" using v1: .data.color"),
+            "{stderr}"
+        );
+        k.ok(&["apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", &path]);
+        assert_eq!(k.ok(&["get", "configmap", "ssa", "-o", "jsonpath={.data.color}"]), "blue");
+        let managers = k.ok(&["get", "configmap", "ssa", "--show-managed-fields", "-o", "jsonpath={.metadata.managedFields[*].manager}"]);
+        assert!(managers.contains("other"), "{managers}");
+    })
+    .await
+    .expect("ssa");
+}

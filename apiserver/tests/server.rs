@@ -1135,3 +1135,101 @@ async fn dry_run_should_store_nothing_and_send_no_event() {
     }
     assert!(events.is_empty(), "no watch event: {events:?}");
 }
+
+/// Server-side apply with field ownership through kube: two managers applying different values
+/// conflict (409 naming field and manager), `force` takes the field over, and an apply that
+/// drops a field removes it. Every write records its manager in `managedFields`.
+#[tokio::test]
+async fn server_side_apply_should_track_field_ownership() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let config = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": data});
+    let first = cms
+        .patch(
+            "owned",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(config(json!({"color": "red", "size": "big"}))),
+        )
+        .await
+        .expect("alice creates");
+    let managers: Vec<String> = first
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(managers, ["alice/Apply"]);
+
+    let err = status_of(
+        cms.patch(
+            "owned",
+            &PatchParams::apply("bob"),
+            &Patch::Apply(config(json!({"color": "blue"}))),
+        )
+        .await
+        .expect_err("bob conflicts with alice"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"alice\" using v1: .data.color"
+    );
+    let forced = cms
+        .patch(
+            "owned",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(config(json!({"color": "blue"}))),
+        )
+        .await
+        .expect("force takes over");
+    assert_eq!(
+        forced
+            .data
+            .clone()
+            .unwrap_or_default()
+            .get("color")
+            .map(String::as_str),
+        Some("blue")
+    );
+
+    // Alice stops applying `size` (and `color`, now Bob's): `size` goes, `color` stays.
+    let dropped = cms
+        .patch(
+            "owned",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(config(json!({}))),
+        )
+        .await
+        .expect("alice drops fields");
+    let data = dropped.data.clone().unwrap_or_default();
+    assert!(!data.contains_key("size"), "{data:?}");
+    assert_eq!(data.get("color").map(String::as_str), Some("blue"));
+
+    // A plain update is recorded as an Update by its manager.
+    let mut updated = dropped.clone();
+    updated.data = Some([("color".to_owned(), "green".to_owned())].into());
+    let pp = PostParams {
+        field_manager: Some("carol".into()),
+        ..Default::default()
+    };
+    let updated = cms.replace("owned", &pp, &updated).await.expect("update");
+    let entries = updated.metadata.managed_fields.unwrap_or_default();
+    assert!(
+        entries
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("carol")
+                && m.operation.as_deref() == Some("Update")),
+        "{entries:?}"
+    );
+    assert!(
+        !entries.iter().any(|m| m.manager.as_deref() == Some("bob")),
+        "bob's only field was taken by carol: {entries:?}"
+    );
+}

@@ -337,6 +337,8 @@ async fn cluster(
     data_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
+    // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
+    let stop = shutdown_signal();
     if !addr.ip().is_loopback() {
         tracing::warn!(
             "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
@@ -366,7 +368,7 @@ async fn cluster(
         "try: kubectl --kubeconfig {} get namespaces",
         shown.display()
     ));
-    shutdown_signal().await;
+    stop.await;
     krec::dev::say(format_args!("krec cluster: stopping"));
     cluster.shutdown().await;
     Ok(())

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use crate::error::ApiError;
+use crate::managed::{self, Schema};
 use crate::resources::{Registry, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
 use crate::{defaults, schema, validation};
@@ -122,6 +123,37 @@ pub enum Propagation {
     Foreground,
     /// Dependents lose their owner reference and stay.
     Orphan,
+}
+
+/// Options of a create, update or patch.
+#[derive(Clone, Debug)]
+pub struct WriteOptions {
+    /// `dryRun=All`: validate and answer, store nothing.
+    pub dry_run: bool,
+    /// The field manager the write is recorded under in `managedFields`.
+    pub manager: String,
+    /// The object already carries the `managedFields` a server-side apply computed.
+    pub applied: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            dry_run: false,
+            manager: "kube-apiserver".into(),
+            applied: false,
+        }
+    }
+}
+
+impl From<bool> for WriteOptions {
+    /// A write by the server itself, dry-run or not.
+    fn from(dry_run: bool) -> Self {
+        WriteOptions {
+            dry_run,
+            ..Default::default()
+        }
+    }
 }
 
 /// Options of a delete.

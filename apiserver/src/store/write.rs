@@ -50,8 +50,9 @@ impl Store {
         rt: &ResourceType,
         namespace: Option<&str>,
         mut object: Value,
-        dry_run: bool,
+        options: impl Into<WriteOptions>,
     ) -> Result<Value, ApiError> {
+        let options = options.into();
         if !object.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -120,10 +121,13 @@ impl Store {
             "deletionGracePeriodSeconds",
             "resourceVersion",
             "generation",
-            "managedFields",
             "selfLink",
         ] {
             meta.remove(field);
+        }
+        // Only a server-side apply brings its own (computed) managedFields.
+        if !options.applied {
+            meta.remove("managedFields");
         }
         if tracks_generation(rt) {
             meta.insert("generation".into(), json!(1));
@@ -142,7 +146,20 @@ impl Store {
         if rt.group.is_empty() && rt.kind == "Service" {
             allocate_service_addresses(&state, &mut object);
         }
-        if dry_run {
+        if !options.applied {
+            managed::record_update(
+                &Value::Null,
+                &mut object,
+                field_schema(rt),
+                &managed::Write {
+                    manager: &options.manager,
+                    api_version: &rt.api_version(),
+                    subresource: None,
+                    time: &now_rfc3339(),
+                },
+            );
+        }
+        if options.dry_run {
             return Ok(object);
         }
         let stored = self.write(&mut state, key, Write::Put(object))?;
@@ -213,10 +230,11 @@ impl Store {
         name: &str,
         object: Value,
         status: bool,
-        dry_run: bool,
+        options: impl Into<WriteOptions>,
     ) -> Result<Value, ApiError> {
+        let options = options.into();
         let mut state = self.lock();
-        self.update_locked(&mut state, rt, namespace, name, object, status, dry_run)
+        self.update_locked(&mut state, rt, namespace, name, object, status, &options)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -228,7 +246,7 @@ impl Store {
         name: &str,
         mut new: Value,
         status: bool,
-        dry_run: bool,
+        options: &WriteOptions,
     ) -> Result<Value, ApiError> {
         if !new.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
@@ -319,7 +337,9 @@ impl Store {
                 None => meta.remove(field),
             };
         }
-        meta.remove("managedFields");
+        if !options.applied {
+            meta.remove("managedFields");
+        }
         match generation {
             Some(generation) => {
                 let next = if spec_changed {
@@ -406,11 +426,24 @@ impl Store {
                 new["status"]["storedVersions"] = json!(stored);
             }
         }
+        if !options.applied {
+            managed::record_update(
+                &old,
+                &mut new,
+                field_schema(rt),
+                &managed::Write {
+                    manager: &options.manager,
+                    api_version: &rt.api_version(),
+                    subresource: status.then_some("status"),
+                    time: &now_rfc3339(),
+                },
+            );
+        }
         if *old == new {
             // Nothing changed: no new resourceVersion, no watch event (as kube-apiserver).
             return Ok(Self::served(rt, &old));
         }
-        if dry_run {
+        if options.dry_run {
             return Ok(new);
         }
         let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
@@ -435,12 +468,13 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
         status: bool,
-        dry_run: bool,
+        options: impl Into<WriteOptions>,
         mut apply: F,
     ) -> Result<Value, ApiError>
     where
         F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError>,
     {
+        let options = options.into();
         let key = Key::new(rt, namespace, name);
         let mut attempt = 0;
         loop {
@@ -460,7 +494,7 @@ impl Store {
                                 metadata_mut(&mut created).insert("name".into(), json!(name));
                             }
                         }
-                        self.create(rt, namespace, created, dry_run)
+                        self.create(rt, namespace, created, options)
                     }
                     _ => Err(ApiError::not_found(&rt.group, &rt.plural, name)),
                 };
@@ -483,7 +517,7 @@ impl Store {
             // a concurrent change, as kube-apiserver does (up to 5 times).
             let retriable = patched_rv.is_none() || patched_rv == current_rv;
             let mut state = self.lock();
-            match self.update_locked(&mut state, rt, namespace, name, patched, status, dry_run) {
+            match self.update_locked(&mut state, rt, namespace, name, patched, status, &options) {
                 Err(err) if err.code == 409 && retriable && attempt < MAX_PATCH_ATTEMPTS => {
                     continue;
                 }
@@ -621,4 +655,12 @@ fn unset_ip_list(spec: &Value) -> bool {
     spec.get("clusterIPs")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty)
+}
+
+/// Where field management finds list types for `rt`'s objects.
+fn field_schema(rt: &ResourceType) -> Schema<'_> {
+    match &rt.schema {
+        Some(schema) => Schema::Custom(schema),
+        None => Schema::Builtin,
+    }
 }

@@ -1,0 +1,716 @@
+//! Field management: `metadata.managedFields` and server-side apply on field sets, after
+//! kube-apiserver's structured-merge-diff.
+//!
+//! Every write records which manager (`?fieldManager=`, else the client's User-Agent product)
+//! set which fields, with the operation (`Apply` or `Update`) and the time, in the `FieldsV1`
+//! form (`{"f:spec": {"f:replicas": {}}}`; keyed list items as `k:{"name":"web"}`, set members as
+//! `v:"value"`, `.` for an item itself). An update takes over the fields it changes; an apply
+//! owns exactly the fields of its configuration: what it no longer applies is removed unless
+//! another manager owns it, and changing a field another manager owns is a 409 conflict naming
+//! the fields and managers, unless forced (`force=true`), which takes the fields over.
+//!
+//! Lists follow their type: built-in kinds' keyed lists (`containers` by `name`, …, as strategic
+//! merge keys them) are maps, `finalizers` is a set, others are atomic; for custom resources,
+//! `x-kubernetes-list-type`/`-list-map-keys` of the CRD schema decide (atomic by default).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+use crate::patch::merge_key;
+
+/// A set of fields: the members under each path element, and whether the node itself is a
+/// member (`.`, for list items and empty objects).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSet {
+    children: BTreeMap<String, FieldSet>,
+    itself: bool,
+}
+
+impl FieldSet {
+    /// Whether the set has no member.
+    pub fn is_empty(&self) -> bool {
+        !self.itself && self.children.values().all(FieldSet::is_empty)
+    }
+
+    /// The set from its `FieldsV1` JSON.
+    pub fn from_fields_v1(value: &Value) -> Self {
+        let mut set = FieldSet::default();
+        if let Some(map) = value.as_object() {
+            for (key, child) in map {
+                if key == "." {
+                    set.itself = true;
+                } else {
+                    set.children
+                        .insert(key.clone(), FieldSet::from_fields_v1(child));
+                }
+            }
+        }
+        // `{}`: a leaf.
+        set.itself |= set.children.is_empty();
+        set
+    }
+
+    /// The `FieldsV1` JSON of the set.
+    pub fn to_fields_v1(&self) -> Value {
+        let mut map = Map::new();
+        if self.itself && !self.children.is_empty() {
+            map.insert(".".into(), json!({}));
+        }
+        for (key, child) in &self.children {
+            if !child.is_empty() {
+                map.insert(key.clone(), child.to_fields_v1());
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// The leaf paths of the set, each a list of path elements.
+    pub fn paths(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        self.collect(&mut Vec::new(), &mut out);
+        out
+    }
+
+    fn collect(&self, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        if self.itself || (self.children.is_empty() && !prefix.is_empty()) {
+            out.push(prefix.clone());
+        }
+        for (key, child) in &self.children {
+            prefix.push(key.clone());
+            child.collect(prefix, out);
+            prefix.pop();
+        }
+    }
+
+    /// Add a path.
+    pub fn insert(&mut self, path: &[String]) {
+        match path.split_first() {
+            None => self.itself = true,
+            Some((first, rest)) => self.children.entry(first.clone()).or_default().insert(rest),
+        }
+    }
+
+    /// Whether the set has exactly this path as a member.
+    pub fn contains(&self, path: &[String]) -> bool {
+        match path.split_first() {
+            None => self.itself || self.children.is_empty(),
+            Some((first, rest)) => self.children.get(first).is_some_and(|c| c.contains(rest)),
+        }
+    }
+
+    /// Remove a path (and what is under it).
+    pub fn remove(&mut self, path: &[String]) {
+        if let Some((first, rest)) = path.split_first() {
+            if rest.is_empty() {
+                self.children.remove(first);
+            } else if let Some(child) = self.children.get_mut(first) {
+                child.remove(rest);
+                if child.is_empty() {
+                    self.children.remove(first);
+                }
+            }
+        }
+    }
+
+    /// Every member of `other` added.
+    pub fn union(&mut self, other: &FieldSet) {
+        self.itself |= other.itself;
+        for (key, child) in &other.children {
+            self.children.entry(key.clone()).or_default().union(child);
+        }
+    }
+}
+
+/// How a list's items are identified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ListType {
+    /// Items are maps identified by these keys.
+    Map(Vec<String>),
+    /// Items are scalars, each a member.
+    Set,
+    /// The list is one value.
+    Atomic,
+}
+
+/// Where list types come from: the built-in kinds' merge keys, or a CRD version's schema.
+#[derive(Clone, Copy, Debug)]
+pub enum Schema<'a> {
+    /// A built-in kind.
+    Builtin,
+    /// A custom resource with this OpenAPI v3 schema.
+    Custom(&'a Value),
+}
+
+impl Schema<'_> {
+    fn list_type(&self, field: &str, schema: Option<&Value>, items: &[Value]) -> ListType {
+        match self {
+            Schema::Builtin => {
+                if field == "finalizers" {
+                    ListType::Set
+                } else if let Some(key) = merge_key(field, items) {
+                    ListType::Map(vec![key.to_owned()])
+                } else {
+                    ListType::Atomic
+                }
+            }
+            Schema::Custom(_) => {
+                let schema = schema.cloned().unwrap_or_default();
+                match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                    Some("map") => ListType::Map(
+                        schema["x-kubernetes-list-map-keys"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect(),
+                    ),
+                    Some("set") => ListType::Set,
+                    _ => ListType::Atomic,
+                }
+            }
+        }
+    }
+
+    /// The schema of `field` under `schema` (custom resources only).
+    fn child<'s>(&self, schema: Option<&'s Value>, field: &str) -> Option<&'s Value> {
+        let schema = schema?;
+        schema
+            .pointer(&format!("/properties/{field}"))
+            .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
+    }
+
+    fn root(&self) -> Option<&Value> {
+        match self {
+            Schema::Builtin => None,
+            Schema::Custom(schema) => Some(schema),
+        }
+    }
+}
+
+/// The metadata fields the server owns, never part of a field set.
+const SERVER_FIELDS: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// The path element of a keyed list item: `k:{"name":"web"}` (keys sorted, as JSON).
+fn item_key(item: &Value, keys: &[String]) -> String {
+    let mut fields = Map::new();
+    for key in keys {
+        if let Some(value) = item.get(key) {
+            fields.insert(key.clone(), value.clone());
+        }
+    }
+    format!("k:{}", Value::Object(fields))
+}
+
+/// The fields an object sets (its leaves; apiVersion, kind and the server's metadata left out;
+/// `status` left out when `skip_status`).
+pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> FieldSet {
+    let mut set = FieldSet::default();
+    if let Some(map) = object.as_object() {
+        for (key, value) in map {
+            if key == "apiVersion" || key == "kind" || (skip_status && key == "status") {
+                continue;
+            }
+            let child_schema = schema.child(schema.root(), key);
+            let mut child = FieldSet::default();
+            if key == "metadata" {
+                if let Some(meta) = value.as_object() {
+                    for (field, v) in meta
+                        .iter()
+                        .filter(|(f, _)| !SERVER_FIELDS.contains(&f.as_str()))
+                    {
+                        let mut grandchild = FieldSet::default();
+                        walk(v, field, None, schema, &mut grandchild);
+                        child.children.insert(format!("f:{field}"), grandchild);
+                    }
+                }
+            } else {
+                walk(value, key, child_schema, schema, &mut child);
+            }
+            set.children.insert(format!("f:{key}"), child);
+        }
+    }
+    set
+}
+
+fn walk(value: &Value, field: &str, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (key, child) in map {
+                let mut sub = FieldSet::default();
+                walk(child, key, schema.child(node, key), schema, &mut sub);
+                set.children.insert(format!("f:{key}"), sub);
+            }
+        }
+        Value::Array(items) => match schema.list_type(field, node, items) {
+            ListType::Map(keys) => {
+                let item_schema = node.and_then(|n| n.get("items"));
+                for item in items {
+                    let mut sub = FieldSet {
+                        itself: true,
+                        ..Default::default()
+                    };
+                    walk(item, field, item_schema, schema, &mut sub);
+                    set.children.insert(item_key(item, &keys), sub);
+                }
+            }
+            ListType::Set => {
+                for item in items {
+                    set.children
+                        .insert(format!("v:{item}"), FieldSet::default());
+                }
+            }
+            ListType::Atomic => set.itself = true,
+        },
+        _ => set.itself = true,
+    }
+}
+
+/// The leaves that differ between `old` and `new` (changed or added in `new`), and those of
+/// `old` that `new` no longer has.
+pub fn diff(
+    old: &Value,
+    new: &Value,
+    schema: Schema<'_>,
+    skip_status: bool,
+) -> (FieldSet, FieldSet) {
+    let old_fields = fields_of(old, schema, skip_status);
+    let new_fields = fields_of(new, schema, skip_status);
+    let mut changed = FieldSet::default();
+    for path in new_fields.paths() {
+        if value_at(old, &path) != value_at(new, &path) {
+            changed.insert(&path);
+        }
+    }
+    let mut removed = FieldSet::default();
+    for path in old_fields.paths() {
+        if !new_fields.contains(&path) {
+            removed.insert(&path);
+        }
+    }
+    (changed, removed)
+}
+
+/// The value at a field path, if the object has it.
+fn value_at<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut at = object;
+    for element in path {
+        at = step(at, element)?;
+    }
+    Some(at)
+}
+
+fn step<'a>(at: &'a Value, element: &str) -> Option<&'a Value> {
+    if let Some(field) = element.strip_prefix("f:") {
+        at.get(field)
+    } else if let Some(key) = element.strip_prefix("k:") {
+        let key: Value = serde_json::from_str(key).ok()?;
+        let key = key.as_object()?;
+        at.as_array()?
+            .iter()
+            .find(|item| key.iter().all(|(k, v)| item.get(k) == Some(v)))
+    } else if let Some(member) = element.strip_prefix("v:") {
+        let member: Value = serde_json::from_str(member).ok()?;
+        at.as_array()?.iter().find(|item| **item == member)
+    } else {
+        None
+    }
+}
+
+/// Remove the field at `path` from `object` (an item from its list, a member from its set).
+fn remove_at(object: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut at = object;
+    for element in parents {
+        let next = if let Some(field) = element.strip_prefix("f:") {
+            at.get_mut(field)
+        } else {
+            let found = step(at, element).cloned();
+            at.as_array_mut()
+                .and_then(|items| items.iter_mut().find(|i| Some(&**i) == found.as_ref()))
+        };
+        match next {
+            Some(next) => at = next,
+            None => return,
+        }
+    }
+    if let Some(field) = last.strip_prefix("f:") {
+        if let Some(map) = at.as_object_mut() {
+            map.remove(field);
+        }
+    } else if let Some(found) = step(at, last).cloned()
+        && let Some(items) = at.as_array_mut()
+    {
+        items.retain(|i| *i != found);
+    }
+}
+
+/// One `managedFields` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The field manager.
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    /// The API version the fields were written in.
+    pub api_version: String,
+    /// When (RFC 3339).
+    pub time: String,
+    /// `status` for writes through the status subresource.
+    pub subresource: Option<String>,
+    /// The fields.
+    pub fields: FieldSet,
+}
+
+impl Entry {
+    fn from_json(value: &Value) -> Option<Self> {
+        Some(Entry {
+            manager: value.get("manager")?.as_str()?.to_owned(),
+            operation: value.get("operation")?.as_str()?.to_owned(),
+            api_version: value
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            time: value
+                .get("time")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            subresource: value
+                .get("subresource")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            fields: FieldSet::from_fields_v1(value.get("fieldsV1").unwrap_or(&Value::Null)),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        let mut entry = json!({"manager": self.manager, "operation": self.operation,
+            "apiVersion": self.api_version, "time": self.time, "fieldsType": "FieldsV1",
+            "fieldsV1": self.fields.to_fields_v1()});
+        if let Some(subresource) = &self.subresource {
+            entry["subresource"] = json!(subresource);
+        }
+        entry
+    }
+}
+
+/// The `managedFields` of an object.
+pub fn entries(object: &Value) -> Vec<Entry> {
+    object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Entry::from_json)
+        .collect()
+}
+
+/// Write `entries` into `object`'s metadata (dropping empty ones).
+pub fn set_entries(object: &mut Value, entries: &[Entry]) {
+    let kept: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(Entry::to_json)
+        .collect();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        if kept.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(kept));
+        }
+    }
+}
+
+/// What a write is: who makes it, how, where.
+#[derive(Clone, Debug)]
+pub struct Write<'a> {
+    /// The field manager.
+    pub manager: &'a str,
+    /// The API version written in.
+    pub api_version: &'a str,
+    /// `Some("status")` through the status subresource.
+    pub subresource: Option<&'a str>,
+    /// Now, RFC 3339.
+    pub time: &'a str,
+}
+
+/// Record an `Update` (create, update or non-apply patch) that turned `old` (`Value::Null` for a
+/// create) into `new`: the manager takes the fields it changed from everyone else, and fields
+/// that went are nobody's.
+pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &Write<'_>) {
+    let mut list = entries(old);
+    let (changed, removed) = diff(old, new, schema, false);
+    for entry in &mut list {
+        for path in removed.paths() {
+            entry.fields.remove(&path);
+        }
+        if entry.manager != write.manager || entry.operation != "Update" {
+            for path in changed.paths() {
+                entry.fields.remove(&path);
+            }
+        }
+    }
+    let subresource = write.subresource.map(str::to_owned);
+    match list.iter_mut().find(|e| {
+        e.manager == write.manager && e.operation == "Update" && e.subresource == subresource
+    }) {
+        Some(entry) => {
+            entry.fields.union(&changed);
+            if !changed.is_empty() {
+                entry.time = write.time.to_owned();
+                entry.api_version = write.api_version.to_owned();
+            }
+        }
+        None => list.push(Entry {
+            manager: write.manager.to_owned(),
+            operation: "Update".into(),
+            api_version: write.api_version.to_owned(),
+            time: write.time.to_owned(),
+            subresource,
+            fields: changed,
+        }),
+    }
+    set_entries(new, &list);
+}
+
+/// Server-side apply of `config` by `write.manager` onto `live` (`None`: the object is created).
+/// Returns the new object with its `managedFields`, or a 409 listing the conflicts.
+pub fn apply(
+    live: Option<&Value>,
+    config: &Value,
+    schema: Schema<'_>,
+    skip_status: bool,
+    force: bool,
+    write: &Write<'_>,
+    describe: (&str, &str, &str),
+) -> Result<Value, ApiError> {
+    let base = live.cloned().unwrap_or_else(|| json!({}));
+    let mut list = entries(&base);
+    let applied = fields_of(config, schema, skip_status);
+    let previous = list
+        .iter()
+        .find(|e| e.manager == write.manager && e.operation == "Apply")
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+
+    // Conflicts: applied leaves whose value differs from the live one, owned by someone else.
+    let mut conflicts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut taken = FieldSet::default();
+    for path in applied.paths() {
+        let live_value = value_at(&base, &path);
+        if live_value.is_none() || live_value == value_at(config, &path) {
+            continue;
+        }
+        for entry in &list {
+            let same = entry.manager == write.manager && entry.operation == "Apply";
+            if !same && entry.fields.contains(&path) {
+                conflicts
+                    .entry(format!("{:?} using {}", entry.manager, entry.api_version))
+                    .or_default()
+                    .push(path_text(&path));
+                taken.insert(&path);
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(conflicts, describe));
+    }
+
+    let mut merged = base.clone();
+    merge(
+        &mut merged,
+        config,
+        "",
+        schema.root(),
+        schema,
+        skip_status,
+        true,
+    );
+    // What this manager applied before and no longer does goes, unless someone else owns it.
+    for path in previous.paths() {
+        if applied.contains(&path) {
+            continue;
+        }
+        let owned_elsewhere = list.iter().any(|e| {
+            !(e.manager == write.manager && e.operation == "Apply") && e.fields.contains(&path)
+        });
+        if !owned_elsewhere {
+            remove_at(&mut merged, &path);
+        }
+    }
+    for entry in &mut list {
+        if !(entry.manager == write.manager && entry.operation == "Apply") {
+            for path in taken.paths() {
+                entry.fields.remove(&path);
+            }
+        }
+    }
+    match list
+        .iter_mut()
+        .find(|e| e.manager == write.manager && e.operation == "Apply")
+    {
+        Some(entry) => {
+            entry.fields = applied;
+            entry.time = write.time.to_owned();
+            entry.api_version = write.api_version.to_owned();
+        }
+        None => list.push(Entry {
+            manager: write.manager.to_owned(),
+            operation: "Apply".into(),
+            api_version: write.api_version.to_owned(),
+            time: write.time.to_owned(),
+            subresource: write.subresource.map(str::to_owned),
+            fields: applied,
+        }),
+    }
+    if merged.get("metadata").is_none() {
+        merged["metadata"] = json!({});
+    }
+    set_entries(&mut merged, &list);
+    Ok(merged)
+}
+
+/// Merge `config` into `live` with list semantics (keyed lists by key, sets by member).
+fn merge(
+    live: &mut Value,
+    config: &Value,
+    field: &str,
+    node: Option<&Value>,
+    schema: Schema<'_>,
+    skip_status: bool,
+    top: bool,
+) {
+    match (live.as_object_mut(), config.as_object()) {
+        (Some(live_map), Some(config_map)) => {
+            for (key, value) in config_map {
+                if top && skip_status && key == "status" {
+                    continue;
+                }
+                if top && key == "metadata" {
+                    let meta = live_map.entry("metadata").or_insert_with(|| json!({}));
+                    if let (Some(meta), Some(config_meta)) =
+                        (meta.as_object_mut(), value.as_object())
+                    {
+                        for (k, v) in config_meta.iter().filter(|(k, _)| {
+                            !SERVER_FIELDS.contains(&k.as_str())
+                                || *k == "name"
+                                || *k == "namespace"
+                        }) {
+                            let slot = meta.entry(k.clone()).or_insert(Value::Null);
+                            merge(slot, v, k, None, schema, false, false);
+                        }
+                    }
+                    continue;
+                }
+                let child_node = schema.child(node, key);
+                match live_map.get_mut(key) {
+                    Some(slot) => merge(slot, value, key, child_node, schema, false, false),
+                    None => {
+                        live_map.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        _ => match (live.as_array_mut(), config.as_array()) {
+            (Some(live_items), Some(config_items)) => {
+                match schema.list_type(field, node, config_items) {
+                    ListType::Map(keys) => {
+                        let item_node = node.and_then(|n| n.get("items"));
+                        for item in config_items {
+                            let key = item_key(item, &keys);
+                            match live_items.iter_mut().find(|l| item_key(l, &keys) == key) {
+                                Some(existing) => {
+                                    merge(existing, item, field, item_node, schema, false, false);
+                                }
+                                None => live_items.push(item.clone()),
+                            }
+                        }
+                    }
+                    ListType::Set => {
+                        for item in config_items {
+                            if !live_items.contains(item) {
+                                live_items.push(item.clone());
+                            }
+                        }
+                    }
+                    ListType::Atomic => *live = config.clone(),
+                }
+            }
+            _ => *live = config.clone(),
+        },
+    }
+}
+
+/// A field path as kube-apiserver prints it in conflicts: `.spec.replicas`,
+/// `.spec.containers[name="web"].image`.
+fn path_text(path: &[String]) -> String {
+    let mut text = String::new();
+    for element in path {
+        if let Some(field) = element.strip_prefix("f:") {
+            text.push('.');
+            text.push_str(field);
+        } else if let Some(key) = element.strip_prefix("k:") {
+            let key: Value = serde_json::from_str(key).unwrap_or_default();
+            let parts: Vec<String> = key
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            text.push_str(&format!("[{}]", parts.join(",")));
+        } else if let Some(member) = element.strip_prefix("v:") {
+            text.push_str(&format!("[={member}]"));
+        }
+    }
+    text
+}
+
+/// The 409 of an apply with conflicts, worded as kube-apiserver's.
+fn conflict_error(
+    conflicts: BTreeMap<String, Vec<String>>,
+    (kind, group, name): (&str, &str, &str),
+) -> ApiError {
+    let count: usize = conflicts.values().map(Vec::len).sum();
+    let mut causes = Vec::new();
+    let mut message = format!(
+        "Apply failed with {count} conflict{}: ",
+        if count == 1 { "" } else { "s" }
+    );
+    let mut parts = Vec::new();
+    for (manager, fields) in &conflicts {
+        for field in fields {
+            causes.push(json!({"reason": "FieldManagerConflict",
+                "message": format!("conflict with {manager}"), "field": field}));
+        }
+        if fields.len() == 1 {
+            parts.push(format!("conflict with {manager}: {}", fields[0]));
+        } else {
+            parts.push(format!(
+                "conflicts with {manager}:\n- {}",
+                fields.join("\n- ")
+            ));
+        }
+    }
+    message.push_str(&parts.join("\n"));
+    ApiError::conflict_with(message, kind, group, name, causes)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+use super::*;
+
+fn write(manager: &str) -> Write<'_> {
+    Write {
+        manager,
+        api_version: "apps/v1",
+        subresource: None,
+        time: "2026-01-01T00:00:00Z",
+    }
+}
+
+fn deployment(replicas: i64, image: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"a": "b"}},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "web", "image": image}]}}}})
+}
+
+#[test]
+fn field_sets_should_round_trip_through_fields_v1() {
+    let set = fields_of(&deployment(1, "nginx"), Schema::Builtin, false);
+    let text = set.to_fields_v1();
+    assert_eq!(
+        text,
+        json!({"f:metadata": {"f:labels": {"f:a": {}}},
+            "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}})
+    );
+    assert_eq!(FieldSet::from_fields_v1(&text), set);
+}
+
+#[test]
+fn an_apply_that_drops_a_field_should_remove_it_unless_another_manager_owns_it() {
+    let first = apply(
+        None,
+        &deployment(3, "nginx"),
+        Schema::Builtin,
+        false,
+        false,
+        &write("a"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("create");
+    let mut config = deployment(3, "nginx");
+    config["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("labels"));
+    let second = apply(
+        Some(&first),
+        &config,
+        Schema::Builtin,
+        false,
+        false,
+        &write("a"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("apply");
+    assert!(second.pointer("/metadata/labels/a").is_none(), "{second}");
+
+    // Labels another manager also set stay.
+    let mut shared = first.clone();
+    record_update(&first, &mut shared, Schema::Builtin, &write("b"));
+    let mut labelled = shared.clone();
+    labelled["metadata"]["labels"]["c"] = json!("d");
+    record_update(&shared, &mut labelled, Schema::Builtin, &write("b"));
+    let third = apply(
+        Some(&labelled),
+        &config,
+        Schema::Builtin,
+        false,
+        false,
+        &write("a"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("apply");
+    assert_eq!(third.pointer("/metadata/labels/c"), Some(&json!("d")));
+}
+
+#[test]
+fn two_appliers_should_conflict_and_force_should_take_over() {
+    let first = apply(
+        None,
+        &deployment(3, "nginx"),
+        Schema::Builtin,
+        false,
+        false,
+        &write("a"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("create");
+    let err = apply(
+        Some(&first),
+        &deployment(5, "nginx"),
+        Schema::Builtin,
+        false,
+        false,
+        &write("b"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect_err("conflict");
+    assert_eq!(err.code, 409);
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"a\" using apps/v1: .spec.replicas"
+    );
+    // The same value is shared, not a conflict.
+    apply(
+        Some(&first),
+        &deployment(3, "nginx"),
+        Schema::Builtin,
+        false,
+        false,
+        &write("b"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("same values");
+    let forced = apply(
+        Some(&first),
+        &deployment(5, "nginx"),
+        Schema::Builtin,
+        false,
+        true,
+        &write("b"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("forced");
+    assert_eq!(forced["spec"]["replicas"], 5);
+    let owners = entries(&forced);
+    let a = owners.iter().find(|e| e.manager == "a").expect("a");
+    let replicas = vec!["f:spec".to_owned(), "f:replicas".to_owned()];
+    assert!(!a.fields.contains(&replicas), "a lost .spec.replicas");
+    let b = owners.iter().find(|e| e.manager == "b").expect("b");
+    assert!(b.fields.contains(&replicas));
+}
+
+#[test]
+fn an_update_should_take_the_fields_it_changes() {
+    let first = apply(
+        None,
+        &deployment(3, "nginx"),
+        Schema::Builtin,
+        false,
+        false,
+        &write("a"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect("create");
+    let mut scaled = first.clone();
+    scaled["spec"]["replicas"] = json!(4);
+    record_update(
+        &first,
+        &mut scaled,
+        Schema::Builtin,
+        &write("kubectl-scale"),
+    );
+    let owners = entries(&scaled);
+    let replicas = vec!["f:spec".to_owned(), "f:replicas".to_owned()];
+    assert!(owners.iter().any(|e| e.manager == "kubectl-scale"
+        && e.operation == "Update"
+        && e.fields.contains(&replicas)));
+    assert!(
+        !owners
+            .iter()
+            .any(|e| e.manager == "a" && e.fields.contains(&replicas))
+    );
+    // Now `a` applying 3 again conflicts with kubectl-scale.
+    let err = apply(
+        Some(&scaled),
+        &deployment(3, "nginx"),
+        Schema::Builtin,
+        false,
+        false,
+        &write("a"),
+        ("Deployment", "apps", "web"),
+    )
+    .expect_err("conflict");
+    assert!(
+        err.message.contains("conflict with \"kubectl-scale\""),
+        "{}",
+        err.message
+    );
+}
+
+proptest::proptest! {
+    /// Arbitrary JSON applied over arbitrary JSON never panics, and what comes out carries the
+    /// applier's entry.
+    #[test]
+    fn arbitrary_applies_should_never_panic(
+        live in proptest::collection::btree_map("[a-c]", proptest::prop_oneof![
+            proptest::strategy::Just(json!(1)), proptest::strategy::Just(json!("x")),
+            proptest::strategy::Just(json!([1, 2])), proptest::strategy::Just(json!({"a": [{"name": "n"}]})),
+        ], 0..4),
+        config in proptest::collection::btree_map("[a-c]", proptest::prop_oneof![
+            proptest::strategy::Just(json!(2)), proptest::strategy::Just(json!({"b": 1})),
+            proptest::strategy::Just(json!([{"name": "n", "v": 1}])), proptest::strategy::Just(json!(null)),
+        ], 0..4),
+        force in proptest::prelude::any::<bool>(),
+    ) {
+        let live = json!({"metadata": {"name": "x"}, "spec": live});
+        let live = apply(None, &live, Schema::Builtin, false, false, &write("one"), ("K", "", "x")).expect("create");
+        let config = json!({"metadata": {"name": "x"}, "spec": config});
+        if let Ok(merged) = apply(Some(&live), &config, Schema::Builtin, false, force, &write("two"), ("K", "", "x")) {
+            proptest::prop_assert!(entries(&merged).iter().any(|e| e.manager == "two"));
+        }
+    }
+}
