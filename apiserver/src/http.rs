@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
+use crate::field_validation;
 use crate::managed;
 use crate::patch::{PatchKind, patched};
 use crate::printers;
@@ -369,17 +370,19 @@ async fn route(
         (Method::GET, false) if params.flag("watch") => watch(server, target, &params, table).await,
         (Method::GET, false) => list(&server, &target, &params, table),
         (Method::POST, false) => {
-            let object = decode_body(&body, headers)?;
+            let mut object = decode_body(&body, headers)?;
+            let warnings = check_fields(&target.rt, &mut object, &body, headers, &params)?;
             let created = server.store.create(
                 &target.rt,
                 target.namespace.as_deref(),
                 object,
                 params.write_options(headers),
             )?;
-            Ok(respond(201, &created))
+            Ok(with_warnings(respond(201, &created), &warnings))
         }
         (Method::PUT, true) => {
-            let object = decode_body(&body, headers)?;
+            let mut object = decode_body(&body, headers)?;
+            let warnings = check_fields(&target.rt, &mut object, &body, headers, &params)?;
             let name = target.name.as_deref().unwrap_or_default();
             let updated = server.store.update(
                 &target.rt,
@@ -389,7 +392,7 @@ async fn route(
                 target.status,
                 params.write_options(headers),
             )?;
-            Ok(respond(200, &updated))
+            Ok(with_warnings(respond(200, &updated), &warnings))
         }
         (Method::PATCH, true) => patch(&server, &target, &params, headers, &body),
         (Method::DELETE, true) => {
@@ -760,6 +763,7 @@ fn patch(
         .get(&target.rt, target.namespace.as_deref(), name)
         .is_ok();
     let mut options = params.write_options(headers);
+    let mut warnings = Vec::new();
     let stored = if kind == PatchKind::Apply {
         options.applied = true;
         let rt = &target.rt;
@@ -781,6 +785,8 @@ fn patch(
         if !patch.is_object() {
             return Err(ApiError::bad_request("the apply body must be an object"));
         }
+        let mut patch = patch;
+        warnings = check_fields(rt, &mut patch, body, headers, params)?;
         server.store.patch(
             rt,
             target.namespace.as_deref(),
@@ -810,7 +816,40 @@ fn patch(
             |current| patched(kind, &patch, builtin, current),
         )?
     };
-    Ok(respond(if existed { 200 } else { 201 }, &stored))
+    Ok(with_warnings(
+        respond(if existed { 200 } else { 201 }, &stored),
+        &warnings,
+    ))
+}
+
+/// Unknown and duplicate fields of a body, as its `fieldValidation` says: a 400 when strict,
+/// else the warnings to answer with (unknown fields of built-in kinds are dropped).
+fn check_fields(
+    rt: &ResourceType,
+    object: &mut Value,
+    body: &Bytes,
+    headers: &HeaderMap,
+    params: &Params,
+) -> Result<Vec<String>, ApiError> {
+    let mode = field_validation::Mode::parse(params.get("fieldValidation"))?;
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|t| t.contains("json"));
+    let raw = json_body.then_some(&body[..]);
+    let problems = field_validation::problems(rt, object, raw);
+    field_validation::enforce(mode, rt, problems)
+}
+
+/// A response with a `Warning: 299 - "…"` header per warning, as kube-apiserver sends them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(warning.clone()));
+        if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {

@@ -17,6 +17,7 @@
 
 pub mod defaults;
 pub mod error;
+pub mod field_validation;
 pub mod http;
 pub mod managed;
 pub mod patch;

@@ -589,3 +589,32 @@ async fn server_side_apply_should_report_conflicts_like_kube_apiserver() {
     .await
     .expect("ssa");
 }
+
+/// kubectl sends `fieldValidation=Strict`: a typo in a field is refused as kube-apiserver refuses
+/// it; `--validate=warn` stores the object without the field and prints the warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_should_be_refused_or_warned_as_kubectl_asks() {
+    let (_cluster, dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        let file = dir.path().join("typo.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: typo}\nspec:\n  replicsa: 2\n  selector: {matchLabels: {app: t}}\n  template:\n    metadata: {labels: {app: t}}\n    spec: {containers: [{name: c, image: nginx}]}\n",
+        )
+        .expect("write");
+        let path = file.display().to_string();
+        let out = k.run(&["apply", "-f", &path]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("unknown field \"spec.replicsa\""), "{stderr}");
+        let out = k.run(&["apply", "--validate=warn", "-f", &path]);
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("Warning: unknown field \"spec.replicsa\""), "{stderr}");
+        let spec = k.ok(&["get", "deployment", "typo", "-o", "jsonpath={.spec}"]);
+        assert!(!spec.contains("replicsa"), "{spec}");
+    })
+    .await
+    .expect("field validation");
+}
