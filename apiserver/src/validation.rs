@@ -193,9 +193,289 @@ pub fn crd_api_approval_condition(crd: &Value, now: &str) -> Option<Value> {
     }))
 }
 
+/// Most bytes a ConfigMap's or Secret's data may hold (`data` and `binaryData` together).
+pub const MAX_DATA_BYTES: usize = 1 << 20;
+
+/// Most bytes of annotations (keys and values) an object may have.
+pub const MAX_ANNOTATION_BYTES: usize = 256 << 10;
+
+/// Go's `%#v` of a `map[string]string`, as kube-apiserver prints label maps in messages.
+fn go_map(map: Option<&Value>) -> String {
+    let entries: Vec<String> = map
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k:?}:{:?}", v.as_str().unwrap_or_default()))
+        .collect();
+    format!("map[string]string{{{}}}", entries.join(", "))
+}
+
+/// The rules of kube-apiserver's validation of built-in kinds that controllers most often trip
+/// over: a Pod needs containers, each with a name and an image; a workload needs a selector that
+/// matches its template's labels, and keeps it; a Job keeps its template; immutable ConfigMaps
+/// and Secrets keep their data; data and annotations have size limits. `old` is the stored
+/// object of an update.
+pub fn builtin(group: &str, kind: &str, object: &Value, old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let annotations: usize = object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    if annotations > MAX_ANNOTATION_BYTES {
+        causes.push((
+            "metadata.annotations".into(),
+            format!("Too long: must have at most {MAX_ANNOTATION_BYTES} bytes"),
+        ));
+    }
+    match (group, kind) {
+        ("", "Pod") => {
+            if let Some(spec) = object.get("spec") {
+                pod_spec(spec, "spec", &mut causes);
+            }
+        }
+        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") | ("batch", "Job") => {
+            workload(group, kind, object, old, &mut causes);
+        }
+        ("", "ConfigMap" | "Secret") => {
+            let size: usize = ["data", "binaryData", "stringData"]
+                .iter()
+                .filter_map(|f| object.get(*f).and_then(Value::as_object))
+                .flatten()
+                .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+                .sum();
+            if size > MAX_DATA_BYTES {
+                causes.push((
+                    if kind == "Secret" { "data" } else { "[]" }.into(),
+                    format!("Too long: must have at most {MAX_DATA_BYTES} bytes"),
+                ));
+            }
+            if let Some(old) = old.filter(|o| o.get("immutable") == Some(&Value::Bool(true))) {
+                if object.get("immutable") != Some(&Value::Bool(true)) {
+                    causes.push((
+                        "immutable".into(),
+                        "Forbidden: field is immutable when `immutable` is set".into(),
+                    ));
+                }
+                for field in ["data", "binaryData"] {
+                    let empty = |v: Option<&Value>| {
+                        v.and_then(Value::as_object).is_none_or(|m| m.is_empty())
+                    };
+                    let (was, is) = (old.get(field), object.get(field));
+                    if was != is && !(empty(was) && empty(is)) {
+                        causes.push((
+                            field.into(),
+                            "Forbidden: field is immutable when `immutable` is set".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    causes
+}
+
+/// A pod spec's containers: at least one, each named and with an image.
+fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let containers = spec.get("containers").and_then(Value::as_array);
+    if containers.is_none_or(|c| c.is_empty()) {
+        causes.push((format!("{path}.containers"), "Required value".into()));
+    }
+    for list in ["initContainers", "containers"] {
+        for (i, c) in spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let at = format!("{path}.{list}[{i}]");
+            match c.get("name").and_then(Value::as_str) {
+                None | Some("") => causes.push((format!("{at}.name"), "Required value".into())),
+                Some(name) if !crate::selector::is_dns_label(name) => causes.push((
+                    format!("{at}.name"),
+                    format!("Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
+                )),
+                Some(_) => {}
+            }
+            if list == "containers"
+                && c.get("image")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+            {
+                causes.push((format!("{at}.image"), "Required value".into()));
+            }
+        }
+    }
+}
+
+/// A workload's selector, template and the fields it may not change.
+fn workload(group: &str, kind: &str, object: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
+    let selector = object.pointer("/spec/selector");
+    let labels = object.pointer("/spec/template/metadata/labels");
+    // A Job without `manualSelector` gets its selector from the server (defaults).
+    match selector {
+        None | Some(Value::Null) => causes.push(("spec.selector".into(), "Required value".into())),
+        Some(selector) => {
+            let empty = selector
+                .get("matchLabels")
+                .and_then(Value::as_object)
+                .is_none_or(|m| m.is_empty())
+                && selector
+                    .get("matchExpressions")
+                    .and_then(Value::as_array)
+                    .is_none_or(|m| m.is_empty());
+            if empty {
+                causes.push((
+                    "spec.selector".into(),
+                    format!(
+                        "Invalid value: {selector}: empty selector is invalid for {}",
+                        kind.to_lowercase()
+                    ),
+                ));
+            } else if !selector_matches(selector, labels) {
+                causes.push((
+                    "spec.template.metadata.labels".into(),
+                    format!(
+                        "Invalid value: {}: `selector` does not match template `labels`",
+                        go_map(labels)
+                    ),
+                ));
+            }
+        }
+    }
+    match object.pointer("/spec/template/spec") {
+        Some(spec) => pod_spec(spec, "spec.template.spec", causes),
+        None => causes.push((
+            "spec.template.spec.containers".into(),
+            "Required value".into(),
+        )),
+    }
+    if group == "batch" {
+        let policy = object
+            .pointer("/spec/template/spec/restartPolicy")
+            .and_then(Value::as_str);
+        if !matches!(policy, Some("Never" | "OnFailure")) {
+            causes.push((
+                "spec.template.spec.restartPolicy".into(),
+                format!(
+                    "Unsupported value: {:?}: supported values: \"OnFailure\", \"Never\"",
+                    policy.unwrap_or("")
+                ),
+            ));
+        }
+    }
+    if let Some(old) = old {
+        let immutable: &[&str] = if group == "batch" {
+            &["/spec/selector", "/spec/template"]
+        } else {
+            &["/spec/selector"]
+        };
+        for pointer in immutable {
+            let (was, is) = (old.pointer(pointer), object.pointer(pointer));
+            if was != is {
+                causes.push((
+                    pointer.trim_start_matches('/').replace('/', "."),
+                    format!(
+                        "Invalid value: {}: field is immutable",
+                        is.cloned().unwrap_or(Value::Null)
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// Whether a `LabelSelector` selects objects with `labels`.
+fn selector_matches(selector: &Value, labels: Option<&Value>) -> bool {
+    let labels = labels.and_then(Value::as_object);
+    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    let by_labels = selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let by_expressions = selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            match e["operator"].as_str() {
+                Some("In") => label(key).is_some_and(|v| values.contains(&v)),
+                Some("NotIn") => label(key).is_none_or(|v| !values.contains(&v)),
+                Some("Exists") => label(key).is_some(),
+                Some("DoesNotExist") => label(key).is_none(),
+                _ => false,
+            }
+        });
+    by_labels && by_expressions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn built_in_objects_should_meet_kube_apiservers_rules() {
+        let pod = json!({"spec": {"containers": []}});
+        assert_eq!(
+            builtin("", "Pod", &pod, None),
+            vec![("spec.containers".to_owned(), "Required value".to_owned())]
+        );
+        let pod = json!({"spec": {"containers": [{"name": "Web"}]}});
+        let causes = builtin("", "Pod", &pod, None);
+        assert_eq!(causes.len(), 2, "{causes:?}");
+        assert_eq!(
+            causes[1],
+            (
+                "spec.containers[0].image".to_owned(),
+                "Required value".to_owned()
+            )
+        );
+
+        let deployment = |app: &str| {
+            json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
+        };
+        assert!(builtin("apps", "Deployment", &deployment("web"), None).is_empty());
+        assert_eq!(
+            builtin("apps", "Deployment", &deployment("other"), None),
+            vec![("spec.template.metadata.labels".to_owned(),
+                "Invalid value: map[string]string{\"app\":\"other\"}: `selector` does not match template `labels`".to_owned())]
+        );
+        let mut moved = deployment("x");
+        moved["spec"]["selector"] = json!({"matchLabels": {"app": "x"}});
+        let causes = builtin("apps", "Deployment", &moved, Some(&deployment("web")));
+        assert!(causes[0].1.ends_with("field is immutable"), "{causes:?}");
+
+        let old = json!({"immutable": true, "data": {"a": "b"}});
+        let new = json!({"immutable": true, "data": {"a": "c"}});
+        assert_eq!(
+            builtin("", "ConfigMap", &new, Some(&old)),
+            vec![(
+                "data".to_owned(),
+                "Forbidden: field is immutable when `immutable` is set".to_owned()
+            )]
+        );
+        let big = json!({"data": {"a": "x".repeat(MAX_DATA_BYTES + 1)}});
+        assert!(
+            builtin("", "ConfigMap", &big, None)[0]
+                .1
+                .starts_with("Too long")
+        );
+    }
 
     fn crd(group: &str, annotation: Option<&str>) -> Value {
         let mut crd =

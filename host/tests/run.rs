@@ -25,7 +25,7 @@ async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigter
             json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
                 "metadata": {"name": "web", "namespace": "default"},
                 "spec": {"selector": {"matchLabels": {"app": "web"}},
-                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}}),
+                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
             false,
         )
         .expect("create rs");

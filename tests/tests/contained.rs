@@ -38,7 +38,7 @@ fn replicaset() -> Value {
     json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}})
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
 }
 
 /// Create 10 pods one at a time, waiting each time for pod-counter's label; the waits.
@@ -54,7 +54,7 @@ async fn follow_pods(live: &Live) -> Vec<std::time::Duration> {
             "metadata": {"name": format!("web-{i}"), "namespace": "default", "labels": {"app": "web"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
                     "uid": uid, "controller": true}]},
-            "spec": {"containers": []}});
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
         let started = Instant::now();
         live.api.create(&pod, "test").await.expect("pod");
         let expected = i.to_string();

@@ -57,7 +57,7 @@ fn replicaset() -> Value {
     json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}})
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

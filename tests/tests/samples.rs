@@ -235,7 +235,7 @@ async fn foo_controller_should_refuse_a_deployment_it_does_not_control() {
         .create(json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "taken", "namespace": "default"},
         "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "x"}},
-                 "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": []}}}}))
+                 "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
         .await;
     create_foo(&h, "intruder", "taken", 1).await;
 

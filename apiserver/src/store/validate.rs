@@ -61,6 +61,9 @@ impl Store {
         if is_crd_type(rt) {
             causes.extend(validation::crd_api_approval(object, old));
         }
+        if rt.schema.is_none() {
+            causes.extend(validation::builtin(&rt.group, &rt.kind, object, old));
+        }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
         }

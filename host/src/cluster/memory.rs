@@ -248,7 +248,10 @@ mod tests {
     async fn status_subresource_should_separate_spec_and_status() {
         let c = MemoryCluster::new();
         let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "d", "namespace": "default"}, "spec": {"replicas": 1}});
+            "metadata": {"name": "d", "namespace": "default"}, "spec": {"replicas": 1,
+                "selector": {"matchLabels": {"app": "d"}},
+                "template": {"metadata": {"labels": {"app": "d"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
         let mut d = c.create(dep).await.expect("create");
         assert_eq!(d["metadata"]["generation"], 1);
         d["status"] = json!({"availableReplicas": 5});
