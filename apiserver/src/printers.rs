@@ -237,17 +237,7 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
         }
         ("apps", "DaemonSet") => {
             let (names, images) = containers();
-            let node_selector = o
-                .pointer("/spec/template/spec/nodeSelector")
-                .and_then(Value::as_object)
-                .filter(|m| !m.is_empty())
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-                .unwrap_or_else(|| "<none>".into());
+            let node_selector = map_text(o.pointer("/spec/template/spec/nodeSelector"));
             vec![
                 name,
                 json!(n("/status/desiredNumberScheduled")),
@@ -334,6 +324,19 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
         }
         _ => vec![name, age],
     }
+}
+
+/// A string map as `k=v,k2=v2` (a service's or node selector), or `<none>`.
+fn map_text(map: Option<&Value>) -> String {
+    map.and_then(Value::as_object)
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_else(|| "<none>".into())
 }
 
 /// The container names and images of a workload's pod template, comma-separated.
@@ -460,17 +463,7 @@ fn service_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
             }
         })
         .collect();
-    let selector = o
-        .pointer("/spec/selector")
-        .and_then(Value::as_object)
-        .filter(|m| !m.is_empty())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_else(|| "<none>".into());
+    let selector = map_text(o.pointer("/spec/selector"));
     vec![
         name,
         json!(kind),

@@ -9,6 +9,24 @@ fn write(manager: &str) -> Write<'_> {
     }
 }
 
+/// `manager` applies `config` to `live` (a Deployment named web).
+fn apply_as(
+    live: Option<&Value>,
+    config: &Value,
+    manager: &str,
+    force: bool,
+) -> Result<Value, ApiError> {
+    apply(
+        live,
+        config,
+        Schema::Builtin,
+        false,
+        force,
+        &write(manager),
+        ("Deployment", "apps", "web"),
+    )
+}
+
 fn deployment(replicas: i64, image: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"a": "b"}},
         "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "web", "image": image}]}}}})
@@ -29,30 +47,12 @@ fn field_sets_should_round_trip_through_fields_v1() {
 
 #[test]
 fn an_apply_that_drops_a_field_should_remove_it_unless_another_manager_owns_it() {
-    let first = apply(
-        None,
-        &deployment(3, "nginx"),
-        Schema::Builtin,
-        false,
-        false,
-        &write("a"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("create");
+    let first = apply_as(None, &deployment(3, "nginx"), "a", false).expect("create");
     let mut config = deployment(3, "nginx");
     config["metadata"]
         .as_object_mut()
         .map(|m| m.remove("labels"));
-    let second = apply(
-        Some(&first),
-        &config,
-        Schema::Builtin,
-        false,
-        false,
-        &write("a"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("apply");
+    let second = apply_as(Some(&first), &config, "a", false).expect("apply");
     assert!(second.pointer("/metadata/labels/a").is_none(), "{second}");
 
     // Labels another manager also set stay.
@@ -61,67 +61,22 @@ fn an_apply_that_drops_a_field_should_remove_it_unless_another_manager_owns_it()
     let mut labelled = shared.clone();
     labelled["metadata"]["labels"]["c"] = json!("d");
     record_update(&shared, &mut labelled, Schema::Builtin, &write("b"));
-    let third = apply(
-        Some(&labelled),
-        &config,
-        Schema::Builtin,
-        false,
-        false,
-        &write("a"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("apply");
+    let third = apply_as(Some(&labelled), &config, "a", false).expect("apply");
     assert_eq!(third.pointer("/metadata/labels/c"), Some(&json!("d")));
 }
 
 #[test]
 fn two_appliers_should_conflict_and_force_should_take_over() {
-    let first = apply(
-        None,
-        &deployment(3, "nginx"),
-        Schema::Builtin,
-        false,
-        false,
-        &write("a"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("create");
-    let err = apply(
-        Some(&first),
-        &deployment(5, "nginx"),
-        Schema::Builtin,
-        false,
-        false,
-        &write("b"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect_err("conflict");
+    let first = apply_as(None, &deployment(3, "nginx"), "a", false).expect("create");
+    let err = apply_as(Some(&first), &deployment(5, "nginx"), "b", false).expect_err("conflict");
     assert_eq!(err.code, 409);
     assert_eq!(
         err.message,
         "Apply failed with 1 conflict: conflict with \"a\" using apps/v1: .spec.replicas"
     );
     // The same value is shared, not a conflict.
-    apply(
-        Some(&first),
-        &deployment(3, "nginx"),
-        Schema::Builtin,
-        false,
-        false,
-        &write("b"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("same values");
-    let forced = apply(
-        Some(&first),
-        &deployment(5, "nginx"),
-        Schema::Builtin,
-        false,
-        true,
-        &write("b"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("forced");
+    apply_as(Some(&first), &deployment(3, "nginx"), "b", false).expect("same values");
+    let forced = apply_as(Some(&first), &deployment(5, "nginx"), "b", true).expect("forced");
     assert_eq!(forced["spec"]["replicas"], 5);
     let owners = entries(&forced);
     let a = owners.iter().find(|e| e.manager == "a").expect("a");
@@ -133,16 +88,7 @@ fn two_appliers_should_conflict_and_force_should_take_over() {
 
 #[test]
 fn an_update_should_take_the_fields_it_changes() {
-    let first = apply(
-        None,
-        &deployment(3, "nginx"),
-        Schema::Builtin,
-        false,
-        false,
-        &write("a"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect("create");
+    let first = apply_as(None, &deployment(3, "nginx"), "a", false).expect("create");
     let mut scaled = first.clone();
     scaled["spec"]["replicas"] = json!(4);
     record_update(
@@ -162,16 +108,7 @@ fn an_update_should_take_the_fields_it_changes() {
             .any(|e| e.manager == "a" && e.fields.contains(&replicas))
     );
     // Now `a` applying 3 again conflicts with kubectl-scale.
-    let err = apply(
-        Some(&scaled),
-        &deployment(3, "nginx"),
-        Schema::Builtin,
-        false,
-        false,
-        &write("a"),
-        ("Deployment", "apps", "web"),
-    )
-    .expect_err("conflict");
+    let err = apply_as(Some(&scaled), &deployment(3, "nginx"), "a", false).expect_err("conflict");
     assert!(
         err.message.contains("conflict with \"kubectl-scale\""),
         "{}",
