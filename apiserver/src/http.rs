@@ -684,7 +684,9 @@ fn scale_subresource(
                         .unwrap_or("object")
                 )));
             }
-            Box::new(move |current| scale::apply_scale(rt, paths, current, &asked))
+            Box::new(move |current| {
+                scale::apply_scale((&rt.group, &rt.plural), paths, current, &asked)
+            })
         }
         Method::PATCH => {
             let content_type = headers
@@ -703,7 +705,7 @@ fn scale_subresource(
             Box::new(move |current| {
                 let scale = scale::scale_of(paths, current);
                 let asked = patched(kind, &patch, true, Some(&scale))?.unwrap_or(scale);
-                scale::apply_scale(rt, paths, current, &asked)
+                scale::apply_scale((&rt.group, &rt.plural), paths, current, &asked)
             })
         }
         _ => {

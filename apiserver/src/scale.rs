@@ -5,7 +5,6 @@
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::resources::ResourceType;
 
 /// Where a kind keeps what its `Scale` shows, as JSON pointers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,7 +78,7 @@ pub fn scale_of(paths: &ScalePaths, object: &Value) -> Value {
 /// `object` with the replicas `scale` asks for. A `resourceVersion` in the Scale must be the
 /// object's (optimistic concurrency, as on the object itself).
 pub fn apply_scale(
-    rt: &ResourceType,
+    (group, plural): (&str, &str),
     paths: &ScalePaths,
     object: &Value,
     scale: &Value,
@@ -97,7 +96,7 @@ pub fn apply_scale(
             .and_then(Value::as_str)
             != Some(asked)
     {
-        return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        return Err(ApiError::conflict(group, plural, name));
     }
     // `ScaleSpec.replicas` is a Go value field: absent means 0.
     let replicas = match scale.pointer("/spec/replicas") {
