@@ -130,7 +130,8 @@ fn unknown_in_schema(value: &Value, schema: &Value, path: &str, out: &mut Vec<St
 
 /// Fields of a built-in object its `k8s-openapi` type does not keep (removed from it).
 fn unknown_in_builtin(rt: &ResourceType, object: &mut Value) -> Vec<String> {
-    use k8s_openapi::api::{apps, batch, coordination, core, events, rbac};
+    use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, discovery, events};
+    use k8s_openapi::api::{networking, policy, rbac, scheduling, storage};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Option<Value> {
         let typed: T = serde_json::from_value(object.clone()).ok()?;
@@ -150,6 +151,24 @@ fn unknown_in_builtin(rt: &ResourceType, object: &mut Value) -> Vec<String> {
         ("apps", "StatefulSet") => typed::<apps::v1::StatefulSet>(object),
         ("apps", "DaemonSet") => typed::<apps::v1::DaemonSet>(object),
         ("batch", "Job") => typed::<batch::v1::Job>(object),
+        ("batch", "CronJob") => typed::<batch::v1::CronJob>(object),
+        ("", "ResourceQuota") => typed::<core::v1::ResourceQuota>(object),
+        ("", "LimitRange") => typed::<core::v1::LimitRange>(object),
+        ("", "PersistentVolumeClaim") => typed::<core::v1::PersistentVolumeClaim>(object),
+        ("", "PersistentVolume") => typed::<core::v1::PersistentVolume>(object),
+        ("", "Endpoints") => typed::<core::v1::Endpoints>(object),
+        ("", "ReplicationController") => typed::<core::v1::ReplicationController>(object),
+        ("apps", "ControllerRevision") => typed::<apps::v1::ControllerRevision>(object),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            typed::<autoscaling::v2::HorizontalPodAutoscaler>(object)
+        }
+        ("networking.k8s.io", "Ingress") => typed::<networking::v1::Ingress>(object),
+        ("networking.k8s.io", "IngressClass") => typed::<networking::v1::IngressClass>(object),
+        ("networking.k8s.io", "NetworkPolicy") => typed::<networking::v1::NetworkPolicy>(object),
+        ("policy", "PodDisruptionBudget") => typed::<policy::v1::PodDisruptionBudget>(object),
+        ("scheduling.k8s.io", "PriorityClass") => typed::<scheduling::v1::PriorityClass>(object),
+        ("storage.k8s.io", "StorageClass") => typed::<storage::v1::StorageClass>(object),
+        ("discovery.k8s.io", "EndpointSlice") => typed::<discovery::v1::EndpointSlice>(object),
         ("coordination.k8s.io", "Lease") => typed::<coordination::v1::Lease>(object),
         ("rbac.authorization.k8s.io", "Role") => typed::<rbac::v1::Role>(object),
         ("rbac.authorization.k8s.io", "RoleBinding") => typed::<rbac::v1::RoleBinding>(object),

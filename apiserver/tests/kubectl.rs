@@ -618,3 +618,88 @@ async fn unknown_fields_should_be_refused_or_warned_as_kubectl_asks() {
     .await
     .expect("field validation");
 }
+
+/// The other kinds of the kubectl quick reference that need no node: cron jobs, quotas,
+/// priority classes, disruption budgets, ingresses and autoscalers (typed, protobuf bodies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_typed_create_subcommands_should_work() {
+    let (_cluster, _dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        k.ok(&["create", "deployment", "web", "--image=nginx"]);
+        for (args, printed) in [
+            (
+                &[
+                    "create",
+                    "cronjob",
+                    "tick",
+                    "--image=busybox",
+                    "--schedule=*/5 * * * *",
+                ][..],
+                "cronjob.batch/tick created",
+            ),
+            (
+                &["create", "quota", "q", "--hard=pods=2"][..],
+                "resourcequota/q created",
+            ),
+            (
+                &["create", "priorityclass", "high", "--value=1000"][..],
+                "priorityclass.scheduling.k8s.io/high created",
+            ),
+            (
+                &[
+                    "create",
+                    "poddisruptionbudget",
+                    "pdb",
+                    "--selector=app=web",
+                    "--min-available=1",
+                ][..],
+                "poddisruptionbudget.policy/pdb created",
+            ),
+            (
+                &["create", "ingress", "ing", "--rule=example.com/=web:80"][..],
+                "ingress.networking.k8s.io/ing created",
+            ),
+            (
+                &[
+                    "autoscale",
+                    "deployment",
+                    "web",
+                    "--min=1",
+                    "--max=3",
+                    "--cpu=80%",
+                ][..],
+                "horizontalpodautoscaler.autoscaling/web autoscaled",
+            ),
+        ] {
+            let out = k.ok(args);
+            assert!(out.contains(printed), "kubectl {args:?}: {out}");
+        }
+        assert_eq!(
+            k.ok(&[
+                "get",
+                "cronjob",
+                "tick",
+                "-o",
+                "jsonpath={.spec.schedule} {.spec.concurrencyPolicy}"
+            ]),
+            "*/5 * * * * Allow"
+        );
+        assert_eq!(
+            k.ok(&["get", "hpa", "web", "-o", "jsonpath={.spec.maxReplicas}"]),
+            "3"
+        );
+        assert_eq!(
+            k.ok(&[
+                "get",
+                "ingress",
+                "ing",
+                "-o",
+                "jsonpath={.spec.rules[0].host}"
+            ]),
+            "example.com"
+        );
+    })
+    .await
+    .expect("more kinds");
+}

@@ -20,6 +20,7 @@ const FILES: &[&str] = &[
     "api/apps/v1/generated.proto",
     "api/batch/v1/generated.proto",
     "api/autoscaling/v1/generated.proto",
+    "api/autoscaling/v2/generated.proto",
     "api/coordination/v1/generated.proto",
     "api/discovery/v1/generated.proto",
     "api/events/v1/generated.proto",
