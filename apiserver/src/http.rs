@@ -769,14 +769,9 @@ fn patch(
     let stored = if kind == PatchKind::Apply {
         options.applied = true;
         let rt = &target.rt;
-        let schema = match &rt.schema {
-            Some(schema) => managed::Schema::Custom(schema),
-            None => managed::Schema::Builtin,
-        };
+        let schema = managed::Schema::of(rt);
         let force = params.flag("force");
-        let time = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
+        let time = crate::store::now_rfc3339();
         let api_version = rt.api_version();
         let write = managed::Write {
             manager: &options.manager.clone(),

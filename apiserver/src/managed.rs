@@ -143,7 +143,15 @@ pub enum Schema<'a> {
     Custom(&'a Value),
 }
 
-impl Schema<'_> {
+impl<'a> Schema<'a> {
+    /// Where `rt`'s objects get their list types: their CRD schema, or the built-in keys.
+    pub fn of(rt: &'a crate::resources::ResourceType) -> Self {
+        match &rt.schema {
+            Some(schema) => Schema::Custom(schema),
+            None => Schema::Builtin,
+        }
+    }
+
     fn list_type(&self, field: &str, schema: Option<&Value>, items: &[Value]) -> ListType {
         match self {
             Schema::Builtin => {

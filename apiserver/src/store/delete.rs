@@ -94,17 +94,11 @@ impl Store {
         for (dependent_key, dependent) in dependents {
             let other_owner_lives = owner_uids(&dependent).any(|u| u != uid && uids.contains(u));
             if other_owner_lives {
-                let mut kept = (*dependent).clone();
-                if let Some(refs) = kept
-                    .pointer_mut("/metadata/ownerReferences")
-                    .and_then(Value::as_array_mut)
-                {
-                    refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
-                    if refs.is_empty() {
-                        metadata_mut(&mut kept).remove("ownerReferences");
-                    }
-                }
-                self.write(state, dependent_key, Write::Put(kept))?;
+                self.write(
+                    state,
+                    dependent_key,
+                    Write::Put(without_owner(&dependent, &uid)),
+                )?;
             } else if let Some(dependent_rt) = self.registry.by_storage_key(&dependent_key.resource)
             {
                 self.delete_foreground(state, &dependent_rt, &dependent_key)?;
@@ -359,17 +353,7 @@ impl Store {
     /// Remove owner references to `uid` from its dependents.
     pub(super) fn orphan_dependents(&self, state: &mut State, uid: &str) -> Result<(), ApiError> {
         for (key, object) in self.dependents(state, uid) {
-            let mut orphan = (*object).clone();
-            if let Some(refs) = orphan
-                .pointer_mut("/metadata/ownerReferences")
-                .and_then(Value::as_array_mut)
-            {
-                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
-                if refs.is_empty() {
-                    metadata_mut(&mut orphan).remove("ownerReferences");
-                }
-            }
-            self.write(state, key, Write::Put(orphan))?;
+            self.write(state, key, Write::Put(without_owner(&object, uid)))?;
         }
         Ok(())
     }
@@ -400,6 +384,22 @@ impl Store {
             }
         }
     }
+}
+
+/// `object` without its owner reference to `uid` (and without `ownerReferences` when none is
+/// left, as Go's JSON omits an empty list).
+fn without_owner(object: &Value, uid: &str) -> Value {
+    let mut kept = object.clone();
+    if let Some(refs) = kept
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+        if refs.is_empty() {
+            metadata_mut(&mut kept).remove("ownerReferences");
+        }
+    }
+    kept
 }
 
 /// The finalizer of an owner waiting for its dependents (foreground deletion).

@@ -253,7 +253,8 @@ fn has_finalizers(object: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
-fn now_rfc3339() -> String {
+/// Now, in RFC 3339 at second precision (as `metav1.Time` marshals).
+pub(crate) fn now_rfc3339() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()

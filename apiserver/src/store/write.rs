@@ -150,7 +150,7 @@ impl Store {
             managed::record_update(
                 &Value::Null,
                 &mut object,
-                field_schema(rt),
+                Schema::of(rt),
                 &managed::Write {
                     manager: &options.manager,
                     api_version: &rt.api_version(),
@@ -430,7 +430,7 @@ impl Store {
             managed::record_update(
                 &old,
                 &mut new,
-                field_schema(rt),
+                Schema::of(rt),
                 &managed::Write {
                     manager: &options.manager,
                     api_version: &rt.api_version(),
@@ -655,12 +655,4 @@ fn unset_ip_list(spec: &Value) -> bool {
     spec.get("clusterIPs")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty)
-}
-
-/// Where field management finds list types for `rt`'s objects.
-fn field_schema(rt: &ResourceType) -> Schema<'_> {
-    match &rt.schema {
-        Some(schema) => Schema::Custom(schema),
-        None => Schema::Builtin,
-    }
 }
