@@ -17,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::error::ApiError;
 use crate::field_validation;
 use crate::managed;
+use crate::openapi;
 use crate::patch::{PatchKind, patched};
 use crate::printers;
 use crate::protobuf;
@@ -34,6 +35,12 @@ pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The Kubernetes version the server reports.
 pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
 
+/// The `gitVersion` the server reports, e.g. `v1.34.0-krec`.
+pub fn version_string() -> String {
+    let (major, minor) = KUBERNETES_VERSION;
+    format!("v{major}.{minor}.0-krec")
+}
+
 /// Shared state of the HTTP handlers.
 pub struct ApiServer {
     /// The objects.
@@ -44,6 +51,8 @@ pub struct ApiServer {
     pub stopped: tokio::sync::watch::Receiver<bool>,
     /// How often watches that allow bookmarks get one.
     pub bookmark_interval: Duration,
+    /// The OpenAPI documents, built when first asked for.
+    pub openapi: openapi::Documents,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -267,7 +276,7 @@ async fn route(
         ["version"] => {
             let (major, minor) = KUBERNETES_VERSION;
             return get_only(
-                json!({"major": major, "minor": minor, "gitVersion": format!("v{major}.{minor}.0-krec"),
+                json!({"major": major, "minor": minor, "gitVersion": version_string(),
                 "gitCommit": "krec", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                 "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"}),
             );
@@ -282,16 +291,23 @@ async fn route(
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server.address}]}));
         }
         ["apis"] => return get_only(registry.group_list()),
-        ["openapi", "v3"] => return get_only(openapi_v3_root(registry)),
+        ["openapi", "v2"] => {
+            if method != Method::GET {
+                return get_only(Value::Null);
+            }
+            let (json, proto) = server.openapi.v2(registry);
+            return openapi_v2_response(headers, json, proto);
+        }
+        ["openapi", "v3"] => return get_only(server.openapi.v3_root(registry)),
         ["openapi", "v3", "api", version] => {
-            return get_only(
-                openapi_v3_doc(registry, "", version).ok_or_else(|| ApiError::no_route(path))?,
-            );
+            let doc = server.openapi.v3(registry, "", version);
+            let doc = doc.ok_or_else(|| ApiError::no_route(path))?;
+            return get_v3_document(method, uri, headers, doc);
         }
         ["openapi", "v3", "apis", group, version] => {
-            return get_only(
-                openapi_v3_doc(registry, group, version).ok_or_else(|| ApiError::no_route(path))?,
-            );
+            let doc = server.openapi.v3(registry, group, version);
+            let doc = doc.ok_or_else(|| ApiError::no_route(path))?;
+            return get_v3_document(method, uri, headers, doc);
         }
         ["apis", group] => {
             let list = registry.group_list();
@@ -415,7 +431,7 @@ async fn route(
             )?;
             Ok(respond(
                 200,
-                &json!({"kind": format!("{}List", target.rt.kind), "apiVersion": target.rt.api_version(),
+                &json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(),
                 "metadata": {"resourceVersion": server.store.resource_version().to_string()}, "items": items}),
             ))
         }
@@ -425,103 +441,119 @@ async fn route(
     }
 }
 
-/// `/openapi/v3`: one entry per served group-version. The hash changes when the group-version's
-/// resources do, so clients' caches follow CRD changes.
-fn openapi_v3_root(registry: &crate::resources::Registry) -> Value {
-    let mut paths = serde_json::Map::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for rt in registry.all() {
-        if !seen.insert((rt.group.clone(), rt.version.clone())) {
+/// A group-version's OpenAPI v3 document, as kube-openapi's handler serves it: a URL with the
+/// document's current `hash` may be cached forever, one with an old hash is redirected to the
+/// current one; 304 when the client holds the document (`If-None-Match`).
+fn get_v3_document(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    doc: openapi::Document,
+) -> Result<Response, ApiError> {
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on OpenAPI documents"
+        )));
+    }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or("*/*");
+    let json = accept.split(',').any(|clause| {
+        matches!(
+            clause.split(';').next().unwrap_or("").trim(),
+            "application/json" | "application/*" | "*/*"
+        )
+    });
+    if !json {
+        return Err(ApiError::not_acceptable(format!(
+            "none of the media types in {accept:?} is served: application/json"
+        )));
+    }
+    let hash = Params::parse(uri).get("hash").map(str::to_owned);
+    match hash {
+        Some(hash) if hash != doc.hash => Ok((
+            StatusCode::MOVED_PERMANENTLY,
+            [(
+                header::LOCATION,
+                format!("{}?hash={}", uri.path(), doc.hash),
+            )],
+        )
+            .into_response()),
+        Some(_) => {
+            let mut response = document_response(headers, doc, "application/json");
+            let forever = [
+                (header::CACHE_CONTROL, "public, immutable".to_owned()),
+                (header::EXPIRES, expires_in_a_year()),
+            ];
+            for (name, value) in forever {
+                if let Ok(value) = value.parse() {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            Ok(response)
+        }
+        None => Ok(document_response(headers, doc, "application/json")),
+    }
+}
+
+/// A year from now, as an HTTP date.
+fn expires_in_a_year() -> String {
+    let at = std::time::SystemTime::now() + Duration::from_secs(365 * 24 * 3600);
+    httpdate::fmt_http_date(at)
+}
+
+fn document_response(headers: &HeaderMap, doc: openapi::Document, media_type: &str) -> Response {
+    let etag = format!("\"{}\"", doc.hash);
+    let held = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag));
+    let head = [
+        (header::CONTENT_TYPE, media_type.to_owned()),
+        (header::ETAG, etag),
+        (header::VARY, "Accept".to_owned()),
+    ];
+    if held {
+        (StatusCode::NOT_MODIFIED, head).into_response()
+    } else {
+        (StatusCode::OK, head, doc.body).into_response()
+    }
+}
+
+/// `/openapi/v2` in the first acceptable of JSON and gnostic's protobuf, as kube-openapi's
+/// handler negotiates it; 406 when neither is.
+fn openapi_v2_response(
+    headers: &HeaderMap,
+    json: openapi::Document,
+    proto: openapi::Document,
+) -> Result<Response, ApiError> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or("*/*");
+    for clause in accept.split(',') {
+        let media_type = clause.split(';').next().unwrap_or("").trim();
+        let (kind, subtype) = media_type.split_once('/').unwrap_or((media_type, ""));
+        if kind != "application" && kind != "*" {
             continue;
         }
-        let prefix = if rt.group.is_empty() {
-            format!("api/{}", rt.version)
-        } else {
-            format!("apis/{}/{}", rt.group, rt.version)
-        };
-        let list = registry.resource_list(&rt.group, &rt.version).to_string();
-        let hash = format!("{:016X}", fnv1a(list.as_bytes()));
-        paths.insert(
-            prefix.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{prefix}?hash={hash}")}),
-        );
-    }
-    json!({"paths": paths})
-}
-
-/// 64-bit FNV-1a, for cache-busting hashes.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-/// The OpenAPI v3 document of one group-version: the paths and operations of its resources,
-/// with the query parameters kubectl checks for (`fieldValidation`, `dryRun`, `fieldManager`)
-/// and the kinds' schemas where a CRD gives one. Built-in kinds' schemas are not included.
-fn openapi_v3_doc(
-    registry: &crate::resources::Registry,
-    group: &str,
-    version: &str,
-) -> Option<Value> {
-    if !registry.serves_group_version(group, version) {
-        return None;
-    }
-    let prefix = if group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{group}/{version}")
-    };
-    let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
-    let mut paths = serde_json::Map::new();
-    let mut schemas = serde_json::Map::new();
-    for rt in registry
-        .all()
-        .into_iter()
-        .filter(|t| t.group == group && t.version == version)
-    {
-        let gvk = json!({"group": rt.group, "version": rt.version, "kind": rt.kind});
-        let write_params = json!([
-            query("dryRun"),
-            query("fieldManager"),
-            query("fieldValidation")
-        ]);
-        let op = |action: &str| {
-            json!({"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": action,
-            "parameters": write_params, "responses": {"200": {"description": "OK"}}})
-        };
-        let base = if rt.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}", rt.plural)
-        } else {
-            format!("{prefix}/{}", rt.plural)
-        };
-        paths.insert(
-            base.clone(),
-            json!({"get": op("list"), "post": op("post"), "delete": op("deletecollection")}),
-        );
-        paths.insert(format!("{base}/{{name}}"), json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
-        if rt.status_subresource {
-            paths.insert(
-                format!("{base}/{{name}}/status"),
-                json!({"get": op("get"), "put": op("put"), "patch": op("patch")}),
-            );
+        if matches!(subtype, "json" | "*") {
+            return Ok(document_response(headers, json, "application/json"));
         }
-        if let Some(schema) = &rt.schema {
-            let mut schema = (**schema).clone();
-            schema["x-kubernetes-group-version-kind"] = json!([gvk]);
-            let name = format!(
-                "{}.{}.{}",
-                rt.group.split('.').rev().collect::<Vec<_>>().join("."),
-                rt.version,
-                rt.kind
-            );
-            schemas.insert(name, schema);
+        if [openapi::V2_PROTOBUF, openapi::V2_PROTOBUF_DEPRECATED]
+            .iter()
+            .any(|t| t.strip_prefix("application/") == Some(subtype))
+        {
+            return Ok(document_response(headers, proto, openapi::V2_PROTOBUF));
         }
     }
-    Some(
-        json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": format!("v{}.{}.0-krec", KUBERNETES_VERSION.0, KUBERNETES_VERSION.1)},
-        "paths": paths, "components": {"schemas": schemas}}),
-    )
+    Err(ApiError::not_acceptable(format!(
+        "none of the media types in {accept:?} is served: application/json, {}",
+        openapi::V2_PROTOBUF
+    )))
 }
 
 fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
@@ -645,7 +677,7 @@ fn list(
     }
     Ok(respond(
         200,
-        &json!({"kind": format!("{}List", target.rt.kind), "apiVersion": target.rt.api_version(),
+        &json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(),
         "metadata": metadata, "items": page.items}),
     ))
 }
@@ -1081,6 +1113,7 @@ mod tests {
             address: "127.0.0.1:0".into(),
             stopped,
             bookmark_interval: BOOKMARK_INTERVAL,
+            openapi: Default::default(),
         });
         axum::Router::new().fallback(handle).with_state(server)
     }

@@ -20,6 +20,7 @@ pub mod error;
 pub mod field_validation;
 pub mod http;
 pub mod managed;
+pub mod openapi;
 pub mod patch;
 pub mod printers;
 pub mod protobuf;

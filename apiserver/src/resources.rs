@@ -6,6 +6,7 @@
 //! changed or deleted.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::scale::ScalePaths;
@@ -20,6 +21,8 @@ pub struct ResourceType {
     pub version: String,
     /// Kind.
     pub kind: String,
+    /// Kind of its lists, e.g. `ReplicaSetList`.
+    pub list_kind: String,
     /// The URL segment, e.g. `replicasets`.
     pub plural: String,
     /// Singular name, e.g. `replicaset`.
@@ -87,6 +90,7 @@ fn builtin(
     in_all: bool,
 ) -> ResourceType {
     ResourceType {
+        list_kind: format!("{kind}List"),
         group: group.into(),
         version: version.into(),
         kind: kind.into(),
@@ -435,6 +439,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
     let kind =
         s(spec, "/names/kind").ok_or_else(|| CrdError("spec.names.kind is required".into()))?;
     let singular = s(spec, "/names/singular").unwrap_or_else(|| kind.to_lowercase());
+    let list_kind = s(spec, "/names/listKind").unwrap_or_else(|| format!("{kind}List"));
     let strings = |p: &str| -> Vec<String> {
         spec.pointer(p)
             .and_then(Value::as_array)
@@ -480,6 +485,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             group: group.clone(),
             version,
             kind: kind.clone(),
+            list_kind: list_kind.clone(),
             plural: plural.clone(),
             singular: singular.clone(),
             namespaced,
@@ -507,6 +513,8 @@ pub struct Registry {
     types: RwLock<Vec<ResourceType>>,
     /// CRD name → the types it added.
     crds: RwLock<BTreeMap<String, Vec<ResourceType>>>,
+    /// Counts changes of the served types (a CRD put or removed).
+    generation: AtomicU64,
 }
 
 impl Registry {
@@ -515,7 +523,14 @@ impl Registry {
         Registry {
             types: RwLock::new(builtins()),
             crds: RwLock::default(),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// A number that changes whenever the served types may have (a CRD was put or removed):
+    /// what is derived from the types (OpenAPI documents) is rebuilt when it moves.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<ResourceType>> {
@@ -588,6 +603,7 @@ impl Registry {
         }
         types.extend(new.iter().cloned());
         crds.insert(name, new);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -598,6 +614,7 @@ impl Registry {
         if let Some(old) = crds.remove(name) {
             types.retain(|t| !old.contains(t));
         }
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Discovery `APIResourceList` of one group/version.

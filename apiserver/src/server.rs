@@ -152,6 +152,7 @@ impl Server {
             address: addr.to_string(),
             stopped: stopped.clone(),
             bookmark_interval: config.bookmark_interval,
+            openapi: Default::default(),
         });
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
         Ok(Server {

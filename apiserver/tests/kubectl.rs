@@ -703,3 +703,108 @@ async fn more_typed_create_subcommands_should_work() {
     .await
     .expect("more kinds");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_should_describe_builtin_and_custom_kinds() {
+    let (_cluster, _dir, k) = start().await;
+    tokio::task::spawn_blocking(move || {
+        // kube-apiserver's own descriptions, types and required markers.
+        let out = k.ok(&["explain", "deployment.spec.replicas"]);
+        assert!(
+            out.starts_with("GROUP:      apps\nKIND:       Deployment\nVERSION:    v1\n\nFIELD: replicas <integer>"),
+            "{out}"
+        );
+        assert!(out.contains("Number of desired pods. This is a pointer to distinguish between explicit\n    zero and not specified. Defaults to 1."), "{out}");
+        let out = k.ok(&["explain", "pods.spec.containers"]);
+        assert!(out.contains("FIELD: containers <[]Container>"), "{out}");
+        assert!(out.contains("  name\t<string> -required-"), "{out}");
+        assert!(out.contains("  imagePullPolicy\t<string>\n  enum: Always, IfNotPresent, Never"), "{out}");
+        let out = k.ok(&["explain", "namespaces"]);
+        assert!(out.starts_with("KIND:       Namespace\nVERSION:    v1\n"), "{out}");
+        // A custom kind: its CRD's schema, with the metadata kube-apiserver adds.
+        k.ok(&["apply", "-f", &sample("foo-crd.yaml")]);
+        let out = k.ok(&["explain", "foos"]);
+        assert!(out.starts_with("GROUP:      samplecontroller.k8s.io\nKIND:       Foo\nVERSION:    v1alpha1\n"), "{out}");
+        assert!(out.contains("  metadata\t<ObjectMeta>\n    Standard object's metadata."), "{out}");
+        let out = k.ok(&["explain", "foos.spec", "--recursive"]);
+        assert!(out.contains("FIELDS:\n  deploymentName\t<string> -required-\n  replicas\t<integer>\n"), "{out}");
+        let out = k.ok(&["explain", "foos.metadata.labels"]);
+        assert!(out.contains("FIELD: labels <map[string]string>"), "{out}");
+        // Field paths that do not exist are the user's error, as on a real cluster.
+        let out = k.run(&["explain", "deployment.spec.replicsa"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("field \"replicsa\" does not exist"), "{err}");
+    })
+    .await
+    .expect("scenario");
+}
+
+const LIST_FILE: &str = "apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: settings
+  data:
+    mode: fast
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata:
+    name: web
+  spec:
+    selector:
+      matchLabels: {app: web}
+    template:
+      metadata:
+        labels: {app: web}
+      spec:
+        containers:
+        - name: web
+          image: nginx
+";
+
+/// `kubectl create -f` of a `List` (what `kubectl get -o yaml` writes for several objects)
+/// validates the items against `/openapi/v2`, as kubectl only does for lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_should_accept_list_files_and_validate_their_items() {
+    let (_cluster, dir, k) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(path("list.yaml"), LIST_FILE).expect("write");
+        let out = k.ok(&["create", "-f", &path("list.yaml")]);
+        assert_eq!(out, "configmap/settings created\ndeployment.apps/web created\n");
+
+        // What kubectl writes for several objects goes back in, as JSON and as YAML, with
+        // custom resources beside built-ins.
+        k.ok(&["apply", "-f", &sample("foo-crd.yaml")]);
+        k.ok(&["apply", "-f", &sample("example-foo.yaml")]);
+        for format in ["json", "yaml"] {
+            let listed = k.ok(&["get", "configmap/settings", "deployment/web", "foo/example-foo", "-o", format]);
+            let file = path(&format!("got.{format}"));
+            std::fs::write(&file, listed).expect("write");
+            k.ok(&["delete", "-f", &file, "--wait"]);
+            let out = k.ok(&["create", "-f", &file]);
+            assert_eq!(
+                out,
+                "configmap/settings created\ndeployment.apps/web created\nfoo.samplecontroller.k8s.io/example-foo created\n"
+            );
+        }
+
+        // An item with a misspelt field is refused before anything is sent, naming it.
+        let bad = LIST_FILE.replace("    selector:", "    replicsa: 2\n    selector:");
+        std::fs::write(path("bad.yaml"), bad).expect("write");
+        let out = k.run(&["create", "-f", &path("bad.yaml")]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unknown field \"replicsa\" in io.k8s.api.apps.v1.DeploymentSpec"),
+            "{err}"
+        );
+        let out = k.ok(&["get", "deployments", "-o", "name"]);
+        assert_eq!(out, "deployment.apps/web\n", "nothing of the bad list was created");
+    })
+    .await
+    .expect("scenario");
+}

@@ -1233,3 +1233,71 @@ async fn server_side_apply_should_track_field_ownership() {
         "bob's only field was taken by carol: {entries:?}"
     );
 }
+
+/// `/openapi/v2` and `/openapi/v3` negotiate and cache as kube-openapi's handlers do.
+#[tokio::test]
+async fn openapi_documents_should_negotiate_and_cache_as_kube_apiserver() {
+    let (_cluster, client) = start().await;
+    let get = |path: &str, accept: &str| {
+        http::Request::get(path)
+            .header("accept", accept)
+            .body(Vec::new())
+            .expect("request")
+    };
+    let send = |request: http::Request<Vec<u8>>| client.send(request.map(kube::client::Body::from));
+    let content_type = |response: &http::Response<kube::client::Body>| {
+        response.headers()["content-type"]
+            .to_str()
+            .expect("ascii")
+            .to_owned()
+    };
+    // client-go asks for the deprecated protobuf spelling and gets the one Go can parse.
+    let v2 = send(get(
+        "/openapi/v2",
+        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    ))
+    .await
+    .expect("v2");
+    assert_eq!(v2.status(), 200);
+    assert_eq!(
+        content_type(&v2),
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    );
+    let v2 = send(get("/openapi/v2", "application/json"))
+        .await
+        .expect("v2");
+    assert_eq!(content_type(&v2), "application/json");
+    let etag = v2.headers()["etag"].clone();
+    let v2 = send(get("/openapi/v2", "text/html")).await.expect("v2");
+    assert_eq!(v2.status(), 406);
+    let mut again = get("/openapi/v2", "application/json");
+    again.headers_mut().insert("if-none-match", etag);
+    assert_eq!(send(again).await.expect("v2").status(), 304);
+
+    // v3: the root's URLs carry a hash; the current one may be cached forever, an old one
+    // is redirected to the current one.
+    let root: serde_json::Value = client
+        .request(get("/openapi/v3", "application/json"))
+        .await
+        .expect("root");
+    let url = root["paths"]["apis/apps/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("apps/v1")
+        .to_owned();
+    let doc = send(get(&url, "application/json")).await.expect("doc");
+    assert_eq!(doc.status(), 200);
+    assert_eq!(doc.headers()["cache-control"], "public, immutable");
+    let stale = send(get("/openapi/v3/apis/apps/v1?hash=0", "application/json"))
+        .await
+        .expect("doc");
+    assert_eq!(stale.status(), 301);
+    assert_eq!(stale.headers()["location"], url.as_str());
+    let unversioned = send(get("/openapi/v3/apis/apps/v1", "application/json"))
+        .await
+        .expect("doc");
+    assert!(unversioned.headers().get("cache-control").is_none());
+    let missing = send(get("/openapi/v3/apis/apps/v9", "application/json"))
+        .await
+        .expect("doc");
+    assert_eq!(missing.status(), 404);
+}

@@ -1,9 +1,14 @@
-//! Compiles Kubernetes' `generated.proto` files into the `FileDescriptorSet` the embedded API
-//! server decodes protobuf bodies with (`apiserver/src/protobuf/kubernetes.binpb`).
+//! Compiles proto files into the `FileDescriptorSet`s the embedded API server encodes and
+//! decodes protobuf with: Kubernetes' `generated.proto` files (`apiserver/src/protobuf/kubernetes.binpb`)
+//! and gnostic's OpenAPI v2 messages (`apiserver/src/openapi/openapiv2.binpb`).
 //!
 //! ```sh
-//! cargo run --manifest-path tools/protobuf-descriptors/Cargo.toml -- PROTO_ROOT OUT
+//! cargo run --manifest-path tools/protobuf-descriptors/Cargo.toml -- PROTO_ROOT OUT [FILE…]
 //! ```
+//!
+//! Without `FILE`s it compiles Kubernetes' files ([`FILES`]). For the OpenAPI v2 messages,
+//! `PROTO_ROOT` is a checkout of `github.com/google/gnostic-models` and the file is
+//! `openapiv2/OpenAPIv2.proto`.
 //!
 //! `PROTO_ROOT` holds the proto files under their import paths (`api/core/v1/generated.proto`,
 //! `apimachinery/pkg/apis/meta/v1/generated.proto`, …), as the `k8s-rs-pb` crate ships them in
@@ -37,12 +42,16 @@ const FILES: &[&str] = &[
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (Some(root), Some(out)) = (args.next(), args.next()) else {
-        eprintln!("usage: protobuf-descriptors PROTO_ROOT OUT");
+        eprintln!("usage: protobuf-descriptors PROTO_ROOT OUT [FILE…]");
         return ExitCode::FAILURE;
     };
+    let mut files: Vec<String> = args.collect();
+    if files.is_empty() {
+        files = FILES.iter().map(|f| (*f).to_owned()).collect();
+    }
     let compiled = protox::Compiler::new([PathBuf::from(&root)]).and_then(|mut compiler| {
         compiler.include_imports(true).include_source_info(false);
-        compiler.open_files(FILES)?;
+        compiler.open_files(&files)?;
         Ok(compiler.file_descriptor_set())
     });
     let set = match compiled {
