@@ -150,6 +150,11 @@ impl ApiError {
         Self::new(400, "BadRequest", message.into())
     }
 
+    /// 422 Invalid without field causes (a patch the server cannot apply to the object).
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message.into())
+    }
+
     /// 403 Forbidden.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message.into())

@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::field_validation;
 use crate::managed;
 use crate::openapi;
-use crate::patch::{PatchKind, patched};
+use crate::patch::{PatchKind, PatchMeta, patched};
 use crate::printers;
 use crate::protobuf;
 use crate::resources::ResourceType;
@@ -736,7 +736,8 @@ fn scale_subresource(
                 .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
             Box::new(move |current| {
                 let scale = scale::scale_of(paths, current);
-                let asked = patched(kind, &patch, true, Some(&scale))?.unwrap_or(scale);
+                let meta = PatchMeta::of_kind("autoscaling", "v1", "Scale");
+                let asked = patched(kind, &patch, Some(meta), Some(&scale))?.unwrap_or(scale);
                 scale::apply_scale((&rt.group, &rt.plural), paths, current, &asked)
             })
         }
@@ -790,7 +791,6 @@ fn patch(
             "PATCH with apply requires a fieldManager",
         ));
     }
-    let builtin = target.rt.schema.is_none();
     let name = target.name.as_deref().unwrap_or_default();
     let existed = server
         .store
@@ -842,7 +842,7 @@ fn patch(
             name,
             target.status,
             options,
-            |current| patched(kind, &patch, builtin, current),
+            |current| patched(kind, &patch, PatchMeta::of(&target.rt), current),
         )?
     };
     Ok(with_warnings(

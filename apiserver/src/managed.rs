@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::patch::merge_key;
+use crate::openapi;
 
 /// A set of fields: the members under each path element, and whether the node itself is a
 /// member (`.`, for list items and empty objects).
@@ -134,67 +134,82 @@ enum ListType {
     Atomic,
 }
 
-/// Where list types come from: the built-in kinds' merge keys, or a CRD version's schema.
+/// Where list types come from, as structured-merge-diff reads them: the kind's schema
+/// (kube-apiserver's definition of a built-in kind, a CRD version's schema), its `metadata`
+/// being `ObjectMeta` for both.
 #[derive(Clone, Copy, Debug)]
-pub enum Schema<'a> {
-    /// A built-in kind.
-    Builtin,
-    /// A custom resource with this OpenAPI v3 schema.
-    Custom(&'a Value),
+pub struct Schema<'a> {
+    root: Option<&'a Value>,
 }
 
 impl<'a> Schema<'a> {
-    /// Where `rt`'s objects get their list types: their CRD schema, or the built-in keys.
+    /// The schema of `rt`'s objects.
     pub fn of(rt: &'a crate::resources::ResourceType) -> Self {
         match &rt.schema {
-            Some(schema) => Schema::Custom(schema),
-            None => Schema::Builtin,
+            Some(schema) => Schema { root: Some(schema) },
+            None => Self::builtin(&rt.group, &rt.version, &rt.kind),
         }
     }
 
-    fn list_type(&self, field: &str, schema: Option<&Value>, items: &[Value]) -> ListType {
-        match self {
-            Schema::Builtin => {
-                if field == "finalizers" {
-                    ListType::Set
-                } else if let Some(key) = merge_key(field, items) {
-                    ListType::Map(vec![key.to_owned()])
-                } else {
-                    ListType::Atomic
-                }
-            }
-            Schema::Custom(_) => {
-                let schema = schema.cloned().unwrap_or_default();
-                match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
-                    Some("map") => ListType::Map(
-                        schema["x-kubernetes-list-map-keys"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect(),
-                    ),
-                    Some("set") => ListType::Set,
+    /// The schema of a built-in kind's objects.
+    pub fn builtin(group: &str, version: &str, kind: &str) -> Self {
+        Schema {
+            root: openapi::builtin_kind(group, version, kind),
+        }
+    }
+
+    /// A list's type: `x-kubernetes-list-type` (and its map keys); lacking one, the patch
+    /// strategy (`merge` with a key is a map, without a set); else atomic.
+    fn list_type(&self, schema: Option<&Value>) -> ListType {
+        let Some(schema) = schema else {
+            return ListType::Atomic;
+        };
+        let text = |key: &str| schema.get(key).and_then(Value::as_str);
+        match text("x-kubernetes-list-type") {
+            Some("map") => ListType::Map(
+                schema["x-kubernetes-list-map-keys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            Some("set") => ListType::Set,
+            Some(_) => ListType::Atomic,
+            None => {
+                let merge = text("x-kubernetes-patch-strategy")
+                    .is_some_and(|s| s.split(',').any(|s| s.trim() == "merge"));
+                match text("x-kubernetes-patch-merge-key") {
+                    Some(key) if merge => ListType::Map(vec![key.to_owned()]),
+                    None if merge => ListType::Set,
                     _ => ListType::Atomic,
                 }
             }
         }
     }
 
-    /// The schema of `field` under `schema` (custom resources only).
+    /// The schema of `field` under `schema` (a property, or the values of a map).
     fn child<'s>(&self, schema: Option<&'s Value>, field: &str) -> Option<&'s Value> {
-        let schema = schema?;
+        let schema = openapi::resolve(schema?);
         schema
-            .pointer(&format!("/properties/{field}"))
+            .get("properties")
+            .and_then(|p| p.get(field))
             .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
     }
 
-    fn root(&self) -> Option<&Value> {
-        match self {
-            Schema::Builtin => None,
-            Schema::Custom(schema) => Some(schema),
-        }
+    /// The schema of a list's items.
+    fn items<'s>(&self, schema: Option<&'s Value>) -> Option<&'s Value> {
+        schema.and_then(|s| s.get("items"))
+    }
+
+    fn root(&self) -> Option<&'a Value> {
+        self.root
+    }
+
+    /// `ObjectMeta`, the schema of every kind's `metadata`.
+    fn metadata(&self) -> Option<&'static Value> {
+        openapi::builtin_definition("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
     }
 }
 
@@ -212,12 +227,22 @@ const SERVER_FIELDS: &[&str] = &[
     "selfLink",
 ];
 
-/// The path element of a keyed list item: `k:{"name":"web"}` (keys sorted, as JSON).
-fn item_key(item: &Value, keys: &[String]) -> String {
+/// The path element of a keyed list item: `k:{"name":"web"}` (keys sorted, as JSON). A key
+/// field the item leaves out takes its default, as structured-merge-diff fills it: the item
+/// schema's `default`, or, for the one defaulted key of the built-in kinds (ports' `protocol`,
+/// whose default kube-apiserver's v2 definitions do not carry), `TCP`.
+fn item_key(item: &Value, keys: &[String], item_schema: Option<&Value>) -> String {
     let mut fields = Map::new();
     for key in keys {
-        if let Some(value) = item.get(key) {
-            fields.insert(key.clone(), value.clone());
+        let default = || {
+            let schema = item_schema.map(openapi::resolve);
+            schema
+                .and_then(|s| s.pointer(&format!("/properties/{key}/default")))
+                .cloned()
+                .or_else(|| (key == "protocol").then(|| Value::from("TCP")))
+        };
+        if let Some(value) = item.get(key).cloned().or_else(default) {
+            fields.insert(key.clone(), value);
         }
     }
     format!("k:{}", Value::Object(fields))
@@ -241,12 +266,13 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
                         .filter(|(f, _)| !SERVER_FIELDS.contains(&f.as_str()))
                     {
                         let mut grandchild = FieldSet::default();
-                        walk(v, field, None, schema, &mut grandchild);
+                        let node = schema.child(schema.metadata(), field);
+                        walk(v, node, schema, &mut grandchild);
                         child.children.insert(format!("f:{field}"), grandchild);
                     }
                 }
             } else {
-                walk(value, key, child_schema, schema, &mut child);
+                walk(value, child_schema, schema, &mut child);
             }
             set.children.insert(format!("f:{key}"), child);
         }
@@ -254,31 +280,34 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
     set
 }
 
-fn walk(value: &Value, field: &str, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
+fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
     match value {
         Value::Object(map) if !map.is_empty() => {
             for (key, child) in map {
                 let mut sub = FieldSet::default();
-                walk(child, key, schema.child(node, key), schema, &mut sub);
+                walk(child, schema.child(node, key), schema, &mut sub);
                 set.children.insert(format!("f:{key}"), sub);
             }
         }
-        Value::Array(items) => match schema.list_type(field, node, items) {
+        Value::Array(items) => match schema.list_type(node) {
             ListType::Map(keys) => {
-                let item_schema = node.and_then(|n| n.get("items"));
+                let item_schema = schema.items(node);
                 for item in items {
                     let mut sub = FieldSet {
                         itself: true,
                         ..Default::default()
                     };
-                    walk(item, field, item_schema, schema, &mut sub);
-                    set.children.insert(item_key(item, &keys), sub);
+                    walk(item, item_schema, schema, &mut sub);
+                    set.children.insert(item_key(item, &keys, item_schema), sub);
                 }
             }
             ListType::Set => {
                 for item in items {
-                    set.children
-                        .insert(format!("v:{item}"), FieldSet::default());
+                    let member = FieldSet {
+                        itself: true,
+                        ..Default::default()
+                    };
+                    set.children.insert(format!("v:{item}"), member);
                 }
             }
             ListType::Atomic => set.itself = true,
@@ -545,7 +574,6 @@ pub fn apply(
     merge(
         &mut merged,
         config,
-        "",
         schema.root(),
         schema,
         skip_status,
@@ -599,7 +627,6 @@ pub fn apply(
 fn merge(
     live: &mut Value,
     config: &Value,
-    field: &str,
     node: Option<&Value>,
     schema: Schema<'_>,
     skip_status: bool,
@@ -622,14 +649,15 @@ fn merge(
                                 || *k == "namespace"
                         }) {
                             let slot = meta.entry(k.clone()).or_insert(Value::Null);
-                            merge(slot, v, k, None, schema, false, false);
+                            let node = schema.child(schema.metadata(), k);
+                            merge(slot, v, node, schema, false, false);
                         }
                     }
                     continue;
                 }
                 let child_node = schema.child(node, key);
                 match live_map.get_mut(key) {
-                    Some(slot) => merge(slot, value, key, child_node, schema, false, false),
+                    Some(slot) => merge(slot, value, child_node, schema, false, false),
                     None => {
                         live_map.insert(key.clone(), value.clone());
                     }
@@ -637,30 +665,29 @@ fn merge(
             }
         }
         _ => match (live.as_array_mut(), config.as_array()) {
-            (Some(live_items), Some(config_items)) => {
-                match schema.list_type(field, node, config_items) {
-                    ListType::Map(keys) => {
-                        let item_node = node.and_then(|n| n.get("items"));
-                        for item in config_items {
-                            let key = item_key(item, &keys);
-                            match live_items.iter_mut().find(|l| item_key(l, &keys) == key) {
-                                Some(existing) => {
-                                    merge(existing, item, field, item_node, schema, false, false);
-                                }
-                                None => live_items.push(item.clone()),
+            (Some(live_items), Some(config_items)) => match schema.list_type(node) {
+                ListType::Map(keys) => {
+                    let item_node = schema.items(node);
+                    for item in config_items {
+                        let key = item_key(item, &keys, item_node);
+                        let same = |l: &&mut Value| item_key(l, &keys, item_node) == key;
+                        match live_items.iter_mut().find(same) {
+                            Some(existing) => {
+                                merge(existing, item, item_node, schema, false, false);
                             }
+                            None => live_items.push(item.clone()),
                         }
                     }
-                    ListType::Set => {
-                        for item in config_items {
-                            if !live_items.contains(item) {
-                                live_items.push(item.clone());
-                            }
-                        }
-                    }
-                    ListType::Atomic => *live = config.clone(),
                 }
-            }
+                ListType::Set => {
+                    for item in config_items {
+                        if !live_items.contains(item) {
+                            live_items.push(item.clone());
+                        }
+                    }
+                }
+                ListType::Atomic => *live = config.clone(),
+            },
             _ => *live = config.clone(),
         },
     }

@@ -808,3 +808,43 @@ async fn create_should_accept_list_files_and_validate_their_items() {
     .await
     .expect("scenario");
 }
+
+/// Client-side `kubectl apply` computes a three-way strategic merge patch from the patch
+/// strategies the server's OpenAPI v3 document publishes: a container dropped from the file
+/// goes, one added by someone else stays, lists merge by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_side_apply_should_merge_lists_by_their_keys() {
+    let (_cluster, dir, k) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let file = dir.path().join("web.yaml").display().to_string();
+        let deployment = |containers: &str| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n{containers}"
+            )
+        };
+        let container = |name: &str, image: &str| {
+            format!("      - name: {name}\n        image: {image}\n        env:\n        - name: MODE\n          value: {name}\n")
+        };
+        let names = || {
+            k.ok(&["get", "deployment/web", "-o", "jsonpath={.spec.template.spec.containers[*].name}={.spec.template.spec.containers[*].image}"])
+        };
+        std::fs::write(&file, deployment(&(container("web", "nginx:1") + &container("log", "busybox")))).expect("write");
+        k.ok(&["apply", "-f", &file]);
+        assert_eq!(names(), "web log=nginx:1 busybox");
+
+        // Someone else adds a sidecar (not in the last-applied configuration).
+        k.ok(&["patch", "deployment/web", "--type=strategic", "-p",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"proxy","image":"envoy"}]}}}}"#]);
+        assert_eq!(names(), "proxy web log=envoy nginx:1 busybox");
+
+        // The file drops `log` and changes `web`'s image: `log` goes, `proxy` stays.
+        std::fs::write(&file, deployment(&container("web", "nginx:2"))).expect("write");
+        let out = k.ok(&["apply", "-f", &file]);
+        assert_eq!(out, "deployment.apps/web configured\n");
+        assert_eq!(names(), "proxy web=envoy nginx:2");
+        let env = k.ok(&["get", "deployment/web", "-o", "jsonpath={.spec.template.spec.containers[1].env[*].value}"]);
+        assert_eq!(env, "web");
+    })
+    .await
+    .expect("scenario");
+}

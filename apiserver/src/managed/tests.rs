@@ -19,7 +19,7 @@ fn apply_as(
     apply(
         live,
         config,
-        Schema::Builtin,
+        Schema::builtin("apps", "v1", "Deployment"),
         false,
         force,
         &write(manager),
@@ -34,7 +34,11 @@ fn deployment(replicas: i64, image: &str) -> Value {
 
 #[test]
 fn field_sets_should_round_trip_through_fields_v1() {
-    let set = fields_of(&deployment(1, "nginx"), Schema::Builtin, false);
+    let set = fields_of(
+        &deployment(1, "nginx"),
+        Schema::builtin("apps", "v1", "Deployment"),
+        false,
+    );
     let text = set.to_fields_v1();
     assert_eq!(
         text,
@@ -43,6 +47,29 @@ fn field_sets_should_round_trip_through_fields_v1() {
                 "k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}})
     );
     assert_eq!(FieldSet::from_fields_v1(&text), set);
+}
+
+/// List types as structured-merge-diff reads them from kube-apiserver's definitions: ports
+/// keyed by port and protocol (defaulted when left out), arguments atomic, finalizers a set,
+/// owner references keyed by uid.
+#[test]
+fn list_types_should_come_from_the_kinds_definition() {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "finalizers": ["x"],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u1"}]},
+        "spec": {"containers": [{"name": "web", "image": "i", "args": ["a"],
+            "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]}]}});
+    let text = fields_of(&pod, Schema::builtin("", "v1", "Pod"), false).to_fields_v1();
+    assert_eq!(
+        text,
+        json!({"f:metadata": {"f:finalizers": {"v:\"x\"": {}},
+                "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {".": {}, "f:apiVersion": {},
+                    "f:kind": {}, "f:name": {}, "f:uid": {}}}},
+            "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:args": {},
+                "f:image": {}, "f:name": {}, "f:ports": {
+                    "k:{\"containerPort\":53,\"protocol\":\"UDP\"}": {".": {}, "f:containerPort": {}, "f:protocol": {}},
+                    "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}})
+    );
 }
 
 #[test]
@@ -57,10 +84,20 @@ fn an_apply_that_drops_a_field_should_remove_it_unless_another_manager_owns_it()
 
     // Labels another manager also set stay.
     let mut shared = first.clone();
-    record_update(&first, &mut shared, Schema::Builtin, &write("b"));
+    record_update(
+        &first,
+        &mut shared,
+        Schema::builtin("apps", "v1", "Deployment"),
+        &write("b"),
+    );
     let mut labelled = shared.clone();
     labelled["metadata"]["labels"]["c"] = json!("d");
-    record_update(&shared, &mut labelled, Schema::Builtin, &write("b"));
+    record_update(
+        &shared,
+        &mut labelled,
+        Schema::builtin("apps", "v1", "Deployment"),
+        &write("b"),
+    );
     let third = apply_as(Some(&labelled), &config, "a", false).expect("apply");
     assert_eq!(third.pointer("/metadata/labels/c"), Some(&json!("d")));
 }
@@ -94,7 +131,7 @@ fn an_update_should_take_the_fields_it_changes() {
     record_update(
         &first,
         &mut scaled,
-        Schema::Builtin,
+        Schema::builtin("apps", "v1", "Deployment"),
         &write("kubectl-scale"),
     );
     let owners = entries(&scaled);
@@ -132,9 +169,9 @@ proptest::proptest! {
         force in proptest::prelude::any::<bool>(),
     ) {
         let live = json!({"metadata": {"name": "x"}, "spec": live});
-        let live = apply(None, &live, Schema::Builtin, false, false, &write("one"), ("K", "", "x")).expect("create");
+        let live = apply(None, &live, Schema::builtin("apps", "v1", "Deployment"), false, false, &write("one"), ("K", "", "x")).expect("create");
         let config = json!({"metadata": {"name": "x"}, "spec": config});
-        if let Ok(merged) = apply(Some(&live), &config, Schema::Builtin, false, force, &write("two"), ("K", "", "x")) {
+        if let Ok(merged) = apply(Some(&live), &config, Schema::builtin("apps", "v1", "Deployment"), false, force, &write("two"), ("K", "", "x")) {
             proptest::prop_assert!(entries(&merged).iter().any(|e| e.manager == "two"));
         }
     }

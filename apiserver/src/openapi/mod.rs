@@ -95,6 +95,31 @@ fn builtin() -> &'static Builtin {
     })
 }
 
+/// kube-apiserver's definition of a built-in kind, in Swagger 2.0 form (`$ref`s point into
+/// `#/definitions/`; follow them with [`resolve`]): where strategic merge and server-side apply
+/// find each field's patch strategy, merge key and list type.
+pub fn builtin_kind(group: &str, version: &str, kind: &str) -> Option<&'static Value> {
+    let builtin = builtin();
+    builtin
+        .model(group, version, kind)
+        .and_then(|name| builtin.definitions.get(name))
+}
+
+/// One of kube-apiserver's definitions, by name (`io.k8s.api.core.v1.PodSpec`).
+pub fn builtin_definition(name: &str) -> Option<&'static Value> {
+    builtin().definitions.get(name)
+}
+
+/// `schema`, or the built-in definition it references (`$ref`).
+pub fn resolve(schema: &Value) -> &Value {
+    schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/definitions/"))
+        .and_then(|name| builtin().definitions.get(name))
+        .unwrap_or(schema)
+}
+
 impl Builtin {
     fn model(&self, group: &str, version: &str, kind: &str) -> Option<&str> {
         self.by_kind
@@ -228,7 +253,9 @@ fn with_description(reference: Value, description: &str, flavour: Flavour) -> Va
 fn crd_model(rt: &ResourceType, flavour: Flavour) -> Value {
     let preserve = |s: &Value| s["x-kubernetes-preserve-unknown-fields"] == json!(true);
     let mut schema = match rt.schema.as_deref() {
+        // A schema that is no object at all describes nothing (kube-apiserver refuses such CRDs).
         None => json!({"type": "object"}),
+        Some(s) if !s.is_object() => json!({"type": "object"}),
         Some(s) if flavour == Flavour::V2 && preserve(s) => json!({"type": "object"}),
         Some(s) => {
             let mut schema = s.clone();
@@ -308,6 +335,9 @@ fn children(schema: &mut Value) -> Vec<&mut Value> {
 /// `x-kubernetes-embedded-resource` objects get `apiVersion`, `kind` and `metadata` and
 /// require the first two, as apiextensions-apiserver's `addEmbeddedProperties`.
 fn add_embedded_properties(schema: &mut Value, flavour: Flavour) {
+    if !schema.is_object() {
+        return;
+    }
     for child in children(schema) {
         add_embedded_properties(child, flavour);
     }
@@ -335,6 +365,7 @@ fn add_embedded_properties(schema: &mut Value, flavour: Flavour) {
     if !schema["required"].is_array() {
         schema["required"] = json!([]);
     }
+    // (`schema` is an object: checked on entry.)
     if let Value::Array(required) = &mut schema["required"] {
         for name in ["kind", "apiVersion"] {
             if !required.iter().any(|r| r == name) {

@@ -314,3 +314,75 @@ fn the_v2_document_should_encode_as_gnostic_protobuf() {
         "name"
     );
 }
+
+/// JSON a CRD's `openAPIV3Schema` could hold, valid or not.
+fn schema_value() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let key = proptest::sample::select(
+        &[
+            "type",
+            "properties",
+            "items",
+            "additionalProperties",
+            "required",
+            "nullable",
+            "x-kubernetes-preserve-unknown-fields",
+            "x-kubernetes-embedded-resource",
+            "x-kubernetes-int-or-string",
+            "anyOf",
+            "allOf",
+            "enum",
+            "default",
+            "minimum",
+            "maxLength",
+            "description",
+            "$ref",
+            "spec",
+            "metadata",
+            "x",
+        ][..],
+    );
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        (-1e9f64..1e9).prop_map(Value::from),
+        proptest::sample::select(
+            &[
+                "object",
+                "array",
+                "string",
+                "integer",
+                "#/definitions/x",
+                ""
+            ][..]
+        )
+        .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 4, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::btree_map(key.clone(), inner, 0..4).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+            )),
+        ]
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// Whatever schema a CRD carries, its kinds' models build, and encode as protobuf, without
+    /// a panic (the rest of the documents is the built-ins', tested above).
+    #[test]
+    fn arbitrary_crd_schemas_should_build_documents(schema in schema_value()) {
+        let registry = registry_with(foo_crd(schema));
+        let types = registry.all();
+        let crd: Vec<&ResourceType> = types.iter().filter(|t| t.group == "stable.example.com").collect();
+        proptest::prop_assert_eq!(crd.len(), 1);
+        let v3 = models(&crd, Flavour::V3);
+        proptest::prop_assert!(v3.contains_key("com.example.stable.v1.Foo"));
+        let v2 = json!({"swagger": "2.0", "paths": paths(&crd, Flavour::V2),
+            "definitions": models(&crd, Flavour::V2)});
+        proptest::prop_assert!(!gnostic::encode(&v2).is_empty());
+    }
+}

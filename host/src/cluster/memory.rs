@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
-use krec_apiserver::patch::{PatchKind, patched};
+use krec_apiserver::patch::{PatchKind, PatchMeta, patched};
 use krec_apiserver::selector::{FieldSelector, LabelSelector};
 use krec_apiserver::store::DeleteOptions;
 use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};
@@ -181,11 +181,11 @@ impl ClusterAccess for MemoryCluster {
             PatchType::Strategic => PatchKind::Strategic,
             PatchType::Apply => PatchKind::Apply,
         };
-        let builtin = rt.schema.is_none();
+        let meta = PatchMeta::of(&rt);
         let patched = self
             .store
             .patch(&rt, namespace, name, status, false, |current| {
-                patched(kind, &body, builtin, current)
+                patched(kind, &body, meta, current)
             })?;
         Ok(patched)
     }

@@ -1,14 +1,14 @@
 //! Patch formats: JSON merge patch, JSON patch, strategic merge patch and server-side apply.
 //!
-//! Strategic merge patch follows the `patchMergeKey`s of the built-in kinds for the lists
-//! kubectl touches (`containers` by `name`, `ports` by `containerPort`/`port`, `env` by `name`,
-//! `volumes`, `volumeMounts` by `mountPath`, `ownerReferences` by `uid`, `conditions` by `type`,
-//! …), merges `finalizers` as a set, and honours the `$patch`, `$retainKeys`,
-//! `$setElementOrder/…` and `$deleteFromPrimitiveList/…` directives. Other lists are replaced.
-//! Server-side apply is applied as a merge (strategic for built-in kinds, JSON merge for custom
-//! resources) without field-ownership tracking or conflict detection.
+//! Strategic merge patch ([`strategic`]) follows the patch strategies of kube-apiserver's
+//! definitions of the built-in kinds; custom resources refuse it, as on kube-apiserver.
+//! Server-side apply, with field ownership, is [`crate::managed`]'s.
 
-use serde_json::{Map, Value};
+mod strategic;
+
+pub use strategic::{PatchMeta, strategic_merge};
+
+use serde_json::Value;
 
 use crate::error::ApiError;
 
@@ -48,13 +48,13 @@ impl PatchKind {
     }
 }
 
-/// Apply `body` (already decoded) to `target`. `builtin` says whether the kind is built in
-/// (strategic merge is refused for custom resources, as kube-apiserver does).
+/// Apply `body` (already decoded) to `target`. `meta` holds a built-in kind's patch strategies;
+/// `None` (custom resources) refuses strategic merge, as kube-apiserver does.
 pub fn apply_patch(
     kind: PatchKind,
     target: &mut Value,
     body: &Value,
-    builtin: bool,
+    meta: Option<PatchMeta>,
 ) -> Result<(), ApiError> {
     match kind {
         PatchKind::Merge => {
@@ -63,20 +63,19 @@ pub fn apply_patch(
         }
         PatchKind::Json => json_patch_bounded(target, body)?,
         PatchKind::Strategic => {
-            if !builtin {
+            let Some(meta) = meta else {
                 return Err(ApiError::unsupported_media_type(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
                 ));
-            }
+            };
             require_object(body)?;
-            strategic_merge(target, body);
+            strategic_merge(target, body, meta)?;
         }
         PatchKind::Apply => {
             require_object(body)?;
-            if builtin {
-                strategic_merge(target, body);
-            } else {
-                json_patch::merge(target, body);
+            match meta {
+                Some(meta) => strategic_merge(target, body, meta)?,
+                None => json_patch::merge(target, body),
             }
         }
     }
@@ -88,13 +87,13 @@ pub fn apply_patch(
 pub fn patched(
     kind: PatchKind,
     body: &Value,
-    builtin: bool,
+    meta: Option<PatchMeta>,
     current: Option<&Value>,
 ) -> Result<Option<Value>, ApiError> {
     match current {
         Some(current) => {
             let mut patched = current.clone();
-            apply_patch(kind, &mut patched, body, builtin)?;
+            apply_patch(kind, &mut patched, body, meta)?;
             Ok(Some(patched))
         }
         None if kind == PatchKind::Apply => Ok(Some(body.clone())),
@@ -189,164 +188,6 @@ fn require_object(body: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// The merge key of a list field of the built-in kinds, or `None` to replace the list.
-pub(crate) fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
-    match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "imagePullSecrets"
-        | "readinessGates"
-        | "resourceClaims" => Some("name"),
-        "volumeMounts" => Some("mountPath"),
-        "volumeDevices" => Some("devicePath"),
-        "ownerReferences" => Some("uid"),
-        "conditions" => Some("type"),
-        "hostAliases" => Some("ip"),
-        "ports" => {
-            if items.iter().any(|i| i.get("containerPort").is_some()) {
-                Some("containerPort")
-            } else {
-                Some("port")
-            }
-        }
-        _ => None,
-    }
-}
-
-/// Primitive lists merged as sets.
-fn is_set_list(field: &str) -> bool {
-    matches!(field, "finalizers")
-}
-
-/// A copy of a patch value with every directive removed.
-fn without_directives(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| !k.starts_with('$'))
-                .map(|(k, v)| (k.clone(), without_directives(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .filter(|i| i.get("$patch").is_none())
-                .map(without_directives)
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
-/// Strategic merge of `patch` into `target`.
-pub fn strategic_merge(target: &mut Value, patch: &Value) {
-    let Some(patch_map) = patch.as_object() else {
-        *target = patch.clone();
-        return;
-    };
-    if patch_map.get("$patch").and_then(Value::as_str) == Some("replace") {
-        *target = without_directives(patch);
-        return;
-    }
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Some(target_map) = target.as_object_mut() else {
-        return;
-    };
-    if let Some(keep) = patch_map.get("$retainKeys").and_then(Value::as_array) {
-        let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
-        target_map.retain(|k, _| keep.contains(&k.as_str()));
-    }
-    for (key, value) in patch_map {
-        if let Some(field) = key.strip_prefix("$deleteFromPrimitiveList/") {
-            if let (Some(list), Some(remove)) = (
-                target_map.get_mut(field).and_then(Value::as_array_mut),
-                value.as_array(),
-            ) {
-                list.retain(|v| !remove.contains(v));
-            }
-            continue;
-        }
-        if key.starts_with('$') {
-            continue;
-        }
-        match value {
-            Value::Null => {
-                target_map.remove(key);
-            }
-            Value::Object(inner)
-                if inner.get("$patch").and_then(Value::as_str) == Some("delete") =>
-            {
-                target_map.remove(key);
-            }
-            Value::Object(_) => {
-                let slot = target_map.entry(key.clone()).or_insert(Value::Null);
-                if slot.is_object() {
-                    strategic_merge(slot, value);
-                } else {
-                    *slot = Value::Null;
-                    strategic_merge(slot, value);
-                }
-            }
-            Value::Array(items) => {
-                let slot = target_map
-                    .entry(key.clone())
-                    .or_insert(Value::Array(Vec::new()));
-                merge_list(key, slot, items);
-            }
-            other => {
-                target_map.insert(key.clone(), other.clone());
-            }
-        }
-    }
-}
-
-fn merge_list(field: &str, target: &mut Value, items: &[Value]) {
-    if items
-        .iter()
-        .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
-    {
-        *target = without_directives(&Value::Array(items.to_vec()));
-        return;
-    }
-    if !target.is_array() {
-        *target = Value::Array(Vec::new());
-    }
-    let Some(list) = target.as_array_mut() else {
-        return;
-    };
-    if is_set_list(field) {
-        for item in items {
-            if !list.contains(item) {
-                list.push(item.clone());
-            }
-        }
-        return;
-    }
-    let Some(key) = merge_key(field, items).filter(|_| items.iter().all(Value::is_object)) else {
-        *list = items.iter().map(without_directives).collect();
-        return;
-    };
-    for item in items {
-        let id = item.get(key);
-        let position = id.and_then(|id| list.iter().position(|t| t.get(key) == Some(id)));
-        if item.get("$patch").and_then(Value::as_str) == Some("delete") {
-            if let Some(i) = position {
-                list.remove(i);
-            }
-            continue;
-        }
-        match position {
-            Some(i) => strategic_merge(&mut list[i], item),
-            None => list.push(without_directives(item)),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -362,7 +203,7 @@ mod tests {
             ops.push(json!({"op": "copy", "from": "/d", "path": format!("/d/k{k}")}));
         }
         let mut target = json!({"metadata": {"name": "x"}});
-        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), true)
+        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), None)
             .expect_err("amplification refused");
         assert_eq!(err.code, 422);
         assert!(
@@ -372,7 +213,7 @@ mod tests {
         // Honest copies within the budget still work.
         let mut target = json!({"a": {"b": 1}});
         let ops = json!([{"op": "copy", "from": "/a", "path": "/c"}]);
-        apply_patch(PatchKind::Json, &mut target, &ops, true).expect("copy");
+        apply_patch(PatchKind::Json, &mut target, &ops, None).expect("copy");
         assert_eq!(target, json!({"a": {"b": 1}, "c": {"b": 1}}));
     }
 
@@ -382,7 +223,7 @@ mod tests {
             .map(|_| json!({"op": "test", "path": "/a", "value": 1}))
             .collect();
         let mut target = json!({"a": 1});
-        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), true)
+        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), None)
             .expect_err("too many operations");
         assert_eq!(err.code, 413);
         assert_eq!(
@@ -392,37 +233,9 @@ mod tests {
     }
 
     #[test]
-    fn strategic_merge_should_merge_keyed_lists_and_honour_directives() {
-        let mut pod = json!({"metadata": {"labels": {"a": "1"}, "finalizers": ["x"]},
-            "spec": {"containers": [{"name": "web", "image": "nginx:1"}, {"name": "side", "image": "busybox"}]}});
-        let patch = json!({"metadata": {"labels": {"b": "2", "a": null}, "finalizers": ["y"]},
-            "spec": {"$setElementOrder/containers": [{"name": "web"}],
-                     "containers": [{"name": "web", "image": "nginx:2"}, {"name": "side", "$patch": "delete"}]}});
-        strategic_merge(&mut pod, &patch);
-        assert_eq!(
-            pod,
-            json!({"metadata": {"labels": {"b": "2"}, "finalizers": ["x", "y"]},
-            "spec": {"containers": [{"name": "web", "image": "nginx:2"}]}})
-        );
-    }
-
-    #[test]
-    fn strategic_merge_should_replace_unkeyed_lists_and_maps_on_request() {
-        let mut obj = json!({"spec": {"args": ["a", "b"], "selector": {"x": "1", "y": "2"}}});
-        strategic_merge(
-            &mut obj,
-            &json!({"spec": {"args": ["c"], "selector": {"$patch": "replace", "z": "3"}}}),
-        );
-        assert_eq!(
-            obj,
-            json!({"spec": {"args": ["c"], "selector": {"z": "3"}}})
-        );
-    }
-
-    #[test]
     fn strategic_patches_should_be_refused_for_custom_resources() {
         let mut obj = json!({});
-        let err = apply_patch(PatchKind::Strategic, &mut obj, &json!({}), false).expect_err("415");
+        let err = apply_patch(PatchKind::Strategic, &mut obj, &json!({}), None).expect_err("415");
         assert_eq!(err.code, 415);
     }
 }
