@@ -198,6 +198,13 @@ impl<'a> Schema<'a> {
             .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
     }
 
+    /// Whether a map or struct is one value (`x-kubernetes-map-type: atomic`, on the field or on
+    /// the type it references: label selectors, owner references, object references, …).
+    fn atomic_map(&self, schema: Option<&Value>) -> bool {
+        let atomic = |s: &Value| s["x-kubernetes-map-type"] == "atomic";
+        schema.is_some_and(|s| atomic(s) || atomic(openapi::resolve(s)))
+    }
+
     /// The schema of a list's items.
     fn items<'s>(&self, schema: Option<&'s Value>) -> Option<&'s Value> {
         schema.and_then(|s| s.get("items"))
@@ -282,7 +289,7 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
 
 fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
     match value {
-        Value::Object(map) if !map.is_empty() => {
+        Value::Object(map) if !map.is_empty() && !schema.atomic_map(node) => {
             for (key, child) in map {
                 let mut sub = FieldSet::default();
                 walk(child, schema.child(node, key), schema, &mut sub);
@@ -633,6 +640,7 @@ fn merge(
     top: bool,
 ) {
     match (live.as_object_mut(), config.as_object()) {
+        (Some(_), Some(_)) if schema.atomic_map(node) => *live = config.clone(),
         (Some(live_map), Some(config_map)) => {
             for (key, value) in config_map {
                 if top && skip_status && key == "status" {

@@ -51,7 +51,7 @@ fn field_sets_should_round_trip_through_fields_v1() {
 
 /// List types as structured-merge-diff reads them from kube-apiserver's definitions: ports
 /// keyed by port and protocol (defaulted when left out), arguments atomic, finalizers a set,
-/// owner references keyed by uid.
+/// owner references keyed by uid and atomic, as are label selectors.
 #[test]
 fn list_types_should_come_from_the_kinds_definition() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
@@ -63,13 +63,19 @@ fn list_types_should_come_from_the_kinds_definition() {
     assert_eq!(
         text,
         json!({"f:metadata": {"f:finalizers": {"v:\"x\"": {}},
-                "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {".": {}, "f:apiVersion": {},
-                    "f:kind": {}, "f:name": {}, "f:uid": {}}}},
+                "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {}}},
             "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:args": {},
                 "f:image": {}, "f:name": {}, "f:ports": {
                     "k:{\"containerPort\":53,\"protocol\":\"UDP\"}": {".": {}, "f:containerPort": {}, "f:protocol": {}},
                     "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}}}}})
     );
+    let deployment = json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}});
+    let text = fields_of(
+        &deployment,
+        Schema::builtin("apps", "v1", "Deployment"),
+        false,
+    );
+    assert_eq!(text.to_fields_v1(), json!({"f:spec": {"f:selector": {}}}));
 }
 
 #[test]
