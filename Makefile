@@ -8,7 +8,7 @@ GUEST_WORKSPACES := sample-guests tests/guests
 KUBECTL_VERSION := 1.37.1
 TOOLS := .tools/venv
 
-.PHONY: all setup tools guests build test lint fmt demo check bench bench-quick clean
+.PHONY: all setup tools guests build test lint fmt demo check bench bench-quick bench-baseline clean
 
 all: test
 
@@ -70,11 +70,27 @@ bench: guests
 	$(CARGO) bench -p krec --bench host
 	$(CARGO) bench -p krec --bench memory
 	$(CARGO) bench -p krec --bench fairness
+	$(MAKE) bench-baseline
+	$(CARGO) bench -p krec --bench server_versions
 
 ## The quick benchmarks (under 3 minutes once built): fewer rounds of the same figures.
 bench-quick: guests
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench throughput
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench guest_call
+
+## The embedded API server before issue 11, for the before/after benchmark (`server_versions`):
+## `krec` built from BASELINE_COMMIT in the shared target directory (its dependencies are this
+## build's), copied to .tools/krec-baseline. Its own `target/release/krec` is removed again, so
+## the next build of this commit puts its own back.
+BASELINE_COMMIT := 98e0e9c
+bench-baseline: .tools/krec-baseline
+
+.tools/krec-baseline:
+	rm -rf .tools/krec-baseline-src && mkdir -p .tools/krec-baseline-src
+	git archive $(BASELINE_COMMIT) | tar -x -C .tools/krec-baseline-src
+	cd .tools/krec-baseline-src && $(CARGO) build --release -p krec --bin krec --target-dir $(CURDIR)/target
+	cp target/release/krec $@
+	rm -f target/release/krec
 
 ## Validate the sample manifests and their modules.
 check: guests

@@ -2,14 +2,16 @@
 //! not have, and to fields set twice, as kube-apiserver decides (kubectl sends `Strict`; a
 //! request without the parameter gets `Warn`).
 //!
-//! Built-in kinds are checked against `k8s-openapi`'s types (a field the typed object does not
-//! keep is unknown); custom resources against their CRD's structural schema (where unknown
-//! fields are pruned unless `x-kubernetes-preserve-unknown-fields`).
+//! Built-in kinds are checked against kube-apiserver's definitions of them (a field a definition
+//! does not declare is unknown, as its Go type would not keep it); custom resources against their
+//! CRD's structural schema (where unknown fields are pruned unless
+//! `x-kubernetes-preserve-unknown-fields`).
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::openapi;
 use crate::resources::ResourceType;
 
 /// The `fieldValidation` of a request.
@@ -128,84 +130,42 @@ fn unknown_in_schema(value: &Value, schema: &Value, path: &str, out: &mut Vec<St
     }
 }
 
-/// Fields of a built-in object its `k8s-openapi` type does not keep (removed from it).
+/// Fields of a built-in object kube-apiserver's definition of its kind does not declare
+/// (removed from it: its Go type would not keep them).
 fn unknown_in_builtin(rt: &ResourceType, object: &mut Value) -> Vec<String> {
-    use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, discovery, events};
-    use k8s_openapi::api::{networking, policy, rbac, scheduling, storage};
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
-    fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Option<Value> {
-        let typed: T = serde_json::from_value(object.clone()).ok()?;
-        serde_json::to_value(typed).ok()
-    }
-    let kept = match (rt.group.as_str(), rt.kind.as_str()) {
-        ("", "Namespace") => typed::<core::v1::Namespace>(object),
-        ("", "Pod") => typed::<core::v1::Pod>(object),
-        ("", "ConfigMap") => typed::<core::v1::ConfigMap>(object),
-        ("", "Secret") => typed::<core::v1::Secret>(object),
-        ("", "Service") => typed::<core::v1::Service>(object),
-        ("", "ServiceAccount") => typed::<core::v1::ServiceAccount>(object),
-        ("", "Event") => typed::<core::v1::Event>(object),
-        ("events.k8s.io", "Event") => typed::<events::v1::Event>(object),
-        ("apps", "Deployment") => typed::<apps::v1::Deployment>(object),
-        ("apps", "ReplicaSet") => typed::<apps::v1::ReplicaSet>(object),
-        ("apps", "StatefulSet") => typed::<apps::v1::StatefulSet>(object),
-        ("apps", "DaemonSet") => typed::<apps::v1::DaemonSet>(object),
-        ("batch", "Job") => typed::<batch::v1::Job>(object),
-        ("batch", "CronJob") => typed::<batch::v1::CronJob>(object),
-        ("", "ResourceQuota") => typed::<core::v1::ResourceQuota>(object),
-        ("", "LimitRange") => typed::<core::v1::LimitRange>(object),
-        ("", "PersistentVolumeClaim") => typed::<core::v1::PersistentVolumeClaim>(object),
-        ("", "PersistentVolume") => typed::<core::v1::PersistentVolume>(object),
-        ("", "Endpoints") => typed::<core::v1::Endpoints>(object),
-        ("", "ReplicationController") => typed::<core::v1::ReplicationController>(object),
-        ("apps", "ControllerRevision") => typed::<apps::v1::ControllerRevision>(object),
-        ("autoscaling", "HorizontalPodAutoscaler") => {
-            typed::<autoscaling::v2::HorizontalPodAutoscaler>(object)
-        }
-        ("networking.k8s.io", "Ingress") => typed::<networking::v1::Ingress>(object),
-        ("networking.k8s.io", "IngressClass") => typed::<networking::v1::IngressClass>(object),
-        ("networking.k8s.io", "NetworkPolicy") => typed::<networking::v1::NetworkPolicy>(object),
-        ("policy", "PodDisruptionBudget") => typed::<policy::v1::PodDisruptionBudget>(object),
-        ("scheduling.k8s.io", "PriorityClass") => typed::<scheduling::v1::PriorityClass>(object),
-        ("storage.k8s.io", "StorageClass") => typed::<storage::v1::StorageClass>(object),
-        ("discovery.k8s.io", "EndpointSlice") => typed::<discovery::v1::EndpointSlice>(object),
-        ("coordination.k8s.io", "Lease") => typed::<coordination::v1::Lease>(object),
-        ("rbac.authorization.k8s.io", "Role") => typed::<rbac::v1::Role>(object),
-        ("rbac.authorization.k8s.io", "RoleBinding") => typed::<rbac::v1::RoleBinding>(object),
-        ("rbac.authorization.k8s.io", "ClusterRole") => typed::<rbac::v1::ClusterRole>(object),
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
-            typed::<rbac::v1::ClusterRoleBinding>(object)
-        }
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            typed::<apiextensions::v1::CustomResourceDefinition>(object)
-        }
-        _ => None,
-    };
     let mut out = Vec::new();
-    if let Some(kept) = kept {
-        missing(object, &kept, "", &mut out);
+    if let Some(definition) = openapi::builtin_kind(&rt.group, &rt.version, &rt.kind) {
+        undeclared(object, definition, "", &mut out);
     }
     out
 }
 
-/// Paths of `input` with a value that `kept` lacks; those fields are removed from `input`.
-fn missing(input: &mut Value, kept: &Value, path: &str, out: &mut Vec<String>) {
-    match (input, kept) {
-        (Value::Object(given), Value::Object(known)) => {
+/// Paths of `value` its `schema` (a built-in definition, `$ref`s followed) does not declare;
+/// those fields are removed. Free-form objects (`RawExtension`, `FieldsV1`, a CRD's `JSON`)
+/// declare nothing and take anything; `null`s are never unknown.
+fn undeclared(value: &mut Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+    let schema = openapi::resolve(schema);
+    match value {
+        Value::Object(given) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let values = schema.get("additionalProperties").filter(|a| a.is_object());
+            if properties.is_none() && values.is_none() {
+                return;
+            }
             let mut unknown = Vec::new();
-            for (key, value) in given.iter_mut() {
-                if value.is_null() {
+            for (key, child) in given.iter_mut() {
+                if child.is_null() {
                     continue;
                 }
-                let child = if path.is_empty() {
+                let child_path = if path.is_empty() {
                     key.clone()
                 } else {
                     format!("{path}.{key}")
                 };
-                match known.get(key) {
-                    Some(k) => missing(value, k, &child, out),
+                match properties.and_then(|p| p.get(key)).or(values) {
+                    Some(child_schema) => undeclared(child, child_schema, &child_path, out),
                     None => {
-                        out.push(child);
+                        out.push(child_path);
                         unknown.push(key.clone());
                     }
                 }
@@ -214,9 +174,11 @@ fn missing(input: &mut Value, kept: &Value, path: &str, out: &mut Vec<String>) {
                 given.remove(&key);
             }
         }
-        (Value::Array(given), Value::Array(known)) => {
-            for (i, (g, k)) in given.iter_mut().zip(known).enumerate() {
-                missing(g, k, &format!("{path}[{i}]"), out);
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    undeclared(item, item_schema, &format!("{path}[{i}]"), out);
+                }
             }
         }
         _ => {}

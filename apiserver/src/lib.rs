@@ -33,6 +33,9 @@ pub mod store;
 pub mod tls;
 pub mod validation;
 
+#[cfg(test)]
+mod test_support;
+
 pub use error::ApiError;
 pub use resources::{Registry, ResourceType};
 pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces};

@@ -13,7 +13,7 @@
 //! merge keys them) are maps, `finalizers` is a set, others are atomic; for custom resources,
 //! `x-kubernetes-list-type`/`-list-map-keys` of the CRD schema decide (atomic by default).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -54,16 +54,25 @@ impl FieldSet {
 
     /// The `FieldsV1` JSON of the set.
     pub fn to_fields_v1(&self) -> Value {
+        self.fields_v1().unwrap_or_else(|| json!({}))
+    }
+
+    /// The `FieldsV1` JSON of the set, `None` when it has no member: one pass (asking each
+    /// child whether it is empty first would walk every subtree once per level).
+    fn fields_v1(&self) -> Option<Value> {
         let mut map = Map::new();
-        if self.itself && !self.children.is_empty() {
-            map.insert(".".into(), json!({}));
-        }
         for (key, child) in &self.children {
-            if !child.is_empty() {
-                map.insert(key.clone(), child.to_fields_v1());
+            if let Some(value) = child.fields_v1() {
+                map.insert(key.clone(), value);
             }
         }
-        Value::Object(map)
+        if map.is_empty() {
+            return self.itself.then(|| json!({}));
+        }
+        if self.itself {
+            map.insert(".".into(), json!({}));
+        }
+        Some(Value::Object(map))
     }
 
     /// The leaf paths of the set, each a list of path elements.
@@ -112,6 +121,29 @@ impl FieldSet {
                 }
             }
         }
+    }
+
+    /// Every member of `other` removed, with what is under it (as [`remove`](Self::remove) of
+    /// each of `other`'s paths).
+    pub fn subtract(&mut self, other: &FieldSet) {
+        for (key, theirs) in &other.children {
+            if theirs.itself || theirs.children.is_empty() {
+                self.children.remove(key);
+            } else if let Some(mine) = self.children.get_mut(key) {
+                mine.subtract(theirs);
+                if mine.is_empty() {
+                    self.children.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Empty subsets dropped.
+    fn prune(&mut self) {
+        self.children.retain(|_, child| {
+            child.prune();
+            !child.is_empty()
+        });
     }
 
     /// Every member of `other` added.
@@ -324,31 +356,160 @@ fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut Field
 }
 
 /// The leaves that differ between `old` and `new` (changed or added in `new`), and those of
-/// `old` that `new` no longer has.
+/// `old` that `new` no longer has: one walk over both objects together.
 pub fn diff(
     old: &Value,
     new: &Value,
     schema: Schema<'_>,
     skip_status: bool,
 ) -> (FieldSet, FieldSet) {
-    let old_fields = fields_of(old, schema, skip_status);
-    let new_fields = fields_of(new, schema, skip_status);
     let mut changed = FieldSet::default();
-    for path in new_fields.paths() {
-        if value_at(old, &path) != value_at(new, &path) {
-            changed.insert(&path);
-        }
-    }
     let mut removed = FieldSet::default();
-    for path in old_fields.paths() {
-        if !new_fields.contains(&path) {
-            removed.insert(&path);
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    fn fields(v: Option<&Value>) -> &Map<String, Value> {
+        v.and_then(Value::as_object).unwrap_or(&EMPTY)
+    }
+    let (old_map, new_map) = (fields(Some(old)), fields(Some(new)));
+    let keys: BTreeSet<&String> = old_map.keys().chain(new_map.keys()).collect();
+    for key in keys {
+        if key == "apiVersion" || key == "kind" || (skip_status && key == "status") {
+            continue;
+        }
+        let (o, n) = (old_map.get(key), new_map.get(key));
+        let (c, r) = (child_set(&mut changed, key), child_set(&mut removed, key));
+        if key == "metadata" {
+            let (om, nm) = (fields(o), fields(n));
+            let meta_keys: BTreeSet<&String> = om.keys().chain(nm.keys()).collect();
+            for field in meta_keys
+                .into_iter()
+                .filter(|f| !SERVER_FIELDS.contains(&f.as_str()))
+            {
+                let node = schema.child(schema.metadata(), field);
+                let (cc, rr) = (child_set(c, field), child_set(r, field));
+                diff_value(om.get(field), nm.get(field), node, schema, cc, rr);
+            }
+        } else {
+            let node = schema.child(schema.root(), key);
+            diff_value(o, n, node, schema, c, r);
         }
     }
+    changed.prune();
+    removed.prune();
     (changed, removed)
 }
 
-/// The value at a field path, if the object has it.
+/// The set under `f:{field}`, made if missing (empty ones are pruned afterwards).
+fn child_set<'s>(set: &'s mut FieldSet, field: &str) -> &'s mut FieldSet {
+    set.children.entry(format!("f:{field}")).or_default()
+}
+
+/// [`diff`] below the top: `old` and `new` are the values at one path (`None`: absent).
+fn diff_value(
+    old: Option<&Value>,
+    new: Option<&Value>,
+    node: Option<&Value>,
+    schema: Schema<'_>,
+    changed: &mut FieldSet,
+    removed: &mut FieldSet,
+) {
+    let (old, new) = match (old, new) {
+        (None, None) => return,
+        (Some(old), None) => return walk(old, node, schema, removed),
+        (None, Some(new)) => return walk(new, node, schema, changed),
+        (Some(old), Some(new)) => (old, new),
+    };
+    match (old, new) {
+        (Value::Object(o), Value::Object(n))
+            if !o.is_empty() && !n.is_empty() && !schema.atomic_map(node) =>
+        {
+            let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+            for key in keys {
+                let (c, r) = (child_set(changed, key), child_set(removed, key));
+                diff_value(
+                    o.get(key),
+                    n.get(key),
+                    schema.child(node, key),
+                    schema,
+                    c,
+                    r,
+                );
+            }
+        }
+        (Value::Array(o), Value::Array(n)) => match schema.list_type(node) {
+            ListType::Map(keys) => {
+                let item_schema = schema.items(node);
+                let key_of = |item: &Value| item_key(item, &keys, item_schema);
+                let old_items: HashMap<String, &Value> =
+                    o.iter().map(|item| (key_of(item), item)).collect();
+                let mut new_keys = HashSet::new();
+                for item in n {
+                    let key = key_of(item);
+                    match old_items.get(&key) {
+                        Some(before) => {
+                            let c = changed.children.entry(key.clone()).or_default();
+                            let r = removed.children.entry(key.clone()).or_default();
+                            diff_value(Some(before), Some(item), item_schema, schema, c, r);
+                        }
+                        None => {
+                            let mut added = FieldSet {
+                                itself: true,
+                                ..Default::default()
+                            };
+                            walk(item, item_schema, schema, &mut added);
+                            changed.children.insert(key.clone(), added);
+                        }
+                    }
+                    new_keys.insert(key);
+                }
+                for (key, before) in old_items {
+                    if !new_keys.contains(&key) {
+                        let mut gone = FieldSet {
+                            itself: true,
+                            ..Default::default()
+                        };
+                        walk(before, item_schema, schema, &mut gone);
+                        removed.children.insert(key, gone);
+                    }
+                }
+            }
+            ListType::Set => {
+                let leaf = || FieldSet {
+                    itself: true,
+                    ..Default::default()
+                };
+                for member in n.iter().filter(|m| !o.contains(m)) {
+                    changed.children.insert(format!("v:{member}"), leaf());
+                }
+                for member in o.iter().filter(|m| !n.contains(m)) {
+                    removed.children.insert(format!("v:{member}"), leaf());
+                }
+            }
+            ListType::Atomic => {
+                if old != new {
+                    changed.itself = true;
+                }
+            }
+        },
+        _ => {
+            // Leaves (scalars, empty or atomic maps, atomic lists), or a value whose shape
+            // changed: the old leaves the new value does not have go, the new ones are changed.
+            if old == new {
+                return;
+            }
+            let mut before = FieldSet::default();
+            walk(old, node, schema, &mut before);
+            let mut after = FieldSet::default();
+            walk(new, node, schema, &mut after);
+            for path in before.paths() {
+                if !after.contains(&path) {
+                    removed.insert(&path);
+                }
+            }
+            changed.union(&after);
+        }
+    }
+}
+
 fn value_at<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
     let mut at = object;
     for element in path {
@@ -502,13 +663,9 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
     let mut list = entries(old);
     let (changed, removed) = diff(old, new, schema, false);
     for entry in &mut list {
-        for path in removed.paths() {
-            entry.fields.remove(&path);
-        }
+        entry.fields.subtract(&removed);
         if entry.manager != write.manager || entry.operation != "Update" {
-            for path in changed.paths() {
-                entry.fields.remove(&path);
-            }
+            entry.fields.subtract(&changed);
         }
     }
     let subresource = write.subresource.map(str::to_owned);

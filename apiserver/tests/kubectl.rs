@@ -848,3 +848,158 @@ async fn client_side_apply_should_merge_lists_by_their_keys() {
     .await
     .expect("scenario");
 }
+
+/// The workload commands of kubectl's quick reference that need no node: `set image`, `rollout
+/// restart`, `annotate`, `expose`, `diff`, `edit`, `replace`, and `--dry-run=server` on
+/// create, apply, scale and delete (answered, nothing stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_commands_should_change_what_they_say_and_dry_runs_nothing() {
+    let (_cluster, dir, k) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        let jsonpath =
+            |object: &str, expr: &str| k.ok(&["get", object, "-o", &format!("jsonpath={expr}")]);
+        k.ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=2",
+        ]);
+
+        assert_eq!(
+            k.ok(&["set", "image", "deployment/web", "nginx=nginx:1.28"]),
+            "deployment.apps/web image updated\n"
+        );
+        assert_eq!(
+            jsonpath(
+                "deployment/web",
+                "{.spec.template.spec.containers[0].image}"
+            ),
+            "nginx:1.28"
+        );
+        assert_eq!(
+            k.ok(&["rollout", "restart", "deployment/web"]),
+            "deployment.apps/web restarted\n"
+        );
+        let restarted = jsonpath(
+            "deployment/web",
+            "{.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}",
+        );
+        assert!(restarted.starts_with("20"), "{restarted:?}");
+        assert_eq!(
+            k.ok(&["annotate", "deployment/web", "owner=team-a"]),
+            "deployment.apps/web annotated\n"
+        );
+        assert_eq!(
+            k.ok(&[
+                "expose",
+                "deployment/web",
+                "--port=80",
+                "--target-port=8080"
+            ]),
+            "service/web exposed\n"
+        );
+        assert_eq!(
+            jsonpath(
+                "service/web",
+                "{.spec.selector.app} {.spec.ports[0].targetPort}"
+            ),
+            "web 8080"
+        );
+
+        // `diff` shows what an apply would change (exit code 1), through a server-side dry run.
+        let live = k.ok(&["get", "deployment/web", "-o", "yaml"]);
+        std::fs::write(path("web.yaml"), live.replace("replicas: 2", "replicas: 4"))
+            .expect("write");
+        let out = k.run(&["diff", "-f", &path("web.yaml")]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let diff = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            diff.contains("-  replicas: 2") && diff.contains("+  replicas: 4"),
+            "{diff}"
+        );
+        assert_eq!(
+            jsonpath("deployment/web", "{.spec.replicas}"),
+            "2",
+            "diff changed nothing"
+        );
+
+        // `--dry-run=server`: validated and answered, never stored.
+        let out = k.ok(&[
+            "create",
+            "deployment",
+            "ghost",
+            "--image=nginx",
+            "--dry-run=server",
+            "-o",
+            "name",
+        ]);
+        assert_eq!(out, "deployment.apps/ghost\n");
+        assert_eq!(
+            k.ok(&["apply", "-f", &path("web.yaml"), "--dry-run=server"]),
+            "deployment.apps/web configured (server dry run)\n"
+        );
+        assert_eq!(
+            k.ok(&[
+                "scale",
+                "deployment/web",
+                "--replicas=7",
+                "--dry-run=server"
+            ]),
+            "deployment.apps/web scaled (server dry run)\n"
+        );
+        assert_eq!(
+            k.ok(&["delete", "deployment/web", "--dry-run=server"]),
+            "deployment.apps \"web\" deleted from default namespace (server dry run)\n"
+        );
+        assert_eq!(
+            k.ok(&["get", "deployments", "-o", "name"]),
+            "deployment.apps/web\n"
+        );
+        assert_eq!(jsonpath("deployment/web", "{.spec.replicas}"), "2");
+        let invalid = k.run(&[
+            "create",
+            "deployment",
+            "Bad_Name",
+            "--image=nginx",
+            "--dry-run=server",
+        ]);
+        assert!(!invalid.status.success(), "a dry run still validates");
+
+        // `edit` (the editor rewrites the file) and `replace`.
+        let out = k
+            .command(&["edit", "deployment/web"])
+            .env("KUBE_EDITOR", "sed -i s/replicas:\\ 2/replicas:\\ 5/")
+            .output()
+            .expect("kubectl edit");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "deployment.apps/web edited\n"
+        );
+        assert_eq!(jsonpath("deployment/web", "{.spec.replicas}"), "5");
+        let live = k.ok(&["get", "deployment/web", "-o", "yaml"]);
+        std::fs::write(
+            path("replace.yaml"),
+            live.replace("replicas: 5", "replicas: 1"),
+        )
+        .expect("write");
+        assert_eq!(
+            k.ok(&["replace", "-f", &path("replace.yaml")]),
+            "deployment.apps/web replaced\n"
+        );
+        assert_eq!(jsonpath("deployment/web", "{.spec.replicas}"), "1");
+    })
+    .await
+    .expect("scenario");
+}

@@ -13,10 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{median_min_max, percentile};
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use krec_apiserver::Server;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Config};
 use serde_json::json;
 
@@ -83,57 +82,13 @@ async fn watch_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
         .await
         .expect("target");
     let from = target.metadata.resource_version.expect("rv");
-    let epoch = Instant::now();
     let total = (EVENTS_PER_SECOND * SECONDS) as usize;
-    let mut watchers = Vec::new();
-    for _ in 0..WATCHERS {
-        let cms = cms.clone();
-        let from = from.clone();
-        watchers.push(tokio::spawn(async move {
-            let params = WatchParams::default()
-                .fields("metadata.name=cm-99999")
-                .timeout(SECONDS as u32 + 20);
-            let mut stream = cms.watch(&params, &from).await.expect("watch").boxed();
-            let mut latencies = Vec::with_capacity(total);
-            while let Some(event) = stream.try_next().await.expect("event") {
-                if let WatchEvent::Modified(cm) = event {
-                    let sent: f64 = cm
-                        .data
-                        .as_ref()
-                        .and_then(|d| d.get("sent_us"))
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(0.0);
-                    latencies.push(epoch.elapsed().as_secs_f64() * 1e6 - sent);
-                    if latencies.len() == total {
-                        break;
-                    }
-                }
-            }
-            latencies
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / EVENTS_PER_SECOND));
-    let started = Instant::now();
-    for i in 0..total {
-        ticker.tick().await;
-        let patch = json!({"data": {"sent_us": format!("{:.0}", epoch.elapsed().as_secs_f64() * 1e6), "i": i.to_string()}});
-        cms.patch("cm-99999", &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .expect("patch");
-    }
-    let write_rate = total as f64 / started.elapsed().as_secs_f64();
-    let mut all = Vec::new();
-    let mut delivered = 0;
-    for w in watchers {
-        let latencies = tokio::time::timeout(Duration::from_secs(30), w)
-            .await
-            .expect("watchers finish")
-            .expect("watcher");
-        delivered += latencies.len();
-        all.extend(latencies);
-    }
-    all.sort_by(f64::total_cmp);
+    let interval = Duration::from_micros(1_000_000 / EVENTS_PER_SECOND);
+    let common::FanOut {
+        latencies: mut all,
+        write_rate,
+    } = common::watch_fanout(cms, "cm-99999", &from, total, interval, WATCHERS).await;
+    let delivered = all.len();
     vec![
         format!(
             "| watch_fanout_write_rate_per_s | {write_rate:.0} | | target {EVENTS_PER_SECOND}/s, merge patches over HTTPS |"

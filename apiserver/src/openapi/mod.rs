@@ -262,17 +262,9 @@ fn crd_model(rt: &ResourceType, flavour: Flavour) -> Value {
             if flavour == Flavour::V2 {
                 to_v2_structural(&mut schema);
             }
-            let properties = properties_of(&mut schema);
-            properties.insert(
-                "metadata".into(),
-                with_description(
-                    flavour.reference(OBJECT_META),
-                    METADATA_DESCRIPTION,
-                    flavour,
-                ),
-            );
-            properties.insert("apiVersion".into(), type_meta_property("apiVersion"));
-            properties.insert("kind".into(), type_meta_property("kind"));
+            let (api_version, kind) =
+                (type_meta_property("apiVersion"), type_meta_property("kind"));
+            add_object_properties(&mut schema, api_version, kind, flavour);
             add_embedded_properties(&mut schema, flavour);
             schema
         }
@@ -300,6 +292,19 @@ fn crd_list_model(rt: &ResourceType, flavour: Flavour) -> Value {
         },
         "x-kubernetes-group-version-kind": gvk_extension(rt, &rt.list_kind),
     })
+}
+
+/// The `apiVersion`, `kind` and `metadata` (`ObjectMeta`) of an object's schema.
+fn add_object_properties(schema: &mut Value, api_version: Value, kind: Value, flavour: Flavour) {
+    let metadata = with_description(
+        flavour.reference(OBJECT_META),
+        METADATA_DESCRIPTION,
+        flavour,
+    );
+    let properties = properties_of(schema);
+    properties.insert("apiVersion".into(), api_version);
+    properties.insert("kind".into(), kind);
+    properties.insert("metadata".into(), metadata);
 }
 
 fn properties_of(schema: &mut Value) -> &mut Map<String, Value> {
@@ -351,17 +356,7 @@ fn add_embedded_properties(schema: &mut Value, flavour: Flavour) {
     api_version["description"] = json!(EMBEDDED_API_VERSION_DESCRIPTION);
     let mut kind = type_meta_property("kind");
     kind["description"] = json!(EMBEDDED_KIND_DESCRIPTION);
-    let properties = properties_of(schema);
-    properties.insert("apiVersion".into(), api_version);
-    properties.insert("kind".into(), kind);
-    properties.insert(
-        "metadata".into(),
-        with_description(
-            flavour.reference(OBJECT_META),
-            METADATA_DESCRIPTION,
-            flavour,
-        ),
-    );
+    add_object_properties(schema, api_version, kind, flavour);
     if !schema["required"].is_array() {
         schema["required"] = json!([]);
     }

@@ -127,11 +127,16 @@ impl ClusterProcess {
         self.child.id()
     }
 
-    /// Start it and wait for its kubeconfig.
+    /// Start this build's and wait for its kubeconfig.
     pub fn start() -> Self {
+        Self::start_binary(Path::new(env!("CARGO_BIN_EXE_krec")))
+    }
+
+    /// Start `krec cluster` of the `krec` binary at `binary` and wait for its kubeconfig.
+    pub fn start_binary(binary: &Path) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig_path = dir.path().join("kubeconfig");
-        let child = Command::new(env!("CARGO_BIN_EXE_krec"))
+        let child = Command::new(binary)
             .args(["cluster", "--addr", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(&kubeconfig_path)
             .stdout(Stdio::null())
@@ -271,4 +276,76 @@ where
             std::io::stdout().flush().expect("stdout");
         }
     });
+}
+
+/// What [`watch_fanout`] measured.
+pub struct FanOut {
+    /// Update sent → event received, in µs, over every delivery to every watch.
+    pub latencies: Vec<f64>,
+    /// Updates written per second.
+    pub write_rate: f64,
+}
+
+/// `total` merge patches of the ConfigMap `target` (which must exist at `from`), one every
+/// `interval`, each stamped with its send time and watched by `watchers` watches.
+pub async fn watch_fanout(
+    cms: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    target: &str,
+    from: &str,
+    total: usize,
+    interval: Duration,
+    watchers: usize,
+) -> FanOut {
+    use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
+    let epoch = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..watchers {
+        let (cms, from) = (cms.clone(), from.to_owned());
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={target}"))
+            .timeout(60);
+        tasks.push(tokio::spawn(async move {
+            let mut stream = cms.watch(&params, &from).await.expect("watch").boxed();
+            let mut latencies = Vec::with_capacity(total);
+            while let Some(event) = stream.try_next().await.expect("event") {
+                if let WatchEvent::Modified(cm) = event {
+                    let sent: f64 = cm
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("sent_us"))
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0.0);
+                    latencies.push(epoch.elapsed().as_secs_f64() * 1e6 - sent);
+                    if latencies.len() == total {
+                        break;
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ticker = tokio::time::interval(interval);
+    let started = Instant::now();
+    for i in 0..total {
+        ticker.tick().await;
+        let sent = format!("{:.0}", epoch.elapsed().as_secs_f64() * 1e6);
+        let patch = json!({"data": {"sent_us": sent, "i": i.to_string()}});
+        cms.patch(target, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("patch");
+    }
+    let write_rate = total as f64 / started.elapsed().as_secs_f64();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        let got = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("watchers finish")
+            .expect("watcher");
+        latencies.extend(got);
+    }
+    FanOut {
+        latencies,
+        write_rate,
+    }
 }

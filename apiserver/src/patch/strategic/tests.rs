@@ -187,8 +187,7 @@ fn malformed_patches_should_be_refused_with_apimachinerys_messages() {
 
 /// JSON a strategic merge patch could hold: fields of a Pod, directives, and nonsense.
 fn patch_value() -> impl proptest::strategy::Strategy<Value = Value> {
-    use proptest::prelude::*;
-    let key = proptest::sample::select(
+    crate::test_support::json_with(
         &[
             "metadata",
             "spec",
@@ -214,23 +213,9 @@ fn patch_value() -> impl proptest::strategy::Strategy<Value = Value> {
             "$setElementOrder/finalizers",
             "$deleteFromPrimitiveList/finalizers",
             "x",
-        ][..],
-    );
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        (0i64..4).prop_map(Value::from),
-        proptest::sample::select(&["a", "b", "web", "replace", "delete", "merge", "name"][..])
-            .prop_map(Value::from),
-    ];
-    leaf.prop_recursive(4, 48, 4, move |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            proptest::collection::btree_map(key.clone(), inner, 0..4).prop_map(|m| Value::Object(
-                m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-            )),
-        ]
-    })
+        ],
+        &["a", "b", "web", "replace", "delete", "merge", "name"],
+    )
 }
 
 proptest::proptest! {
