@@ -794,8 +794,7 @@ fn patch(
     let name = target.name.as_deref().unwrap_or_default();
     let existed = server
         .store
-        .get(&target.rt, target.namespace.as_deref(), name)
-        .is_ok();
+        .contains(&target.rt, target.namespace.as_deref(), name);
     let mut options = params.write_options(headers);
     let mut warnings = Vec::new();
     let stored = if kind == PatchKind::Apply {

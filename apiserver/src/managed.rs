@@ -138,14 +138,6 @@ impl FieldSet {
         }
     }
 
-    /// Empty subsets dropped.
-    fn prune(&mut self) {
-        self.children.retain(|_, child| {
-            child.prune();
-            !child.is_empty()
-        });
-    }
-
     /// Every member of `other` added.
     pub fn union(&mut self, other: &FieldSet) {
         self.itself |= other.itself;
@@ -376,7 +368,7 @@ pub fn diff(
             continue;
         }
         let (o, n) = (old_map.get(key), new_map.get(key));
-        let (c, r) = (child_set(&mut changed, key), child_set(&mut removed, key));
+        let (mut c, mut r) = (FieldSet::default(), FieldSet::default());
         if key == "metadata" {
             let (om, nm) = (fields(o), fields(n));
             let meta_keys: BTreeSet<&String> = om.keys().chain(nm.keys()).collect();
@@ -385,22 +377,27 @@ pub fn diff(
                 .filter(|f| !SERVER_FIELDS.contains(&f.as_str()))
             {
                 let node = schema.child(schema.metadata(), field);
-                let (cc, rr) = (child_set(c, field), child_set(r, field));
-                diff_value(om.get(field), nm.get(field), node, schema, cc, rr);
+                let (mut cc, mut rr) = (FieldSet::default(), FieldSet::default());
+                diff_value(om.get(field), nm.get(field), node, schema, &mut cc, &mut rr);
+                adopt(&mut c, format!("f:{field}"), cc);
+                adopt(&mut r, format!("f:{field}"), rr);
             }
         } else {
             let node = schema.child(schema.root(), key);
-            diff_value(o, n, node, schema, c, r);
+            diff_value(o, n, node, schema, &mut c, &mut r);
         }
+        adopt(&mut changed, format!("f:{key}"), c);
+        adopt(&mut removed, format!("f:{key}"), r);
     }
-    changed.prune();
-    removed.prune();
     (changed, removed)
 }
 
-/// The set under `f:{field}`, made if missing (empty ones are pruned afterwards).
-fn child_set<'s>(set: &'s mut FieldSet, field: &str) -> &'s mut FieldSet {
-    set.children.entry(format!("f:{field}")).or_default()
+/// `child` under `key`, unless it has no member (the sets [`diff`] builds hold no empty
+/// subsets, so a shallow look suffices).
+fn adopt(set: &mut FieldSet, key: String, child: FieldSet) {
+    if child.itself || !child.children.is_empty() {
+        set.children.insert(key, child);
+    }
 }
 
 /// [`diff`] below the top: `old` and `new` are the values at one path (`None`: absent).
@@ -416,6 +413,8 @@ fn diff_value(
         (None, None) => return,
         (Some(old), None) => return walk(old, node, schema, removed),
         (None, Some(new)) => return walk(new, node, schema, changed),
+        // Equal values (most of an object, on most writes) differ nowhere.
+        (Some(old), Some(new)) if old == new => return,
         (Some(old), Some(new)) => (old, new),
     };
     match (old, new) {
@@ -424,15 +423,11 @@ fn diff_value(
         {
             let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
             for key in keys {
-                let (c, r) = (child_set(changed, key), child_set(removed, key));
-                diff_value(
-                    o.get(key),
-                    n.get(key),
-                    schema.child(node, key),
-                    schema,
-                    c,
-                    r,
-                );
+                let (mut c, mut r) = (FieldSet::default(), FieldSet::default());
+                let child = schema.child(node, key);
+                diff_value(o.get(key), n.get(key), child, schema, &mut c, &mut r);
+                adopt(changed, format!("f:{key}"), c);
+                adopt(removed, format!("f:{key}"), r);
             }
         }
         (Value::Array(o), Value::Array(n)) => match schema.list_type(node) {
@@ -446,9 +441,11 @@ fn diff_value(
                     let key = key_of(item);
                     match old_items.get(&key) {
                         Some(before) => {
-                            let c = changed.children.entry(key.clone()).or_default();
-                            let r = removed.children.entry(key.clone()).or_default();
-                            diff_value(Some(before), Some(item), item_schema, schema, c, r);
+                            let (mut c, mut r) = (FieldSet::default(), FieldSet::default());
+                            let (before, after) = (Some(*before), Some(item));
+                            diff_value(before, after, item_schema, schema, &mut c, &mut r);
+                            adopt(changed, key.clone(), c);
+                            adopt(removed, key.clone(), r);
                         }
                         None => {
                             let mut added = FieldSet {

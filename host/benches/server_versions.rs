@@ -114,13 +114,37 @@ where
 }
 
 /// One round's figures for one server: name → value.
-async fn round(client: &Client, round: usize, load: &Load) -> Vec<(&'static str, f64)> {
+/// CPU time of the process `pid` so far (all threads), in seconds (`/proc/{pid}/stat`).
+fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/pid/stat");
+    // Fields after the command name (which may hold spaces) close with ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn round(
+    client: &Client,
+    server_pid: u32,
+    round: usize,
+    load: &Load,
+) -> Vec<(&'static str, f64)> {
     let ns = format!("round-{round}");
     namespace(client, &ns).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let mut figures = Vec::new();
 
+    let (server_cpu, client_cpu) = (cpu_seconds_of(server_pid), common::process_cpu_seconds());
     let create_cm = rate(load.writes, |i| {
         let cms = cms.clone();
         async move {
@@ -179,6 +203,11 @@ async fn round(client: &Client, round: usize, load: &Load) -> Vec<(&'static str,
     })
     .await;
     figures.push(("apply_deployment_per_s", apply_deploy));
+    let writes = (4 * load.writes) as f64;
+    let server_us = (cpu_seconds_of(server_pid) - server_cpu) * 1e6 / writes;
+    let client_us = (common::process_cpu_seconds() - client_cpu) * 1e6 / writes;
+    figures.push(("server_cpu_us_per_write", server_us));
+    figures.push(("client_cpu_us_per_write", client_us));
 
     let all: Api<ConfigMap> = Api::namespaced(client.clone(), "listed");
     let mut lists = Vec::new();
@@ -253,7 +282,7 @@ fn main() {
             let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
             let mut by_server: [Vec<(&'static str, f64)>; 2] = [Vec::new(), Vec::new()];
             for s in order {
-                by_server[s] = round(&clients[s], r, &load).await;
+                by_server[s] = round(&clients[s], servers[s].1.pid(), r, &load).await;
             }
             for ((name, before), (_, after)) in by_server[0].iter().zip(&by_server[1]) {
                 let slot = match results.iter_mut().position(|(n, ..)| n == name) {

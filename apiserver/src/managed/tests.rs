@@ -182,3 +182,39 @@ proptest::proptest! {
         }
     }
 }
+
+/// What an update changed and removed, leaf by leaf: an unchanged container contributes nothing,
+/// a changed image its leaf, an added container itself and its fields, a dropped label its leaf.
+#[test]
+fn diff_should_name_exactly_the_changed_and_removed_leaves() {
+    let old = json!({"metadata": {"name": "web", "labels": {"a": "1", "b": "2"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "web", "image": "nginx:1"}, {"name": "log", "image": "busybox"}]}}}});
+    let new = json!({"metadata": {"name": "web", "labels": {"a": "1"}},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "web", "image": "nginx:2"}, {"name": "log", "image": "busybox"},
+            {"name": "proxy", "image": "envoy"}]}}}});
+    let (changed, removed) = diff(
+        &old,
+        &new,
+        Schema::builtin("apps", "v1", "Deployment"),
+        false,
+    );
+    assert_eq!(
+        changed.to_fields_v1(),
+        json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"proxy\"}": {".": {}, "f:image": {}, "f:name": {}},
+            "k:{\"name\":\"web\"}": {"f:image": {}}}}}}})
+    );
+    assert_eq!(
+        removed.to_fields_v1(),
+        json!({"f:metadata": {"f:labels": {"f:b": {}}}})
+    );
+    let (changed, removed) = diff(
+        &new,
+        &new,
+        Schema::builtin("apps", "v1", "Deployment"),
+        false,
+    );
+    assert!(changed.is_empty() && removed.is_empty());
+}

@@ -18,6 +18,12 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
     }
 
+    /// Whether the object exists (without copying it, as [`get`](Self::get) does).
+    pub fn contains(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> bool {
+        let key = Key::new(rt, namespace, name);
+        self.lock().objects.contains_key(&key)
+    }
+
     /// List objects, optionally one page of `limit` after `continue_token`.
     pub fn list(
         &self,

@@ -321,7 +321,7 @@ impl Store {
         }
         // The client never sets generation: it is carried over and bumped here.
         let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
-        let spec_changed = spec_part(rt, &old) != spec_part(rt, &new);
+        let spec_changed = spec_changed(rt, &old, &new);
         let old_meta = old.get("metadata").cloned().unwrap_or_default();
         let meta = metadata_mut(&mut new);
         for field in [
@@ -531,17 +531,19 @@ impl Store {
 /// (kube-apiserver's `maxRetryWhenPatchConflicts`).
 const MAX_PATCH_ATTEMPTS: u32 = 5;
 
-/// What `generation` tracks: everything but `metadata`, and but `status` when the kind has a
-/// status subresource.
-fn spec_part(rt: &ResourceType, object: &Value) -> Value {
-    let mut copy = object.clone();
-    if let Some(map) = copy.as_object_mut() {
-        map.remove("metadata");
-        if rt.status_subresource {
-            map.remove("status");
-        }
-    }
-    copy
+/// Whether what `generation` tracks changed: everything but `metadata`, and but `status` when
+/// the kind has a status subresource (compared in place: objects are large, copies are not free).
+fn spec_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return old != new;
+    };
+    let tracked = |key: &&String| {
+        key.as_str() != "metadata" && !(rt.status_subresource && key.as_str() == "status")
+    };
+    old.keys()
+        .chain(new.keys())
+        .filter(tracked)
+        .any(|key| old.get(key) != new.get(key))
 }
 
 /// Kinds whose objects carry `metadata.generation`: those with a spec and a status subresource,
