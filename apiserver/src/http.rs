@@ -32,14 +32,7 @@ pub const MAX_BODY_BYTES: usize = 3 << 20;
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest watch when the client sets no `timeoutSeconds` (kube-apiserver picks 30–60 min).
 pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
-/// The Kubernetes version the server reports.
-pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
-
-/// The `gitVersion` the server reports, e.g. `v1.34.0-krec`.
-pub fn version_string() -> String {
-    let (major, minor) = KUBERNETES_VERSION;
-    format!("v{major}.{minor}.0-krec")
-}
+pub use crate::resources::{KUBERNETES_VERSION, version_string};
 
 /// Shared state of the HTTP handlers.
 pub struct ApiServer {

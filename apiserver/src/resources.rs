@@ -12,6 +12,15 @@ use std::sync::{Arc, RwLock};
 use crate::scale::ScalePaths;
 use serde_json::{Value, json};
 
+/// The Kubernetes version the server serves and reports.
+pub const KUBERNETES_VERSION: (&str, &str) = ("1", "34");
+
+/// The `gitVersion` the server reports, e.g. `v1.34.0-krec`.
+pub fn version_string() -> String {
+    let (major, minor) = KUBERNETES_VERSION;
+    format!("v{major}.{minor}.0-krec")
+}
+
 /// One served resource type (one version of it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResourceType {

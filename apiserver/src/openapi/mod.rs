@@ -535,7 +535,7 @@ fn paths(types: &[&ResourceType], flavour: Flavour) -> Map<String, Value> {
 }
 
 fn info() -> Value {
-    json!({"title": "Kubernetes", "version": crate::http::version_string()})
+    json!({"title": "Kubernetes", "version": crate::resources::version_string()})
 }
 
 /// One served document: its bytes and the hash clients cache it by.
