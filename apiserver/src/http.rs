@@ -668,11 +668,28 @@ fn list(
             &maybe_table(&target.rt, page.items, Some(metadata), true, params),
         ));
     }
-    Ok(respond(
-        200,
-        &json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(),
-        "metadata": metadata, "items": page.items}),
-    ))
+    /// A list, serialized from the stored objects without copying them into one tree.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct List<'a> {
+        kind: &'a str,
+        api_version: String,
+        metadata: Value,
+        items: Vec<Arc<Value>>,
+    }
+    let list = List {
+        kind: &target.rt.list_kind,
+        api_version: target.rt.api_version(),
+        metadata,
+        items: page.items,
+    };
+    let bytes = serde_json::to_vec(&list).unwrap_or_default();
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        bytes,
+    )
+        .into_response())
 }
 
 /// How a scale write changes the object it scales.
@@ -889,20 +906,20 @@ fn wants_table(headers: &HeaderMap) -> bool {
 /// the single object unchanged.
 fn maybe_table(
     rt: &ResourceType,
-    mut objects: Vec<Value>,
+    mut objects: Vec<Arc<Value>>,
     list_meta: Option<Value>,
     table: bool,
     params: &Params,
-) -> Value {
+) -> Arc<Value> {
     if !table {
-        return objects.pop().unwrap_or(Value::Null);
+        return objects.pop().unwrap_or_default();
     }
-    printers::table(
+    Arc::new(printers::table(
         rt,
         objects,
         list_meta.unwrap_or_else(|| json!({})),
         params.get("includeObject").unwrap_or("Metadata"),
-    )
+    ))
 }
 
 async fn watch(
@@ -975,21 +992,23 @@ async fn watch(
         let tx = tx;
         let mut feed = start.feed;
         let mut last_rv = start.resource_version;
-        let render = |kind: &str, object: &Value| -> Bytes {
-            let served = Store::served(&rt, object);
-            let object = if table {
-                maybe_table(&rt, vec![served], None, true, &params)
+        let render = |kind: &str, change: &crate::store::Change| -> Bytes {
+            let served = Store::served(&rt, &change.object);
+            if table {
+                watch_line(kind, &maybe_table(&rt, vec![served], None, true, &params))
+            } else if Arc::ptr_eq(&served, &change.object) {
+                // Served as stored: every watch shares one encoding of the object.
+                watch_line_encoded(kind, change.object_json())
             } else {
-                served
-            };
-            watch_line(kind, &object)
+                watch_line(kind, &served)
+            }
         };
         let matches = |o: &Value| labels.matches_object(o) && fields.matches_object(o);
         let in_scope = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
         for change in start.backlog {
             if in_scope(&change.key.namespace)
                 && let Some(kind) = event_kind(&change, &matches)
-                && tx.send(render(kind, &change.object)).await.is_err()
+                && tx.send(render(kind, &change)).await.is_err()
             {
                 return;
             }
@@ -1026,7 +1045,7 @@ async fn watch(
                             continue;
                         }
                         match event_kind(&change, &matches) {
-                            Some(kind) => render(kind, &change.object),
+                            Some(kind) => render(kind, &change),
                             None => continue,
                         }
                     }
@@ -1070,8 +1089,17 @@ fn event_kind(
 }
 
 fn watch_line(kind: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    watch_line_encoded(kind, &serde_json::to_vec(object).unwrap_or_default())
+}
+
+/// A watch event line around an object already encoded as JSON.
+fn watch_line_encoded(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 

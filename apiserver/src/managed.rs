@@ -654,38 +654,114 @@ pub struct Write<'a> {
 }
 
 /// Record an `Update` (create, update or non-apply patch) that turned `old` (`Value::Null` for a
-/// create) into `new`: the manager takes the fields it changed from everyone else, and fields
-/// that went are nobody's.
+/// create) into `new`, whose `managedFields` are `old`'s: the manager takes the fields it changed
+/// from everyone else, and fields that went are nobody's.
+///
+/// The entries are changed in place, in their `FieldsV1` form: an entry the write does not touch
+/// (most of them, on most writes) is neither decoded nor encoded again.
 pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &Write<'_>) {
-    let mut list = entries(old);
     let (changed, removed) = diff(old, new, schema, false);
-    for entry in &mut list {
-        entry.fields.subtract(&removed);
-        if entry.manager != write.manager || entry.operation != "Update" {
-            entry.fields.subtract(&changed);
+    let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let mut list = match meta.remove("managedFields") {
+        Some(Value::Array(list)) => list,
+        _ => Vec::new(),
+    };
+    let mut own_found = false;
+    list.retain_mut(|entry| {
+        let Some(entry) = entry.as_object_mut() else {
+            return false;
+        };
+        let text = |field: &str| entry.get(field).and_then(Value::as_str);
+        let (Some(manager), Some(operation)) = (text("manager"), text("operation")) else {
+            return false;
+        };
+        let mine = manager == write.manager && operation == "Update";
+        let own = mine && !own_found && text("subresource") == write.subresource;
+        let fields = entry
+            .entry("fieldsV1")
+            .and_modify(|f| {
+                if !f.is_object() {
+                    *f = json!({});
+                }
+            })
+            .or_insert_with(|| json!({}));
+        let fields = fields.as_object_mut().expect("just made an object");
+        let mut emptied = fields_v1_subtract(fields, &removed);
+        if !mine {
+            emptied |= fields_v1_subtract(fields, &changed);
+        }
+        if own {
+            own_found = true;
+            fields_v1_union(fields, &changed, true);
+            if !changed.is_empty() {
+                entry.insert("time".into(), json!(write.time));
+                entry.insert("apiVersion".into(), json!(write.api_version));
+            }
+            emptied &= fields_are_empty(entry);
+        }
+        !(emptied && fields_are_empty(entry))
+    });
+    if !own_found && !changed.is_empty() {
+        let mut entry = json!({"manager": write.manager, "operation": "Update",
+            "apiVersion": write.api_version, "time": write.time, "fieldsType": "FieldsV1",
+            "fieldsV1": changed.to_fields_v1()});
+        if let Some(subresource) = write.subresource {
+            entry["subresource"] = json!(subresource);
+        }
+        list.push(entry);
+    }
+    if !list.is_empty() {
+        meta.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+/// Whether an entry's `fieldsV1` has no member left.
+fn fields_are_empty(entry: &Map<String, Value>) -> bool {
+    entry
+        .get("fieldsV1")
+        .and_then(Value::as_object)
+        .is_none_or(Map::is_empty)
+}
+
+/// [`FieldSet::subtract`] on a set in its `FieldsV1` form, in place. Returns whether anything
+/// was removed and that left `fields` with no member.
+fn fields_v1_subtract(fields: &mut Map<String, Value>, set: &FieldSet) -> bool {
+    let mut removed = false;
+    for (key, theirs) in &set.children {
+        if theirs.itself || theirs.children.is_empty() {
+            removed |= fields.remove(key).is_some();
+        } else if let Some(Value::Object(mine)) = fields.get_mut(key)
+            && fields_v1_subtract(mine, theirs)
+        {
+            // Emptied by the removal (a leaf, `{}`, is only removed above).
+            fields.remove(key);
+            removed = true;
         }
     }
-    let subresource = write.subresource.map(str::to_owned);
-    match list.iter_mut().find(|e| {
-        e.manager == write.manager && e.operation == "Update" && e.subresource == subresource
-    }) {
-        Some(entry) => {
-            entry.fields.union(&changed);
-            if !changed.is_empty() {
-                entry.time = write.time.to_owned();
-                entry.api_version = write.api_version.to_owned();
+    removed && fields.is_empty()
+}
+
+/// [`FieldSet::union`] on a set in its `FieldsV1` form, in place (`root`: the top of an entry,
+/// which has no `.` of its own).
+fn fields_v1_union(fields: &mut Map<String, Value>, set: &FieldSet, root: bool) {
+    // `{}` below the top is a member itself; with children it keeps that as `.`.
+    let was_member = !root && (fields.is_empty() || fields.contains_key("."));
+    for (key, theirs) in &set.children {
+        if theirs.is_empty() {
+            continue;
+        }
+        match fields.get_mut(key) {
+            Some(Value::Object(mine)) => fields_v1_union(mine, theirs, false),
+            _ => {
+                fields.insert(key.clone(), theirs.to_fields_v1());
             }
         }
-        None => list.push(Entry {
-            manager: write.manager.to_owned(),
-            operation: "Update".into(),
-            api_version: write.api_version.to_owned(),
-            time: write.time.to_owned(),
-            subresource,
-            fields: changed,
-        }),
     }
-    set_entries(new, &list);
+    if !root && (was_member || set.itself) && fields.keys().any(|k| k != ".") {
+        fields.insert(".".into(), json!({}));
+    }
 }
 
 /// Server-side apply of `config` by `write.manager` onto `live` (`None`: the object is created).

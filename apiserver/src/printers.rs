@@ -3,6 +3,8 @@
 //! its printers give each built-in kind (`pkg/printers/internalversion`) and a CRD's
 //! `additionalPrinterColumns`.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use crate::resources::ResourceType;
@@ -31,7 +33,12 @@ const AGE: Column = (
 
 /// The Table of `objects` of `rt`. `include` is the request's `includeObject` (`None`,
 /// `Metadata` — the default — or `Object`).
-pub fn table(rt: &ResourceType, objects: Vec<Value>, list_meta: Value, include: &str) -> Value {
+pub fn table(
+    rt: &ResourceType,
+    objects: Vec<Arc<Value>>,
+    list_meta: Value,
+    include: &str,
+) -> Value {
     let now = jiff::Timestamp::now();
     let (columns, cells): (Vec<Value>, Box<Cells>) = if rt.printer_columns.is_empty() {
         let columns = builtin_columns(rt);
@@ -49,7 +56,7 @@ pub fn table(rt: &ResourceType, objects: Vec<Value>, list_meta: Value, include: 
             let cells = cells(&o);
             let object = match include {
                 "None" => Value::Null,
-                "Object" => o,
+                "Object" => Arc::unwrap_or_clone(o),
                 _ => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                     "metadata": o.get("metadata").cloned().unwrap_or_default()}),
             };

@@ -64,6 +64,18 @@ impl ResourceType {
         }
     }
 
+    /// Whether `api_version` is this type's (as [`api_version`](Self::api_version) spells it),
+    /// without building the string.
+    pub fn is_api_version(&self, api_version: &str) -> bool {
+        if self.group.is_empty() {
+            api_version == self.version
+        } else {
+            api_version
+                .split_once('/')
+                .is_some_and(|(g, v)| g == self.group && v == self.version)
+        }
+    }
+
     /// The storage key prefix, shared by all versions of a resource: `group/plural`.
     pub fn storage_key(&self) -> String {
         format!("{}/{}", self.group, self.plural)

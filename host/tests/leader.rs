@@ -150,6 +150,7 @@ fn lease(store: &Store) -> Value {
         .expect("leases");
     store
         .get(&leases, Some("default"), "krec-test")
+        .map(|lease| (*lease).clone())
         .unwrap_or(json!({}))
 }
 

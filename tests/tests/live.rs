@@ -95,9 +95,10 @@ async fn rapid_events_for_one_key_should_be_deduplicated_and_never_overlap() {
             .expect("create pod");
     }
     for i in 0..50 {
-        let mut p = store
+        let mut p = (*store
             .get(&pods, Some("default"), &format!("p-{i}"))
-            .expect("pod");
+            .expect("pod"))
+        .clone();
         p["metadata"]["labels"]["touched"] = json!("yes");
         store
             .update(&pods, Some("default"), &format!("p-{i}"), p, false, false)

@@ -218,3 +218,123 @@ fn diff_should_name_exactly_the_changed_and_removed_leaves() {
     );
     assert!(changed.is_empty() && removed.is_empty());
 }
+
+/// Field sets from up to eight paths of up to three elements over a small vocabulary, so that
+/// two sets share paths, prefixes and `.` members.
+fn field_set() -> impl proptest::strategy::Strategy<Value = FieldSet> {
+    use proptest::prelude::*;
+    let element = proptest::sample::select(vec!["f:a", "f:b", "k:{\"name\":\"n\"}", "v:1", "."]);
+    proptest::collection::vec(proptest::collection::vec(element, 1..4), 0..8).prop_map(|paths| {
+        let mut set = FieldSet::default();
+        for path in paths {
+            // `.` only ends a path: it marks the node above as a member.
+            let path: Vec<String> = path
+                .iter()
+                .take_while(|e| **e != ".")
+                .map(|e| (*e).to_owned())
+                .collect();
+            if !path.is_empty() {
+                set.insert(&path);
+            }
+        }
+        set
+    })
+}
+
+/// A set's `FieldsV1` read back and written again: the form two equal sets share.
+fn normal(fields: &Value) -> Value {
+    FieldSet::from_fields_v1(fields).to_fields_v1()
+}
+
+/// `record_update` as it was before it worked in place: every entry decoded into a
+/// [`FieldSet`], changed, and encoded again (the model the in-place version must match).
+fn record_update_model(old: &Value, new: &mut Value, schema: Schema<'_>, write: &Write<'_>) {
+    let mut list = entries(old);
+    let (changed, removed) = diff(old, new, schema, false);
+    for entry in &mut list {
+        entry.fields.subtract(&removed);
+        if entry.manager != write.manager || entry.operation != "Update" {
+            entry.fields.subtract(&changed);
+        }
+    }
+    let subresource = write.subresource.map(str::to_owned);
+    match list.iter_mut().find(|e| {
+        e.manager == write.manager && e.operation == "Update" && e.subresource == subresource
+    }) {
+        Some(entry) => {
+            entry.fields.union(&changed);
+            if !changed.is_empty() {
+                entry.time = write.time.to_owned();
+                entry.api_version = write.api_version.to_owned();
+            }
+        }
+        None => list.push(Entry {
+            manager: write.manager.to_owned(),
+            operation: "Update".into(),
+            api_version: write.api_version.to_owned(),
+            time: write.time.to_owned(),
+            subresource,
+            fields: changed,
+        }),
+    }
+    set_entries(new, &list);
+}
+
+/// Each entry's manager, operation and normalised field set, in order.
+fn owners(object: &Value) -> Vec<(String, String, Option<String>, Value)> {
+    entries(object)
+        .into_iter()
+        .map(|e| {
+            let fields = normal(&e.fields.to_fields_v1());
+            (e.manager, e.operation, e.subresource, fields)
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    /// Subtracting from and adding to a set in its `FieldsV1` form gives the set that the
+    /// same operation on the decoded set gives, and "emptied" is reported exactly when the
+    /// subtraction left nothing.
+    #[test]
+    fn fields_v1_operations_should_match_field_set_operations(a in field_set(), b in field_set()) {
+        let mut expected = a.clone();
+        expected.subtract(&b);
+        let mut text = a.to_fields_v1();
+        let emptied = fields_v1_subtract(text.as_object_mut().expect("an object"), &b);
+        proptest::prop_assert_eq!(normal(&text), expected.to_fields_v1());
+        let nothing_left = text.as_object().is_some_and(Map::is_empty);
+        proptest::prop_assert_eq!(emptied, nothing_left && !a.to_fields_v1().as_object().is_some_and(Map::is_empty));
+
+        let mut expected = a.clone();
+        expected.union(&b);
+        let mut text = a.to_fields_v1();
+        fields_v1_union(text.as_object_mut().expect("an object"), &b, true);
+        proptest::prop_assert_eq!(normal(&text), expected.to_fields_v1());
+    }
+
+    /// Three updates by two managers over arbitrary specs record the same owners, fields and
+    /// times as decoding and re-encoding every entry did.
+    #[test]
+    fn in_place_updates_should_record_what_decoded_entries_did(
+        specs in proptest::collection::vec(
+            crate::test_support::json_with(&["replicas", "paused", "template", "containers", "name", "image"], &["web", "x"]),
+            3..4),
+        managers in proptest::collection::vec(proptest::sample::select(vec!["one", "two"]), 3..4),
+    ) {
+        let schema = Schema::builtin("apps", "v1", "Deployment");
+        let mut fast = Value::Null;
+        let mut model = Value::Null;
+        for (spec, manager) in specs.iter().zip(&managers) {
+            let object = json!({"metadata": {"name": "web", "labels": {"spec": spec.is_object()}}, "spec": spec});
+            let (mut next_fast, mut next_model) = (object.clone(), object);
+            if let Some(entries) = fast.pointer("/metadata/managedFields") {
+                next_fast["metadata"]["managedFields"] = entries.clone();
+            }
+            record_update(&fast, &mut next_fast, schema, &write(manager));
+            record_update_model(&model, &mut next_model, schema, &write(manager));
+            proptest::prop_assert_eq!(owners(&next_fast), owners(&next_model));
+            fast = next_fast;
+            model = next_model;
+        }
+    }
+}

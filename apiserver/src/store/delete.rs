@@ -11,7 +11,7 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
         options: &DeleteOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let mut state = self.lock();
         let key = Key::new(rt, namespace, name);
         let current = state
@@ -175,7 +175,7 @@ impl Store {
         labels: &LabelSelector,
         fields: &FieldSelector,
         dry_run: bool,
-    ) -> Result<Vec<Value>, ApiError> {
+    ) -> Result<Vec<Arc<Value>>, ApiError> {
         let page = self.list(rt, namespace, labels, fields, None, None)?;
         if dry_run {
             return Ok(page.items);

@@ -11,7 +11,7 @@
 //! collection through owner references, and CRDs that add and remove served types.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -110,6 +110,33 @@ pub struct Change {
     pub object: Arc<Value>,
     /// The object before the change, if any (to turn selector transitions into ADDED/DELETED).
     pub old: Option<Arc<Value>>,
+    /// `object`'s JSON, encoded once for every watch that sends it.
+    encoded: OnceLock<Vec<u8>>,
+}
+
+impl Change {
+    fn new(
+        rv: u64,
+        change: ChangeType,
+        key: Key,
+        object: Arc<Value>,
+        old: Option<Arc<Value>>,
+    ) -> Self {
+        Change {
+            rv,
+            change,
+            key,
+            object,
+            old,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// The object as JSON, encoded on first use and shared by every watch after that.
+    pub fn object_json(&self) -> &[u8] {
+        self.encoded
+            .get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default())
+    }
 }
 
 /// How a delete treats dependents.
@@ -173,7 +200,7 @@ pub struct DeleteOptions {
 #[derive(Debug)]
 pub struct ListPage {
     /// The objects, in key order.
-    pub items: Vec<Value>,
+    pub items: Vec<Arc<Value>>,
     /// The store's resourceVersion when listed.
     pub resource_version: u64,
     /// Token for the next page, if any.
@@ -344,20 +371,26 @@ impl Store {
         self.lock().rv
     }
 
-    /// The object as served at `rt`'s version.
     /// An object as it is answered in `rt`'s version: its `apiVersion`, and for custom resources
     /// the schema's `default`s (applied on reads as well as writes, as kube-apiserver does, so
-    /// objects stored before a default was added get it).
-    pub fn served(rt: &ResourceType, object: &Value) -> Value {
-        let mut out = object.clone();
-        let api_version = rt.api_version();
-        if out.get("apiVersion").and_then(Value::as_str) != Some(api_version.as_str()) {
-            out["apiVersion"] = json!(api_version);
+    /// objects stored before a default was added get it). The stored object itself when nothing
+    /// changes (a built-in kind read in its stored version): no copy.
+    pub fn served(rt: &ResourceType, object: &Arc<Value>) -> Arc<Value> {
+        let same_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| rt.is_api_version(v));
+        if same_version && rt.schema.is_none() {
+            return object.clone();
+        }
+        let mut out = (**object).clone();
+        if !same_version {
+            out["apiVersion"] = json!(rt.api_version());
         }
         if let Some(schema) = &rt.schema {
             schema::apply_defaults(schema, &mut out);
         }
-        out
+        Arc::new(out)
     }
 
     /// Apply one write under the lock: persist, store, record and broadcast. Returns the stored
@@ -401,13 +434,7 @@ impl Store {
             ChangeType::Deleted => state.objects.remove(&key),
             _ => state.objects.insert(key.clone(), object.clone()),
         };
-        let change = Arc::new(Change {
-            rv,
-            change,
-            key,
-            object: object.clone(),
-            old,
-        });
+        let change = Arc::new(Change::new(rv, change, key, object.clone(), old));
         state.history.push_back(change.clone());
         while state.history.len() > self.history_limit {
             if let Some(dropped) = state.history.pop_front() {

@@ -9,7 +9,7 @@ impl Store {
         rt: &ResourceType,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let key = Key::new(rt, namespace, name);
         self.lock()
             .objects
@@ -92,15 +92,16 @@ impl Store {
                 .iter()
                 .filter(|(k, _)| k.resource == resource)
                 .map(|(k, o)| {
-                    Arc::new(Change {
-                        rv: meta_str(o, "resourceVersion")
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(state.rv),
-                        change: ChangeType::Added,
-                        key: k.clone(),
-                        object: o.clone(),
-                        old: None,
-                    })
+                    let rv = meta_str(o, "resourceVersion")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(state.rv);
+                    Arc::new(Change::new(
+                        rv,
+                        ChangeType::Added,
+                        k.clone(),
+                        o.clone(),
+                        None,
+                    ))
                 })
                 .collect(),
             WatchFrom::After(rv) => {

@@ -51,7 +51,7 @@ impl Store {
         namespace: Option<&str>,
         mut object: Value,
         options: impl Into<WriteOptions>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let options = options.into();
         if !object.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
@@ -160,7 +160,7 @@ impl Store {
             );
         }
         if options.dry_run {
-            return Ok(object);
+            return Ok(Arc::new(object));
         }
         let stored = self.write(&mut state, key, Write::Put(object))?;
         self.after_write(rt, &stored);
@@ -231,7 +231,7 @@ impl Store {
         object: Value,
         status: bool,
         options: impl Into<WriteOptions>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let options = options.into();
         let mut state = self.lock();
         self.update_locked(&mut state, rt, namespace, name, object, status, &options)
@@ -247,7 +247,7 @@ impl Store {
         mut new: Value,
         status: bool,
         options: &WriteOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         if !new.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
@@ -322,7 +322,11 @@ impl Store {
         // The client never sets generation: it is carried over and bumped here.
         let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
         let spec_changed = spec_changed(rt, &old, &new);
-        let old_meta = old.get("metadata").cloned().unwrap_or_default();
+        let no_meta = Map::new();
+        let old_meta = old
+            .get("metadata")
+            .and_then(Value::as_object)
+            .unwrap_or(&no_meta);
         let meta = metadata_mut(&mut new);
         for field in [
             "uid",
@@ -338,7 +342,15 @@ impl Store {
             };
         }
         if !options.applied {
-            meta.remove("managedFields");
+            // The entries are the stored ones (kept as they are when the body carried them back
+            // unchanged, as a patch does), for `record_update` to change.
+            let stored = old_meta.get("managedFields");
+            if meta.get("managedFields") != stored {
+                match stored {
+                    Some(entries) => meta.insert("managedFields".into(), entries.clone()),
+                    None => meta.remove("managedFields"),
+                };
+            }
         }
         match generation {
             Some(generation) => {
@@ -444,7 +456,7 @@ impl Store {
             return Ok(Self::served(rt, &old));
         }
         if options.dry_run {
-            return Ok(new);
+            return Ok(Arc::new(new));
         }
         let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
         if new.pointer("/metadata/deletionTimestamp").is_some()
@@ -470,7 +482,7 @@ impl Store {
         status: bool,
         options: impl Into<WriteOptions>,
         mut apply: F,
-    ) -> Result<Value, ApiError>
+    ) -> Result<Arc<Value>, ApiError>
     where
         F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError>,
     {

@@ -89,7 +89,7 @@ impl MemoryCluster {
                 None,
                 None,
             )
-            .map(|page| page.items)
+            .map(|page| page.items.into_iter().map(Arc::unwrap_or_clone).collect())
             .unwrap_or_default()
     }
 
@@ -114,7 +114,7 @@ impl ClusterAccess for MemoryCluster {
         name: &str,
     ) -> Result<Value, AccessError> {
         let rt = self.resolve(gvk)?;
-        Ok(self.store.get(&rt, namespace, name)?)
+        Ok(Arc::unwrap_or_clone(self.store.get(&rt, namespace, name)?))
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
@@ -142,15 +142,18 @@ impl ClusterAccess for MemoryCluster {
             None,
             None,
         )?;
-        Ok(page.items)
+        Ok(page.items.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     async fn create(&self, object: Value) -> Result<Value, AccessError> {
         let rt = self.resolve(&Gvk::of_object(&object)?)?;
         let namespace = meta_str(&object, "namespace").map(str::to_owned);
-        Ok(self
-            .store
-            .create(&rt, namespace.as_deref(), object, false)?)
+        Ok(Arc::unwrap_or_clone(self.store.create(
+            &rt,
+            namespace.as_deref(),
+            object,
+            false,
+        )?))
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
@@ -160,9 +163,14 @@ impl ClusterAccess for MemoryCluster {
             .filter(|n| !n.is_empty())
             .ok_or_else(|| AccessError::Invalid(format!("{}: metadata.name is required", rt.kind)))?
             .to_owned();
-        Ok(self
-            .store
-            .update(&rt, namespace.as_deref(), &name, object, status, false)?)
+        Ok(Arc::unwrap_or_clone(self.store.update(
+            &rt,
+            namespace.as_deref(),
+            &name,
+            object,
+            status,
+            false,
+        )?))
     }
 
     async fn patch(
@@ -187,7 +195,7 @@ impl ClusterAccess for MemoryCluster {
             .patch(&rt, namespace, name, status, false, |current| {
                 patched(kind, &body, meta, current)
             })?;
-        Ok(patched)
+        Ok(Arc::unwrap_or_clone(patched))
     }
 
     async fn delete(
