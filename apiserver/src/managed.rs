@@ -311,6 +311,82 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
     set
 }
 
+/// [`fields_of`]`(…).`[`to_fields_v1`](FieldSet::to_fields_v1)`()` in one walk, written
+/// straight as `FieldsV1` (what a create records: every field the new object sets).
+pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Value {
+    let mut out = Map::new();
+    for (key, value) in object.as_object().into_iter().flatten() {
+        if key == "apiVersion" || key == "kind" || (skip_status && key == "status") {
+            continue;
+        }
+        let child = if key == "metadata" {
+            let mut fields = Map::new();
+            for (field, v) in value
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(f, _)| !SERVER_FIELDS.contains(&f.as_str()))
+            {
+                let node = schema.child(schema.metadata(), field);
+                if let Some(child) = walk_v1(v, node, schema) {
+                    fields.insert(format!("f:{field}"), child);
+                }
+            }
+            (!fields.is_empty()).then_some(Value::Object(fields))
+        } else {
+            walk_v1(value, schema.child(schema.root(), key), schema)
+        };
+        if let Some(child) = child {
+            out.insert(format!("f:{key}"), child);
+        }
+    }
+    Value::Object(out)
+}
+
+/// [`walk`] written as `FieldsV1`; `None` where the set would have no member (an empty keyed
+/// list or set).
+fn walk_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>) -> Option<Value> {
+    let members = match value {
+        Value::Object(map) if !map.is_empty() && !schema.atomic_map(node) => {
+            let mut fields = Map::new();
+            for (key, child) in map {
+                if let Some(child) = walk_v1(child, schema.child(node, key), schema) {
+                    fields.insert(format!("f:{key}"), child);
+                }
+            }
+            fields
+        }
+        Value::Array(items) => match schema.list_type(node) {
+            ListType::Map(keys) => {
+                let item_schema = schema.items(node);
+                let mut fields = Map::new();
+                for item in items {
+                    // An item is a member itself, `.` beside its fields.
+                    let mut item_fields = match walk_v1(item, item_schema, schema) {
+                        Some(Value::Object(map)) => map,
+                        _ => Map::new(),
+                    };
+                    if !item_fields.is_empty() {
+                        item_fields.insert(".".into(), json!({}));
+                    }
+                    fields.insert(
+                        item_key(item, &keys, item_schema),
+                        Value::Object(item_fields),
+                    );
+                }
+                fields
+            }
+            ListType::Set => items
+                .iter()
+                .map(|item| (format!("v:{item}"), json!({})))
+                .collect(),
+            ListType::Atomic => return Some(json!({})),
+        },
+        _ => return Some(json!({})),
+    };
+    (!members.is_empty()).then_some(Value::Object(members))
+}
+
 fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
     match value {
         Value::Object(map) if !map.is_empty() && !schema.atomic_map(node) => {
@@ -660,6 +736,18 @@ pub struct Write<'a> {
 /// The entries are changed in place, in their `FieldsV1` form: an entry the write does not touch
 /// (most of them, on most writes) is neither decoded nor encoded again.
 pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &Write<'_>) {
+    if old.is_null() {
+        // A create: the manager owns every field the object sets, written in one walk.
+        let fields = fields_v1_of(new, schema, false);
+        if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+            if fields.as_object().is_some_and(|f| !f.is_empty()) {
+                let entry = new_entry(write, "Update", fields);
+                meta.insert("managedFields".into(), Value::Array(vec![entry]));
+            }
+        }
+        return;
+    }
     let (changed, removed) = diff(old, new, schema, false);
     let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
@@ -704,17 +792,26 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
         !(emptied && fields_are_empty(entry))
     });
     if !own_found && !changed.is_empty() {
-        let mut entry = json!({"manager": write.manager, "operation": "Update",
-            "apiVersion": write.api_version, "time": write.time, "fieldsType": "FieldsV1",
-            "fieldsV1": changed.to_fields_v1()});
-        if let Some(subresource) = write.subresource {
-            entry["subresource"] = json!(subresource);
-        }
-        list.push(entry);
+        list.push(new_entry(write, "Update", changed.to_fields_v1()));
     }
     if !list.is_empty() {
         meta.insert("managedFields".into(), Value::Array(list));
     }
+}
+
+/// A `managedFields` entry of `write` with `fields` (`FieldsV1`).
+fn new_entry(write: &Write<'_>, operation: &str, fields: Value) -> Value {
+    let mut entry = Map::new();
+    entry.insert("manager".into(), write.manager.into());
+    entry.insert("operation".into(), operation.into());
+    entry.insert("apiVersion".into(), write.api_version.into());
+    entry.insert("time".into(), write.time.into());
+    entry.insert("fieldsType".into(), "FieldsV1".into());
+    entry.insert("fieldsV1".into(), fields);
+    if let Some(subresource) = write.subresource {
+        entry.insert("subresource".into(), subresource.into());
+    }
+    Value::Object(entry)
 }
 
 /// Whether an entry's `fieldsV1` has no member left.

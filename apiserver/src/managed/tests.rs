@@ -338,3 +338,19 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// The one-walk `FieldsV1` of an object is what its field set encodes to.
+    #[test]
+    fn fields_v1_of_should_encode_fields_of(
+        spec in crate::test_support::json_with(
+            &["replicas", "template", "spec", "containers", "ports", "finalizers", "selector", "name", "containerPort"],
+            &["web", "x"]),
+        finalizers in proptest::collection::vec(proptest::sample::select(vec!["a", "b"]), 0..3),
+    ) {
+        let object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "finalizers": finalizers, "labels": {"a": "b"}}, "spec": spec});
+        let schema = Schema::builtin("apps", "v1", "Deployment");
+        proptest::prop_assert_eq!(fields_v1_of(&object, schema, false), fields_of(&object, schema, false).to_fields_v1());
+    }
+}
