@@ -8,6 +8,7 @@
 //! kube-apiserver applies them when it decodes a request. A field counts as unset when it is
 //! absent, `null`, or the Go zero value of a value field (`""`); pointers set to zero are kept.
 
+use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 
 /// Fill in the defaults of a built-in object of `group`/`kind` (other kinds are left alone).
@@ -80,7 +81,7 @@ fn each<'a>(parent: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Va
 /// the `kubernetes` finalizer, and `Active`.
 fn namespace(object: &mut Value) {
     let name = object
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .map(str::to_owned);
     if let Some(name) = name {
@@ -165,7 +166,7 @@ fn container(c: &mut Value) {
     set(c, "resources", json!({}));
     // Requests default to limits.
     if let Some(limits) = c
-        .pointer("/resources/limits")
+        .at("/resources/limits")
         .and_then(Value::as_object)
         .cloned()
     {
@@ -178,7 +179,7 @@ fn container(c: &mut Value) {
         set(port, "protocol", json!("TCP"));
     }
     for env in each(c, "env") {
-        if let Some(field) = env.pointer_mut("/valueFrom/fieldRef") {
+        if let Some(field) = env.at_mut("/valueFrom/fieldRef") {
             set(field, "apiVersion", json!("v1"));
         }
     }
@@ -296,11 +297,11 @@ fn daemon_set(object: &mut Value) {
 /// pods are selected by the Job's uid, and the template carries the labels that select them.
 fn job(object: &mut Value) {
     let uid = object
-        .pointer("/metadata/uid")
+        .at("/metadata/uid")
         .and_then(Value::as_str)
         .map(str::to_owned);
     let name = object
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .map(str::to_owned);
     let spec = child(object, "spec");
@@ -338,7 +339,7 @@ fn cron_job(object: &mut Value) {
     set(spec, "suspend", json!(false));
     set(spec, "successfulJobsHistoryLimit", json!(3));
     set(spec, "failedJobsHistoryLimit", json!(1));
-    if let Some(pod) = spec.pointer_mut("/jobTemplate/spec/template/spec") {
+    if let Some(pod) = spec.at_mut("/jobTemplate/spec/template/spec") {
         pod_spec(pod);
     }
 }
@@ -406,8 +407,8 @@ fn qos_class(spec: &Value) -> &'static str {
     let mut any = false;
     let mut guaranteed = true;
     for c in containers {
-        let requests = c.pointer("/resources/requests").and_then(Value::as_object);
-        let limits = c.pointer("/resources/limits").and_then(Value::as_object);
+        let requests = c.at("/resources/requests").and_then(Value::as_object);
+        let limits = c.at("/resources/limits").and_then(Value::as_object);
         let named = |m: Option<&Map<String, Value>>, r: &str| m.and_then(|m| m.get(r)).cloned();
         for resource in ["cpu", "memory"] {
             let (request, limit) = (named(requests, resource), named(limits, resource));

@@ -7,12 +7,79 @@
 //! CRD's structural schema (where unknown fields are pruned unless
 //! `x-kubernetes-preserve-unknown-fields`).
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::openapi;
 use crate::resources::ResourceType;
+
+/// One step of a field path.
+#[derive(Clone, Debug)]
+enum Step<'a> {
+    Field(Cow<'a, str>),
+    Item(usize),
+}
+
+/// Where a check is in the object, written out (`spec.containers[0].image`) only when a problem
+/// is found there: most bodies have none, and the walk should not pay for every field's path.
+#[derive(Default)]
+struct FieldPath<'a>(Vec<Step<'a>>);
+
+impl<'a> FieldPath<'a> {
+    /// The path as kube-apiserver writes it, with `last` appended when given.
+    fn render(&self, last: Option<&str>) -> String {
+        let mut text = String::new();
+        let fields = self
+            .0
+            .iter()
+            .cloned()
+            .chain(last.map(|l| Step::Field(l.into())));
+        for step in fields {
+            match step {
+                Step::Field(name) => {
+                    if !text.is_empty() {
+                        text.push('.');
+                    }
+                    text.push_str(&name);
+                }
+                Step::Item(i) => {
+                    text.push('[');
+                    text.push_str(&i.to_string());
+                    text.push(']');
+                }
+            }
+        }
+        text
+    }
+
+    /// The path to field `last`, owning its steps.
+    fn owned_with(&self, last: &str) -> Vec<Step<'static>> {
+        self.0
+            .iter()
+            .map(|step| match step {
+                Step::Field(name) => Step::Field(Cow::Owned(name.to_string())),
+                Step::Item(i) => Step::Item(*i),
+            })
+            .chain([Step::Field(Cow::Owned(last.to_owned()))])
+            .collect()
+    }
+
+    fn is_top(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `f` with `step` appended to the path.
+    fn under<T>(&mut self, step: Step<'a>, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.0.push(step);
+        let out = f(self);
+        self.0.pop();
+        out
+    }
+}
 
 /// The `fieldValidation` of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +115,12 @@ pub fn problems(rt: &ResourceType, object: &mut Value, raw: Option<&[u8]>) -> Ve
     if let Some(raw) = raw {
         let mut duplicates = Vec::new();
         let mut scan = serde_json::Deserializer::from_slice(raw);
-        if Duplicates::scan(&mut scan, &mut duplicates).is_ok() {
+        let mut path = FieldPath::default();
+        let scanner = Duplicates {
+            path: &mut path,
+            out: &mut duplicates,
+        };
+        if scan.deserialize_any(scanner).is_ok() {
             found.extend(
                 duplicates
                     .into_iter()
@@ -59,7 +131,7 @@ pub fn problems(rt: &ResourceType, object: &mut Value, raw: Option<&[u8]>) -> Ve
     let unknown = match &rt.schema {
         Some(schema) => {
             let mut out = Vec::new();
-            unknown_in_schema(object, schema, "", &mut out);
+            unknown_in_schema(object, schema, &mut FieldPath::default(), &mut out);
             out
         }
         None => unknown_in_builtin(rt, object),
@@ -91,7 +163,12 @@ pub fn enforce(
 
 /// Fields of a custom resource its schema does not declare (under objects that do not preserve
 /// unknown fields).
-fn unknown_in_schema(value: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+fn unknown_in_schema<'a>(
+    value: &'a Value,
+    schema: &Value,
+    path: &mut FieldPath<'a>,
+    out: &mut Vec<String>,
+) {
     if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
         && schema.get("properties").is_none()
     {
@@ -104,25 +181,26 @@ fn unknown_in_schema(value: &Value, schema: &Value, path: &str, out: &mut Vec<St
             let preserve =
                 schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
             for (key, child) in map {
-                let child_path = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                if path.is_top() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
                     continue;
                 }
                 match (properties.and_then(|p| p.get(key)), additional) {
-                    (Some(s), _) | (None, Some(s)) => unknown_in_schema(child, s, &child_path, out),
+                    (Some(s), _) | (None, Some(s)) => {
+                        path.under(Step::Field(key.into()), |path| {
+                            unknown_in_schema(child, s, path, out);
+                        });
+                    }
                     (None, None) if preserve || properties.is_none() => {}
-                    (None, None) => out.push(child_path),
+                    (None, None) => out.push(path.render(Some(key))),
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    unknown_in_schema(item, item_schema, &format!("{path}[{i}]"), out);
+                    path.under(Step::Item(i), |path| {
+                        unknown_in_schema(item, item_schema, path, out);
+                    });
                 }
             }
         }
@@ -133,17 +211,28 @@ fn unknown_in_schema(value: &Value, schema: &Value, path: &str, out: &mut Vec<St
 /// Fields of a built-in object kube-apiserver's definition of its kind does not declare
 /// (removed from it: its Go type would not keep them).
 fn unknown_in_builtin(rt: &ResourceType, object: &mut Value) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut found = Vec::new();
     if let Some(definition) = openapi::builtin_kind(&rt.group, &rt.version, &rt.kind) {
-        undeclared(object, definition, "", &mut out);
+        undeclared(object, definition, &mut FieldPath::default(), &mut found);
     }
-    out
+    found
+        .iter()
+        .map(|path| {
+            remove_field(object, path);
+            FieldPath(path.clone()).render(None)
+        })
+        .collect()
 }
 
 /// Paths of `value` its `schema` (a built-in definition, `$ref`s followed) does not declare;
 /// those fields are removed. Free-form objects (`RawExtension`, `FieldsV1`, a CRD's `JSON`)
 /// declare nothing and take anything; `null`s are never unknown.
-fn undeclared(value: &mut Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+fn undeclared<'a>(
+    value: &'a Value,
+    schema: &Value,
+    path: &mut FieldPath<'a>,
+    out: &mut Vec<Vec<Step<'static>>>,
+) {
     let schema = openapi::resolve(schema);
     match value {
         Value::Object(given) => {
@@ -152,32 +241,24 @@ fn undeclared(value: &mut Value, schema: &Value, path: &str, out: &mut Vec<Strin
             if properties.is_none() && values.is_none() {
                 return;
             }
-            let mut unknown = Vec::new();
-            for (key, child) in given.iter_mut() {
+            for (key, child) in given {
                 if child.is_null() {
                     continue;
                 }
-                let child_path = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
                 match properties.and_then(|p| p.get(key)).or(values) {
-                    Some(child_schema) => undeclared(child, child_schema, &child_path, out),
-                    None => {
-                        out.push(child_path);
-                        unknown.push(key.clone());
-                    }
+                    Some(child_schema) => path.under(Step::Field(key.into()), |path| {
+                        undeclared(child, child_schema, path, out);
+                    }),
+                    None => out.push(path.owned_with(key)),
                 }
-            }
-            for key in unknown {
-                given.remove(&key);
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter_mut().enumerate() {
-                    undeclared(item, item_schema, &format!("{path}[{i}]"), out);
+                for (i, item) in items.iter().enumerate() {
+                    path.under(Step::Item(i), |path| {
+                        undeclared(item, item_schema, path, out);
+                    });
                 }
             }
         }
@@ -185,30 +266,38 @@ fn undeclared(value: &mut Value, schema: &Value, path: &str, out: &mut Vec<Strin
     }
 }
 
-/// A pass over JSON text recording the keys an object has twice (as `path.key`).
-struct Duplicates<'a> {
-    path: String,
-    out: &'a mut Vec<String>,
-}
-
-impl Duplicates<'_> {
-    fn scan<'de, D: Deserializer<'de>>(
-        deserializer: D,
-        out: &mut Vec<String>,
-    ) -> Result<(), D::Error> {
-        Duplicates {
-            path: String::new(),
-            out,
+/// Remove the field at `path` (its last step a field) from `value`.
+fn remove_field(value: &mut Value, path: &[Step<'_>]) {
+    let Some((Step::Field(last), parents)) = path.split_last() else {
+        return;
+    };
+    let mut at = value;
+    for step in parents {
+        let next = match step {
+            Step::Field(name) => at.get_mut(name.as_ref()),
+            Step::Item(i) => at.get_mut(*i),
+        };
+        match next {
+            Some(next) => at = next,
+            None => return,
         }
-        .deserialize_any(deserializer)
     }
-
-    fn deserialize_any<'de, D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
+    if let Some(map) = at.as_object_mut() {
+        map.remove(last.as_ref());
     }
 }
 
-impl<'de> Visitor<'de> for Duplicates<'_> {
+/// A pass over JSON text recording the keys an object has twice (as `path.key`). Keys are
+/// borrowed from the text where it has no escapes, and paths written only for duplicates.
+struct Duplicates<'p, 'de> {
+    path: &'p mut FieldPath<'de>,
+    out: &'p mut Vec<String>,
+}
+
+/// Maps with more keys than this look duplicates up in a hash set rather than by scanning.
+const SMALL_MAP: usize = 16;
+
+impl<'de> Visitor<'de> for Duplicates<'_, 'de> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -216,36 +305,47 @@ impl<'de> Visitor<'de> for Duplicates<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let path = if self.path.is_empty() {
-                key.clone()
+        let mut seen: Vec<Cow<'de, str>> = Vec::new();
+        let mut many: HashSet<Cow<'de, str>> = HashSet::new();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let duplicate = if seen.len() < SMALL_MAP {
+                let found = seen.contains(&key);
+                seen.push(key.clone());
+                found
             } else {
-                format!("{}.{key}", self.path)
+                if many.is_empty() {
+                    many.extend(seen.iter().cloned());
+                }
+                !many.insert(key.clone())
             };
-            if !seen.insert(key) {
-                self.out.push(path.clone());
+            if duplicate {
+                self.out.push(self.path.render(Some(&key)));
             }
-            map.next_value_seed(Seed {
-                path,
+            self.path.0.push(Step::Field(key));
+            let scanned = map.next_value_seed(Seed {
+                path: &mut *self.path,
                 out: &mut *self.out,
-            })?;
+            });
+            self.path.0.pop();
+            scanned?;
         }
         Ok(())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut i = 0;
-        while seq
-            .next_element_seed(Seed {
-                path: format!("{}[{i}]", self.path),
+        loop {
+            self.path.0.push(Step::Item(i));
+            let scanned = seq.next_element_seed(Seed {
+                path: &mut *self.path,
                 out: &mut *self.out,
-            })?
-            .is_some()
-        {
+            });
+            self.path.0.pop();
+            if scanned?.is_none() {
+                return Ok(());
+            }
             i += 1;
         }
-        Ok(())
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
@@ -268,21 +368,42 @@ impl<'de> Visitor<'de> for Duplicates<'_> {
     }
 }
 
-/// The seed scanning one nested value.
-struct Seed<'a> {
-    path: String,
-    out: &'a mut Vec<String>,
+/// An object key, borrowed from the text when it can be.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
 }
 
-impl<'de> de::DeserializeSeed<'de> for Seed<'_> {
+/// The seed scanning one nested value.
+struct Seed<'p, 'de> {
+    path: &'p mut FieldPath<'de>,
+    out: &'p mut Vec<String>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for Seed<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        Duplicates {
+        deserializer.deserialize_any(Duplicates {
             path: self.path,
             out: self.out,
-        }
-        .deserialize_any(deserializer)
+        })
     }
 }
 
@@ -328,6 +449,36 @@ mod tests {
         assert!(
             object.pointer("/spec/replicsa").is_none(),
             "unknown fields are dropped"
+        );
+    }
+
+    /// Duplicates are found in big maps (set lookup), under list items, and between a key
+    /// written with escapes and the same key without.
+    #[test]
+    fn duplicates_should_be_found_in_big_maps_items_and_escaped_keys() {
+        let data: Vec<String> = (0..40).map(|i| format!("\"k{i}\":\"v\"")).collect();
+        let body = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"c"}},"data":{{{},"k7":"again"}},
+            "binaryData":{{"a\u0062":"eA==","ab":"eA=="}}}}"#,
+            data.join(",")
+        );
+        let mut object: Value = serde_json::from_str(&body).expect("json");
+        let configmaps = crate::resources::builtins()
+            .into_iter()
+            .find(|t| t.kind == "ConfigMap")
+            .expect("configmaps");
+        assert_eq!(
+            problems(&configmaps, &mut object, Some(body.as_bytes())),
+            [
+                "duplicate field \"data.k7\"",
+                "duplicate field \"binaryData.ab\""
+            ]
+        );
+        let body = br#"{"spec":{"template":{"spec":{"containers":[{"name":"a"},{"name":"b","name":"c"}]}}}}"#;
+        let mut object: Value = serde_json::from_slice(body).expect("json");
+        assert_eq!(
+            problems(&deployments(), &mut object, Some(body)),
+            ["duplicate field \"spec.template.spec.containers[1].name\""]
         );
     }
 

@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::json::Pointer;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
@@ -617,11 +618,11 @@ fn delete_options(
             .is_some_and(|d| d.iter().any(|v| v == "All"));
     Ok(DeleteOptions {
         uid: body
-            .pointer("/preconditions/uid")
+            .at("/preconditions/uid")
             .and_then(Value::as_str)
             .map(str::to_owned),
         resource_version: body
-            .pointer("/preconditions/resourceVersion")
+            .at("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_owned),
         propagation: if orphan {

@@ -11,7 +11,8 @@
 //! - There is no authentication or authorization: anyone who can reach the port is an admin.
 //!   It binds loopback unless told otherwise.
 //! - No controllers run: a Deployment gets no ReplicaSet, a ReplicaSet no Pods.
-//! - Server-side apply is applied as a merge without field ownership (see [`patch`]).
+//! - Server-side apply tracks field ownership per manager ([`managed`]) but does not validate
+//!   the applied configuration against a typed schema as structured-merge-diff does.
 //! - Custom resources are stored in whichever version they were written with; versions differ
 //!   only in `apiVersion` (no conversion webhooks).
 
@@ -19,6 +20,7 @@ pub mod defaults;
 pub mod error;
 pub mod field_validation;
 pub mod http;
+pub mod json;
 pub mod managed;
 pub mod openapi;
 pub mod patch;

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
@@ -244,6 +245,15 @@ impl<'a> Schema<'a> {
     }
 }
 
+/// The path element of a field: `f:name` (without `format!`'s machinery: this runs for every
+/// field of every write).
+fn field_key(name: &str) -> String {
+    let mut key = String::with_capacity(name.len() + 2);
+    key.push_str("f:");
+    key.push_str(name);
+    key
+}
+
 /// The metadata fields the server owns, never part of a field set.
 const SERVER_FIELDS: &[&str] = &[
     "name",
@@ -268,7 +278,7 @@ fn item_key(item: &Value, keys: &[String], item_schema: Option<&Value>) -> Strin
         let default = || {
             let schema = item_schema.map(openapi::resolve);
             schema
-                .and_then(|s| s.pointer(&format!("/properties/{key}/default")))
+                .and_then(|s| s.at(&format!("/properties/{key}/default")))
                 .cloned()
                 .or_else(|| (key == "protocol").then(|| Value::from("TCP")))
         };
@@ -299,13 +309,13 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
                         let mut grandchild = FieldSet::default();
                         let node = schema.child(schema.metadata(), field);
                         walk(v, node, schema, &mut grandchild);
-                        child.children.insert(format!("f:{field}"), grandchild);
+                        child.children.insert(field_key(field), grandchild);
                     }
                 }
             } else {
                 walk(value, child_schema, schema, &mut child);
             }
-            set.children.insert(format!("f:{key}"), child);
+            set.children.insert(field_key(key), child);
         }
     }
     set
@@ -329,7 +339,7 @@ pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Va
             {
                 let node = schema.child(schema.metadata(), field);
                 if let Some(child) = walk_v1(v, node, schema) {
-                    fields.insert(format!("f:{field}"), child);
+                    fields.insert(field_key(field), child);
                 }
             }
             (!fields.is_empty()).then_some(Value::Object(fields))
@@ -337,7 +347,7 @@ pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Va
             walk_v1(value, schema.child(schema.root(), key), schema)
         };
         if let Some(child) = child {
-            out.insert(format!("f:{key}"), child);
+            out.insert(field_key(key), child);
         }
     }
     Value::Object(out)
@@ -351,7 +361,7 @@ fn walk_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>) -> Option<Va
             let mut fields = Map::new();
             for (key, child) in map {
                 if let Some(child) = walk_v1(child, schema.child(node, key), schema) {
-                    fields.insert(format!("f:{key}"), child);
+                    fields.insert(field_key(key), child);
                 }
             }
             fields
@@ -393,7 +403,7 @@ fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut Field
             for (key, child) in map {
                 let mut sub = FieldSet::default();
                 walk(child, schema.child(node, key), schema, &mut sub);
-                set.children.insert(format!("f:{key}"), sub);
+                set.children.insert(field_key(key), sub);
             }
         }
         Value::Array(items) => match schema.list_type(node) {
@@ -455,24 +465,24 @@ pub fn diff(
                 let node = schema.child(schema.metadata(), field);
                 let (mut cc, mut rr) = (FieldSet::default(), FieldSet::default());
                 diff_value(om.get(field), nm.get(field), node, schema, &mut cc, &mut rr);
-                adopt(&mut c, format!("f:{field}"), cc);
-                adopt(&mut r, format!("f:{field}"), rr);
+                adopt(&mut c, || field_key(field), cc);
+                adopt(&mut r, || field_key(field), rr);
             }
         } else {
             let node = schema.child(schema.root(), key);
             diff_value(o, n, node, schema, &mut c, &mut r);
         }
-        adopt(&mut changed, format!("f:{key}"), c);
-        adopt(&mut removed, format!("f:{key}"), r);
+        adopt(&mut changed, || field_key(key), c);
+        adopt(&mut removed, || field_key(key), r);
     }
     (changed, removed)
 }
 
 /// `child` under `key`, unless it has no member (the sets [`diff`] builds hold no empty
 /// subsets, so a shallow look suffices).
-fn adopt(set: &mut FieldSet, key: String, child: FieldSet) {
+fn adopt(set: &mut FieldSet, key: impl FnOnce() -> String, child: FieldSet) {
     if child.itself || !child.children.is_empty() {
-        set.children.insert(key, child);
+        set.children.insert(key(), child);
     }
 }
 
@@ -502,8 +512,8 @@ fn diff_value(
                 let (mut c, mut r) = (FieldSet::default(), FieldSet::default());
                 let child = schema.child(node, key);
                 diff_value(o.get(key), n.get(key), child, schema, &mut c, &mut r);
-                adopt(changed, format!("f:{key}"), c);
-                adopt(removed, format!("f:{key}"), r);
+                adopt(changed, || field_key(key), c);
+                adopt(removed, || field_key(key), r);
             }
         }
         (Value::Array(o), Value::Array(n)) => match schema.list_type(node) {
@@ -520,8 +530,8 @@ fn diff_value(
                             let (mut c, mut r) = (FieldSet::default(), FieldSet::default());
                             let (before, after) = (Some(*before), Some(item));
                             diff_value(before, after, item_schema, schema, &mut c, &mut r);
-                            adopt(changed, key.clone(), c);
-                            adopt(removed, key.clone(), r);
+                            adopt(changed, || key.clone(), c);
+                            adopt(removed, || key.clone(), r);
                         }
                         None => {
                             let mut added = FieldSet {
@@ -692,7 +702,7 @@ impl Entry {
 /// The `managedFields` of an object.
 pub fn entries(object: &Value) -> Vec<Entry> {
     object
-        .pointer("/metadata/managedFields")
+        .at("/metadata/managedFields")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

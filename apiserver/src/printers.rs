@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 
 use crate::resources::ResourceType;
@@ -185,13 +186,13 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
 }
 
 fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
-    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
-    let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let s = |p: &str| o.at(p).and_then(Value::as_str).unwrap_or_default();
+    let n = |p: &str| o.at(p).and_then(Value::as_i64).unwrap_or(0);
     let name = json!(s("/metadata/name"));
-    let age = json!(age_since(o.pointer("/metadata/creationTimestamp"), now));
+    let age = json!(age_since(o.at("/metadata/creationTimestamp"), now));
     let containers = || pod_template_containers(o);
     let selector = || {
-        o.pointer("/spec/selector")
+        o.at("/spec/selector")
             .map(selector_string)
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "<none>".into())
@@ -244,7 +245,7 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
         }
         ("apps", "DaemonSet") => {
             let (names, images) = containers();
-            let node_selector = map_text(o.pointer("/spec/template/spec/nodeSelector"));
+            let node_selector = map_text(o.at("/spec/template/spec/nodeSelector"));
             vec![
                 name,
                 json!(n("/status/desiredNumberScheduled")),
@@ -261,7 +262,7 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
         }
         ("batch", "Job") => {
             let (names, images) = containers();
-            let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+            let completions = match o.at("/spec/completions").and_then(Value::as_i64) {
                 Some(c) => format!("{}/{c}", n("/status/succeeded")),
                 None => format!(
                     "{}/1 of {}",
@@ -294,7 +295,7 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
         ("coordination.k8s.io", "Lease") => vec![
             name,
             json!(
-                o.pointer("/spec/holderIdentity")
+                o.at("/spec/holderIdentity")
                     .and_then(Value::as_str)
                     .unwrap_or("<unknown>")
             ),
@@ -349,8 +350,8 @@ fn map_text(map: Option<&Value>) -> String {
 /// The container names and images of a workload's pod template, comma-separated.
 fn pod_template_containers(o: &Value) -> (String, String) {
     let containers = o
-        .pointer("/spec/template/spec/containers")
-        .or_else(|| o.pointer("/spec/jobTemplate/spec/template/spec/containers"))
+        .at("/spec/template/spec/containers")
+        .or_else(|| o.at("/spec/jobTemplate/spec/template/spec/containers"))
         .and_then(Value::as_array);
     let field = |f: &str| {
         containers
@@ -366,13 +367,13 @@ fn pod_template_containers(o: &Value) -> (String, String) {
 /// READY, STATUS and RESTARTS of a pod as `printPod` computes them.
 fn pod_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
     let statuses: Vec<&Value> = o
-        .pointer("/status/containerStatuses")
+        .at("/status/containerStatuses")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .collect();
     let total = o
-        .pointer("/spec/containers")
+        .at("/spec/containers")
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
     let ready = statuses.iter().filter(|s| s["ready"] == true).count();
@@ -381,29 +382,26 @@ fn pod_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
         .filter_map(|s| s["restartCount"].as_i64())
         .sum();
     let mut reason = o
-        .pointer("/status/reason")
-        .or_else(|| o.pointer("/status/phase"))
+        .at("/status/reason")
+        .or_else(|| o.at("/status/phase"))
         .and_then(Value::as_str)
         .unwrap_or("Unknown")
         .to_owned();
     for status in statuses.iter().rev() {
-        if let Some(waiting) = status
-            .pointer("/state/waiting/reason")
-            .and_then(Value::as_str)
-        {
+        if let Some(waiting) = status.at("/state/waiting/reason").and_then(Value::as_str) {
             reason = waiting.to_owned();
-        } else if let Some(terminated) = status.pointer("/state/terminated") {
+        } else if let Some(terminated) = status.at("/state/terminated") {
             reason = terminated["reason"]
                 .as_str()
                 .map(str::to_owned)
                 .unwrap_or_else(|| format!("ExitCode:{}", terminated["exitCode"]));
         }
     }
-    if o.pointer("/metadata/deletionTimestamp").is_some() {
+    if o.at("/metadata/deletionTimestamp").is_some() {
         reason = "Terminating".into();
     }
     let or_none = |p: &str| {
-        o.pointer(p)
+        o.at(p)
             .and_then(Value::as_str)
             .filter(|v| !v.is_empty())
             .unwrap_or("<none>")
@@ -425,22 +423,22 @@ fn pod_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
 /// TYPE, CLUSTER-IP, EXTERNAL-IP and PORT(S) of a service, as `printService`.
 fn service_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
     let kind = o
-        .pointer("/spec/type")
+        .at("/spec/type")
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP");
     let cluster_ip = o
-        .pointer("/spec/clusterIP")
+        .at("/spec/clusterIP")
         .and_then(Value::as_str)
         .filter(|ip| !ip.is_empty())
         .unwrap_or("<none>");
     let external = match kind {
         "ExternalName" => o
-            .pointer("/spec/externalName")
+            .at("/spec/externalName")
             .and_then(Value::as_str)
             .unwrap_or("<none>")
             .to_owned(),
         _ => o
-            .pointer("/spec/externalIPs")
+            .at("/spec/externalIPs")
             .and_then(Value::as_array)
             .filter(|ips| !ips.is_empty())
             .map(|ips| {
@@ -458,7 +456,7 @@ fn service_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
             }),
     };
     let ports: Vec<String> = o
-        .pointer("/spec/ports")
+        .at("/spec/ports")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -470,7 +468,7 @@ fn service_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
             }
         })
         .collect();
-    let selector = map_text(o.pointer("/spec/selector"));
+    let selector = map_text(o.at("/spec/selector"));
     vec![
         name,
         json!(kind),
@@ -489,7 +487,7 @@ fn service_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
 /// A Job's STATUS column: `Complete`, `Failed`, `Suspended`, `Running`, …
 fn job_status(o: &Value) -> &'static str {
     let conditions: Vec<&Value> = o
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -500,7 +498,7 @@ fn job_status(o: &Value) -> &'static str {
         "Complete"
     } else if has("Failed") {
         "Failed"
-    } else if o.pointer("/metadata/deletionTimestamp").is_some() {
+    } else if o.at("/metadata/deletionTimestamp").is_some() {
         "Terminating"
     } else if has("FailureTarget") {
         "FailureTarget"
@@ -516,7 +514,7 @@ fn job_status(o: &Value) -> &'static str {
 /// A Job's DURATION: from start to completion, or to now while it runs.
 fn job_duration(o: &Value, now: jiff::Timestamp) -> String {
     let time = |p: &str| {
-        o.pointer(p)
+        o.at(p)
             .and_then(Value::as_str)
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
     };
@@ -530,7 +528,7 @@ fn job_duration(o: &Value, now: jiff::Timestamp) -> String {
 }
 
 fn event_cells(o: &Value, name: Value, now: jiff::Timestamp) -> Vec<Value> {
-    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let s = |p: &str| o.at(p).and_then(Value::as_str).unwrap_or_default();
     let regarding = if o.get("regarding").is_some() {
         "/regarding"
     } else {
@@ -542,15 +540,15 @@ fn event_cells(o: &Value, name: Value, now: jiff::Timestamp) -> Vec<Value> {
         s(&format!("{regarding}/name"))
     );
     let last = o
-        .pointer("/lastTimestamp")
-        .or_else(|| o.pointer("/series/lastObservedTime"))
-        .or_else(|| o.pointer("/eventTime"))
-        .or_else(|| o.pointer("/deprecatedLastTimestamp"))
-        .or_else(|| o.pointer("/metadata/creationTimestamp"));
+        .at("/lastTimestamp")
+        .or_else(|| o.at("/series/lastObservedTime"))
+        .or_else(|| o.at("/eventTime"))
+        .or_else(|| o.at("/deprecatedLastTimestamp"))
+        .or_else(|| o.at("/metadata/creationTimestamp"));
     let first = o
-        .pointer("/firstTimestamp")
-        .or_else(|| o.pointer("/eventTime"))
-        .or_else(|| o.pointer("/metadata/creationTimestamp"));
+        .at("/firstTimestamp")
+        .or_else(|| o.at("/eventTime"))
+        .or_else(|| o.at("/metadata/creationTimestamp"));
     let source = match (
         s("/source/component"),
         s("/reportingComponent"),
@@ -563,7 +561,7 @@ fn event_cells(o: &Value, name: Value, now: jiff::Timestamp) -> Vec<Value> {
     let count = o
         .get("count")
         .and_then(Value::as_i64)
-        .or_else(|| o.pointer("/series/count").and_then(Value::as_i64))
+        .or_else(|| o.at("/series/count").and_then(Value::as_i64))
         .unwrap_or(1);
     let message = o
         .get("message")
@@ -598,7 +596,7 @@ fn custom_columns(rt: &ResourceType, now: jiff::Timestamp) -> (Vec<Value>, Box<C
     }
     let cells = move |o: &Value| -> Vec<Value> {
         let mut cells = vec![json!(
-            o.pointer("/metadata/name")
+            o.at("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
         )];

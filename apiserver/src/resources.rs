@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use crate::json::Pointer;
 use crate::scale::ScalePaths;
 use serde_json::{Value, json};
 
@@ -453,7 +454,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
     let spec = crd
         .get("spec")
         .ok_or_else(|| CrdError("spec is required".into()))?;
-    let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    let s = |v: &Value, p: &str| v.at(p).and_then(Value::as_str).map(str::to_owned);
     let group = s(spec, "/group").ok_or_else(|| CrdError("spec.group is required".into()))?;
     let plural =
         s(spec, "/names/plural").ok_or_else(|| CrdError("spec.names.plural is required".into()))?;
@@ -462,7 +463,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
     let singular = s(spec, "/names/singular").unwrap_or_else(|| kind.to_lowercase());
     let list_kind = s(spec, "/names/listKind").unwrap_or_else(|| format!("{kind}List"));
     let strings = |p: &str| -> Vec<String> {
-        spec.pointer(p)
+        spec.at(p)
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
@@ -482,7 +483,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
         }
     };
     let name = crd
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     if name != format!("{plural}.{group}") {
@@ -511,13 +512,11 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             singular: singular.clone(),
             namespaced,
             short_names: strings("/names/shortNames"),
-            status_subresource: v.pointer("/subresources/status").is_some(),
+            status_subresource: v.at("/subresources/status").is_some(),
             categories: strings("/names/categories"),
-            schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
+            schema: v.at("/schema/openAPIV3Schema").cloned().map(Arc::new),
             storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
-            scale: v
-                .pointer("/subresources/scale")
-                .and_then(ScalePaths::from_crd),
+            scale: v.at("/subresources/scale").and_then(ScalePaths::from_crd),
             printer_columns: v
                 .get("additionalPrinterColumns")
                 .and_then(Value::as_array)
@@ -612,7 +611,7 @@ impl Registry {
     /// Serve the types a CRD defines (replacing those of an earlier version of the CRD).
     pub fn put_crd(&self, crd: &Value) -> Result<(), CrdError> {
         let name = crd
-            .pointer("/metadata/name")
+            .at("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();

@@ -2,6 +2,7 @@
 //! (Deployments, ReplicaSets, StatefulSets, ReplicationControllers, and custom resources whose
 //! CRD declares `subresources.scale`), read and written as `kubectl scale` and autoscalers do.
 
+use crate::json::Pointer;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -44,8 +45,8 @@ impl ScalePaths {
 
 /// The `Scale` of `object`.
 pub fn scale_of(paths: &ScalePaths, object: &Value) -> Value {
-    let int = |pointer: &str| object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0);
-    let meta = |field: &str| object.pointer(&format!("/metadata/{field}")).cloned();
+    let int = |pointer: &str| object.at(pointer).and_then(Value::as_i64).unwrap_or(0);
+    let meta = |field: &str| object.at(&format!("/metadata/{field}")).cloned();
     let mut metadata = serde_json::Map::new();
     for field in [
         "name",
@@ -62,7 +63,7 @@ pub fn scale_of(paths: &ScalePaths, object: &Value) -> Value {
     let selector = paths
         .label_selector
         .as_deref()
-        .and_then(|p| object.pointer(p))
+        .and_then(|p| object.at(p))
         .map(|s| match s {
             Value::String(text) => text.clone(),
             selector => selector_string(selector),
@@ -84,22 +85,22 @@ pub fn apply_scale(
     scale: &Value,
 ) -> Result<Value, ApiError> {
     let name = object
-        .pointer("/metadata/name")
+        .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     if let Some(asked) = scale
-        .pointer("/metadata/resourceVersion")
+        .at("/metadata/resourceVersion")
         .and_then(Value::as_str)
         .filter(|rv| !rv.is_empty())
         && object
-            .pointer("/metadata/resourceVersion")
+            .at("/metadata/resourceVersion")
             .and_then(Value::as_str)
             != Some(asked)
     {
         return Err(ApiError::conflict(group, plural, name));
     }
     // `ScaleSpec.replicas` is a Go value field: absent means 0.
-    let replicas = match scale.pointer("/spec/replicas") {
+    let replicas = match scale.at("/spec/replicas") {
         None | Some(Value::Null) => 0,
         Some(n) => n.as_i64().filter(|n| *n >= 0).ok_or_else(|| {
             ApiError::invalid(

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::json::Pointer;
 use serde_json::Value;
 
 /// A selector that failed to parse; the message names the offending part.
@@ -104,7 +105,7 @@ impl LabelSelector {
 /// The `metadata.labels` of a JSON object (empty when absent or malformed).
 pub fn object_labels(object: &Value) -> BTreeMap<String, String> {
     object
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .and_then(Value::as_object)
         .map(|labels| {
             labels
@@ -414,7 +415,7 @@ impl FieldSelector {
     /// Whether an object satisfies the selector.
     pub fn matches_object(&self, object: &Value) -> bool {
         self.requirements.iter().all(|r| {
-            let actual = match object.pointer(&r.pointer) {
+            let actual = match object.at(&r.pointer) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => r.zero.to_owned(),
                 Some(other) => other.to_string(),

@@ -2,6 +2,7 @@
 //! stored object): each returns the causes of a 422 Invalid as `(field, message)`, with the
 //! field paths and messages kube-apiserver gives.
 
+use crate::json::Pointer;
 use serde_json::{Value, json};
 
 /// One cause of a 422: the field path and the message (`Required value: …`, `Invalid value: …`).
@@ -18,7 +19,7 @@ const API_APPROVAL_POLICY: &str = "https://github.com/kubernetes/enhancements/pu
 /// reference is the controller (each further one is a cause).
 pub fn owner_references(object: &Value) -> Vec<Cause> {
     let Some(references) = object
-        .pointer("/metadata/ownerReferences")
+        .at("/metadata/ownerReferences")
         .and_then(Value::as_array)
     else {
         return Vec::new();
@@ -144,16 +145,13 @@ fn is_absolute_url_with_host(value: &str) -> bool {
 /// needs the annotation with a URL or an `unapproved…` reason. On update it is only checked when
 /// the approval state changes, so controllers updating an old CRD's spec are not refused.
 pub fn crd_api_approval(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
-    let group = crd
-        .pointer("/spec/group")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let group = crd.at("/spec/group").and_then(Value::as_str).unwrap_or("");
     if !is_protected_community_group(group) {
         return Vec::new();
     }
-    let annotations = crd.pointer("/metadata/annotations");
+    let annotations = crd.at("/metadata/annotations");
     let (state, reason) = api_approval_state(annotations);
-    if old.is_some_and(|old| api_approval_state(old.pointer("/metadata/annotations")).0 == state) {
+    if old.is_some_and(|old| api_approval_state(old.at("/metadata/annotations")).0 == state) {
         return Vec::new();
     }
     let field = format!("metadata.annotations[{API_APPROVED_ANNOTATION}]");
@@ -173,11 +171,11 @@ pub fn crd_api_approval(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
 /// The `KubernetesAPIApprovalPolicyConformant` condition kube-apiserver's API approval controller
 /// keeps on CRDs of protected groups; `None` for other groups.
 pub fn crd_api_approval_condition(crd: &Value, now: &str) -> Option<Value> {
-    let group = crd.pointer("/spec/group").and_then(Value::as_str)?;
+    let group = crd.at("/spec/group").and_then(Value::as_str)?;
     if !is_protected_community_group(group) {
         return None;
     }
-    let (state, message) = api_approval_state(crd.pointer("/metadata/annotations"));
+    let (state, message) = api_approval_state(crd.at("/metadata/annotations"));
     let (status, reason) = match state {
         ApprovalState::Approved => ("True", "ApprovedAnnotation"),
         ApprovalState::Bypassed => ("False", "UnapprovedAnnotation"),
@@ -218,7 +216,7 @@ fn go_map(map: Option<&Value>) -> String {
 pub fn builtin(group: &str, kind: &str, object: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
     let annotations: usize = object
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
@@ -314,8 +312,8 @@ fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
 
 /// A workload's selector, template and the fields it may not change.
 fn workload(group: &str, kind: &str, object: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
-    let selector = object.pointer("/spec/selector");
-    let labels = object.pointer("/spec/template/metadata/labels");
+    let selector = object.at("/spec/selector");
+    let labels = object.at("/spec/template/metadata/labels");
     // A Job without `manualSelector` gets its selector from the server (defaults).
     match selector {
         None | Some(Value::Null) => causes.push(("spec.selector".into(), "Required value".into())),
@@ -347,7 +345,7 @@ fn workload(group: &str, kind: &str, object: &Value, old: Option<&Value>, causes
             }
         }
     }
-    match object.pointer("/spec/template/spec") {
+    match object.at("/spec/template/spec") {
         Some(spec) => pod_spec(spec, "spec.template.spec", causes),
         None => causes.push((
             "spec.template.spec.containers".into(),
@@ -356,7 +354,7 @@ fn workload(group: &str, kind: &str, object: &Value, old: Option<&Value>, causes
     }
     if group == "batch" {
         let policy = object
-            .pointer("/spec/template/spec/restartPolicy")
+            .at("/spec/template/spec/restartPolicy")
             .and_then(Value::as_str);
         if !matches!(policy, Some("Never" | "OnFailure")) {
             causes.push((
@@ -375,7 +373,7 @@ fn workload(group: &str, kind: &str, object: &Value, old: Option<&Value>, causes
             &["/spec/selector"]
         };
         for pointer in immutable {
-            let (was, is) = (old.pointer(pointer), object.pointer(pointer));
+            let (was, is) = (old.at(pointer), object.at(pointer));
             if was != is {
                 causes.push((
                     pointer.trim_start_matches('/').replace('/', "."),

@@ -71,7 +71,7 @@ impl Store {
             self.delete_locked(state, rt, key)?;
             return Ok(());
         }
-        let mut marked = if current.pointer("/metadata/deletionTimestamp").is_none() {
+        let mut marked = if current.at("/metadata/deletionTimestamp").is_none() {
             mark_deleting(&current)
         } else {
             (*current).clone()
@@ -88,7 +88,7 @@ impl Store {
         let uids: HashSet<String> = state
             .objects
             .values()
-            .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|o| o.at("/metadata/deletionTimestamp").is_none())
             .filter_map(|o| meta_str(o, "uid").map(str::to_owned))
             .collect();
         for (dependent_key, dependent) in dependents {
@@ -125,7 +125,7 @@ impl Store {
                 .objects
                 .iter()
                 .filter(|(_, o)| {
-                    o.pointer("/metadata/finalizers")
+                    o.at("/metadata/finalizers")
                         .and_then(Value::as_array)
                         .is_some_and(|f| f.iter().any(|f| f == FOREGROUND_DELETION))
                 })
@@ -147,7 +147,7 @@ impl Store {
                 };
                 let mut released = (*object).clone();
                 if let Some(finalizers) = released
-                    .pointer_mut("/metadata/finalizers")
+                    .at_mut("/metadata/finalizers")
                     .and_then(Value::as_array_mut)
                 {
                     finalizers.retain(|f| f != FOREGROUND_DELETION);
@@ -215,14 +215,14 @@ impl Store {
         }
         // Held: a namespace until its contents are gone, a CRD until its custom resources are,
         // anything else until its finalizers are removed.
-        let marked = if current.pointer("/metadata/deletionTimestamp").is_none() {
+        let marked = if current.at("/metadata/deletionTimestamp").is_none() {
             let mut marked = mark_deleting(&current);
             if is_namespace {
                 marked["status"] = json!({"phase": "Terminating"});
             }
             if is_crd
                 && let Some(conditions) = marked
-                    .pointer_mut("/status/conditions")
+                    .at_mut("/status/conditions")
                     .and_then(Value::as_array_mut)
             {
                 conditions.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now_rfc3339(),
@@ -294,7 +294,7 @@ impl Store {
             if state
                 .objects
                 .get(&crd_key)
-                .is_some_and(|c| c.pointer("/metadata/deletionTimestamp").is_some())
+                .is_some_and(|c| c.at("/metadata/deletionTimestamp").is_some())
             {
                 self.finalize_crd(state, &crd_name)?;
             }
@@ -306,7 +306,7 @@ impl Store {
             if state
                 .objects
                 .get(&ns_key)
-                .is_some_and(|ns| ns.pointer("/metadata/deletionTimestamp").is_some())
+                .is_some_and(|ns| ns.at("/metadata/deletionTimestamp").is_some())
             {
                 self.finalize_namespace(state, &key.namespace)?;
             }
@@ -344,7 +344,7 @@ impl Store {
         };
         if !has_finalizers(&object) {
             self.write(state, key, Write::Remove)?;
-        } else if object.pointer("/metadata/deletionTimestamp").is_none() {
+        } else if object.at("/metadata/deletionTimestamp").is_none() {
             self.write(state, key, Write::Put(mark_deleting(&object)))?;
         }
         Ok(())
@@ -373,7 +373,7 @@ impl Store {
                     let mut owners = owner_uids(o).peekable();
                     owners.peek().is_some() && owners.all(|u| !uids.contains(u))
                 })
-                .filter(|(_, o)| o.pointer("/metadata/deletionTimestamp").is_none())
+                .filter(|(_, o)| o.at("/metadata/deletionTimestamp").is_none())
                 .map(|(k, _)| k.clone())
                 .collect();
             if garbage.is_empty() {
@@ -391,7 +391,7 @@ impl Store {
 fn without_owner(object: &Value, uid: &str) -> Value {
     let mut kept = object.clone();
     if let Some(refs) = kept
-        .pointer_mut("/metadata/ownerReferences")
+        .at_mut("/metadata/ownerReferences")
         .and_then(Value::as_array_mut)
     {
         refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
@@ -410,8 +410,8 @@ const CRD_RESOURCE: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 /// The storage key prefix (`group/plural`) of a CRD's custom resources.
 fn crd_resource(crd: &Value) -> Option<String> {
-    let group = crd.pointer("/spec/group").and_then(Value::as_str)?;
-    let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str)?;
+    let group = crd.at("/spec/group").and_then(Value::as_str)?;
+    let plural = crd.at("/spec/names/plural").and_then(Value::as_str)?;
     Some(format!("{group}/{plural}"))
 }
 
@@ -419,9 +419,7 @@ fn crd_resource(crd: &Value) -> Option<String> {
 /// set, grace period 0, and `generation` bumped where the kind tracks it.
 fn mark_deleting(object: &Value) -> Value {
     let mut marked = object.clone();
-    let generation = object
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
+    let generation = object.at("/metadata/generation").and_then(Value::as_i64);
     let meta = metadata_mut(&mut marked);
     meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
@@ -433,7 +431,7 @@ fn mark_deleting(object: &Value) -> Value {
 
 fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
     object
-        .pointer("/metadata/ownerReferences")
+        .at("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -275,7 +276,7 @@ fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
 
 fn has_finalizers(object: &Value) -> bool {
     object
-        .pointer("/metadata/finalizers")
+        .at("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|f| !f.is_empty())
 }

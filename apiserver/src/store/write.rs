@@ -17,7 +17,7 @@ impl Store {
         }
         match state.objects.get(&Key::namespace_key(namespace)) {
             None => Err(ApiError::not_found("", "namespaces", namespace)),
-            Some(ns) if creating && ns.pointer("/metadata/deletionTimestamp").is_some() => {
+            Some(ns) if creating && ns.at("/metadata/deletionTimestamp").is_some() => {
                 Err(ApiError::forbidden(format!(
                     "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
                     qualified_plural(rt)
@@ -173,16 +173,13 @@ impl Store {
         rt: &ResourceType,
         object: &mut Value,
     ) -> Result<(), ApiError> {
-        if rt.group.is_empty()
-            && rt.kind == "Namespace"
-            && object.pointer("/status/phase").is_none()
-        {
+        if rt.group.is_empty() && rt.kind == "Namespace" && object.at("/status/phase").is_none() {
             object["status"] = json!({"phase": "Active"});
         }
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
-            let names = object.pointer("/spec/names").cloned().unwrap_or_default();
+            let names = object.at("/spec/names").cloned().unwrap_or_default();
             let stored: Vec<Value> = object
-                .pointer("/spec/versions")
+                .at("/spec/versions")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -320,7 +317,7 @@ impl Store {
             map.insert("kind".into(), json!(rt.kind));
         }
         // The client never sets generation: it is carried over and bumped here.
-        let generation = old.pointer("/metadata/generation").and_then(Value::as_i64);
+        let generation = old.at("/metadata/generation").and_then(Value::as_i64);
         let spec_changed = spec_changed(rt, &old, &new);
         let no_meta = Map::new();
         let old_meta = old
@@ -368,14 +365,14 @@ impl Store {
         // A terminating object cannot gain finalizers.
         if old_meta.get("deletionTimestamp").is_some() {
             let old_finalizers: HashSet<String> = old
-                .pointer("/metadata/finalizers")
+                .at("/metadata/finalizers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
                 .filter_map(|f| f.as_str().map(str::to_owned))
                 .collect();
             let added = new
-                .pointer("/metadata/finalizers")
+                .at("/metadata/finalizers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -402,8 +399,8 @@ impl Store {
         }
         self.validate(rt, &new, name, Some(&old))?;
         if is_crd_type(rt) && !status {
-            let old_scope = old.pointer("/spec/scope");
-            if old_scope.is_some() && old_scope != new.pointer("/spec/scope") {
+            let old_scope = old.at("/spec/scope");
+            if old_scope.is_some() && old_scope != new.at("/spec/scope") {
                 return Err(ApiError::invalid(
                     &rt.kind,
                     &rt.group,
@@ -412,21 +409,21 @@ impl Store {
                         "spec.scope".into(),
                         format!(
                             "Invalid value: {}: field is immutable",
-                            new.pointer("/spec/scope").unwrap_or(&Value::Null)
+                            new.at("/spec/scope").unwrap_or(&Value::Null)
                         ),
                     )],
                 ));
             }
-            if old.pointer("/metadata/deletionTimestamp").is_none() {
+            if old.at("/metadata/deletionTimestamp").is_none() {
                 self.prepare_special(rt, &mut new)?;
                 // storedVersions only grows: objects may still be stored in an older version.
                 let mut stored: Vec<Value> = old
-                    .pointer("/status/storedVersions")
+                    .at("/status/storedVersions")
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default();
                 for v in new
-                    .pointer("/status/storedVersions")
+                    .at("/status/storedVersions")
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default()
@@ -459,9 +456,7 @@ impl Store {
             return Ok(Arc::new(new));
         }
         let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
-        if new.pointer("/metadata/deletionTimestamp").is_some()
-            && !has_finalizers(&new)
-            && !is_namespace
+        if new.at("/metadata/deletionTimestamp").is_some() && !has_finalizers(&new) && !is_namespace
         {
             let stored = self.write(state, key.clone(), Write::Put(new))?;
             self.remove_locked(state, rt, &key)?;
@@ -602,11 +597,11 @@ fn allocate_service_addresses(state: &State, service: &mut Value) {
     let mut used_ips = HashSet::new();
     let mut used_ports = HashSet::new();
     for (_, other) in services {
-        if let Some(ip) = other.pointer("/spec/clusterIP").and_then(Value::as_str) {
+        if let Some(ip) = other.at("/spec/clusterIP").and_then(Value::as_str) {
             used_ips.insert(ip.to_owned());
         }
         for port in other
-            .pointer("/spec/ports")
+            .at("/spec/ports")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -617,7 +612,7 @@ fn allocate_service_addresses(state: &State, service: &mut Value) {
         }
     }
     let kind = service
-        .pointer("/spec/type")
+        .at("/spec/type")
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP")
         .to_owned();

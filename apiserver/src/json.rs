@@ -1,0 +1,96 @@
+//! Lookups in `serde_json` values that the write path makes for every object.
+
+use serde_json::Value;
+
+/// JSON pointer lookups (RFC 6901) without [`Value::pointer`]'s two string replacements per
+/// step when the pointer has no escapes (`~0`, `~1`), which is every pointer written in code.
+pub trait Pointer {
+    /// The value at `pointer` (`/spec/template`), as [`Value::pointer`].
+    fn at(&self, pointer: &str) -> Option<&Value>;
+    /// The value at `pointer`, mutable, as [`Value::pointer_mut`].
+    fn at_mut(&mut self, pointer: &str) -> Option<&mut Value>;
+}
+
+impl Pointer for Value {
+    fn at(&self, pointer: &str) -> Option<&Value> {
+        if pointer.contains('~') {
+            return self.pointer(pointer);
+        }
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        pointer
+            .strip_prefix('/')?
+            .split('/')
+            .try_fold(self, |at, token| match at {
+                Value::Object(map) => map.get(token),
+                Value::Array(items) => index(token).and_then(|i| items.get(i)),
+                _ => None,
+            })
+    }
+
+    fn at_mut(&mut self, pointer: &str) -> Option<&mut Value> {
+        if pointer.contains('~') {
+            return self.pointer_mut(pointer);
+        }
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        pointer
+            .strip_prefix('/')?
+            .split('/')
+            .try_fold(self, |at, token| match at {
+                Value::Object(map) => map.get_mut(token),
+                Value::Array(items) => index(token).and_then(|i| items.get_mut(i)),
+                _ => None,
+            })
+    }
+}
+
+/// An array index as RFC 6901 writes it: digits, no sign, no leading zero.
+fn index(token: &str) -> Option<usize> {
+    if token.is_empty() || (token.len() > 1 && token.starts_with('0')) {
+        return None;
+    }
+    if !token.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    token.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        /// Every pointer finds what `Value::pointer` finds, mutable or not.
+        #[test]
+        fn at_should_agree_with_pointer(
+            value in crate::test_support::json_with(&["a", "b", "a/b", "m~n", "0", ""], &["x"]),
+            steps in proptest::collection::vec(proptest::sample::select(vec!["a", "b", "a~1b", "m~0n", "0", "1", "01", "", "-", "+1"]), 0..4),
+            leading_slash in any::<bool>(),
+        ) {
+            let pointer = if leading_slash || steps.is_empty() {
+                steps.iter().map(|s| format!("/{s}")).collect::<String>()
+            } else {
+                steps.join("/")
+            };
+            prop_assert_eq!(value.at(&pointer), value.pointer(&pointer));
+            let mut copy = value.clone();
+            let mut other = value.clone();
+            prop_assert_eq!(copy.at_mut(&pointer).map(|v| v.clone()), other.pointer_mut(&pointer).map(|v| v.clone()));
+        }
+    }
+
+    #[test]
+    fn at_should_find_items_and_escaped_keys() {
+        let value =
+            json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}, "a/b": {"c~d": 1}});
+        assert_eq!(value.at("/spec/containers/1/name"), Some(&json!("b")));
+        assert_eq!(value.at("/a~1b/c~0d"), Some(&json!(1)));
+        assert_eq!(value.at("/spec/containers/01"), None);
+        assert_eq!(value.at(""), Some(&value));
+    }
+}
