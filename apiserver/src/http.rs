@@ -568,7 +568,7 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
     let value: Value = if media_type == protobuf::MEDIA_TYPE {
         protobuf::decode(body)?
     } else if media_type == "application/yaml" {
-        serde_yaml_ng::from_slice(body)
+        yaml_or_json(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else {
         serde_json::from_slice(body)
@@ -578,6 +578,18 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
     Ok(value)
+}
+
+/// A YAML body, read as JSON when it is JSON (what kube and client-go send for server-side
+/// apply, under the YAML media type): JSON is YAML, and the JSON parser is many times faster.
+fn yaml_or_json(body: &[u8]) -> Result<Value, serde_yaml_ng::Error> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'{')
+        && let Ok(value) = serde_json::from_slice(body)
+    {
+        return Ok(value);
+    }
+    serde_yaml_ng::from_slice(body)
 }
 
 fn delete_options(
@@ -790,7 +802,7 @@ fn patch(
         ))
     })?;
     let patch: Value = if kind == PatchKind::Apply {
-        serde_yaml_ng::from_slice(body).map_err(|e| {
+        yaml_or_json(body).map_err(|e| {
             ApiError::bad_request(format!("the apply body is not valid YAML or JSON: {e}"))
         })?
     } else {
@@ -871,10 +883,12 @@ fn check_fields(
     params: &Params,
 ) -> Result<Vec<String>, ApiError> {
     let mode = field_validation::Mode::parse(params.get("fieldValidation"))?;
+    // A YAML body written as JSON (server-side apply from kube or client-go) is scanned too.
     let json_body = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_none_or(|t| t.contains("json"));
+        .is_none_or(|t| t.contains("json"))
+        || body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let raw = json_body.then_some(&body[..]);
     let problems = field_validation::problems(rt, object, raw);
     field_validation::enforce(mode, rt, problems)

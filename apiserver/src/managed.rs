@@ -593,14 +593,6 @@ fn diff_value(
     }
 }
 
-fn value_at<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut at = object;
-    for element in path {
-        at = step(at, element)?;
-    }
-    Some(at)
-}
-
 fn step<'a>(at: &'a Value, element: &str) -> Option<&'a Value> {
     if let Some(field) = element.strip_prefix("f:") {
         at.get(field)
@@ -873,6 +865,13 @@ fn fields_v1_union(fields: &mut Map<String, Value>, set: &FieldSet, root: bool) 
 
 /// Server-side apply of `config` by `write.manager` onto `live` (`None`: the object is created).
 /// Returns the new object with its `managedFields`, or a 409 listing the conflicts.
+///
+/// As structured-merge-diff's `Apply`: the configuration is merged into the live object; the
+/// fields that merge changes or adds and another manager owns are conflicts (a 409 unless
+/// forced, when they are taken from their owners); what this manager applied before and no
+/// longer applies is removed unless another manager owns it; the manager's `Apply` entry becomes
+/// exactly the configuration's fields. Entries are read and changed in their `FieldsV1` form,
+/// and only the applier's entry is written anew.
 pub fn apply(
     live: Option<&Value>,
     config: &Value,
@@ -882,38 +881,8 @@ pub fn apply(
     write: &Write<'_>,
     describe: (&str, &str, &str),
 ) -> Result<Value, ApiError> {
-    let base = live.cloned().unwrap_or_else(|| json!({}));
-    let mut list = entries(&base);
-    let applied = fields_of(config, schema, skip_status);
-    let previous = list
-        .iter()
-        .find(|e| e.manager == write.manager && e.operation == "Apply")
-        .map(|e| e.fields.clone())
-        .unwrap_or_default();
-
-    // Conflicts: applied leaves whose value differs from the live one, owned by someone else.
-    let mut conflicts: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut taken = FieldSet::default();
-    for path in applied.paths() {
-        let live_value = value_at(&base, &path);
-        if live_value.is_none() || live_value == value_at(config, &path) {
-            continue;
-        }
-        for entry in &list {
-            let same = entry.manager == write.manager && entry.operation == "Apply";
-            if !same && entry.fields.contains(&path) {
-                conflicts
-                    .entry(format!("{:?} using {}", entry.manager, entry.api_version))
-                    .or_default()
-                    .push(path_text(&path));
-                taken.insert(&path);
-            }
-        }
-    }
-    if !conflicts.is_empty() && !force {
-        return Err(conflict_error(conflicts, describe));
-    }
-
+    let empty = json!({});
+    let base = live.unwrap_or(&empty);
     let mut merged = base.clone();
     merge(
         &mut merged,
@@ -923,48 +892,149 @@ pub fn apply(
         skip_status,
         true,
     );
-    // What this manager applied before and no longer does goes, unless someone else owns it.
-    for path in previous.paths() {
-        if applied.contains(&path) {
-            continue;
-        }
-        let owned_elsewhere = list.iter().any(|e| {
-            !(e.manager == write.manager && e.operation == "Apply") && e.fields.contains(&path)
-        });
-        if !owned_elsewhere {
-            remove_at(&mut merged, &path);
+    let mut list = match merged
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|m| m.remove("managedFields"))
+    {
+        Some(Value::Array(list)) => list,
+        _ => Vec::new(),
+    };
+    list.retain(|e| {
+        e.get("manager").is_some_and(Value::is_string)
+            && e.get("operation").is_some_and(Value::is_string)
+    });
+    let is_own = |entry: &Value| {
+        entry["manager"].as_str() == Some(write.manager) && entry["operation"] == "Apply"
+    };
+    let fields_of_entry = |entry: &Value| {
+        entry
+            .get("fieldsV1")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
+    };
+
+    // Conflicts: what the merge changes or adds, where another manager owns it.
+    let (changed, _) = diff(base, &merged, schema, skip_status);
+    let mut conflicts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut taken = FieldSet::default();
+    if !changed.is_empty() {
+        for entry in list.iter().filter(|e| !is_own(e)) {
+            let Some(fields) = entry.get("fieldsV1").and_then(Value::as_object) else {
+                continue;
+            };
+            let owned = fields_v1_intersection(fields, &changed);
+            if owned.is_empty() {
+                continue;
+            }
+            let owner = format!(
+                "{:?} using {}",
+                entry["manager"].as_str().unwrap_or_default(),
+                entry["apiVersion"].as_str().unwrap_or_default()
+            );
+            let paths = conflicts.entry(owner).or_default();
+            for path in owned.paths() {
+                paths.push(path_text(&path));
+            }
+            taken.union(&owned);
         }
     }
-    for entry in &mut list {
-        if !(entry.manager == write.manager && entry.operation == "Apply") {
-            for path in taken.paths() {
-                entry.fields.remove(&path);
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(conflicts, describe));
+    }
+
+    // What this manager applied before and no longer does goes, unless someone else owns it.
+    let applied_v1 = fields_v1_of(config, schema, skip_status);
+    if let Some(previous) = list.iter().find(|e| is_own(e))
+        && previous.get("fieldsV1") != Some(&applied_v1)
+    {
+        let previous = FieldSet::from_fields_v1(&Value::Object(fields_of_entry(previous)));
+        let applied = FieldSet::from_fields_v1(&applied_v1);
+        for path in previous.paths() {
+            if applied.contains(&path) {
+                continue;
+            }
+            let owned_elsewhere = list.iter().filter(|e| !is_own(e)).any(|e| {
+                e.get("fieldsV1")
+                    .and_then(Value::as_object)
+                    .is_some_and(|fields| fields_v1_contains(fields, &path))
+            });
+            if !owned_elsewhere {
+                remove_at(&mut merged, &path);
             }
         }
     }
-    match list
-        .iter_mut()
-        .find(|e| e.manager == write.manager && e.operation == "Apply")
-    {
-        Some(entry) => {
-            entry.fields = applied;
-            entry.time = write.time.to_owned();
-            entry.api_version = write.api_version.to_owned();
+
+    // Forced: the conflicting fields leave their owners; the applier's entry is its config.
+    list.retain_mut(|entry| {
+        if is_own(entry) {
+            return true;
         }
-        None => list.push(Entry {
-            manager: write.manager.to_owned(),
-            operation: "Apply".into(),
-            api_version: write.api_version.to_owned(),
-            time: write.time.to_owned(),
-            subresource: write.subresource.map(str::to_owned),
-            fields: applied,
-        }),
+        match entry.get_mut("fieldsV1").and_then(Value::as_object_mut) {
+            Some(fields) if !taken.is_empty() => !fields_v1_subtract(fields, &taken),
+            _ => true,
+        }
+    });
+    let applied_empty = applied_v1.as_object().is_none_or(Map::is_empty);
+    let entry = new_entry(write, "Apply", applied_v1);
+    match list.iter_mut().find(|e| is_own(e)) {
+        Some(own) => *own = entry,
+        None => list.push(entry),
     }
-    if merged.get("metadata").is_none() {
+    if applied_empty {
+        list.retain(|e| !is_own(e));
+    }
+    if !merged.get("metadata").is_some_and(Value::is_object) {
         merged["metadata"] = json!({});
     }
-    set_entries(&mut merged, &list);
+    if !list.is_empty() {
+        merged["metadata"]["managedFields"] = Value::Array(list);
+    }
     Ok(merged)
+}
+
+/// Whether a set in its `FieldsV1` form has `path` as a member (as [`FieldSet::contains`]).
+fn fields_v1_contains(fields: &Map<String, Value>, path: &[String]) -> bool {
+    let mut at = fields;
+    for (i, element) in path.iter().enumerate() {
+        match at.get(element) {
+            Some(Value::Object(next)) => at = next,
+            // A malformed member is a leaf (as `FieldSet::from_fields_v1` reads it).
+            Some(_) => return i + 1 == path.len(),
+            None => return false,
+        }
+    }
+    at.is_empty() || at.contains_key(".")
+}
+
+/// The members of `set` that a set in its `FieldsV1` form also has.
+fn fields_v1_intersection(fields: &Map<String, Value>, set: &FieldSet) -> FieldSet {
+    // The top of a set is never a member of it.
+    FieldSet {
+        itself: false,
+        ..members_in_both(fields, set)
+    }
+}
+
+/// [`fields_v1_intersection`] below the top.
+fn members_in_both(fields: &Map<String, Value>, set: &FieldSet) -> FieldSet {
+    let mut out = FieldSet {
+        itself: (set.itself || set.children.is_empty())
+            && (fields.is_empty() || fields.contains_key(".")),
+        ..Default::default()
+    };
+    for (key, theirs) in &set.children {
+        let child = match fields.get(key) {
+            Some(Value::Object(mine)) => members_in_both(mine, theirs),
+            Some(_) => members_in_both(&Map::new(), theirs),
+            None => continue,
+        };
+        if !child.is_empty() {
+            out.children.insert(key.clone(), child);
+        }
+    }
+    out
 }
 
 /// Merge `config` into `live` with list semantics (keyed lists by key, sets by member).

@@ -305,6 +305,17 @@ proptest::proptest! {
         let nothing_left = text.as_object().is_some_and(Map::is_empty);
         proptest::prop_assert_eq!(emptied, nothing_left && !a.to_fields_v1().as_object().is_some_and(Map::is_empty));
 
+        let text = a.to_fields_v1();
+        let map = text.as_object().expect("an object");
+        let mut expected = FieldSet::default();
+        for path in b.paths() {
+            proptest::prop_assert_eq!(fields_v1_contains(map, &path), a.contains(&path), "{:?}", path);
+            if a.contains(&path) {
+                expected.insert(&path);
+            }
+        }
+        proptest::prop_assert_eq!(fields_v1_intersection(map, &b).paths(), expected.paths());
+
         let mut expected = a.clone();
         expected.union(&b);
         let mut text = a.to_fields_v1();
@@ -353,4 +364,45 @@ proptest::proptest! {
         let schema = Schema::builtin("apps", "v1", "Deployment");
         proptest::prop_assert_eq!(fields_v1_of(&object, schema, false), fields_of(&object, schema, false).to_fields_v1());
     }
+}
+
+/// A create by an updater (which owns the container item and its fields) and then an apply of
+/// the same container by another manager: the item and equal fields are no conflict (the merge
+/// changes nothing there); a changed image is one, naming only that leaf; forcing it takes the
+/// leaf from the updater and leaves the updater its other fields.
+#[test]
+fn apply_over_an_update_should_conflict_only_on_what_it_changes() {
+    let schema = Schema::builtin("apps", "v1", "Deployment");
+    let mut created = deployment(1, "nginx");
+    record_update(&Value::Null, &mut created, schema, &write("kubectl-create"));
+    let same = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
+    let applied = apply_as(Some(&created), &same, "ops", false).expect("no conflict");
+    assert_eq!(applied["spec"], created["spec"]);
+
+    let mut changed = same.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
+    let err = apply_as(Some(&applied), &changed, "ops", false).expect_err("conflict");
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"kubectl-create\" using apps/v1: .spec.template.spec.containers[name=\"web\"].image"
+    );
+    let forced = apply_as(Some(&applied), &changed, "ops", true).expect("forced");
+    let image = ["f:spec", "f:template", "f:spec", "f:containers", "k:{\"name\":\"web\"}", "f:image"]
+        .map(str::to_owned);
+    let replicas = ["f:spec", "f:replicas"].map(str::to_owned);
+    let owners = entries(&forced);
+    let creator = owners.iter().find(|e| e.manager == "kubectl-create").expect("creator");
+    assert!(!creator.fields.contains(&image) && creator.fields.contains(&replicas));
+    let ops = owners.iter().find(|e| e.manager == "ops").expect("applier");
+    assert_eq!(ops.operation, "Apply");
+    assert!(ops.fields.contains(&image) && !ops.fields.contains(&replicas));
+}
+
+/// Applying the same configuration again changes nothing, not even the entries' fields.
+#[test]
+fn a_repeated_apply_should_change_nothing() {
+    let first = apply_as(None, &deployment(2, "nginx"), "ops", false).expect("create");
+    let again = apply_as(Some(&first), &deployment(2, "nginx"), "ops", false).expect("again");
+    assert_eq!(first, again);
 }
