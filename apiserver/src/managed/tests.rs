@@ -388,11 +388,21 @@ fn apply_over_an_update_should_conflict_only_on_what_it_changes() {
         "Apply failed with 1 conflict: conflict with \"kubectl-create\" using apps/v1: .spec.template.spec.containers[name=\"web\"].image"
     );
     let forced = apply_as(Some(&applied), &changed, "ops", true).expect("forced");
-    let image = ["f:spec", "f:template", "f:spec", "f:containers", "k:{\"name\":\"web\"}", "f:image"]
-        .map(str::to_owned);
+    let image = [
+        "f:spec",
+        "f:template",
+        "f:spec",
+        "f:containers",
+        "k:{\"name\":\"web\"}",
+        "f:image",
+    ]
+    .map(str::to_owned);
     let replicas = ["f:spec", "f:replicas"].map(str::to_owned);
     let owners = entries(&forced);
-    let creator = owners.iter().find(|e| e.manager == "kubectl-create").expect("creator");
+    let creator = owners
+        .iter()
+        .find(|e| e.manager == "kubectl-create")
+        .expect("creator");
     assert!(!creator.fields.contains(&image) && creator.fields.contains(&replicas));
     let ops = owners.iter().find(|e| e.manager == "ops").expect("applier");
     assert_eq!(ops.operation, "Apply");
