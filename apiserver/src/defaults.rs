@@ -8,8 +8,9 @@
 //! kube-apiserver applies them when it decodes a request. A field counts as unset when it is
 //! absent, `null`, or the Go zero value of a value field (`""`); pointers set to zero are kept.
 
-use crate::json::Pointer;
 use serde_json::{Map, Value, json};
+
+use crate::json::Pointer;
 
 /// Fill in the defaults of a built-in object of `group`/`kind` (other kinds are left alone).
 pub fn apply(group: &str, kind: &str, object: &mut Value) {

@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::json::Pointer;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
@@ -17,6 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::ApiError;
 use crate::field_validation;
+use crate::json::Pointer;
 use crate::managed;
 use crate::openapi;
 use crate::patch::{PatchKind, PatchMeta, patched};
@@ -583,13 +583,17 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
 /// A YAML body, read as JSON when it is JSON (what kube and client-go send for server-side
 /// apply, under the YAML media type): JSON is YAML, and the JSON parser is many times faster.
 fn yaml_or_json(body: &[u8]) -> Result<Value, serde_yaml_ng::Error> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'{')
+    if looks_like_json_object(body)
         && let Ok(value) = serde_json::from_slice(body)
     {
         return Ok(value);
     }
     serde_yaml_ng::from_slice(body)
+}
+
+/// Whether a body's first non-blank character opens a JSON object.
+fn looks_like_json_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 fn delete_options(
@@ -888,7 +892,7 @@ fn check_fields(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_none_or(|t| t.contains("json"))
-        || body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        || looks_like_json_object(body);
     let raw = json_body.then_some(&body[..]);
     let problems = field_validation::problems(rt, object, raw);
     field_validation::enforce(mode, rt, problems)

@@ -13,38 +13,33 @@ pub trait Pointer {
 
 impl Pointer for Value {
     fn at(&self, pointer: &str) -> Option<&Value> {
-        if pointer.contains('~') {
-            return self.pointer(pointer);
-        }
-        if pointer.is_empty() {
-            return Some(self);
-        }
-        pointer
-            .strip_prefix('/')?
-            .split('/')
-            .try_fold(self, |at, token| match at {
+        match plain_steps(pointer) {
+            Some(mut steps) => steps.try_fold(self, |at, token| match at {
                 Value::Object(map) => map.get(token),
                 Value::Array(items) => index(token).and_then(|i| items.get(i)),
                 _ => None,
-            })
+            }),
+            None => self.pointer(pointer),
+        }
     }
 
     fn at_mut(&mut self, pointer: &str) -> Option<&mut Value> {
-        if pointer.contains('~') {
-            return self.pointer_mut(pointer);
-        }
-        if pointer.is_empty() {
-            return Some(self);
-        }
-        pointer
-            .strip_prefix('/')?
-            .split('/')
-            .try_fold(self, |at, token| match at {
+        match plain_steps(pointer) {
+            Some(mut steps) => steps.try_fold(self, |at, token| match at {
                 Value::Object(map) => map.get_mut(token),
                 Value::Array(items) => index(token).and_then(|i| items.get_mut(i)),
                 _ => None,
-            })
+            }),
+            None => self.pointer_mut(pointer),
+        }
     }
+}
+
+/// The steps of a pointer that needs no unescaping; `None` for one with escapes, without its
+/// leading `/` or empty, which [`Value::pointer`] handles (at no cost for the last two).
+fn plain_steps(pointer: &str) -> Option<std::str::Split<'_, char>> {
+    let rest = pointer.strip_prefix('/')?;
+    (!rest.contains('~')).then(|| rest.split('/'))
 }
 
 /// An array index as RFC 6901 writes it: digits, no sign, no leading zero.

@@ -15,10 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
+use crate::json::Pointer;
 use crate::openapi;
 
 /// A set of fields: the members under each path element, and whether the node itself is a
@@ -679,16 +679,6 @@ impl Entry {
             fields: FieldSet::from_fields_v1(value.get("fieldsV1").unwrap_or(&Value::Null)),
         })
     }
-
-    fn to_json(&self) -> Value {
-        let mut entry = json!({"manager": self.manager, "operation": self.operation,
-            "apiVersion": self.api_version, "time": self.time, "fieldsType": "FieldsV1",
-            "fieldsV1": self.fields.to_fields_v1()});
-        if let Some(subresource) = &self.subresource {
-            entry["subresource"] = json!(subresource);
-        }
-        entry
-    }
 }
 
 /// The `managedFields` of an object.
@@ -700,22 +690,6 @@ pub fn entries(object: &Value) -> Vec<Entry> {
         .flatten()
         .filter_map(Entry::from_json)
         .collect()
-}
-
-/// Write `entries` into `object`'s metadata (dropping empty ones).
-pub fn set_entries(object: &mut Value, entries: &[Entry]) {
-    let kept: Vec<Value> = entries
-        .iter()
-        .filter(|e| !e.fields.is_empty())
-        .map(Entry::to_json)
-        .collect();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        if kept.is_empty() {
-            meta.remove("managedFields");
-        } else {
-            meta.insert("managedFields".into(), Value::Array(kept));
-        }
-    }
 }
 
 /// What a write is: who makes it, how, where.
@@ -907,13 +881,6 @@ pub fn apply(
     let is_own = |entry: &Value| {
         entry["manager"].as_str() == Some(write.manager) && entry["operation"] == "Apply"
     };
-    let fields_of_entry = |entry: &Value| {
-        entry
-            .get("fieldsV1")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default()
-    };
 
     // Conflicts: what the merge changes or adds, where another manager owns it.
     let (changed, _) = diff(base, &merged, schema, skip_status);
@@ -949,7 +916,7 @@ pub fn apply(
     if let Some(previous) = list.iter().find(|e| is_own(e))
         && previous.get("fieldsV1") != Some(&applied_v1)
     {
-        let previous = FieldSet::from_fields_v1(&Value::Object(fields_of_entry(previous)));
+        let previous = FieldSet::from_fields_v1(previous.get("fieldsV1").unwrap_or(&Value::Null));
         let applied = FieldSet::from_fields_v1(&applied_v1);
         for path in previous.paths() {
             if applied.contains(&path) {

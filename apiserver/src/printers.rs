@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 
+use crate::json::Pointer;
 use crate::resources::ResourceType;
 use crate::scale::selector_string;
 

@@ -2,10 +2,10 @@
 //! (Deployments, ReplicaSets, StatefulSets, ReplicationControllers, and custom resources whose
 //! CRD declares `subresources.scale`), read and written as `kubectl scale` and autoscalers do.
 
-use crate::json::Pointer;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::json::Pointer;
 
 /// Where a kind keeps what its `Scale` shows, as JSON pointers.
 #[derive(Clone, Debug, PartialEq, Eq)]

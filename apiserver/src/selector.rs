@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::json::Pointer;
 use serde_json::Value;
+
+use crate::json::Pointer;
 
 /// A selector that failed to parse; the message names the offending part.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

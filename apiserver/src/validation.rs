@@ -2,8 +2,9 @@
 //! stored object): each returns the causes of a 422 Invalid as `(field, message)`, with the
 //! field paths and messages kube-apiserver gives.
 
-use crate::json::Pointer;
 use serde_json::{Value, json};
+
+use crate::json::Pointer;
 
 /// One cause of a 422: the field path and the message (`Required value: …`, `Invalid value: …`).
 pub type Cause = (String, String);

@@ -280,6 +280,34 @@ fn record_update_model(old: &Value, new: &mut Value, schema: Schema<'_>, write: 
     set_entries(new, &list);
 }
 
+/// The model's encoding: `entries` written into `object`'s metadata as the former code wrote
+/// them, every entry encoded anew (empty ones dropped).
+fn set_entries(object: &mut Value, entries: &[Entry]) {
+    let kept: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            new_entry(
+                &Write {
+                    manager: &e.manager,
+                    api_version: &e.api_version,
+                    subresource: e.subresource.as_deref(),
+                    time: &e.time,
+                },
+                &e.operation,
+                e.fields.to_fields_v1(),
+            )
+        })
+        .collect();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        if kept.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(kept));
+        }
+    }
+}
+
 /// Each entry's manager, operation and normalised field set, in order.
 fn owners(object: &Value) -> Vec<(String, String, Option<String>, Value)> {
     entries(object)

@@ -13,11 +13,11 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use crate::json::Pointer;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use crate::error::ApiError;
+use crate::json::Pointer;
 use crate::managed::{self, Schema};
 use crate::resources::{Registry, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
