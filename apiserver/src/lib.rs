@@ -10,12 +10,14 @@
 //!
 //! - There is no authentication or authorization: anyone who can reach the port is an admin.
 //!   It binds loopback unless told otherwise.
-//! - No controllers run: a Deployment gets no ReplicaSet, a ReplicaSet no Pods.
+//! - The built-in controllers and simulated nodes ([`controllers`]) run only when the builder
+//!   asks for them ([`Builder::controllers`]); `krec cluster` and `krec dev` do by default.
 //! - Server-side apply tracks field ownership per manager ([`managed`]) but does not validate
 //!   the applied configuration against a typed schema as structured-merge-diff does.
 //! - Custom resources are stored in whichever version they were written with; versions differ
 //!   only in `apiVersion` (no conversion webhooks).
 
+pub mod controllers;
 pub mod defaults;
 pub mod error;
 pub mod field_validation;

@@ -155,6 +155,18 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
         ("", "ConfigMap") => vec![NAME, int_col("Data"), AGE],
         ("", "Secret") => vec![NAME, col("Type", 0), int_col("Data"), AGE],
         ("", "Namespace") => vec![NAME, col("Status", 0), AGE],
+        ("", "Node") => vec![
+            NAME,
+            col("Status", 0),
+            col("Roles", 0),
+            AGE,
+            col("Version", 0),
+            col("Internal-IP", 1),
+            col("External-IP", 1),
+            col("OS-Image", 1),
+            col("Kernel-Version", 1),
+            col("Container-Runtime", 1),
+        ],
         ("", "ServiceAccount") => vec![NAME, AGE],
         ("", "Event") | ("events.k8s.io", "Event") => vec![
             col("Last Seen", 0),
@@ -165,7 +177,7 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
             col("Source", 1),
             col("Message", 0),
             col("First Seen", 1),
-            int_col("Count"),
+            ("Count", "integer", "", "", 1),
             (NAME.0, NAME.1, NAME.2, NAME.3, 1),
         ],
         ("coordination.k8s.io", "Lease") => vec![NAME, col("Holder", 0), AGE],
@@ -291,6 +303,7 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
             vec![name, json!(s("/type")), json!(data), age]
         }
         ("", "Namespace") => vec![name, json!(s("/status/phase")), age],
+        ("", "Node") => node_cells(o, name, age),
         ("", "Event") | ("events.k8s.io", "Event") => event_cells(o, name, now),
         ("coordination.k8s.io", "Lease") => vec![
             name,
@@ -417,6 +430,69 @@ fn pod_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
         json!(or_none("/spec/nodeName")),
         json!(or_none("/status/nominatedNodeName")),
         json!("<none>"),
+    ]
+}
+
+/// A node's row, as `printNode`: `Ready`/`NotReady`/`Unknown` (`,SchedulingDisabled` when
+/// cordoned), roles from the `node-role.kubernetes.io/*` labels, the kubelet version, and with
+/// `-o wide` its addresses and `nodeInfo`.
+fn node_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
+    let conditions = o.at("/status/conditions").and_then(Value::as_array);
+    let mut status = match conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| &c["status"])
+    {
+        Some(s) if s == "True" => "Ready".to_owned(),
+        Some(s) if s == "False" => "NotReady".to_owned(),
+        _ => "Unknown".to_owned(),
+    };
+    if o.at("/spec/unschedulable") == Some(&Value::Bool(true)) {
+        status.push_str(",SchedulingDisabled");
+    }
+    let mut roles: Vec<&str> = o
+        .at("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+        .filter(|r| !r.is_empty())
+        .collect();
+    roles.sort_unstable();
+    let roles = if roles.is_empty() {
+        "<none>".to_owned()
+    } else {
+        roles.join(",")
+    };
+    let address = |kind: &str| {
+        o.at("/status/addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|a| a["type"] == kind)
+            .and_then(|a| a["address"].as_str())
+            .unwrap_or("<none>")
+            .to_owned()
+    };
+    let info = |field: &str| {
+        o.at("/status/nodeInfo")
+            .and_then(|i| i.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or("<unknown>")
+            .to_owned()
+    };
+    vec![
+        name,
+        json!(status),
+        json!(roles),
+        age,
+        json!(info("kubeletVersion")),
+        json!(address("InternalIP")),
+        json!(address("ExternalIP")),
+        json!(info("osImage")),
+        json!(info("kernelVersion")),
+        json!(info("containerRuntimeVersion")),
     ]
 }
 

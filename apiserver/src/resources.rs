@@ -147,6 +147,7 @@ pub fn builtins() -> Vec<ResourceType> {
             false,
         ),
         builtin("", "v1", "Pod", "pods", true, &["po"], true, true),
+        builtin("", "v1", "Node", "nodes", false, &["no"], true, false),
         builtin(
             "",
             "v1",

@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::resources::Registry;
 use crate::store::persist;
 use crate::store::{self, Store};
-use crate::{http, tls};
+use crate::{controllers, http, tls};
 
 /// How to start a [`Server`]: `Server::builder().addr(…).data_dir(…).start().await`.
 #[derive(Clone, Debug)]
@@ -25,6 +25,7 @@ pub struct Builder {
     data_dir: Option<PathBuf>,
     watch_history: usize,
     bookmark_interval: Duration,
+    simulation: controllers::Config,
 }
 
 impl Default for Builder {
@@ -34,6 +35,7 @@ impl Default for Builder {
             data_dir: None,
             watch_history: store::DEFAULT_HISTORY,
             bookmark_interval: http::BOOKMARK_INTERVAL,
+            simulation: controllers::Config::default(),
         }
     }
 }
@@ -60,6 +62,25 @@ impl Builder {
     /// How often watches that allow bookmarks get one.
     pub fn bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
+        self
+    }
+
+    /// Which built-in controllers run (default: none, so a test of a user's own controller sees
+    /// the cluster stay still; `krec cluster` and `krec dev` run them all).
+    pub fn controllers(mut self, controllers: controllers::Selection) -> Self {
+        self.simulation.controllers = controllers;
+        self
+    }
+
+    /// How many simulated nodes the scheduler and kubelets use (default 3).
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.simulation.nodes = nodes;
+        self
+    }
+
+    /// The whole simulation set-up: controllers, nodes and the simulated Pods' timings.
+    pub fn simulation(mut self, simulation: controllers::Config) -> Self {
+        self.simulation = simulation;
         self
     }
 
@@ -101,6 +122,7 @@ pub struct Server {
     store: Arc<Store>,
     stop: tokio::sync::watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    controllers: Option<JoinHandle<()>>,
 }
 
 /// Namespaces every cluster starts with.
@@ -154,6 +176,7 @@ impl Server {
             bookmark_interval: config.bookmark_interval,
             openapi: Default::default(),
         });
+        let controllers = controllers::spawn(store.clone(), config.simulation, stopped.clone());
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
         Ok(Server {
             addr,
@@ -161,6 +184,7 @@ impl Server {
             store,
             stop,
             task: Some(task),
+            controllers,
         })
     }
 
@@ -196,6 +220,10 @@ impl Server {
     /// Stop accepting, end open watches and connections, and wait for the server task.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
+        if let Some(controllers) = self.controllers.take() {
+            controllers.abort();
+            let _ = controllers.await;
+        }
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;
@@ -207,6 +235,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        if let Some(controllers) = self.controllers.take() {
+            controllers.abort();
+        }
         if let Some(task) = self.task.take() {
             task.abort();
         }

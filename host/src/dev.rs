@@ -207,6 +207,8 @@ pub struct DevOptions {
     pub addr: std::net::SocketAddr,
     /// Where to write its kubeconfig.
     pub kubeconfig_out: PathBuf,
+    /// The cluster's built-in controllers and simulated nodes.
+    pub simulation: krec_apiserver::controllers::Config,
     /// How the host runs.
     pub host: HostOptions,
 }
@@ -237,6 +239,7 @@ pub async fn dev(
 
     let cluster = krec_apiserver::Server::builder()
         .addr(options.addr)
+        .simulation(options.simulation.clone())
         .start()
         .await?;
     cluster

@@ -43,6 +43,8 @@ enum Command {
         /// Keep objects in this directory across restarts (default: in memory only).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        simulation: SimulationArgs,
     },
     /// Start the embedded API server, apply example objects and reconcile them with the guests.
     ///
@@ -61,6 +63,8 @@ enum Command {
         /// Where to write the kubeconfig.
         #[arg(long, default_value = "krec-kubeconfig.yaml")]
         kubeconfig_out: PathBuf,
+        #[command(flatten)]
+        simulation: SimulationArgs,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -96,6 +100,44 @@ enum Command {
 /// Durations on the command line: `15s`, `500ms`, `2m`.
 fn duration(text: &str) -> Result<std::time::Duration, String> {
     krec::manifest::parse_duration(text)
+}
+
+/// The local cluster's built-in controllers and simulated nodes.
+#[derive(clap::Args)]
+struct SimulationArgs {
+    /// Built-in controllers to run: all, none, or a comma-separated list of deployment,
+    /// replicaset, statefulset, daemonset, job, scheduler, kubelet.
+    #[arg(long, default_value = "all", value_parser = parse_selection)]
+    controllers: krec_apiserver::controllers::Selection,
+    /// Simulated nodes (krec-node-0, …) the scheduler binds Pods to.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// How long a bound Pod stays Pending before it runs (e.g. 500ms, 2s).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pod_start_delay: std::time::Duration,
+    /// How long a Job's Pod runs before it succeeds.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    job_duration: std::time::Duration,
+}
+
+impl SimulationArgs {
+    fn config(self) -> krec_apiserver::controllers::Config {
+        krec_apiserver::controllers::Config {
+            controllers: self.controllers,
+            nodes: self.nodes,
+            pod_start: self.pod_start_delay,
+            job_duration: self.job_duration,
+        }
+    }
+}
+
+fn parse_selection(text: &str) -> Result<krec_apiserver::controllers::Selection, String> {
+    text.parse()
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    krec_apiserver::controllers::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration such as 500ms, 2s or 1m"))
 }
 
 /// How the host runs: module cache, admin server, leader election, shutdown.
@@ -241,6 +283,7 @@ fn main() -> ExitCode {
             apply,
             addr,
             kubeconfig_out,
+            simulation,
             host,
         } => {
             init_logging(LIVE_LOG, cli.log_format);
@@ -250,6 +293,7 @@ fn main() -> ExitCode {
                     apply,
                     addr,
                     kubeconfig_out,
+                    simulation: simulation.config(),
                     host: host.options()?,
                 };
                 krec::dev::dev(options, shutdown_signal()).await
@@ -302,9 +346,13 @@ fn main() -> ExitCode {
             addr,
             kubeconfig_out,
             data_dir,
+            simulation,
         } => {
             init_logging("info", cli.log_format);
-            block_on("cluster", cluster(addr, kubeconfig_out, data_dir))
+            block_on(
+                "cluster",
+                cluster(addr, kubeconfig_out, data_dir, simulation.config()),
+            )
         }
     }
 }
@@ -335,6 +383,7 @@ async fn cluster(
     addr: std::net::SocketAddr,
     kubeconfig_out: PathBuf,
     data_dir: Option<PathBuf>,
+    simulation: krec_apiserver::controllers::Config,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
@@ -344,7 +393,9 @@ async fn cluster(
             "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
         );
     }
-    let mut server = krec_apiserver::Server::builder().addr(addr);
+    let mut server = krec_apiserver::Server::builder()
+        .addr(addr)
+        .simulation(simulation);
     if let Some(dir) = &data_dir {
         server = server.data_dir(dir);
     }

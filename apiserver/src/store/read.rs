@@ -24,6 +24,26 @@ impl Store {
         self.lock().objects.contains_key(&key)
     }
 
+    /// Every object of `rt` (in `namespace`, when given), shared, in key order: the in-process
+    /// read the built-in controllers use (no selectors, no pages, no copies).
+    pub fn objects(&self, rt: &ResourceType, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let resource = rt.storage_key();
+        let state = self.lock();
+        state
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == resource)
+            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
+            .map(|(_, o)| Self::served(rt, o))
+            .collect()
+    }
+
+    /// Every change from now on, of every resource (the in-process feed the built-in
+    /// controllers follow; a receiver that falls behind gets `Lagged` and must re-read).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.feed.subscribe()
+    }
+
     /// List objects, optionally one page of `limit` after `continue_token`.
     pub fn list(
         &self,

@@ -1,0 +1,486 @@
+//! The Deployment controller (`pkg/controller/deployment`): one ReplicaSet per pod template,
+//! named `<deployment>-<pod-template-hash>`; `RollingUpdate` scales the new one up within
+//! `maxSurge` and the old ones down within `maxUnavailable` (`Recreate`: old to zero first);
+//! revisions in `deployment.kubernetes.io/revision`; old ReplicaSets beyond
+//! `revisionHistoryLimit` deleted; `status` summed over the ReplicaSets with the `Available` and
+//! `Progressing` conditions `kubectl rollout status` reads.
+//!
+//! Simplified: `progressDeadlineSeconds` never reports `ProgressDeadlineExceeded`; scaling in
+//! the middle of a rollout is not proportional across the ReplicaSets (the rollout converges on
+//! the new one all the same).
+
+use super::*;
+
+const REVISION: &str = "deployment.kubernetes.io/revision";
+const HASH_LABEL: &str = "pod-template-hash";
+
+pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, ApiError> {
+    let Some(deployment) = engine.get(&engine.types.deployments, ns, name) else {
+        return Ok(Next::Done);
+    };
+    if is_deleting(&deployment) {
+        return Ok(Next::Done);
+    }
+    let owned = owned_replica_sets(engine, ns, &deployment);
+    let template = deployment.at("/spec/template").cloned().unwrap_or_default();
+    let (mut new_rs, mut old) = split_new(&owned, &template);
+    let paused = deployment.at("/spec/paused") == Some(&Value::Bool(true));
+    let mut created_new = false;
+    if new_rs.is_none() && !paused {
+        new_rs = Some(create_new(engine, ns, &deployment, &template, &owned)?);
+        created_new = true;
+    }
+    let replicas = int_at(&deployment, "/spec/replicas").unwrap_or(1).max(0);
+    let recreate = deployment.at("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
+    let (surge, unavailable) = if recreate {
+        (0, replicas)
+    } else {
+        surge_and_unavailable(&deployment, replicas)
+    };
+    if let (Some(new), false) = (&new_rs, paused) {
+        if recreate {
+            rollout_recreate(engine, &deployment, new, &old, replicas)?;
+        } else {
+            rollout_rolling(engine, new, &old, replicas, surge, unavailable)?;
+        }
+        keep_annotations(engine, &deployment, new, &old, replicas, surge)?;
+    }
+    // Re-read what the rollout changed, then report.
+    let owned = owned_replica_sets(engine, ns, &deployment);
+    (new_rs, old) = split_new(&owned, &template);
+    cleanup_history(engine, &deployment, &old)?;
+    let status = deployment_status(
+        &deployment,
+        new_rs.as_deref(),
+        &owned,
+        replicas,
+        unavailable,
+        created_new,
+    );
+    engine.update_status(
+        &engine.types.deployments,
+        &deployment,
+        status,
+        CONTROLLER_MANAGER,
+    )?;
+    if let Some(revision) = new_rs
+        .as_ref()
+        .and_then(|rs| rs.at("/metadata/annotations"))
+        .and_then(|a| a.get(REVISION))
+        .and_then(Value::as_str)
+    {
+        let current = engine.get(&engine.types.deployments, ns, name);
+        if let Some(current) = current
+            && current
+                .at("/metadata/annotations")
+                .and_then(|a| a.get(REVISION))
+                != Some(&json!(revision))
+        {
+            let mut updated = (*current).clone();
+            updated["metadata"]["annotations"][REVISION] = json!(revision);
+            engine.update(&engine.types.deployments, updated)?;
+        }
+    }
+    Ok(Next::Done)
+}
+
+/// The ReplicaSets the Deployment controls, oldest first.
+fn owned_replica_sets(engine: &Engine, ns: &str, deployment: &Value) -> Vec<Arc<Value>> {
+    let mut owned: Vec<Arc<Value>> = engine
+        .store
+        .objects(&engine.types.replica_sets, Some(ns))
+        .into_iter()
+        .filter(|rs| controller_of(rs).is_some_and(|o| o.uid == uid(deployment)))
+        .collect();
+    owned.sort_by_key(|rs| {
+        rs.at("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    });
+    owned
+}
+
+/// The ReplicaSet whose template is the Deployment's (ignoring the hash label), and the others.
+fn split_new(owned: &[Arc<Value>], template: &Value) -> (Option<Arc<Value>>, Vec<Arc<Value>>) {
+    let mut new = None;
+    let mut old = Vec::new();
+    for rs in owned {
+        let mut rs_template = rs.at("/spec/template").cloned().unwrap_or_default();
+        if let Some(labels) = rs_template
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("labels"))
+            .and_then(Value::as_object_mut)
+        {
+            labels.remove(HASH_LABEL);
+            if labels.is_empty() {
+                rs_template["metadata"]
+                    .as_object_mut()
+                    .map(|m| m.remove("labels"));
+            }
+        }
+        if new.is_none() && &rs_template == template {
+            new = Some(rs.clone());
+        } else {
+            old.push(rs.clone());
+        }
+    }
+    (new, old)
+}
+
+fn revision_of(rs: &Value) -> i64 {
+    rs.at("/metadata/annotations")
+        .and_then(|a| a.get(REVISION))
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Create the ReplicaSet of the current template, at zero replicas (the rollout scales it).
+fn create_new(
+    engine: &Engine,
+    ns: &str,
+    deployment: &Value,
+    template: &Value,
+    owned: &[Arc<Value>],
+) -> Result<Arc<Value>, ApiError> {
+    let collisions = int_at(deployment, "/status/collisionCount").unwrap_or(0);
+    let hash = template_hash(template, collisions);
+    let name = format!(
+        "{}-{hash}",
+        deployment
+            .at("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    let mut template = template.clone();
+    template["metadata"]["labels"][HASH_LABEL] = json!(hash);
+    let mut selector = deployment.at("/spec/selector").cloned().unwrap_or_default();
+    selector["matchLabels"][HASH_LABEL] = json!(hash);
+    let mut labels = template["metadata"]["labels"].clone();
+    labels[HASH_LABEL] = json!(hash);
+    let revision = owned.iter().map(|rs| revision_of(rs)).max().unwrap_or(0) + 1;
+    let rs = json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": labels,
+            "annotations": {REVISION: revision.to_string()},
+            "ownerReferences": [owner_reference(deployment)],
+        },
+        "spec": {
+            "replicas": 0,
+            "minReadySeconds": int_at(deployment, "/spec/minReadySeconds").unwrap_or(0),
+            "selector": selector,
+            "template": template,
+        },
+    });
+    engine.create(&engine.types.replica_sets, ns, rs)
+}
+
+/// `maxSurge` and `maxUnavailable` resolved against `replicas` (both zero means one unavailable).
+fn surge_and_unavailable(deployment: &Value, replicas: i64) -> (i64, i64) {
+    let rolling = deployment.at("/spec/strategy/rollingUpdate");
+    let surge = scaled(rolling.and_then(|r| r.get("maxSurge")), replicas, true, 1);
+    let unavailable = scaled(
+        rolling.and_then(|r| r.get("maxUnavailable")),
+        replicas,
+        false,
+        1,
+    );
+    if surge == 0 && unavailable == 0 {
+        (0, 1)
+    } else {
+        (surge, unavailable.min(replicas))
+    }
+}
+
+fn spec_replicas(rs: &Value) -> i64 {
+    int_at(rs, "/spec/replicas").unwrap_or(0)
+}
+
+fn available(rs: &Value) -> i64 {
+    int_at(rs, "/status/availableReplicas").unwrap_or(0)
+}
+
+/// Scale `rs` and record it on its Deployment, as `scaleReplicaSetAndRecordEvent`.
+fn scale(engine: &Engine, rs: &Value, replicas: i64) -> Result<(), ApiError> {
+    let before = spec_replicas(rs);
+    if before == replicas {
+        return Ok(());
+    }
+    let mut scaled = rs.clone();
+    scaled["spec"]["replicas"] = json!(replicas);
+    engine.update(&engine.types.replica_sets, scaled)?;
+    let ns = namespace_and_name(rs).0;
+    if let Some(owner) = controller_of(rs)
+        && let Some(deployment) = engine.get(&engine.types.deployments, ns, owner.name)
+    {
+        let direction = if replicas > before { "up" } else { "down" };
+        let message = format!(
+            "Scaled {direction} replica set {} from {before} to {replicas}",
+            namespace_and_name(rs).1
+        );
+        engine.event(
+            &deployment,
+            false,
+            "ScalingReplicaSet",
+            &message,
+            "deployment-controller",
+        );
+    }
+    Ok(())
+}
+
+/// One step of a rolling update (`rolloutRolling`): scale the new ReplicaSet up as far as
+/// `maxSurge` allows, else the old ones down as far as `maxUnavailable` allows.
+fn rollout_rolling(
+    engine: &Engine,
+    new: &Value,
+    old: &[Arc<Value>],
+    replicas: i64,
+    surge: i64,
+    unavailable: i64,
+) -> Result<(), ApiError> {
+    let all_pods: i64 = spec_replicas(new) + old.iter().map(|rs| spec_replicas(rs)).sum::<i64>();
+    // reconcileNewReplicaSet
+    let new_replicas = spec_replicas(new);
+    if new_replicas > replicas {
+        return scale(engine, new, replicas);
+    }
+    if new_replicas < replicas {
+        let max_total = replicas + surge;
+        if all_pods < max_total {
+            let up = (max_total - all_pods).min(replicas - new_replicas);
+            return scale(engine, new, new_replicas + up);
+        }
+    }
+    // reconcileOldReplicaSets
+    let old_pods: i64 = old.iter().map(|rs| spec_replicas(rs)).sum();
+    if old_pods == 0 {
+        return Ok(());
+    }
+    let min_available = replicas - unavailable;
+    let new_unavailable = spec_replicas(new) - available(new);
+    let mut budget = all_pods - min_available - new_unavailable;
+    if budget <= 0 {
+        return Ok(());
+    }
+    // Unhealthy old replicas go first, whatever availability says.
+    let mut after: Vec<(Arc<Value>, i64)> = old
+        .iter()
+        .map(|rs| (rs.clone(), spec_replicas(rs)))
+        .collect();
+    for (rs, count) in after.iter_mut() {
+        if budget <= 0 {
+            break;
+        }
+        let unhealthy = (*count - available(rs)).max(0).min(budget);
+        if unhealthy > 0 {
+            *count -= unhealthy;
+            budget -= unhealthy;
+        }
+    }
+    // Then as many available ones as keep minAvailable.
+    let available_now: i64 =
+        available(new) + after.iter().map(|(rs, _)| available(rs)).sum::<i64>();
+    let mut down = (available_now - min_available).max(0);
+    for (_, count) in after.iter_mut() {
+        if down <= 0 {
+            break;
+        }
+        let step = (*count).min(down);
+        *count -= step;
+        down -= step;
+    }
+    for (rs, count) in after {
+        scale(engine, &rs, count)?;
+    }
+    Ok(())
+}
+
+/// `Recreate`: every old Pod gone before the new ReplicaSet scales up.
+fn rollout_recreate(
+    engine: &Engine,
+    deployment: &Value,
+    new: &Value,
+    old: &[Arc<Value>],
+    replicas: i64,
+) -> Result<(), ApiError> {
+    for rs in old {
+        scale(engine, rs, 0)?;
+    }
+    let ns = namespace_and_name(deployment).0;
+    let old_pods_left = old
+        .iter()
+        .any(|rs| engine.pods_of(ns, uid(rs)).iter().any(|p| !is_terminal(p)));
+    if !old_pods_left {
+        scale(engine, new, replicas)?;
+    }
+    Ok(())
+}
+
+/// The revision, `desired-replicas` and `max-replicas` on the new ReplicaSet, as
+/// `SetNewReplicaSetAnnotations` and `SetReplicasAnnotations` keep them.
+fn keep_annotations(
+    engine: &Engine,
+    deployment: &Value,
+    new: &Value,
+    old: &[Arc<Value>],
+    replicas: i64,
+    surge: i64,
+) -> Result<(), ApiError> {
+    let Some(current) = engine.get(
+        &engine.types.replica_sets,
+        namespace_and_name(deployment).0,
+        namespace_and_name(new).1,
+    ) else {
+        return Ok(());
+    };
+    let annotations = current.at("/metadata/annotations");
+    // A template rolled back to becomes the newest revision again.
+    let newest_old = old.iter().map(|rs| revision_of(rs)).max().unwrap_or(0);
+    let revision = revision_of(&current).max(newest_old + 1).to_string();
+    let want = [
+        (REVISION, revision),
+        (
+            "deployment.kubernetes.io/desired-replicas",
+            replicas.to_string(),
+        ),
+        (
+            "deployment.kubernetes.io/max-replicas",
+            (replicas + surge).to_string(),
+        ),
+    ];
+    if want
+        .iter()
+        .all(|(k, v)| annotations.and_then(|a| a.get(*k)).and_then(Value::as_str) == Some(v))
+    {
+        return Ok(());
+    }
+    let mut updated = (*current).clone();
+    for (k, v) in want {
+        updated["metadata"]["annotations"][k] = json!(v);
+    }
+    engine.update(&engine.types.replica_sets, updated)?;
+    Ok(())
+}
+
+/// Delete old ReplicaSets with no replicas beyond `revisionHistoryLimit`, oldest first.
+fn cleanup_history(
+    engine: &Engine,
+    deployment: &Value,
+    old: &[Arc<Value>],
+) -> Result<(), ApiError> {
+    let limit = int_at(deployment, "/spec/revisionHistoryLimit")
+        .unwrap_or(10)
+        .max(0) as usize;
+    let idle: Vec<&Arc<Value>> = old
+        .iter()
+        .filter(|rs| spec_replicas(rs) == 0 && int_at(rs, "/status/replicas").unwrap_or(0) == 0)
+        .collect();
+    for rs in idle.iter().take(idle.len().saturating_sub(limit)) {
+        engine.delete(&engine.types.replica_sets, rs)?;
+    }
+    Ok(())
+}
+
+/// The Deployment's status over its ReplicaSets (`calculateStatus`, `syncRolloutStatus`).
+fn deployment_status(
+    deployment: &Value,
+    new: Option<&Value>,
+    owned: &[Arc<Value>],
+    replicas: i64,
+    max_unavailable: i64,
+    created_new: bool,
+) -> Value {
+    let sum = |p: &str| {
+        owned
+            .iter()
+            .map(|rs| int_at(rs, p).unwrap_or(0))
+            .sum::<i64>()
+    };
+    let actual = sum("/status/replicas");
+    let ready = sum("/status/readyReplicas");
+    let available = sum("/status/availableReplicas");
+    let updated = new
+        .and_then(|rs| int_at(rs, "/status/replicas"))
+        .unwrap_or(0);
+    let generation = int_at(deployment, "/metadata/generation").unwrap_or(1);
+    let mut conditions: Vec<Value> = deployment
+        .at("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if available >= replicas - max_unavailable {
+        set_condition(
+            &mut conditions,
+            "Available",
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.",
+            true,
+        );
+    } else {
+        set_condition(
+            &mut conditions,
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.",
+            true,
+        );
+    }
+    if let Some(new) = new {
+        let rs_name = namespace_and_name(new).1;
+        let complete = updated == replicas && actual == replicas && available == replicas;
+        let (reason, message) = if complete {
+            (
+                "NewReplicaSetAvailable",
+                format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
+            )
+        } else if created_new {
+            (
+                "NewReplicaSetCreated",
+                format!("Created new replica set \"{rs_name}\""),
+            )
+        } else {
+            (
+                "ReplicaSetUpdated",
+                format!("ReplicaSet \"{rs_name}\" is progressing."),
+            )
+        };
+        set_condition(
+            &mut conditions,
+            "Progressing",
+            "True",
+            reason,
+            &message,
+            true,
+        );
+    }
+    // Available first, Progressing second, as kube lists them.
+    conditions.sort_by_key(|c| c["type"] != "Available");
+    let mut status = json!({"observedGeneration": generation});
+    for (field, value) in [
+        ("replicas", actual),
+        ("updatedReplicas", updated),
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+        ("unavailableReplicas", (replicas - available).max(0)),
+        (
+            "collisionCount",
+            int_at(deployment, "/status/collisionCount").unwrap_or(0),
+        ),
+    ] {
+        if value > 0 {
+            status[field] = json!(value);
+        }
+    }
+    if !conditions.is_empty() {
+        status["conditions"] = json!(conditions);
+    }
+    status
+}

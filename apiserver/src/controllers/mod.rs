@@ -1,0 +1,825 @@
+//! The built-in controllers and the simulated nodes: what kube-controller-manager, kube-scheduler
+//! and the kubelets do in a real cluster, so a Deployment gets its ReplicaSet, the ReplicaSet its
+//! Pods, and the Pods a node, an IP and a `Running` phase — without containers.
+//!
+//! Everything runs in one task of the server process ([`spawn`]), reading the store directly and
+//! following its change feed: each change names the work it causes (a Pod change wakes its
+//! owner's controller, the scheduler when it is unbound, its node's kubelet when it is bound),
+//! queued once however many changes name it, and processed until the cluster is quiet. Work that
+//! fails (a conflict with another writer) is retried with backoff; work that waits on time (a
+//! Pod starting, a Job's Pod finishing, `minReadySeconds`) is queued for then. A feed that falls
+//! behind makes the loop re-read everything, as an informer relists.
+//!
+//! Behaviour follows kube-controller-manager's controllers (`pkg/controller/{deployment,
+//! replicaset,job,daemon,statefulset}`) and KWOK's pod stages; where this simplifies, the
+//! module of the controller says so.
+
+mod daemonset;
+mod deployment;
+mod job;
+mod nodes;
+mod replicaset;
+mod statefulset;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use crate::error::ApiError;
+use crate::json::Pointer as _;
+use crate::resources::ResourceType;
+use crate::store::{Change, ChangeType, DeleteOptions, Store, WriteOptions};
+
+pub use nodes::{SIMULATE_ANNOTATION, Simulate, parse_duration};
+
+/// One of the built-in controllers `--controllers` chooses among.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Controller {
+    /// Deployments: ReplicaSets per pod template, rolling updates, status and conditions.
+    Deployment,
+    /// ReplicaSets: Pods to the replica count.
+    ReplicaSet,
+    /// StatefulSets: ordered Pods `name-0…`.
+    StatefulSet,
+    /// DaemonSets: one Pod per node.
+    DaemonSet,
+    /// Jobs: Pods run to completion, `backoffLimit`.
+    Job,
+    /// The scheduler: binds Pods to simulated nodes.
+    Scheduler,
+    /// The simulated kubelets: Pod phases, container statuses, IPs.
+    Kubelet,
+}
+
+impl Controller {
+    /// Every controller, in the order `--controllers=all` lists them.
+    pub const ALL: [Controller; 7] = [
+        Controller::Deployment,
+        Controller::ReplicaSet,
+        Controller::StatefulSet,
+        Controller::DaemonSet,
+        Controller::Job,
+        Controller::Scheduler,
+        Controller::Kubelet,
+    ];
+
+    /// The name `--controllers` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Deployment => "deployment",
+            Controller::ReplicaSet => "replicaset",
+            Controller::StatefulSet => "statefulset",
+            Controller::DaemonSet => "daemonset",
+            Controller::Job => "job",
+            Controller::Scheduler => "scheduler",
+            Controller::Kubelet => "kubelet",
+        }
+    }
+}
+
+impl fmt::Display for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which controllers run: `all`, `none`, or a comma-separated list of
+/// [names](Controller::name). Namespace deletion and owner-reference garbage collection are the
+/// store's own and always on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection(BTreeSet<Controller>);
+
+impl Selection {
+    /// Every controller.
+    pub fn all() -> Self {
+        Selection(Controller::ALL.into_iter().collect())
+    }
+
+    /// No controller (the library's default: tests of a user's own controllers want the
+    /// cluster to stay still).
+    pub fn none() -> Self {
+        Selection(BTreeSet::new())
+    }
+
+    /// Whether `controller` runs.
+    pub fn runs(&self, controller: Controller) -> bool {
+        self.0.contains(&controller)
+    }
+
+    /// Whether nothing runs.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Self::none()
+    }
+}
+
+impl FromStr for Selection {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "all" => return Ok(Self::all()),
+            "none" | "" => return Ok(Self::none()),
+            _ => {}
+        }
+        let mut chosen = BTreeSet::new();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let controller = Controller::ALL
+                .into_iter()
+                .find(|c| c.name() == name)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown controller {name:?}: expected all, none or a list of {}",
+                        Controller::ALL.map(Controller::name).join(", ")
+                    )
+                })?;
+            chosen.insert(controller);
+        }
+        Ok(Selection(chosen))
+    }
+}
+
+/// What runs and how the simulated cluster behaves.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The controllers that run.
+    pub controllers: Selection,
+    /// Simulated nodes `krec-node-0…` created at start (0: none).
+    pub nodes: usize,
+    /// How long a bound Pod stays `Pending` before its containers run.
+    pub pod_start: Duration,
+    /// How long a Job's Pod runs before it succeeds (unless its annotation says otherwise).
+    pub job_duration: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            controllers: Selection::none(),
+            nodes: 3,
+            pod_start: Duration::from_millis(500),
+            job_duration: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Start the controllers `config` selects, following `store` until `stopped` turns true.
+pub fn spawn(
+    store: Arc<Store>,
+    config: Config,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if config.controllers.is_empty() {
+        return None;
+    }
+    let engine = match Engine::new(store, config) {
+        Ok(engine) => engine,
+        Err(err) => {
+            tracing::error!("the built-in controllers cannot start: {err}");
+            return None;
+        }
+    };
+    Some(tokio::spawn(engine.run(stopped)))
+}
+
+/// What a controller is asked to look at.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Work {
+    Deployment(String, String),
+    ReplicaSet(String, String),
+    StatefulSet(String, String),
+    DaemonSet(String, String),
+    Job(String, String),
+    /// Every unbound Pod (the scheduler binds them in one pass over the nodes' usage).
+    Schedule,
+    /// One bound Pod's containers.
+    Kubelet(String, String),
+}
+
+/// The resource types the controllers read and write.
+struct Types {
+    pods: ResourceType,
+    nodes: ResourceType,
+    replica_sets: ResourceType,
+    deployments: ResourceType,
+    stateful_sets: ResourceType,
+    daemon_sets: ResourceType,
+    jobs: ResourceType,
+}
+
+impl Types {
+    fn of(store: &Store) -> Result<Self, String> {
+        let registry = store.registry();
+        let get = |group: &str, version: &str, plural: &str| {
+            registry
+                .by_plural(group, version, plural)
+                .ok_or_else(|| format!("{plural} are not registered"))
+        };
+        Ok(Types {
+            pods: get("", "v1", "pods")?,
+            nodes: get("", "v1", "nodes")?,
+            replica_sets: get("apps", "v1", "replicasets")?,
+            deployments: get("apps", "v1", "deployments")?,
+            stateful_sets: get("apps", "v1", "statefulsets")?,
+            daemon_sets: get("apps", "v1", "daemonsets")?,
+            jobs: get("batch", "v1", "jobs")?,
+        })
+    }
+}
+
+/// What one piece of work asks for next.
+enum Next {
+    /// Nothing until something changes.
+    Done,
+    /// Look again after this long (a Pod starting, `minReadySeconds` passing).
+    After(Duration),
+}
+
+/// The controllers' loop and state.
+struct Engine {
+    store: Arc<Store>,
+    config: Config,
+    types: Types,
+    queue: BTreeSet<Work>,
+    timers: BinaryHeap<Reverse<(Instant, Work)>>,
+    /// Consecutive failures per piece of work, for its backoff.
+    failures: HashMap<Work, u32>,
+    kubelet: nodes::Kubelets,
+}
+
+/// The field manager the controllers write as (kube-controller-manager's, kube-scheduler's and
+/// the kubelet's own names, as `managedFields` shows them in a real cluster).
+fn options(manager: &str) -> WriteOptions {
+    WriteOptions {
+        manager: manager.into(),
+        ..WriteOptions::default()
+    }
+}
+
+const CONTROLLER_MANAGER: &str = "kube-controller-manager";
+
+impl Engine {
+    fn new(store: Arc<Store>, config: Config) -> Result<Self, String> {
+        let types = Types::of(&store)?;
+        let kubelet = nodes::Kubelets::default();
+        let engine = Engine {
+            store,
+            config,
+            types,
+            queue: BTreeSet::new(),
+            timers: BinaryHeap::new(),
+            failures: HashMap::new(),
+            kubelet,
+        };
+        if engine.runs(Controller::Scheduler) || engine.runs(Controller::Kubelet) {
+            nodes::ensure_nodes(&engine.store, &engine.types.nodes, engine.config.nodes)
+                .map_err(|err| format!("creating the simulated nodes: {err}"))?;
+        }
+        Ok(engine)
+    }
+
+    fn runs(&self, controller: Controller) -> bool {
+        self.config.controllers.runs(controller)
+    }
+
+    async fn run(mut self, mut stopped: tokio::sync::watch::Receiver<bool>) {
+        let mut feed = self.store.subscribe();
+        self.resync();
+        loop {
+            self.drain();
+            let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
+            tokio::select! {
+                _ = stopped.changed() => return,
+                change = feed.recv() => match change {
+                    Ok(change) => {
+                        self.route(&change);
+                        loop {
+                            match feed.try_recv() {
+                                Ok(change) => self.route(&change),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
+                                    self.resync();
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!("controllers: the change feed lagged by {missed}; re-reading");
+                        self.resync();
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+                _ = sleep_until(next_timer), if next_timer.is_some() => {}
+            }
+            self.fire_timers();
+        }
+    }
+
+    /// Process queued work until the queue is empty.
+    fn drain(&mut self) {
+        while let Some(work) = self.queue.pop_first() {
+            match self.process(&work) {
+                Ok(Next::Done) => {
+                    self.failures.remove(&work);
+                }
+                Ok(Next::After(delay)) => {
+                    self.failures.remove(&work);
+                    self.timers
+                        .push(Reverse((Instant::now() + delay, work.clone())));
+                }
+                Err(err) => {
+                    let failures = self.failures.entry(work.clone()).or_insert(0);
+                    *failures += 1;
+                    // 5 ms doubling to 10 s, as client-go's default controller rate limiter.
+                    let delay = Duration::from_millis(5)
+                        .saturating_mul(1 << (*failures - 1).min(11))
+                        .min(Duration::from_secs(10));
+                    if err.code == 409 {
+                        tracing::debug!("controllers: {work:?}: {err}; retrying in {delay:?}");
+                    } else {
+                        tracing::warn!("controllers: {work:?}: {err}; retrying in {delay:?}");
+                    }
+                    self.timers.push(Reverse((Instant::now() + delay, work)));
+                }
+            }
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((at, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            if let Some(Reverse((_, work))) = self.timers.pop() {
+                self.queue.insert(work);
+            }
+        }
+    }
+
+    /// Queue every object's work, as after a relist.
+    fn resync(&mut self) {
+        let t = &self.types;
+        let mut queue = Vec::new();
+        for (rt, make) in [
+            (
+                &t.deployments,
+                Work::Deployment as fn(String, String) -> Work,
+            ),
+            (&t.replica_sets, Work::ReplicaSet),
+            (&t.stateful_sets, Work::StatefulSet),
+            (&t.daemon_sets, Work::DaemonSet),
+            (&t.jobs, Work::Job),
+            (&t.pods, Work::Kubelet),
+        ] {
+            for object in self.store.objects(rt, None) {
+                let (ns, name) = namespace_and_name(&object);
+                queue.push(make(ns.into(), name.into()));
+            }
+        }
+        queue.push(Work::Schedule);
+        for work in queue {
+            self.enqueue(work);
+        }
+    }
+
+    /// Queue `work` if its controller runs.
+    fn enqueue(&mut self, work: Work) {
+        let controller = match &work {
+            Work::Deployment(..) => Controller::Deployment,
+            Work::ReplicaSet(..) => Controller::ReplicaSet,
+            Work::StatefulSet(..) => Controller::StatefulSet,
+            Work::DaemonSet(..) => Controller::DaemonSet,
+            Work::Job(..) => Controller::Job,
+            Work::Schedule => Controller::Scheduler,
+            Work::Kubelet(..) => Controller::Kubelet,
+        };
+        if self.runs(controller) {
+            self.queue.insert(work);
+        }
+    }
+
+    /// The work one change causes.
+    fn route(&mut self, change: &Change) {
+        let object = &change.object;
+        let ns = change.key.namespace.clone();
+        let name = change.key.name.clone();
+        match change.key.resource.as_str() {
+            "apps/deployments" => self.enqueue(Work::Deployment(ns, name)),
+            "apps/replicasets" => {
+                self.enqueue_owner(object, &ns);
+                self.enqueue(Work::ReplicaSet(ns, name));
+            }
+            "apps/statefulsets" => self.enqueue(Work::StatefulSet(ns, name)),
+            "apps/daemonsets" => self.enqueue(Work::DaemonSet(ns, name)),
+            "batch/jobs" => self.enqueue(Work::Job(ns, name)),
+            "/nodes" => {
+                self.enqueue(Work::Schedule);
+                for ds in self.store.objects(&self.types.daemon_sets, None) {
+                    let (ns, name) = namespace_and_name(&ds);
+                    self.enqueue(Work::DaemonSet(ns.into(), name.into()));
+                }
+            }
+            "/pods" => {
+                self.enqueue_owner(object, &ns);
+                let unbound = node_name(object).is_empty();
+                if change.change == ChangeType::Deleted || is_terminal(object) {
+                    // Freed capacity may fit a Pod that did not fit before.
+                    self.enqueue(Work::Schedule);
+                    self.kubelet.forget(object);
+                } else if unbound {
+                    self.enqueue(Work::Schedule);
+                } else {
+                    self.enqueue(Work::Kubelet(ns, name));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Queue the work of the object's controlling owner.
+    fn enqueue_owner(&mut self, object: &Value, ns: &str) {
+        let Some(owner) = controller_of(object) else {
+            return;
+        };
+        let name = owner.name.to_owned();
+        let work = match (owner.api_version, owner.kind) {
+            ("apps/v1", "Deployment") => Work::Deployment(ns.into(), name),
+            ("apps/v1", "ReplicaSet") => Work::ReplicaSet(ns.into(), name),
+            ("apps/v1", "StatefulSet") => Work::StatefulSet(ns.into(), name),
+            ("apps/v1", "DaemonSet") => Work::DaemonSet(ns.into(), name),
+            ("batch/v1", "Job") => Work::Job(ns.into(), name),
+            _ => return,
+        };
+        self.enqueue(work);
+    }
+
+    fn process(&mut self, work: &Work) -> Result<Next, ApiError> {
+        match work {
+            Work::Deployment(ns, name) => deployment::sync(self, ns, name),
+            Work::ReplicaSet(ns, name) => replicaset::sync(self, ns, name),
+            Work::StatefulSet(ns, name) => statefulset::sync(self, ns, name),
+            Work::DaemonSet(ns, name) => daemonset::sync(self, ns, name),
+            Work::Job(ns, name) => job::sync(self, ns, name),
+            Work::Schedule => nodes::schedule(self),
+            Work::Kubelet(ns, name) => nodes::kubelet(self, ns, name),
+        }
+    }
+
+    /// The object, or `None` when it is gone.
+    fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.store.get(rt, Some(ns), name).ok()
+    }
+
+    /// The Pods in `ns` whose controlling owner has `uid`.
+    fn pods_of(&self, ns: &str, uid: &str) -> Vec<Arc<Value>> {
+        self.store
+            .objects(&self.types.pods, Some(ns))
+            .into_iter()
+            .filter(|p| controller_of(p).is_some_and(|o| o.uid == uid))
+            .collect()
+    }
+
+    fn create(&self, rt: &ResourceType, ns: &str, object: Value) -> Result<Arc<Value>, ApiError> {
+        self.store
+            .create(rt, Some(ns), object, options(CONTROLLER_MANAGER))
+    }
+
+    /// Replace `object` (its resourceVersion guards against lost updates).
+    fn update(&self, rt: &ResourceType, object: Value) -> Result<Arc<Value>, ApiError> {
+        let (ns, name) = namespace_and_name(&object);
+        let (ns, name) = (ns.to_owned(), name.to_owned());
+        self.store.update(
+            rt,
+            Some(&ns),
+            &name,
+            object,
+            false,
+            options(CONTROLLER_MANAGER),
+        )
+    }
+
+    /// Write `status` to `object` through the status subresource, unless it is already so.
+    fn update_status(
+        &self,
+        rt: &ResourceType,
+        object: &Value,
+        status: Value,
+        manager: &str,
+    ) -> Result<(), ApiError> {
+        if object.get("status") == Some(&status) {
+            return Ok(());
+        }
+        let mut new = object.clone();
+        new["status"] = status;
+        let (ns, name) = namespace_and_name(object);
+        self.store
+            .update(rt, Some(ns), name, new, true, options(manager))?;
+        Ok(())
+    }
+
+    /// Record an Event about `object`, as the component's event recorder does (`kubectl
+    /// describe` shows them). Failing to record is logged, never an error of the work.
+    fn event(&self, object: &Value, warning: bool, reason: &str, message: &str, component: &str) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+        let Some(events) = self.store.registry().by_plural("", "v1", "events") else {
+            return;
+        };
+        let (ns, name) = namespace_and_name(object);
+        let ns = if ns.is_empty() { "default" } else { ns };
+        let stamp = jiff::Timestamp::now().as_nanosecond() as u64
+            + SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let now = now();
+        let event = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": format!("{name}.{stamp:x}"), "namespace": ns},
+            "involvedObject": {
+                "apiVersion": object["apiVersion"],
+                "kind": object["kind"],
+                "namespace": object.at("/metadata/namespace"),
+                "name": name,
+                "uid": uid(object),
+                "resourceVersion": object.at("/metadata/resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "type": if warning { "Warning" } else { "Normal" },
+            "eventTime": null,
+            "reportingComponent": component,
+            "reportingInstance": "",
+        });
+        if let Err(err) = self
+            .store
+            .create(&events, Some(ns), event, options(component))
+        {
+            tracing::debug!("recording event {reason} for {ns}/{name}: {err}");
+        }
+    }
+
+    /// Delete an object; already gone is fine.
+    fn delete(&self, rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+        let (ns, name) = namespace_and_name(object);
+        let options = DeleteOptions {
+            uid: object
+                .at("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            ..DeleteOptions::default()
+        };
+        match self.store.delete(rt, Some(ns), name, &options) {
+            Ok(_) => Ok(()),
+            Err(err) if matches!(err.code, 404 | 409) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An object's controlling owner reference.
+struct Owner<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    name: &'a str,
+    uid: &'a str,
+}
+
+fn controller_of(object: &Value) -> Option<Owner<'_>> {
+    object
+        .at("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .map(|r| Owner {
+            api_version: r["apiVersion"].as_str().unwrap_or_default(),
+            kind: r["kind"].as_str().unwrap_or_default(),
+            name: r["name"].as_str().unwrap_or_default(),
+            uid: r["uid"].as_str().unwrap_or_default(),
+        })
+}
+
+/// The controller owner reference a controller puts on what it creates.
+fn owner_reference(owner: &Value) -> Value {
+    json!({
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner.at("/metadata/name"),
+        "uid": owner.at("/metadata/uid"),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+fn namespace_and_name(object: &Value) -> (&str, &str) {
+    let text = |p: &str| object.at(p).and_then(Value::as_str).unwrap_or_default();
+    (text("/metadata/namespace"), text("/metadata/name"))
+}
+
+fn uid(object: &Value) -> &str {
+    object
+        .at("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn node_name(pod: &Value) -> &str {
+    pod.at("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn phase(pod: &Value) -> &str {
+    pod.at("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn is_terminal(pod: &Value) -> bool {
+    matches!(phase(pod), "Succeeded" | "Failed")
+}
+
+fn is_deleting(object: &Value) -> bool {
+    object.at("/metadata/deletionTimestamp").is_some()
+}
+
+/// Neither finished nor being deleted (`controller.IsPodActive`).
+fn is_active(pod: &Value) -> bool {
+    !is_terminal(pod) && !is_deleting(pod)
+}
+
+/// The status of condition `kind` in `status.conditions`.
+fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object
+        .at("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn is_ready(pod: &Value) -> bool {
+    condition(pod, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+/// Ready for at least `min_ready` (`podutil.IsPodAvailable`); when not yet, how long until.
+fn availability(pod: &Value, min_ready: i64, now: jiff::Timestamp) -> Result<(), Option<Duration>> {
+    let Some(ready) = condition(pod, "Ready").filter(|c| c["status"] == "True") else {
+        return Err(None);
+    };
+    if min_ready <= 0 {
+        return Ok(());
+    }
+    let since = ready["lastTransitionTime"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let Some(since) = since else {
+        return Err(None);
+    };
+    let elapsed = now.duration_since(since).as_secs();
+    if elapsed >= min_ready {
+        Ok(())
+    } else {
+        Err(Some(Duration::from_secs((min_ready - elapsed) as u64)))
+    }
+}
+
+fn int_at(object: &Value, pointer: &str) -> Option<i64> {
+    object.at(pointer).and_then(Value::as_i64)
+}
+
+/// Set condition `kind` in `conditions` (kept in place; `lastTransitionTime` moves only when the
+/// status does; `lastUpdateTime`, when `with_update_time`, whenever anything does).
+fn set_condition(
+    conditions: &mut Vec<Value>,
+    kind: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    with_update_time: bool,
+) {
+    let now = now();
+    let existing = conditions.iter_mut().find(|c| c["type"] == kind);
+    match existing {
+        Some(c) if c["status"] == status && c["reason"] == reason && c["message"] == message => {}
+        Some(c) => {
+            if c["status"] != status {
+                c["lastTransitionTime"] = json!(now);
+            }
+            c["status"] = json!(status);
+            c["reason"] = json!(reason);
+            c["message"] = json!(message);
+            if with_update_time {
+                c["lastUpdateTime"] = json!(now);
+            }
+        }
+        None => {
+            let mut c = json!({"type": kind, "status": status, "lastTransitionTime": now,
+                "reason": reason, "message": message});
+            if with_update_time {
+                c["lastUpdateTime"] = json!(now);
+            }
+            conditions.push(c);
+        }
+    }
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A Pod from a workload's `template`: its labels and annotations, its spec, controlled by
+/// `owner`. `name` is the Pod's name, or with `generate` its `generateName`.
+fn pod_from_template(
+    template: &Value,
+    owner: &Value,
+    name: &str,
+    generate: bool,
+    extra_labels: &[(&str, String)],
+) -> Value {
+    let mut labels = template
+        .at("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    for (key, value) in extra_labels {
+        labels.insert((*key).into(), json!(value));
+    }
+    let mut metadata = Map::new();
+    metadata.insert(
+        if generate { "generateName" } else { "name" }.into(),
+        json!(name),
+    );
+    metadata.insert("labels".into(), Value::Object(labels));
+    if let Some(annotations) = template.at("/metadata/annotations") {
+        metadata.insert("annotations".into(), annotations.clone());
+    }
+    metadata.insert("ownerReferences".into(), json!([owner_reference(owner)]));
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": template.get("spec").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// An `IntOrString` replica count against `total` (`intstr.GetScaledValueFromIntOrPercent`),
+/// percentages rounded up or down.
+fn scaled(value: Option<&Value>, total: i64, round_up: bool, default: i64) -> i64 {
+    match value {
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(default),
+        Some(Value::String(s)) => match s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) {
+            Some(percent) if round_up => (percent * total + 99) / 100,
+            Some(percent) => percent * total / 100,
+            None => default,
+        },
+        _ => default,
+    }
+}
+
+/// `rand.SafeEncodeString` of a 32-bit FNV-1a hash of `value`'s JSON: the form of
+/// `pod-template-hash` and `controller-revision-hash` values.
+fn template_hash(value: &Value, collision_count: i64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut hash: u32 = 0x811c_9dc5;
+    let text = serde_json::to_vec(value).unwrap_or_default();
+    let salt = if collision_count > 0 {
+        collision_count.to_le_bytes().to_vec()
+    } else {
+        Vec::new()
+    };
+    for byte in text.iter().chain(&salt) {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash.to_string()
+        .bytes()
+        .map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

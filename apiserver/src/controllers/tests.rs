@@ -1,0 +1,368 @@
+use super::*;
+use crate::resources::Registry;
+
+#[test]
+fn selections_should_parse_all_none_and_lists() {
+    assert_eq!("all".parse::<Selection>(), Ok(Selection::all()));
+    assert_eq!("none".parse::<Selection>(), Ok(Selection::none()));
+    let some: Selection = "deployment, replicaset".parse().expect("valid");
+    assert!(some.runs(Controller::Deployment) && some.runs(Controller::ReplicaSet));
+    assert!(!some.runs(Controller::Kubelet));
+    let err = "deployments".parse::<Selection>().expect_err("unknown");
+    assert!(err.contains("unknown controller \"deployments\""), "{err}");
+}
+
+#[test]
+fn simulate_annotations_should_parse_and_name_their_mistakes() {
+    let sim: Simulate = "start-after=2s, fail-after=500ms".parse().expect("valid");
+    assert_eq!(sim.start_after, Some(Duration::from_secs(2)));
+    assert_eq!(sim.fail_after, Some(Duration::from_millis(500)));
+    let sim: Simulate = "crashloop,never-ready".parse().expect("valid");
+    assert_eq!(sim.fail_after, Some(Duration::ZERO));
+    assert!(sim.never_ready);
+    let err = "fail-after=soon"
+        .parse::<Simulate>()
+        .expect_err("bad duration");
+    assert!(err.contains("fail-after needs a duration"), "{err}");
+    let err = "explode".parse::<Simulate>().expect_err("unknown");
+    assert!(err.contains("unknown behaviour \"explode\""), "{err}");
+}
+
+#[test]
+fn percentages_should_round_as_kube_does() {
+    // maxSurge rounds up, maxUnavailable down (intstr.GetScaledValueFromIntOrPercent).
+    assert_eq!(scaled(Some(&json!("25%")), 10, true, 1), 3);
+    assert_eq!(scaled(Some(&json!("25%")), 10, false, 1), 2);
+    assert_eq!(scaled(Some(&json!(4)), 10, false, 1), 4);
+    assert_eq!(scaled(None, 10, false, 1), 1);
+}
+
+#[test]
+fn template_hashes_should_be_stable_and_safe_encoded() {
+    let a = template_hash(&json!({"spec": {"containers": [{"image": "a"}]}}), 0);
+    let b = template_hash(&json!({"spec": {"containers": [{"image": "b"}]}}), 0);
+    assert_eq!(
+        a,
+        template_hash(&json!({"spec": {"containers": [{"image": "a"}]}}), 0)
+    );
+    assert_ne!(a, b);
+    assert_ne!(
+        a,
+        template_hash(&json!({"spec": {"containers": [{"image": "a"}]}}), 1)
+    );
+    assert!(
+        a.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+        "{a}"
+    );
+}
+
+fn store() -> Arc<Store> {
+    let store = Arc::new(Store::new(Arc::new(Registry::new())));
+    crate::ensure_namespaces(&store).expect("namespaces");
+    store
+}
+
+fn config() -> Config {
+    Config {
+        controllers: Selection::all(),
+        nodes: 2,
+        pod_start: Duration::from_secs(1),
+        job_duration: Duration::from_secs(3),
+    }
+}
+
+fn rt(store: &Store, group: &str, plural: &str) -> ResourceType {
+    let version = "v1";
+    store
+        .registry()
+        .by_plural(group, version, plural)
+        .expect("registered")
+}
+
+fn deployment(name: &str, replicas: i64, image: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "web", "image": image}]}}}})
+}
+
+/// Let the controllers run for `seconds` of paused time.
+async fn run_for(seconds: u64) {
+    for _ in 0..seconds * 10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn pods(store: &Store) -> Vec<Arc<Value>> {
+    store.objects(&rt(store, "", "pods"), Some("default"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deployment_should_roll_out_to_running_pods_on_the_simulated_nodes() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let deployments = rt(&store, "apps", "deployments");
+    store
+        .create(
+            &deployments,
+            Some("default"),
+            deployment("web", 3, "nginx:1.27"),
+            false,
+        )
+        .expect("create");
+    run_for(5).await;
+
+    let d = store
+        .get(&deployments, Some("default"), "web")
+        .expect("deployment");
+    assert_eq!(d.at("/status/availableReplicas"), Some(&json!(3)), "{d:#}");
+    assert_eq!(d.at("/status/updatedReplicas"), Some(&json!(3)));
+    assert_eq!(d.at("/status/observedGeneration"), Some(&json!(1)));
+    assert_eq!(
+        condition(&d, "Available").map(|c| &c["status"]),
+        Some(&json!("True"))
+    );
+    assert_eq!(
+        condition(&d, "Progressing").map(|c| &c["reason"]),
+        Some(&json!("NewReplicaSetAvailable"))
+    );
+    let replica_sets = store.objects(&rt(&store, "apps", "replicasets"), Some("default"));
+    assert_eq!(replica_sets.len(), 1);
+    let rs_name = namespace_and_name(&replica_sets[0]).1.to_owned();
+    let hash = replica_sets[0]
+        .at("/metadata/labels/pod-template-hash")
+        .and_then(Value::as_str)
+        .expect("hash label");
+    assert_eq!(rs_name, format!("web-{hash}"));
+    let pods = pods(&store);
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        assert!(
+            namespace_and_name(pod)
+                .1
+                .starts_with(&format!("{rs_name}-"))
+        );
+        assert_eq!(phase(pod), "Running", "{pod:#}");
+        assert!(is_ready(pod));
+        assert!(node_name(pod).starts_with("krec-node-"));
+        assert!(
+            pod.at("/status/podIP")
+                .and_then(Value::as_str)
+                .is_some_and(|ip| ip.starts_with("10.244."))
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rolling_update_should_never_drop_below_max_unavailable() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let deployments = rt(&store, "apps", "deployments");
+    store
+        .create(
+            &deployments,
+            Some("default"),
+            deployment("web", 4, "nginx:1.27"),
+            false,
+        )
+        .expect("create");
+    run_for(5).await;
+    let mut d = (*store
+        .get(&deployments, Some("default"), "web")
+        .expect("get"))
+    .clone();
+    d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:1.28");
+    store
+        .update(
+            &deployments,
+            Some("default"),
+            "web",
+            d,
+            false,
+            WriteOptions::default(),
+        )
+        .expect("update");
+    // maxUnavailable 25% of 4 = 1: at least 3 ready Pods at every moment of the rollout.
+    let mut least_ready = usize::MAX;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ready = pods(&store)
+            .iter()
+            .filter(|p| is_ready(p) && is_active(p))
+            .count();
+        least_ready = least_ready.min(ready);
+    }
+    assert!(least_ready >= 3, "ready Pods fell to {least_ready}");
+    let pods = pods(&store);
+    assert_eq!(pods.len(), 4);
+    assert!(
+        pods.iter()
+            .all(|p| p.at("/spec/containers/0/image") == Some(&json!("nginx:1.28")))
+    );
+    let d = store
+        .get(&deployments, Some("default"), "web")
+        .expect("get");
+    assert_eq!(
+        d.at("/metadata/annotations")
+            .and_then(|a| a.get("deployment.kubernetes.io/revision")),
+        Some(&json!("2"))
+    );
+    assert_eq!(
+        store
+            .objects(&rt(&store, "apps", "replicasets"), Some("default"))
+            .len(),
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_should_complete_and_a_failing_pod_should_fail_it() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let jobs = rt(&store, "batch", "jobs");
+    let job = |name: &str, annotation: Option<&str>| {
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"completions": 2, "parallelism": 1, "backoffLimit": 1,
+                "template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "work", "image": "busybox"}]}}}});
+        if let Some(a) = annotation {
+            job["spec"]["template"]["metadata"]["annotations"][SIMULATE_ANNOTATION] = json!(a);
+        }
+        job
+    };
+    store
+        .create(&jobs, Some("default"), job("ok", None), false)
+        .expect("create");
+    store
+        .create(
+            &jobs,
+            Some("default"),
+            job("bad", Some("fail-after=1s")),
+            false,
+        )
+        .expect("create");
+    run_for(15).await;
+    let ok = store.get(&jobs, Some("default"), "ok").expect("job");
+    assert_eq!(ok.at("/status/succeeded"), Some(&json!(2)), "{ok:#}");
+    assert_eq!(
+        condition(&ok, "Complete").map(|c| &c["status"]),
+        Some(&json!("True"))
+    );
+    let bad = store.get(&jobs, Some("default"), "bad").expect("job");
+    assert_eq!(bad.at("/status/failed"), Some(&json!(2)), "{bad:#}");
+    assert_eq!(
+        condition(&bad, "Failed").map(|c| &c["reason"]),
+        Some(&json!("BackoffLimitExceeded"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn daemon_sets_stateful_sets_and_unschedulable_pods_should_behave_as_in_kube() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let template = json!({"metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    store
+        .create(
+            &rt(&store, "apps", "daemonsets"),
+            Some("default"),
+            json!({"apiVersion": "apps/v1",
+            "kind": "DaemonSet", "metadata": {"name": "agent"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}}),
+            false,
+        )
+        .expect("daemonset");
+    store
+        .create(
+            &rt(&store, "apps", "statefulsets"),
+            Some("default"),
+            json!({"apiVersion": "apps/v1",
+            "kind": "StatefulSet", "metadata": {"name": "db"},
+            "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "y"}},
+                "template": {"metadata": {"labels": {"app": "y"}},
+                    "spec": {"containers": [{"name": "c", "image": "postgres"}]}}}}),
+            false,
+        )
+        .expect("statefulset");
+    store
+        .create(
+            &rt(&store, "", "pods"),
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "huge"},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "64"}}}]}}),
+            false,
+        )
+        .expect("pod");
+    run_for(10).await;
+
+    let all = pods(&store);
+    let agents: Vec<_> = all
+        .iter()
+        .filter(|p| namespace_and_name(p).1.starts_with("agent-"))
+        .collect();
+    let mut nodes: Vec<&str> = agents.iter().map(|p| node_name(p)).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["krec-node-0", "krec-node-1"], "one agent per node");
+    let db: BTreeSet<&str> = all
+        .iter()
+        .map(|p| namespace_and_name(p).1)
+        .filter(|n| n.starts_with("db-"))
+        .collect();
+    assert_eq!(db, BTreeSet::from(["db-0", "db-1", "db-2"]));
+    let sts = store
+        .get(&rt(&store, "apps", "statefulsets"), Some("default"), "db")
+        .expect("sts");
+    assert_eq!(sts.at("/status/readyReplicas"), Some(&json!(3)), "{sts:#}");
+    let huge = store
+        .get(&rt(&store, "", "pods"), Some("default"), "huge")
+        .expect("pod");
+    let scheduled = condition(&huge, "PodScheduled").expect("condition");
+    assert_eq!(scheduled["reason"], "Unschedulable");
+    assert_eq!(
+        scheduled["message"],
+        "0/2 nodes are available: 2 Insufficient cpu."
+    );
+    assert_eq!(phase(&huge), "Pending");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashing_pod_should_make_its_deployment_unavailable() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let deployments = rt(&store, "apps", "deployments");
+    let mut d = deployment("crash", 2, "app:1");
+    d["spec"]["template"]["metadata"]["annotations"] = json!({SIMULATE_ANNOTATION: "crashloop"});
+    store
+        .create(&deployments, Some("default"), d, false)
+        .expect("create");
+    run_for(30).await;
+    let d = store
+        .get(&deployments, Some("default"), "crash")
+        .expect("get");
+    assert_eq!(
+        condition(&d, "Available").map(|c| &c["status"]),
+        Some(&json!("False")),
+        "{d:#}"
+    );
+    assert_eq!(d.at("/status/unavailableReplicas"), Some(&json!(2)));
+    let pod = pods(&store).into_iter().next().expect("a pod");
+    assert_eq!(
+        pod.at("/status/containerStatuses/0/state/waiting/reason"),
+        Some(&json!("CrashLoopBackOff")),
+        "{pod:#}"
+    );
+    assert!(
+        pod.at("/status/containerStatuses/0/restartCount")
+            .and_then(Value::as_i64)
+            >= Some(1)
+    );
+}
