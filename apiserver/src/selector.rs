@@ -89,6 +89,44 @@ impl LabelSelector {
         }
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`), as
+    /// `LabelSelectorAsSelector` reads it; `None` for an unknown operator. As there, a missing
+    /// selector matches nothing (`None`) and an empty one everything.
+    pub fn from_json(selector: &Value) -> Option<Self> {
+        let mut requirements: Vec<Requirement> = selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                Requirement::In(k.clone(), vec![v.as_str().unwrap_or_default().to_owned()])
+            })
+            .collect();
+        for e in selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = e["key"].as_str().unwrap_or_default().to_owned();
+            let values: Vec<String> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
+            requirements.push(match e["operator"].as_str()? {
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::DoesNotExist(key),
+                _ => return None,
+            });
+        }
+        Some(LabelSelector { requirements })
+    }
+
     /// Whether a set of labels satisfies the selector.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))

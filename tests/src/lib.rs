@@ -153,8 +153,41 @@ impl Live {
         Self::start_with(manifests, objects, krec::guest::ModuleCache::disabled()).await
     }
 
+    /// Like [`start`](Self::start), in a living cluster: the built-in controllers and simulated
+    /// nodes run (as in `krec dev`), with Pods starting in 100 ms.
+    pub async fn start_alive(manifests: Vec<Manifest>, objects: Vec<Value>) -> Self {
+        let simulation = krec_apiserver::controllers::Config {
+            controllers: krec_apiserver::controllers::Selection::all(),
+            pod_start: std::time::Duration::from_millis(100),
+            ..Default::default()
+        };
+        let builder = krec_apiserver::Server::builder().simulation(simulation);
+        Self::start_on(
+            builder,
+            manifests,
+            objects,
+            krec::guest::ModuleCache::disabled(),
+        )
+        .await
+    }
+
     /// Like [`start`](Self::start), keeping compiled modules in `module_cache`.
     pub async fn start_with(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        module_cache: krec::guest::ModuleCache,
+    ) -> Self {
+        Self::start_on(
+            krec_apiserver::Server::builder(),
+            manifests,
+            objects,
+            module_cache,
+        )
+        .await
+    }
+
+    async fn start_on(
+        builder: krec_apiserver::Builder,
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
         module_cache: krec::guest::ModuleCache,
@@ -164,7 +197,7 @@ impl Live {
             .with_test_writer()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
-        let (cluster, client, api) = local_cluster().await;
+        let (cluster, client, api) = local_cluster_on(builder).await;
         let problems = krec::dev::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
         let options = krec::manager::ManagerOptions {
@@ -253,10 +286,18 @@ pub async fn local_cluster() -> (
     kube::Client,
     Arc<krec::cluster::api::ApiClient>,
 ) {
-    let cluster = krec_apiserver::Server::builder()
-        .start()
-        .await
-        .expect("embedded API server starts");
+    local_cluster_on(krec_apiserver::Server::builder()).await
+}
+
+/// [`local_cluster`] of the server `builder` makes.
+pub async fn local_cluster_on(
+    builder: krec_apiserver::Builder,
+) -> (
+    krec_apiserver::Server,
+    kube::Client,
+    Arc<krec::cluster::api::ApiClient>,
+) {
+    let cluster = builder.start().await.expect("embedded API server starts");
     let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");

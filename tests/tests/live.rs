@@ -176,6 +176,56 @@ async fn a_call_outside_the_permissions_should_be_forbidden_and_change_nothing()
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foo_controller_should_report_what_the_clusters_controllers_make_available() {
+    // As in `krec dev`: the Deployment controller, ReplicaSets, Pods on simulated nodes. No test
+    // writes any status.
+    let live = Live::start_alive(
+        vec![sample_manifest("foo-controller")],
+        sample_objects("foo-controller"),
+    )
+    .await;
+    let available = |n: i64| {
+        let live = &live;
+        move || async move {
+            let foo = live.get(&foo_gvk(), Some("default"), "example-foo").await?;
+            (foo.pointer("/status/availableReplicas") == Some(&json!(n))).then_some(())
+        }
+    };
+    live.eventually("the Foo's 1 replica available", available(1))
+        .await;
+    live.api
+        .patch(
+            &foo_gvk(),
+            Some("default"),
+            "example-foo",
+            PatchType::Merge,
+            &json!({"spec": {"replicas": 3}}),
+            false,
+            "test",
+        )
+        .await
+        .expect("patch foo");
+    live.eventually("the Foo's 3 replicas available", available(3))
+        .await;
+    let d = deployment(&live, "example-foo").await.expect("deployment");
+    assert_eq!(d["status"]["availableReplicas"], 3, "{d:#}");
+    live.api
+        .patch(
+            &foo_gvk(),
+            Some("default"),
+            "example-foo",
+            PatchType::Merge,
+            &json!({"spec": {"replicas": 1}}),
+            false,
+            "test",
+        )
+        .await
+        .expect("patch foo");
+    live.eventually("the Foo's status back to 1", available(1))
+        .await;
+}
+
 async fn deployment(live: &Live, name: &str) -> Option<Value> {
     live.get(&deployment_gvk(), Some("default"), name).await
 }

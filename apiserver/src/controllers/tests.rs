@@ -366,3 +366,42 @@ async fn a_crashing_pod_should_make_its_deployment_unavailable() {
             >= Some(1)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_set_should_adopt_matching_orphans_rather_than_add_pods() {
+    let store = store();
+    let pods_rt = rt(&store, "", "pods");
+    for i in 0..2 {
+        store
+            .create(
+                &pods_rt,
+                Some("default"),
+                json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("hand-{i}"), "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+                false,
+            )
+            .expect("pod");
+    }
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    store
+        .create(
+            &rt(&store, "apps", "replicasets"),
+            Some("default"),
+            json!({"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+            false,
+        )
+        .expect("replicaset");
+    run_for(3).await;
+    let all = pods(&store);
+    assert_eq!(all.len(), 3, "two adopted, one created");
+    assert!(
+        all.iter()
+            .all(|p| controller_of(p).is_some_and(|o| o.kind == "ReplicaSet" && o.name == "web"))
+    );
+}

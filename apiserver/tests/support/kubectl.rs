@@ -71,8 +71,14 @@ impl Kubectl {
 }
 
 /// The embedded API server, and a kubectl configured for it in a fresh directory.
+#[allow(dead_code)]
 pub async fn start() -> (Server, tempfile::TempDir, Kubectl) {
-    let cluster = Server::builder().start().await.expect("start");
+    start_with(Server::builder()).await
+}
+
+/// [`start`] with a server built by `builder`.
+pub async fn start_with(builder: krec_apiserver::Builder) -> (Server, tempfile::TempDir, Kubectl) {
+    let cluster = builder.start().await.expect("start");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kubeconfig");
     cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
