@@ -205,6 +205,11 @@ impl ApiError {
         Self::new(415, "UnsupportedMediaType", message.into())
     }
 
+    /// 429 TooManyRequests.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::new(429, "TooManyRequests", message.into())
+    }
+
     /// 503 ServiceUnavailable.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message.into())

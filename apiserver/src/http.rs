@@ -47,6 +47,8 @@ pub struct ApiServer {
     pub bookmark_interval: Duration,
     /// The OpenAPI documents, built when first asked for.
     pub openapi: openapi::Documents,
+    /// Faults to inject (none unless rules are added).
+    pub faults: Arc<crate::faults::Faults>,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -360,6 +362,10 @@ async fn route(
         rt,
     };
     let params = Params::parse(uri);
+    let fault = match inject(server, &target, method, &params, headers, scale).await {
+        Ok(fault) => fault,
+        Err(refused) => return Ok(refused),
+    };
     let table = wants_table(headers);
     let server = server.clone();
     if scale {
@@ -377,7 +383,9 @@ async fn route(
                 &maybe_table(&target.rt, vec![object], None, table, &params),
             ))
         }
-        (Method::GET, false) if params.flag("watch") => watch(server, target, &params, table).await,
+        (Method::GET, false) if params.flag("watch") => {
+            watch(server, target, &params, table, fault).await
+        }
         (Method::GET, false) => list(&server, &target, &params, table),
         (Method::POST, false) => {
             let mut object = decode_body(&body, headers)?;
@@ -941,12 +949,85 @@ fn maybe_table(
     ))
 }
 
+/// The fault rules' verdict on a request: a refusal is answered here (a 429 with its
+/// `Retry-After`), latency is waited out; watch faults are returned for [`watch`] to apply.
+async fn inject(
+    server: &ApiServer,
+    target: &Target,
+    method: &Method,
+    params: &Params,
+    headers: &HeaderMap,
+    scale: bool,
+) -> Result<Option<crate::faults::Fault>, Response> {
+    use crate::faults::{self, Fault};
+    if server.faults.is_empty() {
+        return Ok(None);
+    }
+    let verb = match (method.as_str(), target.name.is_some()) {
+        ("GET", true) => "get",
+        ("GET", false) if params.flag("watch") => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return Ok(None),
+    };
+    let request = faults::Request {
+        verb,
+        plural: &target.rt.plural,
+        group: &target.rt.group,
+        subresource: if target.status {
+            Some("status")
+        } else if scale {
+            Some("scale")
+        } else {
+            None
+        },
+        namespace: target.namespace.as_deref(),
+        name: target.name.as_deref(),
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default(),
+        field_manager: params.get("fieldManager"),
+    };
+    let Some(fault) = server.faults.decide(&request) else {
+        return Ok(None);
+    };
+    if let Fault::Latency(delay) = fault {
+        tokio::time::sleep(delay).await;
+        return Ok(None);
+    }
+    match faults::refusal(&fault, &request) {
+        Some(err) => {
+            let mut response = err.into_response();
+            if let Fault::Throttle { retry_after } = fault
+                && let Ok(value) =
+                    header::HeaderValue::from_str(&retry_after.as_secs().max(1).to_string())
+            {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            Err(response)
+        }
+        None => Ok(Some(fault)),
+    }
+}
+
 async fn watch(
     server: Arc<ApiServer>,
     target: Target,
     params: &Params,
     table: bool,
+    fault: Option<crate::faults::Fault>,
 ) -> Result<Response, ApiError> {
+    use crate::faults::Fault;
+    if fault == Some(Fault::ExpireWatch) {
+        let err = ApiError::gone("too old resource version (injected fault)");
+        let line = watch_line("ERROR", &err.status());
+        return Ok(stream_response(futures::stream::iter([line])));
+    }
     let (labels, fields) = params.selectors(&target.rt)?;
     let from = match params.get("resourceVersion") {
         None | Some("0") => WatchFrom::Now,
@@ -965,6 +1046,10 @@ async fn watch(
             seconds => Duration::from_secs(seconds),
         },
         None => DEFAULT_WATCH_TIMEOUT,
+    };
+    let timeout = match fault {
+        Some(Fault::EndWatch(after)) => timeout.min(after),
+        _ => timeout,
     };
     // Streaming lists (WatchList): the current objects as ADDED events, then a BOOKMARK marking
     // their end.
@@ -1153,6 +1238,7 @@ mod tests {
             stopped,
             bookmark_interval: BOOKMARK_INTERVAL,
             openapi: Default::default(),
+            faults: Default::default(),
         });
         axum::Router::new().fallback(handle).with_state(server)
     }

@@ -20,6 +20,7 @@
 pub mod controllers;
 pub mod defaults;
 pub mod error;
+pub mod faults;
 pub mod field_validation;
 pub mod http;
 pub mod json;

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::error::ApiError;
+use crate::faults::Faults;
 use crate::resources::Registry;
 use crate::store::persist;
 use crate::store::{self, Store};
@@ -26,6 +27,7 @@ pub struct Builder {
     watch_history: usize,
     bookmark_interval: Duration,
     simulation: controllers::Config,
+    faults: Arc<Faults>,
 }
 
 impl Default for Builder {
@@ -36,6 +38,7 @@ impl Default for Builder {
             watch_history: store::DEFAULT_HISTORY,
             bookmark_interval: http::BOOKMARK_INTERVAL,
             simulation: controllers::Config::default(),
+            faults: Arc::new(Faults::default()),
         }
     }
 }
@@ -84,6 +87,13 @@ impl Builder {
         self
     }
 
+    /// Fault rules to inject (see [`crate::faults`]); more can be added once running, through
+    /// [`Server::faults`].
+    pub fn faults(mut self, faults: Arc<Faults>) -> Self {
+        self.faults = faults;
+        self
+    }
+
     /// Start serving. Returns once the port is bound.
     ///
     /// # Errors
@@ -123,6 +133,7 @@ pub struct Server {
     stop: tokio::sync::watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
     controllers: Option<JoinHandle<()>>,
+    faults: Arc<Faults>,
 }
 
 /// Namespaces every cluster starts with.
@@ -175,6 +186,7 @@ impl Server {
             stopped: stopped.clone(),
             bookmark_interval: config.bookmark_interval,
             openapi: Default::default(),
+            faults: config.faults.clone(),
         });
         let controllers = controllers::spawn(store.clone(), config.simulation, stopped.clone());
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
@@ -185,6 +197,7 @@ impl Server {
             stop,
             task: Some(task),
             controllers,
+            faults: config.faults,
         })
     }
 
@@ -210,6 +223,11 @@ impl Server {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         }
         Ok(())
+    }
+
+    /// The fault rules: add some to make the server misbehave (see [`crate::faults`]).
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.faults
     }
 
     /// The object store, for in-process access (tests, `krec dev`).

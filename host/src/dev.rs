@@ -209,6 +209,8 @@ pub struct DevOptions {
     pub kubeconfig_out: PathBuf,
     /// The cluster's built-in controllers and simulated nodes.
     pub simulation: krec_apiserver::controllers::Config,
+    /// Faults the cluster injects (none by default).
+    pub faults: std::sync::Arc<krec_apiserver::faults::Faults>,
     /// How the host runs.
     pub host: HostOptions,
 }
@@ -240,6 +242,7 @@ pub async fn dev(
     let cluster = krec_apiserver::Server::builder()
         .addr(options.addr)
         .simulation(options.simulation.clone())
+        .faults(options.faults.clone())
         .start()
         .await?;
     cluster

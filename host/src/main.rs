@@ -118,16 +118,29 @@ struct SimulationArgs {
     /// How long a Job's Pod runs before it succeeds.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     job_duration: std::time::Duration,
+    /// Inject faults from this YAML file (conflicts, throttling, errors, latency, cut watches;
+    /// see the README's "Fault injection").
+    #[arg(long)]
+    faults: Option<PathBuf>,
 }
 
 impl SimulationArgs {
-    fn config(self) -> krec_apiserver::controllers::Config {
+    fn config(&self) -> krec_apiserver::controllers::Config {
         krec_apiserver::controllers::Config {
-            controllers: self.controllers,
+            controllers: self.controllers.clone(),
             nodes: self.nodes,
             pod_start: self.pod_start_delay,
             job_duration: self.job_duration,
         }
+    }
+
+    /// The fault rules of `--faults`, or none.
+    fn faults(&self) -> anyhow::Result<std::sync::Arc<krec_apiserver::faults::Faults>> {
+        let faults = match &self.faults {
+            Some(path) => krec_apiserver::faults::Faults::load(path).map_err(anyhow::Error::msg)?,
+            None => Default::default(),
+        };
+        Ok(std::sync::Arc::new(faults))
     }
 }
 
@@ -294,6 +307,7 @@ fn main() -> ExitCode {
                     addr,
                     kubeconfig_out,
                     simulation: simulation.config(),
+                    faults: simulation.faults()?,
                     host: host.options()?,
                 };
                 krec::dev::dev(options, shutdown_signal()).await
@@ -349,10 +363,10 @@ fn main() -> ExitCode {
             simulation,
         } => {
             init_logging("info", cli.log_format);
-            block_on(
-                "cluster",
-                cluster(addr, kubeconfig_out, data_dir, simulation.config()),
-            )
+            block_on("cluster", async move {
+                let faults = simulation.faults()?;
+                cluster(addr, kubeconfig_out, data_dir, simulation.config(), faults).await
+            })
         }
     }
 }
@@ -384,6 +398,7 @@ async fn cluster(
     kubeconfig_out: PathBuf,
     data_dir: Option<PathBuf>,
     simulation: krec_apiserver::controllers::Config,
+    faults: std::sync::Arc<krec_apiserver::faults::Faults>,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
@@ -395,7 +410,8 @@ async fn cluster(
     }
     let mut server = krec_apiserver::Server::builder()
         .addr(addr)
-        .simulation(simulation);
+        .simulation(simulation)
+        .faults(faults);
     if let Some(dir) = &data_dir {
         server = server.data_dir(dir);
     }

@@ -156,12 +156,24 @@ impl Live {
     /// Like [`start`](Self::start), in a living cluster: the built-in controllers and simulated
     /// nodes run (as in `krec dev`), with Pods starting in 100 ms.
     pub async fn start_alive(manifests: Vec<Manifest>, objects: Vec<Value>) -> Self {
+        Self::start_alive_with_faults(manifests, objects, Default::default()).await
+    }
+
+    /// [`start_alive`](Self::start_alive) with `faults` injected from the first request on
+    /// (watch faults reach only watches started after their rule is added).
+    pub async fn start_alive_with_faults(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        faults: Arc<krec_apiserver::faults::Faults>,
+    ) -> Self {
         let simulation = krec_apiserver::controllers::Config {
             controllers: krec_apiserver::controllers::Selection::all(),
             pod_start: std::time::Duration::from_millis(100),
             ..Default::default()
         };
-        let builder = krec_apiserver::Server::builder().simulation(simulation);
+        let builder = krec_apiserver::Server::builder()
+            .simulation(simulation)
+            .faults(faults);
         Self::start_on(
             builder,
             manifests,
