@@ -543,21 +543,15 @@ mod tests {
             faults.decide(&request("watch", "pods", None)),
             Some(Fault::EndWatch(Duration::from_secs(2)))
         );
-        let err = Faults::from_yaml("rules:\n- {fault: latency}\n")
-            .err()
-            .expect("no delay");
+        let err = Faults::from_yaml("rules:\n- {fault: latency}\n").expect_err("no delay");
         assert_eq!(err, "rules[0]: fault latency needs delay");
         let err = Faults::from_yaml("rules:\n- {fault: conflict, verbs: [edit]}\n")
-            .err()
-            .expect("bad verb");
+            .expect_err("bad verb");
         assert!(err.starts_with("rules[0]: unknown verb \"edit\""), "{err}");
-        let err = Faults::from_yaml("rules:\n- {fault: explode}\n")
-            .err()
-            .expect("bad fault");
+        let err = Faults::from_yaml("rules:\n- {fault: explode}\n").expect_err("bad fault");
         assert!(err.contains("unknown fault \"explode\""), "{err}");
-        let err = Faults::from_yaml("rules:\n- {fault: conflict, probabilty: 1}\n")
-            .err()
-            .expect("typo");
+        let err =
+            Faults::from_yaml("rules:\n- {fault: conflict, probabilty: 1}\n").expect_err("typo");
         assert!(err.contains("probabilty"), "{err}");
     }
 
