@@ -48,7 +48,7 @@ async fn start_with_refused_writes() -> Live {
             .field_managers(&GUEST_MANAGERS)
             .probability(1.0 / 7.0),
     );
-    let live = Live::start_alive_with_faults(
+    Live::start_alive_with_faults(
         vec![
             sample_manifest("foo-controller"),
             sample_manifest("pod-counter"),
@@ -57,8 +57,7 @@ async fn start_with_refused_writes() -> Live {
         objects,
         faults,
     )
-    .await;
-    live
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
