@@ -1,6 +1,8 @@
 //! Deletion: finalizers, propagation (background, foreground, orphan), namespace and CRD clean-up, and
 //! owner-reference garbage collection.
 
+use std::collections::BTreeSet;
+
 use super::*;
 
 impl Store {
@@ -110,10 +112,10 @@ impl Store {
     /// The objects with an owner reference to `uid`.
     fn dependents(&self, state: &State, uid: &str) -> Vec<(Key, Arc<Value>)> {
         state
-            .objects
-            .iter()
-            .filter(|(_, o)| owner_uids(o).any(|u| u == uid))
-            .map(|(k, o)| (k.clone(), o.clone()))
+            .owners
+            .dependents_of(uid)
+            .into_iter()
+            .filter_map(|k| state.objects.get(&k).map(|o| (k, o.clone())))
             .collect()
     }
 
@@ -122,21 +124,16 @@ impl Store {
     pub(super) fn finish_foreground(&self, state: &mut State) -> Result<(), ApiError> {
         loop {
             let done: Vec<Key> = state
-                .objects
-                .iter()
-                .filter(|(_, o)| {
-                    o.at("/metadata/finalizers")
-                        .and_then(Value::as_array)
-                        .is_some_and(|f| f.iter().any(|f| f == FOREGROUND_DELETION))
+                .owners
+                .in_foreground_deletion()
+                .into_iter()
+                .filter(|k| {
+                    state.objects.get(k).is_some_and(|o| {
+                        !state
+                            .owners
+                            .has_dependents(meta_str(o, "uid").unwrap_or_default())
+                    })
                 })
-                .filter(|(_, o)| {
-                    let uid = meta_str(o, "uid").unwrap_or_default();
-                    !state
-                        .objects
-                        .values()
-                        .any(|d| owner_uids(d).any(|u| u == uid))
-                })
-                .map(|(k, _)| k.clone())
                 .collect();
             if done.is_empty() {
                 return Ok(());
@@ -358,26 +355,27 @@ impl Store {
         Ok(())
     }
 
-    /// Background garbage collection: delete objects all of whose owners are gone.
+    /// Background garbage collection: delete objects all of whose owners are gone. Only the
+    /// dependents of owners that went away (or never existed) since the last pass are looked
+    /// at, through the ownership graph.
     pub(super) fn collect_garbage(&self, state: &mut State) -> Result<(), ApiError> {
         loop {
-            let uids: HashSet<&str> = state
-                .objects
-                .values()
-                .filter_map(|o| meta_str(o, "uid"))
-                .collect();
-            let garbage: Vec<Key> = state
-                .objects
-                .iter()
-                .filter(|(_, o)| {
-                    let mut owners = owner_uids(o).peekable();
-                    owners.peek().is_some() && owners.all(|u| !uids.contains(u))
-                })
-                .filter(|(_, o)| o.at("/metadata/deletionTimestamp").is_none())
-                .map(|(k, _)| k.clone())
-                .collect();
-            if garbage.is_empty() {
+            let gone = state.owners.take_pending();
+            if gone.is_empty() {
                 return Ok(());
+            }
+            let mut garbage = BTreeSet::new();
+            for uid in gone.iter().filter(|u| !state.owners.exists(u)) {
+                for key in state.owners.dependents_of(uid) {
+                    let Some(object) = state.objects.get(&key) else {
+                        continue;
+                    };
+                    if object.at("/metadata/deletionTimestamp").is_none()
+                        && owner_uids(object).all(|u| !state.owners.exists(u))
+                    {
+                        garbage.insert(key);
+                    }
+                }
             }
             for key in garbage {
                 self.remove_or_mark(state, key)?;
@@ -403,7 +401,7 @@ fn without_owner(object: &Value, uid: &str) -> Value {
 }
 
 /// The finalizer of an owner waiting for its dependents (foreground deletion).
-const FOREGROUND_DELETION: &str = "foregroundDeletion";
+pub(super) const FOREGROUND_DELETION: &str = "foregroundDeletion";
 
 /// Storage key prefix of CRD objects.
 const CRD_RESOURCE: &str = "apiextensions.k8s.io/customresourcedefinitions";
@@ -429,7 +427,7 @@ fn mark_deleting(object: &Value) -> Value {
     marked
 }
 
-fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
+pub(super) fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
     object
         .at("/metadata/ownerReferences")
         .and_then(Value::as_array)

@@ -24,6 +24,7 @@ use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdoma
 use crate::{defaults, schema, validation};
 
 mod delete;
+mod owners;
 pub mod persist;
 mod read;
 mod validate;
@@ -232,6 +233,8 @@ pub struct WatchStart {
 struct State {
     rv: u64,
     objects: BTreeMap<Key, Arc<Value>>,
+    /// Who owns what, for garbage collection.
+    owners: owners::Owners,
     history: VecDeque<Arc<Change>>,
     /// Changes at or below this resourceVersion are no longer in `history`.
     compacted: u64,
@@ -302,6 +305,7 @@ impl Store {
             state: Mutex::new(State {
                 rv: 0,
                 objects: BTreeMap::new(),
+                owners: Default::default(),
                 history: VecDeque::new(),
                 compacted: 0,
                 persistence: None,
@@ -330,6 +334,7 @@ impl Store {
                 {
                     tracing::warn!("stored CRD {} is not servable: {err}", key.name);
                 }
+                state.owners.link(&key, &object);
                 state.objects.insert(key, Arc::new(object));
             }
         }
@@ -431,6 +436,14 @@ impl Store {
         }
         let object = Arc::new(object);
         state.rv = rv;
+        if let Some(old) = &old {
+            state
+                .owners
+                .unlink(&key, old, change == ChangeType::Deleted);
+        }
+        if change != ChangeType::Deleted {
+            state.owners.link(&key, &object);
+        }
         match change {
             ChangeType::Deleted => state.objects.remove(&key),
             _ => state.objects.insert(key.clone(), object.clone()),
