@@ -655,6 +655,15 @@ fn delete_options(
             propagation
         },
         dry_run,
+        grace_period: match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            Some(grace) => Some(grace),
+            None => match params.get("gracePeriodSeconds") {
+                Some(text) => Some(text.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds {text:?}"))
+                })?),
+                None => None,
+            },
+        },
     })
 }
 

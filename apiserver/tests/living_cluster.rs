@@ -91,18 +91,40 @@ fn scenario(k: &Kubectl, dir: &std::path::Path) {
         (n != 2).then(|| format!("{n} pods"))
     });
 
-    // A rolling update replaces every Pod, one revision up.
-    k.ok(&["set", "image", "deployment/web", "nginx=nginx:1.28"]);
-    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
-    let images = k.ok(&[
+    // Deleting a running Pod: it terminates through its kubelet (kubectl waits for it to go),
+    // and the ReplicaSet replaces it.
+    let victim = k.ok(&[
         "get",
         "pods",
         "-l",
         "app=web",
         "-o",
-        "jsonpath={.items[*].spec.containers[0].image}",
+        "jsonpath={.items[0].metadata.name}",
     ]);
-    assert_eq!(images, "nginx:1.28 nginx:1.28", "{images}");
+    let deleted = k.ok(&["delete", "pod", &victim]);
+    assert!(deleted.contains("deleted"), "{deleted}");
+    eventually("the deleted Pod replaced", || {
+        let now = pods(k, "app=web");
+        let replaced = now.len() == 2 && !now.iter().any(|l| l.starts_with(&victim));
+        (!replaced).then(|| format!("{now:?}"))
+    });
+
+    // A rolling update replaces every Pod, one revision up.
+    k.ok(&["set", "image", "deployment/web", "nginx=nginx:1.28"]);
+    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    // The old Pods terminate through their kubelets after the rollout reports success, as in
+    // a real cluster.
+    eventually("only new Pods left", || {
+        let images = k.ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ]);
+        (images != "nginx:1.28 nginx:1.28").then_some(images)
+    });
     let history = k.ok(&["rollout", "history", "deployment/web"]);
     assert!(
         history.contains("1 ") && history.contains("2 "),

@@ -283,6 +283,10 @@ impl Engine {
             failures: HashMap::new(),
             kubelet,
         };
+        // With kubelets to remove them, running Pods terminate gracefully, as in kube.
+        engine
+            .store
+            .set_graceful_pod_deletion(engine.runs(Controller::Kubelet));
         if engine.runs(Controller::Scheduler) || engine.runs(Controller::Kubelet) {
             nodes::ensure_nodes(&engine.store, &engine.types.nodes, engine.config.nodes)
                 .map_err(|err| format!("creating the simulated nodes: {err}"))?;

@@ -16,8 +16,11 @@
 //!   annotation `krec.dev/simulate` (on the Pod or its template) scripts other lives, see
 //!   [`Simulate`].
 //!
-//! Simplified: Pods are deleted at once (no graceful termination); node leases and heartbeats
-//! are not kept (nodes stay `Ready`).
+//! - With the kubelets running, deleting a running Pod marks it for graceful deletion (the
+//!   store's part, [`Store::set_graceful_pod_deletion`]); its kubelet stops it within
+//!   `min(grace period, pod start delay)` and deletes it for good.
+//!
+//! Simplified: no `preStop` hooks; node leases and heartbeats are not kept (nodes stay `Ready`).
 
 use std::collections::BTreeMap;
 
@@ -94,6 +97,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 #[derive(Default)]
 pub(super) struct Kubelets {
     bound_at: HashMap<String, Instant>,
+    terminating: HashMap<String, Instant>,
     next_ip: HashMap<String, u32>,
     ips: HashMap<String, String>,
 }
@@ -102,6 +106,7 @@ impl Kubelets {
     pub(super) fn forget(&mut self, pod: &Value) {
         let uid = uid(pod);
         self.bound_at.remove(uid);
+        self.terminating.remove(uid);
         self.ips.remove(uid);
     }
 }
@@ -648,7 +653,13 @@ pub(super) fn kubelet(engine: &mut Engine, ns: &str, name: &str) -> Result<Next,
         return Ok(Next::Done);
     };
     let node = node_name(&pod).to_owned();
-    if node.is_empty() || is_terminal(&pod) || is_deleting(&pod) || !node.starts_with(NODE_PREFIX) {
+    if node.is_empty() || !node.starts_with(NODE_PREFIX) {
+        return Ok(Next::Done);
+    }
+    if is_deleting(&pod) {
+        return terminate(engine, &pod);
+    }
+    if is_terminal(&pod) {
         return Ok(Next::Done);
     }
     let annotation = pod
@@ -694,6 +705,54 @@ pub(super) fn kubelet(engine: &mut Engine, ns: &str, name: &str) -> Result<Next,
         engine.kubelet.bound_at.remove(uid(&pod));
     }
     Ok(next.map_or(Next::Done, Next::After))
+}
+
+/// A Pod marked for graceful deletion: its containers stop (within the grace period, after at
+/// most the pod start delay) and the kubelet deletes it for good, as `killPod` then the status
+/// manager's final delete with grace 0.
+fn terminate(engine: &mut Engine, pod: &Value) -> Result<Next, ApiError> {
+    let now = Instant::now();
+    let grace = int_at(pod, "/metadata/deletionGracePeriodSeconds")
+        .unwrap_or(0)
+        .max(0);
+    let stop = Duration::from_secs(grace as u64).min(engine.config.pod_start);
+    let since = *engine
+        .kubelet
+        .terminating
+        .entry(uid(pod).to_owned())
+        .or_insert(now);
+    if now < since + stop {
+        return Ok(Next::After(since + stop - now));
+    }
+    let (ns, name) = namespace_and_name(pod);
+    let options = DeleteOptions {
+        uid: Some(uid(pod).to_owned()),
+        grace_period: Some(0),
+        ..DeleteOptions::default()
+    };
+    match engine
+        .store
+        .delete(&engine.types.pods, Some(ns), name, &options)
+    {
+        Ok(_) => {}
+        Err(err) if matches!(err.code, 404 | 409) => {}
+        Err(err) => return Err(err),
+    }
+    engine.kubelet.terminating.remove(uid(pod));
+    engine.event(
+        pod,
+        false,
+        "Killing",
+        &format!("Stopping container {}", first_container(pod)),
+        "kubelet",
+    );
+    Ok(Next::Done)
+}
+
+fn first_container(pod: &Value) -> &str {
+    pod.at("/spec/containers/0/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// The kubelet's events for a change of life: image present, container created and started;

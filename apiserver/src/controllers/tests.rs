@@ -405,3 +405,51 @@ async fn a_replica_set_should_adopt_matching_orphans_rather_than_add_pods() {
             .all(|p| controller_of(p).is_some_and(|o| o.kind == "ReplicaSet" && o.name == "web"))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn running_pods_should_terminate_gracefully_through_their_kubelet() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let pods_rt = rt(&store, "", "pods");
+    for name in ["a", "b"] {
+        store
+            .create(
+                &pods_rt,
+                Some("default"),
+                json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+                false,
+            )
+            .expect("pod");
+    }
+    run_for(3).await;
+    let deleted = store
+        .delete(&pods_rt, Some("default"), "a", &DeleteOptions::default())
+        .expect("delete");
+    assert!(
+        is_deleting(&deleted),
+        "a running Pod is marked, not removed: {deleted:#}"
+    );
+    assert_eq!(
+        deleted.at("/metadata/deletionGracePeriodSeconds"),
+        Some(&json!(30))
+    );
+    let forced = DeleteOptions {
+        grace_period: Some(0),
+        ..DeleteOptions::default()
+    };
+    store
+        .delete(&pods_rt, Some("default"), "b", &forced)
+        .expect("delete");
+    assert!(
+        store.get(&pods_rt, Some("default"), "b").is_err(),
+        "grace 0 removes at once"
+    );
+    run_for(2).await;
+    assert!(
+        store.get(&pods_rt, Some("default"), "a").is_err(),
+        "the kubelet removed it"
+    );
+}

@@ -39,6 +39,15 @@ impl Store {
             return Ok(Self::served(rt, &current));
         }
         let uid = meta_str(&current, "uid").unwrap_or_default().to_owned();
+        if options.propagation != Propagation::Foreground
+            && let Some(marked) =
+                self.terminate_gracefully(&mut state, rt, &key, &current, options.grace_period)?
+        {
+            if options.propagation == Propagation::Orphan {
+                self.orphan_dependents(&mut state, &uid)?;
+            }
+            return Ok(Self::served(rt, &marked));
+        }
         let result = match options.propagation {
             Propagation::Orphan => {
                 self.orphan_dependents(&mut state, &uid)?;
@@ -52,6 +61,73 @@ impl Store {
             Propagation::Background => self.delete_locked(&mut state, rt, &key)?,
         };
         Ok(Self::served(rt, &result))
+    }
+
+    /// Graceful deletion of a running Pod (`pod.Strategy.CheckGracefulDelete`): a Pod bound to
+    /// an existing node, not finished, with a grace period above zero, is marked with
+    /// `deletionTimestamp` (now + grace) and `deletionGracePeriodSeconds` and stays until its
+    /// kubelet deletes it with grace 0; a second delete may shorten the grace. `None` when the
+    /// delete is to happen at once.
+    fn terminate_gracefully(
+        &self,
+        state: &mut State,
+        rt: &ResourceType,
+        key: &Key,
+        current: &Arc<Value>,
+        grace: Option<i64>,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
+        let is_pod = rt.group.is_empty() && rt.kind == "Pod";
+        if !is_pod
+            || !self
+                .graceful_pods
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(None);
+        }
+        let node = current
+            .at("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let finished = matches!(
+            current.at("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        let node_key = Key {
+            resource: "/nodes".into(),
+            namespace: String::new(),
+            name: node.to_owned(),
+        };
+        if node.is_empty() || finished || !state.objects.contains_key(&node_key) {
+            return Ok(None);
+        }
+        let grace = grace
+            .or_else(|| {
+                current
+                    .at("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+            })
+            .unwrap_or(30)
+            .max(0);
+        if grace == 0 {
+            return Ok(None);
+        }
+        let marked_grace = current
+            .at("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64);
+        if marked_grace.is_some_and(|g| g <= grace) {
+            return Ok(Some(current.clone()));
+        }
+        let deadline = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_secs(grace))
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        let mut marked = (**current).clone();
+        let meta = metadata_mut(&mut marked);
+        meta.insert(
+            "deletionTimestamp".into(),
+            json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
+        meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+        Ok(Some(self.write(state, key.clone(), Write::Put(marked))?))
     }
 
     /// Foreground deletion of `key`: with dependents, the object is marked for deletion with the

@@ -196,6 +196,9 @@ pub struct DeleteOptions {
     pub propagation: Propagation,
     /// Validate only; change nothing.
     pub dry_run: bool,
+    /// `gracePeriodSeconds`: how long a running Pod gets to terminate (`None`: its
+    /// `terminationGracePeriodSeconds`; 0: at once).
+    pub grace_period: Option<i64>,
 }
 
 /// A page of a list.
@@ -253,6 +256,8 @@ pub struct Store {
     history_limit: usize,
     /// Watches started per resource (`group/plural`), for tests and diagnostics.
     watches_started: Mutex<BTreeMap<String, u64>>,
+    /// Whether running Pods on existing nodes terminate gracefully (a kubelet removes them).
+    graceful_pods: std::sync::atomic::AtomicBool,
 }
 
 /// What `write` should do with an object.
@@ -314,6 +319,7 @@ impl Store {
             feed,
             history_limit: history_limit.max(1),
             watches_started: Mutex::new(BTreeMap::new()),
+            graceful_pods: Default::default(),
         }
     }
 
@@ -370,6 +376,14 @@ impl Store {
         // Every mutation completes under the lock before it can panic, so a poisoned lock still
         // guards consistent state.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Let running Pods on existing nodes terminate gracefully, as kube-apiserver does: a
+    /// delete marks them (`deletionTimestamp`, `deletionGracePeriodSeconds`) and the node's
+    /// kubelet removes them. Off by default: without kubelets, nothing would remove them.
+    pub fn set_graceful_pod_deletion(&self, on: bool) {
+        self.graceful_pods
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The current resourceVersion.
