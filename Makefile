@@ -70,6 +70,7 @@ bench: guests
 	$(CARGO) bench -p krec --bench host
 	$(CARGO) bench -p krec --bench memory
 	$(CARGO) bench -p krec --bench fairness
+	$(CARGO) bench -p krec --bench controllers
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
 

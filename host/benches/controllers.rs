@@ -17,7 +17,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{median_min_max, process_cpu_seconds, quick};
+use common::{median_min_max, process_cpu_seconds, quick, write_results};
 use krec_apiserver::controllers::{Config, Selection};
 use krec_apiserver::store::WriteOptions;
 use krec_apiserver::{Registry, Server, Store};
@@ -189,4 +189,18 @@ fn main() {
         show(median_min_max(ratio(&cpus)))
     );
     println!("({runs} runs; {NODES} nodes; Pods start at once)");
+    let mut figures = serde_json::Map::new();
+    for (name, samples) in [
+        ("baseline_1000_pods_3_writes_s", &baselines),
+        ("rollout_1000_pods_s", &rollouts),
+        ("rolling_update_1000_pods_s", &updates),
+        ("simulation_cpu_s_per_1000_pods", &cpus),
+    ] {
+        let (median, min, max) = median_min_max(samples.clone());
+        figures.insert(
+            name.into(),
+            json!({"median": median, "min": min, "max": max}),
+        );
+    }
+    write_results(figures);
 }
