@@ -73,7 +73,9 @@ pub struct Matcher {
     pub namespaces: Vec<String>,
     /// Substring of the `User-Agent` header.
     pub user_agent: Option<String>,
-    /// The write's `fieldManager`, one of these (`*` at the end matches a prefix).
+    /// The write's `fieldManager`, one of these (`*` at the end matches a prefix). Deletes and
+    /// reads carry no field manager, so a rule with managers never matches them: match their
+    /// client by `user_agent` instead.
     pub field_managers: Vec<String>,
 }
 

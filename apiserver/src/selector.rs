@@ -90,8 +90,9 @@ impl LabelSelector {
     }
 
     /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`), as
-    /// `LabelSelectorAsSelector` reads it; `None` for an unknown operator. As there, a missing
-    /// selector matches nothing (`None`) and an empty one everything.
+    /// `LabelSelectorAsSelector` reads it; `None` for an unknown operator. An empty selector
+    /// (or one that is not an object) has no requirements and matches everything: callers for
+    /// whom a missing selector must match nothing check for it first.
     pub fn from_json(selector: &Value) -> Option<Self> {
         let mut requirements: Vec<Requirement> = selector
             .get("matchLabels")

@@ -109,9 +109,9 @@ struct SimulationArgs {
     /// replicaset, statefulset, daemonset, job, scheduler, kubelet.
     #[arg(long, default_value = "all", value_parser = parse_selection)]
     controllers: krec_apiserver::controllers::Selection,
-    /// Simulated nodes (krec-node-0, …) the scheduler binds Pods to.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
+    /// Simulated nodes (krec-node-0, …) the scheduler binds Pods to (at most 250).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=250))]
+    nodes: u16,
     /// How long a bound Pod stays Pending before it runs (e.g. 500ms, 2s).
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     pod_start_delay: std::time::Duration,
@@ -128,7 +128,7 @@ impl SimulationArgs {
     fn config(&self) -> krec_apiserver::controllers::Config {
         krec_apiserver::controllers::Config {
             controllers: self.controllers.clone(),
-            nodes: self.nodes,
+            nodes: self.nodes.into(),
             pod_start: self.pod_start_delay,
             job_duration: self.job_duration,
         }

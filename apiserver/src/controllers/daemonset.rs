@@ -29,6 +29,9 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
         })
         .map(|n| namespace_and_name(n).1.to_owned())
         .collect();
+    if !is_deleting(&ds) {
+        adopt_and_release(engine, &engine.types.pods, ns, &ds)?;
+    }
     let pods = engine.pods_of(ns, uid(&ds));
     let active: Vec<&Arc<Value>> = pods.iter().filter(|p| is_active(p)).collect();
     let target = |pod: &Value| -> String {
@@ -77,8 +80,18 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
                             ("controller-revision-hash", hash.clone()),
                         ],
                     );
-                    pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({"nodeSelectorTerms": [{"matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": [node]}]}]});
+                    set_at(
+                        &mut pod,
+                        &[
+                            "spec",
+                            "affinity",
+                            "nodeAffinity",
+                            "requiredDuringSchedulingIgnoredDuringExecution",
+                        ],
+                        json!({"nodeSelectorTerms": [{"matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}),
+                    );
+                    add_daemon_tolerations(&mut pod);
                     engine.create(&engine.types.pods, ns, pod)?;
                 }
                 [pod] => {
@@ -132,4 +145,30 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     }
     engine.update_status(rt, &ds, status, CONTROLLER_MANAGER)?;
     Ok(Next::Done)
+}
+
+/// The tolerations the DaemonSet controller gives its Pods (`AddOrUpdateDaemonPodTolerations`):
+/// they run on nodes that are not ready, unreachable, under pressure or cordoned.
+fn add_daemon_tolerations(pod: &mut Value) {
+    let mut tolerations = pod
+        .at("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (key, effect) in [
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
+    ] {
+        if !tolerations
+            .iter()
+            .any(|t| t["key"] == key && t["effect"] == effect)
+        {
+            tolerations.push(json!({"key": key, "operator": "Exists", "effect": effect}));
+        }
+    }
+    set_at(pod, &["spec", "tolerations"], json!(tolerations));
 }

@@ -21,6 +21,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     if is_deleting(&deployment) {
         return Ok(Next::Done);
     }
+    adopt_and_release(engine, &engine.types.replica_sets, ns, &deployment)?;
     let owned = owned_replica_sets(engine, ns, &deployment);
     let template = deployment.at("/spec/template").cloned().unwrap_or_default();
     let (mut new_rs, mut old) = split_new(&owned, &template);
@@ -32,8 +33,9 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     }
     let replicas = int_at(&deployment, "/spec/replicas").unwrap_or(1).max(0);
     let recreate = deployment.at("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
+    // `MaxUnavailable` is 0 for Recreate: Available means every replica is.
     let (surge, unavailable) = if recreate {
-        (0, replicas)
+        (0, 0)
     } else {
         surge_and_unavailable(&deployment, replicas)
     };
@@ -77,7 +79,11 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
                 != Some(&json!(revision))
         {
             let mut updated = (*current).clone();
-            updated["metadata"]["annotations"][REVISION] = json!(revision);
+            set_at(
+                &mut updated,
+                &["metadata", "annotations", REVISION],
+                json!(revision),
+            );
             engine.update(&engine.types.deployments, updated)?;
         }
     }
@@ -154,9 +160,13 @@ fn create_new(
             .unwrap_or_default()
     );
     let mut template = template.clone();
-    template["metadata"]["labels"][HASH_LABEL] = json!(hash);
+    set_at(
+        &mut template,
+        &["metadata", "labels", HASH_LABEL],
+        json!(hash),
+    );
     let mut selector = deployment.at("/spec/selector").cloned().unwrap_or_default();
-    selector["matchLabels"][HASH_LABEL] = json!(hash);
+    set_at(&mut selector, &["matchLabels", HASH_LABEL], json!(hash));
     let mut labels = template["metadata"]["labels"].clone();
     labels[HASH_LABEL] = json!(hash);
     let revision = owned.iter().map(|rs| revision_of(rs)).max().unwrap_or(0) + 1;
@@ -177,7 +187,22 @@ fn create_new(
             "template": template,
         },
     });
-    engine.create(&engine.types.replica_sets, ns, rs)
+    match engine.create(&engine.types.replica_sets, ns, rs) {
+        // The name is another object's (kube's hash collision): the next collision count
+        // gives another hash.
+        Err(err) if err.reason == "AlreadyExists" => {
+            let mut status = status_of(deployment);
+            status["collisionCount"] = json!(collisions + 1);
+            engine.update_status(
+                &engine.types.deployments,
+                deployment,
+                status,
+                CONTROLLER_MANAGER,
+            )?;
+            Err(err)
+        }
+        other => other,
+    }
 }
 
 /// `maxSurge` and `maxUnavailable` resolved against `replicas` (both zero means one unavailable).
@@ -212,7 +237,7 @@ fn scale(engine: &Engine, rs: &Value, replicas: i64) -> Result<(), ApiError> {
         return Ok(());
     }
     let mut scaled = rs.clone();
-    scaled["spec"]["replicas"] = json!(replicas);
+    set_at(&mut scaled, &["spec", "replicas"], json!(replicas));
     engine.update(&engine.types.replica_sets, scaled)?;
     let ns = namespace_and_name(rs).0;
     if let Some(owner) = controller_of(rs)
@@ -362,7 +387,7 @@ fn keep_annotations(
     }
     let mut updated = (*current).clone();
     for (k, v) in want {
-        updated["metadata"]["annotations"][k] = json!(v);
+        set_at(&mut updated, &["metadata", "annotations", k], json!(v));
     }
     engine.update(&engine.types.replica_sets, updated)?;
     Ok(())

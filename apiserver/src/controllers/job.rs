@@ -16,6 +16,9 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     let finished = ["Complete", "Failed"]
         .iter()
         .any(|c| condition(&job, c).is_some_and(|c| c["status"] == "True"));
+    if !finished && !is_deleting(&job) {
+        adopt_and_release(engine, &engine.types.pods, ns, &job)?;
+    }
     let pods = engine.pods_of(ns, uid(&job));
     let count = |p: &str| pods.iter().filter(|pod| phase(pod) == p).count() as i64;
     let (succeeded, failed) = (count("Succeeded"), count("Failed"));
@@ -24,7 +27,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     let completions = int_at(&job, "/spec/completions");
     let backoff_limit = int_at(&job, "/spec/backoffLimit").unwrap_or(6);
     let suspended = job.at("/spec/suspend") == Some(&Value::Bool(true));
-    let mut status = job.get("status").cloned().unwrap_or_else(|| json!({}));
+    let mut status = status_of(&job);
     let mut conditions: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
     let mut active_count = active.len() as i64;
     if !finished {
@@ -72,11 +75,12 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
             status["completionTime"] = json!(now());
             engine.event(&job, false, "Completed", "Job completed", "job-controller");
         } else if !suspended && !is_deleting(&job) {
-            let left = completions.map_or(parallelism, |c| (c - succeeded).min(parallelism));
-            let wanted = if completions.is_none() && succeeded > 0 {
-                0
-            } else {
-                left
+            // Without completions, once one Pod succeeded no more start, and those running
+            // finish on their own (kube's `wantActive = active`).
+            let wanted = match completions {
+                Some(c) => (c - succeeded).min(parallelism),
+                None if succeeded > 0 => active_count,
+                None => parallelism,
             };
             let template = job.at("/spec/template").cloned().unwrap_or_default();
             let prefix = format!("{name}-");

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use crate::error::ApiError;
 use crate::json::Pointer as _;
 use crate::resources::ResourceType;
+use crate::selector::LabelSelector;
 use crate::store::{Change, ChangeType, DeleteOptions, Store, WriteOptions};
 
 pub use nodes::{SIMULATE_ANNOTATION, Simulate, parse_duration};
@@ -247,6 +248,12 @@ enum Next {
     After(Duration),
 }
 
+/// An Event's identity for counting repeats: the object's UID, the reason and the message.
+type EventIdentity = (String, String, String);
+
+/// How a workload's work item is made from its namespace and name.
+type MakeWork = fn(String, String) -> Work;
+
 /// The controllers' loop and state.
 struct Engine {
     store: Arc<Store>,
@@ -257,6 +264,9 @@ struct Engine {
     /// Consecutive failures per piece of work, for its backoff.
     failures: HashMap<Work, u32>,
     kubelet: nodes::Kubelets,
+    /// Events recorded, by (object UID, reason, message): a repeat bumps the Event's `count`,
+    /// as client-go's event correlator does, instead of adding another.
+    events: std::cell::RefCell<HashMap<EventIdentity, (String, String)>>,
 }
 
 /// The field manager the controllers write as (kube-controller-manager's, kube-scheduler's and
@@ -282,6 +292,7 @@ impl Engine {
             timers: BinaryHeap::new(),
             failures: HashMap::new(),
             kubelet,
+            events: Default::default(),
         };
         // With kubelets to remove them, running Pods terminate gracefully, as in kube.
         engine
@@ -334,14 +345,28 @@ impl Engine {
     /// Process queued work until the queue is empty.
     fn drain(&mut self) {
         while let Some(work) = self.queue.pop_first() {
-            match self.process(&work) {
+            // A bug meeting an odd object must not stop every controller: the panic is this
+            // work's failure, retried with backoff like any other.
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.process(&work)))
+                    .unwrap_or_else(|panic| {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        Err(ApiError::internal(format!("controller panicked: {what}")))
+                    });
+            match outcome {
                 Ok(Next::Done) => {
                     self.failures.remove(&work);
                 }
                 Ok(Next::After(delay)) => {
                     self.failures.remove(&work);
-                    self.timers
-                        .push(Reverse((Instant::now() + delay, work.clone())));
+                    self.timers.push(Reverse((
+                        Instant::now() + delay.min(MAX_DELAY),
+                        work.clone(),
+                    )));
                 }
                 Err(err) => {
                     let failures = self.failures.entry(work.clone()).or_insert(0);
@@ -453,9 +478,13 @@ impl Engine {
         }
     }
 
-    /// Queue the work of the object's controlling owner.
+    /// Queue the work of the object's controlling owner; for an orphan, of every workload in
+    /// its namespace whose selector matches it (one of them may adopt it).
     fn enqueue_owner(&mut self, object: &Value, ns: &str) {
         let Some(owner) = controller_of(object) else {
+            if !is_deleting(object) {
+                self.enqueue_adopters(object, ns);
+            }
             return;
         };
         let name = owner.name.to_owned();
@@ -468,6 +497,41 @@ impl Engine {
             _ => return,
         };
         self.enqueue(work);
+    }
+
+    fn enqueue_adopters(&mut self, object: &Value, ns: &str) {
+        let t = &self.types;
+        let adopters: Vec<(&ResourceType, MakeWork)> = match object["kind"].as_str() {
+            Some("Pod") => vec![
+                (
+                    &t.replica_sets,
+                    Work::ReplicaSet as fn(String, String) -> Work,
+                ),
+                (&t.stateful_sets, Work::StatefulSet),
+                (&t.daemon_sets, Work::DaemonSet),
+                (&t.jobs, Work::Job),
+            ],
+            Some("ReplicaSet") => vec![(&t.deployments, Work::Deployment)],
+            _ => return,
+        };
+        let mut found = Vec::new();
+        for (rt, make) in adopters {
+            for candidate in self.store.objects(rt, Some(ns)) {
+                let matches = candidate
+                    .at("/spec/selector")
+                    .and_then(LabelSelector::from_json)
+                    .is_some_and(|s| !s.requirements.is_empty() && s.matches_object(object));
+                if matches {
+                    found.push(make(
+                        ns.to_owned(),
+                        namespace_and_name(&candidate).1.to_owned(),
+                    ));
+                }
+            }
+        }
+        for work in found {
+            self.enqueue(work);
+        }
     }
 
     fn process(&mut self, work: &Work) -> Result<Next, ApiError> {
@@ -544,6 +608,31 @@ impl Engine {
         };
         let (ns, name) = namespace_and_name(object);
         let ns = if ns.is_empty() { "default" } else { ns };
+        let identity = (
+            uid(object).to_owned(),
+            reason.to_owned(),
+            message.to_owned(),
+        );
+        let seen = self.events.borrow().get(&identity).cloned();
+        if let Some((event_ns, event_name)) = seen
+            && let Ok(existing) = self.store.get(&events, Some(&event_ns), &event_name)
+        {
+            let mut repeated = (*existing).clone();
+            let count = int_at(&existing, "/count").unwrap_or(1) + 1;
+            repeated["count"] = json!(count);
+            repeated["lastTimestamp"] = json!(now());
+            if let Err(err) = self.store.update(
+                &events,
+                Some(&event_ns),
+                &event_name,
+                repeated,
+                false,
+                options(component),
+            ) {
+                tracing::debug!("counting event {reason} for {ns}/{name}: {err}");
+            }
+            return;
+        }
         let stamp = jiff::Timestamp::now().as_nanosecond() as u64
             + SEQUENCE.fetch_add(1, Ordering::Relaxed);
         let now = now();
@@ -570,11 +659,19 @@ impl Engine {
             "reportingComponent": component,
             "reportingInstance": "",
         });
-        if let Err(err) = self
+        match self
             .store
             .create(&events, Some(ns), event, options(component))
         {
-            tracing::debug!("recording event {reason} for {ns}/{name}: {err}");
+            Ok(created) => {
+                let mut recorded = self.events.borrow_mut();
+                if recorded.len() >= 10_000 {
+                    recorded.clear();
+                }
+                let (event_ns, event_name) = namespace_and_name(&created);
+                recorded.insert(identity, (event_ns.to_owned(), event_name.to_owned()));
+            }
+            Err(err) => tracing::debug!("recording event {reason} for {ns}/{name}: {err}"),
         }
     }
 
@@ -601,6 +698,53 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// Adopt the orphans of kind `rt` in `ns` that `owner`'s selector matches (they get its
+/// controller owner reference), and release those it controls whose labels no longer match —
+/// kube's `ControllerRefManager`, which every workload controller runs before counting.
+fn adopt_and_release(
+    engine: &Engine,
+    rt: &ResourceType,
+    ns: &str,
+    owner: &Value,
+) -> Result<(), ApiError> {
+    let Some(selector) = owner
+        .at("/spec/selector")
+        .and_then(LabelSelector::from_json)
+        .filter(|s| !s.requirements.is_empty())
+    else {
+        return Ok(());
+    };
+    for object in engine.store.objects(rt, Some(ns)) {
+        let controller = controller_of(&object).map(|o| o.uid.to_owned());
+        let matches = selector.matches_object(&object);
+        let references = object
+            .at("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let references = match controller.as_deref() {
+            None if matches && !is_deleting(&object) && !is_terminal(&object) => {
+                let mut references = references;
+                references.push(owner_reference(owner));
+                references
+            }
+            Some(controller) if controller == uid(owner) && !matches => references
+                .into_iter()
+                .filter(|r| r["uid"] != uid(owner))
+                .collect(),
+            _ => continue,
+        };
+        let mut changed = (*object).clone();
+        set_at(
+            &mut changed,
+            &["metadata", "ownerReferences"],
+            json!(references),
+        );
+        engine.update(rt, changed)?;
+    }
+    Ok(())
 }
 
 /// An object's controlling owner reference.
@@ -705,7 +849,9 @@ fn availability(pod: &Value, min_ready: i64, now: jiff::Timestamp) -> Result<(),
     if elapsed >= min_ready {
         Ok(())
     } else {
-        Err(Some(Duration::from_secs((min_ready - elapsed) as u64)))
+        Err(Some(
+            Duration::from_secs(min_ready.saturating_sub(elapsed) as u64).min(MAX_DELAY),
+        ))
     }
 }
 
@@ -748,6 +894,35 @@ fn set_condition(
         }
     }
 }
+
+/// `value[path…] = new`, turning each step into an object first: objects written by users may
+/// hold anything where a controller expects a map.
+fn set_at(value: &mut Value, path: &[&str], new: Value) {
+    let mut at = value;
+    for key in path {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        at = map.entry(*key).or_insert(Value::Null);
+    }
+    *at = new;
+}
+
+/// `object.status` as a map to build on (a user-written status may be anything).
+fn status_of(object: &Value) -> Value {
+    object
+        .get("status")
+        .filter(|s| s.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+/// The longest a piece of work waits for time (a user's `minReadySeconds` or simulated
+/// duration may be huge).
+const MAX_DELAY: Duration = Duration::from_secs(24 * 3600);
 
 fn now() -> String {
     jiff::Timestamp::now()
@@ -796,8 +971,8 @@ fn scaled(value: Option<&Value>, total: i64, round_up: bool, default: i64) -> i6
     match value {
         Some(Value::Number(n)) => n.as_i64().unwrap_or(default),
         Some(Value::String(s)) => match s.strip_suffix('%').and_then(|p| p.parse::<i64>().ok()) {
-            Some(percent) if round_up => (percent * total + 99) / 100,
-            Some(percent) => percent * total / 100,
+            Some(percent) if round_up => percent.saturating_mul(total).saturating_add(99) / 100,
+            Some(percent) => percent.saturating_mul(total) / 100,
             None => default,
         },
         _ => default,

@@ -90,7 +90,10 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => number * 3600.0,
         _ => return None,
     };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    // A year at most: these are simulated lives, and the engine's clock must not overflow.
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| *d <= Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The kubelets' memory: when each Pod (by UID) was first seen bound, and the IPs handed out.
@@ -113,10 +116,18 @@ impl Kubelets {
 
 const NODE_PREFIX: &str = "krec-node-";
 
+/// The most simulated nodes: each gets `10.0.0.<i+2>` and the Pod range `10.244.<i>.0/24`.
+pub const MAX_NODES: usize = 250;
+
 /// Create nodes `krec-node-0 … krec-node-(count-1)` that do not exist yet.
 pub(super) fn ensure_nodes(store: &Store, rt: &ResourceType, count: usize) -> Result<(), ApiError> {
     let version = crate::resources::version_string();
-    for i in 0..count {
+    if count > MAX_NODES {
+        tracing::warn!(
+            "{count} simulated nodes asked for; creating {MAX_NODES}, the most the address plan holds"
+        );
+    }
+    for i in 0..count.min(MAX_NODES) {
         let name = format!("{NODE_PREFIX}{i}");
         if store.contains(rt, None, &name) {
             continue;
@@ -357,7 +368,20 @@ pub(super) fn schedule(engine: &mut Engine) -> Result<Next, ApiError> {
 /// Whether `pod` fits `node`, else the reason kube-scheduler gives.
 fn fits(pod: &Value, node: &Free, wanted: &HashMap<&'static str, f64>) -> Result<(), String> {
     let n = &node.node;
-    if n.at("/spec/unschedulable") == Some(&Value::Bool(true)) {
+    // A cordoned node takes only Pods tolerating its `unschedulable` taint (DaemonSet Pods).
+    let tolerates_cordon = pod
+        .at("/spec/tolerations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            (t["key"] == "node.kubernetes.io/unschedulable"
+                || (t["operator"] == "Exists" && t["key"].as_str().is_none_or(str::is_empty)))
+                && t["effect"]
+                    .as_str()
+                    .is_none_or(|e| e.is_empty() || e == "NoSchedule")
+        });
+    if n.at("/spec/unschedulable") == Some(&Value::Bool(true)) && !tolerates_cordon {
         return Err("node(s) were unschedulable".into());
     }
     let labels = n.at("/metadata/labels");
@@ -466,7 +490,7 @@ fn node_requirement(expression: &Value, value: Option<&str>) -> bool {
 /// Bind `pod` to `node` (what `pods/binding` does: `spec.nodeName` and `PodScheduled=True`).
 fn bind(engine: &Engine, pod: &Value, node: &str) -> Result<(), ApiError> {
     let mut bound = pod.clone();
-    bound["spec"]["nodeName"] = json!(node);
+    set_at(&mut bound, &["spec", "nodeName"], json!(node));
     let (ns, name) = namespace_and_name(pod);
     let (ns, name) = (ns.to_owned(), name.to_owned());
     let stored = engine.store.update(
@@ -477,7 +501,7 @@ fn bind(engine: &Engine, pod: &Value, node: &str) -> Result<(), ApiError> {
         false,
         options("kube-scheduler"),
     )?;
-    let mut status = stored.get("status").cloned().unwrap_or_else(|| json!({}));
+    let mut status = status_of(&stored);
     let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
     conditions.retain(|c| c["type"] != "PodScheduled");
     conditions.push(
@@ -493,7 +517,7 @@ fn bind(engine: &Engine, pod: &Value, node: &str) -> Result<(), ApiError> {
 }
 
 fn unschedulable(engine: &Engine, pod: &Value, message: &str) -> Result<(), ApiError> {
-    let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    let mut status = status_of(pod);
     let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
     let same = conditions
         .iter()
@@ -590,7 +614,7 @@ fn life_at(
     let mut t = Duration::ZERO;
     let mut restarts = 0;
     loop {
-        let crash = t + fail_after;
+        let crash = t.saturating_add(fail_after);
         if running < crash {
             let next = crash - running;
             return (
@@ -602,7 +626,7 @@ fn life_at(
                 Some(next.max(Duration::from_millis(1))),
             );
         }
-        let restart = crash + backoff(restarts);
+        let restart = crash.saturating_add(backoff(restarts));
         if running < restart {
             return (
                 Life::Running {
@@ -653,11 +677,16 @@ pub(super) fn kubelet(engine: &mut Engine, ns: &str, name: &str) -> Result<Next,
         return Ok(Next::Done);
     };
     let node = node_name(&pod).to_owned();
-    if node.is_empty() || !node.starts_with(NODE_PREFIX) {
+    if node.is_empty() {
         return Ok(Next::Done);
     }
+    // The store marks Pods on any existing node for graceful deletion: this kubelet finishes
+    // them all, as a node's kubelet would.
     if is_deleting(&pod) {
         return terminate(engine, &pod);
+    }
+    if !node.starts_with(NODE_PREFIX) {
+        return Ok(Next::Done);
     }
     if is_terminal(&pod) {
         return Ok(Next::Done);
@@ -716,11 +745,15 @@ fn terminate(engine: &mut Engine, pod: &Value) -> Result<Next, ApiError> {
         .unwrap_or(0)
         .max(0);
     let stop = Duration::from_secs(grace as u64).min(engine.config.pod_start);
-    let since = *engine
-        .kubelet
-        .terminating
-        .entry(uid(pod).to_owned())
-        .or_insert(now);
+    let since = match engine.kubelet.terminating.get(uid(pod)) {
+        Some(since) => *since,
+        None => {
+            engine.kubelet.terminating.insert(uid(pod).to_owned(), now);
+            let message = format!("Stopping container {}", first_container(pod));
+            engine.event(pod, false, "Killing", &message, "kubelet");
+            now
+        }
+    };
     if now < since + stop {
         return Ok(Next::After(since + stop - now));
     }
@@ -739,13 +772,6 @@ fn terminate(engine: &mut Engine, pod: &Value) -> Result<Next, ApiError> {
         Err(err) => return Err(err),
     }
     engine.kubelet.terminating.remove(uid(pod));
-    engine.event(
-        pod,
-        false,
-        "Killing",
-        &format!("Stopping container {}", first_container(pod)),
-        "kubelet",
-    );
     Ok(Next::Done)
 }
 
@@ -800,7 +826,7 @@ fn container_events(engine: &Engine, pod: &Value, before: &Life, after: &Life) {
 /// The status a kubelet writes for `life`.
 fn pod_status(engine: &mut Engine, pod: &Value, node: &str, life: &Life) -> Value {
     let now = now();
-    let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+    let mut status = status_of(pod);
     let old_conditions = status["conditions"].as_array().cloned().unwrap_or_default();
     let transition = |kind: &str, value: &str| {
         old_conditions
@@ -927,9 +953,19 @@ impl Kubelets {
             .strip_prefix(NODE_PREFIX)
             .and_then(|i| i.parse().ok())
             .unwrap_or(0);
+        let prefix = format!("10.244.{index}.");
         let next = self.next_ip.entry(node.to_owned()).or_insert(1);
-        *next = *next % 253 + 1;
-        let ip = format!("10.244.{}.{}", index % 256, *next + 1);
+        // Hosts .2 to .254, the next free one after the last handed out (a node runs at most
+        // 110 Pods, so one is free).
+        let mut ip = String::new();
+        for _ in 0..253 {
+            *next = *next % 253 + 1;
+            let candidate = format!("{prefix}{}", *next + 1);
+            if !self.ips.values().any(|used| *used == candidate) {
+                ip = candidate;
+                break;
+            }
+        }
         self.ips.insert(uid, ip.clone());
         ip
     }

@@ -4,11 +4,9 @@
 //! newest first); `status` counts replicas, fully labelled, ready and available Pods.
 //!
 //! Like kube's `PodControllerRefManager`, it adopts orphaned active Pods its selector matches
-//! (they get its controller owner reference) and releases Pods it controls whose labels no
-//! longer match.
+//! and releases Pods it controls whose labels no longer match ([`adopt_and_release`]).
 
 use super::*;
-use crate::selector::LabelSelector;
 
 /// How many Pods one sync creates or deletes at most (kube's `BurstReplicas`).
 const BURST: usize = 500;
@@ -19,7 +17,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
         return Ok(Next::Done);
     };
     if !is_deleting(&rs) {
-        adopt_and_release(engine, ns, &rs)?;
+        adopt_and_release(engine, &engine.types.pods, ns, &rs)?;
     }
     let pods: Vec<Arc<Value>> = engine
         .pods_of(ns, uid(&rs))
@@ -69,43 +67,6 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     let (status, recheck) = replica_status(&rs, &pods, min_ready);
     engine.update_status(rt, &rs, status, CONTROLLER_MANAGER)?;
     Ok(recheck.map_or(Next::Done, Next::After))
-}
-
-/// Adopt the orphans the selector matches; release the controlled Pods it no longer matches.
-fn adopt_and_release(engine: &Engine, ns: &str, rs: &Value) -> Result<(), ApiError> {
-    let Some(selector) = rs
-        .at("/spec/selector")
-        .and_then(LabelSelector::from_json)
-        .filter(|s| !s.requirements.is_empty())
-    else {
-        return Ok(());
-    };
-    for pod in engine.store.objects(&engine.types.pods, Some(ns)) {
-        let controller = controller_of(&pod).map(|o| o.uid.to_owned());
-        let matches = selector.matches_object(&pod);
-        let mut changed = (*pod).clone();
-        let references = changed["metadata"]["ownerReferences"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        match controller.as_deref() {
-            None if matches && is_active(&pod) => {
-                let mut references = references;
-                references.push(owner_reference(rs));
-                changed["metadata"]["ownerReferences"] = json!(references);
-            }
-            Some(owner) if owner == uid(rs) && !matches => {
-                let kept: Vec<Value> = references
-                    .into_iter()
-                    .filter(|r| r["uid"] != uid(rs))
-                    .collect();
-                changed["metadata"]["ownerReferences"] = json!(kept);
-            }
-            _ => continue,
-        }
-        engine.update(&engine.types.pods, changed)?;
-    }
-    Ok(())
 }
 
 /// The status of a ReplicaSet over its active Pods, and when to look again for a Pod that will

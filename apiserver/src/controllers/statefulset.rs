@@ -26,6 +26,9 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
         .at("/spec/serviceName")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    if !is_deleting(&sts) {
+        adopt_and_release(engine, &engine.types.pods, ns, &sts)?;
+    }
     let pods = engine.pods_of(ns, uid(&sts));
     let ordinal_of = |pod: &Value| -> Option<i64> {
         namespace_and_name(pod)
@@ -71,9 +74,9 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
                             ("apps.kubernetes.io/pod-index", i.to_string()),
                         ],
                     );
-                    pod["spec"]["hostname"] = json!(pod_name);
+                    set_at(&mut pod, &["spec", "hostname"], json!(pod_name));
                     if !service.is_empty() {
-                        pod["spec"]["subdomain"] = json!(service);
+                        set_at(&mut pod, &["spec", "subdomain"], json!(service));
                     }
                     engine.create(&engine.types.pods, ns, pod)?;
                     if !parallel {
@@ -93,13 +96,15 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
             .iter()
             .filter(|p| ordinal_of(p).is_some_and(|i| i < replicas))
             .all(|p| healthy(p));
+        // OrderedReady: one Pod at a time, the previous one gone first.
+        let terminating = pods.iter().any(|p| is_deleting(p));
         for pod in extra.iter().take(if parallel { usize::MAX } else { 1 }) {
-            if parallel || all_healthy {
+            if parallel || (all_healthy && !terminating) {
                 engine.delete(&engine.types.pods, pod)?;
             }
         }
         // Rolling update, highest ordinal first, once everything is ready.
-        if rolling && !blocked && extra.is_empty() && all_healthy {
+        if rolling && !blocked && extra.is_empty() && all_healthy && !terminating {
             let stale = (0..replicas)
                 .rev()
                 .filter_map(by_ordinal)

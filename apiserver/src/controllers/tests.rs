@@ -453,3 +453,164 @@ async fn running_pods_should_terminate_gracefully_through_their_kubelet() {
         "the kubelet removed it"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_terminating_pod_should_survive_updates_until_its_kubelet_removes_it() {
+    let store = store();
+    let mut slow = config();
+    slow.pod_start = Duration::from_secs(5);
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), slow, stopped).expect("controllers run");
+    let pods_rt = rt(&store, "", "pods");
+    store
+        .create(
+            &pods_rt,
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+            false,
+        )
+        .expect("pod");
+    run_for(7).await;
+    store
+        .delete(&pods_rt, Some("default"), "p", &DeleteOptions::default())
+        .expect("delete");
+    let mut labelled = (*store.get(&pods_rt, Some("default"), "p").expect("marked")).clone();
+    labelled["metadata"]["labels"] = json!({"touched": "yes"});
+    store
+        .update(
+            &pods_rt,
+            Some("default"),
+            "p",
+            labelled,
+            false,
+            WriteOptions::default(),
+        )
+        .expect("update");
+    let still = store
+        .get(&pods_rt, Some("default"), "p")
+        .expect("an update does not remove it");
+    assert!(is_deleting(&still));
+    run_for(6).await;
+    assert!(
+        store.get(&pods_rt, Some("default"), "p").is_err(),
+        "its kubelet removed it"
+    );
+    let events = store.objects(&rt(&store, "", "events"), Some("default"));
+    let killing = events.iter().filter(|e| e["reason"] == "Killing").count();
+    assert_eq!(killing, 1, "one Killing event");
+}
+
+#[tokio::test(start_paused = true)]
+async fn odd_objects_should_not_stop_the_controllers() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let pods_rt = rt(&store, "", "pods");
+    store
+        .create(
+            &pods_rt,
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "odd",
+                "annotations": {SIMULATE_ANNOTATION: "start-after=99999999999999999999h"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+            false,
+        )
+        .expect("pod");
+    let mut odd = (*store.get(&pods_rt, Some("default"), "odd").expect("get")).clone();
+    odd["status"] = json!("not a status");
+    store
+        .update(
+            &pods_rt,
+            Some("default"),
+            "odd",
+            odd,
+            true,
+            WriteOptions::default(),
+        )
+        .expect("status");
+    let deployments = rt(&store, "apps", "deployments");
+    store
+        .create(
+            &deployments,
+            Some("default"),
+            deployment("web", 2, "nginx"),
+            false,
+        )
+        .expect("create");
+    run_for(5).await;
+    let d = store
+        .get(&deployments, Some("default"), "web")
+        .expect("get");
+    assert_eq!(d.at("/status/availableReplicas"), Some(&json!(2)), "{d:#}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deployment_applied_again_after_an_orphan_delete_should_take_its_replica_set_back() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let deployments = rt(&store, "apps", "deployments");
+    let replica_sets = rt(&store, "apps", "replicasets");
+    store
+        .create(
+            &deployments,
+            Some("default"),
+            deployment("web", 2, "nginx"),
+            false,
+        )
+        .expect("create");
+    run_for(3).await;
+    let orphan = DeleteOptions {
+        propagation: crate::store::Propagation::Orphan,
+        ..DeleteOptions::default()
+    };
+    store
+        .delete(&deployments, Some("default"), "web", &orphan)
+        .expect("delete");
+    run_for(1).await;
+    let created = store
+        .create(
+            &deployments,
+            Some("default"),
+            deployment("web", 2, "nginx"),
+            false,
+        )
+        .expect("create again");
+    run_for(3).await;
+    let owned = store.objects(&replica_sets, Some("default"));
+    assert_eq!(owned.len(), 1, "adopted, not created again");
+    assert_eq!(
+        controller_of(&owned[0]).map(|o| o.uid.to_owned()),
+        Some(uid(&created).to_owned())
+    );
+    let d = store
+        .get(&deployments, Some("default"), "web")
+        .expect("get");
+    assert_eq!(d.at("/status/availableReplicas"), Some(&json!(2)), "{d:#}");
+    assert_eq!(pods(&store).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_events_should_be_counted_not_repeated() {
+    let store = store();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    store
+        .create(
+            &rt(&store, "", "pods"),
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "crashy", "annotations": {SIMULATE_ANNOTATION: "crashloop"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+            false,
+        )
+        .expect("pod");
+    run_for(120).await;
+    let events = store.objects(&rt(&store, "", "events"), Some("default"));
+    let back_off: Vec<_> = events.iter().filter(|e| e["reason"] == "BackOff").collect();
+    assert_eq!(back_off.len(), 1, "one Event");
+    assert!(back_off[0]["count"].as_i64() > Some(1), "{:#}", back_off[0]);
+}

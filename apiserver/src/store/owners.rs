@@ -3,7 +3,7 @@
 //! waiting in foreground deletion, and the UIDs that went away since the collector last looked.
 //! Kept up to date by every write, so a deletion costs its dependents, not the whole store.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ pub(super) struct Owners {
     foreground: BTreeSet<Key>,
     /// UIDs whose dependents the collector must look at: owners removed, or named by a new
     /// reference without existing.
-    pending: Vec<String>,
+    pending: HashSet<String>,
 }
 
 impl Owners {
@@ -33,7 +33,7 @@ impl Owners {
                 .or_default()
                 .insert(key.clone());
             if !self.keys.contains_key(owner) {
-                self.pending.push(owner.to_owned());
+                self.pending.insert(owner.to_owned());
             }
         }
         let foreground = object
@@ -53,7 +53,7 @@ impl Owners {
                 self.keys.remove(uid);
             }
             if removed {
-                self.pending.push(uid.to_owned());
+                self.pending.insert(uid.to_owned());
             }
         }
         for owner in owner_uids(object) {
@@ -91,7 +91,7 @@ impl Owners {
     }
 
     /// The UIDs to look at since the last call.
-    pub(super) fn take_pending(&mut self) -> Vec<String> {
+    pub(super) fn take_pending(&mut self) -> HashSet<String> {
         std::mem::take(&mut self.pending)
     }
 }

@@ -28,12 +28,18 @@ impl Store {
     /// read the built-in controllers use (no selectors, no pages, no copies).
     pub fn objects(&self, rt: &ResourceType, namespace: Option<&str>) -> Vec<Arc<Value>> {
         let resource = rt.storage_key();
+        let start = Key {
+            resource: resource.clone(),
+            namespace: namespace.unwrap_or_default().to_owned(),
+            name: String::new(),
+        };
         let state = self.lock();
         state
             .objects
-            .iter()
-            .filter(|(k, _)| k.resource == resource)
-            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
+            .range(start..)
+            .take_while(|(k, _)| {
+                k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns)
+            })
             .map(|(_, o)| Self::served(rt, o))
             .collect()
     }

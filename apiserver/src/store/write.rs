@@ -456,7 +456,17 @@ impl Store {
             return Ok(Arc::new(new));
         }
         let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
-        if new.at("/metadata/deletionTimestamp").is_some() && !has_finalizers(&new) && !is_namespace
+        // `ShouldDeleteDuringUpdate`: an update removing the last finalizer of an object marked
+        // for deletion removes it — unless it is still in its grace period (a terminating Pod),
+        // which only its kubelet's delete ends.
+        let in_grace = old
+            .at("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .is_some_and(|grace| grace > 0);
+        if new.at("/metadata/deletionTimestamp").is_some()
+            && !has_finalizers(&new)
+            && !is_namespace
+            && !in_grace
         {
             let stored = self.write(state, key.clone(), Write::Put(new))?;
             self.remove_locked(state, rt, &key)?;
