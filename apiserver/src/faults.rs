@@ -283,8 +283,7 @@ impl FileRule {
     fn into_rule(self) -> Result<Rule, String> {
         let duration = |field: &str, value: &Option<String>, default: Option<Duration>| match value
         {
-            Some(text) => crate::controllers::parse_duration(text)
-                .ok_or_else(|| format!("{field}: {text:?} is not a duration such as 500ms or 2s")),
+            Some(text) => crate::duration::parse(text).map_err(|e| format!("{field}: {e}")),
             None => default.ok_or_else(|| format!("fault {} needs {field}", self.fault)),
         };
         let fault = match self.fault.as_str() {

@@ -19,6 +19,7 @@
 
 pub mod controllers;
 pub mod defaults;
+pub mod duration;
 pub mod error;
 pub mod faults;
 pub mod field_validation;

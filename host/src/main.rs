@@ -113,10 +113,10 @@ struct SimulationArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=250))]
     nodes: u16,
     /// How long a bound Pod stays Pending before it runs (e.g. 500ms, 2s).
-    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "500ms", value_parser = duration)]
     pod_start_delay: std::time::Duration,
     /// How long a Job's Pod runs before it succeeds.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = duration)]
     job_duration: std::time::Duration,
     /// Inject faults from this YAML file (conflicts, throttling, errors, latency, cut watches;
     /// see the README's "Fault injection").
@@ -146,11 +146,6 @@ impl SimulationArgs {
 
 fn parse_selection(text: &str) -> Result<krec_apiserver::controllers::Selection, String> {
     text.parse()
-}
-
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    krec_apiserver::controllers::parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration such as 500ms, 2s or 1m"))
 }
 
 /// How the host runs: module cache, admin server, leader election, shutdown.

@@ -1023,37 +1023,7 @@ fn de_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 /// Parse a Go-style duration: `300ms`, `5s`, `1m30s`, `1.5h`. Units: ns, us, µs, ms, s, m, h.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?}: expected e.g. 500ms, 5s, 10m or 1h30m");
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += value * seconds;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    krec_apiserver::duration::parse(text)
 }
 
 fn de_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

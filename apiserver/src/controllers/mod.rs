@@ -38,7 +38,7 @@ use crate::resources::ResourceType;
 use crate::selector::LabelSelector;
 use crate::store::{Change, ChangeType, DeleteOptions, Store, WriteOptions};
 
-pub use nodes::{SIMULATE_ANNOTATION, Simulate, parse_duration};
+pub use nodes::{SIMULATE_ANNOTATION, Simulate};
 
 /// One of the built-in controllers `--controllers` chooses among.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

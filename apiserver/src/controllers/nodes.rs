@@ -55,7 +55,7 @@ impl FromStr for Simulate {
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').unwrap_or((part, ""));
             let duration = || {
-                parse_duration(value).ok_or_else(|| {
+                crate::duration::parse(value).map_err(|_| {
                     format!(
                         "{SIMULATE_ANNOTATION}: {key} needs a duration such as 5s, not {value:?}"
                     )
@@ -76,24 +76,6 @@ impl FromStr for Simulate {
         }
         Ok(simulate)
     }
-}
-
-/// A Go-style duration: a number and `ms`, `s`, `m` or `h`.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return None,
-    };
-    // A year at most: these are simulated lives, and the engine's clock must not overflow.
-    Duration::try_from_secs_f64(seconds)
-        .ok()
-        .filter(|d| *d <= Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The kubelets' memory: when each Pod (by UID) was first seen bound, and the IPs handed out.

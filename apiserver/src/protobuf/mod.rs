@@ -532,49 +532,6 @@ fn with_fraction(value: u64, scale: u64) -> String {
     format!("{whole}.{}", text.trim_end_matches('0'))
 }
 
-/// A Go duration string in nanoseconds.
-fn parse_duration(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not a duration");
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..end] {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(bad()),
-        };
-        total += number * scale;
-        rest = &rest[end..];
-    }
-    if !total.is_finite() || total > 9.2e18 {
-        return Err(bad());
-    }
-    #[allow(clippy::cast_possible_truncation)]
-    let nanos = total.round() as i64;
-    Ok(if negative { -nanos } else { nanos })
-}
-
 /// Encode a JSON object (with `apiVersion` and `kind`) as a protobuf body; `None` when its kind
 /// has no protobuf message (custom resources, tables): the caller answers JSON.
 pub fn encode(object: &Value) -> Option<Result<Vec<u8>, ApiError>> {
@@ -636,7 +593,7 @@ fn message_from_json(
             let text = value
                 .as_str()
                 .ok_or_else(|| format!("{value} is not a duration"))?;
-            message.set_field_by_name("duration", Proto::I64(parse_duration(text)?));
+            message.set_field_by_name("duration", Proto::I64(crate::duration::parse_nanos(text)?));
         }
         "apimachinery.pkg.api.resource.Quantity"
         | "apimachinery.pkg.api.resource.QuantityValue" => {
