@@ -38,7 +38,32 @@ pub enum Requirement {
 }
 
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    /// A requirement object (`key`, `operator`, `values`) of a label selector's
+    /// `matchExpressions` or a node selector term; `None` for an unknown operator or a `Gt`/`Lt`
+    /// without one integer.
+    pub fn from_json(expression: &Value) -> Option<Self> {
+        let key = expression["key"].as_str().unwrap_or_default().to_owned();
+        let values: Vec<String> = expression["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        let number = || values.first().and_then(|v| v.parse::<i64>().ok());
+        Some(match expression["operator"].as_str()? {
+            "In" => Requirement::In(key, values),
+            "NotIn" => Requirement::NotIn(key, values),
+            "Exists" => Requirement::Exists(key),
+            "DoesNotExist" => Requirement::DoesNotExist(key),
+            "Gt" => Requirement::GreaterThan(key, number()?),
+            "Lt" => Requirement::LessThan(key, number()?),
+            _ => return None,
+        })
+    }
+
+    /// Whether a set of labels (or fields) satisfies the requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         let as_int = |key: &str| labels.get(key).and_then(|v| v.parse::<i64>().ok());
         match self {
             Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
@@ -109,21 +134,11 @@ impl LabelSelector {
             .into_iter()
             .flatten()
         {
-            let key = e["key"].as_str().unwrap_or_default().to_owned();
-            let values: Vec<String> = e["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect();
-            requirements.push(match e["operator"].as_str()? {
-                "In" => Requirement::In(key, values),
-                "NotIn" => Requirement::NotIn(key, values),
-                "Exists" => Requirement::Exists(key),
-                "DoesNotExist" => Requirement::DoesNotExist(key),
-                _ => return None,
-            });
+            // `Gt` and `Lt` belong to node selectors, not label selectors.
+            match Requirement::from_json(e)? {
+                Requirement::GreaterThan(..) | Requirement::LessThan(..) => return None,
+                requirement => requirements.push(requirement),
+            }
         }
         Some(LabelSelector { requirements })
     }

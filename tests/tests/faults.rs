@@ -21,6 +21,22 @@ fn metric(text: &str, name: &str, guest: &str) -> f64 {
         .sum()
 }
 
+/// Whether configmap-watcher's summary counts exactly the ConfigMaps in `default` (at least the
+/// test's 20): no update it should have seen was lost.
+async fn summary_counts_every_configmap(live: &Live) -> Option<()> {
+    let summary = live
+        .get(&cm_gvk(), Some("default"), "configmap-summary")
+        .await?;
+    let listed = live.api.list(&cm_gvk(), &Default::default()).await.ok()?;
+    let in_default = listed
+        .iter()
+        .filter(|c| {
+            c["metadata"]["namespace"] == "default" && c["metadata"]["name"] != "configmap-summary"
+        })
+        .count();
+    (summary["data"]["default"] == json!(in_default.to_string()) && in_default >= 20).then_some(())
+}
+
 /// The field managers of the samples' guests (not `krec-dev`, which applies the examples).
 const GUEST_MANAGERS: [&str; 3] = [
     "krec-foo-controller",
@@ -99,20 +115,8 @@ async fn samples_should_converge_when_writes_are_refused() {
         .expect("scale rs");
 
     // No update lost: every count is the cluster's.
-    live.eventually("configmap-watcher counts every ConfigMap", || async {
-        let summary = live
-            .get(&cm_gvk(), Some("default"), "configmap-summary")
-            .await?;
-        let listed = live.api.list(&cm_gvk(), &Default::default()).await.ok()?;
-        let in_default = listed
-            .iter()
-            .filter(|c| {
-                c["metadata"]["namespace"] == "default"
-                    && c["metadata"]["name"] != "configmap-summary"
-            })
-            .count();
-        (summary["data"]["default"] == json!(in_default.to_string()) && in_default >= 20)
-            .then_some(())
+    live.eventually("configmap-watcher counts every ConfigMap", || {
+        summary_counts_every_configmap(&live)
     })
     .await;
     live.eventually("foo-controller reports 2 available", || async {
@@ -196,24 +200,9 @@ async fn the_cache_should_miss_nothing_when_watches_are_cut() {
         (rs.pointer("/metadata/labels/pod-count") == Some(&json!("3"))).then_some(())
     })
     .await;
-    live.eventually(
-        "configmap-watcher counts all 20 (+ the samples')",
-        || async {
-            let summary = live
-                .get(&cm_gvk(), Some("default"), "configmap-summary")
-                .await?;
-            let listed = live.api.list(&cm_gvk(), &Default::default()).await.ok()?;
-            let in_default = listed
-                .iter()
-                .filter(|c| {
-                    c["metadata"]["namespace"] == "default"
-                        && c["metadata"]["name"] != "configmap-summary"
-                })
-                .count();
-            (summary["data"]["default"] == json!(in_default.to_string()) && in_default >= 20)
-                .then_some(())
-        },
-    )
+    live.eventually("configmap-watcher counts all 20 (+ the samples')", || {
+        summary_counts_every_configmap(&live)
+    })
     .await;
     assert!(
         faults.fired(expired) > 0,

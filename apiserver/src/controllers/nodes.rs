@@ -422,51 +422,21 @@ fn fits(pod: &Value, node: &Free, wanted: &HashMap<&'static str, f64>) -> Result
     Ok(())
 }
 
-/// A `nodeSelectorTerm`: every expression on labels and every field expression holds.
+/// A `nodeSelectorTerm`: every expression on labels and every field expression holds (the
+/// one field a node selector may name is `metadata.name`).
 fn node_term_matches(term: &Value, node: &Value) -> bool {
-    let labels = node.at("/metadata/labels");
-    let expressions = term["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .all(|e| {
-            let value = labels
-                .and_then(|l| l.get(e["key"].as_str().unwrap_or_default()))
-                .and_then(Value::as_str);
-            node_requirement(e, value)
-        });
-    let fields = term["matchFields"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .all(|e| {
-            let value = (e["key"] == "metadata.name").then(|| namespace_and_name(node).1);
-            node_requirement(e, value)
-        });
-    expressions && fields
-}
-
-fn node_requirement(expression: &Value, value: Option<&str>) -> bool {
-    let values: Vec<&str> = expression["values"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let number = |v: &str| v.parse::<i64>().ok();
-    match expression["operator"].as_str().unwrap_or_default() {
-        "In" => value.is_some_and(|v| values.contains(&v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => {
-            matches!((value.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
-        }
-        "Lt" => {
-            matches!((value.and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
-        }
-        _ => false,
-    }
+    let labels = crate::selector::object_labels(node);
+    let fields = BTreeMap::from([(
+        "metadata.name".to_owned(),
+        namespace_and_name(node).1.to_owned(),
+    )]);
+    let holds =
+        |list: &str, against: &BTreeMap<String, String>| {
+            term[list].as_array().into_iter().flatten().all(|e| {
+                crate::selector::Requirement::from_json(e).is_some_and(|r| r.matches(against))
+            })
+        };
+    holds("matchExpressions", &labels) && holds("matchFields", &fields)
 }
 
 /// Bind `pod` to `node` (what `pods/binding` does: `spec.nodeName` and `PodScheduled=True`).

@@ -87,6 +87,14 @@ fn deployment(name: &str, replicas: i64, image: &str) -> Value {
                 "spec": {"containers": [{"name": "web", "image": image}]}}}})
 }
 
+/// A store with the controllers running on it (until the returned sender drops).
+fn running(config: Config) -> (Arc<Store>, tokio::sync::watch::Sender<bool>) {
+    let store = store();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    spawn(store.clone(), config, stopped).expect("controllers run");
+    (store, stop)
+}
+
 /// Let the controllers run for `seconds` of paused time.
 async fn run_for(seconds: u64) {
     for _ in 0..seconds * 10 {
@@ -100,9 +108,7 @@ fn pods(store: &Store) -> Vec<Arc<Value>> {
 
 #[tokio::test(start_paused = true)]
 async fn a_deployment_should_roll_out_to_running_pods_on_the_simulated_nodes() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let deployments = rt(&store, "apps", "deployments");
     store
         .create(
@@ -157,9 +163,7 @@ async fn a_deployment_should_roll_out_to_running_pods_on_the_simulated_nodes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rolling_update_should_never_drop_below_max_unavailable() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let deployments = rt(&store, "apps", "deployments");
     store
         .create(
@@ -220,9 +224,7 @@ async fn a_rolling_update_should_never_drop_below_max_unavailable() {
 
 #[tokio::test(start_paused = true)]
 async fn a_job_should_complete_and_a_failing_pod_should_fail_it() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let jobs = rt(&store, "batch", "jobs");
     let job = |name: &str, annotation: Option<&str>| {
         let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
@@ -263,9 +265,7 @@ async fn a_job_should_complete_and_a_failing_pod_should_fail_it() {
 
 #[tokio::test(start_paused = true)]
 async fn daemon_sets_stateful_sets_and_unschedulable_pods_should_behave_as_in_kube() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let template = json!({"metadata": {"labels": {"app": "x"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
     store
@@ -335,9 +335,7 @@ async fn daemon_sets_stateful_sets_and_unschedulable_pods_should_behave_as_in_ku
 
 #[tokio::test(start_paused = true)]
 async fn a_crashing_pod_should_make_its_deployment_unavailable() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let deployments = rt(&store, "apps", "deployments");
     let mut d = deployment("crash", 2, "app:1");
     d["spec"]["template"]["metadata"]["annotations"] = json!({SIMULATE_ANNOTATION: "crashloop"});
@@ -408,9 +406,7 @@ async fn a_replica_set_should_adopt_matching_orphans_rather_than_add_pods() {
 
 #[tokio::test(start_paused = true)]
 async fn running_pods_should_terminate_gracefully_through_their_kubelet() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let pods_rt = rt(&store, "", "pods");
     for name in ["a", "b"] {
         store
@@ -504,9 +500,7 @@ async fn a_terminating_pod_should_survive_updates_until_its_kubelet_removes_it()
 
 #[tokio::test(start_paused = true)]
 async fn odd_objects_should_not_stop_the_controllers() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let pods_rt = rt(&store, "", "pods");
     store
         .create(
@@ -549,9 +543,7 @@ async fn odd_objects_should_not_stop_the_controllers() {
 
 #[tokio::test(start_paused = true)]
 async fn a_deployment_applied_again_after_an_orphan_delete_should_take_its_replica_set_back() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     let deployments = rt(&store, "apps", "deployments");
     let replica_sets = rt(&store, "apps", "replicasets");
     store
@@ -595,9 +587,7 @@ async fn a_deployment_applied_again_after_an_orphan_delete_should_take_its_repli
 
 #[tokio::test(start_paused = true)]
 async fn repeated_events_should_be_counted_not_repeated() {
-    let store = store();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let (store, _running) = running(config());
     store
         .create(
             &rt(&store, "", "pods"),
