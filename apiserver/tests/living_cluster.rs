@@ -166,6 +166,17 @@ spec:
     spec: {containers: [{name: agent, image: busybox}]}
 ---
 apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  replicas: 2
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: postgres:16}]}
+---
+apiVersion: apps/v1
 kind: ReplicaSet
 metadata: {name: plain}
 spec:
@@ -200,6 +211,44 @@ spec:
         nodes.sort_unstable();
         (nodes != ["krec-node-0", "krec-node-1", "krec-node-2"]).then(|| format!("{agents:?}"))
     });
+    for workload in ["daemonset/agent", "statefulset/db"] {
+        let status = k.ok(&["rollout", "status", workload, "--timeout=60s"]);
+        assert!(
+            status.contains("rolled out") || status.contains("roll out complete"),
+            "{status}"
+        );
+    }
+    let db = k.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=db",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
+    assert_eq!(db, "db-0 db-1");
+
+    // Draining a node: everything but the DaemonSet's Pod moves elsewhere.
+    k.ok(&[
+        "drain",
+        "krec-node-0",
+        "--ignore-daemonsets",
+        "--timeout=60s",
+    ]);
+    k.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    let on_drained = k.ok(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "spec.nodeName=krec-node-0",
+        "--no-headers",
+    ]);
+    assert!(
+        on_drained.lines().all(|l| l.starts_with("agent-")),
+        "{on_drained}"
+    );
+    k.ok(&["uncordon", "krec-node-0"]);
+
     eventually("the ReplicaSet's Pods", || {
         let n = pods(k, "app=plain").len();
         (n != 2).then(|| format!("{n} pods"))

@@ -44,7 +44,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
             .unwrap_or_default()
             .to_owned()
     };
-    let now = jiff::Timestamp::now();
+    let now = wall_now();
     let min_ready = int_at(&ds, "/spec/minReadySeconds").unwrap_or(0);
     let updated = |pod: &Value| {
         pod.at("/metadata/labels")

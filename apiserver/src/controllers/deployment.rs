@@ -5,9 +5,11 @@
 //! `revisionHistoryLimit` deleted; `status` summed over the ReplicaSets with the `Available` and
 //! `Progressing` conditions `kubectl rollout status` reads.
 //!
-//! Simplified: `progressDeadlineSeconds` never reports `ProgressDeadlineExceeded`; scaling in
-//! the middle of a rollout is not proportional across the ReplicaSets (the rollout converges on
-//! the new one all the same).
+//! A rollout that makes no progress for `progressDeadlineSeconds` turns `Progressing` to
+//! `False` with `ProgressDeadlineExceeded` (`kubectl rollout status` then fails).
+//!
+//! Simplified: scaling in the middle of a rollout is not proportional across the ReplicaSets
+//! (the rollout converges on the new one all the same).
 
 use super::*;
 
@@ -51,7 +53,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
     let owned = owned_replica_sets(engine, ns, &deployment);
     (new_rs, old) = split_new(&owned, &template);
     cleanup_history(engine, &deployment, &old)?;
-    let status = deployment_status(
+    let (status, recheck) = deployment_status(
         &deployment,
         new_rs.as_deref(),
         &owned,
@@ -87,7 +89,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
             engine.update(&engine.types.deployments, updated)?;
         }
     }
-    Ok(Next::Done)
+    Ok(recheck.map_or(Next::Done, Next::After))
 }
 
 /// The ReplicaSets the Deployment controls, oldest first.
@@ -412,7 +414,13 @@ fn cleanup_history(
     Ok(())
 }
 
-/// The Deployment's status over its ReplicaSets (`calculateStatus`, `syncRolloutStatus`).
+/// Condition `kind` among `conditions`.
+fn condition_of<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
+    conditions.iter().find(|c| c["type"] == kind)
+}
+
+/// The Deployment's status over its ReplicaSets (`calculateStatus`, `syncRolloutStatus`), and
+/// when to look again for its progress deadline.
 fn deployment_status(
     deployment: &Value,
     new: Option<&Value>,
@@ -420,7 +428,7 @@ fn deployment_status(
     replicas: i64,
     max_unavailable: i64,
     created_new: bool,
-) -> Value {
+) -> (Value, Option<Duration>) {
     let sum = |p: &str| {
         owned
             .iter()
@@ -458,33 +466,78 @@ fn deployment_status(
             true,
         );
     }
+    let mut recheck = None;
     if let Some(new) = new {
         let rs_name = namespace_and_name(new).1;
         let complete = updated == replicas && actual == replicas && available == replicas;
-        let (reason, message) = if complete {
-            (
+        // `DeploymentProgressing`: more updated, ready or available replicas, or fewer old.
+        let before = |p: &str| int_at(deployment, p).unwrap_or(0);
+        let progressed = updated > before("/status/updatedReplicas")
+            || actual - updated < before("/status/replicas") - before("/status/updatedReplicas")
+            || ready > before("/status/readyReplicas")
+            || available > before("/status/availableReplicas");
+        let deadline = int_at(deployment, "/spec/progressDeadlineSeconds");
+        if complete {
+            let message = format!("ReplicaSet \"{rs_name}\" has successfully progressed.");
+            set_condition(
+                &mut conditions,
+                "Progressing",
+                "True",
                 "NewReplicaSetAvailable",
-                format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
-            )
+                &message,
+                true,
+            );
         } else if created_new {
-            (
+            let message = format!("Created new replica set \"{rs_name}\"");
+            set_condition(
+                &mut conditions,
+                "Progressing",
+                "True",
                 "NewReplicaSetCreated",
-                format!("Created new replica set \"{rs_name}\""),
-            )
-        } else {
-            (
+                &message,
+                true,
+            );
+        } else if progressed || condition_of(&conditions, "Progressing").is_none() {
+            let message = format!("ReplicaSet \"{rs_name}\" is progressing.");
+            set_condition(
+                &mut conditions,
+                "Progressing",
+                "True",
                 "ReplicaSetUpdated",
-                format!("ReplicaSet \"{rs_name}\" is progressing."),
-            )
-        };
-        set_condition(
-            &mut conditions,
-            "Progressing",
-            "True",
-            reason,
-            &message,
-            true,
-        );
+                &message,
+                true,
+            );
+            // Progress restarts the deadline even when the condition reads the same.
+            if let Some(c) = conditions.iter_mut().find(|c| c["type"] == "Progressing") {
+                c["lastUpdateTime"] = json!(now());
+            }
+        }
+        // `DeploymentTimedOut`: no progress for progressDeadlineSeconds.
+        if !complete
+            && let Some(deadline) = deadline
+            && let Some(c) = condition_of(&conditions, "Progressing")
+            && c["reason"] != "ProgressDeadlineExceeded"
+        {
+            let since = c["lastUpdateTime"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let elapsed = since.map_or(0, |s| wall_now().duration_since(s).as_secs());
+            if elapsed >= deadline {
+                let message = format!("ReplicaSet \"{rs_name}\" has timed out progressing.");
+                set_condition(
+                    &mut conditions,
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    &message,
+                    true,
+                );
+            } else {
+                recheck = Some(Duration::from_secs(
+                    deadline.saturating_sub(elapsed).max(1) as u64
+                ));
+            }
+        }
     }
     // Available first, Progressing second, as kube lists them.
     conditions.sort_by_key(|c| c["type"] != "Available");
@@ -507,5 +560,5 @@ fn deployment_status(
     if !conditions.is_empty() {
         status["conditions"] = json!(conditions);
     }
-    status
+    (status, recheck)
 }

@@ -25,7 +25,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -924,10 +924,21 @@ fn status_of(object: &Value) -> Value {
 /// duration may be huge).
 const MAX_DELAY: Duration = Duration::from_secs(24 * 3600);
 
+/// The wall clock as the controllers read it: the time at their first reading plus the tokio
+/// clock since, so paused-time tests move it (and `minReadySeconds`, progress deadlines and
+/// Pod lives follow the same clock as the timers that wait for them).
+fn wall_now() -> jiff::Timestamp {
+    static BASE: OnceLock<(jiff::Timestamp, Instant)> = OnceLock::new();
+    let (wall, instant) = *BASE.get_or_init(|| (jiff::Timestamp::now(), Instant::now()));
+    let elapsed = Instant::now().saturating_duration_since(instant);
+    jiff::SignedDuration::try_from(elapsed)
+        .ok()
+        .and_then(|d| wall.checked_add(d).ok())
+        .unwrap_or(wall)
+}
+
 fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    wall_now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// A Pod from a workload's `template`: its labels and annotations, its spec, controlled by

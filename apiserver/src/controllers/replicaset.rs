@@ -72,7 +72,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
 /// The status of a ReplicaSet over its active Pods, and when to look again for a Pod that will
 /// become available once `minReadySeconds` pass.
 fn replica_status(rs: &Value, pods: &[Arc<Value>], min_ready: i64) -> (Value, Option<Duration>) {
-    let now = jiff::Timestamp::now();
+    let now = wall_now();
     let template_labels = rs.at("/spec/template/metadata/labels");
     let fully_labelled = pods
         .iter()

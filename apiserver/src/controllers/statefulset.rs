@@ -124,7 +124,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
         .filter(|p| revision_of(p).as_deref() == Some(revision.as_str()))
         .count();
     let ready = pods.iter().filter(|p| is_ready(p)).count();
-    let now = jiff::Timestamp::now();
+    let now = wall_now();
     let min_ready = int_at(&sts, "/spec/minReadySeconds").unwrap_or(0);
     let available = pods
         .iter()

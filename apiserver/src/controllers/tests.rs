@@ -604,3 +604,36 @@ async fn repeated_events_should_be_counted_not_repeated() {
     assert_eq!(back_off.len(), 1, "one Event");
     assert!(back_off[0]["count"].as_i64() > Some(1), "{:#}", back_off[0]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rollout_without_progress_should_exceed_its_deadline() {
+    let (store, _running) = running(config());
+    let deployments = rt(&store, "apps", "deployments");
+    let mut d = deployment("stuck", 2, "app:1");
+    d["spec"]["progressDeadlineSeconds"] = json!(30);
+    d["spec"]["template"]["metadata"]["annotations"] = json!({SIMULATE_ANNOTATION: "never-ready"});
+    store
+        .create(&deployments, Some("default"), d, false)
+        .expect("create");
+    run_for(10).await;
+    let d = store
+        .get(&deployments, Some("default"), "stuck")
+        .expect("get");
+    assert_eq!(
+        condition(&d, "Progressing").map(|c| &c["status"]),
+        Some(&json!("True")),
+        "{d:#}"
+    );
+    run_for(30).await;
+    let d = store
+        .get(&deployments, Some("default"), "stuck")
+        .expect("get");
+    let progressing = condition(&d, "Progressing").expect("condition");
+    assert_eq!(progressing["status"], "False", "{d:#}");
+    assert_eq!(progressing["reason"], "ProgressDeadlineExceeded");
+    assert!(
+        progressing["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("has timed out progressing."))
+    );
+}
