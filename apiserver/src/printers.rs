@@ -155,6 +155,14 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
         ("", "ConfigMap") => vec![NAME, int_col("Data"), AGE],
         ("", "Secret") => vec![NAME, col("Type", 0), int_col("Data"), AGE],
         ("", "Namespace") => vec![NAME, col("Status", 0), AGE],
+        ("", "Endpoints") => vec![NAME, col("Endpoints", 0), AGE],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            NAME,
+            col("AddressType", 0),
+            col("Ports", 0),
+            col("Endpoints", 0),
+            AGE,
+        ],
         ("", "Node") => vec![
             NAME,
             col("Status", 0),
@@ -304,6 +312,55 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
         }
         ("", "Namespace") => vec![name, json!(s("/status/phase")), age],
         ("", "Node") => node_cells(o, name, age),
+        ("", "Endpoints") => {
+            let mut list = Vec::new();
+            for subset in o["subsets"].as_array().into_iter().flatten() {
+                let ports: Vec<String> = subset["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p["port"].to_string())
+                    .collect();
+                for address in subset["addresses"].as_array().into_iter().flatten() {
+                    let ip = address["ip"].as_str().unwrap_or_default();
+                    if ports.is_empty() {
+                        list.push(ip.to_owned());
+                    }
+                    list.extend(ports.iter().map(|p| format!("{ip}:{p}")));
+                }
+            }
+            vec![name, json!(first_three(&list)), age]
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            let ports: Vec<String> = o["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| match p["port"].as_i64() {
+                    Some(port) => port.to_string(),
+                    None => "<unset>".to_owned(),
+                })
+                .collect();
+            let addresses: Vec<String> = o["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect();
+            let ports = if ports.is_empty() {
+                "<unset>".to_owned()
+            } else {
+                ports.join(",")
+            };
+            vec![
+                name,
+                json!(s("/addressType")),
+                json!(ports),
+                json!(first_three(&addresses)),
+                age,
+            ]
+        }
         ("", "Event") | ("events.k8s.io", "Event") => event_cells(o, name, now),
         ("coordination.k8s.io", "Lease") => vec![
             name,
@@ -431,6 +488,16 @@ fn pod_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
         json!(or_none("/status/nominatedNodeName")),
         json!("<none>"),
     ]
+}
+
+/// At most three items and how many more, as kubectl's printers list endpoints
+/// (`a,b,c + 2 more...`); `<none>` for none.
+fn first_three(items: &[String]) -> String {
+    match items.len() {
+        0 => "<none>".to_owned(),
+        n if n <= 3 => items.join(","),
+        n => format!("{} + {} more...", items[..3].join(","), n - 3),
+    }
 }
 
 /// A node's row, as `printNode`: `Ready`/`NotReady`/`Unknown` (`,SchedulingDisabled` when

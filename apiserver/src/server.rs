@@ -188,7 +188,9 @@ impl Server {
             openapi: Default::default(),
             faults: config.faults.clone(),
         });
-        let controllers = controllers::spawn(store.clone(), config.simulation, stopped.clone());
+        let mut simulation = config.simulation;
+        simulation.root_ca = Some(certs.ca_pem.clone());
+        let controllers = controllers::spawn(store.clone(), simulation, stopped.clone());
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
         Ok(Server {
             addr,

@@ -18,6 +18,7 @@ async fn kubectl_should_see_workloads_come_alive() {
         nodes: 3,
         pod_start: Duration::from_millis(100),
         job_duration: Duration::from_millis(500),
+        ..Config::default()
     });
     let (_cluster, dir, kubectl) = start_with(builder).await;
     tokio::task::spawn_blocking(move || scenario(&kubectl, dir.path()))
@@ -80,6 +81,34 @@ fn scenario(k: &Kubectl, dir: &std::path::Path) {
             "{line}"
         );
     }
+
+    // A Service gets Endpoints and an EndpointSlice (`kubectl describe` reads the slices);
+    // a new namespace gets its default ServiceAccount and root CA.
+    k.ok(&[
+        "expose",
+        "deployment/web",
+        "--port=8000",
+        "--target-port=80",
+    ]);
+    eventually("the Service's endpoints", || {
+        let described = k.ok(&["describe", "service", "web"]);
+        let line = described
+            .lines()
+            .find(|l| l.starts_with("Endpoints:"))
+            .unwrap_or_default();
+        (line.matches("10.244.").count() != 3).then(|| described.clone())
+    });
+    k.ok(&["create", "namespace", "team"]);
+    eventually("the namespace's defaults", || {
+        let out = k.run(&[
+            "get",
+            "serviceaccount/default",
+            "configmap/kube-root-ca.crt",
+            "-n",
+            "team",
+        ]);
+        (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    });
 
     // Scaling up and down converges.
     k.ok(&["scale", "deployment/web", "--replicas=5"]);

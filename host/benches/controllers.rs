@@ -64,6 +64,7 @@ async fn rollout() -> (f64, f64, f64) {
             nodes: NODES,
             pod_start: Duration::ZERO,
             job_duration: Duration::from_secs(1),
+            ..Config::default()
         })
         .start()
         .await

@@ -106,7 +106,7 @@ fn duration(text: &str) -> Result<std::time::Duration, String> {
 #[derive(clap::Args)]
 struct SimulationArgs {
     /// Built-in controllers to run: all, none, or a comma-separated list of deployment,
-    /// replicaset, statefulset, daemonset, job, scheduler, kubelet.
+    /// replicaset, statefulset, daemonset, job, scheduler, kubelet, endpoints, serviceaccount.
     #[arg(long, default_value = "all", value_parser = parse_selection)]
     controllers: krec_apiserver::controllers::Selection,
     /// Simulated nodes (krec-node-0, …) the scheduler binds Pods to (at most 250).
@@ -131,6 +131,7 @@ impl SimulationArgs {
             nodes: self.nodes.into(),
             pod_start: self.pod_start_delay,
             job_duration: self.job_duration,
+            root_ca: None,
         }
     }
 

@@ -16,9 +16,11 @@
 
 mod daemonset;
 mod deployment;
+mod endpoints;
 mod job;
 mod nodes;
 mod replicaset;
+mod serviceaccounts;
 mod statefulset;
 
 use std::cmp::Reverse;
@@ -57,11 +59,15 @@ pub enum Controller {
     Scheduler,
     /// The simulated kubelets: Pod phases, container statuses, IPs.
     Kubelet,
+    /// Endpoints and EndpointSlices of Services with a selector.
+    Endpoints,
+    /// Each namespace's `default` ServiceAccount and `kube-root-ca.crt` ConfigMap.
+    ServiceAccount,
 }
 
 impl Controller {
     /// Every controller, in the order `--controllers=all` lists them.
-    pub const ALL: [Controller; 7] = [
+    pub const ALL: [Controller; 9] = [
         Controller::Deployment,
         Controller::ReplicaSet,
         Controller::StatefulSet,
@@ -69,6 +75,8 @@ impl Controller {
         Controller::Job,
         Controller::Scheduler,
         Controller::Kubelet,
+        Controller::Endpoints,
+        Controller::ServiceAccount,
     ];
 
     /// The name `--controllers` uses.
@@ -81,6 +89,8 @@ impl Controller {
             Controller::Job => "job",
             Controller::Scheduler => "scheduler",
             Controller::Kubelet => "kubelet",
+            Controller::Endpoints => "endpoints",
+            Controller::ServiceAccount => "serviceaccount",
         }
     }
 }
@@ -163,6 +173,9 @@ pub struct Config {
     pub pod_start: Duration,
     /// How long a Job's Pod runs before it succeeds (unless its annotation says otherwise).
     pub job_duration: Duration,
+    /// The cluster CA (PEM) published in every namespace's `kube-root-ca.crt` (the server sets
+    /// it; `None`: not published).
+    pub root_ca: Option<String>,
 }
 
 impl Default for Config {
@@ -172,6 +185,7 @@ impl Default for Config {
             nodes: 3,
             pod_start: Duration::from_millis(500),
             job_duration: Duration::from_secs(2),
+            root_ca: None,
         }
     }
 }
@@ -207,6 +221,10 @@ enum Work {
     Schedule,
     /// One bound Pod's containers.
     Kubelet(String, String),
+    /// A Service's Endpoints and EndpointSlice.
+    Service(String, String),
+    /// A namespace's default ServiceAccount and root CA ConfigMap.
+    Namespace(String),
 }
 
 /// The resource types the controllers read and write.
@@ -419,6 +437,18 @@ impl Engine {
             }
         }
         queue.push(Work::Schedule);
+        let registry = self.store.registry();
+        if let Some(services) = registry.by_plural("", "v1", "services") {
+            for service in self.store.objects(&services, None) {
+                let (ns, name) = namespace_and_name(&service);
+                queue.push(Work::Service(ns.into(), name.into()));
+            }
+        }
+        if let Some(namespaces) = registry.by_plural("", "v1", "namespaces") {
+            for namespace in self.store.objects(&namespaces, None) {
+                queue.push(Work::Namespace(namespace_and_name(&namespace).1.into()));
+            }
+        }
         for work in queue {
             self.enqueue(work);
         }
@@ -434,6 +464,8 @@ impl Engine {
             Work::Job(..) => Controller::Job,
             Work::Schedule => Controller::Scheduler,
             Work::Kubelet(..) => Controller::Kubelet,
+            Work::Service(..) => Controller::Endpoints,
+            Work::Namespace(..) => Controller::ServiceAccount,
         };
         if self.runs(controller) {
             self.queue.insert(work);
@@ -461,7 +493,26 @@ impl Engine {
                     self.enqueue(Work::DaemonSet(ns.into(), name.into()));
                 }
             }
+            "/services" | "/endpoints" => self.enqueue(Work::Service(ns, name)),
+            "discovery.k8s.io/endpointslices" => {
+                if let Some(service) = object
+                    .at("/metadata/labels")
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    .and_then(Value::as_str)
+                {
+                    self.enqueue(Work::Service(ns, service.to_owned()));
+                }
+            }
+            "/namespaces" => self.enqueue(Work::Namespace(name)),
+            "/serviceaccounts" | "/configmaps"
+                if change.change == ChangeType::Deleted
+                    && (name == "default" || name == "kube-root-ca.crt") =>
+            {
+                self.enqueue(Work::Namespace(ns));
+            }
+            "/configmaps" if name == "kube-root-ca.crt" => self.enqueue(Work::Namespace(ns)),
             "/pods" => {
+                self.enqueue_services(object, change.old.as_deref(), &ns);
                 self.enqueue_owner(object, &ns);
                 let unbound = node_name(object).is_empty();
                 if change.change == ChangeType::Deleted || is_terminal(object) {
@@ -497,6 +548,37 @@ impl Engine {
             _ => return,
         };
         self.enqueue(work);
+    }
+
+    /// Queue the Services in `ns` whose selector matches the Pod, before or after the change.
+    fn enqueue_services(&mut self, pod: &Value, old: Option<&Value>, ns: &str) {
+        if !self.runs(Controller::Endpoints) {
+            return;
+        }
+        let Some(services) = self.store.registry().by_plural("", "v1", "services") else {
+            return;
+        };
+        let selects = |service: &Value, pod: &Value| {
+            service
+                .at("/spec/selector")
+                .and_then(Value::as_object)
+                .is_some_and(|s| {
+                    !s.is_empty()
+                        && s.iter().all(|(k, v)| {
+                            pod.at("/metadata/labels").and_then(|l| l.get(k)) == Some(v)
+                        })
+                })
+        };
+        let found: Vec<Work> = self
+            .store
+            .objects(&services, Some(ns))
+            .iter()
+            .filter(|s| selects(s, pod) || old.is_some_and(|o| selects(s, o)))
+            .map(|s| Work::Service(ns.to_owned(), namespace_and_name(s).1.to_owned()))
+            .collect();
+        for work in found {
+            self.enqueue(work);
+        }
     }
 
     fn enqueue_adopters(&mut self, object: &Value, ns: &str) {
@@ -543,6 +625,8 @@ impl Engine {
             Work::Job(ns, name) => job::sync(self, ns, name),
             Work::Schedule => nodes::schedule(self),
             Work::Kubelet(ns, name) => nodes::kubelet(self, ns, name),
+            Work::Service(ns, name) => endpoints::sync(self, ns, name),
+            Work::Namespace(name) => serviceaccounts::sync(self, name),
         }
     }
 

@@ -68,6 +68,7 @@ fn config() -> Config {
         nodes: 2,
         pod_start: Duration::from_secs(1),
         job_duration: Duration::from_secs(3),
+        root_ca: None,
     }
 }
 
@@ -636,4 +637,116 @@ async fn a_rollout_without_progress_should_exceed_its_deadline() {
             .as_str()
             .is_some_and(|m| m.ends_with("has timed out progressing."))
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn services_should_get_endpoints_and_namespaces_their_defaults() {
+    let mut with_ca = config();
+    with_ca.root_ca = Some("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n".into());
+    let (store, _running) = running(with_ca);
+    store
+        .create(
+            &rt(&store, "", "namespaces"),
+            None,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team"}}),
+            false,
+        )
+        .expect("namespace");
+    store
+        .create(
+            &rt(&store, "", "services"),
+            Some("default"),
+            json!({"apiVersion": "v1",
+            "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"},
+                "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+            false,
+        )
+        .expect("service");
+    let mut d = deployment("web", 2, "nginx");
+    d["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"name": "http", "containerPort": 8080}]);
+    store
+        .create(
+            &rt(&store, "apps", "deployments"),
+            Some("default"),
+            d,
+            false,
+        )
+        .expect("deployment");
+    run_for(5).await;
+
+    let endpoints = store
+        .get(&rt(&store, "", "endpoints"), Some("default"), "web")
+        .expect("endpoints");
+    let subset = &endpoints["subsets"][0];
+    assert_eq!(
+        subset["addresses"].as_array().map(Vec::len),
+        Some(2),
+        "{endpoints:#}"
+    );
+    assert_eq!(
+        subset["ports"],
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+    );
+    assert!(
+        subset["addresses"][0]["ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.244."))
+    );
+    let slices = store.objects(
+        &rt(&store, "discovery.k8s.io", "endpointslices"),
+        Some("default"),
+    );
+    assert_eq!(slices.len(), 1);
+    assert_eq!(
+        slices[0]["endpoints"].as_array().map(Vec::len),
+        Some(2),
+        "{:#}",
+        slices[0]
+    );
+    assert_eq!(
+        slices[0]
+            .at("/metadata/labels")
+            .and_then(|l| l.get("kubernetes.io/service-name")),
+        Some(&json!("web"))
+    );
+
+    for ns in ["default", "team"] {
+        assert!(
+            store.contains(&rt(&store, "", "serviceaccounts"), Some(ns), "default"),
+            "{ns}"
+        );
+        let ca = store
+            .get(&rt(&store, "", "configmaps"), Some(ns), "kube-root-ca.crt")
+            .expect("root CA");
+        assert!(
+            ca["data"]["ca.crt"]
+                .as_str()
+                .is_some_and(|c| c.contains("BEGIN CERTIFICATE"))
+        );
+    }
+    // Scaled down to 0: the Endpoints have no subsets, the slice no endpoints.
+    let deployments = rt(&store, "apps", "deployments");
+    let mut d = (*store
+        .get(&deployments, Some("default"), "web")
+        .expect("get"))
+    .clone();
+    d["spec"]["replicas"] = json!(0);
+    store
+        .update(
+            &deployments,
+            Some("default"),
+            "web",
+            d,
+            false,
+            WriteOptions::default(),
+        )
+        .expect("scale");
+    run_for(5).await;
+    let endpoints = store
+        .get(&rt(&store, "", "endpoints"), Some("default"), "web")
+        .expect("endpoints");
+    assert_eq!(endpoints.get("subsets"), None, "{endpoints:#}");
 }
