@@ -118,8 +118,15 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     until(
         &kubeconfig,
         &cache,
-        &["get", "foo", "example-foo", "-o", "jsonpath={.status}"],
-        |out| out.contains("availableReplicas"),
+        // Its Deployment's real availability: the cluster's controllers ran its Pod.
+        &[
+            "get",
+            "foo",
+            "example-foo",
+            "-o",
+            "jsonpath={.status.availableReplicas}",
+        ],
+        |out| out == "1",
     );
     // configmap-watcher keeps its summary; cleanup-ticker deleted the expired ConfigMap.
     until(
@@ -132,7 +139,8 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
             "-o",
             "jsonpath={.data.kube-public}",
         ],
-        |out| out == "1",
+        // The example's cluster-info and the root CA every namespace gets.
+        |out| out == "2",
     );
     until(
         &kubeconfig,
