@@ -414,11 +414,6 @@ fn cleanup_history(
     Ok(())
 }
 
-/// Condition `kind` among `conditions`.
-fn condition_of<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
-    conditions.iter().find(|c| c["type"] == kind)
-}
-
 /// The Deployment's status over its ReplicaSets (`calculateStatus`, `syncRolloutStatus`), and
 /// when to look again for its progress deadline.
 fn deployment_status(
@@ -497,7 +492,7 @@ fn deployment_status(
                 &message,
                 true,
             );
-        } else if progressed || condition_of(&conditions, "Progressing").is_none() {
+        } else if progressed || condition_in(&conditions, "Progressing").is_none() {
             let message = format!("ReplicaSet \"{rs_name}\" is progressing.");
             set_condition(
                 &mut conditions,
@@ -515,7 +510,7 @@ fn deployment_status(
         // `DeploymentTimedOut`: no progress for progressDeadlineSeconds.
         if !complete
             && let Some(deadline) = deadline
-            && let Some(c) = condition_of(&conditions, "Progressing")
+            && let Some(c) = condition_in(&conditions, "Progressing")
             && c["reason"] != "ProgressDeadlineExceeded"
         {
             let since = c["lastUpdateTime"]

@@ -19,21 +19,12 @@ const SLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
 type Subset = (Vec<Value>, Vec<Value>, Vec<Value>);
 
 pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, ApiError> {
-    let registry = engine.store.registry();
-    let (Some(services), Some(endpoints), Some(slices)) = (
-        registry.by_plural("", "v1", "services"),
-        registry.by_plural("", "v1", "endpoints"),
-        registry.by_plural("discovery.k8s.io", "v1", "endpointslices"),
-    ) else {
-        return Ok(Next::Done);
-    };
+    let (services, endpoints, slices) = (
+        engine.types.services.clone(),
+        engine.types.endpoints.clone(),
+        engine.types.endpoint_slices.clone(),
+    );
     let service = engine.get(&services, ns, name);
-    let selector = service
-        .as_ref()
-        .and_then(|s| s.at("/spec/selector"))
-        .and_then(Value::as_object)
-        .filter(|s| !s.is_empty())
-        .cloned();
     let owned_slices: Vec<Arc<Value>> = engine
         .store
         .objects(&slices, Some(ns))
@@ -50,7 +41,11 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
                     == Some(SLICE_CONTROLLER)
         })
         .collect();
-    let (Some(service), Some(selector)) = (service, selector) else {
+    let Some(service) = service.filter(|s| {
+        s.at("/spec/selector")
+            .and_then(Value::as_object)
+            .is_some_and(|selector| !selector.is_empty())
+    }) else {
         // No Service, or one without a selector: its endpoints are not this controller's.
         for slice in &owned_slices {
             engine.delete(&slices, slice)?;
@@ -71,11 +66,7 @@ pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, Ap
         .store
         .objects(&engine.types.pods, Some(ns))
         .into_iter()
-        .filter(|p| {
-            selector
-                .iter()
-                .all(|(k, v)| p.at("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
-        })
+        .filter(|p| selects(&service, p))
         .filter(|p| !is_terminal(p) && p.at("/status/podIP").and_then(Value::as_str).is_some())
         .collect();
     let service_ports: Vec<Value> = service

@@ -236,6 +236,13 @@ struct Types {
     stateful_sets: ResourceType,
     daemon_sets: ResourceType,
     jobs: ResourceType,
+    events: ResourceType,
+    services: ResourceType,
+    endpoints: ResourceType,
+    endpoint_slices: ResourceType,
+    namespaces: ResourceType,
+    service_accounts: ResourceType,
+    config_maps: ResourceType,
 }
 
 impl Types {
@@ -254,6 +261,13 @@ impl Types {
             stateful_sets: get("apps", "v1", "statefulsets")?,
             daemon_sets: get("apps", "v1", "daemonsets")?,
             jobs: get("batch", "v1", "jobs")?,
+            events: get("", "v1", "events")?,
+            services: get("", "v1", "services")?,
+            endpoints: get("", "v1", "endpoints")?,
+            endpoint_slices: get("discovery.k8s.io", "v1", "endpointslices")?,
+            namespaces: get("", "v1", "namespaces")?,
+            service_accounts: get("", "v1", "serviceaccounts")?,
+            config_maps: get("", "v1", "configmaps")?,
         })
     }
 }
@@ -437,17 +451,12 @@ impl Engine {
             }
         }
         queue.push(Work::Schedule);
-        let registry = self.store.registry();
-        if let Some(services) = registry.by_plural("", "v1", "services") {
-            for service in self.store.objects(&services, None) {
-                let (ns, name) = namespace_and_name(&service);
-                queue.push(Work::Service(ns.into(), name.into()));
-            }
+        for service in self.store.objects(&t.services, None) {
+            let (ns, name) = namespace_and_name(&service);
+            queue.push(Work::Service(ns.into(), name.into()));
         }
-        if let Some(namespaces) = registry.by_plural("", "v1", "namespaces") {
-            for namespace in self.store.objects(&namespaces, None) {
-                queue.push(Work::Namespace(namespace_and_name(&namespace).1.into()));
-            }
+        for namespace in self.store.objects(&t.namespaces, None) {
+            queue.push(Work::Namespace(namespace_and_name(&namespace).1.into()));
         }
         for work in queue {
             self.enqueue(work);
@@ -555,23 +564,9 @@ impl Engine {
         if !self.runs(Controller::Endpoints) {
             return;
         }
-        let Some(services) = self.store.registry().by_plural("", "v1", "services") else {
-            return;
-        };
-        let selects = |service: &Value, pod: &Value| {
-            service
-                .at("/spec/selector")
-                .and_then(Value::as_object)
-                .is_some_and(|s| {
-                    !s.is_empty()
-                        && s.iter().all(|(k, v)| {
-                            pod.at("/metadata/labels").and_then(|l| l.get(k)) == Some(v)
-                        })
-                })
-        };
         let found: Vec<Work> = self
             .store
-            .objects(&services, Some(ns))
+            .objects(&self.types.services, Some(ns))
             .iter()
             .filter(|s| selects(s, pod) || old.is_some_and(|o| selects(s, o)))
             .map(|s| Work::Service(ns.to_owned(), namespace_and_name(s).1.to_owned()))
@@ -687,9 +682,7 @@ impl Engine {
     fn event(&self, object: &Value, warning: bool, reason: &str, message: &str, component: &str) {
         use std::sync::atomic::{AtomicU64, Ordering};
         static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-        let Some(events) = self.store.registry().by_plural("", "v1", "events") else {
-            return;
-        };
+        let events = &self.types.events;
         let (ns, name) = namespace_and_name(object);
         let ns = if ns.is_empty() { "default" } else { ns };
         let identity = (
@@ -699,14 +692,14 @@ impl Engine {
         );
         let seen = self.events.borrow().get(&identity).cloned();
         if let Some((event_ns, event_name)) = seen
-            && let Ok(existing) = self.store.get(&events, Some(&event_ns), &event_name)
+            && let Ok(existing) = self.store.get(events, Some(&event_ns), &event_name)
         {
             let mut repeated = (*existing).clone();
             let count = int_at(&existing, "/count").unwrap_or(1) + 1;
             repeated["count"] = json!(count);
             repeated["lastTimestamp"] = json!(now());
             if let Err(err) = self.store.update(
-                &events,
+                events,
                 Some(&event_ns),
                 &event_name,
                 repeated,
@@ -745,7 +738,7 @@ impl Engine {
         });
         match self
             .store
-            .create(&events, Some(ns), event, options(component))
+            .create(events, Some(ns), event, options(component))
         {
             Ok(created) => {
                 let mut recorded = self.events.borrow_mut();
@@ -904,11 +897,25 @@ fn is_active(pod: &Value) -> bool {
 
 /// The status of condition `kind` in `status.conditions`.
 fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
-    object
-        .at("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
+    condition_in(object.at("/status/conditions")?.as_array()?, kind)
+}
+
+/// Condition `kind` among `conditions`.
+fn condition_in<'a>(conditions: &'a [Value], kind: &str) -> Option<&'a Value> {
+    conditions.iter().find(|c| c["type"] == kind)
+}
+
+/// Whether `service` has a selector and it selects `pod` (a Service's selector is a plain map).
+fn selects(service: &Value, pod: &Value) -> bool {
+    service
+        .at("/spec/selector")
+        .and_then(Value::as_object)
+        .is_some_and(|selector| {
+            !selector.is_empty()
+                && selector
+                    .iter()
+                    .all(|(k, v)| pod.at("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+        })
 }
 
 fn is_ready(pod: &Value) -> bool {

@@ -522,44 +522,28 @@ fn life_at(
         return (Life::Pending, Some(start - elapsed));
     }
     let running = elapsed - start;
+    let up = Life::Running {
+        ready: !sim.never_ready,
+        restarts: 0,
+        waiting: false,
+    };
     if let Some(run_for) = run_for
         && sim.fail_after.is_none_or(|f| f > run_for)
     {
         return if running >= run_for {
             (Life::Succeeded, None)
         } else {
-            (
-                Life::Running {
-                    ready: !sim.never_ready,
-                    restarts: 0,
-                    waiting: false,
-                },
-                Some(run_for - running),
-            )
+            (up.clone(), Some(run_for - running))
         };
     }
     let Some(fail_after) = sim.fail_after else {
-        return (
-            Life::Running {
-                ready: !sim.never_ready,
-                restarts: 0,
-                waiting: false,
-            },
-            None,
-        );
+        return (up.clone(), None);
     };
     if restart_never {
         return if running >= fail_after {
             (Life::Failed, None)
         } else {
-            (
-                Life::Running {
-                    ready: !sim.never_ready,
-                    restarts: 0,
-                    waiting: false,
-                },
-                Some(fail_after - running),
-            )
+            (up.clone(), Some(fail_after - running))
         };
     }
     // Run for fail_after, crash, wait the back-off, run again, … up to now.

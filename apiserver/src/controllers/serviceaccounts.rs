@@ -8,40 +8,33 @@ use super::*;
 const ROOT_CA: &str = "kube-root-ca.crt";
 
 pub(super) fn sync(engine: &mut Engine, name: &str) -> Result<Next, ApiError> {
-    let Some(namespaces) = engine.store.registry().by_plural("", "v1", "namespaces") else {
-        return Ok(Next::Done);
-    };
-    let Ok(namespace) = engine.store.get(&namespaces, None, name) else {
+    let Ok(namespace) = engine.store.get(&engine.types.namespaces, None, name) else {
         return Ok(Next::Done);
     };
     if is_deleting(&namespace) {
         return Ok(Next::Done);
     }
-    let registry = engine.store.registry();
-    if let Some(accounts) = registry.by_plural("", "v1", "serviceaccounts")
-        && !engine.store.contains(&accounts, Some(name), "default")
-    {
+    let accounts = &engine.types.service_accounts;
+    if !engine.store.contains(accounts, Some(name), "default") {
         let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": "default", "namespace": name}});
-        ignore_exists(engine.create(&accounts, name, account))?;
+        ignore_exists(engine.create(accounts, name, account))?;
     }
-    if let (Some(configmaps), Some(ca)) = (
-        registry.by_plural("", "v1", "configmaps"),
-        engine.config.root_ca.as_deref(),
-    ) {
+    let configmaps = &engine.types.config_maps;
+    if let Some(ca) = engine.config.root_ca.as_deref() {
         let data = json!({"ca.crt": ca});
-        match engine.get(&configmaps, name, ROOT_CA) {
+        match engine.get(configmaps, name, ROOT_CA) {
             None => {
                 let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": ROOT_CA, "namespace": name,
                         "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
                     "data": data});
-                ignore_exists(engine.create(&configmaps, name, map))?;
+                ignore_exists(engine.create(configmaps, name, map))?;
             }
             Some(existing) if existing.get("data") != Some(&data) => {
                 let mut fixed = (*existing).clone();
                 fixed["data"] = data;
-                engine.update(&configmaps, fixed)?;
+                engine.update(configmaps, fixed)?;
             }
             Some(_) => {}
         }
