@@ -266,7 +266,10 @@ fn main() {
     let load = load();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let servers = [
-        ("baseline", ClusterProcess::start_binary(&baseline_binary())),
+        (
+            "baseline",
+            ClusterProcess::start_binary(&baseline_binary(), &[]),
+        ),
         ("current", ClusterProcess::start()),
     ];
     let mut results: Vec<Figure> = Vec::new();

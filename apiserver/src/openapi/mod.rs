@@ -68,7 +68,10 @@ impl Flavour {
 
 /// kube-apiserver's definitions of the built-in kinds, indexed by the kinds they describe.
 struct Builtin {
-    definitions: Map<String, Value>,
+    definitions: &'static Map<String, Value>,
+    /// The same definitions by name, hashed: `$ref`s are followed for every field of every
+    /// write, and the sorted map compares long shared prefixes (`io.k8s.api.core.v1.`).
+    by_name: HashMap<&'static str, &'static Value>,
     by_kind: HashMap<(String, String, String), String>,
 }
 
@@ -77,8 +80,14 @@ fn builtin() -> &'static Builtin {
     BUILTIN.get_or_init(|| {
         // The file is part of the source, checked by the tests: it always parses.
         let definitions: Map<String, Value> = serde_json::from_str(DEFINITIONS).unwrap_or_default();
+        // Parsed once and kept for the life of the process, so references into it are 'static.
+        let definitions: &'static Map<String, Value> = Box::leak(Box::new(definitions));
+        let by_name = definitions
+            .iter()
+            .map(|(name, schema)| (name.as_str(), schema))
+            .collect();
         let mut by_kind = HashMap::new();
-        for (name, schema) in &definitions {
+        for (name, schema) in definitions {
             for gvk in schema["x-kubernetes-group-version-kind"]
                 .as_array()
                 .into_iter()
@@ -90,6 +99,7 @@ fn builtin() -> &'static Builtin {
         }
         Builtin {
             definitions,
+            by_name,
             by_kind,
         }
     })
@@ -102,12 +112,12 @@ pub fn builtin_kind(group: &str, version: &str, kind: &str) -> Option<&'static V
     let builtin = builtin();
     builtin
         .model(group, version, kind)
-        .and_then(|name| builtin.definitions.get(name))
+        .and_then(|name| builtin.by_name.get(name).copied())
 }
 
 /// One of kube-apiserver's definitions, by name (`io.k8s.api.core.v1.PodSpec`).
 pub fn builtin_definition(name: &str) -> Option<&'static Value> {
-    builtin().definitions.get(name)
+    builtin().by_name.get(name).copied()
 }
 
 /// `schema`, or the built-in definition it references (`$ref`).
@@ -116,7 +126,7 @@ pub fn resolve(schema: &Value) -> &Value {
         .get("$ref")
         .and_then(Value::as_str)
         .and_then(|r| r.strip_prefix("#/definitions/"))
-        .and_then(|name| builtin().definitions.get(name))
+        .and_then(|name| builtin().by_name.get(name).copied())
         .unwrap_or(schema)
 }
 
@@ -130,7 +140,7 @@ impl Builtin {
     /// A built-in definition written for `flavour`: references point into the document, and in
     /// v3 a reference with siblings (a description) is wrapped in `allOf`, as kube-openapi does.
     fn definition(&self, name: &str, flavour: Flavour) -> Option<Value> {
-        let mut schema = self.definitions.get(name)?.clone();
+        let mut schema = self.by_name.get(name).copied()?.clone();
         if flavour == Flavour::V3 {
             to_v3_references(&mut schema);
         }

@@ -127,17 +127,25 @@ impl ClusterProcess {
         self.child.id()
     }
 
-    /// Start this build's and wait for its kubeconfig.
+    /// Start this build's, as a bare API server (`--controllers none`: no Pods appear from a
+    /// Deployment, so the benchmark measures the server and the host, not the simulated
+    /// cluster), and wait for its kubeconfig.
     pub fn start() -> Self {
-        Self::start_binary(Path::new(env!("CARGO_BIN_EXE_krec")))
+        Self::start_binary(
+            Path::new(env!("CARGO_BIN_EXE_krec")),
+            &["--controllers", "none"],
+        )
     }
 
-    /// Start `krec cluster` of the `krec` binary at `binary` and wait for its kubeconfig.
-    pub fn start_binary(binary: &Path) -> Self {
+    /// Start `krec cluster` of the `krec` binary at `binary` with `extra` arguments and wait
+    /// for its kubeconfig.
+    pub fn start_binary(binary: &Path, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig_path = dir.path().join("kubeconfig");
         let child = Command::new(binary)
-            .args(["cluster", "--addr", "127.0.0.1:0", "--kubeconfig-out"])
+            .args(["cluster", "--addr", "127.0.0.1:0"])
+            .args(extra)
+            .arg("--kubeconfig-out")
             .arg(&kubeconfig_path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
