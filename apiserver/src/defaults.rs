@@ -40,6 +40,15 @@ pub fn apply(group: &str, kind: &str, object: &mut Value) {
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             role_binding(object);
         }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            crate::admission::config::apply_defaults(
+                crate::admission::HookKind::Validating,
+                object,
+            );
+        }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            crate::admission::config::apply_defaults(crate::admission::HookKind::Mutating, object);
+        }
         _ => {}
     }
 }

@@ -220,6 +220,38 @@ impl ApiError {
         Self::new(500, "InternalError", message.into())
     }
 
+    /// A webhook's denial: its code and message, and its reason when it is one of
+    /// Kubernetes' `StatusReason`s (an unknown reason is left empty, as a client would not
+    /// recognise it).
+    pub fn from_webhook(code: u16, reason: &str, message: String) -> Self {
+        const REASONS: &[&str] = &[
+            "Unauthorized",
+            "Forbidden",
+            "NotFound",
+            "AlreadyExists",
+            "Conflict",
+            "Gone",
+            "Invalid",
+            "ServerTimeout",
+            "Timeout",
+            "TooManyRequests",
+            "BadRequest",
+            "MethodNotAllowed",
+            "NotAcceptable",
+            "RequestEntityTooLarge",
+            "UnsupportedMediaType",
+            "InternalError",
+            "Expired",
+            "ServiceUnavailable",
+        ];
+        let reason = REASONS
+            .iter()
+            .find(|r| **r == reason)
+            .copied()
+            .unwrap_or("");
+        Self::new(code, reason, message)
+    }
+
     /// The `Status` object.
     pub fn status(&self) -> Value {
         let mut status = json!({

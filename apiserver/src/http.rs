@@ -14,6 +14,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::admission::UserInfo;
 use crate::error::ApiError;
 use crate::field_validation;
 use crate::json::Pointer;
@@ -49,6 +50,8 @@ pub struct ApiServer {
     pub openapi: openapi::Documents,
     /// Faults to inject (none unless rules are added).
     pub faults: Arc<crate::faults::Faults>,
+    /// The admission webhooks writes go through.
+    pub admission: Arc<crate::admission::Admission>,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -117,7 +120,7 @@ impl Params {
         WriteOptions {
             dry_run: self.dry_run(),
             manager,
-            applied: false,
+            ..WriteOptions::default()
         }
     }
 
@@ -390,37 +393,56 @@ async fn route(
         (Method::POST, false) => {
             let mut object = decode_body(&body, headers)?;
             let warnings = check_fields(&target.rt, &mut object, &body, headers, &params)?;
-            let created = server.store.create(
-                &target.rt,
-                target.namespace.as_deref(),
-                object,
-                params.write_options(headers),
-            )?;
-            Ok(with_warnings(respond(201, &created), &warnings))
+            let created = server
+                .admission
+                .create(
+                    &target.rt,
+                    target.namespace.as_deref(),
+                    object,
+                    params.write_options(headers),
+                    &UserInfo::admin(),
+                )
+                .await?;
+            let warnings = [warnings, created.warnings].concat();
+            Ok(with_warnings(respond(201, &created.object), &warnings))
         }
         (Method::PUT, true) => {
             let mut object = decode_body(&body, headers)?;
             let warnings = check_fields(&target.rt, &mut object, &body, headers, &params)?;
             let name = target.name.as_deref().unwrap_or_default();
-            let updated = server.store.update(
-                &target.rt,
-                target.namespace.as_deref(),
-                name,
-                object,
-                target.status,
-                params.write_options(headers),
-            )?;
-            Ok(with_warnings(respond(200, &updated), &warnings))
+            let updated = server
+                .admission
+                .update(
+                    &target.rt,
+                    target.namespace.as_deref(),
+                    name,
+                    object,
+                    target.status,
+                    params.write_options(headers),
+                    &UserInfo::admin(),
+                )
+                .await?;
+            let warnings = [warnings, updated.warnings].concat();
+            Ok(with_warnings(respond(200, &updated.object), &warnings))
         }
-        (Method::PATCH, true) => patch(&server, &target, &params, headers, &body),
+        (Method::PATCH, true) => patch(&server, &target, &params, headers, &body).await,
         (Method::DELETE, true) => {
             let options = delete_options(&params, headers, &body)?;
             let name = target.name.as_deref().unwrap_or_default();
-            let deleted =
-                server
-                    .store
-                    .delete(&target.rt, target.namespace.as_deref(), name, &options)?;
-            Ok(respond(200, &deleted))
+            let deleted = server
+                .admission
+                .delete(
+                    &target.rt,
+                    target.namespace.as_deref(),
+                    name,
+                    &options,
+                    &UserInfo::admin(),
+                )
+                .await?;
+            Ok(with_warnings(
+                respond(200, &deleted.object),
+                &deleted.warnings,
+            ))
         }
         (Method::DELETE, false) => {
             let (labels, fields) = params.selectors(&target.rt)?;
@@ -806,7 +828,7 @@ fn scale_subresource(
     Ok(respond(200, &scale::scale_of(paths, &stored)))
 }
 
-fn patch(
+async fn patch(
     server: &ApiServer,
     target: &Target,
     params: &Params,
@@ -859,37 +881,46 @@ fn patch(
         }
         let mut patch = patch;
         warnings = check_fields(rt, &mut patch, body, headers, params)?;
-        server.store.patch(
-            rt,
-            target.namespace.as_deref(),
-            name,
-            target.status,
-            options.clone(),
-            |current| {
-                managed::apply(
-                    current,
-                    &patch,
-                    schema,
-                    rt.status_subresource && !target.status,
-                    force,
-                    &write,
-                    (&rt.kind, &rt.group, name),
-                )
-                .map(Some)
-            },
-        )?
+        server
+            .admission
+            .patch(
+                rt,
+                target.namespace.as_deref(),
+                name,
+                target.status,
+                options.clone(),
+                &UserInfo::admin(),
+                |current| {
+                    managed::apply(
+                        current,
+                        &patch,
+                        schema,
+                        rt.status_subresource && !target.status,
+                        force,
+                        &write,
+                        (&rt.kind, &rt.group, name),
+                    )
+                    .map(Some)
+                },
+            )
+            .await?
     } else {
-        server.store.patch(
-            &target.rt,
-            target.namespace.as_deref(),
-            name,
-            target.status,
-            options,
-            |current| patched(kind, &patch, PatchMeta::of(&target.rt), current),
-        )?
+        server
+            .admission
+            .patch(
+                &target.rt,
+                target.namespace.as_deref(),
+                name,
+                target.status,
+                options,
+                &UserInfo::admin(),
+                |current| patched(kind, &patch, PatchMeta::of(&target.rt), current),
+            )
+            .await?
     };
+    let warnings = [warnings, stored.warnings].concat();
     Ok(with_warnings(
-        respond(if existed { 200 } else { 201 }, &stored),
+        respond(if existed { 200 } else { 201 }, &stored.object),
         &warnings,
     ))
 }
@@ -1242,6 +1273,7 @@ mod tests {
         ensure_namespaces(&store).expect("namespaces");
         let (_stop, stopped) = tokio::sync::watch::channel(false);
         let server = Arc::new(ApiServer {
+            admission: Arc::new(crate::admission::Admission::new(store.clone())),
             store,
             address: "127.0.0.1:0".into(),
             stopped,

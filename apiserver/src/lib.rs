@@ -17,6 +17,7 @@
 //! - Custom resources are stored in whichever version they were written with; versions differ
 //!   only in `apiVersion` (no conversion webhooks).
 
+pub mod admission;
 pub mod controllers;
 pub mod defaults;
 pub mod duration;
@@ -44,5 +45,5 @@ mod test_support;
 
 pub use error::ApiError;
 pub use resources::{Registry, ResourceType};
-pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces};
+pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, serve_tls};
 pub use store::Store;

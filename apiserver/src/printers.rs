@@ -189,6 +189,10 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
             (NAME.0, NAME.1, NAME.2, NAME.3, 1),
         ],
         ("coordination.k8s.io", "Lease") => vec![NAME, col("Holder", 0), AGE],
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => vec![NAME, ("Webhooks", "integer", "", "", 0), AGE],
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole")
         | ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             vec![NAME, col("Created At", 0)]
@@ -362,6 +366,18 @@ fn builtin_cells(group: &str, kind: &str, o: &Value, now: jiff::Timestamp) -> Ve
             ]
         }
         ("", "Event") | ("events.k8s.io", "Event") => event_cells(o, name, now),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => vec![
+            name,
+            json!(
+                o.get("webhooks")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+            ),
+            age,
+        ],
         ("coordination.k8s.io", "Lease") => vec![
             name,
             json!(

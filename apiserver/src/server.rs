@@ -180,6 +180,7 @@ impl Server {
         };
         let kubeconfig = tls::kubeconfig(&url, &certs.ca_pem);
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let admission = Arc::new(crate::admission::Admission::new(store.clone()));
         let server = Arc::new(http::ApiServer {
             store: store.clone(),
             address: addr.to_string(),
@@ -187,10 +188,11 @@ impl Server {
             bookmark_interval: config.bookmark_interval,
             openapi: Default::default(),
             faults: config.faults.clone(),
+            admission: admission.clone(),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());
-        let controllers = controllers::spawn(store.clone(), simulation, stopped.clone());
+        let controllers = controllers::spawn(admission.clone(), simulation, stopped.clone());
         let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
         Ok(Server {
             addr,
@@ -290,12 +292,23 @@ async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     server: Arc<http::ApiServer>,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
+    stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let app = axum::Router::new()
         .fallback(http::handle)
         .with_state(server);
+    serve_tls(listener, tls, app, stopped).await;
+}
+
+/// Serve `app` over TLS on `listener` until `stopped` flips: each connection is served by hyper
+/// (HTTP/1.1 or 2, as ALPN says). Also what the host's admission server runs on.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: axum::Router,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {

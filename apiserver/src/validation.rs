@@ -238,6 +238,18 @@ pub fn builtin(group: &str, kind: &str, object: &Value, old: Option<&Value>) -> 
         ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") | ("batch", "Job") => {
             workload(group, kind, object, old, &mut causes);
         }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            causes.extend(crate::admission::config::validate(
+                crate::admission::HookKind::Validating,
+                object,
+            ));
+        }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            causes.extend(crate::admission::config::validate(
+                crate::admission::HookKind::Mutating,
+                object,
+            ));
+        }
         ("", "ConfigMap" | "Secret") => {
             let size: usize = ["data", "binaryData", "stringData"]
                 .iter()

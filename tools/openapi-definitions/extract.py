@@ -19,7 +19,7 @@ import sys
 # The stable groups the server serves, the apimachinery types they use, and apiextensions.
 KEPT = re.compile(
     r"^io\.k8s\.("
-    r"api\.(core|apps|batch|autoscaling|coordination|discovery|events|networking|policy|rbac"
+    r"api\.(core|admissionregistration|apps|batch|autoscaling|coordination|discovery|events|networking|policy|rbac"
     r"|scheduling|storage)\.v[12]\."
     r"|apimachinery\."
     r"|apiextensions-apiserver\.pkg\.apis\.apiextensions\.v1\."

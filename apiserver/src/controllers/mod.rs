@@ -34,6 +34,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
+use crate::admission::{self, Admission, UserInfo};
 use crate::error::ApiError;
 use crate::json::Pointer as _;
 use crate::resources::ResourceType;
@@ -192,14 +193,14 @@ impl Default for Config {
 
 /// Start the controllers `config` selects, following `store` until `stopped` turns true.
 pub fn spawn(
-    store: Arc<Store>,
+    admission: Arc<Admission>,
     config: Config,
     stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if config.controllers.is_empty() {
         return None;
     }
-    let engine = match Engine::new(store, config) {
+    let engine = match Engine::new(admission, config) {
         Ok(engine) => engine,
         Err(err) => {
             tracing::error!("the built-in controllers cannot start: {err}");
@@ -289,6 +290,8 @@ type MakeWork = fn(String, String) -> Work;
 /// The controllers' loop and state.
 struct Engine {
     store: Arc<Store>,
+    /// Writes go through admission webhooks, as a controller's writes through kube-apiserver.
+    admission: Arc<Admission>,
     config: Config,
     types: Types,
     queue: BTreeSet<Work>,
@@ -313,11 +316,13 @@ fn options(manager: &str) -> WriteOptions {
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
 impl Engine {
-    fn new(store: Arc<Store>, config: Config) -> Result<Self, String> {
+    fn new(admission: Arc<Admission>, config: Config) -> Result<Self, String> {
+        let store = admission.store().clone();
         let types = Types::of(&store)?;
         let kubelet = nodes::Kubelets::default();
         let engine = Engine {
             store,
+            admission,
             config,
             types,
             queue: BTreeSet::new(),
@@ -640,22 +645,61 @@ impl Engine {
     }
 
     fn create(&self, rt: &ResourceType, ns: &str, object: Value) -> Result<Arc<Value>, ApiError> {
-        self.store
-            .create(rt, Some(ns), object, options(CONTROLLER_MANAGER))
+        self.create_as(rt, ns, object, CONTROLLER_MANAGER)
+    }
+
+    /// Create through admission (straight to the store when no webhook is configured).
+    fn create_as(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        object: Value,
+        manager: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        if !self.admission.configured() {
+            return self.store.create(rt, Some(ns), object, options(manager));
+        }
+        let user = UserInfo::component(manager);
+        admission::block_on(
+            self.admission
+                .create(rt, Some(ns), object, options(manager), &user),
+        )?
+        .map(|admitted| admitted.object)
+    }
+
+    /// Replace (`status`: through the status subresource) through admission.
+    fn update_as(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        object: Value,
+        status: bool,
+        manager: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        if !self.admission.configured() {
+            return self
+                .store
+                .update(rt, Some(ns), name, object, status, options(manager));
+        }
+        let user = UserInfo::component(manager);
+        admission::block_on(self.admission.update(
+            rt,
+            Some(ns),
+            name,
+            object,
+            status,
+            options(manager),
+            &user,
+        ))?
+        .map(|admitted| admitted.object)
     }
 
     /// Replace `object` (its resourceVersion guards against lost updates).
     fn update(&self, rt: &ResourceType, object: Value) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = namespace_and_name(&object);
         let (ns, name) = (ns.to_owned(), name.to_owned());
-        self.store.update(
-            rt,
-            Some(&ns),
-            &name,
-            object,
-            false,
-            options(CONTROLLER_MANAGER),
-        )
+        self.update_as(rt, &ns, &name, object, false, CONTROLLER_MANAGER)
     }
 
     /// Write `status` to `object` through the status subresource, unless it is already so.
@@ -672,8 +716,7 @@ impl Engine {
         let mut new = object.clone();
         new["status"] = status;
         let (ns, name) = namespace_and_name(object);
-        self.store
-            .update(rt, Some(ns), name, new, true, options(manager))?;
+        self.update_as(rt, ns, name, new, true, manager)?;
         Ok(())
     }
 
@@ -698,14 +741,9 @@ impl Engine {
             let count = int_at(&existing, "/count").unwrap_or(1) + 1;
             repeated["count"] = json!(count);
             repeated["lastTimestamp"] = json!(now());
-            if let Err(err) = self.store.update(
-                events,
-                Some(&event_ns),
-                &event_name,
-                repeated,
-                false,
-                options(component),
-            ) {
+            if let Err(err) =
+                self.update_as(events, &event_ns, &event_name, repeated, false, component)
+            {
                 tracing::debug!("counting event {reason} for {ns}/{name}: {err}");
             }
             return;
@@ -736,10 +774,7 @@ impl Engine {
             "reportingComponent": component,
             "reportingInstance": "",
         });
-        match self
-            .store
-            .create(events, Some(ns), event, options(component))
-        {
+        match self.create_as(events, ns, event, component) {
             Ok(created) => {
                 let mut recorded = self.events.borrow_mut();
                 if recorded.len() >= 10_000 {
@@ -762,7 +797,14 @@ impl Engine {
                 .map(str::to_owned),
             ..DeleteOptions::default()
         };
-        match self.store.delete(rt, Some(ns), name, &options) {
+        let deleted = if self.admission.configured() {
+            let user = UserInfo::component(CONTROLLER_MANAGER);
+            admission::block_on(self.admission.delete(rt, Some(ns), name, &options, &user))
+                .and_then(|result| result.map(|admitted| admitted.object))
+        } else {
+            self.store.delete(rt, Some(ns), name, &options)
+        };
+        match deleted {
             Ok(_) => Ok(()),
             Err(err) if matches!(err.code, 404 | 409) => Ok(()),
             Err(err) => Err(err),

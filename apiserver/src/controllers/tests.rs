@@ -92,7 +92,12 @@ fn deployment(name: &str, replicas: i64, image: &str) -> Value {
 fn running(config: Config) -> (Arc<Store>, tokio::sync::watch::Sender<bool>) {
     let store = store();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    spawn(store.clone(), config, stopped).expect("controllers run");
+    spawn(
+        Arc::new(crate::admission::Admission::new(store.clone())),
+        config,
+        stopped,
+    )
+    .expect("controllers run");
     (store, stop)
 }
 
@@ -383,7 +388,12 @@ async fn a_replica_set_should_adopt_matching_orphans_rather_than_add_pods() {
             .expect("pod");
     }
     let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), config(), stopped).expect("controllers run");
+    let _task = spawn(
+        Arc::new(crate::admission::Admission::new(store.clone())),
+        config(),
+        stopped,
+    )
+    .expect("controllers run");
     store
         .create(
             &rt(&store, "apps", "replicasets"),
@@ -457,7 +467,12 @@ async fn a_terminating_pod_should_survive_updates_until_its_kubelet_removes_it()
     let mut slow = config();
     slow.pod_start = Duration::from_secs(5);
     let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let _task = spawn(store.clone(), slow, stopped).expect("controllers run");
+    let _task = spawn(
+        Arc::new(crate::admission::Admission::new(store.clone())),
+        slow,
+        stopped,
+    )
+    .expect("controllers run");
     let pods_rt = rt(&store, "", "pods");
     store
         .create(

@@ -163,6 +163,9 @@ pub struct WriteOptions {
     pub manager: String,
     /// The object already carries the `managedFields` a server-side apply computed.
     pub applied: bool,
+    /// The object is what a dry run of this same create answered (admission ran on it in
+    /// between): its `uid` and `creationTimestamp` are kept, so webhooks saw what is stored.
+    pub prepared: bool,
 }
 
 impl Default for WriteOptions {
@@ -171,6 +174,7 @@ impl Default for WriteOptions {
             dry_run: false,
             manager: "kube-apiserver".into(),
             applied: false,
+            prepared: false,
         }
     }
 }

@@ -114,8 +114,15 @@ impl Store {
             Some(ns) => meta.insert("namespace".into(), json!(ns)),
             None => meta.remove("namespace"),
         };
-        meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        let keep = |meta: &Map<String, Value>, field: &str| {
+            options.prepared && meta.get(field).is_some_and(Value::is_string)
+        };
+        if !keep(meta, "uid") {
+            meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        }
+        if !keep(meta, "creationTimestamp") {
+            meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        }
         for field in [
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
@@ -132,15 +139,7 @@ impl Store {
         if tracks_generation(rt) {
             meta.insert("generation".into(), json!(1));
         }
-        if let Some(schema) = &rt.schema {
-            schema::apply_defaults(schema, &mut object);
-            schema::prune(schema, &mut object);
-        } else {
-            defaults::apply(&rt.group, &rt.kind, &mut object);
-            if rt.group.is_empty() && rt.kind == "Pod" {
-                defaults::pod_on_create(&mut object);
-            }
-        }
+        Self::default_new(rt, &mut object);
         self.validate(rt, &object, &name, None)?;
         self.prepare_special(rt, &mut object)?;
         if rt.group.is_empty() && rt.kind == "Service" {
@@ -165,6 +164,21 @@ impl Store {
         let stored = self.write(&mut state, key, Write::Put(object))?;
         self.after_write(rt, &stored);
         Ok(Self::served(rt, &stored))
+    }
+
+    /// The defaults a new object gets (a CRD's schema defaults and pruning, or the built-in
+    /// kind's defaulters), as kube-apiserver applies them when it decodes a create — before
+    /// mutating admission sees the object.
+    pub fn default_new(rt: &ResourceType, object: &mut Value) {
+        if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, object);
+            schema::prune(schema, object);
+        } else {
+            defaults::apply(&rt.group, &rt.kind, object);
+            if rt.group.is_empty() && rt.kind == "Pod" {
+                defaults::pod_on_create(object);
+            }
+        }
     }
 
     /// Kind-specific preparation: namespaces get `status.phase`, CRDs their accepted status.

@@ -22,6 +22,7 @@ use std::process::ExitCode;
 /// The API groups the server decodes, by proto file.
 const FILES: &[&str] = &[
     "api/core/v1/generated.proto",
+    "api/admissionregistration/v1/generated.proto",
     "api/apps/v1/generated.proto",
     "api/batch/v1/generated.proto",
     "api/autoscaling/v1/generated.proto",

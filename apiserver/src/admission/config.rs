@@ -1,0 +1,652 @@
+//! `admissionregistration.k8s.io/v1` webhook configurations: their defaults and validation as
+//! kube-apiserver applies them, and the webhooks they declare, read into [`Hook`]s that match
+//! requests as kube-apiserver's `rules.Matcher` and `namespace`/`object` matchers do.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::json::Pointer;
+use crate::selector::LabelSelector;
+use crate::validation::Cause;
+
+/// Whether a webhook may change the object or only judge it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    /// From a `MutatingWebhookConfiguration`: may answer a JSON patch.
+    Mutating,
+    /// From a `ValidatingWebhookConfiguration`: allows or denies.
+    Validating,
+}
+
+/// What a request does, as `admission.Operation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A create (POST, or a server-side apply of a missing object).
+    Create,
+    /// An update (PUT or PATCH).
+    Update,
+    /// A delete.
+    Delete,
+}
+
+impl Operation {
+    /// The name in rules and reviews: `CREATE`, `UPDATE`, `DELETE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
+/// One rule of a webhook: operations on resources of groups and versions, in a scope.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    operations: Vec<String>,
+    api_groups: Vec<String>,
+    api_versions: Vec<String>,
+    resources: Vec<String>,
+    scope: String,
+}
+
+/// Where a webhook is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `clientConfig.url` (with the path kube-apiserver posts to).
+    Url(String),
+    /// `clientConfig.service`: a Service in the cluster.
+    Service {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+        /// Its port (default 443).
+        port: u16,
+        /// The path to post to.
+        path: String,
+    },
+}
+
+/// One webhook of a configuration, ready to match requests.
+#[derive(Clone, Debug)]
+pub struct Hook {
+    /// The configuration's name (webhooks run ordered by it, then in their order there).
+    pub configuration: String,
+    /// The webhook's name (`foo.example.com`), named in denials and errors.
+    pub name: String,
+    /// Mutating or validating.
+    pub kind: HookKind,
+    rules: Vec<Rule>,
+    /// `failurePolicy: Fail` (the default): a webhook that cannot be called fails the request.
+    pub fail_closed: bool,
+    /// `matchPolicy: Equivalent` (the default): a rule naming another version of a resource
+    /// matches it too.
+    equivalent: bool,
+    namespace_selector: LabelSelector,
+    object_selector: LabelSelector,
+    /// `sideEffects`: `None` or `NoneOnDryRun` may be called for dry-run requests.
+    pub side_effects: String,
+    /// `timeoutSeconds` (default 10).
+    pub timeout: Duration,
+    /// `reinvocationPolicy: IfNeeded`: called once more when a later webhook changed the object.
+    pub reinvoke: bool,
+    /// Where it is reached.
+    pub endpoint: Endpoint,
+    /// `clientConfig.caBundle`, PEM (decoded from base64).
+    pub ca_bundle: Vec<u8>,
+}
+
+/// What a request is, for matching: the resource it acts on and the objects involved.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The operation.
+    pub operation: Operation,
+    /// API group of the resource.
+    pub group: &'a str,
+    /// Version of the resource in the request.
+    pub version: &'a str,
+    /// The resource's plural.
+    pub resource: &'a str,
+    /// The subresource, `""` for the main resource.
+    pub subresource: &'a str,
+    /// Whether the resource is namespaced.
+    pub namespaced: bool,
+    /// The new object (none for a delete).
+    pub object: Option<&'a Value>,
+    /// The stored object (none for a create).
+    pub old_object: Option<&'a Value>,
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+fn contains_or_star(list: &[String], value: &str) -> bool {
+    list.iter().any(|v| v == "*" || v == value)
+}
+
+impl Rule {
+    fn from_json(rule: &Value) -> Self {
+        Rule {
+            operations: strings(rule.get("operations")),
+            api_groups: strings(rule.get("apiGroups")),
+            api_versions: strings(rule.get("apiVersions")),
+            resources: strings(rule.get("resources")),
+            scope: rule
+                .get("scope")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_owned(),
+        }
+    }
+
+    /// As `rules.Matcher`: operation, group, version (unless `any_version`), resource with its
+    /// subresource (`pods`, `pods/status`, `pods/*`, `*/status`, `*/*`, `*` for main resources
+    /// only) and scope.
+    fn matches(&self, request: &Request<'_>, any_version: bool) -> bool {
+        let resource_matches = self.resources.iter().any(|pattern| {
+            let (resource, sub) = pattern.split_once('/').unwrap_or((pattern, ""));
+            (resource == "*" || resource == request.resource)
+                && (sub == request.subresource || (sub == "*" && !request.subresource.is_empty()))
+        });
+        let scope_matches = match self.scope.as_str() {
+            "Cluster" => !request.namespaced,
+            "Namespaced" => request.namespaced,
+            _ => true,
+        };
+        contains_or_star(&self.operations, request.operation.as_str())
+            && contains_or_star(&self.api_groups, request.group)
+            && (any_version || contains_or_star(&self.api_versions, request.version))
+            && resource_matches
+            && scope_matches
+    }
+}
+
+impl Hook {
+    /// The webhooks of a stored configuration (defaulted and validated when it was written).
+    pub fn from_configuration(kind: HookKind, configuration: &Value) -> Vec<Hook> {
+        let name = configuration
+            .at("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        configuration
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|webhook| Hook::from_webhook(kind, name, webhook))
+            .collect()
+    }
+
+    fn from_webhook(kind: HookKind, configuration: &str, webhook: &Value) -> Option<Hook> {
+        let text = |pointer: &str| webhook.at(pointer).and_then(Value::as_str);
+        let endpoint = match (
+            text("/clientConfig/url"),
+            webhook.at("/clientConfig/service"),
+        ) {
+            (Some(url), _) => Endpoint::Url(url.to_owned()),
+            (None, Some(service)) => Endpoint::Service {
+                namespace: service["namespace"].as_str()?.to_owned(),
+                name: service["name"].as_str()?.to_owned(),
+                port: u16::try_from(service["port"].as_u64().unwrap_or(443)).ok()?,
+                path: service["path"].as_str().unwrap_or("/").to_owned(),
+            },
+            (None, None) => return None,
+        };
+        let ca_bundle = text("/clientConfig/caBundle")
+            .and_then(|b| {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD.decode(b).ok()
+            })
+            .unwrap_or_default();
+        let selector = |key: &str| {
+            webhook
+                .get(key)
+                .map_or(Some(LabelSelector::default()), LabelSelector::from_json)
+        };
+        Some(Hook {
+            configuration: configuration.to_owned(),
+            name: text("/name")?.to_owned(),
+            kind,
+            rules: webhook
+                .get("rules")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(Rule::from_json)
+                .collect(),
+            fail_closed: text("/failurePolicy") != Some("Ignore"),
+            equivalent: text("/matchPolicy") != Some("Exact"),
+            namespace_selector: selector("namespaceSelector")?,
+            object_selector: selector("objectSelector")?,
+            side_effects: text("/sideEffects").unwrap_or("Unknown").to_owned(),
+            timeout: Duration::from_secs(
+                webhook["timeoutSeconds"]
+                    .as_u64()
+                    .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+                    .clamp(1, MAX_TIMEOUT_SECONDS),
+            ),
+            reinvoke: text("/reinvocationPolicy") == Some("IfNeeded"),
+            endpoint,
+            ca_bundle,
+        })
+    }
+
+    /// Whether a rule matches the request (any version of the resource with `matchPolicy:
+    /// Equivalent`: the embedded server serves one version of each built-in resource, and
+    /// objects are sent as the request has them) and the object selector selects the new or
+    /// the old object. The namespace selector is checked by the caller, which knows the
+    /// namespace's labels.
+    pub fn matches(&self, request: &Request<'_>) -> bool {
+        let rule = self.rules.iter().any(|r| r.matches(request, false))
+            || (self.equivalent && self.rules.iter().any(|r| r.matches(request, true)));
+        rule && (self.object_selector.requirements.is_empty()
+            || [request.object, request.old_object]
+                .into_iter()
+                .flatten()
+                .any(|o| self.object_selector.matches_object(o)))
+    }
+
+    /// Whether the namespace selector selects a namespace with `labels` (always, for an
+    /// empty selector).
+    pub fn selects_namespace(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.namespace_selector.matches(labels)
+    }
+
+    /// Whether the namespace selector has requirements (so the namespace must be read).
+    pub fn has_namespace_selector(&self) -> bool {
+        !self.namespace_selector.requirements.is_empty()
+    }
+}
+
+/// `timeoutSeconds` when unset.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
+/// The largest `timeoutSeconds` kube-apiserver accepts.
+pub const MAX_TIMEOUT_SECONDS: u64 = 30;
+
+/// `SetDefaults_ValidatingWebhook` / `SetDefaults_MutatingWebhook` and their rules' and
+/// service references' defaults.
+pub fn apply_defaults(kind: HookKind, configuration: &mut Value) {
+    let Some(webhooks) = configuration
+        .get_mut("webhooks")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for webhook in webhooks.iter_mut().filter(|w| w.is_object()) {
+        let mut set = |key: &str, value: Value| {
+            if webhook.get(key).is_none_or(Value::is_null) {
+                webhook[key] = value;
+            }
+        };
+        set("failurePolicy", json!("Fail"));
+        set("matchPolicy", json!("Equivalent"));
+        set("namespaceSelector", json!({}));
+        set("objectSelector", json!({}));
+        set("timeoutSeconds", json!(DEFAULT_TIMEOUT_SECONDS));
+        if kind == HookKind::Mutating {
+            set("reinvocationPolicy", json!("Never"));
+        }
+        if let Some(rules) = webhook.get_mut("rules").and_then(Value::as_array_mut) {
+            for rule in rules.iter_mut().filter(|r| r.is_object()) {
+                if rule.get("scope").is_none_or(Value::is_null) {
+                    rule["scope"] = json!("*");
+                }
+            }
+        }
+        if let Some(service) = webhook
+            .pointer_mut("/clientConfig/service")
+            .filter(|s| s.is_object())
+            && service.get("port").is_none_or(Value::is_null)
+        {
+            service["port"] = json!(443);
+        }
+    }
+}
+
+/// kube-apiserver's `ValidateValidatingWebhookConfiguration` / `…Mutating…` for `v1`: the
+/// causes of a 422, with its field paths and messages.
+pub fn validate(kind: HookKind, configuration: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let Some(webhooks) = configuration.get("webhooks") else {
+        return causes;
+    };
+    let Some(webhooks) = webhooks.as_array() else {
+        causes.push((
+            "webhooks".into(),
+            "Invalid value: must be a list of webhooks".into(),
+        ));
+        return causes;
+    };
+    let mut names = HashSet::new();
+    for (i, webhook) in webhooks.iter().enumerate() {
+        let path = format!("webhooks[{i}]");
+        let text = |key: &str| webhook.get(key).and_then(Value::as_str);
+        match text("name") {
+            None | Some("") => causes.push((format!("{path}.name"), "Required value".into())),
+            Some(name) => {
+                if !names.insert(name.to_owned()) {
+                    causes.push((format!("{path}.name"), format!("Duplicate value: {name:?}")));
+                }
+                if !is_fully_qualified_name(name) {
+                    causes.push((
+                        format!("{path}.name"),
+                        format!(
+                            "Invalid value: {name:?}: should be a domain with at least three segments separated by dots"
+                        ),
+                    ));
+                }
+            }
+        }
+        match text("sideEffects") {
+            Some("None" | "NoneOnDryRun") => {}
+            Some(other) => causes.push((
+                format!("{path}.sideEffects"),
+                format!(
+                    "Unsupported value: {other:?}: supported values: \"None\", \"NoneOnDryRun\""
+                ),
+            )),
+            None => causes.push((
+                format!("{path}.sideEffects"),
+                "Required value: must specify one of None, NoneOnDryRun".into(),
+            )),
+        }
+        let versions = strings(webhook.get("admissionReviewVersions"));
+        if versions.is_empty() {
+            causes.push((
+                format!("{path}.admissionReviewVersions"),
+                "Required value: must specify one of v1, v1beta1".into(),
+            ));
+        } else if !versions.iter().any(|v| v == "v1") {
+            causes.push((
+                format!("{path}.admissionReviewVersions"),
+                format!(
+                    "Invalid value: {versions:?}: the embedded API server sends admission.k8s.io/v1 reviews only: include \"v1\""
+                ),
+            ));
+        }
+        for (key, values) in [
+            ("failurePolicy", &["Fail", "Ignore"][..]),
+            ("matchPolicy", &["Exact", "Equivalent"][..]),
+        ] {
+            if let Some(value) = text(key)
+                && !values.contains(&value)
+            {
+                causes.push((
+                    format!("{path}.{key}"),
+                    format!("Unsupported value: {value:?}: supported values: {values:?}"),
+                ));
+            }
+        }
+        if kind == HookKind::Mutating
+            && let Some(value) = text("reinvocationPolicy")
+            && !["Never", "IfNeeded"].contains(&value)
+        {
+            causes.push((
+                format!("{path}.reinvocationPolicy"),
+                format!("Unsupported value: {value:?}: supported values: \"IfNeeded\", \"Never\""),
+            ));
+        }
+        if let Some(timeout) = webhook.get("timeoutSeconds").and_then(Value::as_i64)
+            && !(1..=MAX_TIMEOUT_SECONDS as i64).contains(&timeout)
+        {
+            causes.push((
+                format!("{path}.timeoutSeconds"),
+                format!(
+                    "Invalid value: {timeout}: the timeout value must be between 1 and 30 seconds"
+                ),
+            ));
+        }
+        for key in ["namespaceSelector", "objectSelector"] {
+            if let Some(selector) = webhook.get(key)
+                && LabelSelector::from_json(selector).is_none()
+            {
+                causes.push((
+                    format!("{path}.{key}"),
+                    format!("Invalid value: {selector}: not a valid label selector"),
+                ));
+            }
+        }
+        client_config(webhook.get("clientConfig"), &path, &mut causes);
+        rules(webhook.get("rules"), &path, &mut causes);
+    }
+    causes
+}
+
+fn client_config(config: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    let path = format!("{path}.clientConfig");
+    let url = config.and_then(|c| c.get("url")).and_then(Value::as_str);
+    let service = config.and_then(|c| c.get("service"));
+    match (url, service) {
+        (Some(_), Some(_)) => causes.push((
+            path.clone(),
+            "Required value: exactly one of url or service is required".into(),
+        )),
+        (None, None) => causes.push((
+            path.clone(),
+            "Required value: exactly one of url or service is required".into(),
+        )),
+        (Some(url), None) => {
+            let rest = url.strip_prefix("https://");
+            let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or_default());
+            if rest.is_none() {
+                causes.push((
+                    format!("{path}.url"),
+                    format!("Invalid value: {url:?}: 'https' is the only allowed URL scheme"),
+                ));
+            } else if host.is_none_or(str::is_empty) {
+                causes.push((
+                    format!("{path}.url"),
+                    format!("Invalid value: {url:?}: host must be specified"),
+                ));
+            } else if url.contains('#') || url.contains('?') {
+                causes.push((
+                    format!("{path}.url"),
+                    format!(
+                        "Invalid value: {url:?}: fragments and query parameters are not permitted"
+                    ),
+                ));
+            }
+        }
+        (None, Some(service)) => {
+            for key in ["namespace", "name"] {
+                if service
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    causes.push((
+                        format!("{path}.service.{key}"),
+                        "Required value: service namespace and name are required".into(),
+                    ));
+                }
+            }
+            if let Some(port) = service.get("port").and_then(Value::as_i64)
+                && !(1..=65535).contains(&port)
+            {
+                causes.push((
+                    format!("{path}.service.port"),
+                    format!("Invalid value: {port}: port is not valid: must be between 1 and 65535, inclusive"),
+                ));
+            }
+        }
+    }
+    let bundle = config
+        .and_then(|c| c.get("caBundle"))
+        .and_then(Value::as_str);
+    if let Some(bundle) = bundle {
+        use base64::Engine as _;
+        if base64::engine::general_purpose::STANDARD
+            .decode(bundle)
+            .is_err()
+        {
+            causes.push((
+                format!("{path}.caBundle"),
+                "Invalid value: \"<bytes>\": not base64-encoded".into(),
+            ));
+        }
+    }
+}
+
+fn rules(rules: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    const OPERATIONS: &[&str] = &["*", "CREATE", "UPDATE", "DELETE", "CONNECT"];
+    for (j, rule) in rules
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = format!("{path}.rules[{j}]");
+        for key in ["operations", "apiGroups", "apiVersions", "resources"] {
+            let values = strings(rule.get(key));
+            if values.is_empty() {
+                causes.push((format!("{path}.{key}"), "Required value".into()));
+            }
+            if values.len() > 1 && values.iter().any(|v| v == "*") {
+                causes.push((
+                    format!("{path}.{key}"),
+                    format!(
+                        "Invalid value: {values:?}: if '*' is present, must not specify other {key}"
+                    ),
+                ));
+            }
+            if key == "operations" {
+                for op in values
+                    .iter()
+                    .filter(|op| !OPERATIONS.contains(&op.as_str()))
+                {
+                    causes.push((
+                        format!("{path}.operations"),
+                        format!(
+                            "Unsupported value: {op:?}: supported values: \"*\", \"CONNECT\", \"CREATE\", \"DELETE\", \"UPDATE\""
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(scope) = rule.get("scope").and_then(Value::as_str)
+            && !["*", "Cluster", "Namespaced"].contains(&scope)
+        {
+            causes.push((
+                format!("{path}.scope"),
+                format!(
+                    "Unsupported value: {scope:?}: supported values: \"*\", \"Cluster\", \"Namespaced\""
+                ),
+            ));
+        }
+    }
+}
+
+/// `IsFullyQualifiedName`: a DNS subdomain of at least three segments.
+fn is_fully_qualified_name(name: &str) -> bool {
+    crate::selector::is_dns_subdomain(name) && name.split('.').count() >= 3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_request<'a>(operation: Operation, pod: &'a Value) -> Request<'a> {
+        Request {
+            operation,
+            group: "",
+            version: "v1",
+            resource: "pods",
+            subresource: "",
+            namespaced: true,
+            object: Some(pod),
+            old_object: None,
+        }
+    }
+
+    fn hook(rules: Value, extra: Value) -> Hook {
+        let mut webhook = json!({"name": "pods.example.com", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "rules": rules,
+            "clientConfig": {"url": "https://127.0.0.1:9443/mutate"}});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            webhook[k] = v.clone();
+        }
+        let mut config = json!({"metadata": {"name": "c"}, "webhooks": [webhook]});
+        apply_defaults(HookKind::Mutating, &mut config);
+        assert!(validate(HookKind::Mutating, &config).is_empty());
+        Hook::from_configuration(HookKind::Mutating, &config).remove(0)
+    }
+
+    #[test]
+    fn rules_should_match_as_kube_apiservers_matcher() {
+        let pod = json!({"metadata": {"labels": {"app": "web"}}});
+        let all_pods = hook(
+            json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]),
+            json!({}),
+        );
+        assert!(all_pods.matches(&pod_request(Operation::Create, &pod)));
+        assert!(!all_pods.matches(&pod_request(Operation::Update, &pod)));
+        let mut status = pod_request(Operation::Create, &pod);
+        status.subresource = "status";
+        assert!(
+            !all_pods.matches(&status),
+            "`pods` does not match pods/status"
+        );
+        let any_sub = hook(
+            json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"]}]),
+            json!({}),
+        );
+        assert!(any_sub.matches(&status));
+        assert!(!any_sub.matches(&pod_request(Operation::Create, &pod)));
+        let cluster_only = hook(
+            json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "Cluster"}]),
+            json!({}),
+        );
+        assert!(!cluster_only.matches(&pod_request(Operation::Create, &pod)));
+        let other_version = hook(
+            json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v2"], "resources": ["pods"]}]),
+            json!({}),
+        );
+        assert!(other_version.matches(&pod_request(Operation::Create, &pod)));
+        let exact = hook(
+            json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v2"], "resources": ["pods"]}]),
+            json!({"matchPolicy": "Exact"}),
+        );
+        assert!(!exact.matches(&pod_request(Operation::Create, &pod)));
+        let selected = hook(
+            json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]),
+            json!({"objectSelector": {"matchLabels": {"app": "db"}}}),
+        );
+        assert!(!selected.matches(&pod_request(Operation::Create, &pod)));
+    }
+
+    #[test]
+    fn configurations_should_get_kube_apiservers_defaults_and_validation() {
+        let mut config = json!({"metadata": {"name": "c"}, "webhooks": [
+            {"name": "short", "clientConfig": {"url": "http://x/y"}, "rules": [{"operations": ["GET"]}],
+             "timeoutSeconds": 60}]});
+        apply_defaults(HookKind::Validating, &mut config);
+        assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
+        assert_eq!(config["webhooks"][0]["matchPolicy"], "Equivalent");
+        assert_eq!(config["webhooks"][0]["rules"][0]["scope"], "*");
+        let causes: Vec<String> = validate(HookKind::Validating, &config)
+            .into_iter()
+            .map(|(field, _)| field)
+            .collect();
+        for field in [
+            "webhooks[0].name",
+            "webhooks[0].sideEffects",
+            "webhooks[0].admissionReviewVersions",
+            "webhooks[0].timeoutSeconds",
+            "webhooks[0].clientConfig.url",
+            "webhooks[0].rules[0].operations",
+            "webhooks[0].rules[0].resources",
+        ] {
+            assert!(causes.iter().any(|c| c == field), "{field} in {causes:?}");
+        }
+    }
+}

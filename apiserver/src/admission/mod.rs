@@ -1,0 +1,741 @@
+//! Admission webhooks, called as kube-apiserver calls them: the `MutatingWebhookConfiguration`s
+//! and `ValidatingWebhookConfiguration`s in the store say which webhooks see which requests;
+//! a write runs mutating webhooks (in configuration-name order, reinvoking `IfNeeded` ones once
+//! when a later webhook changed the object), then the server's own defaulting and validation,
+//! then validating webhooks (concurrently), then is stored — for creates, updates, patches
+//! (server-side apply included), status writes and deletes, dry-run requests too
+//! (`dryRun: true` in the review), whether they come from a client or from the built-in
+//! controllers (a Pod a ReplicaSet creates is admitted like one `kubectl` creates).
+//!
+//! The store keeps one lock and webhooks are slow, so an admitted write is optimistic, as
+//! kube-apiserver's `GuaranteedUpdate`: the write is first run dry (defaults, validation,
+//! `managedFields`), webhooks see that result, and it is stored only if the object did not
+//! change meanwhile (a patch is then computed and admitted again, up to five times).
+
+mod call;
+pub mod config;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::json::Pointer;
+use crate::resources::ResourceType;
+use crate::selector::object_labels;
+use crate::store::{DeleteOptions, Propagation, Store, WriteOptions};
+
+pub use config::{Hook, HookKind, Operation};
+
+/// Times an admitted patch is computed again when the object changed while webhooks ran.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// Who makes a request: the review's `userInfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    /// `username`.
+    pub username: String,
+    /// `groups`.
+    pub groups: Vec<String>,
+}
+
+impl UserInfo {
+    /// The user of the embedded server's kubeconfig (every client request is theirs).
+    pub fn admin() -> Self {
+        UserInfo {
+            username: "krec".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        }
+    }
+
+    /// The identity a built-in component writes as (its field manager's name):
+    /// `kube-controller-manager`, `kube-scheduler`, the kubelet.
+    pub fn component(manager: &str) -> Self {
+        let (username, group) = match manager {
+            "kubelet" => ("system:node:krec-node".to_owned(), "system:nodes"),
+            other => (format!("system:{other}"), "system:authenticated"),
+        };
+        UserInfo {
+            username,
+            groups: vec![group.into(), "system:authenticated".into()],
+        }
+    }
+}
+
+/// A write that went through admission: what was stored (or would be, for a dry run) and the
+/// webhooks' warnings, for the response's `Warning` headers.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The object as stored (a delete: as deleted or marked for deletion).
+    pub object: Arc<Value>,
+    /// `response.warnings` of every webhook that answered.
+    pub warnings: Vec<String>,
+}
+
+impl Admitted {
+    fn plain(object: Arc<Value>) -> Self {
+        Admitted {
+            object,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// The webhooks a request meets: mutating then validating, each in order.
+#[derive(Default)]
+struct Matched {
+    mutating: Vec<Hook>,
+    validating: Vec<Hook>,
+}
+
+impl Matched {
+    fn is_empty(&self) -> bool {
+        self.mutating.is_empty() && self.validating.is_empty()
+    }
+}
+
+/// What a request is, beyond its objects: for reviews and error messages.
+struct Attributes<'a> {
+    rt: &'a ResourceType,
+    subresource: &'a str,
+    operation: Operation,
+    namespace: Option<&'a str>,
+    name: &'a str,
+    dry_run: bool,
+    user: &'a UserInfo,
+    /// `CreateOptions`, `UpdateOptions`, `PatchOptions` or `DeleteOptions`.
+    options: Value,
+}
+
+/// The admission chain of one embedded API server.
+pub struct Admission {
+    store: Arc<Store>,
+    mutating: Option<ResourceType>,
+    validating: Option<ResourceType>,
+    namespaces: Option<ResourceType>,
+}
+
+impl Admission {
+    /// Admission for the writes to `store`, configured by the webhook configurations in it.
+    pub fn new(store: Arc<Store>) -> Self {
+        let registry = store.registry().clone();
+        let group = "admissionregistration.k8s.io";
+        Admission {
+            mutating: registry.by_kind(group, "v1", "MutatingWebhookConfiguration"),
+            validating: registry.by_kind(group, "v1", "ValidatingWebhookConfiguration"),
+            namespaces: registry.by_kind("", "v1", "Namespace"),
+            store,
+        }
+    }
+
+    /// The store writes go to.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Whether any webhook configuration exists (else every write goes straight to the store).
+    pub fn configured(&self) -> bool {
+        [&self.mutating, &self.validating]
+            .into_iter()
+            .flatten()
+            .any(|rt| !self.store.objects(rt, None).is_empty())
+    }
+
+    /// The webhooks that see a request.
+    fn matching(&self, request: &config::Request<'_>, namespace: Option<&str>) -> Matched {
+        // Webhook configurations are never subject to webhooks (a broken webhook could
+        // otherwise never be removed).
+        if request.group == "admissionregistration.k8s.io" {
+            return Matched::default();
+        }
+        let mut matched = Matched::default();
+        let mut namespace_labels: Option<BTreeMap<String, String>> = None;
+        for (kind, rt) in [
+            (HookKind::Mutating, &self.mutating),
+            (HookKind::Validating, &self.validating),
+        ] {
+            let Some(rt) = rt else { continue };
+            // Key order is name order: kube-apiserver sorts configurations by name.
+            for configuration in self.store.objects(rt, None) {
+                for hook in Hook::from_configuration(kind, &configuration) {
+                    if !hook.matches(request) {
+                        continue;
+                    }
+                    if hook.has_namespace_selector() {
+                        let labels = namespace_labels
+                            .get_or_insert_with(|| self.namespace_labels(request, namespace));
+                        // A cluster-scoped object other than a Namespace always matches.
+                        let scoped = request.namespaced
+                            || (request.group.is_empty() && request.resource == "namespaces");
+                        if scoped && !hook.selects_namespace(labels) {
+                            continue;
+                        }
+                    }
+                    match kind {
+                        HookKind::Mutating => matched.mutating.push(hook),
+                        HookKind::Validating => matched.validating.push(hook),
+                    }
+                }
+            }
+        }
+        matched
+    }
+
+    /// The labels a namespace selector is matched against: a Namespace's own (new or old), else
+    /// those of the object's namespace.
+    fn namespace_labels(
+        &self,
+        request: &config::Request<'_>,
+        namespace: Option<&str>,
+    ) -> BTreeMap<String, String> {
+        if request.group.is_empty() && request.resource == "namespaces" {
+            return request
+                .object
+                .or(request.old_object)
+                .map(object_labels)
+                .unwrap_or_default();
+        }
+        match (namespace, &self.namespaces) {
+            (Some(ns), Some(rt)) => self
+                .store
+                .get(rt, None, ns)
+                .map(|n| object_labels(&n))
+                .unwrap_or_default(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    fn request<'a>(
+        attributes: &'a Attributes<'a>,
+        object: Option<&'a Value>,
+        old_object: Option<&'a Value>,
+    ) -> config::Request<'a> {
+        config::Request {
+            operation: attributes.operation,
+            group: &attributes.rt.group,
+            version: &attributes.rt.version,
+            resource: &attributes.rt.plural,
+            subresource: attributes.subresource,
+            namespaced: attributes.rt.namespaced,
+            object,
+            old_object,
+        }
+    }
+
+    /// Create `object` in `namespace`, through the webhooks.
+    pub async fn create(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        mut object: Value,
+        options: WriteOptions,
+        user: &UserInfo,
+    ) -> Result<Admitted, ApiError> {
+        let name = object
+            .at("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let namespace = namespace
+            .or_else(|| object.at("/metadata/namespace").and_then(Value::as_str))
+            .map(str::to_owned);
+        let attributes = Attributes {
+            rt,
+            subresource: "",
+            operation: Operation::Create,
+            namespace: namespace.as_deref(),
+            name: &name,
+            dry_run: options.dry_run,
+            user,
+            options: write_options("CreateOptions", &options),
+        };
+        let hooks = self.matching(
+            &Self::request(&attributes, Some(&object), None),
+            namespace.as_deref(),
+        );
+        if hooks.is_empty() {
+            return self
+                .store
+                .create(rt, namespace.as_deref(), object, options)
+                .map(Admitted::plain);
+        }
+        // Mutating webhooks see the decoded, defaulted body (no generated name or uid yet).
+        Store::default_new(rt, &mut object);
+        let dry = WriteOptions {
+            dry_run: true,
+            ..options.clone()
+        };
+        let (candidate, warnings) = self
+            .admit(&attributes, &hooks, object, None, true, |mutated| {
+                self.store
+                    .create(rt, namespace.as_deref(), mutated, dry.clone())
+                    .map(|o| (*o).clone())
+            })
+            .await?;
+        if options.dry_run {
+            return Ok(Admitted {
+                object: Arc::new(candidate),
+                warnings,
+            });
+        }
+        let stored = self.store.create(
+            rt,
+            namespace.as_deref(),
+            candidate,
+            WriteOptions {
+                prepared: true,
+                ..options
+            },
+        )?;
+        Ok(Admitted {
+            object: stored,
+            warnings,
+        })
+    }
+
+    /// Replace an object (`status`: through the status subresource), through the webhooks.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn update(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        object: Value,
+        status: bool,
+        options: WriteOptions,
+        user: &UserInfo,
+    ) -> Result<Admitted, ApiError> {
+        if !self.configured() {
+            return self
+                .store
+                .update(rt, namespace, name, object, status, options)
+                .map(Admitted::plain);
+        }
+        let mut object = Some(object);
+        let plural = rt.plural.clone();
+        self.patch_like(
+            rt,
+            namespace,
+            name,
+            status,
+            options,
+            user,
+            "UpdateOptions",
+            false,
+            |current| match current {
+                Some(_) => Ok(object.take()),
+                None => Err(ApiError::not_found(&rt.group, &plural, name)),
+            },
+        )
+        .await
+    }
+
+    /// Patch an object: `apply` computes the patched object from the current one (`None` when
+    /// it does not exist, for server-side apply's create), through the webhooks.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn patch<F>(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        status: bool,
+        options: WriteOptions,
+        user: &UserInfo,
+        apply: F,
+    ) -> Result<Admitted, ApiError>
+    where
+        F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError> + Send,
+    {
+        if !self.configured() {
+            return self
+                .store
+                .patch(rt, namespace, name, status, options, apply)
+                .map(Admitted::plain);
+        }
+        self.patch_like(
+            rt,
+            namespace,
+            name,
+            status,
+            options,
+            user,
+            "PatchOptions",
+            true,
+            apply,
+        )
+        .await
+    }
+
+    /// An update or a patch through the webhooks: run dry, admit the result, store it if the
+    /// object is still the one it was computed from.
+    #[allow(clippy::too_many_arguments)]
+    async fn patch_like<F>(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        status: bool,
+        options: WriteOptions,
+        user: &UserInfo,
+        options_kind: &str,
+        retriable: bool,
+        mut apply: F,
+    ) -> Result<Admitted, ApiError>
+    where
+        F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError> + Send,
+    {
+        let dry = WriteOptions {
+            dry_run: true,
+            ..options.clone()
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let old = self.store.get(rt, namespace, name).ok();
+            let candidate =
+                self.store
+                    .patch(rt, namespace, name, status, dry.clone(), &mut apply)?;
+            let candidate = (*candidate).clone();
+            let operation = if old.is_some() {
+                Operation::Update
+            } else {
+                Operation::Create
+            };
+            let attributes = Attributes {
+                rt,
+                subresource: if status { "status" } else { "" },
+                operation,
+                namespace,
+                name,
+                dry_run: options.dry_run,
+                user,
+                options: write_options(options_kind, &options),
+            };
+            let hooks = self.matching(
+                &Self::request(&attributes, Some(&candidate), old.as_deref()),
+                namespace,
+            );
+            let old_rv = old
+                .as_deref()
+                .and_then(|o| o.at("/metadata/resourceVersion"))
+                .cloned();
+            let (admitted, warnings) = if hooks.is_empty() {
+                (candidate, Vec::new())
+            } else {
+                self.admit(
+                    &attributes,
+                    &hooks,
+                    candidate,
+                    old.as_deref(),
+                    false,
+                    |mut mutated| match &old_rv {
+                        Some(rv) => {
+                            mutated["metadata"]["resourceVersion"] = rv.clone();
+                            self.store
+                                .update(rt, namespace, name, mutated, status, dry.clone())
+                                .map(|o| (*o).clone())
+                        }
+                        None => self
+                            .store
+                            .create(rt, namespace, mutated, prepared(&dry))
+                            .map(|o| (*o).clone()),
+                    },
+                )
+                .await?
+            };
+            if options.dry_run {
+                return Ok(Admitted {
+                    object: Arc::new(admitted),
+                    warnings,
+                });
+            }
+            let stored = match &old_rv {
+                Some(rv) => {
+                    let mut admitted = admitted;
+                    admitted["metadata"]["resourceVersion"] = rv.clone();
+                    self.store
+                        .update(rt, namespace, name, admitted, status, options.clone())
+                }
+                None => self
+                    .store
+                    .create(rt, namespace, admitted, prepared(&options)),
+            };
+            match stored {
+                // The object changed (or appeared) while the webhooks ran: compute it again.
+                Err(err) if err.code == 409 && retriable && attempt < MAX_ATTEMPTS => continue,
+                Err(err) => return Err(err),
+                Ok(object) => return Ok(Admitted { object, warnings }),
+            }
+        }
+    }
+
+    /// Delete an object, through the webhooks (they see it as `oldObject`).
+    pub async fn delete(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+        user: &UserInfo,
+    ) -> Result<Admitted, ApiError> {
+        if !self.configured() {
+            return self
+                .store
+                .delete(rt, namespace, name, options)
+                .map(Admitted::plain);
+        }
+        let old = self.store.get(rt, namespace, name)?;
+        let mut delete_options = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
+        "propagationPolicy": match options.propagation {
+            Propagation::Orphan => "Orphan",
+            Propagation::Foreground => "Foreground",
+            Propagation::Background => "Background",
+        }});
+        if let Some(grace) = options.grace_period {
+            delete_options["gracePeriodSeconds"] = json!(grace);
+        }
+        if options.dry_run {
+            delete_options["dryRun"] = json!(["All"]);
+        }
+        let attributes = Attributes {
+            rt,
+            subresource: "",
+            operation: Operation::Delete,
+            namespace,
+            name,
+            dry_run: options.dry_run,
+            user,
+            options: delete_options,
+        };
+        let hooks = self.matching(&Self::request(&attributes, None, Some(&old)), namespace);
+        let mut warnings = Vec::new();
+        if !hooks.is_empty() {
+            // Mutating webhooks are called for deletes too; there is no object to patch.
+            for hook in &hooks.mutating {
+                let review = review(&attributes, None, Some(&old));
+                if let Some(verdict) = consult(hook, &review).await? {
+                    warnings.extend(verdict.warnings);
+                }
+            }
+            warnings.extend(validate(&attributes, &hooks.validating, None, Some(&old)).await?);
+        }
+        let object = self.store.delete(rt, namespace, name, options)?;
+        Ok(Admitted { object, warnings })
+    }
+
+    /// Mutating webhooks on `object`, then `revalidate` (the server's defaulting and
+    /// validation, run dry) when they changed it or `always`, then validating webhooks.
+    async fn admit(
+        &self,
+        attributes: &Attributes<'_>,
+        hooks: &Matched,
+        mut object: Value,
+        old: Option<&Value>,
+        always: bool,
+        revalidate: impl FnOnce(Value) -> Result<Value, ApiError>,
+    ) -> Result<(Value, Vec<String>), ApiError> {
+        let mut warnings = Vec::new();
+        let initial = object.clone();
+        // Each webhook with the object it saw, for reinvocation.
+        let mut seen: Vec<(&Hook, Value)> = Vec::new();
+        for hook in &hooks.mutating {
+            seen.push((hook, object.clone()));
+            mutate(attributes, hook, &mut object, old, &mut warnings).await?;
+        }
+        // `reinvocationPolicy: IfNeeded`: once more when a later webhook changed the object.
+        for (hook, saw) in seen {
+            if hook.reinvoke && saw != object {
+                mutate(attributes, hook, &mut object, old, &mut warnings).await?;
+            }
+        }
+        let candidate = if always || object != initial {
+            revalidate(object)?
+        } else {
+            object
+        };
+        warnings.extend(validate(attributes, &hooks.validating, Some(&candidate), old).await?);
+        Ok((candidate, warnings))
+    }
+}
+
+/// A dry-run or real create of an object a dry run prepared (its uid kept).
+fn prepared(options: &WriteOptions) -> WriteOptions {
+    WriteOptions {
+        prepared: true,
+        ..options.clone()
+    }
+}
+
+/// The `options` of a review: `CreateOptions`, `UpdateOptions` or `PatchOptions`.
+fn write_options(kind: &str, options: &WriteOptions) -> Value {
+    let mut value = json!({"apiVersion": "meta.k8s.io/v1", "kind": kind,
+        "fieldManager": options.manager});
+    if options.dry_run {
+        value["dryRun"] = json!(["All"]);
+    }
+    if options.applied {
+        value["force"] = json!(true);
+    }
+    value
+}
+
+/// The review kube-apiserver sends for a request.
+fn review(
+    attributes: &Attributes<'_>,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> call::Review {
+    let rt = attributes.rt;
+    let kind = json!({"group": rt.group, "version": rt.version, "kind": rt.kind});
+    let resource = json!({"group": rt.group, "version": rt.version, "resource": rt.plural});
+    let mut request = json!({
+        "kind": kind,
+        "resource": resource,
+        "requestKind": kind,
+        "requestResource": resource,
+        "operation": attributes.operation.as_str(),
+        "userInfo": {"username": attributes.user.username, "groups": attributes.user.groups},
+        "object": object,
+        "oldObject": old,
+        "dryRun": attributes.dry_run,
+        "options": attributes.options,
+    });
+    if !attributes.name.is_empty() {
+        request["name"] = json!(attributes.name);
+    }
+    if let Some(ns) = attributes.namespace.filter(|_| rt.namespaced) {
+        request["namespace"] = json!(ns);
+    }
+    if !attributes.subresource.is_empty() {
+        request["subResource"] = json!(attributes.subresource);
+        request["requestSubResource"] = json!(attributes.subresource);
+    }
+    call::Review { request }
+}
+
+/// Call one webhook; a call that fails is the request's failure (`failurePolicy: Fail`) or is
+/// logged and skipped (`Ignore`: `None`); a denial is the request's failure.
+async fn consult(hook: &Hook, review: &call::Review) -> Result<Option<call::Verdict>, ApiError> {
+    match call::call(hook, review).await {
+        Err(err) if hook.fail_closed => Err(ApiError::internal(format!(
+            "Internal error occurred: failed calling webhook \"{}\": {err}",
+            hook.name
+        ))),
+        Err(err) => {
+            tracing::warn!(
+                webhook = %hook.name,
+                "failed calling webhook, failing open (failurePolicy: Ignore): {err}"
+            );
+            Ok(None)
+        }
+        Ok(verdict) if !verdict.allowed => Err(denied(hook, verdict.status.as_ref())),
+        Ok(verdict) => Ok(Some(verdict)),
+    }
+}
+
+/// One mutating webhook on `object`: its patch applied, its warnings kept.
+async fn mutate(
+    attributes: &Attributes<'_>,
+    hook: &Hook,
+    object: &mut Value,
+    old: Option<&Value>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let review = review(attributes, Some(object), old);
+    let Some(verdict) = consult(hook, &review).await? else {
+        return Ok(());
+    };
+    warnings.extend(verdict.warnings);
+    if let Some(patch) = verdict.patch {
+        let patch: json_patch::Patch = serde_json::from_value(patch).map_err(|e| {
+            ApiError::internal(format!(
+                "Internal error occurred: webhook \"{}\" returned an invalid JSON patch: {e}",
+                hook.name
+            ))
+        })?;
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &patch).map_err(|e| {
+            ApiError::internal(format!(
+                "Internal error occurred: JSON Patch of webhook \"{}\": {e}",
+                hook.name
+            ))
+        })?;
+        *object = patched;
+    }
+    Ok(())
+}
+
+/// The validating webhooks, called concurrently as kube-apiserver does; the first denial (in
+/// their order) fails the request.
+async fn validate(
+    attributes: &Attributes<'_>,
+    hooks: &[Hook],
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<Vec<String>, ApiError> {
+    if hooks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let review = review(attributes, object, old);
+    let verdicts = futures::future::join_all(hooks.iter().map(|h| consult(h, &review))).await;
+    let mut warnings = Vec::new();
+    for verdict in verdicts {
+        if let Some(verdict) = verdict? {
+            warnings.extend(verdict.warnings);
+        }
+    }
+    Ok(warnings)
+}
+
+/// A webhook's denial as kube-apiserver's `ToStatusErr` words it: at least 400 (403 when the
+/// webhook gave less), the webhook's reason kept.
+fn denied(hook: &Hook, status: Option<&Value>) -> ApiError {
+    let denied_by = format!("admission webhook \"{}\" denied the request", hook.name);
+    let field = |key: &str| {
+        status
+            .and_then(|s| s.get(key))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let message = match (field("message"), field("reason")) {
+        (Some(message), _) => format!("{denied_by}: {message}"),
+        (None, Some(reason)) => format!("{denied_by}: {reason}"),
+        (None, None) => format!("{denied_by} without explanation"),
+    };
+    let code = status
+        .and_then(|s| s.get("code"))
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c))
+        .unwrap_or(403);
+    ApiError::from_webhook(code, field("reason").unwrap_or(""), message)
+}
+
+/// Run `future` to its end from synchronous code on a Tokio runtime (the built-in
+/// controllers' writes): in place on a multi-threaded runtime, else on a thread of its own.
+pub fn block_on<F>(future: F) -> Result<F::Output, ApiError>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            Ok(tokio::task::block_in_place(|| handle.block_on(future)))
+        }
+        _ => std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map(|runtime| runtime.block_on(future))
+                })
+                .join()
+                .map_err(|_| ApiError::internal("admission panicked"))?
+                .map_err(|e| ApiError::internal(format!("admission runtime: {e}")))
+        }),
+    }
+}

@@ -1,0 +1,376 @@
+//! Admission webhooks as kube-apiserver calls them: a test webhook server over HTTPS (trusted
+//! through the configuration's `caBundle`) mutates Pods and judges ConfigMaps; the embedded
+//! server calls it for client writes, for Pods the ReplicaSet controller creates, for dry runs
+//! and deletes, and follows `failurePolicy` when it cannot be reached in time.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use krec_apiserver::controllers::Selection;
+use krec_apiserver::{Server, tls};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+/// Reviews the test webhook received: (path, request).
+type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// Answer a review: `/mutate` labels Pods and sets requests; `/validate` denies ConfigMaps
+/// with `data.bad`; `/slow` never answers in time.
+async fn answer(path: &str, review: &Value) -> Value {
+    let request = &review["request"];
+    let uid = request["uid"].clone();
+    let response = match path {
+        "/mutate" => {
+            let patch = if request["object"]["metadata"]["labels"].is_object() {
+                json!([{"op": "add", "path": "/metadata/labels/krec.dev~1defaulted", "value": "true"}])
+            } else {
+                json!([{"op": "add", "path": "/metadata/labels", "value": {"krec.dev/defaulted": "true"}}])
+            };
+            json!({"uid": uid, "allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+                "warnings": ["labelled by the test webhook"]})
+        }
+        "/validate" => {
+            let bad = request["object"]["data"]["bad"].as_str();
+            match bad {
+                Some(why) => json!({"uid": uid, "allowed": false,
+                    "status": {"code": 422, "reason": "Invalid", "message": format!("data.bad is set: {why}")}}),
+                None => json!({"uid": uid, "allowed": true}),
+            }
+        }
+        _ => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            json!({"uid": uid, "allowed": false})
+        }
+    };
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// The test webhook over HTTPS; returns its address, CA (PEM) and what it saw.
+async fn webhook_server() -> (SocketAddr, String, Seen) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let certs = tls::generate(&addr, None).expect("certificates");
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri, body: axum::body::Bytes| {
+        let log = log.clone();
+        async move {
+            let review: Value = serde_json::from_slice(&body).expect("a review");
+            log.lock()
+                .expect("log")
+                .push((uri.path().to_owned(), review["request"].clone()));
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                answer(uri.path(), &review).await.to_string(),
+            )
+        }
+    });
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _stop = _stop;
+        krec_apiserver::serve_tls(listener, certs.server_config, app, stopped).await;
+    });
+    (addr, certs.ca_pem, seen)
+}
+
+async fn client(cluster: &Server) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+fn webhook(name: &str, url: String, ca: &str, resources: &str, extra: Value) -> Value {
+    let mut hook = json!({
+        "name": name,
+        "clientConfig": {"url": url,
+            "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)},
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+            "resources": [resources]}],
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        hook[k] = v.clone();
+    }
+    hook
+}
+
+fn status_of(err: kube::Error) -> (u16, String, String) {
+    match err {
+        kube::Error::Api(status) => (status.code, status.reason.clone(), status.message.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_should_mutate_and_validate_writes_as_kube_apiserver_calls_them() {
+    let (addr, ca, seen) = webhook_server().await;
+    let cluster = Server::builder()
+        .controllers("replicaset".parse::<Selection>().expect("selection"))
+        .start()
+        .await
+        .expect("start");
+    let client = client(&cluster).await;
+    let base = format!("https://{addr}");
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let object = |kind: &str, hooks: Vec<Value>| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": "test"}, "webhooks": hooks})
+    };
+    let stored = mutating
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object(
+                "MutatingWebhookConfiguration",
+                vec![webhook(
+                    "pods.test.krec.dev",
+                    format!("{base}/mutate"),
+                    &ca,
+                    "pods",
+                    json!({}),
+                )],
+            ))
+            .expect("configuration"),
+        )
+        .await
+        .expect("mutating configuration");
+    let defaulted = &stored.webhooks.expect("webhooks")[0];
+    assert_eq!(defaulted.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(defaulted.timeout_seconds, Some(10));
+    validating
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object(
+                "ValidatingWebhookConfiguration",
+                vec![
+                    webhook(
+                        "configmaps.test.krec.dev",
+                        format!("{base}/validate"),
+                        &ca,
+                        "configmaps",
+                        json!({}),
+                    ),
+                    webhook(
+                        "slow.test.krec.dev",
+                        format!("{base}/slow"),
+                        &ca,
+                        "configmaps",
+                        json!({"timeoutSeconds": 1, "failurePolicy": "Ignore"}),
+                    ),
+                ],
+            ))
+            .expect("configuration"),
+        )
+        .await
+        .expect("validating configuration");
+
+    // A configuration that breaks the rules is refused with kube-apiserver's causes.
+    let mut bad = object(
+        "ValidatingWebhookConfiguration",
+        vec![json!({"name": "short", "clientConfig": {"url": "http://x"}})],
+    );
+    bad["metadata"]["name"] = json!("bad");
+    let (code, reason, message) = status_of(
+        validating
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(bad).expect("bad"),
+            )
+            .await
+            .expect_err("invalid configuration"),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"), "{message}");
+    assert!(message.contains("webhooks[0].sideEffects"), "{message}");
+
+    // A client's Pod is mutated; the webhook's warning is passed on.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}}))
+    .expect("pod");
+    let created = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("krec.dev/defaulted").map(String::as_str),
+        Some("true")
+    );
+    let (path, review) = seen
+        .lock()
+        .expect("seen")
+        .last()
+        .cloned()
+        .expect("a review");
+    assert_eq!(path, "/mutate");
+    assert_eq!(review["operation"], "CREATE");
+    assert_eq!(
+        review["kind"],
+        json!({"group": "", "version": "v1", "kind": "Pod"})
+    );
+    assert_eq!(review["resource"]["resource"], "pods");
+    assert_eq!(review["namespace"], "default");
+    assert_eq!(review["dryRun"], false);
+    assert_eq!(
+        review["object"]["spec"]["restartPolicy"], "Always",
+        "defaulted before mutation"
+    );
+
+    // A dry-run create is admitted and stores nothing.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut second = pod.clone();
+    second.metadata.name = Some("dry".into());
+    let answered = pods.create(&dry, &second).await.expect("dry run");
+    assert!(
+        answered
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("krec.dev/defaulted")
+    );
+    assert!(pods.get_opt("dry").await.expect("get").is_none());
+    assert_eq!(
+        seen.lock().expect("seen").last().expect("review").1["dryRun"],
+        true
+    );
+
+    // A Pod the ReplicaSet controller creates is mutated too (generateName: no name yet).
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "rs"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "rs"}},
+            "template": {"metadata": {"labels": {"app": "rs"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))
+    .expect("replica set");
+    sets.create(&PostParams::default(), &rs)
+        .await
+        .expect("replica set");
+    let mut controlled = Vec::new();
+    for _ in 0..200 {
+        controlled = pods
+            .list(&ListParams::default().labels("krec.dev/defaulted=true"))
+            .await
+            .expect("list")
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.generate_name.as_deref() == Some("rs-"))
+            .collect();
+        if !controlled.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(controlled.len(), 1, "the controller's Pod was mutated");
+    let controller_review = seen
+        .lock()
+        .expect("seen")
+        .iter()
+        .rev()
+        .find(|(_, r)| r["object"]["metadata"]["generateName"] == "rs-")
+        .cloned()
+        .expect("the controller's Pod was reviewed");
+    assert!(
+        controller_review.1.get("name").is_none(),
+        "no name before generation"
+    );
+    assert_eq!(
+        controller_review.1["userInfo"]["username"],
+        "system:kube-controller-manager"
+    );
+
+    // A ConfigMap is judged: denied with the webhook's code, reason and message; the slow
+    // webhook (failurePolicy Ignore) is cut at its timeout and the request goes on.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let good: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "good"}, "data": {"a": "1"}}))
+            .expect("configmap");
+    let started = std::time::Instant::now();
+    maps.create(&PostParams::default(), &good)
+        .await
+        .expect("allowed");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the slow webhook was waited for"
+    );
+    let bad: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "bad"}, "data": {"bad": "yes"}}))
+            .expect("configmap");
+    let (code, reason, message) = status_of(
+        maps.create(&PostParams::default(), &bad)
+            .await
+            .expect_err("denied"),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        message,
+        "admission webhook \"configmaps.test.krec.dev\" denied the request: data.bad is set: yes"
+    );
+    assert!(maps.get_opt("bad").await.expect("get").is_none());
+    // An update is judged with the old object; a patch too.
+    let patch = json!({"data": {"bad": "patched"}});
+    let (code, _, message) = status_of(
+        maps.patch("good", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect_err("denied patch"),
+    );
+    assert_eq!(code, 422, "{message}");
+    let (_, review) = seen
+        .lock()
+        .expect("seen")
+        .iter()
+        .rev()
+        .find(|(p, _)| p == "/validate")
+        .cloned()
+        .expect("review");
+    assert_eq!(review["operation"], "UPDATE");
+    assert_eq!(review["oldObject"]["data"]["a"], "1");
+    assert_eq!(
+        maps.get("good")
+            .await
+            .expect("get")
+            .data
+            .expect("data")
+            .len(),
+        1
+    );
+    maps.delete("good", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    // failurePolicy Fail: a webhook that cannot answer in time fails the request.
+    let mut configuration = validating.get("test").await.expect("get");
+    if let Some(hooks) = configuration.webhooks.as_mut() {
+        hooks[1].failure_policy = Some("Fail".into());
+    }
+    validating
+        .replace("test", &PostParams::default(), &configuration)
+        .await
+        .expect("replace");
+    let (code, _, message) = status_of(
+        maps.create(&PostParams::default(), &good)
+            .await
+            .expect_err("failed closed"),
+    );
+    assert_eq!(code, 500, "{message}");
+    assert!(
+        message.contains("failed calling webhook \"slow.test.krec.dev\""),
+        "{message}"
+    );
+    cluster.shutdown().await;
+}
