@@ -374,3 +374,62 @@ async fn webhooks_should_mutate_and_validate_writes_as_kube_apiserver_calls_them
     );
     cluster.shutdown().await;
 }
+
+#[path = "support/kubectl.rs"]
+#[allow(dead_code)]
+mod support;
+
+/// What a user types: `kubectl apply` of a configuration, then commands the webhook judges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_should_show_a_webhooks_denial_and_its_configuration() {
+    let (addr, ca, _seen) = webhook_server().await;
+    let (_cluster, dir, kubectl) = support::start().await;
+    let bundle = base64::engine::general_purpose::STANDARD.encode(&ca);
+    let manifest = format!(
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: configmap-policy
+webhooks:
+- name: configmaps.test.krec.dev
+  clientConfig:
+    url: https://{addr}/validate
+    caBundle: {bundle}
+  rules:
+  - operations: [CREATE, UPDATE]
+    apiGroups: ['']
+    apiVersions: [v1]
+    resources: [configmaps]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"
+    );
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, manifest).expect("write");
+    let path = path.display().to_string();
+    let (applied, listed, denied, allowed) = tokio::task::spawn_blocking(move || {
+        (
+            kubectl.ok(&["apply", "-f", &path]),
+            kubectl.ok(&["get", "validatingwebhookconfigurations"]),
+            kubectl.run(&["create", "configmap", "bad", "--from-literal=bad=yes"]),
+            kubectl.ok(&["create", "configmap", "good", "--from-literal=a=1"]),
+        )
+    })
+    .await
+    .expect("kubectl");
+    assert!(applied.contains("configmap-policy created"), "{applied}");
+    assert!(listed.starts_with("NAME"), "{listed}");
+    assert!(
+        listed.contains("configmap-policy") && listed.contains(" 1 "),
+        "{listed}"
+    );
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(!denied.status.success());
+    assert!(
+        stderr.contains(
+            "admission webhook \"configmaps.test.krec.dev\" denied the request: data.bad is set: yes"
+        ),
+        "{stderr}"
+    );
+    assert!(allowed.contains("configmap/good created"), "{allowed}");
+}
