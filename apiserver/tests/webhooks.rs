@@ -376,7 +376,6 @@ async fn webhooks_should_mutate_and_validate_writes_as_kube_apiserver_calls_them
 }
 
 #[path = "support/kubectl.rs"]
-#[allow(dead_code)]
 mod support;
 
 /// What a user types: `kubectl apply` of a configuration, then commands the webhook judges.
