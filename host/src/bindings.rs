@@ -13,3 +13,26 @@ wasmtime::component::bindgen!({
 pub use self::krec::reconciler::types::{
     Action as WitAction, Error as WitError, Gvk as WitGvk, Request as WitRequest,
 };
+
+/// The host's bindings of the `guest` world (a reconciler and admission webhooks in one
+/// component, what the SDK builds since WIT 0.1.1): its admission exports and the `reader`
+/// import. The interfaces it shares with `reconciler` are the ones above.
+pub mod guest {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "guest",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: {
+            "krec:reconciler/types": super::krec::reconciler::types,
+            "krec:reconciler/client": super::krec::reconciler::client,
+            "krec:reconciler/events": super::krec::reconciler::events,
+            "krec:reconciler/log": super::krec::reconciler::log,
+        },
+    });
+
+    pub use self::krec::reconciler::admission_types::{
+        AdmissionRequest as WitAdmissionRequest, Operation as WitOperation,
+        UserInfo as WitUserInfo, Verdict as WitVerdict,
+    };
+}

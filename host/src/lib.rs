@@ -27,3 +27,4 @@ pub mod objects;
 pub mod progress;
 pub mod queue;
 pub mod rbac;
+pub mod webhooks;

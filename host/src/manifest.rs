@@ -136,6 +136,95 @@ pub struct ReconcilerSpec {
     /// What the guest may do; every other call is `forbidden`.
     #[serde(default)]
     pub permissions: Vec<Permission>,
+    /// Admission webhooks the guest serves (its `validate` and `mutate` exports).
+    #[serde(default)]
+    pub webhooks: Vec<WebhookSpec>,
+}
+
+/// Whether a webhook judges or changes objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookType {
+    /// Calls the guest's `validate`: allow or deny.
+    Validating,
+    /// Calls the guest's `mutate`: allow or deny, and a changed object.
+    Mutating,
+}
+
+impl WebhookType {
+    /// `validate` or `mutate`: the export called, and the path the host serves it at.
+    pub fn export(self) -> &'static str {
+        match self {
+            WebhookType::Validating => "validate",
+            WebhookType::Mutating => "mutate",
+        }
+    }
+}
+
+/// One rule of a webhook, as in a `*WebhookConfiguration`'s `rules`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookRule {
+    /// API groups (`""` for the core group, `*` for all).
+    pub api_groups: Vec<String>,
+    /// API versions (`*` for all).
+    pub api_versions: Vec<String>,
+    /// Resources (plural, `pods/status` for a subresource, `*` for all).
+    pub resources: Vec<String>,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `*`.
+    pub operations: Vec<String>,
+    /// `Cluster`, `Namespaced` or `*` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// An admission webhook the guest serves: what a `*WebhookConfiguration` says of it.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WebhookSpec {
+    /// `validating` or `mutating`.
+    #[serde(rename = "type")]
+    pub kind: WebhookType,
+    /// The webhook's name, a domain of at least three labels; default
+    /// `{type}.{guest}.krec.dev`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The requests it sees.
+    pub rules: Vec<WebhookRule>,
+    /// `Fail` (the default) or `Ignore`: what a trap, timeout or unreachable host means.
+    #[serde(default)]
+    pub failure_policy: Option<String>,
+    /// `None` (the default) or `NoneOnDryRun`.
+    #[serde(default)]
+    pub side_effects: Option<String>,
+    /// 1 to 30 seconds (default 10): how long the API server waits.
+    #[serde(default)]
+    pub timeout_seconds: Option<u32>,
+    /// A label selector on the namespace.
+    #[serde(default)]
+    pub namespace_selector: Option<serde_json::Value>,
+    /// A label selector on the object.
+    #[serde(default)]
+    pub object_selector: Option<serde_json::Value>,
+    /// `Equivalent` (the default) or `Exact`.
+    #[serde(default)]
+    pub match_policy: Option<String>,
+    /// Mutating webhooks: `Never` (the default) or `IfNeeded`.
+    #[serde(default)]
+    pub reinvocation_policy: Option<String>,
+}
+
+impl WebhookSpec {
+    /// The webhook's name: its own, or `{type}.{guest}.krec.dev`.
+    pub fn name_for(&self, guest: &str) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            let kind = match self.kind {
+                WebhookType::Validating => "validating",
+                WebhookType::Mutating => "mutating",
+            };
+            format!("{kind}.{guest}.krec.dev")
+        })
+    }
 }
 
 fn default_concurrency() -> u32 {
@@ -721,6 +810,101 @@ fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, S
     }
 }
 
+/// The webhooks' fields, with the values kube-apiserver would accept in the configuration
+/// the host registers for them (so a mistake is reported here, naming the manifest's field).
+fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
+    let one_of = |field: String, value: &Option<String>, allowed: &[&str]| match value {
+        Some(v) if !allowed.contains(&v.as_str()) => Err((
+            field,
+            format!("{v:?} is not one of {}", allowed.join(", ")),
+        )),
+        _ => Ok(()),
+    };
+    let mut names = std::collections::HashSet::new();
+    for (i, hook) in webhooks.iter().enumerate() {
+        let field = format!("spec.webhooks[{i}]");
+        if let Some(name) = &hook.name {
+            if !is_dns_subdomain(name) || name.split('.').count() < 3 {
+                return Err((
+                    format!("{field}.name"),
+                    format!("{name:?} must be a domain of at least three labels, e.g. `foo.example.com`"),
+                ));
+            }
+            if !names.insert(name.clone()) {
+                return Err((format!("{field}.name"), format!("{name:?} is used twice")));
+            }
+        }
+        if hook.rules.is_empty() {
+            return Err((
+                format!("{field}.rules"),
+                "at least one rule is required (apiGroups, apiVersions, resources, operations)".into(),
+            ));
+        }
+        for (j, rule) in hook.rules.iter().enumerate() {
+            let rule_field = format!("{field}.rules[{j}]");
+            for (key, values) in [
+                ("apiGroups", &rule.api_groups),
+                ("apiVersions", &rule.api_versions),
+                ("resources", &rule.resources),
+                ("operations", &rule.operations),
+            ] {
+                if values.is_empty() {
+                    return Err((format!("{rule_field}.{key}"), "must not be empty".into()));
+                }
+            }
+            for op in &rule.operations {
+                if !["*", "CREATE", "UPDATE", "DELETE", "CONNECT"].contains(&op.as_str()) {
+                    return Err((
+                        format!("{rule_field}.operations"),
+                        format!("{op:?} is not one of CREATE, UPDATE, DELETE, CONNECT, *"),
+                    ));
+                }
+            }
+            one_of(
+                format!("{rule_field}.scope"),
+                &rule.scope,
+                &["*", "Cluster", "Namespaced"],
+            )?;
+        }
+        one_of(format!("{field}.failurePolicy"), &hook.failure_policy, &["Fail", "Ignore"])?;
+        one_of(format!("{field}.sideEffects"), &hook.side_effects, &["None", "NoneOnDryRun"])?;
+        one_of(format!("{field}.matchPolicy"), &hook.match_policy, &["Equivalent", "Exact"])?;
+        one_of(
+            format!("{field}.reinvocationPolicy"),
+            &hook.reinvocation_policy,
+            &["Never", "IfNeeded"],
+        )?;
+        if hook.reinvocation_policy.is_some() && hook.kind == WebhookType::Validating {
+            return Err((
+                format!("{field}.reinvocationPolicy"),
+                "only mutating webhooks are reinvoked".into(),
+            ));
+        }
+        if let Some(timeout) = hook.timeout_seconds
+            && !(1..=30).contains(&timeout)
+        {
+            return Err((
+                format!("{field}.timeoutSeconds"),
+                format!("{timeout} is not between 1 and 30"),
+            ));
+        }
+        for (key, selector) in [
+            ("namespaceSelector", &hook.namespace_selector),
+            ("objectSelector", &hook.object_selector),
+        ] {
+            if let Some(selector) = selector
+                && !selector.is_object()
+            {
+                return Err((
+                    format!("{field}.{key}"),
+                    "must be a label selector (matchLabels, matchExpressions)".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     let problem = |field: &str, p: String| Err((field.to_owned(), p));
     if spec.module.as_os_str().is_empty() {
@@ -838,12 +1022,17 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
         }
         validate_request(&format!("spec.tickers[{i}].request"), &t.request)?;
     }
-    if spec.for_kind.is_none() && spec.watches.is_empty() && spec.tickers.is_empty() {
+    if spec.for_kind.is_none()
+        && spec.watches.is_empty()
+        && spec.tickers.is_empty()
+        && spec.webhooks.is_empty()
+    {
         return problem(
             "spec",
-            "nothing would trigger a reconcile: set `for`, `watches` or `tickers`".into(),
+            "nothing would call the guest: set `for`, `watches`, `tickers` or `webhooks`".into(),
         );
     }
+    validate_webhooks(&spec.webhooks)?;
     if spec.limits.timeout.is_zero() || spec.limits.timeout > MAX_TIMEOUT {
         return problem(
             "spec.limits.timeout",

@@ -92,6 +92,22 @@ pub struct CallLabels {
     pub result: String,
 }
 
+/// Labels of the webhook series: which webhook.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabel {
+    /// The webhook's path, e.g. `/validate/foo-validator` (controller-runtime's label).
+    pub webhook: String,
+}
+
+/// Labels of `controller_runtime_webhook_requests_total`: webhook and code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookCodeLabels {
+    /// The webhook's path.
+    pub webhook: String,
+    /// The HTTP status code answered.
+    pub code: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -101,6 +117,15 @@ fn reconcile_buckets() -> Histogram {
         0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
         0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
         15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+    ])
+}
+
+fn webhook_buckets() -> Histogram {
+    // Prometheus' default buckets, which controller-runtime's webhook latency uses; with
+    // finer ones below, where a Wasm webhook answers.
+    Histogram::new([
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+        2.5, 5.0, 10.0,
     ])
 }
 
@@ -156,6 +181,12 @@ pub struct Metrics {
     pub write_throttled: Family<GuestLabel, Counter<f64, AtomicU64>>,
     /// `krec_guest_quarantined_keys_total`.
     pub quarantined: Family<GuestLabel, Counter>,
+    /// `controller_runtime_webhook_requests_total`.
+    pub webhook_requests: Family<WebhookCodeLabels, Counter>,
+    /// `controller_runtime_webhook_latency_seconds`.
+    pub webhook_latency: HistogramFamily<WebhookLabel>,
+    /// `controller_runtime_webhook_requests_in_flight`.
+    pub webhook_in_flight: Family<WebhookLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -197,6 +228,9 @@ impl Metrics {
             cpu_throttled: Family::default(),
             write_throttled: Family::default(),
             quarantined: Family::default(),
+            webhook_requests: Family::default(),
+            webhook_latency: Family::new_with_constructor(webhook_buckets),
+            webhook_in_flight: Family::default(),
             registry: Registry::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
@@ -214,6 +248,21 @@ impl Metrics {
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             m.reconcile_time.clone(),
+        );
+        registry.register(
+            "controller_runtime_webhook_requests",
+            "Total number of admission requests by HTTP status code",
+            m.webhook_requests.clone(),
+        );
+        registry.register(
+            "controller_runtime_webhook_latency_seconds",
+            "Histogram of the latency of processing admission requests",
+            m.webhook_latency.clone(),
+        );
+        registry.register(
+            "controller_runtime_webhook_requests_in_flight",
+            "Current number of admission requests being served",
+            m.webhook_in_flight.clone(),
         );
         registry.register(
             "controller_runtime_max_concurrent_reconciles",

@@ -6,6 +6,7 @@
 //! every call. Every reconcile runs under the manifest's time limit (epoch interruption) and
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
+mod admission;
 mod budget;
 mod limits;
 mod log_budget;
@@ -23,6 +24,7 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 
+pub use admission::Review;
 pub use budget::{CPU_BURST, CpuAccount, CpuGovernor, GuestBudgets, MAX_CPU_PAUSE, WriteLimiter};
 pub use limits::{
     GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
@@ -33,6 +35,7 @@ pub use native::NativeReconcile;
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
+use crate::bindings::guest::GuestPre;
 use crate::bindings::{Reconciler, ReconcilerPre, WitAction, WitRequest};
 use crate::cluster::{AccessError, ClusterAccess};
 use crate::manifest::{Isolation, Manifest};
@@ -97,6 +100,8 @@ enum Body {
         ReconcilerPre<HostState>,
         #[allow(dead_code)] // held, never read: it keeps the compiled code shared
         Arc<Component>,
+        /// The admission exports, when the component has them (WIT 0.1.1's `guest` world).
+        Option<GuestPre<HostState>>,
     ),
     /// A reconciler compiled into the host (see [`native`]).
     Native(NativeReconcile),
@@ -152,6 +157,10 @@ pub fn new_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     Reconciler::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
+    crate::bindings::guest::krec::reconciler::reader::add_to_linker::<
+        _,
+        wasmtime::component::HasSelf<HostState>,
+    >(&mut linker, |s| s)?;
     Ok(linker)
 }
 
@@ -178,11 +187,12 @@ impl GuestModule {
             path: path.clone(),
             source,
         })?;
-        let (pre, component, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
+        let (pre, component, admission, digest, origin) =
+            prepare(engine, linker, &path, &bytes, cache)?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
-            body: Body::Wasm(pre, component),
+            body: Body::Wasm(pre, component, admission),
             digest,
             origin,
         })
@@ -196,12 +206,12 @@ impl GuestModule {
         path: &str,
         bytes: &[u8],
     ) -> Result<Self, LoadError> {
-        let (pre, component, digest, origin) =
+        let (pre, component, admission, digest, origin) =
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
-            body: Body::Wasm(pre, component),
+            body: Body::Wasm(pre, component, admission),
             digest,
             origin,
         })
@@ -254,15 +264,25 @@ impl GuestModule {
     }
 }
 
+/// What [`prepare`] makes of a module file.
+type Prepared = (
+    ReconcilerPre<HostState>,
+    Arc<Component>,
+    Option<GuestPre<HostState>>,
+    String,
+    Origin,
+);
+
 /// Compile `bytes` (or take them from `cache`) and check the component implements the world;
-/// returns the pre-instantiated component, its digest and where it came from. Errors name `path`.
+/// returns the pre-instantiated component (and its admission exports, if it has them), its
+/// digest and where it came from. Errors name `path`.
 fn prepare(
     engine: &Engine,
     linker: &Linker<HostState>,
     path: &str,
     bytes: &[u8],
     cache: &ModuleCache,
-) -> Result<(ReconcilerPre<HostState>, Arc<Component>, String, Origin), LoadError> {
+) -> Result<Prepared, LoadError> {
     let (component, origin) =
         cache.shared_component(engine, bytes, || compile(engine, path, bytes))?;
     let wrong_world = |err: wasmtime::Error| LoadError::WrongWorld {
@@ -270,8 +290,10 @@ fn prepare(
         reason: one_line(&err),
     };
     let instance_pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
+    // A 0.1.0 component has no admission exports: it is a reconciler only.
+    let admission = GuestPre::new(instance_pre.clone()).ok();
     let pre = ReconcilerPre::new(instance_pre).map_err(wrong_world)?;
-    Ok((pre, component, module_cache::digest(bytes), origin))
+    Ok((pre, component, admission, module_cache::digest(bytes), origin))
 }
 
 /// A module file's bytes: a regular file of at most [`MAX_MODULE_BYTES`](crate::files::MAX_MODULE_BYTES).
@@ -291,7 +313,7 @@ pub fn check_module(
         source,
     })?;
     prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled())
-        .map(|(_, _, digest, _)| digest)
+        .map(|(_, _, _, digest, _)| digest)
 }
 
 /// Longest error message a guest may return; the rest is cut, so a guest cannot write
@@ -436,6 +458,59 @@ fn shadow_stack_overflow(err: &wasmtime::Error) -> bool {
     u64::from_str_radix(&hex, 16).is_ok_and(|address| address >= SHADOW_STACK_WRAP)
 }
 
+/// A store for one of `module`'s instances: no WASI files, sockets or environment (clocks and
+/// random allowed), the manifest's memory limit, and an epoch callback that traps past the
+/// deadline and otherwise yields (held back for the CPU budget when it is spent).
+fn new_store(
+    module: &GuestModule,
+    engine: &Engine,
+    cluster: &Arc<dyn ClusterAccess>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+) -> Store<HostState> {
+    let manifest = &module.manifest;
+    let name = manifest.name.as_str();
+    let wasi = WasiCtxBuilder::new()
+        .stdout(GuestOutput::new(name, "stdout", module.budgets.clone()))
+        .stderr(GuestOutput::new(name, "stderr", module.budgets.clone()))
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let limits =
+        GuestLimiter::new(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX));
+    let state = HostState {
+        manifest: manifest.clone(),
+        cluster: cluster.clone(),
+        request: String::new(),
+        deadline: deadline_after(manifest.spec.limits.timeout),
+        limits,
+        host_time: Duration::ZERO,
+        metrics,
+        budgets: module.budgets.clone(),
+        cpu_mark: Instant::now(),
+        host_time_mark: Duration::ZERO,
+        cpu_paused: Duration::ZERO,
+        read_only: false,
+        wasi,
+        table: ResourceTable::new(),
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limits);
+    let timeout = manifest.spec.limits.timeout;
+    store.epoch_deadline_callback(move |mut ctx| {
+        let state = ctx.data_mut();
+        if Instant::now() >= state.deadline {
+            return Err(DeadlineExceeded(timeout).into());
+        }
+        Ok(match state.charge_cpu(true) {
+            Some(pause) => UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(pause))),
+            None => UpdateDeadline::Yield(1),
+        })
+    });
+    store.set_epoch_deadline(1);
+    store
+}
+
 /// A live instance: its store and the typed handle to its exports.
 struct Instance {
     store: Store<HostState>,
@@ -501,55 +576,13 @@ impl GuestWorker {
         cluster: &Arc<dyn ClusterAccess>,
         metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> wasmtime::Result<Instance> {
-        let manifest = &module.manifest;
-        let name = manifest.name.as_str();
-        // No preopened directories, environment, arguments or stdin; no sockets or name
-        // lookups (denied by default too, refused explicitly here); clocks and random allowed.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::new(name, "stdout", module.budgets.clone()))
-            .stderr(GuestOutput::new(name, "stderr", module.budgets.clone()))
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        let limits =
-            GuestLimiter::new(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX));
-        let state = HostState {
-            manifest: manifest.clone(),
-            cluster: cluster.clone(),
-            request: String::new(),
-            deadline: deadline_after(manifest.spec.limits.timeout),
-            limits,
-            host_time: Duration::ZERO,
-            metrics,
-            budgets: module.budgets.clone(),
-            cpu_mark: Instant::now(),
-            host_time_mark: Duration::ZERO,
-            cpu_paused: Duration::ZERO,
-            wasi,
-            table: ResourceTable::new(),
-        };
-        let Body::Wasm(pre, _) = &module.body else {
+        let Body::Wasm(pre, _, _) = &module.body else {
             return Err(wasmtime::format_err!(
-                "guest {name} is native: it has no instance"
+                "guest {} is native: it has no instance",
+                module.manifest.name
             ));
         };
-        let mut store = Store::new(pre.engine(), state);
-        store.limiter(|state| &mut state.limits);
-        let timeout = manifest.spec.limits.timeout;
-        // Every tick: past the deadline, trap; over the CPU budget, yield for the pause that
-        // repays it; otherwise yield, so other tasks run.
-        store.epoch_deadline_callback(move |mut ctx| {
-            let state = ctx.data_mut();
-            if Instant::now() >= state.deadline {
-                return Err(DeadlineExceeded(timeout).into());
-            }
-            Ok(match state.charge_cpu(true) {
-                Some(pause) => UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(pause))),
-                None => UpdateDeadline::Yield(1),
-            })
-        });
-        store.set_epoch_deadline(1);
+        let mut store = new_store(module, pre.engine(), cluster, metrics);
         let bindings = pre.instantiate_async(&mut store).await?;
         Ok(Instance { store, bindings })
     }

@@ -104,6 +104,7 @@ impl NativeHost {
             request: &self.request,
             writes: &self.budgets.writes,
             deadline: self.deadline,
+            read_only: false,
         }
     }
 

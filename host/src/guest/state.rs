@@ -35,6 +35,8 @@ pub struct HostState {
     pub host_time_mark: std::time::Duration,
     /// Time the current reconcile was held back for its CPU budget.
     pub cpu_paused: std::time::Duration,
+    /// Serving an admission review: every write (`client` writes, Events) is refused.
+    pub read_only: bool,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
 }

@@ -274,3 +274,19 @@ impl Host for HostState {
         Ok(self.host_call("delete", started, result))
     }
 }
+
+/// The `reader` interface of admission guests: the same checked reads as `client`'s.
+impl crate::bindings::guest::krec::reconciler::reader::Host for HostState {
+    async fn get(
+        &mut self,
+        kind: WitGvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> CallResult<String> {
+        Host::get(self, kind, namespace, name).await
+    }
+
+    async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
+        Host::list(self, kind, options).await
+    }
+}

@@ -88,11 +88,21 @@ pub(crate) struct Calls<'a> {
     pub writes: &'a crate::guest::WriteLimiter,
     /// When the reconcile must end: a write that would wait for the rate limit past it fails.
     pub deadline: std::time::Instant,
+    /// Serving an admission review: writes are refused.
+    pub read_only: bool,
 }
 
 impl Calls<'_> {
     /// Wait for the guest's write rate limit to allow one more write.
     pub(crate) async fn throttle_write(&self) -> Result<(), AccessError> {
+        if self.read_only {
+            let message = format!(
+                "guest {:?} may not write while answering an admission review (webhooks read only)",
+                self.guest()
+            );
+            tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
+            return Err(AccessError::Forbidden(message));
+        }
         self.writes.acquire(self.deadline).await
     }
 
@@ -165,6 +175,7 @@ impl HostState {
             request: &self.request,
             writes: &self.budgets.writes,
             deadline: self.deadline,
+            read_only: self.read_only,
         }
     }
 

@@ -1,0 +1,464 @@
+//! The admission server: guests' `validate`, `mutate` and `convert` exports served over HTTPS as
+//! controller-runtime's webhook server serves Go handlers — `POST /validate/{guest}` and
+//! `POST /mutate/{guest}` answer `admission.k8s.io/v1` `AdmissionReview`s, `POST
+//! /convert/{guest}` answers `apiextensions.k8s.io/v1` `ConversionReview`s — and the webhook
+//! configurations that register them with an API server.
+//!
+//! Each review runs the guest's current version (a hot swap changes verdicts at once) in a fresh
+//! instance under its manifest's limits; a trap or a timeout is answered as an HTTP 500, so the
+//! API server applies the webhook's `failurePolicy`, and is logged and counted. A mutating
+//! guest returns the object as it should be; the host answers the JSON patch to it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::bindings::WitGvk;
+use crate::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo, WitVerdict};
+use crate::guest::{ReconcileError, Review};
+use crate::manager::Manager;
+use crate::manifest::{Manifest, WebhookType};
+use crate::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
+
+/// Largest review body accepted (kube-apiserver's request limit).
+const MAX_REVIEW_BYTES: usize = 3 << 20;
+
+/// What the admission server needs: the running guests and where to count.
+#[derive(Clone)]
+struct Served {
+    manager: Manager,
+    metrics: Arc<Metrics>,
+}
+
+/// The admission server's routes, answering for the guests `manager` runs.
+pub fn router(manager: Manager) -> axum::Router {
+    let metrics = manager.metrics().clone();
+    axum::Router::new()
+        .route(
+            "/validate/{guest}",
+            axum::routing::post(
+                |state: State<Served>, guest: Path<String>, body: Bytes| async move {
+                    review(state, guest, Review::Validate, body).await
+                },
+            ),
+        )
+        .route(
+            "/mutate/{guest}",
+            axum::routing::post(
+                |state: State<Served>, guest: Path<String>, body: Bytes| async move {
+                    review(state, guest, Review::Mutate, body).await
+                },
+            ),
+        )
+        .route("/convert/{guest}", axum::routing::post(convert))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .with_state(Served { manager, metrics })
+}
+
+/// A running admission server.
+pub struct WebhookServer {
+    addr: SocketAddr,
+    ca_pem: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WebhookServer {
+    /// Serve the guests of `manager` on `addr` (port 0: any free port) over TLS with a
+    /// certificate generated for `localhost` and the address, signed by a fresh CA.
+    ///
+    /// # Errors
+    ///
+    /// When the address cannot be bound or the certificates cannot be made.
+    pub async fn start(manager: Manager, addr: SocketAddr) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("binding the webhook server to {addr}: {e}"))?;
+        let addr = listener.local_addr()?;
+        let certs = krec_apiserver::tls::generate(&addr, None)?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let app = router(manager);
+        let task = tokio::spawn(krec_apiserver::serve_tls(
+            listener,
+            certs.server_config,
+            app,
+            stopped,
+        ));
+        Ok(WebhookServer {
+            addr,
+            ca_pem: certs.ca_pem,
+            stop,
+            task,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The CA certificate (PEM) its serving certificate is signed by: a configuration's
+    /// `caBundle`.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// `https://ADDR`: the base of the webhooks' URLs.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// Stop serving.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// The `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (`krec-{guest}`) that
+/// register `manifest`'s webhooks at `base_url` (`https://host:port`), trusting `ca_pem`.
+pub fn configurations(manifest: &Manifest, base_url: &str, ca_pem: &str) -> Vec<Value> {
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let mut out = Vec::new();
+    for (kind, config_kind) in [
+        (WebhookType::Mutating, "MutatingWebhookConfiguration"),
+        (WebhookType::Validating, "ValidatingWebhookConfiguration"),
+    ] {
+        let hooks: Vec<Value> = manifest
+            .spec
+            .webhooks
+            .iter()
+            .filter(|h| h.kind == kind)
+            .map(|hook| {
+                let mut webhook = json!({
+                    "name": hook.name_for(&manifest.name),
+                    "clientConfig": {
+                        "url": format!("{base_url}/{}/{}", kind.export(), manifest.name),
+                        "caBundle": bundle,
+                    },
+                    "rules": hook.rules,
+                    "failurePolicy": hook.failure_policy.as_deref().unwrap_or("Fail"),
+                    "sideEffects": hook.side_effects.as_deref().unwrap_or("None"),
+                    "timeoutSeconds": hook.timeout_seconds.unwrap_or(10),
+                    "admissionReviewVersions": ["v1"],
+                    "matchPolicy": hook.match_policy.as_deref().unwrap_or("Equivalent"),
+                });
+                for (key, value) in [
+                    ("namespaceSelector", &hook.namespace_selector),
+                    ("objectSelector", &hook.object_selector),
+                ] {
+                    if let Some(selector) = value {
+                        webhook[key] = selector.clone();
+                    }
+                }
+                if kind == WebhookType::Mutating {
+                    webhook["reinvocationPolicy"] =
+                        json!(hook.reinvocation_policy.as_deref().unwrap_or("Never"));
+                }
+                webhook
+            })
+            .collect();
+        if !hooks.is_empty() {
+            out.push(json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": config_kind,
+                "metadata": {"name": format!("krec-{}", manifest.name),
+                    "labels": {"app.kubernetes.io/managed-by": "krec"}},
+                "webhooks": hooks,
+            }));
+        }
+    }
+    out
+}
+
+/// A plain-text HTTP error (the API server reports it and applies `failurePolicy`).
+fn failure(code: StatusCode, message: String) -> Response {
+    (code, [(header::CONTENT_TYPE, "text/plain")], message).into_response()
+}
+
+fn json_response(body: &Value) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// One `AdmissionReview`, counted and timed as controller-runtime counts its webhooks.
+async fn review(
+    State(served): State<Served>,
+    Path(guest): Path<String>,
+    which: Review,
+    body: Bytes,
+) -> Response {
+    let label = WebhookLabel {
+        webhook: format!("/{}/{guest}", which.as_str()),
+    };
+    let in_flight = served.metrics.webhook_in_flight.get_or_create(&label).clone();
+    in_flight.inc();
+    let started = Instant::now();
+    let response = answer(&served, &guest, which, &body).await;
+    in_flight.dec();
+    served
+        .metrics
+        .webhook_latency
+        .get_or_create(&label)
+        .observe(started.elapsed().as_secs_f64());
+    served
+        .metrics
+        .webhook_requests
+        .get_or_create(&WebhookCodeLabels {
+            webhook: label.webhook,
+            code: response.status().as_u16().to_string(),
+        })
+        .inc();
+    response
+}
+
+async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Response {
+    let Some(controller) = served.manager.controller(guest) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            format!("no guest {guest:?} runs on this host"),
+        );
+    };
+    let review: Value = match serde_json::from_slice(body) {
+        Ok(review) => review,
+        Err(err) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not an AdmissionReview: {err}"),
+            );
+        }
+    };
+    let request = match admission_request(&review) {
+        Ok(request) => request,
+        Err(problem) => return failure(StatusCode::BAD_REQUEST, problem),
+    };
+    let uid = request.uid.clone();
+    let object = request.object.clone();
+    let version = controller.version();
+    let verdict = version
+        .module
+        .admit(
+            &version.cluster,
+            Some(served.metrics.clone()),
+            which,
+            request,
+        )
+        .await;
+    match verdict {
+        Ok(verdict) => match response(&uid, which, object.as_deref(), verdict) {
+            Ok(response) => json_response(&json!({
+                "apiVersion": review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1"),
+                "kind": "AdmissionReview",
+                "response": response,
+            })),
+            Err(problem) => {
+                tracing::warn!(%guest, "{} answered an unusable verdict: {problem}", which.as_str());
+                failure(StatusCode::INTERNAL_SERVER_ERROR, problem)
+            }
+        },
+        Err(err) => trapped(served, guest, &err),
+    }
+}
+
+/// A trap or timeout: logged, counted with the guest's other traps, answered as a 500.
+fn trapped(served: &Served, guest: &str, err: &ReconcileError) -> Response {
+    tracing::warn!(%guest, "admission review failed: {err}");
+    if let ReconcileError::Trap { cause, .. } = err {
+        served
+            .metrics
+            .traps
+            .get_or_create(&crate::metrics::TrapLabels {
+                guest: guest.to_owned(),
+                cause: cause.as_str().to_owned(),
+            })
+            .inc();
+    }
+    failure(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
+}
+
+/// The WIT request of an `AdmissionReview`.
+fn admission_request(review: &Value) -> Result<WitAdmissionRequest, String> {
+    if review["kind"] != "AdmissionReview" {
+        return Err(format!(
+            "expected kind AdmissionReview, got {}",
+            review["kind"]
+        ));
+    }
+    let request = review
+        .get("request")
+        .filter(|r| r.is_object())
+        .ok_or("the review has no request")?;
+    let text = |key: &str| request.get(key).and_then(Value::as_str);
+    let operation = match text("operation") {
+        Some("CREATE") => WitOperation::Create,
+        Some("UPDATE") => WitOperation::Update,
+        Some("DELETE") => WitOperation::Delete,
+        Some("CONNECT") => WitOperation::Connect,
+        other => return Err(format!("unknown operation {other:?}")),
+    };
+    let kind = &request["kind"];
+    let object = |key: &str| {
+        request
+            .get(key)
+            .filter(|o| o.is_object())
+            .map(Value::to_string)
+    };
+    Ok(WitAdmissionRequest {
+        uid: text("uid").ok_or("the request has no uid")?.to_owned(),
+        kind: WitGvk {
+            group: kind["group"].as_str().unwrap_or_default().to_owned(),
+            version: kind["version"].as_str().unwrap_or_default().to_owned(),
+            kind: kind["kind"].as_str().unwrap_or_default().to_owned(),
+        },
+        resource: request["resource"]["resource"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        sub_resource: text("subResource").map(str::to_owned),
+        name: text("name").filter(|n| !n.is_empty()).map(str::to_owned),
+        namespace: text("namespace").filter(|n| !n.is_empty()).map(str::to_owned),
+        operation,
+        user_info: WitUserInfo {
+            username: request["userInfo"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            groups: request["userInfo"]["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        },
+        object: object("object"),
+        old_object: object("oldObject"),
+        dry_run: request["dryRun"].as_bool().unwrap_or(false),
+    })
+}
+
+/// The review's `response` for a verdict: status, warnings, audit annotations, and for a
+/// mutation the JSON patch from the request's object to the guest's.
+fn response(
+    uid: &str,
+    which: Review,
+    object: Option<&str>,
+    verdict: WitVerdict,
+) -> Result<Value, String> {
+    let mut response = json!({"uid": uid, "allowed": verdict.allowed});
+    if !verdict.allowed || verdict.message.is_some() || verdict.code.is_some() {
+        let mut status = json!({});
+        if let Some(code) = verdict.code {
+            status["code"] = json!(code);
+        } else if !verdict.allowed {
+            status["code"] = json!(403);
+        }
+        if let Some(message) = &verdict.message {
+            status["message"] = json!(message);
+        }
+        if let Some(reason) = &verdict.reason {
+            status["reason"] = json!(reason);
+        }
+        response["status"] = status;
+    }
+    if !verdict.warnings.is_empty() {
+        response["warnings"] = json!(verdict.warnings);
+    }
+    if !verdict.audit_annotations.is_empty() {
+        let annotations: BTreeMap<String, String> = verdict.audit_annotations.into_iter().collect();
+        response["auditAnnotations"] = json!(annotations);
+    }
+    if let Some(patched) = verdict.patched.filter(|_| verdict.allowed) {
+        if which == Review::Validate {
+            return Err("validate returned a patched object: only mutate may".into());
+        }
+        let original: Value = object
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| format!("the request's object: {e}"))?
+            .ok_or("a patched object, but the request has no object (a delete)")?;
+        let patched: Value = serde_json::from_str(&patched)
+            .map_err(|e| format!("the patched object is not JSON: {e}"))?;
+        let patch = json_patch::diff(&original, &patched);
+        if !patch.0.is_empty() {
+            let text = serde_json::to_string(&patch).map_err(|e| e.to_string())?;
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+        }
+    }
+    Ok(response)
+}
+
+/// One `ConversionReview` (a CRD's `conversion.strategy: Webhook`).
+async fn convert(
+    State(served): State<Served>,
+    Path(guest): Path<String>,
+    body: Bytes,
+) -> Response {
+    let Some(controller) = served.manager.controller(&guest) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            format!("no guest {guest:?} runs on this host"),
+        );
+    };
+    let review: Value = match serde_json::from_slice(&body) {
+        Ok(review) => review,
+        Err(err) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not a ConversionReview: {err}"),
+            );
+        }
+    };
+    let request = &review["request"];
+    let uid = request["uid"].clone();
+    let desired = request["desiredAPIVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let objects: Vec<String> = request["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(Value::to_string)
+        .collect();
+    let version = controller.version();
+    let converted = version
+        .module
+        .convert(
+            &version.cluster,
+            Some(served.metrics.clone()),
+            objects,
+            desired,
+        )
+        .await;
+    let result = match converted {
+        Ok(Ok(objects)) => {
+            let parsed: Result<Vec<Value>, _> =
+                objects.iter().map(|o| serde_json::from_str(o)).collect();
+            match parsed {
+                Ok(objects) => json!({"uid": uid, "convertedObjects": objects,
+                    "result": {"status": "Success"}}),
+                Err(err) => json!({"uid": uid, "convertedObjects": [],
+                    "result": {"status": "Failure", "message": format!("a converted object is not JSON: {err}")}}),
+            }
+        }
+        Ok(Err(message)) => json!({"uid": uid, "convertedObjects": [],
+            "result": {"status": "Failure", "message": message}}),
+        Err(err) => return trapped(&served, &guest, &err),
+    };
+    json_response(&json!({"apiVersion": review["apiVersion"].as_str().unwrap_or("apiextensions.k8s.io/v1"),
+        "kind": "ConversionReview", "response": result}))
+}
