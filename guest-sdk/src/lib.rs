@@ -74,6 +74,7 @@
 // The generated bindings refer to this crate by its public path, also from inside it.
 extern crate self as krec_guest;
 
+mod admission;
 mod context;
 mod error;
 mod reconciler;
@@ -92,6 +93,9 @@ mod imports {
     pub(crate) use crate::native::{client, events, log};
 }
 
+pub use admission::{
+    AdmissionRequest, Converter, Mutator, Operation, UserInfo, Validator, Verdict,
+};
 pub use context::{
     Context, EventType, ListParams, Patch, Preconditions, labels_to_selector, selector_string,
 };
@@ -119,9 +123,9 @@ pub use kube_derive::CustomResource;
 /// Everything a reconciler usually needs, in one `use`.
 pub mod prelude {
     pub use crate::{
-        Action, Context, Error, EventType, ListParams, Patch, Reconciler, Request, Resource,
-        ResourceExt, Result, debug, error, export, info, labels_to_selector, selector_string,
-        trace, warn,
+        Action, AdmissionRequest, Context, Converter, Error, EventType, ListParams, Mutator,
+        Operation, Patch, Reconciler, Request, Resource, ResourceExt, Result, Validator, Verdict,
+        debug, error, export, info, labels_to_selector, selector_string, trace, warn,
     };
 }
 
@@ -129,7 +133,7 @@ pub mod prelude {
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "reconciler",
+        world: "guest",
         pub_export_macro: true,
         export_macro_name: "__export_world",
         default_bindings_module: "::krec_guest::bindings",
@@ -157,6 +161,160 @@ pub mod __private {
         }
     }
 
+    use crate::bindings::krec::reconciler::admission_types as review;
+    use crate::{AdmissionRequest, Converter, Mutator, Operation, UserInfo, Validator, Verdict};
+
+    /// Stands for the parts of a guest it does not implement: each says so when called.
+    pub struct Unimplemented;
+
+    impl Reconciler for Unimplemented {
+        fn reconcile(_: Request, _: &Context) -> crate::Result<Action> {
+            Err(crate::Error::Other(
+                "this guest exports no reconciler (export!(reconciler: …))".into(),
+            ))
+        }
+    }
+
+    impl Validator for Unimplemented {
+        type Object = serde_json::Value;
+        fn validate(_: &AdmissionRequest<Self::Object>, _: &Context) -> Verdict {
+            Verdict::deny("this guest exports no validator (export!(validator: …))").with_code(500)
+        }
+    }
+
+    impl Mutator for Unimplemented {
+        type Object = serde_json::Value;
+        fn mutate(
+            _: &AdmissionRequest<Self::Object>,
+            _: &mut Self::Object,
+            _: &Context,
+        ) -> Verdict {
+            Verdict::deny("this guest exports no mutator (export!(mutator: …))").with_code(500)
+        }
+    }
+
+    impl Converter for Unimplemented {
+        fn convert(_: serde_json::Value, _: &str) -> Result<serde_json::Value, String> {
+            Err("this guest exports no converter (export!(converter: …))".into())
+        }
+    }
+
+    /// The request decoded as `K`; a message when an object does not decode.
+    fn request<K: serde::de::DeserializeOwned>(
+        req: &review::AdmissionRequest,
+    ) -> Result<AdmissionRequest<K>, String> {
+        let decode = |which: &str, text: &Option<String>| -> Result<Option<K>, String> {
+            text.as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| format!("the request's {which} does not decode: {e}"))
+        };
+        Ok(AdmissionRequest {
+            uid: req.uid.clone(),
+            kind: crate::GroupVersionKind::gvk(&req.kind.group, &req.kind.version, &req.kind.kind),
+            resource: req.resource.clone(),
+            sub_resource: req.sub_resource.clone(),
+            name: req.name.clone(),
+            namespace: req.namespace.clone(),
+            operation: match req.operation {
+                review::Operation::Create => Operation::Create,
+                review::Operation::Update => Operation::Update,
+                review::Operation::Delete => Operation::Delete,
+                review::Operation::Connect => Operation::Connect,
+            },
+            user: UserInfo {
+                username: req.user_info.username.clone(),
+                groups: req.user_info.groups.clone(),
+            },
+            object: decode("object", &req.object)?,
+            old_object: decode("oldObject", &req.old_object)?,
+            dry_run: req.dry_run,
+        })
+    }
+
+    fn answer(verdict: Verdict, patched: Option<String>) -> review::Verdict {
+        review::Verdict {
+            allowed: verdict.allowed,
+            code: verdict.code,
+            message: verdict.message,
+            reason: verdict.reason,
+            warnings: verdict.warnings,
+            audit_annotations: verdict.audit_annotations,
+            patched,
+        }
+    }
+
+    fn undecodable(message: String) -> review::Verdict {
+        answer(
+            Verdict::deny(message)
+                .with_code(400)
+                .with_reason("BadRequest"),
+            None,
+        )
+    }
+
+    /// Run `V::validate` for a review from the host.
+    pub fn validate<V: Validator>(req: review::AdmissionRequest) -> review::Verdict {
+        match request::<V::Object>(&req) {
+            Ok(typed) => answer(V::validate(&typed, &Context::new()), None),
+            Err(message) => undecodable(message),
+        }
+    }
+
+    /// Run `M::mutate` for a review from the host: the object it leaves, as the request's
+    /// object with the changes `mutate` made to its typed form (so fields the type does not
+    /// know survive).
+    pub fn mutate<M: Mutator>(req: review::AdmissionRequest) -> review::Verdict {
+        let mut typed = match request::<M::Object>(&req) {
+            Ok(typed) => typed,
+            Err(message) => return undecodable(message),
+        };
+        let Some(mut object) = typed.object.take() else {
+            // A delete: nothing to change.
+            return answer(Verdict::allow(), None);
+        };
+        let before = serde_json::to_value(&object);
+        let verdict = M::mutate(&typed, &mut object, &Context::new());
+        let after = serde_json::to_value(&object);
+        let (Ok(before), Ok(after)) = (before, after) else {
+            return answer(
+                Verdict::deny("the mutated object does not encode").with_code(500),
+                None,
+            );
+        };
+        if before == after {
+            return answer(verdict, None);
+        }
+        let changes = json_patch::diff(&before, &after);
+        let mut original: serde_json::Value = req
+            .object
+            .as_deref()
+            .and_then(|o| serde_json::from_str(o).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let patched = match json_patch::patch(&mut original, &changes) {
+            Ok(()) => original,
+            // The request's object and its typed form differ where the change is: send the
+            // typed form whole.
+            Err(_) => after,
+        };
+        answer(verdict, Some(patched.to_string()))
+    }
+
+    /// Run `C::convert` on each object for a conversion review from the host.
+    pub fn convert<C: Converter>(
+        objects: Vec<String>,
+        desired: String,
+    ) -> Result<Vec<String>, String> {
+        objects
+            .iter()
+            .map(|text| {
+                let object = serde_json::from_str(text)
+                    .map_err(|e| format!("an object does not decode: {e}"))?;
+                C::convert(object, &desired).map(|converted| converted.to_string())
+            })
+            .collect()
+    }
+
     impl From<Action> for wit::Action {
         fn from(action: Action) -> Self {
             match action {
@@ -170,28 +328,75 @@ pub mod __private {
     }
 }
 
-/// Export a [`Reconciler`] as the component's `reconcile` function.
+/// Export a guest's parts: a [`Reconciler`], and admission webhooks — a [`Validator`], a
+/// [`Mutator`], a [`Converter`].
 ///
-/// Use it once per crate, at the top level: `export!(MyReconciler);`. The crate must be a
-/// `cdylib` built for `wasm32-wasip2`. Compiled for any other target it expands to nothing: run
-/// the reconciler there with [`native::reconcile`].
+/// Use it once per crate, at the top level: `export!(MyReconciler);` for a reconciler, or name
+/// the parts, in this order, each optional: `export!(reconciler: R, validator: V, mutator: M,
+/// converter: C);`. The parts not named answer that they are not implemented. The crate must be
+/// a `cdylib` built for `wasm32-wasip2`. Compiled for any other target it expands to nothing:
+/// run the reconciler there with [`native::reconcile`].
 #[macro_export]
 macro_rules! export {
     ($reconciler:ty) => {
+        $crate::export!(reconciler: $reconciler);
+    };
+    ($($part:ident : $ty:ty),+ $(,)?) => {
+        $crate::__export_guest!(
+            @parts
+            [$crate::__private::Unimplemented]
+            [$crate::__private::Unimplemented]
+            [$crate::__private::Unimplemented]
+            [$crate::__private::Unimplemented]
+            $($part : $ty,)+
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_guest {
+    (@parts [$r:ty] [$v:ty] [$m:ty] [$c:ty] reconciler : $x:ty, $($rest:tt)*) => {
+        $crate::__export_guest!(@parts [$x] [$v] [$m] [$c] $($rest)*);
+    };
+    (@parts [$r:ty] [$v:ty] [$m:ty] [$c:ty] validator : $x:ty, $($rest:tt)*) => {
+        $crate::__export_guest!(@parts [$r] [$x] [$m] [$c] $($rest)*);
+    };
+    (@parts [$r:ty] [$v:ty] [$m:ty] [$c:ty] mutator : $x:ty, $($rest:tt)*) => {
+        $crate::__export_guest!(@parts [$r] [$v] [$x] [$c] $($rest)*);
+    };
+    (@parts [$r:ty] [$v:ty] [$m:ty] [$c:ty] converter : $x:ty, $($rest:tt)*) => {
+        $crate::__export_guest!(@parts [$r] [$v] [$m] [$x] $($rest)*);
+    };
+    (@parts [$r:ty] [$v:ty] [$m:ty] [$c:ty]) => {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
+            use $crate::bindings::krec::reconciler::admission_types as review;
+            use $crate::bindings::krec::reconciler::types as wit;
             struct KrecGuestExport;
             impl $crate::bindings::Guest for KrecGuestExport {
                 fn reconcile(
-                    req: $crate::bindings::krec::reconciler::types::Request,
+                    req: wit::Request,
+                ) -> ::core::result::Result<wit::Action, wit::Error> {
+                    $crate::__private::reconcile::<$r>(req)
+                }
+                fn validate(request: review::AdmissionRequest) -> review::Verdict {
+                    $crate::__private::validate::<$v>(request)
+                }
+                fn mutate(request: review::AdmissionRequest) -> review::Verdict {
+                    $crate::__private::mutate::<$m>(request)
+                }
+                fn convert(
+                    objects: ::std::vec::Vec<::std::string::String>,
+                    desired_api_version: ::std::string::String,
                 ) -> ::core::result::Result<
-                    $crate::bindings::krec::reconciler::types::Action,
-                    $crate::bindings::krec::reconciler::types::Error,
+                    ::std::vec::Vec<::std::string::String>,
+                    ::std::string::String,
                 > {
-                    $crate::__private::reconcile::<$reconciler>(req)
+                    $crate::__private::convert::<$c>(objects, desired_api_version)
                 }
             }
-    $crate::bindings::__export_world!(KrecGuestExport with_types_in $crate::bindings);
+            $crate::bindings::__export_world!(KrecGuestExport with_types_in $crate::bindings);
         };
     };
 }

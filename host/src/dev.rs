@@ -95,6 +95,12 @@ pub struct HostOptions {
     pub leader: Option<LeaderConfig>,
     /// How long running reconciles get to finish at shutdown.
     pub shutdown_timeout: std::time::Duration,
+    /// Address of the admission server, for guests that declare `webhooks`; `None`: only
+    /// when [`register_webhooks`](Self::register_webhooks) asks for one (on loopback).
+    pub webhook_addr: Option<std::net::SocketAddr>,
+    /// Create (or replace) the webhook configurations of the guests that declare webhooks in
+    /// the cluster, pointing at the admission server (`krec dev`).
+    pub register_webhooks: bool,
 }
 
 impl Default for HostOptions {
@@ -105,6 +111,8 @@ impl Default for HostOptions {
             admin_token: None,
             leader: None,
             shutdown_timeout: SHUTDOWN_TIMEOUT,
+            webhook_addr: None,
+            register_webhooks: false,
         }
     }
 }
@@ -158,11 +166,12 @@ pub async fn serve(
             let _ = election_stopped.await;
         }))
     });
+    let api = ApiClient::new(client);
     let manager = Manager::start_with(
-        ApiClient::new(client),
+        api.clone(),
         manifests,
         ManagerOptions {
-            module_cache: options.module_cache,
+            module_cache: options.module_cache.clone(),
             // Without an election the manager's gate is always open.
             gate: options.leader.is_some().then_some(gate),
             metrics: Some(metrics),
@@ -173,6 +182,7 @@ pub async fn serve(
     if manager.controllers().is_empty() {
         anyhow::bail!("no guest could be started");
     }
+    let webhooks = start_webhooks(&manager, &api, &options).await?;
     let watcher = manager.watch(manifests_dir.to_owned());
     if let Some(admin) = &admin {
         admin.set_manager(manager.clone());
@@ -188,12 +198,85 @@ pub async fn serve(
         admin.set_ready(false);
     }
     watcher.stop().await;
+    if let Some(webhooks) = webhooks {
+        webhooks.stop().await;
+    }
     manager.shutdown(options.shutdown_timeout).await;
     if let Some(election) = election {
         let _ = stop_election.send(());
         let _ = election.await;
     }
     Ok(())
+}
+
+/// The admission server, when a running guest declares webhooks (or an address is given), and
+/// with `register_webhooks` the configurations that send the cluster's requests to it.
+async fn start_webhooks(
+    manager: &Manager,
+    api: &std::sync::Arc<ApiClient>,
+    options: &HostOptions,
+) -> anyhow::Result<Option<crate::webhooks::WebhookServer>> {
+    let manifests: Vec<_> = manager
+        .controllers()
+        .values()
+        .map(|c| c.module().manifest().clone())
+        .filter(|m| !m.spec.webhooks.is_empty())
+        .collect();
+    let addr = match options.webhook_addr {
+        Some(addr) => addr,
+        None if options.register_webhooks && !manifests.is_empty() => {
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+        None => return Ok(None),
+    };
+    let server = crate::webhooks::WebhookServer::start(manager.clone(), addr).await?;
+    say(format_args!(
+        "admission webhooks served at {} for {}",
+        server.url(),
+        if manifests.is_empty() {
+            "no guest yet".to_owned()
+        } else {
+            manifests
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    ));
+    if options.register_webhooks {
+        for manifest in &manifests {
+            for configuration in
+                crate::webhooks::configurations(manifest, &server.url(), server.ca_pem())
+            {
+                if let Err(err) = register(api, configuration).await {
+                    tracing::error!(guest = %manifest.name, "registering its webhooks: {err}");
+                }
+            }
+        }
+    }
+    Ok(Some(server))
+}
+
+/// Create a webhook configuration, or replace the one of the same name.
+async fn register(api: &ApiClient, configuration: Value) -> Result<(), AccessError> {
+    match api.create(&configuration, "krec-dev").await {
+        Ok(_) => Ok(()),
+        Err(AccessError::AlreadyExists(_)) => {
+            let gvk = crate::cluster::Gvk::from_api_version(
+                "admissionregistration.k8s.io/v1",
+                configuration["kind"].as_str().unwrap_or_default(),
+            );
+            let name = configuration["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            let current = api.get(&gvk, None, name).await?;
+            let mut replacement = configuration;
+            replacement["metadata"]["resourceVersion"] =
+                current["metadata"]["resourceVersion"].clone();
+            api.update(&replacement, false, "krec-dev").await.map(drop)
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// Where and how `krec dev` runs.

@@ -184,6 +184,10 @@ struct HostArgs {
     /// How long running reconciles get to finish on SIGTERM or Ctrl-C.
     #[arg(long, default_value = "30s", value_parser = duration)]
     shutdown_timeout: std::time::Duration,
+    /// Address of the HTTPS admission server for guests with `webhooks` (a certificate for
+    /// localhost and this address is generated). `krec dev` serves them on loopback anyway.
+    #[arg(long)]
+    webhook_addr: Option<std::net::SocketAddr>,
 }
 
 impl HostArgs {
@@ -214,6 +218,8 @@ impl HostArgs {
             admin_token,
             leader,
             shutdown_timeout: self.shutdown_timeout,
+            webhook_addr: self.webhook_addr,
+            register_webhooks: false,
         })
     }
 }
@@ -304,7 +310,11 @@ fn main() -> ExitCode {
                     kubeconfig_out,
                     simulation: simulation.config(),
                     faults: simulation.faults()?,
-                    host: host.options()?,
+                    host: krec::dev::HostOptions {
+                        // The embedded cluster calls the guests' webhooks.
+                        register_webhooks: true,
+                        ..host.options()?
+                    },
                 };
                 krec::dev::dev(options, shutdown_signal()).await
             })

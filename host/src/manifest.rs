@@ -814,10 +814,9 @@ fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, S
 /// the host registers for them (so a mistake is reported here, naming the manifest's field).
 fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
     let one_of = |field: String, value: &Option<String>, allowed: &[&str]| match value {
-        Some(v) if !allowed.contains(&v.as_str()) => Err((
-            field,
-            format!("{v:?} is not one of {}", allowed.join(", ")),
-        )),
+        Some(v) if !allowed.contains(&v.as_str()) => {
+            Err((field, format!("{v:?} is not one of {}", allowed.join(", "))))
+        }
         _ => Ok(()),
     };
     let mut names = std::collections::HashSet::new();
@@ -827,7 +826,9 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
             if !is_dns_subdomain(name) || name.split('.').count() < 3 {
                 return Err((
                     format!("{field}.name"),
-                    format!("{name:?} must be a domain of at least three labels, e.g. `foo.example.com`"),
+                    format!(
+                        "{name:?} must be a domain of at least three labels, e.g. `foo.example.com`"
+                    ),
                 ));
             }
             if !names.insert(name.clone()) {
@@ -837,7 +838,8 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
         if hook.rules.is_empty() {
             return Err((
                 format!("{field}.rules"),
-                "at least one rule is required (apiGroups, apiVersions, resources, operations)".into(),
+                "at least one rule is required (apiGroups, apiVersions, resources, operations)"
+                    .into(),
             ));
         }
         for (j, rule) in hook.rules.iter().enumerate() {
@@ -866,9 +868,21 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
                 &["*", "Cluster", "Namespaced"],
             )?;
         }
-        one_of(format!("{field}.failurePolicy"), &hook.failure_policy, &["Fail", "Ignore"])?;
-        one_of(format!("{field}.sideEffects"), &hook.side_effects, &["None", "NoneOnDryRun"])?;
-        one_of(format!("{field}.matchPolicy"), &hook.match_policy, &["Equivalent", "Exact"])?;
+        one_of(
+            format!("{field}.failurePolicy"),
+            &hook.failure_policy,
+            &["Fail", "Ignore"],
+        )?;
+        one_of(
+            format!("{field}.sideEffects"),
+            &hook.side_effects,
+            &["None", "NoneOnDryRun"],
+        )?;
+        one_of(
+            format!("{field}.matchPolicy"),
+            &hook.match_policy,
+            &["Equivalent", "Exact"],
+        )?;
         one_of(
             format!("{field}.reinvocationPolicy"),
             &hook.reinvocation_policy,

@@ -124,8 +124,8 @@ fn webhook_buckets() -> Histogram {
     // Prometheus' default buckets, which controller-runtime's webhook latency uses; with
     // finer ones below, where a Wasm webhook answers.
     Histogram::new([
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-        2.5, 5.0, 10.0,
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        5.0, 10.0,
     ])
 }
 

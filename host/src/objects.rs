@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 /// Every Kubernetes object in the YAML files under `dir` (recursively, sorted by path; several
-/// documents per file allowed), skipping krec `Reconciler` manifests and `target/` and `src/`
-/// directories. Errors name the file.
+/// documents per file allowed), skipping krec `Reconciler` manifests and `target/`, `src/` and
+/// `rejected/` directories (examples of objects a webhook refuses). Errors name the file.
 pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
@@ -14,7 +14,7 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
             if entry.file_type()?.is_dir() {
                 if !path
                     .file_name()
-                    .is_some_and(|n| n == "target" || n == "src")
+                    .is_some_and(|n| n == "target" || n == "src" || n == "rejected")
                 {
                     walk(&path, out)?;
                 }

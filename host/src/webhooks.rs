@@ -203,7 +203,11 @@ async fn review(
     let label = WebhookLabel {
         webhook: format!("/{}/{guest}", which.as_str()),
     };
-    let in_flight = served.metrics.webhook_in_flight.get_or_create(&label).clone();
+    let in_flight = served
+        .metrics
+        .webhook_in_flight
+        .get_or_create(&label)
+        .clone();
     in_flight.inc();
     let started = Instant::now();
     let response = answer(&served, &guest, which, &body).await;
@@ -328,7 +332,9 @@ fn admission_request(review: &Value) -> Result<WitAdmissionRequest, String> {
             .to_owned(),
         sub_resource: text("subResource").map(str::to_owned),
         name: text("name").filter(|n| !n.is_empty()).map(str::to_owned),
-        namespace: text("namespace").filter(|n| !n.is_empty()).map(str::to_owned),
+        namespace: text("namespace")
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned),
         operation,
         user_info: WitUserInfo {
             username: request["userInfo"]["username"]
@@ -402,11 +408,7 @@ fn response(
 }
 
 /// One `ConversionReview` (a CRD's `conversion.strategy: Webhook`).
-async fn convert(
-    State(served): State<Served>,
-    Path(guest): Path<String>,
-    body: Bytes,
-) -> Response {
+async fn convert(State(served): State<Served>, Path(guest): Path<String>, body: Bytes) -> Response {
     let Some(controller) = served.manager.controller(&guest) else {
         return failure(
             StatusCode::NOT_FOUND,
@@ -459,6 +461,8 @@ async fn convert(
             "result": {"status": "Failure", "message": message}}),
         Err(err) => return trapped(&served, &guest, &err),
     };
-    json_response(&json!({"apiVersion": review["apiVersion"].as_str().unwrap_or("apiextensions.k8s.io/v1"),
-        "kind": "ConversionReview", "response": result}))
+    json_response(
+        &json!({"apiVersion": review["apiVersion"].as_str().unwrap_or("apiextensions.k8s.io/v1"),
+        "kind": "ConversionReview", "response": result}),
+    )
 }

@@ -163,4 +163,3 @@ fn instantiate_cause(err: &wasmtime::Error) -> TrapCause {
         cause => cause,
     }
 }
-

@@ -293,7 +293,13 @@ fn prepare(
     // A 0.1.0 component has no admission exports: it is a reconciler only.
     let admission = GuestPre::new(instance_pre.clone()).ok();
     let pre = ReconcilerPre::new(instance_pre).map_err(wrong_world)?;
-    Ok((pre, component, admission, module_cache::digest(bytes), origin))
+    Ok((
+        pre,
+        component,
+        admission,
+        module_cache::digest(bytes),
+        origin,
+    ))
 }
 
 /// A module file's bytes: a regular file of at most [`MAX_MODULE_BYTES`](crate::files::MAX_MODULE_BYTES).
