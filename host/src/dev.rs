@@ -248,35 +248,13 @@ async fn start_webhooks(
             for configuration in
                 crate::webhooks::configurations(manifest, &server.url(), server.ca_pem())
             {
-                if let Err(err) = register(api, configuration).await {
+                if let Err(err) = crate::webhooks::register(api, configuration).await {
                     tracing::error!(guest = %manifest.name, "registering its webhooks: {err}");
                 }
             }
         }
     }
     Ok(Some(server))
-}
-
-/// Create a webhook configuration, or replace the one of the same name.
-async fn register(api: &ApiClient, configuration: Value) -> Result<(), AccessError> {
-    match api.create(&configuration, "krec-dev").await {
-        Ok(_) => Ok(()),
-        Err(AccessError::AlreadyExists(_)) => {
-            let gvk = crate::cluster::Gvk::from_api_version(
-                "admissionregistration.k8s.io/v1",
-                configuration["kind"].as_str().unwrap_or_default(),
-            );
-            let name = configuration["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
-            let current = api.get(&gvk, None, name).await?;
-            let mut replacement = configuration;
-            replacement["metadata"]["resourceVersion"] =
-                current["metadata"]["resourceVersion"].clone();
-            api.update(&replacement, false, "krec-dev").await.map(drop)
-        }
-        Err(err) => Err(err),
-    }
 }
 
 /// Where and how `krec dev` runs.

@@ -179,6 +179,32 @@ pub fn configurations(manifest: &Manifest, base_url: &str, ca_pem: &str) -> Vec<
     out
 }
 
+/// Create a webhook configuration in the cluster, or replace the one of the same name.
+///
+/// # Errors
+///
+/// The API server's refusal.
+pub async fn register(api: &crate::cluster::api::ApiClient, configuration: Value) -> Result<(), crate::cluster::AccessError> {
+    match api.create(&configuration, "krec-dev").await {
+        Ok(_) => Ok(()),
+        Err(crate::cluster::AccessError::AlreadyExists(_)) => {
+            let gvk = crate::cluster::Gvk::from_api_version(
+                "admissionregistration.k8s.io/v1",
+                configuration["kind"].as_str().unwrap_or_default(),
+            );
+            let name = configuration["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            let current = api.get(&gvk, None, name).await?;
+            let mut replacement = configuration;
+            replacement["metadata"]["resourceVersion"] =
+                current["metadata"]["resourceVersion"].clone();
+            api.update(&replacement, false, "krec-dev").await.map(drop)
+        }
+        Err(err) => Err(err),
+    }
+}
+
 /// A plain-text HTTP error (the API server reports it and applies `failurePolicy`).
 fn failure(code: StatusCode, message: String) -> Response {
     (code, [(header::CONTENT_TYPE, "text/plain")], message).into_response()

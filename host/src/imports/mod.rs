@@ -96,14 +96,19 @@ impl Calls<'_> {
     /// Wait for the guest's write rate limit to allow one more write.
     pub(crate) async fn throttle_write(&self) -> Result<(), AccessError> {
         if self.read_only {
-            let message = format!(
-                "guest {:?} may not write while answering an admission review (webhooks read only)",
-                self.guest()
-            );
-            tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
-            return Err(AccessError::Forbidden(message));
+            return self.throttle_write_refused();
         }
         self.writes.acquire(self.deadline).await
+    }
+
+    /// A write during an admission review: refused, logged.
+    fn throttle_write_refused(&self) -> Result<(), AccessError> {
+        let message = format!(
+            "guest {:?} may not write while answering an admission review (webhooks read only)",
+            self.guest()
+        );
+        tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
+        Err(AccessError::Forbidden(message))
     }
 
     /// The guest's name.
@@ -118,6 +123,9 @@ impl Calls<'_> {
         gvk: &Gvk,
         namespace: Option<&str>,
     ) -> Result<(), AccessError> {
+        if self.read_only && !matches!(verb, Verb::Get | Verb::List | Verb::Watch) {
+            return self.throttle_write_refused();
+        }
         if self.manifest.allows(verb, gvk, namespace) {
             return Ok(());
         }

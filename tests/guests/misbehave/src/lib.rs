@@ -161,4 +161,40 @@ impl Reconciler for Misbehave {
     }
 }
 
-export!(Misbehave);
+/// As a validating webhook for ConfigMaps: misbehaves as the ConfigMap's `data.misbehave` asks.
+struct MisbehaveValidator;
+
+impl Validator for MisbehaveValidator {
+    // Any kind: a Foo is allowed (it has no `data.misbehave`).
+    type Object = krec_guest::DynamicObject;
+
+    fn validate(req: &AdmissionRequest<krec_guest::DynamicObject>, ctx: &Context) -> Verdict {
+        let asked = req
+            .object
+            .as_ref()
+            .and_then(|o| o.data.pointer("/data/misbehave"))
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        match asked.as_str() {
+            "loop" => loop {
+                std::hint::black_box(0);
+            },
+            "panic" => panic!("misbehave's validator was asked to panic"),
+            "write" => {
+                let cm: ConfigMap = krec_guest::serde_json::from_value(krec_guest::serde_json::json!(
+                    {"metadata": {"name": "written-by-a-webhook", "namespace": "default"}}
+                ))
+                .unwrap_or_default();
+                match ctx.create(&cm) {
+                    Ok(_) => Verdict::deny("the write went through"),
+                    Err(err) => Verdict::deny(format!("refused: {err}")),
+                }
+            }
+            "deny" => Verdict::invalid("data.misbehave: denied as asked"),
+            _ => Verdict::allow(),
+        }
+    }
+}
+
+export!(reconciler: Misbehave, validator: MisbehaveValidator);

@@ -1,0 +1,379 @@
+//! Admission webhooks as Wasm guests, end to end: the host serves the sample guests'
+//! `validate` and `mutate` over HTTPS, the embedded API server calls them for kube clients and
+//! for its controllers; misbehaving webhooks are cut at their time limit and the request is
+//! denied or allowed as `failurePolicy` says; a hot swap changes verdicts without a restart;
+//! a plain HTTPS client gets answers to the `AdmissionReview` kube-apiserver sends.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use krec::manifest::Manifest;
+use krec::webhooks::{WebhookServer, configurations, register};
+use krec_tests::{Live, misbehave_manifest, sample_manifest, sample_objects};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+/// Start the samples' webhooks (and `extra` guests) on a living cluster and register them.
+async fn start(extra: Vec<Manifest>) -> (Live, WebhookServer) {
+    let mut manifests = vec![
+        sample_manifest("foo-validator"),
+        sample_manifest("pod-defaulter"),
+    ];
+    manifests.extend(extra);
+    let live = Live::start_alive(manifests, sample_objects("foo-controller")).await;
+    let server = WebhookServer::start(live.manager.clone(), "127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("webhook server");
+    register_all(&live, &server).await;
+    (live, server)
+}
+
+async fn register_all(live: &Live, server: &WebhookServer) {
+    for controller in live.manager.controllers().values() {
+        let manifest = controller.module().manifest().clone();
+        for configuration in configurations(&manifest, &server.url(), server.ca_pem()) {
+            register(&live.api, configuration)
+                .await
+                .expect("register the webhooks");
+        }
+    }
+}
+
+fn foos(live: &Live) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo");
+    Api::namespaced_with(live.client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+fn foo(name: &str, deployment: &str) -> DynamicObject {
+    serde_json::from_value(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+        "metadata": {"name": name}, "spec": {"deploymentName": deployment, "replicas": 1}}))
+    .expect("foo")
+}
+
+fn denial(err: kube::Error) -> (u16, String) {
+    match err {
+        kube::Error::Api(status) => (status.code, status.message.clone()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sample_webhooks_should_judge_and_default_what_kube_clients_and_controllers_create() {
+    let (live, _server) = start(Vec::new()).await;
+    let foos = foos(&live);
+    let (code, message) = denial(
+        foos.create(&PostParams::default(), &foo("bad", "Not_A_Name"))
+            .await
+            .expect_err("an invalid deploymentName is denied"),
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("admission webhook \"validating.foo-validator.krec.dev\" denied the request: spec.deploymentName: Invalid value: \"Not_A_Name\""),
+        "{message}"
+    );
+    let (code, message) = denial(
+        foos.create(&PostParams::default(), &foo("twin", "example-foo"))
+            .await
+            .expect_err("a duplicated deploymentName is denied"),
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("already used by Foo \"example-foo\" in namespace \"default\""),
+        "{message}"
+    );
+    // A dry run is admitted and stores nothing.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    foos.create(&dry, &foo("fresh", "fresh"))
+        .await
+        .expect("a dry-run create is admitted");
+    assert!(foos.get_opt("fresh").await.expect("get").is_none());
+    foos.create(&PostParams::default(), &foo("fresh", "fresh"))
+        .await
+        .expect("a good Foo is admitted");
+
+    // A kube client's Pod is labelled and gets default requests.
+    let pods: Api<Pod> = Api::namespaced(live.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "plain"},
+        "spec": {"containers": [{"name": "app", "image": "nginx"},
+            {"name": "sized", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}]}}))
+    .expect("pod");
+    let created = pods.create(&PostParams::default(), &pod).await.expect("pod");
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("krec.dev/defaulted").map(String::as_str), Some("true"));
+    let spec = created.spec.expect("spec");
+    let requests = |i: usize| {
+        spec.containers[i]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(requests(0).get("cpu").map(|q| q.0.as_str()), Some("100m"));
+    assert_eq!(requests(0).get("memory").map(|q| q.0.as_str()), Some("64Mi"));
+    assert_eq!(requests(1).get("cpu").map(|q| q.0.as_str()), Some("1"), "kept");
+    assert!(requests(1).get("memory").is_none(), "a container with requests is left alone");
+
+    // A Pod the ReplicaSet controller creates is mutated too.
+    let sets: Api<ReplicaSet> = Api::namespaced(live.client.clone(), "default");
+    let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "rs"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "rs"}},
+            "template": {"metadata": {"labels": {"app": "rs"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))
+    .expect("replica set");
+    sets.create(&PostParams::default(), &rs).await.expect("replica set");
+    live.eventually("the controller's Pods are mutated", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app=rs,krec.dev/defaulted=true"))
+                .await
+                .ok()?;
+            (list.items.len() == 2).then_some(())
+        }
+    })
+    .await;
+    let all = pods
+        .list(&ListParams::default().labels("app=rs"))
+        .await
+        .expect("list");
+    assert_eq!(all.items.len(), 2, "no Pod escaped the webhook");
+
+    // Webhook metrics with controller-runtime's names.
+    let scrape = live.manager.scrape();
+    assert!(
+        scrape.contains(
+            "controller_runtime_webhook_requests_total{webhook=\"/validate/foo-validator\",code=\"200\"}"
+        ),
+        "{scrape}"
+    );
+    assert!(scrape.contains("controller_runtime_webhook_latency_seconds_bucket{"));
+    assert!(scrape.contains("controller_runtime_webhook_requests_in_flight{"));
+}
+
+/// The misbehave guest as a validating webhook for ConfigMaps with `policy`.
+fn misbehaving_webhook(policy: &str) -> Manifest {
+    let mut manifest = misbehave_manifest();
+    manifest.spec.webhooks = vec![
+        serde_json::from_value::<krec::manifest::WebhookSpec>(json!({
+            "type": "validating",
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"],
+                "operations": ["CREATE"]}],
+            "failurePolicy": policy,
+            "timeoutSeconds": 5,
+        }))
+        .expect("webhook"),
+    ];
+    manifest
+}
+
+fn config_map(name: &str, misbehave: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"misbehave": misbehave}}))
+        .expect("configmap")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_webhook_should_be_cut_off_and_its_failure_policy_followed() {
+    let (live, server) = start(vec![misbehaving_webhook("Fail")]).await;
+    let maps: Api<ConfigMap> = Api::namespaced(live.client.clone(), "default");
+    // Loops past its 300 ms limit: the review traps, the API server fails the request.
+    let started = std::time::Instant::now();
+    let (code, message) = denial(
+        maps.create(&PostParams::default(), &config_map("looping", "loop"))
+            .await
+            .expect_err("failurePolicy Fail"),
+    );
+    assert_eq!(code, 500, "{message}");
+    assert!(
+        message.contains("failed calling webhook \"validating.misbehave.krec.dev\""),
+        "{message}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "cut at the guest's limit");
+    let (code, message) = denial(
+        maps.create(&PostParams::default(), &config_map("panicking", "panic"))
+            .await
+            .expect_err("a panic fails the request"),
+    );
+    assert_eq!(code, 500, "{message}");
+    // Writes are refused while reviewing.
+    let (_, message) = denial(
+        maps.create(&PostParams::default(), &config_map("writing", "write"))
+            .await
+            .expect_err("denied"),
+    );
+    assert!(message.contains("may not write while answering an admission review"), "{message}");
+    assert!(maps.get_opt("written-by-a-webhook").await.expect("get").is_none());
+    // The host is alive and the webhook answers the next request.
+    maps.create(&PostParams::default(), &config_map("fine", "no"))
+        .await
+        .expect("a good ConfigMap is allowed");
+    let traps = live.controller("misbehave").stats().traps_by_cause();
+    let counted = live.manager.scrape();
+    assert!(
+        counted.contains("krec_guest_traps_total{guest=\"misbehave\",cause=\"timeout\"}"),
+        "{traps:?} {counted}"
+    );
+
+    // failurePolicy Ignore: the same loop lets the request through.
+    let manifest = misbehaving_webhook("Ignore");
+    for configuration in configurations(&manifest, &server.url(), server.ca_pem()) {
+        register(&live.api, configuration).await.expect("register");
+    }
+    maps.create(&PostParams::default(), &config_map("looping", "loop"))
+        .await
+        .expect("failurePolicy Ignore");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_a_validator_should_change_its_verdicts_without_a_restart() {
+    let (live, _server) = start(Vec::new()).await;
+    let foos = foos(&live);
+    denial(
+        foos.create(&PostParams::default(), &foo("bad", "Not_A_Name"))
+            .await
+            .expect_err("denied by the first version"),
+    );
+    // The new version: the same guest name and webhooks, another module (one that allows
+    // every Foo).
+    let mut swapped = sample_manifest("foo-validator");
+    swapped.spec.module = krec_tests::built_module("misbehave.wasm");
+    let report = live
+        .manager
+        .apply(vec![
+            Ok(swapped),
+            Ok(sample_manifest("pod-defaulter")),
+        ])
+        .await;
+    assert_eq!(report.swapped, vec!["foo-validator".to_owned()], "{report:?}");
+    foos.create(&PostParams::default(), &foo("bad", "Not_A_Name"))
+        .await
+        .expect("allowed by the new version");
+}
+
+/// The `AdmissionReview` kube-apiserver sends (the example of the Kubernetes documentation's
+/// "Dynamic Admission Control" page, trimmed to a Foo).
+fn documented_review(deployment: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "samplecontroller.k8s.io", "version": "v1alpha1", "kind": "Foo"},
+            "resource": {"group": "samplecontroller.k8s.io", "version": "v1alpha1", "resource": "foos"},
+            "requestKind": {"group": "samplecontroller.k8s.io", "version": "v1alpha1", "kind": "Foo"},
+            "requestResource": {"group": "samplecontroller.k8s.io", "version": "v1alpha1", "resource": "foos"},
+            "name": "my-foo",
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "admin", "uid": "014fbff9a07c", "groups": ["system:authenticated", "my-admin-group"],
+                "extra": {"some-key": ["some-value1", "some-value2"]}},
+            "object": {"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+                "metadata": {"name": "my-foo", "namespace": "default"},
+                "spec": {"deploymentName": deployment, "replicas": 1}},
+            "oldObject": null,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            "dryRun": false
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_https_client_should_get_answers_to_kube_apiservers_reviews() {
+    let (_live, server) = start(Vec::new()).await;
+    let ca = trusting(server.ca_pem());
+    let post = |path: &str, body: Value| {
+        let url = format!("{}{path}", server.url());
+        let ca = ca.clone();
+        async move { https_post(&ca, &url, &body).await }
+    };
+    let (status, answer) = post("/validate/foo-validator", documented_review("Bad Name")).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["kind"], "AdmissionReview");
+    assert_eq!(answer["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["status"]["code"], 422);
+    assert_eq!(answer["response"]["status"]["reason"], "Invalid");
+    let (_, answer) = post("/validate/foo-validator", documented_review("good-name")).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    // A mutation is answered as a base64 JSON patch.
+    let mut review = documented_review("x");
+    review["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    review["request"]["resource"] = json!({"group": "", "version": "v1", "resource": "pods"});
+    review["request"]["object"] = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "my-foo", "namespace": "default", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let (_, answer) = post("/mutate/pod-defaulter", review).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    use base64::Engine as _;
+    let patch: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(answer["response"]["patch"].as_str().expect("patch"))
+            .expect("base64"),
+    )
+    .expect("json");
+    let ops = patch.as_array().expect("ops");
+    assert!(
+        ops.iter().any(|op| op["path"] == "/metadata/labels/krec.dev~1defaulted"),
+        "{patch}"
+    );
+    assert!(ops.iter().all(|op| op["path"] != "/metadata/labels/app"), "{patch}");
+    // Unknown guests and bad bodies get clear HTTP errors.
+    let (status, _) = post("/validate/nobody", documented_review("x")).await;
+    assert_eq!(status, 404);
+    let (status, _) = post("/validate/foo-validator", json!({"kind": "Nonsense"})).await;
+    assert_eq!(status, 400);
+}
+
+/// A rustls client configuration trusting `ca_pem`.
+fn trusting(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.expect("pem")).expect("root");
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("tls")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// POST JSON over HTTPS/1.1 with a hand-written request, as the most plain client would.
+async fn https_post(config: &Arc<rustls::ClientConfig>, url: &str, body: &Value) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("https://").expect("https");
+    let (authority, path) = rest.split_at(rest.find('/').expect("path"));
+    let tcp = tokio::net::TcpStream::connect(authority).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .expect("tls");
+    let text = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    tls.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status: u16 = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
