@@ -512,10 +512,15 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         let is_module = path.extension().is_some_and(|e| e == "wasm");
         let outcome = if is_module {
             guest::check_module(&engine, &linker, path)
-                .map(|digest| {
+                .map(|(digest, admission)| {
                     format!(
-                        "{}: ok, a krec:reconciler@0.1.0 component ({digest})",
-                        path.display()
+                        "{}: ok, a krec:reconciler@0.1 component: {} ({digest})",
+                        path.display(),
+                        if admission {
+                            "reconciler and admission webhooks"
+                        } else {
+                            "reconciler (WIT 0.1.0: no admission exports)"
+                        }
                     )
                 })
                 .map_err(|e| e.to_string())

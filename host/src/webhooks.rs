@@ -184,7 +184,10 @@ pub fn configurations(manifest: &Manifest, base_url: &str, ca_pem: &str) -> Vec<
 /// # Errors
 ///
 /// The API server's refusal.
-pub async fn register(api: &crate::cluster::api::ApiClient, configuration: Value) -> Result<(), crate::cluster::AccessError> {
+pub async fn register(
+    api: &crate::cluster::api::ApiClient,
+    configuration: Value,
+) -> Result<(), crate::cluster::AccessError> {
     match api.create(&configuration, "krec-dev").await {
         Ok(_) => Ok(()),
         Err(crate::cluster::AccessError::AlreadyExists(_)) => {

@@ -63,12 +63,12 @@ fn check_should_reject_a_component_of_another_world() {
     .expect("wat");
     one_bad_line(
         &write(dir.path(), "other.wasm", &other),
-        "does not implement the krec:reconciler@0.1.0 world",
+        "does not implement the krec:reconciler@0.1 reconciler world",
     );
     let empty = wat::parse_str("(component)").expect("wat");
     one_bad_line(
         &write(dir.path(), "empty.wasm", &empty),
-        "does not implement the krec:reconciler@0.1.0 world",
+        "does not implement the krec:reconciler@0.1 reconciler world",
     );
     let wrong_import = wat::parse_str(
         r#"(component (import "example:other/api" (instance (export "f" (func)))))"#,
@@ -182,7 +182,9 @@ fn check_should_accept_the_sample_guests() {
         );
     }
     assert!(
-        stdout.contains("pod_counter.wasm: ok, a krec:reconciler@0.1.0 component"),
+        stdout.contains(
+            "pod_counter.wasm: ok, a krec:reconciler@0.1 component: reconciler and admission webhooks"
+        ),
         "{stdout}"
     );
 }
@@ -231,6 +233,43 @@ fn check_should_report_every_manifest_of_a_directory() {
     assert!(errors[1].contains("c-broken.yaml"), "{stderr}");
     assert!(
         errors[2].contains("e-dup.yaml: guest \"good\" is already defined by"),
+        "{stderr}"
+    );
+}
+
+/// A component built against WIT 0.1.0 (before the admission world) still loads as a reconciler,
+/// and a guest that declares webhooks with it is refused, naming what to do.
+#[test]
+fn check_should_accept_a_wit_0_1_0_reconciler_and_refuse_it_as_a_webhook() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/readme-example-wit-0.1.0.wasm");
+    let (ok, stdout, stderr) = krec_check(&[&fixture]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(
+            "ok, a krec:reconciler@0.1 component: reconciler (WIT 0.1.0: no admission exports)"
+        ),
+        "{stdout}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = format!(
+        "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{ name: old-webhook }}
+spec:
+  module: {}
+  webhooks:
+    - type: validating
+      rules: [ {{ apiGroups: [''], apiVersions: [v1], resources: [configmaps], operations: [CREATE] }} ]
+",
+        fixture.display()
+    );
+    let path = write(dir.path(), "manifest.yaml", manifest.as_bytes());
+    let (ok, _, stderr) = krec_check(&[&path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("does not implement the krec:reconciler@0.1 admission world")
+            && stderr.contains("declares webhooks but its component exports no validate/mutate"),
         "{stderr}"
     );
 }

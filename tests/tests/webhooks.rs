@@ -47,8 +47,10 @@ fn foos(live: &Live) -> Api<DynamicObject> {
 }
 
 fn foo(name: &str, deployment: &str) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
-        "metadata": {"name": name}, "spec": {"deploymentName": deployment, "replicas": 1}}))
+    serde_json::from_value(
+        json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+        "metadata": {"name": name}, "spec": {"deploymentName": deployment, "replicas": 1}}),
+    )
     .expect("foo")
 }
 
@@ -102,9 +104,15 @@ async fn the_sample_webhooks_should_judge_and_default_what_kube_clients_and_cont
         "spec": {"containers": [{"name": "app", "image": "nginx"},
             {"name": "sized", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}]}}))
     .expect("pod");
-    let created = pods.create(&PostParams::default(), &pod).await.expect("pod");
+    let created = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
     let labels = created.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("krec.dev/defaulted").map(String::as_str), Some("true"));
+    assert_eq!(
+        labels.get("krec.dev/defaulted").map(String::as_str),
+        Some("true")
+    );
     let spec = created.spec.expect("spec");
     let requests = |i: usize| {
         spec.containers[i]
@@ -114,9 +122,19 @@ async fn the_sample_webhooks_should_judge_and_default_what_kube_clients_and_cont
             .unwrap_or_default()
     };
     assert_eq!(requests(0).get("cpu").map(|q| q.0.as_str()), Some("100m"));
-    assert_eq!(requests(0).get("memory").map(|q| q.0.as_str()), Some("64Mi"));
-    assert_eq!(requests(1).get("cpu").map(|q| q.0.as_str()), Some("1"), "kept");
-    assert!(requests(1).get("memory").is_none(), "a container with requests is left alone");
+    assert_eq!(
+        requests(0).get("memory").map(|q| q.0.as_str()),
+        Some("64Mi")
+    );
+    assert_eq!(
+        requests(1).get("cpu").map(|q| q.0.as_str()),
+        Some("1"),
+        "kept"
+    );
+    assert!(
+        requests(1).get("memory").is_none(),
+        "a container with requests is left alone"
+    );
 
     // A Pod the ReplicaSet controller creates is mutated too.
     let sets: Api<ReplicaSet> = Api::namespaced(live.client.clone(), "default");
@@ -125,7 +143,9 @@ async fn the_sample_webhooks_should_judge_and_default_what_kube_clients_and_cont
             "template": {"metadata": {"labels": {"app": "rs"}},
                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))
     .expect("replica set");
-    sets.create(&PostParams::default(), &rs).await.expect("replica set");
+    sets.create(&PostParams::default(), &rs)
+        .await
+        .expect("replica set");
     live.eventually("the controller's Pods are mutated", || {
         let pods = pods.clone();
         async move {
@@ -192,7 +212,10 @@ async fn a_misbehaving_webhook_should_be_cut_off_and_its_failure_policy_followed
         message.contains("failed calling webhook \"validating.misbehave.krec.dev\""),
         "{message}"
     );
-    assert!(started.elapsed() < std::time::Duration::from_secs(5), "cut at the guest's limit");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "cut at the guest's limit"
+    );
     let (code, message) = denial(
         maps.create(&PostParams::default(), &config_map("panicking", "panic"))
             .await
@@ -205,8 +228,16 @@ async fn a_misbehaving_webhook_should_be_cut_off_and_its_failure_policy_followed
             .await
             .expect_err("denied"),
     );
-    assert!(message.contains("may not write while answering an admission review"), "{message}");
-    assert!(maps.get_opt("written-by-a-webhook").await.expect("get").is_none());
+    assert!(
+        message.contains("may not write while answering an admission review"),
+        "{message}"
+    );
+    assert!(
+        maps.get_opt("written-by-a-webhook")
+            .await
+            .expect("get")
+            .is_none()
+    );
     // The host is alive and the webhook answers the next request.
     maps.create(&PostParams::default(), &config_map("fine", "no"))
         .await
@@ -243,12 +274,13 @@ async fn swapping_a_validator_should_change_its_verdicts_without_a_restart() {
     swapped.spec.module = krec_tests::built_module("misbehave.wasm");
     let report = live
         .manager
-        .apply(vec![
-            Ok(swapped),
-            Ok(sample_manifest("pod-defaulter")),
-        ])
+        .apply(vec![Ok(swapped), Ok(sample_manifest("pod-defaulter"))])
         .await;
-    assert_eq!(report.swapped, vec!["foo-validator".to_owned()], "{report:?}");
+    assert_eq!(
+        report.swapped,
+        vec!["foo-validator".to_owned()],
+        "{report:?}"
+    );
     foos.create(&PostParams::default(), &foo("bad", "Not_A_Name"))
         .await
         .expect("allowed by the new version");
@@ -294,7 +326,10 @@ async fn a_plain_https_client_should_get_answers_to_kube_apiservers_reviews() {
     assert_eq!(status, 200);
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(answer["kind"], "AdmissionReview");
-    assert_eq!(answer["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(
+        answer["response"]["uid"],
+        "705ab4f5-6393-11e8-b7cc-42010a800002"
+    );
     assert_eq!(answer["response"]["allowed"], false);
     assert_eq!(answer["response"]["status"]["code"], 422);
     assert_eq!(answer["response"]["status"]["reason"], "Invalid");
@@ -319,10 +354,14 @@ async fn a_plain_https_client_should_get_answers_to_kube_apiservers_reviews() {
     .expect("json");
     let ops = patch.as_array().expect("ops");
     assert!(
-        ops.iter().any(|op| op["path"] == "/metadata/labels/krec.dev~1defaulted"),
+        ops.iter()
+            .any(|op| op["path"] == "/metadata/labels/krec.dev~1defaulted"),
         "{patch}"
     );
-    assert!(ops.iter().all(|op| op["path"] != "/metadata/labels/app"), "{patch}");
+    assert!(
+        ops.iter().all(|op| op["path"] != "/metadata/labels/app"),
+        "{patch}"
+    );
     // Unknown guests and bad bodies get clear HTTP errors.
     let (status, _) = post("/validate/nobody", documented_review("x")).await;
     assert_eq!(status, 404);
@@ -353,7 +392,9 @@ async fn https_post(config: &Arc<rustls::ClientConfig>, url: &str, body: &Value)
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("https://").expect("https");
     let (authority, path) = rest.split_at(rest.find('/').expect("path"));
-    let tcp = tokio::net::TcpStream::connect(authority).await.expect("connect");
+    let tcp = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect");
     let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
     let mut tls = tokio_rustls::TlsConnector::from(config.clone())
         .connect(name, tcp)
@@ -376,4 +417,3 @@ async fn https_post(config: &Arc<rustls::ClientConfig>, url: &str, body: &Value)
     let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
-

@@ -73,11 +73,14 @@ pub enum LoadError {
         /// Wasmtime's explanation.
         reason: String,
     },
-    /// The component does not implement the `krec:reconciler/reconciler` world.
-    #[error("{path}: does not implement the krec:reconciler@0.1.0 world: {reason}")]
+    /// The component does not implement the `krec:reconciler/reconciler` world (or, for a
+    /// guest with webhooks, the admission exports).
+    #[error("{path}: does not implement the krec:reconciler@0.1 {world} world: {reason}")]
     WrongWorld {
         /// The module file.
         path: String,
+        /// `reconciler` or `admission`.
+        world: &'static str,
         /// Which import or export does not match.
         reason: String,
     },
@@ -189,6 +192,7 @@ impl GuestModule {
         })?;
         let (pre, component, admission, digest, origin) =
             prepare(engine, linker, &path, &bytes, cache)?;
+        needs_admission(&manifest, path.as_ref(), admission.is_some())?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
@@ -208,6 +212,7 @@ impl GuestModule {
     ) -> Result<Self, LoadError> {
         let (pre, component, admission, digest, origin) =
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
+        needs_admission(&manifest, path.as_ref(), admission.is_some())?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
@@ -264,6 +269,21 @@ impl GuestModule {
     }
 }
 
+/// A guest that declares webhooks must export the admission functions.
+fn needs_admission(manifest: &Manifest, path: &str, has: bool) -> Result<(), LoadError> {
+    if has || manifest.spec.webhooks.is_empty() {
+        return Ok(());
+    }
+    Err(LoadError::WrongWorld {
+        path: path.into(),
+        world: "admission",
+        reason: format!(
+            "guest {} declares webhooks but its component exports no validate/mutate: build it with krec-guest 0.1.1 or later and export!(validator: …) or export!(mutator: …)",
+            manifest.name
+        ),
+    })
+}
+
 /// What [`prepare`] makes of a module file.
 type Prepared = (
     ReconcilerPre<HostState>,
@@ -287,6 +307,7 @@ fn prepare(
         cache.shared_component(engine, bytes, || compile(engine, path, bytes))?;
     let wrong_world = |err: wasmtime::Error| LoadError::WrongWorld {
         path: path.into(),
+        world: "reconciler",
         reason: one_line(&err),
     };
     let instance_pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
@@ -307,19 +328,20 @@ pub fn read_module(path: &Path) -> std::io::Result<Vec<u8>> {
     crate::files::read_bounded(path, crate::files::MAX_MODULE_BYTES)
 }
 
-/// Check that a module file is a component implementing the world; returns its digest.
+/// Check that a module file is a component implementing the world; returns its digest and
+/// whether it exports the admission functions too.
 pub fn check_module(
     engine: &Engine,
     linker: &Linker<HostState>,
     path: &Path,
-) -> Result<String, LoadError> {
+) -> Result<(String, bool), LoadError> {
     let shown = path.display().to_string();
     let bytes = read_module(path).map_err(|source| LoadError::Read {
         path: shown.clone(),
         source,
     })?;
     prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled())
-        .map(|(_, _, _, digest, _)| digest)
+        .map(|(_, _, admission, digest, _)| (digest, admission.is_some()))
 }
 
 /// Longest error message a guest may return; the rest is cut, so a guest cannot write
