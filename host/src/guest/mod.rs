@@ -192,7 +192,7 @@ impl GuestModule {
         })?;
         let (pre, component, admission, digest, origin) =
             prepare(engine, linker, &path, &bytes, cache)?;
-        needs_admission(&manifest, path.as_ref(), admission.is_some())?;
+        needs_admission(&manifest, &path, admission.is_some())?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
@@ -212,7 +212,7 @@ impl GuestModule {
     ) -> Result<Self, LoadError> {
         let (pre, component, admission, digest, origin) =
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
-        needs_admission(&manifest, path.as_ref(), admission.is_some())?;
+        needs_admission(&manifest, path, admission.is_some())?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,

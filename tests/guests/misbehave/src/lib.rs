@@ -182,10 +182,11 @@ impl Validator for MisbehaveValidator {
             },
             "panic" => panic!("misbehave's validator was asked to panic"),
             "write" => {
-                let cm: ConfigMap = krec_guest::serde_json::from_value(krec_guest::serde_json::json!(
-                    {"metadata": {"name": "written-by-a-webhook", "namespace": "default"}}
-                ))
-                .unwrap_or_default();
+                let cm: ConfigMap =
+                    krec_guest::serde_json::from_value(krec_guest::serde_json::json!(
+                        {"metadata": {"name": "written-by-a-webhook", "namespace": "default"}}
+                    ))
+                    .unwrap_or_default();
                 match ctx.create(&cm) {
                     Ok(_) => Verdict::deny("the write went through"),
                     Err(err) => Verdict::deny(format!("refused: {err}")),
