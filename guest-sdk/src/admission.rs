@@ -87,7 +87,7 @@ pub struct AdmissionRequest<K> {
 pub struct Verdict {
     /// Whether the request may go on.
     pub allowed: bool,
-    /// The HTTP code of a denial (403 when unset).
+    /// The HTTP code of a denial (400 when unset, as kube-apiserver answers).
     pub code: Option<u16>,
     /// Why, for people: kubectl shows `admission webhook "NAME" denied the request: MESSAGE`.
     pub message: Option<String>,
@@ -108,7 +108,7 @@ impl Verdict {
         }
     }
 
-    /// Deny the request with `message` (HTTP 403 unless [`with_code`](Self::with_code)).
+    /// Deny the request with `message` (HTTP 400 unless [`with_code`](Self::with_code)).
     pub fn deny(message: impl Into<String>) -> Self {
         Verdict {
             allowed: false,
@@ -156,6 +156,9 @@ impl Verdict {
 }
 
 /// A validating webhook: allow or deny a request (controller-runtime's `CustomValidator`).
+///
+/// To let the webhook's `failurePolicy` decide instead (the check itself failed, e.g. a read
+/// from the cache), panic: the review traps and the API server is answered HTTP 500.
 pub trait Validator {
     /// The objects it judges: a `k8s-openapi` type, a `CustomResource`, or `DynamicObject`.
     type Object: DeserializeOwned;
@@ -170,7 +173,7 @@ pub trait Validator {
 pub trait Mutator {
     /// The objects it changes. Fields the type does not know are kept (the patch only touches
     /// what changed), but a type that drops fields it does not know would remove them.
-    type Object: DeserializeOwned + Serialize;
+    type Object: DeserializeOwned + Serialize + Clone;
 
     /// Change `object` (the request's new object) as needed and judge the request.
     fn mutate(

@@ -175,10 +175,12 @@ pub mod __private {
         }
     }
 
+    // A webhook a guest does not implement traps: the host answers HTTP 500 and the API
+    // server applies the webhook's `failurePolicy`, as for any webhook that cannot answer.
     impl Validator for Unimplemented {
         type Object = serde_json::Value;
         fn validate(_: &AdmissionRequest<Self::Object>, _: &Context) -> Verdict {
-            Verdict::deny("this guest exports no validator (export!(validator: …))").with_code(500)
+            panic!("this guest exports no validator (export!(validator: …))")
         }
     }
 
@@ -189,7 +191,7 @@ pub mod __private {
             _: &mut Self::Object,
             _: &Context,
         ) -> Verdict {
-            Verdict::deny("this guest exports no mutator (export!(mutator: …))").with_code(500)
+            panic!("this guest exports no mutator (export!(mutator: …))")
         }
     }
 
@@ -265,11 +267,11 @@ pub mod __private {
     /// object with the changes `mutate` made to its typed form (so fields the type does not
     /// know survive).
     pub fn mutate<M: Mutator>(req: review::AdmissionRequest) -> review::Verdict {
-        let mut typed = match request::<M::Object>(&req) {
+        let typed = match request::<M::Object>(&req) {
             Ok(typed) => typed,
             Err(message) => return undecodable(message),
         };
-        let Some(mut object) = typed.object.take() else {
+        let Some(mut object) = typed.object.clone() else {
             // A delete: nothing to change.
             return answer(Verdict::allow(), None);
         };
@@ -277,10 +279,7 @@ pub mod __private {
         let verdict = M::mutate(&typed, &mut object, &Context::new());
         let after = serde_json::to_value(&object);
         let (Ok(before), Ok(after)) = (before, after) else {
-            return answer(
-                Verdict::deny("the mutated object does not encode").with_code(500),
-                None,
-            );
+            panic!("the mutated object does not encode as JSON");
         };
         if before == after {
             return answer(verdict, None);
@@ -291,12 +290,13 @@ pub mod __private {
             .as_deref()
             .and_then(|o| serde_json::from_str(o).ok())
             .unwrap_or(serde_json::Value::Null);
-        let patched = match json_patch::patch(&mut original, &changes) {
-            Ok(()) => original,
-            // The request's object and its typed form differ where the change is: send the
-            // typed form whole.
-            Err(_) => after,
-        };
+        // The request's object and its typed form differ where the change is: sending the
+        // typed form whole would drop what the type does not know, so the review traps (and
+        // the webhook's `failurePolicy` decides).
+        if let Err(err) = json_patch::patch(&mut original, &changes) {
+            panic!("the mutation cannot be applied to the request's object: {err}");
+        }
+        let patched = original;
         answer(verdict, Some(patched.to_string()))
     }
 

@@ -198,7 +198,16 @@ pub async fn serve(
         admin.set_ready(false);
     }
     watcher.stop().await;
-    if let Some(webhooks) = webhooks {
+    if let Some((webhooks, registered)) = webhooks {
+        // A configuration left behind would send the cluster's requests to a server that is
+        // gone (failing them under `failurePolicy: Fail`).
+        for (kind, name) in registered {
+            let gvk =
+                crate::cluster::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
+            if let Err(err) = api.delete(&gvk, None, &name, None).await {
+                tracing::warn!("removing the {kind} {name}: {err}");
+            }
+        }
         webhooks.stop().await;
     }
     manager.shutdown(options.shutdown_timeout).await;
@@ -215,7 +224,7 @@ async fn start_webhooks(
     manager: &Manager,
     api: &std::sync::Arc<ApiClient>,
     options: &HostOptions,
-) -> anyhow::Result<Option<crate::webhooks::WebhookServer>> {
+) -> anyhow::Result<Option<(crate::webhooks::WebhookServer, Vec<(String, String)>)>> {
     let manifests: Vec<_> = manager
         .controllers()
         .values()
@@ -243,18 +252,30 @@ async fn start_webhooks(
                 .join(", ")
         }
     ));
+    let mut registered = Vec::new();
     if options.register_webhooks {
         for manifest in &manifests {
             for configuration in
                 crate::webhooks::configurations(manifest, &server.url(), server.ca_pem())
             {
-                if let Err(err) = crate::webhooks::register(api, configuration).await {
-                    tracing::error!(guest = %manifest.name, "registering its webhooks: {err}");
+                let kind = configuration["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let name = configuration["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                match crate::webhooks::register(api, configuration).await {
+                    Ok(()) => registered.push((kind, name)),
+                    Err(err) => {
+                        tracing::error!(guest = %manifest.name, "registering its webhooks: {err}");
+                    }
                 }
             }
         }
     }
-    Ok(Some(server))
+    Ok(Some((server, registered)))
 }
 
 /// Where and how `krec dev` runs.

@@ -822,18 +822,25 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
     let mut names = std::collections::HashSet::new();
     for (i, hook) in webhooks.iter().enumerate() {
         let field = format!("spec.webhooks[{i}]");
-        if let Some(name) = &hook.name {
-            if !is_dns_subdomain(name) || name.split('.').count() < 3 {
-                return Err((
-                    format!("{field}.name"),
-                    format!(
-                        "{name:?} must be a domain of at least three labels, e.g. `foo.example.com`"
-                    ),
-                ));
-            }
-            if !names.insert(name.clone()) {
-                return Err((format!("{field}.name"), format!("{name:?} is used twice")));
-            }
+        if let Some(name) = &hook.name
+            && (!is_dns_subdomain(name) || name.split('.').count() < 3)
+        {
+            return Err((
+                format!("{field}.name"),
+                format!(
+                    "{name:?} must be a domain of at least three labels, e.g. `foo.example.com`"
+                ),
+            ));
+        }
+        // Unnamed webhooks are named after their type and guest: two of a type need names.
+        if !names.insert(hook.name_for("GUEST")) {
+            return Err((
+                format!("{field}.name"),
+                match &hook.name {
+                    Some(name) => format!("{name:?} is used twice"),
+                    None => "two webhooks of this type: give each a `name`".into(),
+                },
+            ));
         }
         if hook.rules.is_empty() {
             return Err((

@@ -31,11 +31,26 @@ use crate::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
 /// Largest review body accepted (kube-apiserver's request limit).
 const MAX_REVIEW_BYTES: usize = 3 << 20;
 
-/// What the admission server needs: the running guests and where to count.
+/// Reviews run at once, at most (each in an instance of its own, with its guest's memory
+/// limit): more wait, so a flood of requests cannot make the host allocate without bound.
+pub const MAX_CONCURRENT_REVIEWS: usize = 32;
+
+/// What the admission server needs: the running guests, where to count, and the bound on
+/// concurrent reviews.
 #[derive(Clone)]
 struct Served {
     manager: Manager,
     metrics: Arc<Metrics>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// Decrements the in-flight gauge when the request ends, answered or abandoned.
+struct InFlight(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// The admission server's routes, answering for the guests `manager` runs.
@@ -60,7 +75,11 @@ pub fn router(manager: Manager) -> axum::Router {
         )
         .route("/convert/{guest}", axum::routing::post(convert))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-        .with_state(Served { manager, metrics })
+        .with_state(Served {
+            manager,
+            metrics,
+            permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_REVIEWS)),
+        })
 }
 
 /// A running admission server.
@@ -229,18 +248,29 @@ async fn review(
     which: Review,
     body: Bytes,
 ) -> Response {
+    // Series only for guests that run: a request for any other name must not grow the
+    // metrics without bound.
+    if served.manager.controller(&guest).is_none() {
+        return failure(
+            StatusCode::NOT_FOUND,
+            format!("no guest {guest:?} runs on this host"),
+        );
+    }
     let label = WebhookLabel {
         webhook: format!("/{}/{guest}", which.as_str()),
     };
-    let in_flight = served
+    let gauge = served
         .metrics
         .webhook_in_flight
         .get_or_create(&label)
         .clone();
-    in_flight.inc();
+    gauge.inc();
+    let _in_flight = InFlight(gauge);
     let started = Instant::now();
+    let Ok(_permit) = served.permits.acquire().await else {
+        return failure(StatusCode::SERVICE_UNAVAILABLE, "shutting down".into());
+    };
     let response = answer(&served, &guest, which, &body).await;
-    in_flight.dec();
     served
         .metrics
         .webhook_latency
@@ -394,11 +424,10 @@ fn response(
 ) -> Result<Value, String> {
     let mut response = json!({"uid": uid, "allowed": verdict.allowed});
     if !verdict.allowed || verdict.message.is_some() || verdict.code.is_some() {
+        // Without a code, the API server answers 400 (kube-apiserver's `ToStatusErr`).
         let mut status = json!({});
         if let Some(code) = verdict.code {
             status["code"] = json!(code);
-        } else if !verdict.allowed {
-            status["code"] = json!(403);
         }
         if let Some(message) = &verdict.message {
             status["message"] = json!(message);
@@ -465,6 +494,9 @@ async fn convert(State(served): State<Served>, Path(guest): Path<String>, body: 
         .flatten()
         .map(Value::to_string)
         .collect();
+    let Ok(_permit) = served.permits.acquire().await else {
+        return failure(StatusCode::SERVICE_UNAVAILABLE, "shutting down".into());
+    };
     let version = controller.version();
     let converted = version
         .module

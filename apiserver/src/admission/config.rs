@@ -150,13 +150,13 @@ impl Rule {
     }
 
     /// As `rules.Matcher`: operation, group, version (unless `any_version`), resource with its
-    /// subresource (`pods`, `pods/status`, `pods/*`, `*/status`, `*/*`, `*` for main resources
-    /// only) and scope.
+    /// subresource (`pods` and `*` match main resources only; `pods/status`, `*/status`; `pods/*`
+    /// and `*/*` match the resource and all its subresources) and scope.
     fn matches(&self, request: &Request<'_>, any_version: bool) -> bool {
         let resource_matches = self.resources.iter().any(|pattern| {
             let (resource, sub) = pattern.split_once('/').unwrap_or((pattern, ""));
             (resource == "*" || resource == request.resource)
-                && (sub == request.subresource || (sub == "*" && !request.subresource.is_empty()))
+                && (sub == "*" || sub == request.subresource)
         });
         let scope_matches = match self.scope.as_str() {
             "Cluster" => !request.namespaced,
@@ -601,7 +601,18 @@ mod tests {
             json!({}),
         );
         assert!(any_sub.matches(&status));
-        assert!(!any_sub.matches(&pod_request(Operation::Create, &pod)));
+        assert!(
+            any_sub.matches(&pod_request(Operation::Create, &pod)),
+            "`*/*` matches main resources too"
+        );
+        let only_main = hook(
+            json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}]),
+            json!({}),
+        );
+        assert!(
+            !only_main.matches(&status),
+            "`*` matches main resources only"
+        );
         let cluster_only = hook(
             json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "Cluster"}]),
             json!({}),

@@ -68,10 +68,8 @@ impl Validator for FooValidator {
         let namespace = req.namespace.as_deref();
         let others = match ctx.list::<Foo>(&ListParams::default().namespace(namespace)) {
             Ok(others) => others,
-            Err(err) => {
-                // Cannot check: let the API server's failurePolicy decide.
-                return Verdict::deny(format!("listing Foos: {err}")).with_code(500);
-            }
+            // Cannot check: trap, so the API server's failurePolicy decides.
+            Err(err) => panic!("listing Foos: {err}"),
         };
         let me = foo.metadata.name.as_deref().or(req.name.as_deref());
         if let Some(other) = others.iter().find(|other| {
