@@ -1440,7 +1440,50 @@ spec:
     fn a_manifest_should_need_a_trigger() {
         let text = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: idle}\nspec: {module: x.wasm}\n";
         let err = parse(text).expect_err("no trigger").to_string();
-        assert!(err.contains("nothing would trigger a reconcile"), "{err}");
+        assert!(err.contains("nothing would call the guest"), "{err}");
+    }
+
+    #[test]
+    fn webhooks_should_be_validated_naming_the_field() {
+        let manifest = |webhooks: &str| {
+            format!(
+                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: hooks}}\nspec:\n  module: x.wasm\n  webhooks: {webhooks}\n"
+            )
+        };
+        let rule = "{apiGroups: [''], apiVersions: [v1], resources: [pods], operations: [CREATE]}";
+        let ok = parse(&manifest(&format!("[{{type: mutating, rules: [{rule}]}}]")))
+            .expect("a webhook alone is a trigger");
+        assert_eq!(
+            ok.spec.webhooks[0].name_for("hooks"),
+            "mutating.hooks.krec.dev"
+        );
+        let cases = [
+            (
+                format!("[{{type: validating, rules: [{rule}], failurePolicy: Sometimes}}]"),
+                "spec.webhooks[0].failurePolicy",
+            ),
+            (
+                format!("[{{type: validating, rules: [{rule}]}}, {{type: validating, rules: [{rule}]}}]"),
+                "spec.webhooks[1].name: two webhooks of this type",
+            ),
+            ("[{type: validating, rules: []}]".to_owned(), "spec.webhooks[0].rules"),
+            (
+                format!("[{{type: validating, rules: [{rule}], timeoutSeconds: 31}}]"),
+                "spec.webhooks[0].timeoutSeconds",
+            ),
+            (
+                format!("[{{type: validating, name: short, rules: [{rule}]}}]"),
+                "spec.webhooks[0].name",
+            ),
+            (
+                "[{type: validating, rules: [{apiGroups: [''], apiVersions: [v1], resources: [pods], operations: [GET]}]}]".to_owned(),
+                "spec.webhooks[0].rules[0].operations",
+            ),
+        ];
+        for (webhooks, expected) in cases {
+            let err = parse(&manifest(&webhooks)).expect_err(expected).to_string();
+            assert!(err.contains(expected), "expected {expected:?} in {err:?}");
+        }
     }
 
     #[test]
