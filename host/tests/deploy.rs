@@ -50,7 +50,7 @@ fn the_bundle_script_should_make_a_directory_krec_accepts() {
     );
     let (ok, stdout, stderr) = krec(&["check", &dir.path().display().to_string()]);
     assert!(ok, "{stdout}{stderr}");
-    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert_eq!(stdout.lines().count(), 7, "{stdout}");
 }
 
 #[test]
