@@ -85,7 +85,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("5 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, pod-counter)"),
+        text.contains("7 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-validator, greeter, pod-counter, pod-defaulter)"),
         "{text}"
     );
 
