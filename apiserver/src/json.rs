@@ -89,3 +89,14 @@ mod tests {
         assert_eq!(value.at(""), Some(&value));
     }
 }
+
+/// The strings of a JSON array (`None`, a non-array or non-string items give nothing).
+pub fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}

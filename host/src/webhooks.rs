@@ -400,13 +400,7 @@ fn admission_request(review: &Value) -> Result<WitAdmissionRequest, String> {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned(),
-            groups: request["userInfo"]["groups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
+            groups: krec_apiserver::json::strings(request.pointer("/userInfo/groups")),
         },
         object: object("object"),
         old_object: object("oldObject"),

@@ -122,13 +122,7 @@ fn verdict(hook: &Hook, uid: &str, answer: &[u8]) -> Result<Verdict, CallError> 
         allowed: response["allowed"].as_bool().unwrap_or(false),
         status: response.get("status").filter(|s| s.is_object()).cloned(),
         patch,
-        warnings: response["warnings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
+        warnings: crate::json::strings(response.get("warnings")),
     })
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::json::Pointer;
+use crate::json::{Pointer, strings};
 use crate::selector::LabelSelector;
 use crate::validation::Cause;
 
@@ -118,16 +118,6 @@ pub struct Request<'a> {
     pub object: Option<&'a Value>,
     /// The stored object (none for a create).
     pub old_object: Option<&'a Value>,
-}
-
-fn strings(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_owned)
-        .collect()
 }
 
 fn contains_or_star(list: &[String], value: &str) -> bool {
