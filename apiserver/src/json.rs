@@ -53,6 +53,17 @@ fn index(token: &str) -> Option<usize> {
     token.parse().ok()
 }
 
+/// The strings of a JSON array (`None`, a non-array or non-string items give nothing).
+pub fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,15 +99,4 @@ mod tests {
         assert_eq!(value.at("/spec/containers/01"), None);
         assert_eq!(value.at(""), Some(&value));
     }
-}
-
-/// The strings of a JSON array (`None`, a non-array or non-string items give nothing).
-pub fn strings(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_owned)
-        .collect()
 }
