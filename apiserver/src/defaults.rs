@@ -49,6 +49,7 @@ pub fn apply(group: &str, kind: &str, object: &mut Value) {
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             crate::admission::config::apply_defaults(crate::admission::HookKind::Mutating, object);
         }
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => custom_resource_definition(object),
         _ => {}
     }
 }
@@ -85,6 +86,18 @@ fn each<'a>(parent: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Va
         .into_iter()
         .flatten()
         .filter(|item| item.is_object())
+}
+
+/// `SetDefaults_CustomResourceDefinitionSpec`'s conversion: `strategy: None`, and port 443 for a
+/// conversion webhook reached through a Service.
+fn custom_resource_definition(crd: &mut Value) {
+    let conversion = child(child(crd, "spec"), "conversion");
+    set(conversion, "strategy", json!("None"));
+    if let Some(service) = conversion.pointer_mut("/webhook/clientConfig/service")
+        && service.is_object()
+    {
+        set(service, "port", json!(443));
+    }
 }
 
 /// `SetDefaults_Namespace` and the namespace strategy: the `kubernetes.io/metadata.name` label,

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::admission::UserInfo;
+use crate::conversion;
 use crate::error::ApiError;
 use crate::field_validation;
 use crate::json::Pointer;
@@ -371,6 +372,9 @@ async fn route(
     };
     let table = wants_table(headers);
     let server = server.clone();
+    if target.name.is_some() && (scale || matches!(*method, Method::PUT | Method::PATCH)) {
+        in_written_version(&server, &target).await?;
+    }
     if scale {
         return scale_subresource(&server, &target, method, &params, headers, &body);
     }
@@ -381,6 +385,7 @@ async fn route(
                 target.namespace.as_deref(),
                 target.name.as_deref().unwrap_or_default(),
             )?;
+            let object = conversion::one_to_version(&target.rt, object).await?;
             Ok(respond(
                 200,
                 &maybe_table(&target.rt, vec![object], None, table, &params),
@@ -389,7 +394,7 @@ async fn route(
         (Method::GET, false) if params.flag("watch") => {
             watch(server, target, &params, table, fault).await
         }
-        (Method::GET, false) => list(&server, &target, &params, table),
+        (Method::GET, false) => list(&server, &target, &params, table).await,
         (Method::POST, false) => {
             let mut object = decode_body(&body, headers)?;
             let warnings = check_fields(&target.rt, &mut object, &body, headers, &params)?;
@@ -404,7 +409,8 @@ async fn route(
                 )
                 .await?;
             let warnings = [warnings, created.warnings].concat();
-            Ok(with_warnings(respond(201, &created.object), &warnings))
+            let object = conversion::one_to_version(&target.rt, created.object).await?;
+            Ok(with_warnings(respond(201, &object), &warnings))
         }
         (Method::PUT, true) => {
             let mut object = decode_body(&body, headers)?;
@@ -423,7 +429,8 @@ async fn route(
                 )
                 .await?;
             let warnings = [warnings, updated.warnings].concat();
-            Ok(with_warnings(respond(200, &updated.object), &warnings))
+            let object = conversion::one_to_version(&target.rt, updated.object).await?;
+            Ok(with_warnings(respond(200, &object), &warnings))
         }
         (Method::PATCH, true) => patch(&server, &target, &params, headers, &body).await,
         (Method::DELETE, true) => {
@@ -439,10 +446,8 @@ async fn route(
                     &UserInfo::admin(),
                 )
                 .await?;
-            Ok(with_warnings(
-                respond(200, &deleted.object),
-                &deleted.warnings,
-            ))
+            let object = conversion::one_to_version(&target.rt, deleted.object).await?;
+            Ok(with_warnings(respond(200, &object), &deleted.warnings))
         }
         (Method::DELETE, false) => {
             let (labels, fields) = params.selectors(&target.rt)?;
@@ -453,6 +458,7 @@ async fn route(
                 &fields,
                 params.dry_run(),
             )?;
+            let items = conversion::to_version(&target.rt, items).await?;
             Ok(respond(
                 200,
                 &json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(),
@@ -689,7 +695,7 @@ fn delete_options(
     })
 }
 
-fn list(
+async fn list(
     server: &ApiServer,
     target: &Target,
     params: &Params,
@@ -711,6 +717,7 @@ fn list(
         limit,
         params.get("continue"),
     )?;
+    let items = conversion::to_version(&target.rt, page.items).await?;
     let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
     if let Some(token) = &page.continue_token {
         metadata["continue"] = json!(token);
@@ -721,7 +728,7 @@ fn list(
     if table {
         return Ok(respond(
             200,
-            &maybe_table(&target.rt, page.items, Some(metadata), true, params),
+            &maybe_table(&target.rt, items, Some(metadata), true, params),
         ));
     }
     /// A list, serialized from the stored objects without copying them into one tree.
@@ -737,7 +744,7 @@ fn list(
         kind: &target.rt.list_kind,
         api_version: target.rt.api_version(),
         metadata,
-        items: page.items,
+        items,
     };
     let bytes = serde_json::to_vec(&list).unwrap_or_default();
     Ok((
@@ -746,6 +753,22 @@ fn list(
         bytes,
     )
         .into_response())
+}
+
+/// Before a write in a version other than the one the object is stored in (a resource with a
+/// conversion webhook): convert the stored object and keep it in the version written, so the
+/// write compares, patches and records fields in one version. A write that slips in between
+/// makes the write a conflict.
+async fn in_written_version(server: &ApiServer, target: &Target) -> Result<(), ApiError> {
+    let (rt, namespace) = (&target.rt, target.namespace.as_deref());
+    let name = target.name.as_deref().unwrap_or_default();
+    if let Some(stored) = server.store.needs_reencoding(rt, namespace, name) {
+        let converted = conversion::one_to_version(rt, stored).await?;
+        server
+            .store
+            .reencode(rt, namespace, Arc::unwrap_or_clone(converted))?;
+    }
+    Ok(())
 }
 
 /// How a scale write changes the object it scales.
@@ -919,8 +942,9 @@ async fn patch(
             .await?
     };
     let warnings = [warnings, stored.warnings].concat();
+    let object = conversion::one_to_version(&target.rt, stored.object).await?;
     Ok(with_warnings(
-        respond(if existed { 200 } else { 201 }, &stored.object),
+        respond(if existed { 200 } else { 201 }, &object),
         &warnings,
     ))
 }
@@ -1136,25 +1160,48 @@ async fn watch(
         let tx = tx;
         let mut feed = start.feed;
         let mut last_rv = start.resource_version;
-        let render = |kind: &str, change: &crate::store::Change| -> Bytes {
+        let render = async |kind: &str, change: &crate::store::Change| -> Result<Bytes, Bytes> {
             let served = Store::served(&rt, &change.object);
-            if table {
+            let served = conversion::one_to_version(&rt, served)
+                .await
+                .map_err(|err| watch_line("ERROR", &err.status()))?;
+            Ok(if table {
                 watch_line(kind, &maybe_table(&rt, vec![served], None, true, &params))
             } else if Arc::ptr_eq(&served, &change.object) {
                 // Served as stored: every watch shares one encoding of the object.
                 watch_line_encoded(kind, change.object_json())
             } else {
                 watch_line(kind, &served)
+            })
+        };
+        // A CRD change that changes this type (its schema, its conversion) ends the watch, as
+        // kube-apiserver ends the watches of the storage it replaces: clients watch again.
+        let registry = server.store.registry();
+        let mut generation = registry.generation();
+        let mut type_changed = || {
+            let now = registry.generation();
+            if now == generation {
+                return false;
             }
+            generation = now;
+            registry
+                .by_plural(&rt.group, &rt.version, &rt.plural)
+                .as_ref()
+                != Some(&rt)
         };
         let matches = |o: &Value| labels.matches_object(o) && fields.matches_object(o);
         let in_scope = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
         for change in start.backlog {
             if in_scope(&change.key.namespace)
                 && let Some(kind) = event_kind(&change, &matches)
-                && tx.send(render(kind, &change)).await.is_err()
             {
-                return;
+                let (line, failed) = match render(kind, &change).await {
+                    Ok(line) => (line, false),
+                    Err(error) => (error, true),
+                };
+                if tx.send(line).await.is_err() || failed {
+                    return;
+                }
             }
         }
         if initial_events {
@@ -1188,8 +1235,17 @@ async fn watch(
                         if change.key.resource != rt.storage_key() || !in_scope(&change.key.namespace) {
                             continue;
                         }
+                        if type_changed() {
+                            return;
+                        }
                         match event_kind(&change, &matches) {
-                            Some(kind) => render(kind, &change),
+                            Some(kind) => match render(kind, &change).await {
+                                Ok(line) => line,
+                                Err(error) => {
+                                    let _ = tx.send(error).await;
+                                    return;
+                                }
+                            },
                             None => continue,
                         }
                     }

@@ -19,6 +19,7 @@
 
 pub mod admission;
 pub mod controllers;
+pub mod conversion;
 pub mod defaults;
 pub mod duration;
 pub mod error;
@@ -39,6 +40,7 @@ pub mod server;
 pub mod store;
 pub mod tls;
 pub mod validation;
+pub mod webhook;
 
 #[cfg(test)]
 mod test_support;

@@ -53,6 +53,9 @@ pub struct ResourceType {
     pub scale: Option<ScalePaths>,
     /// For CRD-defined types: the version's `additionalPrinterColumns` (empty: NAME and AGE).
     pub printer_columns: Vec<Value>,
+    /// For CRD-defined types with `conversion.strategy: Webhook`: the webhook that converts
+    /// objects stored in another version (`None`: versions differ only in `apiVersion`).
+    pub conversion: Option<Arc<crate::conversion::Webhook>>,
 }
 
 impl ResourceType {
@@ -130,6 +133,7 @@ fn builtin(
         )
         .then(ScalePaths::workload),
         printer_columns: Vec::new(),
+        conversion: None,
     }
 }
 
@@ -517,6 +521,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
         .and_then(Value::as_array)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| CrdError("spec.versions must list at least one version".into()))?;
+    let conversion = crate::conversion::Webhook::from_crd_spec(spec);
     let mut types = Vec::new();
     for v in versions {
         let version =
@@ -543,6 +548,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default(),
+            conversion: conversion.clone(),
         });
     }
     Ok(types)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The generated CA and serving certificate.
 pub struct Certificates {
@@ -35,6 +35,9 @@ pub enum TlsError {
     /// Certificate generation failed.
     #[error("generating certificates: {0}")]
     Generate(#[from] rcgen::Error),
+    /// A PEM certificate or key could not be read.
+    #[error("reading PEM: {0}")]
+    Pem(String),
     /// rustls refused the configuration.
     #[error("configuring TLS: {0}")]
     Config(#[from] rustls::Error),
@@ -72,20 +75,6 @@ fn ca_key(data_dir: Option<&Path>) -> Result<KeyPair, TlsError> {
 /// With a `data_dir`, the CA key is kept there: the CA certificate is re-issued from the same key
 /// and name on every start, so clients that trusted the previous one keep working.
 pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificates, TlsError> {
-    let ca_key = ca_key(data_dir)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "krec-cluster-ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
     let mut names = vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
@@ -95,26 +84,75 @@ pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificat
     if !names.contains(&ip) && !addr.ip().is_unspecified() {
         names.push(ip);
     }
+    let issued = issue_with("krec-cluster", names, ca_key(data_dir)?)?;
+    Ok(Certificates {
+        server_config: server_config(&issued.cert_pem, &issued.key_pem)?,
+        ca_pem: issued.ca_pem,
+    })
+}
+
+/// A CA and a serving certificate it signed, in PEM.
+pub struct Issued {
+    /// The CA certificate (what clients trust: a kubeconfig's CA, a webhook's `caBundle`).
+    pub ca_pem: String,
+    /// The serving certificate.
+    pub cert_pem: String,
+    /// The serving certificate's private key (PKCS#8).
+    pub key_pem: String,
+}
+
+/// A fresh CA (`{name}-ca`) and a serving certificate (`name`) for the DNS names and IP
+/// addresses `names`.
+pub fn issue(name: &str, names: Vec<String>) -> Result<Issued, TlsError> {
+    issue_with(name, names, KeyPair::generate()?)
+}
+
+/// [`issue`] with the CA keyed by `ca_key`.
+fn issue_with(name: &str, names: Vec<String>, ca_key: KeyPair) -> Result<Issued, TlsError> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name}-ca"));
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
     let server_key = KeyPair::generate()?;
     let mut params = CertificateParams::new(names)?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "krec-cluster");
+    params.distinguished_name.push(DnType::CommonName, name);
     let server_cert = params.signed_by(&server_key, &issuer)?;
+    Ok(Issued {
+        ca_pem: ca_cert.pem(),
+        cert_pem: server_cert.pem(),
+        key_pem: server_key.serialize_pem(),
+    })
+}
 
+/// A TLS server configuration (HTTP/2 and HTTP/1.1) serving the PEM certificate chain
+/// `cert_pem` with the PEM private key `key_pem` (PKCS#8, PKCS#1 or SEC1).
+pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    use rustls::pki_types::pem::PemObject;
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem(format!("the certificate: {e}")))?;
+    if chain.is_empty() {
+        return Err(TlsError::Pem(
+            "the certificate file holds no certificate".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| TlsError::Pem(format!("the private key: {e}")))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(server_cert.der().to_vec())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der())),
-        )?;
+        .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Certificates {
-        ca_pem: ca_cert.pem(),
-        server_config: Arc::new(config),
-    })
+    Ok(Arc::new(config))
 }
 
 /// A kubeconfig for `server` (an `https://` URL) trusting `ca_pem`, with context `krec`.

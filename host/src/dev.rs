@@ -98,6 +98,8 @@ pub struct HostOptions {
     /// Address of the admission server, for guests that declare `webhooks`; `None`: only
     /// when [`register_webhooks`](Self::register_webhooks) asks for one (on loopback).
     pub webhook_addr: Option<std::net::SocketAddr>,
+    /// The admission server's certificate files; `None`: a certificate is generated.
+    pub webhook_tls: Option<crate::webhooks::TlsFiles>,
     /// Create (or replace) the webhook configurations of the guests that declare webhooks in
     /// the cluster, pointing at the admission server (`krec dev`).
     pub register_webhooks: bool,
@@ -112,6 +114,7 @@ impl Default for HostOptions {
             leader: None,
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             webhook_addr: None,
+            webhook_tls: None,
             register_webhooks: false,
         }
     }
@@ -201,11 +204,16 @@ pub async fn serve(
     if let Some((webhooks, registered)) = webhooks {
         // A configuration left behind would send the cluster's requests to a server that is
         // gone (failing them under `failurePolicy: Fail`).
-        for (kind, name) in registered {
+        for (kind, name) in registered.configurations {
             let gvk =
                 crate::cluster::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
             if let Err(err) = api.delete(&gvk, None, &name, None).await {
                 tracing::warn!("removing the {kind} {name}: {err}");
+            }
+        }
+        for crd in registered.conversions {
+            if let Err(err) = crate::webhooks::set_conversion(&api, &crd, None).await {
+                tracing::warn!("removing the conversion webhook of the CRD {crd}: {err}");
             }
         }
         webhooks.stop().await;
@@ -224,12 +232,12 @@ async fn start_webhooks(
     manager: &Manager,
     api: &std::sync::Arc<ApiClient>,
     options: &HostOptions,
-) -> anyhow::Result<Option<(crate::webhooks::WebhookServer, Vec<(String, String)>)>> {
+) -> anyhow::Result<Option<(crate::webhooks::WebhookServer, Registered)>> {
     let manifests: Vec<_> = manager
         .controllers()
         .values()
         .map(|c| c.module().manifest().clone())
-        .filter(|m| !m.spec.webhooks.is_empty())
+        .filter(|m| !m.spec.webhooks.is_empty() || m.spec.conversion.is_some())
         .collect();
     let addr = match options.webhook_addr {
         Some(addr) => addr,
@@ -238,7 +246,12 @@ async fn start_webhooks(
         }
         None => return Ok(None),
     };
-    let server = crate::webhooks::WebhookServer::start(manager.clone(), addr).await?;
+    let server = crate::webhooks::WebhookServer::start_with(
+        manager.clone(),
+        addr,
+        options.webhook_tls.as_ref(),
+    )
+    .await?;
     say(format_args!(
         "admission webhooks served at {} for {}",
         server.url(),
@@ -252,11 +265,21 @@ async fn start_webhooks(
                 .join(", ")
         }
     ));
-    let mut registered = Vec::new();
+    let mut registered = Registered::default();
     if options.register_webhooks {
+        let reach = crate::webhooks::Reach::Url(server.url());
         for manifest in &manifests {
-            for configuration in
-                crate::webhooks::configurations(manifest, &server.url(), server.ca_pem())
+            if let Some((crd, conversion)) =
+                crate::webhooks::conversion(manifest, &reach, server.ca_pem())
+            {
+                match crate::webhooks::set_conversion(api, &crd, Some(conversion)).await {
+                    Ok(()) => registered.conversions.push(crd),
+                    Err(err) => {
+                        tracing::error!(guest = %manifest.name, "pointing the CRD {crd} at its conversion webhook: {err}");
+                    }
+                }
+            }
+            for configuration in crate::webhooks::configurations(manifest, &reach, server.ca_pem())
             {
                 let kind = configuration["kind"]
                     .as_str()
@@ -267,7 +290,7 @@ async fn start_webhooks(
                     .unwrap_or_default()
                     .to_owned();
                 match crate::webhooks::register(api, configuration).await {
-                    Ok(()) => registered.push((kind, name)),
+                    Ok(()) => registered.configurations.push((kind, name)),
                     Err(err) => {
                         tracing::error!(guest = %manifest.name, "registering its webhooks: {err}");
                     }
@@ -276,6 +299,15 @@ async fn start_webhooks(
         }
     }
     Ok(Some((server, registered)))
+}
+
+/// What `krec dev` registered for its guests' webhooks, to remove when it stops.
+#[derive(Debug, Default)]
+struct Registered {
+    /// Webhook configurations: (kind, name).
+    configurations: Vec<(String, String)>,
+    /// CRDs pointed at a conversion webhook.
+    conversions: Vec<String>,
 }
 
 /// Where and how `krec dev` runs.

@@ -1,4 +1,5 @@
-//! The `krec` command line: `krec check`, `krec cluster`, `krec dev` and `krec run`.
+//! The `krec` command line: `krec check`, `krec cluster`, `krec dev`, `krec run`, `krec rbac`
+//! and `krec webhooks`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,6 +84,39 @@ enum Command {
         /// The host's ServiceAccount.
         #[arg(long, default_value = "krec")]
         service_account: String,
+    },
+    /// Print what registers the guests' webhooks in a cluster: a Mutating- and a
+    /// ValidatingWebhookConfiguration per guest with `webhooks`, and the `spec.conversion` of
+    /// each CRD a guest converts (apply with `kubectl apply --server-side --force-conflicts`).
+    ///
+    /// The API server reaches the host through --service (the default, as deploy/ creates it)
+    /// or at --url; it trusts the CA of --ca-file, or of the certificates --generate-certs
+    /// writes (ca.crt, and tls.crt/tls.key for `kubectl create secret tls`).
+    Webhooks {
+        /// Directory of guest manifests.
+        #[arg(long)]
+        manifests: PathBuf,
+        /// The host's Service: NAMESPACE/NAME[:PORT].
+        #[arg(
+            long,
+            default_value = "krec-system/krec-webhooks:443",
+            conflicts_with = "url"
+        )]
+        service: String,
+        /// The host's base URL instead of a Service (https://HOST:PORT).
+        #[arg(long)]
+        url: Option<String>,
+        /// The CA certificate (PEM) that signed the host's serving certificate.
+        #[arg(
+            long,
+            required_unless_present = "generate_certs",
+            conflicts_with = "generate_certs"
+        )]
+        ca_file: Option<PathBuf>,
+        /// Generate a CA and a serving certificate for the Service (or the URL's host) into
+        /// this directory: ca.crt, tls.crt, tls.key.
+        #[arg(long)]
+        generate_certs: Option<PathBuf>,
     },
     /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
     Run {
@@ -188,6 +222,13 @@ struct HostArgs {
     /// localhost and this address is generated). `krec dev` serves them on loopback anyway.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
+    /// The admission server's certificate chain (PEM, e.g. a mounted `kubernetes.io/tls`
+    /// Secret's tls.crt) instead of a generated one; needs --webhook-key-file.
+    #[arg(long, requires = "webhook_key_file")]
+    webhook_cert_file: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "webhook_cert_file")]
+    webhook_key_file: Option<PathBuf>,
 }
 
 impl HostArgs {
@@ -219,6 +260,10 @@ impl HostArgs {
             leader,
             shutdown_timeout: self.shutdown_timeout,
             webhook_addr: self.webhook_addr,
+            webhook_tls: self
+                .webhook_cert_file
+                .zip(self.webhook_key_file)
+                .map(|(cert, key)| krec::webhooks::TlsFiles { cert, key }),
             register_webhooks: false,
         })
     }
@@ -362,6 +407,26 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Webhooks {
+            manifests,
+            service,
+            url,
+            ca_file,
+            generate_certs,
+        } => {
+            init_logging("warn", cli.log_format);
+            let printed = webhooks(&manifests, &service, url, ca_file, generate_certs);
+            match printed {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("krec webhooks: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Cluster {
             addr,
             kubeconfig_out,
@@ -396,6 +461,85 @@ fn block_on(
             ExitCode::FAILURE
         }
     }
+}
+
+/// `krec webhooks`: the YAML registering the guests' webhooks (see [`Command::Webhooks`]).
+fn webhooks(
+    manifests: &std::path::Path,
+    service: &str,
+    url: Option<String>,
+    ca_file: Option<PathBuf>,
+    generate_certs: Option<PathBuf>,
+) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    use krec::webhooks::Reach;
+    let reach = match url {
+        Some(url) => {
+            anyhow::ensure!(
+                url_host(&url).is_some(),
+                "--url {url:?}: not https://HOST[:PORT]"
+            );
+            Reach::Url(url.trim_end_matches('/').to_owned())
+        }
+        None => {
+            let (namespace, rest) = service
+                .split_once('/')
+                .with_context(|| format!("--service {service:?}: not NAMESPACE/NAME[:PORT]"))?;
+            let (name, port) = match rest.split_once(':') {
+                Some((name, port)) => (
+                    name,
+                    port.parse()
+                        .with_context(|| format!("--service {service:?}: bad port"))?,
+                ),
+                None => (rest, 443),
+            };
+            Reach::Service {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                port,
+            }
+        }
+    };
+    let ca_pem = match (ca_file, generate_certs) {
+        (Some(path), _) => std::fs::read_to_string(&path)
+            .with_context(|| format!("reading --ca-file {}", path.display()))?,
+        (None, Some(dir)) => {
+            let names = match &reach {
+                Reach::Service {
+                    namespace, name, ..
+                } => vec![
+                    format!("{name}.{namespace}.svc"),
+                    format!("{name}.{namespace}.svc.cluster.local"),
+                ],
+                Reach::Url(url) => url_host(url).map(str::to_owned).into_iter().collect(),
+            };
+            let issued = krec_apiserver::tls::issue("krec-webhooks", names)?;
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (file, text) in [
+                ("ca.crt", &issued.ca_pem),
+                ("tls.crt", &issued.cert_pem),
+                ("tls.key", &issued.key_pem),
+            ] {
+                let path = dir.join(file);
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            issued.ca_pem
+        }
+        (None, None) => anyhow::bail!("--ca-file or --generate-certs is required"),
+    };
+    let manifests = krec::dev::load_manifests(manifests)?;
+    krec::webhooks::registration_yaml(&manifests, &reach, &ca_pem)
+}
+
+/// The host of an `https://HOST[:PORT][/...]` URL (an IPv6 address without its brackets).
+fn url_host(url: &str) -> Option<&str> {
+    let authority = url.strip_prefix("https://")?.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => authority.split(':').next()?,
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 /// `krec cluster`: serve until Ctrl-C or SIGTERM.

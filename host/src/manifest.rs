@@ -139,6 +139,17 @@ pub struct ReconcilerSpec {
     /// Admission webhooks the guest serves (its `validate` and `mutate` exports).
     #[serde(default)]
     pub webhooks: Vec<WebhookSpec>,
+    /// The CRD whose versions the guest's `convert` export converts (its conversion webhook).
+    #[serde(default)]
+    pub conversion: Option<ConversionSpec>,
+}
+
+/// A CRD conversion webhook the guest serves.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConversionSpec {
+    /// The CRD's name, `{plural}.{group}` (e.g. `foos.samplecontroller.k8s.io`).
+    pub crd: String,
 }
 
 /// Whether a webhook judges or changes objects.
@@ -1047,13 +1058,27 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
         && spec.watches.is_empty()
         && spec.tickers.is_empty()
         && spec.webhooks.is_empty()
+        && spec.conversion.is_none()
     {
         return problem(
             "spec",
-            "nothing would call the guest: set `for`, `watches`, `tickers` or `webhooks`".into(),
+            "nothing would call the guest: set `for`, `watches`, `tickers`, `webhooks` or `conversion`"
+                .into(),
         );
     }
     validate_webhooks(&spec.webhooks)?;
+    if let Some(conversion) = &spec.conversion {
+        let crd = &conversion.crd;
+        let labels = crd.split('.').count();
+        if labels < 3 || !is_dns_subdomain(crd) {
+            return problem(
+                "spec.conversion.crd",
+                format!(
+                    "{crd:?} is not a CRD name: {{plural}}.{{group}}, e.g. foos.samplecontroller.k8s.io"
+                ),
+            );
+        }
+    }
     if spec.limits.timeout.is_zero() || spec.limits.timeout > MAX_TIMEOUT {
         return problem(
             "spec.limits.timeout",

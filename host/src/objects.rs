@@ -5,17 +5,19 @@ use std::path::{Path, PathBuf};
 
 /// Every Kubernetes object in the YAML files under `dir` (recursively, sorted by path; several
 /// documents per file allowed), skipping krec `Reconciler` manifests and `target/`, `src/` and
-/// `rejected/` directories (examples of objects a webhook refuses). Errors name the file.
+/// `rejected/` and `by-hand/` directories (examples of objects a webhook refuses, or to apply by
+/// hand once the guests run). Errors name the file.
 pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let path = entry.path();
             if entry.file_type()?.is_dir() {
-                if !path
-                    .file_name()
-                    .is_some_and(|n| n == "target" || n == "src" || n == "rejected")
-                {
+                if !path.file_name().is_some_and(|n| {
+                    ["target", "src", "rejected", "by-hand"]
+                        .iter()
+                        .any(|d| n == *d)
+                }) {
                     walk(&path, out)?;
                 }
             } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {

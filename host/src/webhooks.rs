@@ -82,6 +82,16 @@ pub fn router(manager: Manager) -> axum::Router {
         })
 }
 
+/// The admission server's serving certificate and key, PEM files (`tls.crt` and `tls.key` of a
+/// `kubernetes.io/tls` Secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain.
+    pub cert: std::path::PathBuf,
+    /// Its private key.
+    pub key: std::path::PathBuf,
+}
+
 /// A running admission server.
 pub struct WebhookServer {
     addr: SocketAddr,
@@ -98,22 +108,54 @@ impl WebhookServer {
     ///
     /// When the address cannot be bound or the certificates cannot be made.
     pub async fn start(manager: Manager, addr: SocketAddr) -> anyhow::Result<Self> {
+        Self::start_with(manager, addr, None).await
+    }
+
+    /// [`start`](Self::start), serving the certificate of `tls` when given (a Secret mounted
+    /// in the host's Pod) rather than a generated one.
+    ///
+    /// # Errors
+    ///
+    /// When the address cannot be bound or the certificate files cannot be read.
+    pub async fn start_with(
+        manager: Manager,
+        addr: SocketAddr,
+        tls: Option<&TlsFiles>,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("binding the webhook server to {addr}: {e}"))?;
         let addr = listener.local_addr()?;
-        let certs = krec_apiserver::tls::generate(&addr, None)?;
+        let (server_config, ca_pem) = match tls {
+            None => {
+                let certs = krec_apiserver::tls::generate(&addr, None)?;
+                (certs.server_config, certs.ca_pem)
+            }
+            Some(files) => {
+                let read = |path: &std::path::Path| {
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))
+                };
+                let cert = read(&files.cert)?;
+                let config = krec_apiserver::tls::server_config(&cert, &read(&files.key)?)
+                    .with_context(|| {
+                        format!("{} and {}", files.cert.display(), files.key.display())
+                    })?;
+                (config, cert)
+            }
+        };
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let app = router(manager);
         let task = tokio::spawn(krec_apiserver::serve_tls(
             listener,
-            certs.server_config,
+            server_config,
             app,
             stopped,
         ));
         Ok(WebhookServer {
             addr,
-            ca_pem: certs.ca_pem,
+            ca_pem,
             stop,
             task,
         })
@@ -125,7 +167,7 @@ impl WebhookServer {
     }
 
     /// The CA certificate (PEM) its serving certificate is signed by: a configuration's
-    /// `caBundle`.
+    /// `caBundle` (with certificate files: the certificate chain they hold).
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
@@ -142,10 +184,84 @@ impl WebhookServer {
     }
 }
 
+/// How the API server reaches the admission server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// At a URL, `https://host:port` (`krec dev`, or a host outside the cluster).
+    Url(String),
+    /// Through a Service in the cluster (the host deployed with `deploy/`).
+    Service {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+        /// The Service's port.
+        port: u16,
+    },
+}
+
+impl Reach {
+    /// The `clientConfig` of a webhook at `path` (e.g. `/validate/foo-validator`), trusting
+    /// the PEM `ca_pem`.
+    pub fn client_config(&self, path: &str, ca_pem: &str) -> Value {
+        let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+        match self {
+            Reach::Url(base) => json!({"url": format!("{base}{path}"), "caBundle": bundle}),
+            Reach::Service {
+                namespace,
+                name,
+                port,
+            } => json!({"service": {"namespace": namespace, "name": name, "port": port,
+                "path": path}, "caBundle": bundle}),
+        }
+    }
+}
+
+/// The `spec.conversion` of the CRD `manifest`'s guest converts (named by
+/// `spec.conversion.crd`), sending its reviews to the guest's `convert` export: `(CRD name,
+/// conversion)`.
+pub fn conversion(manifest: &Manifest, reach: &Reach, ca_pem: &str) -> Option<(String, Value)> {
+    let spec = manifest.spec.conversion.as_ref()?;
+    let client_config = reach.client_config(&format!("/convert/{}", manifest.name), ca_pem);
+    Some((
+        spec.crd.clone(),
+        json!({"strategy": "Webhook", "webhook": {"clientConfig": client_config,
+            "conversionReviewVersions": ["v1"]}}),
+    ))
+}
+
+/// Point the CRD `crd` at a conversion webhook (`conversion`, from [`conversion`]), or back to
+/// `strategy: None` when `conversion` is `None`.
+///
+/// # Errors
+///
+/// The API server's refusal (e.g. no such CRD).
+pub async fn set_conversion(
+    api: &crate::cluster::api::ApiClient,
+    crd: &str,
+    conversion: Option<Value>,
+) -> Result<(), crate::cluster::AccessError> {
+    let conversion = conversion.unwrap_or_else(|| json!({"strategy": "None", "webhook": null}));
+    let gvk = crate::cluster::Gvk::from_api_version(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+    );
+    api.patch(
+        &gvk,
+        None,
+        crd,
+        crate::cluster::PatchType::Merge,
+        &json!({"spec": {"conversion": conversion}}),
+        false,
+        "krec-dev",
+    )
+    .await
+    .map(drop)
+}
+
 /// The `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (`krec-{guest}`) that
-/// register `manifest`'s webhooks at `base_url` (`https://host:port`), trusting `ca_pem`.
-pub fn configurations(manifest: &Manifest, base_url: &str, ca_pem: &str) -> Vec<Value> {
-    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+/// register `manifest`'s webhooks where `reach` says, trusting `ca_pem`.
+pub fn configurations(manifest: &Manifest, reach: &Reach, ca_pem: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for (kind, config_kind) in [
         (WebhookType::Mutating, "MutatingWebhookConfiguration"),
@@ -159,10 +275,10 @@ pub fn configurations(manifest: &Manifest, base_url: &str, ca_pem: &str) -> Vec<
             .map(|hook| {
                 let mut webhook = json!({
                     "name": hook.name_for(&manifest.name),
-                    "clientConfig": {
-                        "url": format!("{base_url}/{}/{}", kind.export(), manifest.name),
-                        "caBundle": bundle,
-                    },
+                    "clientConfig": reach.client_config(
+                        &format!("/{}/{}", kind.export(), manifest.name),
+                        ca_pem,
+                    ),
                     "rules": hook.rules,
                     "failurePolicy": hook.failure_policy.as_deref().unwrap_or("Fail"),
                     "sideEffects": hook.side_effects.as_deref().unwrap_or("None"),
@@ -196,6 +312,40 @@ pub fn configurations(manifest: &Manifest, base_url: &str, ca_pem: &str) -> Vec<
         }
     }
     out
+}
+
+/// The YAML documents registering `manifests`' webhooks where `reach` says, trusting `ca_pem`
+/// (`krec webhooks`): each guest's webhook configurations, and for each CRD a guest converts,
+/// the part of the CRD pointing `spec.conversion` at it — to apply with
+/// `kubectl apply --server-side --force-conflicts`, which merges it into the CRD already there
+/// (forced: the defaulted `conversion.strategy: None` belongs to whoever created the CRD).
+///
+/// # Errors
+///
+/// When a document cannot be written as YAML.
+pub fn registration_yaml(
+    manifests: &[Manifest],
+    reach: &Reach,
+    ca_pem: &str,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for manifest in manifests {
+        let mut documents = configurations(manifest, reach, ca_pem);
+        if let Some((crd, conversion)) = conversion(manifest, reach, ca_pem) {
+            documents.push(json!({"apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition", "metadata": {"name": crd},
+                "spec": {"conversion": conversion}}));
+        }
+        for document in documents {
+            out.push_str(&format!(
+                "---\n# {} of guest {} (kubectl apply --server-side --force-conflicts -f -)\n",
+                document["kind"].as_str().unwrap_or_default(),
+                manifest.name
+            ));
+            out.push_str(&serde_yaml_ng::to_string(&document)?);
+        }
+    }
+    Ok(out)
 }
 
 /// Create a webhook configuration in the cluster, or replace the one of the same name.

@@ -269,7 +269,7 @@ spec:
     assert!(!ok);
     assert!(
         stderr.contains("does not implement the krec:reconciler@0.1 admission world")
-            && stderr.contains("declares webhooks but its component exports no validate/mutate"),
+            && stderr.contains("declares webhooks or a conversion but its component exports no validate/mutate/convert"),
         "{stderr}"
     );
 }

@@ -50,7 +50,7 @@ fn the_bundle_script_should_make_a_directory_krec_accepts() {
     );
     let (ok, stdout, stderr) = krec(&["check", &dir.path().display().to_string()]);
     assert!(ok, "{stdout}{stderr}");
-    assert_eq!(stdout.lines().count(), 7, "{stdout}");
+    assert_eq!(stdout.lines().count(), 8, "{stdout}");
 }
 
 #[test]
@@ -73,4 +73,134 @@ fn the_deployment_should_use_real_flags_and_probe_the_admin_endpoints() {
         let flag = arg.as_str().expect("flag").split('=').next().expect("name");
         assert!(help.contains(flag), "`krec run` has no {flag}:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn krec_webhooks_should_register_the_guests_behind_the_deployments_service() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    let samples = repo().join("sample-guests").display().to_string();
+    let (ok, yaml, stderr) = krec(&[
+        "webhooks",
+        "--manifests",
+        &samples,
+        "--generate-certs",
+        &certs.display().to_string(),
+    ]);
+    assert!(ok, "{stderr}");
+    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+        .collect();
+    let read = |file: &str| std::fs::read_to_string(certs.join(file)).expect("generated file");
+    let bundle = base64::engine::general_purpose::STANDARD.encode(read("ca.crt"));
+    krec_apiserver::tls::server_config(&read("tls.crt"), &read("tls.key"))
+        .expect("the generated certificate serves");
+    let client_configs: Vec<(&str, &serde_json::Value)> = docs
+        .iter()
+        .flat_map(|doc| {
+            let kind = doc["kind"].as_str().expect("kind");
+            match doc["webhooks"].as_array() {
+                Some(hooks) => hooks.iter().map(|h| (kind, &h["clientConfig"])).collect(),
+                None => vec![(kind, &doc["spec"]["conversion"]["webhook"]["clientConfig"])],
+            }
+        })
+        .collect();
+    let paths: Vec<(&str, &str)> = client_configs
+        .iter()
+        .map(|(kind, config)| {
+            assert_eq!(config["caBundle"], bundle.as_str(), "{kind}");
+            assert_eq!(config["service"]["namespace"], "krec-system", "{kind}");
+            assert_eq!(config["service"]["name"], "krec-webhooks", "{kind}");
+            assert_eq!(config["service"]["port"], 443, "{kind}");
+            (*kind, config["service"]["path"].as_str().expect("path"))
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ("CustomResourceDefinition", "/convert/foo-converter"),
+            ("ValidatingWebhookConfiguration", "/validate/foo-validator"),
+            ("MutatingWebhookConfiguration", "/mutate/pod-defaulter"),
+        ]
+    );
+    // deploy/ has that Service, in front of the port the host serves webhooks on.
+    let text = std::fs::read_to_string(repo().join("deploy/krec.yaml")).expect("krec.yaml");
+    let deploy: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+        .collect();
+    let service = deploy
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "krec-webhooks")
+        .expect("the krec-webhooks Service");
+    assert_eq!(service["spec"]["ports"][0]["port"], 443);
+    let container = &deploy
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment")["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        container["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .any(|p| p["name"] == service["spec"]["ports"][0]["targetPort"]
+                && p["containerPort"] == 9443)
+    );
+    // And an API server takes them: the configurations as they are, the conversion merged
+    // into the CRD by a server-side apply.
+    let cluster = krec_apiserver::Server::builder()
+        .start()
+        .await
+        .expect("cluster");
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("config"),
+    )
+    .expect("client");
+    let crd_text =
+        std::fs::read_to_string(repo().join("sample-guests/foo-controller/crd/foo-crd.yaml"))
+            .expect("foo-crd.yaml");
+    let crd: serde_json::Value = serde_yaml_ng::from_str(&crd_text).expect("crd");
+    // The CRD as a user creates it (kubectl apply), then what `krec webhooks` printed, applied
+    // by another manager (kubectl apply --server-side --force-conflicts: the CRD's defaulted
+    // conversion strategy is its creator's, as in kube-apiserver).
+    let crd_gvk =
+        kube::core::GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition");
+    let created: kube::core::DynamicObject = serde_json::from_value(crd).expect("crd object");
+    kube::Api::<kube::core::DynamicObject>::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk(&crd_gvk),
+    )
+    .create(&Default::default(), &created)
+    .await
+    .expect("create the CRD");
+    for doc in docs {
+        let (group, version) = doc["apiVersion"]
+            .as_str()
+            .and_then(|v| v.split_once('/'))
+            .expect("apiVersion");
+        let gvk =
+            kube::core::GroupVersionKind::gvk(group, version, doc["kind"].as_str().expect("kind"));
+        let api: kube::Api<kube::core::DynamicObject> =
+            kube::Api::all_with(client.clone(), &kube::core::ApiResource::from_gvk(&gvk));
+        let name = doc["metadata"]["name"].as_str().expect("name").to_owned();
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("kubectl").force(),
+            &kube::api::Patch::Apply(&doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {gvk:?} {name}: {e}"));
+    }
+    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(client);
+    let crd = crds.get("foos.samplecontroller.k8s.io").await.expect("crd");
+    let conversion = crd.spec.conversion.expect("conversion");
+    assert_eq!(conversion.strategy, "Webhook");
+    assert_eq!(crd.spec.versions.len(), 2, "the rest of the CRD is kept");
+    cluster.shutdown().await;
 }

@@ -85,7 +85,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("7 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-validator, greeter, pod-counter, pod-defaulter)"),
+        text.contains("8 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-converter, foo-validator, greeter, pod-counter, pod-defaulter)"),
         "{text}"
     );
 
@@ -125,6 +125,19 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
             "example-foo",
             "-o",
             "jsonpath={.status.availableReplicas}",
+        ],
+        |out| out == "1",
+    );
+    // foo-converter serves the Foo's v1beta1 (spec.replicas is spec.instances there).
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "foos.v1beta1.samplecontroller.k8s.io",
+            "example-foo",
+            "-o",
+            "jsonpath={.spec.instances}",
         ],
         |out| out == "1",
     );

@@ -2,14 +2,18 @@
 //! `validate` and `mutate` over HTTPS, the embedded API server calls them for kube clients and
 //! for its controllers; misbehaving webhooks are cut at their time limit and the request is
 //! denied or allowed as `failurePolicy` says; a hot swap changes verdicts without a restart;
-//! a plain HTTPS client gets answers to the `AdmissionReview` kube-apiserver sends.
+//! a plain HTTPS client gets answers to the `AdmissionReview` kube-apiserver sends; a conversion
+//! guest serves the Foo CRD's two versions to kube clients, kubectl and a reconciler.
+
+#[path = "../../apiserver/tests/support/kubectl.rs"]
+mod kubectl;
 
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use krec::manifest::Manifest;
-use krec::webhooks::{WebhookServer, configurations, register};
+use krec::webhooks::{Reach, WebhookServer, configurations, conversion, register, set_conversion};
 use krec_tests::{Live, misbehave_manifest, sample_manifest, sample_objects};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -33,7 +37,13 @@ async fn start(extra: Vec<Manifest>) -> (Live, WebhookServer) {
 async fn register_all(live: &Live, server: &WebhookServer) {
     for controller in live.manager.controllers().values() {
         let manifest = controller.module().manifest().clone();
-        for configuration in configurations(&manifest, &server.url(), server.ca_pem()) {
+        let reach = Reach::Url(server.url());
+        if let Some((crd, conversion)) = conversion(&manifest, &reach, server.ca_pem()) {
+            set_conversion(&live.api, &crd, Some(conversion))
+                .await
+                .expect("point the CRD at its conversion webhook");
+        }
+        for configuration in configurations(&manifest, &reach, server.ca_pem()) {
             register(&live.api, configuration)
                 .await
                 .expect("register the webhooks");
@@ -251,7 +261,7 @@ async fn a_misbehaving_webhook_should_be_cut_off_and_its_failure_policy_followed
 
     // failurePolicy Ignore: the same loop lets the request through.
     let manifest = misbehaving_webhook("Ignore");
-    for configuration in configurations(&manifest, &server.url(), server.ca_pem()) {
+    for configuration in configurations(&manifest, &Reach::Url(server.url()), server.ca_pem()) {
         register(&live.api, configuration).await.expect("register");
     }
     maps.create(&PostParams::default(), &config_map("looping", "loop"))
@@ -416,4 +426,106 @@ async fn https_post(config: &Arc<rustls::ClientConfig>, url: &str, body: &Value)
         .expect("status");
     let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn foos_in(live: &Live, version: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("samplecontroller.k8s.io", version, "Foo");
+    Api::namespaced_with(live.client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversion_guest_should_serve_both_versions_of_a_crd() {
+    let (live, _server) = start(vec![
+        sample_manifest("foo-converter"),
+        sample_manifest("foo-controller"),
+    ])
+    .await;
+    let (alpha, beta) = (foos_in(&live, "v1alpha1"), foos_in(&live, "v1beta1"));
+    // Written in v1beta1 (spec.instances), read in v1alpha1 (spec.replicas) and the other way.
+    let written: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "samplecontroller.k8s.io/v1beta1", "kind": "Foo",
+        "metadata": {"name": "beta-foo", "labels": {"made": "beta"}},
+        "spec": {"deploymentName": "beta-foo", "instances": 3}}))
+    .expect("foo");
+    let created = beta
+        .create(&PostParams::default(), &written)
+        .await
+        .expect("create in v1beta1");
+    assert_eq!(
+        created.data["spec"],
+        json!({"deploymentName": "beta-foo", "instances": 3})
+    );
+    let read = alpha.get("beta-foo").await.expect("get in v1alpha1");
+    assert_eq!(
+        read.types.as_ref().map(|t| t.api_version.as_str()),
+        Some("samplecontroller.k8s.io/v1alpha1")
+    );
+    assert_eq!(
+        read.data["spec"],
+        json!({"deploymentName": "beta-foo", "replicas": 3})
+    );
+    assert_eq!(read.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        read.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let listed = beta
+        .list(&ListParams::default())
+        .await
+        .expect("list in v1beta1");
+    let example = listed
+        .items
+        .iter()
+        .find(|f| f.metadata.name.as_deref() == Some("example-foo"))
+        .expect("the example Foo, stored in v1alpha1");
+    assert_eq!(example.data["spec"]["instances"], json!(1));
+    assert!(example.data["spec"].get("replicas").is_none());
+    // The reconciler (v1alpha1, watching) sees the v1beta1 Foo's size.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(live.client.clone(), "default");
+    live.eventually("beta-foo's Deployment with 3 replicas", || async {
+        deployments
+            .get_opt("beta-foo")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|d| d.spec.and_then(|s| s.replicas))
+            .filter(|replicas| *replicas == 3)
+    })
+    .await;
+    // A merge patch in v1beta1 of a Foo stored in v1alpha1: the write happens in v1beta1.
+    let patched = beta
+        .patch(
+            "example-foo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"instances": 2}})),
+        )
+        .await
+        .expect("patch in v1beta1");
+    assert_eq!(patched.data["spec"]["instances"], json!(2));
+    let read = alpha.get("example-foo").await.expect("get in v1alpha1");
+    assert_eq!(read.data["spec"]["replicas"], json!(2));
+    // kubectl reads both versions by their full names.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubectl = kubectl::for_cluster(&live.cluster, dir.path());
+    let (beta_json, alpha_table) = tokio::task::spawn_blocking(move || {
+        (
+            kubectl.ok(&[
+                "get",
+                "foos.v1beta1.samplecontroller.k8s.io",
+                "beta-foo",
+                "-o",
+                "json",
+            ]),
+            kubectl.ok(&["get", "foos.v1alpha1.samplecontroller.k8s.io"]),
+        )
+    })
+    .await
+    .expect("kubectl");
+    let beta_json: Value = serde_json::from_str(&beta_json).expect("json");
+    assert_eq!(beta_json["spec"]["instances"], json!(3), "{beta_json}");
+    assert!(
+        alpha_table.contains("beta-foo") && alpha_table.contains("example-foo"),
+        "{alpha_table}"
+    );
 }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::json::{Pointer, strings};
 use crate::selector::LabelSelector;
 use crate::validation::Cause;
+use crate::webhook::{ClientConfig, validate_client_config, validate_review_versions};
 
 /// Whether a webhook may change the object or only judge it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,24 +53,6 @@ pub struct Rule {
     scope: String,
 }
 
-/// Where a webhook is reached.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    /// `clientConfig.url` (with the path kube-apiserver posts to).
-    Url(String),
-    /// `clientConfig.service`: a Service in the cluster.
-    Service {
-        /// The Service's namespace.
-        namespace: String,
-        /// The Service's name.
-        name: String,
-        /// Its port (default 443).
-        port: u16,
-        /// The path to post to.
-        path: String,
-    },
-}
-
 /// One webhook of a configuration, ready to match requests.
 #[derive(Clone, Debug)]
 pub struct Hook {
@@ -93,10 +76,8 @@ pub struct Hook {
     pub timeout: Duration,
     /// `reinvocationPolicy: IfNeeded`: called once more when a later webhook changed the object.
     pub reinvoke: bool,
-    /// Where it is reached.
-    pub endpoint: Endpoint,
-    /// `clientConfig.caBundle`, PEM (decoded from base64).
-    pub ca_bundle: Vec<u8>,
+    /// Where it is reached and what signs its certificate.
+    pub client: ClientConfig,
 }
 
 /// What a request is, for matching: the resource it acts on and the objects involved.
@@ -179,25 +160,7 @@ impl Hook {
 
     fn from_webhook(kind: HookKind, configuration: &str, webhook: &Value) -> Option<Hook> {
         let text = |pointer: &str| webhook.at(pointer).and_then(Value::as_str);
-        let endpoint = match (
-            text("/clientConfig/url"),
-            webhook.at("/clientConfig/service"),
-        ) {
-            (Some(url), _) => Endpoint::Url(url.to_owned()),
-            (None, Some(service)) => Endpoint::Service {
-                namespace: service["namespace"].as_str()?.to_owned(),
-                name: service["name"].as_str()?.to_owned(),
-                port: u16::try_from(service["port"].as_u64().unwrap_or(443)).ok()?,
-                path: service["path"].as_str().unwrap_or("/").to_owned(),
-            },
-            (None, None) => return None,
-        };
-        let ca_bundle = text("/clientConfig/caBundle")
-            .and_then(|b| {
-                use base64::Engine as _;
-                base64::engine::general_purpose::STANDARD.decode(b).ok()
-            })
-            .unwrap_or_default();
+        let client = ClientConfig::from_json(webhook.get("clientConfig")?)?;
         let selector = |key: &str| {
             webhook
                 .get(key)
@@ -226,8 +189,7 @@ impl Hook {
                     .clamp(1, MAX_TIMEOUT_SECONDS),
             ),
             reinvoke: text("/reinvocationPolicy") == Some("IfNeeded"),
-            endpoint,
-            ca_bundle,
+            client,
         })
     }
 
@@ -350,20 +312,12 @@ pub fn validate(kind: HookKind, configuration: &Value) -> Vec<Cause> {
                 "Required value: must specify one of None, NoneOnDryRun".into(),
             )),
         }
-        let versions = strings(webhook.get("admissionReviewVersions"));
-        if versions.is_empty() {
-            causes.push((
-                format!("{path}.admissionReviewVersions"),
-                "Required value: must specify one of v1, v1beta1".into(),
-            ));
-        } else if !versions.iter().any(|v| v == "v1") {
-            causes.push((
-                format!("{path}.admissionReviewVersions"),
-                format!(
-                    "Invalid value: {versions:?}: the embedded API server sends admission.k8s.io/v1 reviews only: include \"v1\""
-                ),
-            ));
-        }
+        validate_review_versions(
+            webhook.get("admissionReviewVersions"),
+            &format!("{path}.admissionReviewVersions"),
+            "admission.k8s.io",
+            &mut causes,
+        );
         for (key, values) in [
             ("failurePolicy", &["Fail", "Ignore"][..]),
             ("matchPolicy", &["Exact", "Equivalent"][..]),
@@ -406,85 +360,10 @@ pub fn validate(kind: HookKind, configuration: &Value) -> Vec<Cause> {
                 ));
             }
         }
-        client_config(webhook.get("clientConfig"), &path, &mut causes);
+        validate_client_config(webhook.get("clientConfig"), &path, &mut causes);
         rules(webhook.get("rules"), &path, &mut causes);
     }
     causes
-}
-
-fn client_config(config: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
-    let path = format!("{path}.clientConfig");
-    let url = config.and_then(|c| c.get("url")).and_then(Value::as_str);
-    let service = config.and_then(|c| c.get("service"));
-    match (url, service) {
-        (Some(_), Some(_)) => causes.push((
-            path.clone(),
-            "Required value: exactly one of url or service is required".into(),
-        )),
-        (None, None) => causes.push((
-            path.clone(),
-            "Required value: exactly one of url or service is required".into(),
-        )),
-        (Some(url), None) => {
-            let rest = url.strip_prefix("https://");
-            let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or_default());
-            if rest.is_none() {
-                causes.push((
-                    format!("{path}.url"),
-                    format!("Invalid value: {url:?}: 'https' is the only allowed URL scheme"),
-                ));
-            } else if host.is_none_or(str::is_empty) {
-                causes.push((
-                    format!("{path}.url"),
-                    format!("Invalid value: {url:?}: host must be specified"),
-                ));
-            } else if url.contains('#') || url.contains('?') {
-                causes.push((
-                    format!("{path}.url"),
-                    format!(
-                        "Invalid value: {url:?}: fragments and query parameters are not permitted"
-                    ),
-                ));
-            }
-        }
-        (None, Some(service)) => {
-            for key in ["namespace", "name"] {
-                if service
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    causes.push((
-                        format!("{path}.service.{key}"),
-                        "Required value: service namespace and name are required".into(),
-                    ));
-                }
-            }
-            if let Some(port) = service.get("port").and_then(Value::as_i64)
-                && !(1..=65535).contains(&port)
-            {
-                causes.push((
-                    format!("{path}.service.port"),
-                    format!("Invalid value: {port}: port is not valid: must be between 1 and 65535, inclusive"),
-                ));
-            }
-        }
-    }
-    let bundle = config
-        .and_then(|c| c.get("caBundle"))
-        .and_then(Value::as_str);
-    if let Some(bundle) = bundle {
-        use base64::Engine as _;
-        if base64::engine::general_purpose::STANDARD
-            .decode(bundle)
-            .is_err()
-        {
-            causes.push((
-                format!("{path}.caBundle"),
-                "Invalid value: \"<bytes>\": not base64-encoded".into(),
-            ));
-        }
-    }
 }
 
 fn rules(rules: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {

@@ -398,13 +398,17 @@ impl Store {
     /// An object as it is answered in `rt`'s version: its `apiVersion`, and for custom resources
     /// the schema's `default`s (applied on reads as well as writes, as kube-apiserver does, so
     /// objects stored before a default was added get it). The stored object itself when nothing
-    /// changes (a built-in kind read in its stored version): no copy.
+    /// changes (a built-in kind read in its stored version): no copy. An object of a resource
+    /// converted by a webhook that is stored in another version is returned as stored, for
+    /// [`crate::conversion::to_version`] to convert outside the store's lock.
     pub fn served(rt: &ResourceType, object: &Arc<Value>) -> Arc<Value> {
         let same_version = object
             .get("apiVersion")
             .and_then(Value::as_str)
             .is_some_and(|v| rt.is_api_version(v));
-        if same_version && rt.schema.is_none() {
+        // Another version of a resource converted by a webhook: left as stored, for
+        // `conversion::to_version` to convert.
+        if same_version && rt.schema.is_none() || !same_version && rt.conversion.is_some() {
             return object.clone();
         }
         let mut out = (**object).clone();

@@ -57,6 +57,7 @@ impl Store {
         let mut causes = validation::owner_references(object);
         if is_crd_type(rt) {
             causes.extend(validation::crd_api_approval(object, old));
+            causes.extend(crate::conversion::validate_crd(object));
         }
         if rt.schema.is_none() {
             causes.extend(validation::builtin(&rt.group, &rt.kind, object, old));

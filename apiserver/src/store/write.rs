@@ -287,6 +287,11 @@ impl Store {
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        // Written in another version than the one stored: `reencode` came first, so the object
+        // was written again in between — as kube-apiserver's storage would, a conflict.
+        if rt.conversion.is_some() && !Self::in_version(rt, &old) {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
         match meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty()) {
             Some(rv) if Some(rv) != meta_str(&old, "resourceVersion") => {
                 return Err(ApiError::conflict(&rt.group, &rt.plural, name));
@@ -555,6 +560,59 @@ impl Store {
                 result => return result,
             }
         }
+    }
+}
+
+impl Store {
+    /// Whether `object` is stored in `rt`'s version.
+    pub(super) fn in_version(rt: &ResourceType, object: &Value) -> bool {
+        object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| rt.is_api_version(v))
+    }
+
+    /// The stored object at `rt`/`namespace`/`name` when it is stored in another version than
+    /// `rt`'s and `rt` has a conversion webhook: what [`reencode`](Self::reencode) needs
+    /// converted before a write in `rt`'s version.
+    pub fn needs_reencoding(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        rt.conversion.as_ref()?;
+        let key = Key::new(rt, namespace, name);
+        let state = self.lock();
+        let object = state.objects.get(&key)?;
+        (!Self::in_version(rt, object)).then(|| object.clone())
+    }
+
+    /// Store `converted` — the object at its key converted to another version — in place of the
+    /// stored object, if that is still at `converted`'s resourceVersion: same resourceVersion,
+    /// no watch event (the object did not change, only the version it is kept in). Returns
+    /// whether it was replaced.
+    pub fn reencode(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        converted: Value,
+    ) -> Result<bool, ApiError> {
+        let name = meta_str(&converted, "name").unwrap_or_default();
+        let key = Key::new(rt, namespace, name);
+        let mut state = self.lock();
+        let current_rv = state
+            .objects
+            .get(&key)
+            .and_then(|o| meta_str(o, "resourceVersion"));
+        if current_rv.is_none() || current_rv != meta_str(&converted, "resourceVersion") {
+            return Ok(false);
+        }
+        if let Some(persistence) = &state.persistence {
+            persistence.put(&key, &converted, state.rv)?;
+        }
+        state.objects.insert(key, Arc::new(converted));
+        Ok(true)
     }
 }
 

@@ -80,12 +80,17 @@ pub async fn start() -> (Server, tempfile::TempDir, Kubectl) {
 pub async fn start_with(builder: krec_apiserver::Builder) -> (Server, tempfile::TempDir, Kubectl) {
     let cluster = builder.start().await.expect("start");
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
+    let kubectl = for_cluster(&cluster, dir.path());
+    (cluster, dir, kubectl)
+}
+
+/// A kubectl for a running `cluster`, keeping its kubeconfig and cache in `dir`.
+pub fn for_cluster(cluster: &Server, dir: &Path) -> Kubectl {
+    let kubeconfig = dir.join("kubeconfig");
     cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let kubectl = Kubectl {
+    Kubectl {
         binary: kubectl_binary(),
         kubeconfig,
-        cache: dir.path().join("cache"),
-    };
-    (cluster, dir, kubectl)
+        cache: dir.join("cache"),
+    }
 }

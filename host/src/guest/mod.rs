@@ -269,16 +269,16 @@ impl GuestModule {
     }
 }
 
-/// A guest that declares webhooks must export the admission functions.
+/// A guest that declares webhooks or a conversion must export the admission functions.
 fn needs_admission(manifest: &Manifest, path: &str, has: bool) -> Result<(), LoadError> {
-    if has || manifest.spec.webhooks.is_empty() {
+    if has || (manifest.spec.webhooks.is_empty() && manifest.spec.conversion.is_none()) {
         return Ok(());
     }
     Err(LoadError::WrongWorld {
         path: path.into(),
         world: "admission",
         reason: format!(
-            "guest {} declares webhooks but its component exports no validate/mutate: build it with krec-guest 0.1.1 or later and export!(validator: …) or export!(mutator: …)",
+            "guest {} declares webhooks or a conversion but its component exports no validate/mutate/convert: build it with krec-guest 0.1.1 or later and export!(validator: …), export!(mutator: …) or export!(converter: …)",
             manifest.name
         ),
     })

@@ -1,0 +1,273 @@
+//! Reaching a webhook as kube-apiserver does: its `clientConfig` (a URL, or a Service, with the
+//! `caBundle` that signs its certificate), validated as `admissionregistration` and
+//! `apiextensions` validate it, and a JSON POST over HTTPS trusting only that bundle. Shared by
+//! admission webhooks ([`crate::admission`]) and CRD conversion webhooks ([`crate::conversion`]).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use base64::Engine as _;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+
+use crate::validation::Cause;
+
+/// Where a webhook is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `clientConfig.url` (with the path kube-apiserver posts to).
+    Url(String),
+    /// `clientConfig.service`: a Service in the cluster.
+    Service {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+        /// Its port (default 443).
+        port: u16,
+        /// The path to post to.
+        path: String,
+    },
+}
+
+/// A webhook's `clientConfig`: where it is and what signs its serving certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Where it is reached.
+    pub endpoint: Endpoint,
+    /// `caBundle`, PEM (decoded from base64; empty when none was given).
+    pub ca_bundle: Vec<u8>,
+}
+
+impl ClientConfig {
+    /// Read a `clientConfig` object (one that passed [`validate_client_config`]); `None` when it
+    /// names neither a URL nor a Service.
+    pub fn from_json(config: &Value) -> Option<ClientConfig> {
+        let text = |key: &str| config.get(key).and_then(Value::as_str);
+        let endpoint = match (text("url"), config.get("service")) {
+            (Some(url), _) => Endpoint::Url(url.to_owned()),
+            (None, Some(service)) => Endpoint::Service {
+                namespace: service["namespace"].as_str()?.to_owned(),
+                name: service["name"].as_str()?.to_owned(),
+                port: u16::try_from(service["port"].as_u64().unwrap_or(443)).ok()?,
+                path: service["path"].as_str().unwrap_or("/").to_owned(),
+            },
+            (None, None) => return None,
+        };
+        let ca_bundle = text("caBundle")
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .unwrap_or_default();
+        Some(ClientConfig {
+            endpoint,
+            ca_bundle,
+        })
+    }
+
+    /// The URL to post to. A Service cannot be reached: the embedded API server's Services have
+    /// no network behind them.
+    pub fn url(&self) -> Result<&str, CallError> {
+        match &self.endpoint {
+            Endpoint::Url(url) => Ok(url),
+            Endpoint::Service {
+                namespace, name, ..
+            } => Err(CallError(format!(
+                "service {namespace}/{name} cannot be reached from the embedded API server (its Services have no network): register the webhook with clientConfig.url"
+            ))),
+        }
+    }
+}
+
+/// Validate a `clientConfig` at `path` (e.g. `webhooks[0]`): exactly one of an `https` URL
+/// without query or fragment and a Service with namespace, name and a valid port; a base64
+/// `caBundle`.
+pub fn validate_client_config(config: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    let path = format!("{path}.clientConfig");
+    let url = config.and_then(|c| c.get("url")).and_then(Value::as_str);
+    let service = config.and_then(|c| c.get("service"));
+    match (url, service) {
+        (Some(_), Some(_)) => causes.push((
+            path.clone(),
+            "Required value: exactly one of url or service is required".into(),
+        )),
+        (None, None) => causes.push((
+            path.clone(),
+            "Required value: exactly one of url or service is required".into(),
+        )),
+        (Some(url), None) => {
+            let rest = url.strip_prefix("https://");
+            let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or_default());
+            if rest.is_none() {
+                causes.push((
+                    format!("{path}.url"),
+                    format!("Invalid value: {url:?}: 'https' is the only allowed URL scheme"),
+                ));
+            } else if host.is_none_or(str::is_empty) {
+                causes.push((
+                    format!("{path}.url"),
+                    format!("Invalid value: {url:?}: host must be specified"),
+                ));
+            } else if url.contains('#') || url.contains('?') {
+                causes.push((
+                    format!("{path}.url"),
+                    format!(
+                        "Invalid value: {url:?}: fragments and query parameters are not permitted"
+                    ),
+                ));
+            }
+        }
+        (None, Some(service)) => {
+            for key in ["namespace", "name"] {
+                if service
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    causes.push((
+                        format!("{path}.service.{key}"),
+                        "Required value: service namespace and name are required".into(),
+                    ));
+                }
+            }
+            if let Some(port) = service.get("port").and_then(Value::as_i64)
+                && !(1..=65535).contains(&port)
+            {
+                causes.push((
+                    format!("{path}.service.port"),
+                    format!("Invalid value: {port}: port is not valid: must be between 1 and 65535, inclusive"),
+                ));
+            }
+        }
+    }
+    let bundle = config
+        .and_then(|c| c.get("caBundle"))
+        .and_then(Value::as_str);
+    if let Some(bundle) = bundle {
+        use base64::Engine as _;
+        if base64::engine::general_purpose::STANDARD
+            .decode(bundle)
+            .is_err()
+        {
+            causes.push((
+                format!("{path}.caBundle"),
+                "Invalid value: \"<bytes>\": not base64-encoded".into(),
+            ));
+        }
+    }
+}
+
+/// Validate the review versions a webhook accepts (`admissionReviewVersions`,
+/// `conversionReviewVersions`) at `path`: the embedded API server sends `{group}/v1` reviews
+/// only, so `v1` must be among them.
+pub fn validate_review_versions(
+    versions: Option<&Value>,
+    path: &str,
+    group: &str,
+    causes: &mut Vec<Cause>,
+) {
+    let versions = crate::json::strings(versions);
+    if versions.is_empty() {
+        causes.push((
+            path.to_owned(),
+            "Required value: must specify one of v1, v1beta1".into(),
+        ));
+    } else if !versions.iter().any(|v| v == "v1") {
+        causes.push((
+            path.to_owned(),
+            format!(
+                "Invalid value: {versions:?}: the embedded API server sends {group}/v1 reviews only: include \"v1\""
+            ),
+        ));
+    }
+}
+
+/// Largest answer read from a webhook (kube-apiserver's limit on a response body).
+const MAX_RESPONSE_BYTES: usize = 3 << 20;
+
+/// Why a webhook could not be consulted (its `failurePolicy` decides what follows).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CallError(pub String);
+
+/// The certificates of a PEM bundle.
+fn roots(ca_bundle: &[u8]) -> Result<rustls::RootCertStore, CallError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_bundle) {
+        let cert = cert.map_err(|e| CallError(format!("caBundle: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| CallError(format!("caBundle: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(CallError(
+            "no caBundle: the embedded API server trusts a webhook's certificate only through clientConfig.caBundle"
+                .into(),
+        ));
+    }
+    Ok(roots)
+}
+
+/// POST `body` as JSON to an `https://` URL, trusting `ca_bundle`.
+pub async fn post(url: &str, ca_bundle: &[u8], body: &Value) -> Result<Vec<u8>, CallError> {
+    let failed = |what: &str, err: &dyn std::fmt::Display| {
+        CallError(format!(
+            "failed to call webhook: Post \"{url}\": {what}{err}"
+        ))
+    };
+    let uri: axum::http::Uri = url.parse().map_err(|e| failed("", &e))?;
+    let host = uri
+        .host()
+        .ok_or_else(|| failed("", &"no host"))?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| failed("tls: ", &e))?
+        .with_root_certificates(roots(ca_bundle)?)
+        .with_no_client_auth();
+    let server_name = ServerName::try_from(host.clone()).map_err(|e| failed("", &e))?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| failed("dial tcp: ", &e))?;
+    let _ = tcp.set_nodelay(true);
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| failed("tls: ", &e))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| failed("", &e))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let request = axum::http::Request::post(path)
+        .header(
+            axum::http::header::HOST,
+            uri.authority().map_or("", |a| a.as_str()),
+        )
+        .header(axum::http::header::CONTENT_TYPE, "application/json")
+        .header(axum::http::header::ACCEPT, "application/json, */*")
+        .body(Body::from(body.to_string()))
+        .map_err(|e| failed("", &e))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| failed("", &e))?;
+    let status = response.status();
+    let bytes = axum::body::to_bytes(Body::new(response.into_body()), MAX_RESPONSE_BYTES)
+        .await
+        .map_err(|e| failed("reading the response: ", &e))?;
+    if !status.is_success() {
+        return Err(CallError(format!(
+            "failed to call webhook: the server responded with the status code {} ({}): {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
+        )));
+    }
+    Ok(bytes.to_vec())
+}
