@@ -1217,6 +1217,8 @@ async fn watch(
         let mut stopped = server.stopped.clone();
         let mut bookmark = tokio::time::interval(server.bookmark_interval);
         bookmark.tick().await;
+        let mut registry_check = tokio::time::interval(REGISTRY_CHECK);
+        registry_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let line = tokio::select! {
                 _ = &mut deadline => return,
@@ -1229,14 +1231,21 @@ async fn watch(
                     watch_line("BOOKMARK", &json!({"kind": rt.kind, "apiVersion": rt.api_version(),
                         "metadata": {"resourceVersion": last_rv.to_string()}}))
                 }
+                // The registry changes just after the CRD's own event: look again a moment later.
+                _ = registry_check.tick() => {
+                    if type_changed() {
+                        return;
+                    }
+                    continue;
+                }
                 received = feed.recv() => match received {
                     Ok(change) => {
                         last_rv = change.rv;
-                        if change.key.resource != rt.storage_key() || !in_scope(&change.key.namespace) {
-                            continue;
-                        }
                         if type_changed() {
                             return;
+                        }
+                        if change.key.resource != rt.storage_key() || !in_scope(&change.key.namespace) {
+                            continue;
                         }
                         match event_kind(&change, &matches) {
                             Some(kind) => match render(kind, &change).await {
@@ -1265,6 +1274,10 @@ async fn watch(
     let lines = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Ok(stream_response(lines))
 }
+
+/// How often a watch of a custom resource checks whether its CRD changed (beyond the check at
+/// every change the store makes).
+const REGISTRY_CHECK: Duration = Duration::from_secs(1);
 
 /// ADDED/MODIFIED/DELETED for a change as a selector-filtered watch sees it: an object that
 /// starts matching is ADDED, one that stops matching is DELETED.

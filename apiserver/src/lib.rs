@@ -14,8 +14,9 @@
 //!   asks for them ([`Builder::controllers`]); `krec cluster` and `krec dev` do by default.
 //! - Server-side apply tracks field ownership per manager ([`managed`]) but does not validate
 //!   the applied configuration against a typed schema as structured-merge-diff does.
-//! - Custom resources are stored in whichever version they were written with; versions differ
-//!   only in `apiVersion` (no conversion webhooks).
+//! - Custom resources are stored in whichever version they were last written in; other versions
+//!   are converted on the way out — by the CRD's conversion webhook ([`conversion`]), or, without
+//!   one, by changing only `apiVersion`.
 
 pub mod admission;
 pub mod controllers;

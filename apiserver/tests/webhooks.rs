@@ -46,12 +46,43 @@ async fn answer(path: &str, review: &Value) -> Value {
                 None => json!({"uid": uid, "allowed": true}),
             }
         }
+        "/convert" | "/convert-renaming" => {
+            return json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                "response": {"uid": uid, "result": {"status": "Success"},
+                    "convertedObjects": request["objects"].as_array().into_iter().flatten()
+                        .map(|o| convert_widget(o, &request["desiredAPIVersion"], path == "/convert-renaming"))
+                        .collect::<Vec<_>>()}});
+        }
         _ => {
             tokio::time::sleep(Duration::from_secs(5)).await;
             json!({"uid": uid, "allowed": false})
         }
     };
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// A Widget in `desired` (`test.krec.dev/v1` calls its size `spec.size`, `v2` `spec.count`);
+/// `rename` breaks the rules (a converted object must keep its name).
+fn convert_widget(object: &Value, desired: &Value, rename: bool) -> Value {
+    let mut out = object.clone();
+    let (from, to) = if desired == "test.krec.dev/v2" {
+        ("size", "count")
+    } else {
+        ("count", "size")
+    };
+    if let Some(value) = out["spec"]
+        .as_object_mut()
+        .and_then(|spec| spec.remove(from))
+    {
+        out["spec"][to] = value;
+    }
+    out["apiVersion"] = desired.clone();
+    // A webhook may not change metadata but labels and annotations: this is dropped.
+    out["metadata"]["resourceVersion"] = json!("1");
+    if rename {
+        out["metadata"]["name"] = json!("renamed");
+    }
+    out
 }
 
 /// The test webhook over HTTPS; returns its address, CA (PEM) and what it saw.
@@ -431,4 +462,141 @@ webhooks:
         "{stderr}"
     );
     assert!(allowed.contains("configmap/good created"), "{allowed}");
+}
+
+fn widget_crd(url: &str, ca: &str) -> Value {
+    let version = |name: &str, field: &str, storage: bool| {
+        json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": {
+            "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                field: {"type": "integer"}, "color": {"type": "string", "default": "blue"}}}}}}})
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.krec.dev"},
+        "spec": {"group": "test.krec.dev", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [version("v1", "size", true), version("v2", "count", false)],
+            "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": url,
+                    "caBundle": base64::engine::general_purpose::STANDARD.encode(ca)}}}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversion_webhooks_should_convert_reads_writes_and_watches() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{DynamicObject, WatchEvent, WatchParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    let (addr, ca, seen) = webhook_server().await;
+    let cluster = Server::builder()
+        .controllers(Selection::none())
+        .start()
+        .await
+        .expect("start");
+    let client = client(&cluster).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    // A Webhook strategy needs its webhook, named as kube-apiserver names it.
+    let mut incomplete = widget_crd("", &ca);
+    incomplete["spec"]["conversion"] = json!({"strategy": "Webhook"});
+    let err = crds
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(incomplete).expect("crd"),
+        )
+        .await
+        .expect_err("no webhook");
+    assert!(
+        status_of(err)
+            .2
+            .contains("spec.conversion.webhook: Required value"),
+        "the missing webhook named"
+    );
+    let crd = widget_crd(&format!("https://{addr}/convert"), &ca);
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(crd).expect("crd"),
+    )
+    .await
+    .expect("create the CRD");
+    let widgets = |version: &str| -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("test.krec.dev", version, "Widget");
+        Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
+    };
+    let (v1, v2) = (widgets("v1"), widgets("v2"));
+    let mut watch = v2
+        .watch(&WatchParams::default(), "0")
+        .await
+        .expect("watch v2")
+        .boxed();
+    let widget: DynamicObject = serde_json::from_value(json!({"apiVersion": "test.krec.dev/v1",
+        "kind": "Widget", "metadata": {"name": "a"}, "spec": {"size": 2, "color": "red"}}))
+    .expect("widget");
+    let created = v1
+        .create(&PostParams::default(), &widget)
+        .await
+        .expect("create in v1");
+    let converts = || {
+        seen.lock()
+            .expect("seen")
+            .iter()
+            .filter(|(path, _)| path.starts_with("/convert"))
+            .count()
+    };
+    assert_eq!(
+        converts(),
+        0,
+        "a write read back in its own version converts nothing"
+    );
+    let read = v2.get("a").await.expect("get in v2");
+    assert_eq!(read.data["spec"], json!({"count": 2, "color": "red"}));
+    assert_eq!(read.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        read.metadata.resource_version, created.metadata.resource_version,
+        "metadata is the stored object's"
+    );
+    let listed = v2.list(&ListParams::default()).await.expect("list in v2");
+    assert_eq!(listed.items[0].data["spec"]["count"], json!(2));
+    match watch.try_next().await.expect("watch").expect("an event") {
+        WatchEvent::Added(added) => assert_eq!(added.data["spec"]["count"], json!(2)),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    // A write in v2 of the object stored in v1 is made in v2; v1 reads it back converted.
+    let patched = v2
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"count": 5}})),
+        )
+        .await
+        .expect("patch in v2");
+    assert_eq!(patched.data["spec"], json!({"count": 5, "color": "red"}));
+    assert_eq!(
+        v1.get("a").await.expect("get in v1").data["spec"]["size"],
+        json!(5)
+    );
+    // A webhook that breaks the rules fails the read with kube-apiserver's message, and the
+    // change of the CRD ends the watches of its resource.
+    crds.patch(
+        "widgets.test.krec.dev",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"conversion": {"webhook": {"clientConfig": {
+            "url": format!("https://{addr}/convert-renaming")}}}}})),
+    )
+    .await
+    .expect("point the CRD at the renaming webhook");
+    let (code, _, message) = status_of(v1.get("a").await.expect_err("renamed"));
+    assert_eq!(code, 500);
+    assert_eq!(
+        message,
+        "conversion webhook for test.krec.dev/v2, Kind=Widget returned invalid converted object at index 0: must have the same name: a != renamed"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = watch.next().await {
+            if event.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch from before the CRD change ended");
+    cluster.shutdown().await;
 }

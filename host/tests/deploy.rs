@@ -162,7 +162,7 @@ async fn krec_webhooks_should_register_the_guests_behind_the_deployments_service
     )
     .expect("client");
     let crd_text =
-        std::fs::read_to_string(repo().join("sample-guests/foo-controller/crd/foo-crd.yaml"))
+        std::fs::read_to_string(repo().join("sample-guests/foo-converter/crd/foo-crd.yaml"))
             .expect("foo-crd.yaml");
     let crd: serde_json::Value = serde_yaml_ng::from_str(&crd_text).expect("crd");
     // The CRD as a user creates it (kubectl apply), then what `krec webhooks` printed, applied

@@ -21,12 +21,21 @@ use serde_json::{Value, json};
 
 /// Start the samples' webhooks (and `extra` guests) on a living cluster and register them.
 async fn start(extra: Vec<Manifest>) -> (Live, WebhookServer) {
+    start_with(extra, Vec::new()).await
+}
+
+/// [`start`], applying the objects of the sample guests `samples` after foo-controller's.
+async fn start_with(extra: Vec<Manifest>, samples: Vec<&str>) -> (Live, WebhookServer) {
     let mut manifests = vec![
         sample_manifest("foo-validator"),
         sample_manifest("pod-defaulter"),
     ];
     manifests.extend(extra);
-    let live = Live::start_alive(manifests, sample_objects("foo-controller")).await;
+    let mut objects = sample_objects("foo-controller");
+    for sample in samples {
+        objects.extend(sample_objects(sample));
+    }
+    let live = Live::start_alive(manifests, objects).await;
     let server = WebhookServer::start(live.manager.clone(), "127.0.0.1:0".parse().expect("addr"))
         .await
         .expect("webhook server");
@@ -435,10 +444,14 @@ fn foos_in(live: &Live, version: &str) -> Api<DynamicObject> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversion_guest_should_serve_both_versions_of_a_crd() {
-    let (live, _server) = start(vec![
-        sample_manifest("foo-converter"),
-        sample_manifest("foo-controller"),
-    ])
+    // foo-converter's CRD adds v1beta1 to foo-controller's.
+    let (live, _server) = start_with(
+        vec![
+            sample_manifest("foo-converter"),
+            sample_manifest("foo-controller"),
+        ],
+        vec!["foo-converter"],
+    )
     .await;
     let (alpha, beta) = (foos_in(&live, "v1alpha1"), foos_in(&live, "v1beta1"));
     // Written in v1beta1 (spec.instances), read in v1alpha1 (spec.replicas) and the other way.
