@@ -209,6 +209,23 @@ pub fn reconcile<R: Reconciler>(host: Arc<dyn Host>, request: Request) -> Result
     R::reconcile(request, &Context::new())
 }
 
+/// An admission request and verdict as the WIT `admission-types` interface declares them: what a
+/// native webhook takes and answers.
+pub use crate::bindings::krec::reconciler::admission_types::{
+    AdmissionRequest as Review, Operation as ReviewOperation, UserInfo as ReviewUserInfo,
+    Verdict as ReviewVerdict,
+};
+/// A kind as the WIT `types` interface declares it (a [`Review`]'s `kind`).
+pub use crate::bindings::krec::reconciler::types::Gvk as WitGvk;
+
+/// Run `V`'s validate natively on `review`, its [`Context`](crate::Context) reads and log
+/// lines served by `host` — what the guest's `validate` export does in a component.
+pub fn validate<V: crate::Validator>(host: Arc<dyn Host>, review: Review) -> ReviewVerdict {
+    let previous = HOST.with(|slot| slot.borrow_mut().replace(host));
+    let _restore = Installed(previous);
+    crate::__private::validate::<V>(review)
+}
+
 fn with_host<T>(call: impl FnOnce(&dyn Host) -> Result<T>) -> Result<T> {
     let host = HOST.with(|slot| slot.borrow().clone());
     match host {

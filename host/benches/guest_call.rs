@@ -6,6 +6,11 @@
 //!   compiled natively and run by the same `GuestWorker` (`krec_guest::native`), over an
 //!   in-memory cluster; the difference and the ratio. The arms are interleaved round by round,
 //!   so machine noise hits all of them alike.
+//! - `admission_*_us`: one admission review inside the host (`GuestModule::admit`, what the
+//!   HTTPS server calls per `AdmissionReview`) by pod-stamper's `GenerationValidator` — the
+//!   ~3 KB Pod decoded into `Pod`, the stored Pod read from the cache — as a Wasm guest (a fresh
+//!   instance per review, as webhooks always run) against the same validator compiled natively;
+//!   p50 and p99 of single reviews, interleaved in rounds.
 //! - `queue_ops_per_s`: workqueue add + get + done cycles per second, one thread and two.
 //!
 //! The figures are printed as a Markdown table and merged into `bench/results.json`.
@@ -23,6 +28,134 @@ use krec::guest::{GuestModule, GuestWorker};
 use krec::manifest::Manifest;
 use krec::queue::{RateLimit, WorkQueue};
 use serde_json::{Value, json};
+
+/// The admission request kube-apiserver would send for an update of `pod` (to generation 2).
+fn pod_review(pod: &Value) -> krec::bindings::guest::WitAdmissionRequest {
+    use krec::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
+    let mut updated = pod.clone();
+    updated["metadata"]["labels"][pod_stamper::GENERATION] = json!("2");
+    WitAdmissionRequest {
+        uid: "705ab4f5-6393-11e8-b7cc-42010a800002".into(),
+        kind: krec::bindings::WitGvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+        },
+        resource: "pods".into(),
+        sub_resource: None,
+        name: pod["metadata"]["name"].as_str().map(str::to_owned),
+        namespace: pod["metadata"]["namespace"].as_str().map(str::to_owned),
+        operation: WitOperation::Update,
+        user_info: WitUserInfo {
+            username: "admin".into(),
+            groups: vec!["system:authenticated".into()],
+        },
+        object: Some(updated.to_string()),
+        old_object: Some(pod.to_string()),
+        dry_run: false,
+    }
+}
+
+async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = krec::engine::new_engine().expect("engine");
+    let linker = krec::guest::new_linker(&engine).expect("linker");
+    let cluster = Arc::new(MemoryCluster::new());
+    let mut pod = common::pod("default", "web-0");
+    pod["metadata"]["labels"][pod_stamper::GENERATION] = json!("1");
+    cluster.create(pod.clone()).await.expect("pod");
+    let access: Arc<dyn ClusterAccess> = cluster.clone();
+    let manifest = Arc::new(webhook_manifest(dir.path(), "reuse"));
+    let wasm = GuestModule::load(&engine, &linker, manifest.clone()).expect("module");
+    let fresh = GuestModule::load(
+        &engine,
+        &linker,
+        Arc::new(webhook_manifest(dir.path(), "per-reconcile")),
+    )
+    .expect("module");
+    let native = GuestModule::native_with_validator(
+        manifest,
+        krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+        krec_guest::native::validate::<pod_stamper::GenerationValidator>,
+    );
+    let request = pod_review(&pod);
+    async fn review(
+        module: &GuestModule,
+        access: &Arc<dyn ClusterAccess>,
+        request: &krec::bindings::guest::WitAdmissionRequest,
+    ) -> f64 {
+        let started = Instant::now();
+        let verdict = module
+            .admit(access, None, krec::guest::Review::Validate, request.clone())
+            .await
+            .expect("review");
+        assert!(verdict.allowed, "{:?}", verdict.message);
+        started.elapsed().as_secs_f64() * 1e6
+    }
+    let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
+    for _ in 0..50 {
+        review(&wasm, &access, &request).await;
+        review(&fresh, &access, &request).await;
+        review(&native, &access, &request).await;
+    }
+    let (mut native_all, mut wasm_all, mut fresh_all) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut native_p50, mut wasm_p50, mut fresh_p50) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for (module, all, p50s) in [
+            (&native, &mut native_all, &mut native_p50),
+            (&wasm, &mut wasm_all, &mut wasm_p50),
+            (&fresh, &mut fresh_all, &mut fresh_p50),
+        ] {
+            let mut round = Vec::with_capacity(per_round);
+            for _ in 0..per_round {
+                round.push(review(module, &access, &request).await);
+            }
+            p50s.push(common::percentile(&mut round, 50.0));
+            all.extend(round);
+        }
+    }
+    let (np50, np50_min, np50_max) = median_min_max(native_p50);
+    let (wp50, wp50_min, wp50_max) = median_min_max(wasm_p50);
+    let np99 = common::percentile(&mut native_all, 99.0);
+    let wp99 = common::percentile(&mut wasm_all, 99.0);
+    let (fp50, fp50_min, fp50_max) = median_min_max(fresh_p50);
+    let fp99 = common::percentile(&mut fresh_all, 99.0);
+    rows.push(format!(
+        "| admission_native_p50_us | {np50:.2} | {np50_min:.2}–{np50_max:.2} | pod-stamper's `GenerationValidator` compiled natively: one review of a Pod update inside the host (baseline); p99 {np99:.2} µs |"
+    ));
+    rows.push(format!(
+        "| admission_wasm_p50_us | {wp50:.2} | {wp50_min:.2}–{wp50_max:.2} | the same validator as a Wasm guest, its instance kept between reviews (`isolation: reuse`, the default); p99 {wp99:.2} µs |"
+    ));
+    rows.push(format!(
+        "| admission_wasm_fresh_p50_us | {fp50:.2} | {fp50_min:.2}–{fp50_max:.2} | the same with a fresh instance per review (`isolation: per-reconcile`); p99 {fp99:.2} µs |"
+    ));
+    rows.push(format!(
+        "| admission_ratio_wasm_vs_native | {:.2}× | | p50 Wasm / p50 native |",
+        wp50 / np50
+    ));
+    results.insert("admission_native_p50_us".into(), json!(np50));
+    results.insert("admission_native_p99_us".into(), json!(np99));
+    results.insert("admission_wasm_p50_us".into(), json!(wp50));
+    results.insert("admission_wasm_p99_us".into(), json!(wp99));
+    results.insert("admission_wasm_fresh_p50_us".into(), json!(fp50));
+    results.insert("admission_wasm_fresh_p99_us".into(), json!(fp99));
+    results.insert("admission_ratio_wasm_vs_native".into(), json!(wp50 / np50));
+}
+
+/// pod-stamper as a validating webhook for Pod updates.
+fn webhook_manifest(dir: &Path, isolation: &str) -> Manifest {
+    let module = common::module("pod_stamper.wasm");
+    let path = dir.join(format!("pod-stamper-webhook-{isolation}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: pod-stamper}}\nspec:\n  module: {}\n  isolation: {isolation}\n  webhooks:\n    - type: validating\n      rules: [{{apiGroups: [\"\"], apiVersions: [v1], resources: [pods], operations: [UPDATE]}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
+            module.display()
+        ),
+    )
+    .expect("write manifest");
+    Manifest::load(&path).expect("manifest")
+}
 
 fn manifest(dir: &Path, isolation: &str) -> Manifest {
     let module = common::module("pod_stamper.wasm");
@@ -197,6 +330,7 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(guest_call(&mut rows, &mut results));
+    runtime.block_on(admission(&mut rows, &mut results));
     drop(runtime);
     queue_ops(&mut rows, &mut results);
     common::print_table(&rows);

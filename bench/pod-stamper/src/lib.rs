@@ -75,7 +75,39 @@ impl Reconciler for PodStamper {
     }
 }
 
-export!(PodStamper);
+/// The benchmark's validating webhook: a Pod may not ask for an older generation than the one
+/// stored — the typed object decoded, and the stored Pod read from the host's cache (the
+/// cross-object check validators make, as `sample-guests/foo-validator` does with a `list`).
+pub struct GenerationValidator;
+
+impl Validator for GenerationValidator {
+    type Object = Pod;
+
+    fn validate(req: &AdmissionRequest<Pod>, ctx: &Context) -> Verdict {
+        let Some(pod) = &req.object else {
+            return Verdict::allow();
+        };
+        let generation = |pod: &Pod| -> Option<u64> { pod.labels().get(GENERATION)?.parse().ok() };
+        let Some(wanted) = generation(pod) else {
+            return Verdict::invalid(format!(
+                "metadata.labels[{GENERATION}]: Invalid value: must be a number"
+            ));
+        };
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let stored = match ctx.get_opt::<Pod>(req.namespace.as_deref(), name) {
+            Ok(stored) => stored,
+            Err(err) => panic!("reading the stored Pod: {err}"),
+        };
+        match stored.as_ref().and_then(generation) {
+            Some(current) if current > wanted => Verdict::invalid(format!(
+                "metadata.labels[{GENERATION}]: Invalid value: {wanted}: the Pod is at generation {current}"
+            )),
+            _ => Verdict::allow(),
+        }
+    }
+}
+
+export!(reconciler: PodStamper, validator: GenerationValidator);
 
 #[cfg(test)]
 mod tests {

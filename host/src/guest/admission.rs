@@ -1,7 +1,8 @@
-//! Running a guest's admission exports (`validate`, `mutate`, `convert`): each review in a fresh
-//! instance (nothing carries over from one request to the next, and a trap costs nothing but
-//! that review), under the manifest's time and memory limits, reading through `reader` and
-//! refused every write.
+//! Running a guest's admission exports (`validate`, `mutate`, `convert`) under the manifest's
+//! time and memory limits, reading through `reader` and refused every write. As its
+//! `isolation` says, a review runs in an instance kept from an earlier review (`reuse`, the
+//! default: instantiation is most of a short review's cost) or in a fresh one (`per-reconcile`:
+//! nothing carries over from one request to the next). An instance that traps is dropped.
 
 use std::sync::Arc;
 
@@ -11,6 +12,17 @@ use super::{
 };
 use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
 use crate::cluster::ClusterAccess;
+use crate::manifest::Isolation;
+
+/// Instances kept for later reviews, per module (more than the admission server runs at once
+/// would never be used).
+const MAX_POOLED: usize = 32;
+
+/// An instance of the admission world with its store, kept between reviews.
+pub(crate) struct AdmissionInstance {
+    store: wasmtime::Store<super::HostState>,
+    bindings: crate::bindings::guest::Guest,
+}
 
 /// Which admission export a review calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,10 +44,21 @@ impl Review {
 }
 
 impl GuestModule {
+    /// The instances kept for reviews.
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<AdmissionInstance>> {
+        // A panic while holding the lock leaves a list of whole instances: still usable.
+        self.admission_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Whether the component exports the admission functions (the SDK builds them since WIT
     /// 0.1.1; a 0.1.0 component is a reconciler only).
     pub fn has_admission(&self) -> bool {
-        matches!(&self.body, Body::Wasm(_, _, Some(_)))
+        matches!(
+            &self.body,
+            Body::Wasm(_, _, Some(_)) | Body::Native(_, Some(_))
+        )
     }
 
     /// Answer one admission request with the guest's `validate` or `mutate`, in a fresh instance.
@@ -59,6 +82,18 @@ impl GuestModule {
                 None => request.name.clone().unwrap_or_default(),
             }
         );
+        if let (Body::Native(_, Some(validate)), Review::Validate) = (&self.body, review) {
+            return super::native::validate(
+                *validate,
+                &self.manifest,
+                cluster,
+                metrics,
+                self.budgets.clone(),
+                label,
+                request,
+            )
+            .await;
+        }
         let label_for_run = label.clone();
         self.run_admission(cluster, metrics, label, move |bindings, store| {
             Box::pin(async move {
@@ -107,20 +142,41 @@ impl GuestModule {
             ));
         };
         let timeout = self.manifest.spec.limits.timeout;
+        let reuse = self.manifest.spec.isolation == Isolation::Reuse;
+        let kept = if reuse { self.pool().pop() } else { None };
         let run = async {
-            let mut store = new_store(self, pre.engine(), cluster, metrics);
-            let state = store.data_mut();
+            let mut instance = match kept {
+                Some(instance) => instance,
+                None => {
+                    let mut store = new_store(self, pre.engine(), cluster, metrics.clone());
+                    let bindings = pre
+                        .instantiate_async(&mut store)
+                        .await
+                        .map_err(|err| (instantiate_cause(&err), one_line(&err)))?;
+                    AdmissionInstance { store, bindings }
+                }
+            };
+            let state = instance.store.data_mut();
             state.request = label;
             state.read_only = true;
+            state.cluster = cluster.clone();
+            state.metrics = metrics;
+            state.host_time = std::time::Duration::ZERO;
+            state.cpu_paused = std::time::Duration::ZERO;
             state.deadline = deadline_after(timeout);
-            let bindings = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|err| (instantiate_cause(&err), one_line(&err)))?;
-            store.data_mut().start_cpu();
-            let result = call(&bindings, &mut store).await;
-            let _ = store.data_mut().charge_cpu(false);
-            result.map_err(|err| (classify(&err), one_line(&err)))
+            instance.store.set_epoch_deadline(1);
+            instance.store.data_mut().start_cpu();
+            let result = call(&instance.bindings, &mut instance.store).await;
+            let _ = instance.store.data_mut().charge_cpu(false);
+            // An instance that trapped may be mid-way through anything: it is dropped.
+            let value = result.map_err(|err| (classify(&err), one_line(&err)))?;
+            if reuse {
+                let mut pool = self.pool();
+                if pool.len() < MAX_POOLED {
+                    pool.push(instance);
+                }
+            }
+            Ok(value)
         };
         match tokio::time::timeout(timeout.saturating_add(HOST_CALL_GRACE), run).await {
             Ok(result) => result,

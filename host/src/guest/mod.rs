@@ -31,7 +31,7 @@ pub use limits::{
 };
 pub use log_budget::{LogBudget, MAX_LOG_BYTES_PER_SECOND, MAX_LOG_LINES_PER_SECOND};
 pub use module_cache::{ModuleCache, Origin};
-pub use native::NativeReconcile;
+pub use native::{NativeReconcile, NativeValidate};
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
@@ -93,6 +93,8 @@ pub struct GuestModule {
     digest: String,
     origin: Origin,
     budgets: Arc<GuestBudgets>,
+    /// Admission instances kept between reviews (`isolation: reuse`).
+    admission_pool: std::sync::Mutex<Vec<admission::AdmissionInstance>>,
 }
 
 /// What runs a guest's reconciles.
@@ -106,8 +108,8 @@ enum Body {
         /// The admission exports, when the component has them (WIT 0.1.1's `guest` world).
         Option<GuestPre<HostState>>,
     ),
-    /// A reconciler compiled into the host (see [`native`]).
-    Native(NativeReconcile),
+    /// A reconciler (and maybe a validating webhook) compiled into the host (see [`native`]).
+    Native(NativeReconcile, Option<native::NativeValidate>),
 }
 
 impl fmt::Debug for GuestModule {
@@ -199,6 +201,7 @@ impl GuestModule {
             body: Body::Wasm(pre, component, admission),
             digest,
             origin,
+            admission_pool: Default::default(),
         })
     }
 
@@ -219,6 +222,7 @@ impl GuestModule {
             body: Body::Wasm(pre, component, admission),
             digest,
             origin,
+            admission_pool: Default::default(),
         })
     }
 
@@ -229,10 +233,24 @@ impl GuestModule {
         GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
-            body: Body::Native(reconcile),
+            body: Body::Native(reconcile, None),
             digest,
             origin: Origin::Native,
+            admission_pool: Default::default(),
         }
+    }
+
+    /// [`native`](Self::native), with a validating webhook compiled into the host too: the
+    /// guest's `validate` reviews run `validate` (e.g.
+    /// `krec_guest::native::validate::<MyValidator>`).
+    pub fn native_with_validator(
+        manifest: Arc<Manifest>,
+        reconcile: NativeReconcile,
+        validate: native::NativeValidate,
+    ) -> Self {
+        let mut module = Self::native(manifest, reconcile);
+        module.body = Body::Native(reconcile, Some(validate));
+        module
     }
 
     /// Whether the component was compiled for this load or taken from the module cache.
@@ -622,7 +640,7 @@ impl GuestWorker {
     ///
     /// [`ReconcileError::Trap`] with the cause (`instantiate` for a failing start function).
     pub async fn warm_up(&mut self) -> Result<(), ReconcileError> {
-        if self.instance.is_some() || matches!(self.module.body, Body::Native(_)) {
+        if self.instance.is_some() || matches!(self.module.body, Body::Native(..)) {
             return Ok(());
         }
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
@@ -656,7 +674,7 @@ impl GuestWorker {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Action, ReconcileError> {
-        if let Body::Native(reconcile) = self.module.body {
+        if let Body::Native(reconcile, _) = self.module.body {
             let request = krec_guest::Request {
                 namespace: namespace.map(str::to_owned),
                 name: name.to_owned(),

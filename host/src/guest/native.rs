@@ -27,6 +27,7 @@ use krec_guest::native::{Host, Level, ObjectReference, PatchType};
 use krec_guest::{GroupVersionKind, ListParams, Preconditions};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
+use crate::bindings::guest::{WitAdmissionRequest, WitOperation, WitVerdict};
 use crate::bindings::krec::reconciler::{client, events, log};
 use crate::cluster::{self, AccessError, ClusterAccess, Gvk};
 use crate::imports::{Calls, count_call, guest_log};
@@ -38,6 +39,10 @@ use super::{Action, ReconcileError, TrapCause, Usage};
 /// A reconciler compiled into the host: `krec_guest::native::reconcile::<MyReconciler>`.
 pub type NativeReconcile =
     fn(Arc<dyn Host>, krec_guest::Request) -> krec_guest::Result<krec_guest::Action>;
+
+/// A validating webhook compiled into the host: `krec_guest::native::validate::<MyValidator>`.
+pub type NativeValidate =
+    fn(Arc<dyn Host>, krec_guest::native::Review) -> krec_guest::native::ReviewVerdict;
 
 /// The host side of one native reconcile: the guest's manifest, cluster and request.
 pub(crate) struct NativeHost {
@@ -54,6 +59,8 @@ pub(crate) struct NativeHost {
     on_worker: bool,
     /// Nanoseconds spent in host calls.
     host_nanos: AtomicU64,
+    /// Every write is refused (an admission review).
+    read_only: bool,
 }
 
 fn gvk(g: &GroupVersionKind) -> Gvk {
@@ -104,7 +111,7 @@ impl NativeHost {
             request: &self.request,
             writes: &self.budgets.writes,
             deadline: self.deadline,
-            read_only: false,
+            read_only: self.read_only,
         }
     }
 
@@ -278,19 +285,8 @@ pub(crate) async fn run(
     request: krec_guest::Request,
 ) -> (Result<Action, ReconcileError>, Usage) {
     let shown = request.to_string();
-    let handle = Handle::current();
-    let on_worker = handle.runtime_flavor() == RuntimeFlavor::MultiThread;
-    let host = Arc::new(NativeHost {
-        manifest: manifest.clone(),
-        cluster: cluster.clone(),
-        metrics,
-        budgets,
-        deadline: Instant::now() + manifest.spec.limits.timeout,
-        request: shown.clone(),
-        handle: handle.clone(),
-        on_worker,
-        host_nanos: AtomicU64::new(0),
-    });
+    let host = NativeHost::new(manifest, cluster, metrics, budgets, shown.clone(), false);
+    let on_worker = host.on_worker;
     let dyn_host: Arc<dyn Host> = host.clone();
     let call = move || std::panic::catch_unwind(AssertUnwindSafe(|| reconcile(dyn_host, request)));
     let started = Instant::now();
@@ -317,19 +313,113 @@ pub(crate) async fn run(
             request: shown,
             error: super::bounded_error(access_error(error)),
         }),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "native reconciler panicked".to_owned());
-            Err(ReconcileError::Trap {
-                guest: manifest.name.clone(),
-                request: shown,
-                cause: TrapCause::Panic,
-                message,
-            })
-        }
+        Err(panic) => Err(ReconcileError::Trap {
+            guest: manifest.name.clone(),
+            request: shown,
+            cause: TrapCause::Panic,
+            message: panic_message(panic.as_ref()),
+        }),
     };
     (result, usage)
+}
+
+/// What a caught panic says.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "the native guest panicked".to_owned())
+}
+
+impl NativeHost {
+    /// The host of one call of `manifest`'s native guest, labelled `request` in logs and errors.
+    fn new(
+        manifest: &Arc<Manifest>,
+        cluster: &Arc<dyn ClusterAccess>,
+        metrics: Option<Arc<Metrics>>,
+        budgets: Arc<super::GuestBudgets>,
+        request: String,
+        read_only: bool,
+    ) -> Arc<NativeHost> {
+        let handle = Handle::current();
+        Arc::new(NativeHost {
+            manifest: manifest.clone(),
+            cluster: cluster.clone(),
+            metrics,
+            budgets,
+            deadline: Instant::now() + manifest.spec.limits.timeout,
+            request,
+            on_worker: handle.runtime_flavor() == RuntimeFlavor::MultiThread,
+            handle,
+            host_nanos: AtomicU64::new(0),
+            read_only,
+        })
+    }
+}
+
+/// Answer one admission review with a native validator, as the guest's `validate` export would:
+/// reads served by the host's checks, writes refused, a panic a trap.
+pub(crate) async fn validate(
+    validate: NativeValidate,
+    manifest: &Arc<Manifest>,
+    cluster: &Arc<dyn ClusterAccess>,
+    metrics: Option<Arc<Metrics>>,
+    budgets: Arc<super::GuestBudgets>,
+    label: String,
+    request: WitAdmissionRequest,
+) -> Result<WitVerdict, ReconcileError> {
+    use krec_guest::native::{Review, ReviewOperation, ReviewUserInfo};
+    let host = NativeHost::new(manifest, cluster, metrics, budgets, label.clone(), true);
+    let review = Review {
+        uid: request.uid,
+        kind: krec_guest::native::WitGvk {
+            group: request.kind.group,
+            version: request.kind.version,
+            kind: request.kind.kind,
+        },
+        resource: request.resource,
+        sub_resource: request.sub_resource,
+        name: request.name,
+        namespace: request.namespace,
+        operation: match request.operation {
+            WitOperation::Create => ReviewOperation::Create,
+            WitOperation::Update => ReviewOperation::Update,
+            WitOperation::Delete => ReviewOperation::Delete,
+            WitOperation::Connect => ReviewOperation::Connect,
+        },
+        user_info: ReviewUserInfo {
+            username: request.user_info.username,
+            groups: request.user_info.groups,
+        },
+        object: request.object,
+        old_object: request.old_object,
+        dry_run: request.dry_run,
+    };
+    let dyn_host: Arc<dyn Host> = host.clone();
+    let call = move || std::panic::catch_unwind(AssertUnwindSafe(|| validate(dyn_host, review)));
+    let outcome = match host.on_worker {
+        true => call(),
+        false => match tokio::task::spawn_blocking(call).await {
+            Ok(outcome) => outcome,
+            Err(join) => Err(Box::new(join.to_string()) as Box<dyn std::any::Any + Send>),
+        },
+    };
+    match outcome {
+        Ok(verdict) => Ok(WitVerdict {
+            allowed: verdict.allowed,
+            code: verdict.code,
+            message: verdict.message,
+            reason: verdict.reason,
+            warnings: verdict.warnings,
+            audit_annotations: verdict.audit_annotations,
+            patched: verdict.patched,
+        }),
+        Err(panic) => Err(ReconcileError::Trap {
+            guest: manifest.name.clone(),
+            request: label,
+            cause: TrapCause::Panic,
+            message: panic_message(panic.as_ref()),
+        }),
+    }
 }
