@@ -143,6 +143,8 @@ struct Inner {
     guests: tokio::sync::Mutex<BTreeMap<String, Guest>>,
     /// The controllers, readable without waiting for a reload to finish.
     controllers: RwLock<BTreeMap<String, Arc<Controller>>>,
+    /// Counts changes of [`controllers`](Self::controllers) (guests started, swapped, removed).
+    changes: tokio::sync::watch::Sender<u64>,
     skipped: RwLock<Vec<Skipped>>,
 }
 
@@ -224,6 +226,7 @@ impl Manager {
                 cache: Cache::new(api),
                 guests: tokio::sync::Mutex::new(BTreeMap::new()),
                 controllers: RwLock::new(BTreeMap::new()),
+                changes: tokio::sync::watch::channel(0).0,
                 skipped: RwLock::new(Vec::new()),
             }),
         };
@@ -262,6 +265,13 @@ impl Manager {
             .iter()
             .map(|(name, g)| (name.clone(), g.controller.clone()))
             .collect();
+        self.inner.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Wakes when the running guests may have changed (a guest started, stopped or swapped to a
+    /// new version: after every reload), e.g. to register the webhooks of the guests running now.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
     }
 
     /// Load and instantiate `manifest`'s module on a blocking thread (compiling is CPU-bound).

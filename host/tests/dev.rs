@@ -172,3 +172,105 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");
 }
+
+/// A sample guest's manifest written into `dir`, its module path made absolute.
+fn place_manifest(dir: &Path, guest: &str) {
+    let sample = repo().join("sample-guests").join(guest);
+    let text = std::fs::read_to_string(sample.join("manifest.yaml")).expect("manifest");
+    let placed: String = text
+        .lines()
+        .map(|line| match line.strip_prefix("  module: ") {
+            Some(module) => format!("  module: {}\n", sample.join(module).display()),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    std::fs::write(dir.join(format!("{guest}.yaml")), placed).expect("write manifest");
+}
+
+#[test]
+fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let guests = dir.path().join("guests");
+    std::fs::create_dir(&guests).expect("mkdir");
+    place_manifest(&guests, "foo-controller");
+    std::fs::copy(
+        repo().join("sample-guests/foo-controller/crd/foo-crd.yaml"),
+        guests.join("foo-crd.yaml"),
+    )
+    .expect("copy the CRD");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let cache = dir.path().join("kubectl-cache");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(["dev", "--manifests"])
+        .arg(&guests)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start krec dev");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    for line in lines.by_ref() {
+        if line.expect("line").contains("reconciling") {
+            break;
+        }
+    }
+    let kubectl = |args: &[&str]| {
+        Command::new(kubectl_binary())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl")
+    };
+    let bad = repo()
+        .join("sample-guests/foo-validator/rejected/bad-foo.yaml")
+        .display()
+        .to_string();
+    // No validator yet: nothing is registered.
+    let out = kubectl(&["get", "validatingwebhookconfigurations", "-o", "name"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    // The validator's manifest appears: the reload registers its webhook.
+    place_manifest(&guests, "foo-validator");
+    until(
+        &kubeconfig,
+        &cache,
+        &["get", "validatingwebhookconfigurations", "-o", "name"],
+        |out| {
+            out.trim()
+                == "validatingwebhookconfiguration.admissionregistration.k8s.io/krec-foo-validator"
+        },
+    );
+    let denied = kubectl(&["apply", "-f", &bad, "--dry-run=server"]);
+    assert!(!denied.status.success());
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains("denied the request: spec.deploymentName: Invalid value: \"Not_A_Name\""),
+        "{stderr}"
+    );
+    // Gone again: so is its registration, and the Foo is admitted.
+    std::fs::remove_file(guests.join("foo-validator.yaml")).expect("remove");
+    until(
+        &kubeconfig,
+        &cache,
+        &["get", "validatingwebhookconfigurations", "-o", "name"],
+        |out| out.is_empty(),
+    );
+    let admitted = kubectl(&["apply", "-f", &bad, "--dry-run=server"]);
+    assert!(
+        admitted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&admitted.stderr)
+    );
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    assert!(child.wait().expect("wait").success());
+}
