@@ -17,33 +17,14 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
+use crate::error::Cause;
 use crate::json::Pointer;
 use crate::resources::ResourceType;
 use crate::schema;
-use crate::validation::Cause;
-use crate::webhook::{ClientConfig, post, validate_client_config, validate_review_versions};
+use crate::webhook::{post, validate_client_config, validate_review_versions};
 
 /// How long a conversion may take (kube-apiserver's webhook client's default timeout).
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A CRD's conversion webhook (`spec.conversion.webhook` with `strategy: Webhook`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Webhook {
-    /// Where it is reached.
-    pub client: ClientConfig,
-}
-
-impl Webhook {
-    /// The conversion webhook of a CRD's `spec`, if its strategy is `Webhook`.
-    pub fn from_crd_spec(spec: &Value) -> Option<Arc<Webhook>> {
-        let conversion = spec.get("conversion")?;
-        if conversion.get("strategy").and_then(Value::as_str) != Some("Webhook") {
-            return None;
-        }
-        let client = ClientConfig::from_json(conversion.at("/webhook/clientConfig")?)?;
-        Some(Arc::new(Webhook { client }))
-    }
-}
 
 /// Validate a CRD's `spec.conversion` as `apiextensions` validation does.
 pub fn validate_crd(crd: &Value) -> Vec<Cause> {

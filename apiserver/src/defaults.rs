@@ -41,13 +41,16 @@ pub fn apply(group: &str, kind: &str, object: &mut Value) {
             role_binding(object);
         }
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
-            crate::admission::config::apply_defaults(
-                crate::admission::HookKind::Validating,
+            crate::admissionregistration::apply_defaults(
+                crate::admissionregistration::HookKind::Validating,
                 object,
             );
         }
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
-            crate::admission::config::apply_defaults(crate::admission::HookKind::Mutating, object);
+            crate::admissionregistration::apply_defaults(
+                crate::admissionregistration::HookKind::Mutating,
+                object,
+            );
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => custom_resource_definition(object),
         _ => {}

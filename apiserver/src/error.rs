@@ -2,6 +2,9 @@
 
 use serde_json::{Value, json};
 
+/// One cause of a 422: the field path and the message (`Required value: …`, `Invalid value: …`).
+pub type Cause = (String, String);
+
 /// A failed request: HTTP code, Kubernetes `reason`, message and optional details.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{reason} ({code}): {message}")]

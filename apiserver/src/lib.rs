@@ -19,6 +19,7 @@
 //!   one, by changing only `apiVersion`.
 
 pub mod admission;
+pub mod admissionregistration;
 pub mod controllers;
 pub mod conversion;
 pub mod defaults;

@@ -55,7 +55,7 @@ pub struct ResourceType {
     pub printer_columns: Vec<Value>,
     /// For CRD-defined types with `conversion.strategy: Webhook`: the webhook that converts
     /// objects stored in another version (`None`: versions differ only in `apiVersion`).
-    pub conversion: Option<Arc<crate::conversion::Webhook>>,
+    pub conversion: Option<Arc<crate::webhook::ConversionWebhook>>,
 }
 
 impl ResourceType {
@@ -521,7 +521,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
         .and_then(Value::as_array)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| CrdError("spec.versions must list at least one version".into()))?;
-    let conversion = crate::conversion::Webhook::from_crd_spec(spec);
+    let conversion = crate::webhook::ConversionWebhook::from_crd_spec(spec);
     let mut types = Vec::new();
     for v in versions {
         let version =

@@ -6,8 +6,7 @@ use serde_json::{Value, json};
 
 use crate::json::Pointer;
 
-/// One cause of a 422: the field path and the message (`Required value: …`, `Invalid value: …`).
-pub type Cause = (String, String);
+pub use crate::error::Cause;
 
 /// The annotation kube-apiserver requires on CRDs of protected groups.
 pub const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
@@ -239,14 +238,14 @@ pub fn builtin(group: &str, kind: &str, object: &Value, old: Option<&Value>) -> 
             workload(group, kind, object, old, &mut causes);
         }
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
-            causes.extend(crate::admission::config::validate(
-                crate::admission::HookKind::Validating,
+            causes.extend(crate::admissionregistration::validate(
+                crate::admissionregistration::HookKind::Validating,
                 object,
             ));
         }
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
-            causes.extend(crate::admission::config::validate(
-                crate::admission::HookKind::Mutating,
+            causes.extend(crate::admissionregistration::validate(
+                crate::admissionregistration::HookKind::Mutating,
                 object,
             ));
         }

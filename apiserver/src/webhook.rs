@@ -12,7 +12,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
-use crate::validation::Cause;
+use crate::error::Cause;
+use crate::json::Pointer;
 
 /// Where a webhook is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +77,25 @@ impl ClientConfig {
                 "service {namespace}/{name} cannot be reached from the embedded API server (its Services have no network): register the webhook with clientConfig.url"
             ))),
         }
+    }
+}
+
+/// A CRD's conversion webhook (`spec.conversion.webhook` with `strategy: Webhook`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConversionWebhook {
+    /// Where it is reached.
+    pub client: ClientConfig,
+}
+
+impl ConversionWebhook {
+    /// The conversion webhook of a CRD's `spec`, if its strategy is `Webhook`.
+    pub fn from_crd_spec(spec: &Value) -> Option<Arc<ConversionWebhook>> {
+        let conversion = spec.get("conversion")?;
+        if conversion.get("strategy").and_then(Value::as_str) != Some("Webhook") {
+            return None;
+        }
+        let client = ClientConfig::from_json(conversion.at("/webhook/clientConfig")?)?;
+        Some(Arc::new(ConversionWebhook { client }))
     }
 }
 

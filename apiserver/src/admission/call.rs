@@ -5,7 +5,7 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::config::{Hook, HookKind};
+use crate::admissionregistration::{Hook, HookKind};
 pub use crate::webhook::CallError;
 use crate::webhook::post;
 

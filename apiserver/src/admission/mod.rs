@@ -13,7 +13,6 @@
 //! change meanwhile (a patch is then computed and admitted again, up to five times).
 
 mod call;
-pub mod config;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -27,7 +26,8 @@ use crate::resources::ResourceType;
 use crate::selector::object_labels;
 use crate::store::{DeleteOptions, Propagation, Store, WriteOptions};
 
-pub use config::{Hook, HookKind, Operation};
+use crate::admissionregistration;
+pub use crate::admissionregistration::{Hook, HookKind, Operation};
 
 /// Times an admitted patch is computed again when the object changed while webhooks ran.
 const MAX_ATTEMPTS: u32 = 5;
@@ -144,7 +144,11 @@ impl Admission {
     }
 
     /// The webhooks that see a request.
-    fn matching(&self, request: &config::Request<'_>, namespace: Option<&str>) -> Matched {
+    fn matching(
+        &self,
+        request: &admissionregistration::Request<'_>,
+        namespace: Option<&str>,
+    ) -> Matched {
         // Webhook configurations are never subject to webhooks (a broken webhook could
         // otherwise never be removed).
         if request.group == "admissionregistration.k8s.io" {
@@ -187,7 +191,7 @@ impl Admission {
     /// those of the object's namespace.
     fn namespace_labels(
         &self,
-        request: &config::Request<'_>,
+        request: &admissionregistration::Request<'_>,
         namespace: Option<&str>,
     ) -> BTreeMap<String, String> {
         if request.group.is_empty() && request.resource == "namespaces" {
@@ -211,8 +215,8 @@ impl Admission {
         attributes: &'a Attributes<'a>,
         object: Option<&'a Value>,
         old_object: Option<&'a Value>,
-    ) -> config::Request<'a> {
-        config::Request {
+    ) -> admissionregistration::Request<'a> {
+        admissionregistration::Request {
             operation: attributes.operation,
             group: &attributes.rt.group,
             version: &attributes.rt.version,

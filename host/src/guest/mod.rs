@@ -7,13 +7,13 @@
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
 mod admission;
-mod budget;
-mod limits;
-mod log_budget;
+pub(crate) mod budget;
+pub(crate) mod limits;
+pub(crate) mod log_budget;
 pub mod module_cache;
 pub mod native;
 mod output;
-mod state;
+pub(crate) mod state;
 
 use std::fmt;
 use std::path::Path;

@@ -288,17 +288,8 @@ pub(crate) async fn run(
     let host = NativeHost::new(manifest, cluster, metrics, budgets, shown.clone(), false);
     let on_worker = host.on_worker;
     let dyn_host: Arc<dyn Host> = host.clone();
-    let call = move || std::panic::catch_unwind(AssertUnwindSafe(|| reconcile(dyn_host, request)));
     let started = Instant::now();
-    let outcome = match on_worker {
-        true => call(),
-        // No timeout: a native reconcile cannot be stopped, and abandoning it would let the
-        // retry of its key run beside it.
-        false => match tokio::task::spawn_blocking(call).await {
-            Ok(outcome) => outcome,
-            Err(join) => Err(Box::new(join.to_string()) as Box<dyn std::any::Any + Send>),
-        },
-    };
+    let outcome = call_native(on_worker, move || reconcile(dyn_host, request)).await;
     let host_time = Duration::from_nanos(host.host_nanos.load(Ordering::Relaxed));
     let usage = Usage {
         guest_time: started.elapsed().saturating_sub(host_time),
@@ -321,6 +312,23 @@ pub(crate) async fn run(
         }),
     };
     (result, usage)
+}
+
+/// Run native guest code to its end, a panic caught: in place on a runtime worker, else on a
+/// blocking thread. No timeout: native code cannot be stopped, and abandoning it would let a
+/// retry run beside it.
+async fn call_native<T: Send + 'static>(
+    on_worker: bool,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Box<dyn std::any::Any + Send>> {
+    let call = move || std::panic::catch_unwind(AssertUnwindSafe(call));
+    match on_worker {
+        true => call(),
+        false => match tokio::task::spawn_blocking(call).await {
+            Ok(outcome) => outcome,
+            Err(join) => Err(Box::new(join.to_string())),
+        },
+    }
 }
 
 /// What a caught panic says.
@@ -397,14 +405,7 @@ pub(crate) async fn validate(
         dry_run: request.dry_run,
     };
     let dyn_host: Arc<dyn Host> = host.clone();
-    let call = move || std::panic::catch_unwind(AssertUnwindSafe(|| validate(dyn_host, review)));
-    let outcome = match host.on_worker {
-        true => call(),
-        false => match tokio::task::spawn_blocking(call).await {
-            Ok(outcome) => outcome,
-            Err(join) => Err(Box::new(join.to_string()) as Box<dyn std::any::Any + Send>),
-        },
-    };
+    let outcome = call_native(host.on_worker, move || validate(dyn_host, review)).await;
     match outcome {
         Ok(verdict) => Ok(WitVerdict {
             allowed: verdict.allowed,

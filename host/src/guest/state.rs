@@ -7,7 +7,7 @@ use std::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::GuestLimiter;
+use super::limits::GuestLimiter;
 use crate::cluster::ClusterAccess;
 use crate::manifest::Manifest;
 
@@ -28,7 +28,7 @@ pub struct HostState {
     /// Where host calls are counted, if anywhere.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The guest's budgets (log, CPU, writes), shared by all its workers and instances.
-    pub budgets: Arc<super::GuestBudgets>,
+    pub budgets: Arc<super::budget::GuestBudgets>,
     /// When guest code was last charged to its CPU account.
     pub cpu_mark: Instant,
     /// `host_time` when guest code was last charged.

@@ -9,7 +9,7 @@ use super::{Calls, MAX_LIST_BYTES, MAX_OBJECT_BYTES};
 use crate::bindings::krec::reconciler::client::{Host, ListOptions, PatchType, Preconditions};
 use crate::bindings::{WitError, WitGvk};
 use crate::cluster::{self, AccessError, ClusterAccess, Gvk, ObjectHead, WriteKind};
-use crate::guest::HostState;
+use crate::guest::state::HostState;
 use crate::manifest::Verb;
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@ use super::{MAX_EVENT_MESSAGE_BYTES, MAX_EVENT_REASON_BYTES};
 use crate::bindings::WitError;
 use crate::bindings::krec::reconciler::events::{EventType, Host, ObjectReference};
 use crate::cluster::{self, AccessError, EventRecord, Gvk};
-use crate::guest::HostState;
+use crate::guest::state::HostState;
 use crate::manifest::Verb;
 
 /// `text` cut to at most `max` bytes on a character boundary.

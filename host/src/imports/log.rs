@@ -2,7 +2,8 @@
 
 use super::MAX_LOG_LINE_BYTES;
 use crate::bindings::krec::reconciler::log::{Host, Level};
-use crate::guest::{HostState, LogBudget};
+use crate::guest::log_budget::LogBudget;
+use crate::guest::state::HostState;
 
 /// Write a line `guest` logged while reconciling `request` into the host's log (target
 /// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`], if the guest's `budget` allows it.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::bindings::{WitError, WitGvk, krec::reconciler::types};
 use crate::cluster::{AccessError, ClusterAccess, Gvk};
-use crate::guest::HostState;
+use crate::guest::state::HostState;
 use crate::manifest::{Manifest, Verb};
 use crate::metrics::Metrics;
 
@@ -85,7 +85,7 @@ pub(crate) struct Calls<'a> {
     /// The request being reconciled, for log lines.
     pub request: &'a str,
     /// The guest's write rate limit.
-    pub writes: &'a crate::guest::WriteLimiter,
+    pub writes: &'a crate::guest::budget::WriteLimiter,
     /// When the reconcile must end: a write that would wait for the rate limit past it fails.
     pub deadline: std::time::Instant,
     /// Serving an admission review: writes are refused.

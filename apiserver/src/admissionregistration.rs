@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::error::Cause;
 use crate::json::{Pointer, strings};
 use crate::selector::LabelSelector;
-use crate::validation::Cause;
 use crate::webhook::{ClientConfig, validate_client_config, validate_review_versions};
 
 /// Whether a webhook may change the object or only judge it.
