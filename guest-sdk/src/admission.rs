@@ -184,6 +184,39 @@ pub trait Mutator {
 }
 
 /// A CRD conversion webhook: convert objects to another version of their kind.
+///
+/// Name the CRD in the manifest (`spec.conversion: {crd: widgets.example.com}`); `krec dev`
+/// points the CRD's `spec.conversion` at the guest and `krec webhooks` prints that stanza for a
+/// real cluster. The API server sends every object read or written in a version other than the
+/// one it holds it in; it keeps the object's name, namespace, uid and other metadata itself, so
+/// a converter changes `apiVersion` and the body (and may change labels and annotations).
+///
+/// ```
+/// use krec_guest::prelude::*;
+/// use krec_guest::serde_json::Value;
+///
+/// /// `example.com/v1` calls a Widget's size `spec.size`; `v2` calls it `spec.count`.
+/// struct WidgetConverter;
+///
+/// impl Converter for WidgetConverter {
+///     fn convert(mut object: Value, desired_api_version: &str) -> Result<Value, String> {
+///         let (from, to) = match desired_api_version {
+///             "example.com/v2" => ("size", "count"),
+///             "example.com/v1" => ("count", "size"),
+///             other => return Err(format!("cannot convert a Widget to {other}")),
+///         };
+///         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+///             && let Some(value) = spec.remove(from)
+///         {
+///             spec.insert(to.to_owned(), value);
+///         }
+///         object["apiVersion"] = Value::from(desired_api_version);
+///         Ok(object)
+///     }
+/// }
+///
+/// export!(converter: WidgetConverter);
+/// ```
 pub trait Converter {
     /// Convert `object` (a JSON object of any served version) to `desired_api_version`
     /// (`group/version`); an error fails the whole conversion with its message.

@@ -339,7 +339,11 @@ async fn foo_controller_should_run_the_sample_controller_end_to_end() {
             .map(drop)
     })
     .await;
-    assert!(controller.stats().errors.load(Ordering::Relaxed) > 0);
+    // The Event is recorded during the reconcile; its error is counted when it returns.
+    live.eventually("the failed reconcile counted", || async {
+        (controller.stats().errors.load(Ordering::Relaxed) > 0).then_some(())
+    })
+    .await;
     let taken = deployment(&live, "taken").await.expect("taken");
     assert_eq!(
         taken["spec"]["replicas"], 1,
