@@ -535,6 +535,20 @@ async fn conversion_webhooks_should_convert_reads_writes_and_watches() {
         .await
         .expect("create in v1");
     let read = v2.get("a").await.expect("get in v2");
+    let reviews: Vec<Value> = seen
+        .lock()
+        .expect("seen")
+        .iter()
+        .filter(|(path, _)| path == "/convert")
+        .map(|(_, request)| request.clone())
+        .collect();
+    assert!(
+        reviews
+            .iter()
+            .any(|r| r["desiredAPIVersion"] == "test.krec.dev/v2"
+                && r["objects"][0]["spec"]["size"] == 2),
+        "the webhook was asked for v2: {reviews:?}"
+    );
     assert_eq!(read.data["spec"], json!({"count": 2, "color": "red"}));
     assert_eq!(read.metadata.uid, created.metadata.uid);
     assert_eq!(
