@@ -178,8 +178,9 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     let cluster = Arc::new(MemoryCluster::new());
     let mut pod = common::pod("default", "web-0");
     pod["metadata"]["labels"][pod_stamper::READ_ONLY] = json!("true");
-    let bytes = serde_json::to_vec(&pod).expect("json").len();
-    cluster.create(pod).await.expect("pod");
+    // The Pod as stored and read: with the API server's defaults and its managedFields.
+    let stored = cluster.create(pod).await.expect("pod");
+    let bytes = serde_json::to_vec(&stored).expect("json").len();
     let access: Arc<dyn ClusterAccess> = cluster.clone();
     let load = |isolation: &str| {
         Arc::new(
