@@ -50,16 +50,21 @@ fn until(kubeconfig: &Path, cache: &Path, args: &[&str], check: impl Fn(&str) ->
     }
 }
 
-#[test]
-fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kc.yaml");
-    let cache = dir.path().join("kubectl-cache");
+/// `krec dev` on `manifests`, writing `kubeconfig`, run until it says its guests reconcile:
+/// the process, what it printed until then, and the rest of its output.
+fn start_dev(
+    manifests: &Path,
+    kubeconfig: &Path,
+) -> (
+    std::process::Child,
+    String,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
         .args(["dev", "--manifests"])
-        .arg(repo().join("sample-guests"))
+        .arg(manifests)
         .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
         .env("RUST_LOG", "off")
         .stdout(Stdio::piped())
@@ -75,7 +80,15 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
             break;
         }
     }
-    let text = printed.join("\n");
+    (child, printed.join("\n"), lines)
+}
+
+#[test]
+fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let cache = dir.path().join("kubectl-cache");
+    let (mut child, text, lines) = start_dev(&repo().join("sample-guests"), &kubeconfig);
     assert!(
         text.contains(&format!(
             "kubeconfig: {}",
@@ -200,22 +213,7 @@ fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_af
     .expect("copy the CRD");
     let kubeconfig = dir.path().join("kc.yaml");
     let cache = dir.path().join("kubectl-cache");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(["dev", "--manifests"])
-        .arg(&guests)
-        .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
-        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start krec dev");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    for line in lines.by_ref() {
-        if line.expect("line").contains("reconciling") {
-            break;
-        }
-    }
+    let (mut child, _, _lines) = start_dev(&guests, &kubeconfig);
     let kubectl = |args: &[&str]| {
         Command::new(kubectl_binary())
             .arg("--kubeconfig")
