@@ -21,7 +21,7 @@ use crate::error::Cause;
 use crate::json::Pointer;
 use crate::resources::ResourceType;
 use crate::schema;
-use crate::webhook::{post, validate_client_config, validate_review_versions};
+use crate::webhook::{post, review_response, validate_client_config, validate_review_versions};
 
 /// How long a conversion may take (kube-apiserver's webhook client's default timeout).
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -151,23 +151,13 @@ pub async fn one_to_version(rt: &ResourceType, object: Arc<Value>) -> Result<Arc
 
 /// The `convertedObjects` of a `ConversionReview` answer, checked as kube-apiserver checks it.
 fn converted_objects(uid: &str, answer: &[u8]) -> Result<Vec<Value>, String> {
-    let review: Value = serde_json::from_slice(answer)
-        .map_err(|e| format!("the response is not a ConversionReview: {e}"))?;
-    if review["apiVersion"] != "apiextensions.k8s.io/v1" || review["kind"] != "ConversionReview" {
-        return Err(format!(
-            "expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got {}, Kind={}",
-            review["apiVersion"].as_str().unwrap_or_default(),
-            review["kind"].as_str().unwrap_or_default()
-        ));
-    }
-    let response = review
-        .get("response")
-        .filter(|r| r.is_object())
-        .ok_or("no response provided")?;
-    let got = response["uid"].as_str().unwrap_or_default();
-    if got != uid {
-        return Err(format!("expected response.uid=\"{uid}\", got \"{got}\""));
-    }
+    let response = review_response(
+        answer,
+        "apiextensions.k8s.io",
+        "ConversionReview",
+        uid,
+        "no response provided",
+    )?;
     let status = response.at("/result/status").and_then(Value::as_str);
     if status != Some("Success") {
         return Err(

@@ -1217,6 +1217,8 @@ async fn watch(
         let mut stopped = server.stopped.clone();
         let mut bookmark = tokio::time::interval(server.bookmark_interval);
         bookmark.tick().await;
+        // Only a CRD's change changes a served type: built-in kinds need no timer.
+        let custom = rt.schema.is_some();
         let mut registry_check = tokio::time::interval(REGISTRY_CHECK);
         registry_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -1232,7 +1234,7 @@ async fn watch(
                         "metadata": {"resourceVersion": last_rv.to_string()}}))
                 }
                 // The registry changes just after the CRD's own event: look again a moment later.
-                _ = registry_check.tick() => {
+                _ = registry_check.tick(), if custom => {
                     if type_changed() {
                         return;
                     }

@@ -202,6 +202,38 @@ pub fn validate_review_versions(
     }
 }
 
+/// The `response` of a review a webhook answered (`answer`), checked as kube-apiserver's
+/// webhook clients check it: JSON, the review's `{group}/v1` and `kind`, a response object
+/// (`absent`: kube-apiserver's words when there is none), and the request's `uid`.
+pub fn review_response(
+    answer: &[u8],
+    group: &str,
+    kind: &str,
+    uid: &str,
+    absent: &str,
+) -> Result<Value, String> {
+    let mut review: Value =
+        serde_json::from_slice(answer).map_err(|e| format!("the response is not a {kind}: {e}"))?;
+    let api_version = format!("{group}/v1");
+    if review["apiVersion"] != api_version.as_str() || review["kind"] != kind {
+        return Err(format!(
+            "expected webhook response of {api_version}, Kind={kind}, got {}, Kind={}",
+            review["apiVersion"].as_str().unwrap_or_default(),
+            review["kind"].as_str().unwrap_or_default()
+        ));
+    }
+    let response = review
+        .get_mut("response")
+        .filter(|r| r.is_object())
+        .map(Value::take)
+        .ok_or(absent)?;
+    let got = response["uid"].as_str().unwrap_or_default();
+    if got != uid {
+        return Err(format!("expected response.uid=\"{uid}\", got \"{got}\""));
+    }
+    Ok(response)
+}
+
 /// Largest answer read from a webhook (kube-apiserver's limit on a response body).
 const MAX_RESPONSE_BYTES: usize = 3 << 20;
 

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::admissionregistration::{Hook, HookKind};
 pub use crate::webhook::CallError;
-use crate::webhook::post;
+use crate::webhook::{post, review_response};
 
 /// The review of one request, as sent: everything but the `uid`, which is per call.
 #[derive(Clone, Debug)]
@@ -50,25 +50,14 @@ pub async fn call(hook: &Hook, review: &Review) -> Result<Verdict, CallError> {
 
 /// Read and check an `AdmissionReview` answer.
 fn verdict(hook: &Hook, uid: &str, answer: &[u8]) -> Result<Verdict, CallError> {
-    let review: Value = serde_json::from_slice(answer)
-        .map_err(|e| CallError(format!("the response is not an AdmissionReview: {e}")))?;
-    if review["apiVersion"] != "admission.k8s.io/v1" || review["kind"] != "AdmissionReview" {
-        return Err(CallError(format!(
-            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {}, Kind={}",
-            review["apiVersion"].as_str().unwrap_or_default(),
-            review["kind"].as_str().unwrap_or_default()
-        )));
-    }
-    let response = review
-        .get("response")
-        .filter(|r| r.is_object())
-        .ok_or_else(|| CallError("webhook response was absent".into()))?;
-    let got = response["uid"].as_str().unwrap_or_default();
-    if got != uid {
-        return Err(CallError(format!(
-            "expected response.uid=\"{uid}\", got \"{got}\""
-        )));
-    }
+    let response = review_response(
+        answer,
+        "admission.k8s.io",
+        "AdmissionReview",
+        uid,
+        "webhook response was absent",
+    )
+    .map_err(CallError)?;
     let patch = match (response.get("patch"), response.get("patchType")) {
         (None | Some(Value::Null), _) => None,
         (Some(_), _) if hook.kind == HookKind::Validating => {
