@@ -331,7 +331,28 @@ fn init_logging(default: &str, format: LogFormat) {
 /// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
 const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::client=debug";
 
+/// Tunes glibc's allocator for a server that keeps many small objects and grows steadily:
+/// each arena's heap is made writable in one step and kept when memory is freed, instead of
+/// being extended by one `mprotect` per allocation that crosses its end and trimmed again (a
+/// fifth of the embedded API server's CPU on writes went to growing and trimming heaps).
+/// Untouched pages stay virtual, so resident memory does not change. A `GLIBC_TUNABLES`
+/// setting in the environment wins: nothing is changed then.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("GLIBC_TUNABLES").is_none() {
+        const MIB: libc::c_int = 1 << 20;
+        // SAFETY: mallopt only sets allocator parameters; it is called before any thread starts.
+        #[allow(unsafe_code)] // mallopt(3) has no safe wrapper
+        unsafe {
+            libc::mallopt(libc::M_TOP_PAD, 64 * MIB);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * MIB);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * MIB);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    tune_allocator();
     let cli = Cli::parse();
     match cli.command {
         Command::Check { paths } => {
