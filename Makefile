@@ -4,6 +4,8 @@
 
 CARGO ?= cargo
 GUEST_WORKSPACES := sample-guests tests/guests
+# The guests' own unit tests run natively (their workspaces build for wasm32-wasip2 by default).
+HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
 
 KUBECTL_VERSION := 1.37.1
 TOOLS := .tools/venv
@@ -41,6 +43,7 @@ build: setup
 ## with kube and kubectl, SDK doctests.
 test: guests tools
 	$(CARGO) test --workspace
+	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) test --target $(HOST_TRIPLE)) || exit 1; done
 
 ## Formatting and clippy, for the host workspace and for the guests' wasm32-wasip2 target.
 lint: setup

@@ -16,10 +16,11 @@
 //! use krec_guest::prelude::*;
 //! use krec_guest::k8s_openapi::api::{apps::v1::ReplicaSet, core::v1::Pod};
 //!
+//! #[derive(Default)]
 //! struct PodCounter;
 //!
 //! impl Reconciler for PodCounter {
-//!     fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+//!     fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
 //!         // The object may be gone by the time we run: that is not an error.
 //!         let Some(mut rs) = ctx.get_opt::<ReplicaSet>(req.namespace(), &req.name)? else {
 //!             return Ok(Action::done());
@@ -100,7 +101,7 @@ pub use context::{
     Context, EventType, ListParams, Patch, Preconditions, labels_to_selector, selector_string,
 };
 pub use error::{Error, Result};
-pub use reconciler::{Action, Reconciler, Request};
+pub use reconciler::{Action, FromConfig, NoConfig, Reconciler, Request};
 
 /// The `k8s-openapi` crate the SDK is built with: typed Kubernetes objects.
 pub use k8s_openapi;
@@ -123,17 +124,18 @@ pub use kube_derive::CustomResource;
 /// Everything a reconciler usually needs, in one `use`.
 pub mod prelude {
     pub use crate::{
-        Action, AdmissionRequest, Context, Converter, Error, EventType, ListParams, Mutator,
-        Operation, Patch, Reconciler, Request, Resource, ResourceExt, Result, Validator, Verdict,
-        debug, error, export, info, labels_to_selector, selector_string, trace, warn,
+        Action, AdmissionRequest, Context, Converter, Error, EventType, FromConfig, ListParams,
+        Mutator, Operation, Patch, Reconciler, Request, Resource, ResourceExt, Result, Validator,
+        Verdict, debug, error, export, info, labels_to_selector, selector_string, trace, warn,
     };
 }
 
 #[doc(hidden)]
+#[allow(clippy::too_many_arguments)] // generated: the `patch` import and the exports' glue
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "guest",
+        world: "controller",
         pub_export_macro: true,
         export_macro_name: "__export_world",
         default_bindings_module: "::krec_guest::bindings",
@@ -146,29 +148,114 @@ pub mod __private {
     //! Support for the [`export!`](crate::export) macro; not part of the public API.
     pub use wit_bindgen;
 
+    use std::cell::OnceCell;
+    use std::thread::LocalKey;
+
     use crate::bindings::krec::reconciler::types as wit;
-    use crate::{Action, Context, Reconciler, Request};
+    use crate::{Action, Context, FromConfig, Reconciler, Request};
+
+    /// Where an instance keeps its reconciler, built once by `init` (or, for a host older than
+    /// WIT 0.1.2 that never calls `init`, at the first call, without configuration).
+    pub type Slot<R> = LocalKey<OnceCell<R>>;
+
+    /// Build `R` from the manifest's `spec.config` (JSON text): a message naming the field
+    /// when it does not deserialize, or `from_config`'s refusal.
+    pub fn build<R: FromConfig>(config: &str) -> Result<R, String> {
+        let mut decoder = serde_json::Deserializer::from_str(config);
+        let settings: R::Config =
+            serde_path_to_error::deserialize(&mut decoder).map_err(|err| {
+                let path = err.path().to_string();
+                // The position is in the host's JSON rendering of the YAML, which nobody sees.
+                let inner = err.into_inner().to_string();
+                let inner = match inner.rfind(" at line ") {
+                    Some(at) => &inner[..at],
+                    None => &inner,
+                };
+                if path == "." {
+                    format!("spec.config: {inner}")
+                } else {
+                    format!("spec.config.{path}: {inner}")
+                }
+            })?;
+        R::from_config(settings).map_err(|err| format!("spec.config: {err}"))
+    }
+
+    /// The `init` export: build the instance's reconciler from its configuration.
+    pub fn init<R: Reconciler + FromConfig + 'static>(
+        slot: &'static Slot<R>,
+        config: String,
+    ) -> Result<(), String> {
+        let reconciler = build::<R>(&config)?;
+        slot.with(|cell| {
+            // A second `init` of one instance keeps the first configuration.
+            let _ = cell.set(reconciler);
+        });
+        Ok(())
+    }
+
+    /// Run `call` on the instance's reconciler, built without configuration if `init` never
+    /// ran (a host older than WIT 0.1.2).
+    fn with_reconciler<R: Reconciler + FromConfig + 'static, T>(
+        slot: &'static Slot<R>,
+        call: impl FnOnce(&R) -> Result<T, wit::Error>,
+    ) -> Result<T, wit::Error> {
+        slot.with(|cell| {
+            if cell.get().is_none() {
+                let built = build::<R>("null").map_err(wit::Error::Invalid)?;
+                let _ = cell.set(built);
+            }
+            match cell.get() {
+                Some(reconciler) => call(reconciler),
+                None => Err(wit::Error::Other("the reconciler was not built".into())),
+            }
+        })
+    }
 
     /// Run one reconcile of `R` for a request from the host.
-    pub fn reconcile<R: Reconciler>(req: wit::Request) -> Result<wit::Action, wit::Error> {
+    pub fn reconcile<R: Reconciler + FromConfig + 'static>(
+        slot: &'static Slot<R>,
+        req: wit::Request,
+    ) -> Result<wit::Action, wit::Error> {
         let req = Request {
             namespace: req.namespace,
             name: req.name,
         };
-        match R::reconcile(req, &Context::new()) {
+        with_reconciler(slot, |r| match r.reconcile(req, &Context::new()) {
             Ok(action) => Ok(action.into()),
             Err(err) => Err(err.into()),
-        }
+        })
+    }
+
+    /// The `map` export: `R::map` of one object of a watched kind.
+    pub fn map<R: Reconciler + FromConfig + 'static>(
+        slot: &'static Slot<R>,
+        kind: wit::Gvk,
+        object: String,
+    ) -> Result<Vec<wit::Request>, wit::Error> {
+        let gvk = crate::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+        let object: crate::DynamicObject = serde_json::from_str(&object).map_err(|err| {
+            wit::Error::Invalid(format!("the {} to map does not decode: {err}", kind.kind))
+        })?;
+        with_reconciler(slot, |r| {
+            Ok(r.map(&gvk, &object)
+                .into_iter()
+                .map(|req| wit::Request {
+                    namespace: req.namespace,
+                    name: req.name,
+                })
+                .collect())
+        })
     }
 
     use crate::bindings::krec::reconciler::admission_types as review;
     use crate::{AdmissionRequest, Converter, Mutator, Operation, UserInfo, Validator, Verdict};
 
     /// Stands for the parts of a guest it does not implement: each says so when called.
+    #[derive(Default)]
     pub struct Unimplemented;
 
     impl Reconciler for Unimplemented {
-        fn reconcile(_: Request, _: &Context) -> crate::Result<Action> {
+        fn reconcile(&self, _: Request, _: &Context) -> crate::Result<Action> {
             Err(crate::Error::Other(
                 "this guest exports no reconciler (export!(reconciler: …))".into(),
             ))
@@ -369,16 +456,37 @@ macro_rules! __export_guest {
         $crate::__export_guest!(@parts [$r] [$v] [$m] [$x] $($rest)*);
     };
     (@parts [$r:ty] [$v:ty] [$m:ty] [$c:ty]) => {
+        // Compiled for the host (unit tests), the parts are used by no export: say they are, so
+        // that a guest's `cargo test` has no "never constructed" warnings.
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: () = {
+            let _ = <$r as $crate::FromConfig>::from_config;
+            let _ = <$v as $crate::Validator>::validate;
+            let _ = <$m as $crate::Mutator>::mutate;
+            let _ = <$c as $crate::Converter>::convert;
+        };
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             use $crate::bindings::krec::reconciler::admission_types as review;
             use $crate::bindings::krec::reconciler::types as wit;
             struct KrecGuestExport;
+            ::std::thread_local! {
+                static RECONCILER: ::std::cell::OnceCell<$r> = const { ::std::cell::OnceCell::new() };
+            }
             impl $crate::bindings::Guest for KrecGuestExport {
+                fn init(config: ::std::string::String) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::__private::init::<$r>(&RECONCILER, config)
+                }
                 fn reconcile(
                     req: wit::Request,
                 ) -> ::core::result::Result<wit::Action, wit::Error> {
-                    $crate::__private::reconcile::<$r>(req)
+                    $crate::__private::reconcile::<$r>(&RECONCILER, req)
+                }
+                fn map(
+                    kind: wit::Gvk,
+                    object: ::std::string::String,
+                ) -> ::core::result::Result<::std::vec::Vec<wit::Request>, wit::Error> {
+                    $crate::__private::map::<$r>(&RECONCILER, kind, object)
                 }
                 fn validate(request: review::AdmissionRequest) -> review::Verdict {
                     $crate::__private::validate::<$v>(request)

@@ -30,10 +30,11 @@
 //! use krec_guest::serde_json;
 //!
 //! /// The reconciler under test: labels every ConfigMap `seen=yes`.
+//! #[derive(Default)]
 //! struct Labeler;
 //!
 //! impl Reconciler for Labeler {
-//!     fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+//!     fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
 //!         let mut cm = ctx.get::<ConfigMap>(req.namespace(), &req.name)?;
 //!         cm.labels_mut().insert("seen".into(), "yes".into());
 //!         ctx.update(&cm)?;
@@ -97,7 +98,9 @@ use kube_core::GroupVersionKind;
 
 use crate::Result;
 use crate::bindings::krec::reconciler::{events as wit_events, log as wit_log, types as wit};
-use crate::{Action, Context, Error, EventType, ListParams, Preconditions, Reconciler, Request};
+use crate::{
+    Action, Context, Error, EventType, FromConfig, ListParams, Preconditions, Reconciler, Request,
+};
 
 /// Format of a patch body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,15 +201,45 @@ impl Drop for Installed {
 }
 
 /// Run `R`'s reconcile of `request` natively, its [`Context`](crate::Context) calls and log
-/// lines served by `host`.
+/// lines served by `host`, on an `R` built without configuration (a fresh one per call; see
+/// [`reconcile_with`] for one you built).
+///
+/// # Errors
+///
+/// Whatever the reconciler returns; [`Error::Invalid`] when `R` cannot be built without a
+/// configuration.
+pub fn reconcile<R: Reconciler + FromConfig>(
+    host: Arc<dyn Host>,
+    request: Request,
+) -> Result<Action> {
+    let reconciler = crate::__private::build::<R>("null").map_err(Error::Invalid)?;
+    reconcile_with(&reconciler, host, request)
+}
+
+/// Run `reconciler`'s reconcile of `request` natively, its [`Context`](crate::Context) calls
+/// and log lines served by `host`.
 ///
 /// # Errors
 ///
 /// Whatever the reconciler returns.
-pub fn reconcile<R: Reconciler>(host: Arc<dyn Host>, request: Request) -> Result<Action> {
+pub fn reconcile_with<R: Reconciler>(
+    reconciler: &R,
+    host: Arc<dyn Host>,
+    request: Request,
+) -> Result<Action> {
     let previous = HOST.with(|slot| slot.borrow_mut().replace(host));
     let _restore = Installed(previous);
-    R::reconcile(request, &Context::new())
+    reconciler.reconcile(request, &Context::new())
+}
+
+/// Build `R` from a configuration given as JSON text, as the host does from the manifest's
+/// `spec.config` — to test a configured reconciler natively.
+///
+/// # Errors
+///
+/// [`Error::Invalid`] naming the field that does not deserialize, or `from_config`'s refusal.
+pub fn configure<R: FromConfig>(config: &str) -> Result<R> {
+    crate::__private::build::<R>(config).map_err(Error::Invalid)
 }
 
 /// An admission request and verdict as the WIT `admission-types` interface declares them: what a

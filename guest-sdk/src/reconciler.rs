@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use kube_core::{DynamicObject, GroupVersionKind};
+use serde::de::{Deserialize, DeserializeOwned, Deserializer};
+
 use crate::{Context, Result};
 
 /// A Kubernetes reconciler: brings the cluster towards the desired state for one object key.
@@ -27,9 +30,111 @@ use crate::{Context, Result};
 /// - Reads come from the host's cache and may lag writes slightly; writes carry the
 ///   `resourceVersion` read, so acting on stale data fails with [`Error::Conflict`](crate::Error)
 ///   instead of overwriting newer changes. Return the error and the host retries.
+///
+/// # State and configuration
+///
+/// The host builds one value of the reconciler per instance, through [`FromConfig`], from the
+/// manifest's `spec.config`, and calls every method on it: settings live in `self`. A type
+/// that implements [`Default`] takes no configuration; implement [`FromConfig`] to take one.
+/// An instance may be dropped at any time (a trap, a new module version, `isolation:
+/// per-reconcile`), so `self` holds settings and caches, never state that must survive.
 pub trait Reconciler {
     /// Reconcile one request. See the trait's [Guarantees](Reconciler#guarantees).
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action>;
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action>;
+
+    /// Map an object of a watched kind to the requests it causes, for the manifest's watches
+    /// with `mapByGuest: true` — controller-runtime's `EnqueueRequestsFromMapFunc`, kube-rs's
+    /// `watches(…, mapper)`. `kind` is the watched kind (one guest may map several); `object`
+    /// is the object as the host's cache holds it (for a deletion, its last state).
+    ///
+    /// The host calls it once per event, with the guest's limits, and never with a
+    /// [`Context`]: a map function looks only at the object. It returns no requests unless
+    /// implemented.
+    ///
+    /// ```
+    /// # use krec_guest::prelude::*;
+    /// # use krec_guest::{DynamicObject, GroupVersionKind};
+    /// # #[derive(Default)] struct NamespaceLabeller;
+    /// impl Reconciler for NamespaceLabeller {
+    ///     # fn reconcile(&self, _: Request, _: &Context) -> Result<Action> { Ok(Action::done()) }
+    ///     // A Deployment's events reconcile its Namespace (a cluster-scoped request).
+    ///     fn map(&self, _kind: &GroupVersionKind, object: &DynamicObject) -> Vec<Request> {
+    ///         object.namespace().map(|ns| Request::cluster(&ns)).into_iter().collect()
+    ///     }
+    /// }
+    /// ```
+    fn map(&self, kind: &GroupVersionKind, object: &DynamicObject) -> Vec<Request> {
+        let _ = (kind, object);
+        Vec::new()
+    }
+}
+
+/// How a guest's reconciler is built from the manifest's `spec.config`.
+///
+/// Every type that implements [`Default`] takes no configuration (a manifest that gives one is
+/// refused). To take settings, implement this trait with a `Config` type that deserializes
+/// from the manifest's YAML:
+///
+/// ```
+/// use std::time::Duration;
+/// use krec_guest::prelude::*;
+///
+/// #[derive(serde::Deserialize)]
+/// #[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// struct Settings {
+///     annotation: String,
+///     #[serde(default = "default_period")]
+///     period_seconds: u64,
+/// }
+/// fn default_period() -> u64 { 300 }
+///
+/// struct Counter { annotation: String, period: Duration }
+///
+/// impl FromConfig for Counter {
+///     type Config = Settings;
+///     fn from_config(settings: Settings) -> Result<Self> {
+///         if settings.annotation.is_empty() {
+///             return Err(Error::Invalid("annotation: must not be empty".into()));
+///         }
+///         Ok(Counter { annotation: settings.annotation, period: Duration::from_secs(settings.period_seconds) })
+///     }
+/// }
+/// ```
+///
+/// A config that does not deserialize, or that `from_config` refuses, is rejected when the
+/// guest is loaded or swapped, with the field named (`spec.config.periodSeconds: invalid type:
+/// string "x", expected u64`), and the version running before keeps running.
+pub trait FromConfig: Sized {
+    /// What `spec.config` deserializes to.
+    type Config: DeserializeOwned;
+
+    /// Build the reconciler from its settings. An error rejects the configuration.
+    fn from_config(config: Self::Config) -> Result<Self>;
+}
+
+impl<T: Default> FromConfig for T {
+    type Config = NoConfig;
+
+    fn from_config(_: NoConfig) -> Result<Self> {
+        Ok(T::default())
+    }
+}
+
+/// The configuration of a guest that takes none: `spec.config` absent, `null` or `{}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoConfig;
+
+impl<'de> Deserialize<'de> for NoConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        match Option::<serde_json::Value>::deserialize(deserializer)? {
+            None => Ok(NoConfig),
+            Some(serde_json::Value::Object(map)) if map.is_empty() => Ok(NoConfig),
+            Some(_) => Err(D::Error::custom(
+                "this guest takes no configuration: remove spec.config, or implement krec_guest::FromConfig for the reconciler",
+            )),
+        }
+    }
 }
 
 /// The key of the object to reconcile, as controller-runtime's `reconcile.Request`.
@@ -42,6 +147,22 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request for `name` in `namespace`.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Request {
+            namespace: Some(namespace.to_owned()),
+            name: name.to_owned(),
+        }
+    }
+
+    /// A request without a namespace: a cluster-scoped object (a Namespace, a Node, …).
+    pub fn cluster(name: &str) -> Self {
+        Request {
+            namespace: None,
+            name: name.to_owned(),
+        }
+    }
+
     /// The namespace as a `&str` option, as [`Context`] methods take it.
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()

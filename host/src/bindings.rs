@@ -36,3 +36,16 @@ pub mod guest {
         UserInfo as WitUserInfo, Verdict as WitVerdict,
     };
 }
+
+/// The host's bindings of the `extensions` world (WIT 0.1.2, what the SDK builds since
+/// krec-guest 0.1.2): the `init` and `map` exports.
+pub mod extensions {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "extensions",
+        exports: { default: async },
+        with: {
+            "krec:reconciler/types": super::krec::reconciler::types,
+        },
+    });
+}

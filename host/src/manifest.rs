@@ -142,6 +142,16 @@ pub struct ReconcilerSpec {
     /// The CRD whose versions the guest's `convert` export converts (its conversion webhook).
     #[serde(default)]
     pub conversion: Option<ConversionSpec>,
+    /// The guest's settings, any YAML: given to its `init` export (the SDK's `FromConfig`)
+    /// once per instance, after `configSchema`'s defaults are filled in. A changed config
+    /// swaps the guest like a changed module.
+    #[serde(default)]
+    pub config: Option<serde_json::Value>,
+    /// An OpenAPI v3 schema (as a CRD's `openAPIV3Schema`) `config` must match: types,
+    /// `required`, `enum`, bounds, patterns, `default`s; fields it does not declare are refused
+    /// unless `additionalProperties` or `x-kubernetes-preserve-unknown-fields` allows them.
+    #[serde(default)]
+    pub config_schema: Option<serde_json::Value>,
 }
 
 /// A CRD conversion webhook the guest serves.
@@ -290,6 +300,20 @@ pub struct Watch {
     /// Events map to a request named by this label of the object.
     #[serde(default)]
     pub map_by_label: Option<LabelMapping>,
+    /// Events map to a request named by this annotation of the object.
+    #[serde(default)]
+    pub map_by_annotation: Option<LabelMapping>,
+    /// Events map to the object's namespace, as a cluster-scoped request (`name` is the
+    /// namespace): for a guest reconciling Namespaces. Cluster-scoped objects map to nothing.
+    #[serde(default)]
+    pub map_to_namespace: bool,
+    /// Events map to each of the object's owners of this kind (any owner reference, not only
+    /// the controller), in the object's namespace.
+    #[serde(default)]
+    pub map_to_owner: Option<KindRef>,
+    /// Events map to the requests the guest's `map` export returns for the object.
+    #[serde(default)]
+    pub map_by_guest: bool,
 }
 
 impl Watch {
@@ -302,11 +326,12 @@ impl Watch {
     }
 }
 
-/// Map an object to the request named by one of its labels.
+/// Map an object to the request named by one of its labels (or annotations).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LabelMapping {
-    /// The label whose value is the request's name; objects without it map to nothing.
+    /// The label (or annotation) whose value names the request: `name`, or `namespace/name`;
+    /// objects without it map to nothing.
     pub key: String,
     /// The request's namespace; default: the object's namespace.
     #[serde(default)]
@@ -677,6 +702,7 @@ impl Manifest {
         }
         let mut spec = raw.spec;
         validate_spec(&spec).map_err(|(field, problem)| invalid(&field, problem))?;
+        configure(&mut spec).map_err(|(field, problem)| invalid(&field, problem))?;
         if spec.module.is_relative() {
             let dir = path.parent().unwrap_or(Path::new("."));
             spec.module = dir.join(&spec.module);
@@ -937,6 +963,102 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// Check `spec.config` against `spec.configSchema`, filling in the schema's defaults (an absent
+/// config becomes `{}` with its defaults).
+fn configure(spec: &mut ReconcilerSpec) -> Result<(), (String, String)> {
+    let Some(schema) = &spec.config_schema else {
+        return Ok(());
+    };
+    if !schema.is_object() {
+        return Err((
+            "spec.configSchema".into(),
+            "must be an OpenAPI v3 schema (an object, e.g. {type: object, properties: …})".into(),
+        ));
+    }
+    let config = spec
+        .config
+        .get_or_insert_with(|| serde_json::Value::Object(Default::default()));
+    krec_apiserver::schema::apply_defaults(schema, config);
+    let at = |path: &str| {
+        if path.is_empty() {
+            "spec.config".to_owned()
+        } else {
+            format!("spec.config.{path}")
+        }
+    };
+    if let Some(path) = undeclared(schema, config, String::new()) {
+        return Err((
+            at(&path),
+            "unknown field: spec.configSchema does not declare it".into(),
+        ));
+    }
+    if let Some((path, message)) = krec_apiserver::schema::validate(schema, config)
+        .into_iter()
+        .next()
+    {
+        let path = if path == "<root>" {
+            String::new()
+        } else {
+            path
+        };
+        return Err((at(&path), format!("{message} (spec.configSchema)")));
+    }
+    Ok(())
+}
+
+/// The path of the first field of `value` that `schema` does not declare, where it declares
+/// `properties` and allows nothing else.
+fn undeclared(
+    schema: &serde_json::Value,
+    value: &serde_json::Value,
+    path: String,
+) -> Option<String> {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        serde_json::Value::Object(map) => {
+            let open = schema
+                .get("x-kubernetes-preserve-unknown-fields")
+                .and_then(serde_json::Value::as_bool)
+                == Some(true);
+            let properties = schema
+                .get("properties")
+                .and_then(serde_json::Value::as_object);
+            let additional = schema.get("additionalProperties");
+            for (key, child) in map {
+                let child_schema = properties
+                    .and_then(|p| p.get(key))
+                    .or(additional.filter(|a| a.is_object()));
+                match child_schema {
+                    Some(child_schema) => {
+                        if let Some(found) = undeclared(child_schema, child, join(key)) {
+                            return Some(found);
+                        }
+                    }
+                    None if open
+                        || additional.and_then(serde_json::Value::as_bool) == Some(true) => {}
+                    None if properties.is_none() && additional.is_none() => {}
+                    None => return Some(join(key)),
+                }
+            }
+            None
+        }
+        serde_json::Value::Array(items) => {
+            let item_schema = schema.get("items")?;
+            items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| undeclared(item_schema, item, format!("{path}[{i}]")))
+        }
+        _ => None,
+    }
+}
+
 fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     let problem = |field: &str, p: String| Err((field.to_owned(), p));
     if spec.module.as_os_str().is_empty() {
@@ -961,12 +1083,35 @@ fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
     for (i, w) in spec.watches.iter().enumerate() {
         let field = format!("spec.watches[{i}]");
         validate_kind(&field, &w.kind_ref())?;
-        match (&w.map_to, &w.map_by_label) {
-            (Some(_), None) | (None, Some(_)) => {}
-            _ => return problem(&field, "needs exactly one of mapTo or mapByLabel".into()),
+        let mappings = [
+            w.map_to.is_some(),
+            w.map_by_label.is_some(),
+            w.map_by_annotation.is_some(),
+            w.map_to_namespace,
+            w.map_to_owner.is_some(),
+            w.map_by_guest,
+        ];
+        if mappings.iter().filter(|m| **m).count() != 1 {
+            return problem(
+                &field,
+                "needs exactly one of mapTo, mapByLabel, mapByAnnotation, mapToNamespace, mapToOwner or mapByGuest".into(),
+            );
         }
         if let Some(m) = &w.map_to {
             validate_request(&format!("{field}.mapTo"), m)?;
+        }
+        if let Some(owner) = &w.map_to_owner {
+            validate_kind(&format!("{field}.mapToOwner"), owner)?;
+        }
+        for (name, mapping) in [
+            ("mapByLabel", &w.map_by_label),
+            ("mapByAnnotation", &w.map_by_annotation),
+        ] {
+            if let Some(m) = mapping
+                && m.key.is_empty()
+            {
+                return problem(&format!("{field}.{name}.key"), "must not be empty".into());
+            }
         }
     }
     for (i, p) in spec.predicates.iter().enumerate() {
@@ -1312,6 +1457,7 @@ pub fn parse_quantity(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const GOOD: &str = r#"
 apiVersion: krec.dev/v1alpha1
@@ -1446,7 +1592,7 @@ spec:
                     "mapTo: { namespace: bbb, name: abc }",
                     "mapTo: { name: abc }, mapByLabel: { key: x }",
                 ),
-                "spec.watches[0]: needs exactly one of mapTo or mapByLabel",
+                "spec.watches[0]: needs exactly one of mapTo, mapByLabel, mapByAnnotation, mapToNamespace, mapToOwner or mapByGuest",
             ),
             (
                 GOOD.replace("app=web", "app in (web"),
@@ -1466,6 +1612,57 @@ spec:
         let text = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: idle}\nspec: {module: x.wasm}\n";
         let err = parse(text).expect_err("no trigger").to_string();
         assert!(err.contains("nothing would call the guest"), "{err}");
+    }
+
+    #[test]
+    fn config_should_get_its_schemas_defaults_and_be_checked_against_it() {
+        let with = |config: &str| {
+            parse(&format!(
+                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: t}}\nspec:\n  module: x.wasm\n  for: {{apiVersion: v1, kind: Namespace}}\n{config}  configSchema:\n    type: object\n    properties:\n      annotation: {{type: string, pattern: '^[a-z.]+/[a-z]+$'}}\n      period: {{type: integer, minimum: 1, default: 30}}\n      tiers: {{type: array, items: {{type: object, properties: {{name: {{type: string}}}}}}}}\n      extra: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n    required: [annotation]\n"
+            ))
+        };
+        let manifest =
+            with("  config: {annotation: example.com/x, extra: {any: [1]}}\n").expect("valid");
+        assert_eq!(
+            manifest.spec.config,
+            Some(json!({"annotation": "example.com/x", "period": 30, "extra": {"any": [1]}}))
+        );
+        for (config, expected) in [
+            ("", "spec.config.annotation: Required value"),
+            ("  config: {annotation: nope}\n", "spec.config.annotation: "),
+            (
+                "  config: {annotation: a.b/c, period: 0}\n",
+                "spec.config.period: ",
+            ),
+            (
+                "  config: {annotation: a.b/c, period: x}\n",
+                "spec.config.period: ",
+            ),
+            (
+                "  config: {annotation: a.b/c, colour: red}\n",
+                "spec.config.colour: unknown field",
+            ),
+            (
+                "  config: {annotation: a.b/c, tiers: [{name: a, size: 1}]}\n",
+                "spec.config.tiers[0].size: unknown field",
+            ),
+        ] {
+            let err = with(config)
+                .err()
+                .unwrap_or_else(|| panic!("{config:?} should be refused"))
+                .to_string();
+            assert!(
+                err.starts_with("dir/m.yaml: ") && err.contains(expected),
+                "{config:?}: {err}"
+            );
+        }
+        let err = with("  config: {annotation: a.b/c, period: 0}\n")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("spec.configSchema"),
+            "names the rule's origin: {err}"
+        );
     }
 
     #[test]

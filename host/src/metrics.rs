@@ -181,6 +181,9 @@ pub struct Metrics {
     pub write_throttled: Family<GuestLabel, Counter<f64, AtomicU64>>,
     /// `krec_guest_quarantined_keys_total`.
     pub quarantined: Family<GuestLabel, Counter>,
+    /// `krec_guest_map_calls_total`: calls of guests' `map` exports, by result (`ok`, `error`,
+    /// `trap`).
+    pub map_calls: Family<ResultLabels, Counter>,
     /// `controller_runtime_webhook_requests_total`.
     pub webhook_requests: Family<WebhookCodeLabels, Counter>,
     /// `controller_runtime_webhook_latency_seconds`.
@@ -228,6 +231,7 @@ impl Metrics {
             cpu_throttled: Family::default(),
             write_throttled: Family::default(),
             quarantined: Family::default(),
+            map_calls: Family::default(),
             webhook_requests: Family::default(),
             webhook_latency: Family::new_with_constructor(webhook_buckets),
             webhook_in_flight: Family::default(),
@@ -358,6 +362,11 @@ impl Metrics {
             "krec_guest_quarantined_keys",
             "Times a key was quarantined after trapping again and again",
             m.quarantined.clone(),
+        );
+        registry.register(
+            "krec_guest_map_calls",
+            "Calls of a guest's map function (watches with mapByGuest), by result: ok, error or trap",
+            m.map_calls.clone(),
         );
         Metrics { registry, ..m }
     }

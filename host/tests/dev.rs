@@ -98,7 +98,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("8 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-converter, foo-validator, greeter, pod-counter, pod-defaulter)"),
+        text.contains("9 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-converter, foo-validator, greeter, namespace-labeller, pod-counter, pod-defaulter)"),
         "{text}"
     );
 
@@ -114,6 +114,20 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
             "jsonpath={.metadata.labels.pod-count}",
         ],
         |out| out == "3",
+    );
+    // namespace-labeller counted default's Deployments (the Foo's, and pod-counter's
+    // example has none) through its map function, with the annotation its config names.
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "namespace",
+            "default",
+            "-o",
+            "jsonpath={.metadata.annotations.example\\.com/deployments}",
+        ],
+        |out| out == "1",
     );
     // foo-controller created the Deployment and wrote the Foo's status.
     until(

@@ -10,10 +10,11 @@ pub const STAMPED_BY: &str = "krec.dev/stamped-by";
 /// Annotation holding the `data.value` that version saw.
 pub const STAMPED_VALUE: &str = "krec.dev/stamped-value";
 
+#[derive(Default)]
 struct Stamper;
 
 impl Reconciler for Stamper {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let Some(cm) = ctx.get_opt::<ConfigMap>(req.namespace(), &req.name)? else {
             return Ok(Action::done());
         };

@@ -61,10 +61,11 @@ pub fn stamp(pod: &mut Pod) -> Decision {
 }
 
 /// The reconciler: get, [`stamp`], update when needed.
+#[derive(Default)]
 pub struct PodStamper;
 
 impl Reconciler for PodStamper {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let Some(mut pod) = ctx.get_opt::<Pod>(req.namespace(), &req.name)? else {
             return Ok(Action::done());
         };

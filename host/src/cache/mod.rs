@@ -298,6 +298,7 @@ impl Informer {
                     kind: EventKind::Create,
                     object: object.metadata(),
                     old: None,
+                    json: Some(object.json()),
                 },
             );
         }
@@ -355,6 +356,7 @@ impl Informer {
             kind,
             object: object.metadata(),
             old: old.map(CachedObject::metadata),
+            json: Some(object.json()),
         };
         for sink in sinks.iter() {
             sink.on_event(&self.gvk, &event);

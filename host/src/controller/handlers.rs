@@ -4,7 +4,10 @@
 //! - `for`: the object itself, after the manifest's predicates.
 //! - `owns`: the object's controller owner (`ownerReferences[].controller: true`), if it is of
 //!   the `for` kind; in the object's namespace.
-//! - `watches`: a fixed request (`mapTo`), or the request named by a label (`mapByLabel`).
+//! - `watches`: a fixed request (`mapTo`), the request named by a label or annotation
+//!   (`mapByLabel`, `mapByAnnotation`: `name` or `namespace/name`), the object's namespace
+//!   (`mapToNamespace`), its owners of a kind (`mapToOwner`), or what the guest's `map` export
+//!   returns (`mapByGuest`, run by the controller, not here).
 
 use std::collections::BTreeMap;
 
@@ -41,7 +44,7 @@ impl Request {
 }
 
 /// One watch event as the handlers see it: handlers and predicates look at an object's
-/// metadata only, so that is what they get.
+/// metadata only; a guest's map function gets the whole object's JSON.
 #[derive(Clone, Copy, Debug)]
 pub struct Event<'a> {
     /// What happened.
@@ -50,6 +53,8 @@ pub struct Event<'a> {
     pub object: &'a ObjectMeta,
     /// For an update: the previous state's metadata.
     pub old: Option<&'a ObjectMeta>,
+    /// The object's JSON as the cache holds it, when the source has it.
+    pub json: Option<&'a std::sync::Arc<str>>,
 }
 
 /// A metadata field a change predicate compares.
@@ -81,6 +86,24 @@ enum Mapping {
         key: String,
         namespace: Option<String>,
     },
+    Annotation {
+        key: String,
+        namespace: Option<String>,
+    },
+    Namespace,
+    Owner(Gvk),
+    /// The guest's `map` export (run by the controller).
+    Guest,
+}
+
+/// The request a label or annotation value names: `name`, or `namespace/name`; in `fixed`
+/// (the mapping's namespace), else the object's.
+fn named_request(value: &str, fixed: Option<&str>, namespace: Option<&str>) -> Option<Request> {
+    let (ns, name) = match value.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (fixed.or(namespace), value),
+    };
+    (!name.is_empty()).then(|| Request::new(ns.filter(|ns| !ns.is_empty()), name))
 }
 
 /// A guest's event handlers, built from its manifest.
@@ -139,13 +162,26 @@ impl Handlers {
             .watches
             .iter()
             .filter_map(|w| {
-                let mapping = match (&w.map_to, &w.map_by_label) {
-                    (Some(r), _) => Mapping::Fixed(Request::new(r.namespace.as_deref(), &r.name)),
-                    (None, Some(l)) => Mapping::Label {
+                let mapping = if let Some(r) = &w.map_to {
+                    Mapping::Fixed(Request::new(r.namespace.as_deref(), &r.name))
+                } else if let Some(l) = &w.map_by_label {
+                    Mapping::Label {
                         key: l.key.clone(),
                         namespace: l.namespace.clone(),
-                    },
-                    (None, None) => return None,
+                    }
+                } else if let Some(a) = &w.map_by_annotation {
+                    Mapping::Annotation {
+                        key: a.key.clone(),
+                        namespace: a.namespace.clone(),
+                    }
+                } else if w.map_to_namespace {
+                    Mapping::Namespace
+                } else if let Some(owner) = &w.map_to_owner {
+                    Mapping::Owner(owner.gvk())
+                } else if w.map_by_guest {
+                    Mapping::Guest
+                } else {
+                    return None;
                 };
                 Some((w.kind_ref().gvk(), mapping))
             })
@@ -168,7 +204,15 @@ impl Handlers {
         kinds
     }
 
-    /// The requests an event on an object of kind `gvk` causes (deduplicated, sorted).
+    /// Whether events of `gvk` go to the guest's `map` export (a watch with `mapByGuest`).
+    pub fn maps_by_guest(&self, gvk: &Gvk) -> bool {
+        self.watches
+            .iter()
+            .any(|(watched, mapping)| watched == gvk && *mapping == Mapping::Guest)
+    }
+
+    /// The requests an event on an object of kind `gvk` causes (deduplicated, sorted), but
+    /// for those of the guest's `map` export (see [`maps_by_guest`](Self::maps_by_guest)).
     pub fn requests(&self, gvk: &Gvk, event: &Event<'_>) -> Vec<Request> {
         let mut out = BTreeMap::new();
         let namespace = event.object.namespace.as_deref();
@@ -195,11 +239,44 @@ impl Handlers {
                     key,
                     namespace: fixed,
                 } => {
-                    if let Some(name) = labels(event.object).get(key) {
-                        let ns = fixed.as_deref().or(namespace);
-                        out.insert(Request::new(ns, name), ());
+                    if let Some(request) = labels(event.object)
+                        .get(key)
+                        .and_then(|value| named_request(value, fixed.as_deref(), namespace))
+                    {
+                        out.insert(request, ());
                     }
                 }
+                Mapping::Annotation {
+                    key,
+                    namespace: fixed,
+                } => {
+                    if let Some(request) = event
+                        .object
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(key))
+                        .and_then(|value| named_request(value, fixed.as_deref(), namespace))
+                    {
+                        out.insert(request, ());
+                    }
+                }
+                Mapping::Namespace => {
+                    if let Some(ns) = namespace {
+                        out.insert(Request::new(None, ns), ());
+                    }
+                }
+                Mapping::Owner(owner) => {
+                    for reference in event.object.owner_references.iter().flatten() {
+                        // Any version of the owner kind's group counts, as for `owns`.
+                        if reference.kind == owner.kind
+                            && Gvk::from_api_version(&reference.api_version, &reference.kind).group
+                                == owner.group
+                        {
+                            out.insert(Request::new(namespace, &reference.name), ());
+                        }
+                    }
+                }
+                Mapping::Guest => {}
             }
         }
         out.into_keys().collect()
@@ -250,7 +327,93 @@ mod tests {
     }
 
     fn ev<'a>(kind: EventKind, object: &'a ObjectMeta, old: Option<&'a ObjectMeta>) -> Event<'a> {
-        Event { kind, object, old }
+        Event {
+            kind,
+            object,
+            old,
+            json: None,
+        }
+    }
+
+    #[test]
+    fn declarative_mappings_should_name_namespaces_owners_and_annotated_targets() {
+        let h = handlers(
+            "  for: {apiVersion: v1, kind: Namespace}\n  watches:\n    - {apiVersion: apps/v1, kind: Deployment, mapToNamespace: true}\n    - {apiVersion: v1, kind: Pod, mapToOwner: {apiVersion: apps/v1, kind: ReplicaSet}}\n    - {apiVersion: v1, kind: ConfigMap, mapByAnnotation: {key: example.com/target}}\n    - {apiVersion: v1, kind: Secret, mapByLabel: {key: target, namespace: fixed}}\n    - {apiVersion: v1, kind: Service, mapByGuest: true}\n",
+        );
+        let deployment = meta(&json!({"metadata": {"name": "web", "namespace": "team-a"}}));
+        assert_eq!(
+            h.requests(
+                &Gvk::new("apps", "v1", "Deployment"),
+                &ev(EventKind::Create, &deployment, None)
+            ),
+            [Request::new(None, "team-a")]
+        );
+        // A cluster-scoped object has no namespace to map to.
+        let cluster_scoped = meta(&json!({"metadata": {"name": "web"}}));
+        assert!(
+            h.requests(
+                &Gvk::new("apps", "v1", "Deployment"),
+                &ev(EventKind::Create, &cluster_scoped, None)
+            )
+            .is_empty()
+        );
+        // Every owner of the kind, controller or not; other kinds are ignored.
+        let pod = meta(
+            &json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "a", "uid": "1"},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "b", "uid": "2", "controller": true},
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "3"}]}}),
+        );
+        assert_eq!(
+            h.requests(
+                &Gvk::new("", "v1", "Pod"),
+                &ev(EventKind::Update, &pod, None)
+            ),
+            [
+                Request::new(Some("default"), "a"),
+                Request::new(Some("default"), "b")
+            ]
+        );
+        // A value names `name` (in the object's namespace) or `namespace/name`.
+        let cm = |value: &str| {
+            meta(&json!({"metadata": {"name": "c", "namespace": "ns1",
+                "annotations": {"example.com/target": value}}}))
+        };
+        let cm_gvk = Gvk::new("", "v1", "ConfigMap");
+        assert_eq!(
+            h.requests(&cm_gvk, &ev(EventKind::Create, &cm("web"), None)),
+            [Request::new(Some("ns1"), "web")]
+        );
+        assert_eq!(
+            h.requests(&cm_gvk, &ev(EventKind::Create, &cm("other/web"), None)),
+            [Request::new(Some("other"), "web")]
+        );
+        assert_eq!(
+            h.requests(&cm_gvk, &ev(EventKind::Create, &cm("/node-1"), None)),
+            [Request::new(None, "node-1")]
+        );
+        assert!(
+            h.requests(&cm_gvk, &ev(EventKind::Create, &cm("ns/"), None))
+                .is_empty()
+        );
+        let secret = meta(
+            &json!({"metadata": {"name": "s", "namespace": "ns1", "labels": {"target": "db"}}}),
+        );
+        assert_eq!(
+            h.requests(
+                &Gvk::new("", "v1", "Secret"),
+                &ev(EventKind::Create, &secret, None)
+            ),
+            [Request::new(Some("fixed"), "db")]
+        );
+        // The guest's map function runs in the controller, not here.
+        let service = Gvk::new("", "v1", "Service");
+        assert!(h.maps_by_guest(&service));
+        assert!(!h.maps_by_guest(&cm_gvk));
+        assert!(
+            h.requests(&service, &ev(EventKind::Create, &secret, None))
+                .is_empty()
+        );
     }
 
     #[test]

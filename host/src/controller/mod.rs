@@ -248,6 +248,17 @@ pub struct Controller {
     for_informers: Mutex<Vec<Arc<Informer>>>,
     /// Traps in a row, by key (keys whose last reconcile trapped).
     trap_streaks: Mutex<std::collections::HashMap<Request, u32>>,
+    /// Objects waiting for the guest's `map` export (watches with `mapByGuest`), in event order.
+    map_jobs: tokio::sync::mpsc::UnboundedSender<MapJob>,
+    /// Taken by the task that runs them, when the controller starts.
+    map_inbox: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<MapJob>>>,
+    mapper: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// One object for the guest's `map` export.
+struct MapJob {
+    gvk: Gvk,
+    object: Arc<str>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -260,8 +271,18 @@ impl std::fmt::Debug for Controller {
 
 impl EventSink for Controller {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>) {
-        for request in self.version.load().handlers.requests(gvk, event) {
+        let version = self.version.load();
+        for request in version.handlers.requests(gvk, event) {
             self.queue.add(request);
+        }
+        if version.handlers.maps_by_guest(gvk)
+            && let Some(object) = event.json
+        {
+            // The receiver lives as long as the controller: a send fails only after shutdown.
+            let _ = self.map_jobs.send(MapJob {
+                gvk: gvk.clone(),
+                object: object.clone(),
+            });
         }
     }
 }
@@ -283,7 +304,11 @@ impl Controller {
         let version = Version::new(module, cluster);
         publish_version(&metrics, &name, None, &version);
         init_series(&metrics, &name);
+        let (map_jobs, map_inbox) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Controller {
+            map_jobs,
+            map_inbox: Mutex::new(Some(map_inbox)),
+            mapper: Mutex::new(None),
             name,
             metrics,
             gate,
@@ -339,6 +364,76 @@ impl Controller {
         *self.for_informers.lock().unwrap_or_else(|e| e.into_inner()) = for_informers;
         self.scale_workers();
         self.restart_sources();
+        self.start_mapper();
+    }
+
+    /// Start the task that runs the guest's `map` export for each object of a `mapByGuest`
+    /// watch, in event order, and enqueues what it returns. Its failures are logged and
+    /// counted (`krec_guest_map_calls_total{result="error"|"trap"}`); that event's requests are
+    /// lost, as when a controller-runtime map function returns none.
+    fn start_mapper(self: &Arc<Self>) {
+        let Some(mut inbox) = self
+            .map_inbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let this = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            while let Some(job) = inbox.recv().await {
+                let Some(controller) = this.upgrade() else {
+                    return;
+                };
+                controller.map(job).await;
+            }
+        });
+        *self.mapper.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    async fn map(&self, job: MapJob) {
+        let version = self.version.load_full();
+        // A version swapped in meanwhile may not map this kind any more.
+        if !version.handlers.maps_by_guest(&job.gvk) {
+            return;
+        }
+        let kind = crate::bindings::WitGvk {
+            group: job.gvk.group.clone(),
+            version: job.gvk.version.clone(),
+            kind: job.gvk.kind.clone(),
+        };
+        let result = version
+            .module
+            .map(
+                &version.cluster,
+                Some(self.metrics.clone()),
+                kind,
+                job.object,
+            )
+            .await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(ReconcileError::Trap { .. }) => "trap",
+            Err(_) => "error",
+        };
+        self.metrics
+            .map_calls
+            .get_or_create(&ResultLabels {
+                controller: self.name.clone(),
+                result: outcome.to_owned(),
+            })
+            .inc();
+        match result {
+            Ok(requests) => {
+                for request in requests {
+                    self.queue.add(request);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(target: "krec::reconcile", guest = %self.name, kind = %job.gvk, "{err}; the event's requests are dropped");
+            }
+        }
     }
 
     /// Install `module` (with `cluster`) as the new version. Running reconciles finish on the
@@ -629,7 +724,7 @@ impl Controller {
                             })
                             .inc();
                     }
-                    ReconcileError::Guest { .. } => {
+                    ReconcileError::Guest { .. } | ReconcileError::Config { .. } => {
                         self.stats.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -660,6 +755,9 @@ impl Controller {
     /// workers and sources.
     pub async fn shutdown(&self, timeout: Duration) {
         self.queue.shutdown();
+        if let Some(mapper) = self.mapper.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            mapper.abort();
+        }
         for task in self
             .sources
             .lock()

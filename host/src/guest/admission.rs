@@ -1,5 +1,6 @@
-//! Running a guest's admission exports (`validate`, `mutate`, `convert`) under the manifest's
-//! time and memory limits, reading through `reader` and refused every write. As its
+//! Running a guest's admission exports (`validate`, `mutate`, `convert`) and its map function
+//! (`map`) under the manifest's time and memory limits, reading through `reader` and refused
+//! every write. As its
 //! `isolation` says, a review runs in an instance kept from an earlier review (`reuse`, the
 //! default: instantiation is most of a short review's cost) or in a fresh one (`per-reconcile`:
 //! nothing carries over from one request to the next). An instance that traps is dropped.
@@ -18,10 +19,25 @@ use crate::manifest::Isolation;
 /// would never be used).
 const MAX_POOLED: usize = 32;
 
-/// An instance of the admission world with its store, kept between reviews.
+/// An instance with its store, kept between reviews and map calls.
 pub(crate) struct AdmissionInstance {
     store: wasmtime::Store<super::HostState>,
-    bindings: crate::bindings::guest::Guest,
+    bindings: Exports,
+}
+
+/// The exports a kept instance is called through: those its component has.
+pub(crate) struct Exports {
+    /// `validate`, `mutate`, `convert` (WIT 0.1.1).
+    admission: Option<crate::bindings::guest::Guest>,
+    /// `init`, `map` (WIT 0.1.2).
+    extensions: Option<crate::bindings::extensions::Extensions>,
+}
+
+/// The export a component lacks, as a call's error.
+fn missing(guest: &str, what: &str, since: &str) -> wasmtime::Error {
+    wasmtime::format_err!(
+        "guest {guest} has no {what} export: build it with krec-guest {since} or later (WIT krec:reconciler@{since})"
+    )
 }
 
 /// Which admission export a review calls.
@@ -55,10 +71,10 @@ impl GuestModule {
     /// Whether the component exports the admission functions (the SDK builds them since WIT
     /// 0.1.1; a 0.1.0 component is a reconciler only).
     pub fn has_admission(&self) -> bool {
-        matches!(
-            &self.body,
-            Body::Wasm(_, _, Some(_)) | Body::Native(_, Some(_))
-        )
+        match &self.body {
+            Body::Wasm(wasm) => wasm.admission.is_some(),
+            Body::Native(_, validate) => validate.is_some(),
+        }
     }
 
     /// Answer one admission request with the guest's `validate` or `mutate`, in a fresh instance.
@@ -95,8 +111,12 @@ impl GuestModule {
             .await;
         }
         let label_for_run = label.clone();
+        let guest = self.manifest.name.clone();
         self.run_admission(cluster, metrics, label, move |bindings, store| {
             Box::pin(async move {
+                let Some(bindings) = &bindings.admission else {
+                    return Err(missing(&guest, review.as_str(), "0.1.1"));
+                };
                 match review {
                     Review::Validate => bindings.call_validate(store, &request).await,
                     Review::Mutate => bindings.call_mutate(store, &request).await,
@@ -126,19 +146,16 @@ impl GuestModule {
     ) -> Result<T, (TrapCause, String)>
     where
         F: for<'a> FnOnce(
-            &'a crate::bindings::guest::Guest,
+            &'a Exports,
             &'a mut wasmtime::Store<super::HostState>,
         ) -> std::pin::Pin<
             Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>,
         >,
     {
-        let Body::Wasm(_, _, Some(pre)) = &self.body else {
+        let Body::Wasm(wasm) = &self.body else {
             return Err((
                 TrapCause::Instantiate,
-                format!(
-                    "guest {} has no admission exports: build it with krec-guest 0.1.1 or later (WIT krec:reconciler@0.1.1)",
-                    self.manifest.name
-                ),
+                format!("guest {} is native: it has no instance", self.manifest.name),
             ));
         };
         let timeout = self.manifest.spec.limits.timeout;
@@ -148,9 +165,23 @@ impl GuestModule {
             let mut instance = match kept {
                 Some(instance) => instance,
                 None => {
-                    let mut store = new_store(self, pre.engine(), cluster, metrics.clone());
-                    let bindings = pre
-                        .instantiate_async(&mut store)
+                    let mut store = new_store(self, wasm.pre.engine(), cluster, metrics.clone());
+                    let started = async {
+                        let instance = self.start_instance(&mut store).await?;
+                        let admission = match &wasm.admission {
+                            Some(indices) => Some(indices.load(&mut store, &instance)?),
+                            None => None,
+                        };
+                        let extensions = match &wasm.extensions {
+                            Some(indices) => Some(indices.load(&mut store, &instance)?),
+                            None => None,
+                        };
+                        wasmtime::Result::Ok(Exports {
+                            admission,
+                            extensions,
+                        })
+                    };
+                    let bindings = started
                         .await
                         .map_err(|err| (instantiate_cause(&err), one_line(&err)))?;
                     AdmissionInstance { store, bindings }
@@ -201,8 +232,12 @@ impl GuestModule {
         desired_api_version: String,
     ) -> Result<Result<Vec<String>, String>, ReconcileError> {
         let label = format!("convert to {desired_api_version}");
+        let guest = self.manifest.name.clone();
         self.run_admission(cluster, metrics, label.clone(), move |bindings, store| {
             Box::pin(async move {
+                let Some(bindings) = &bindings.admission else {
+                    return Err(missing(&guest, "convert", "0.1.1"));
+                };
                 bindings
                     .call_convert(store, &objects, &desired_api_version)
                     .await
@@ -210,6 +245,56 @@ impl GuestModule {
         })
         .await
         .map_err(|(cause, message)| self.trap(label, cause, message))
+    }
+}
+
+impl GuestModule {
+    /// Whether the component exports `map` (WIT 0.1.2).
+    pub fn has_map(&self) -> bool {
+        matches!(&self.body, Body::Wasm(wasm) if wasm.extensions.is_some())
+    }
+
+    /// The requests the guest's `map` makes of `object` (JSON text) of kind `kind`: a watch
+    /// with `mapByGuest`. Runs in a kept instance, as reviews do, with the guest's limits.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::Guest`] when `map` returns an error; [`ReconcileError::Trap`] when it
+    /// traps or breaks a limit.
+    pub async fn map(
+        &self,
+        cluster: &Arc<dyn ClusterAccess>,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+        kind: crate::bindings::WitGvk,
+        object: Arc<str>,
+    ) -> Result<Vec<crate::controller::Request>, ReconcileError> {
+        let label = format!("map {}", kind.kind);
+        let guest = self.manifest.name.clone();
+        let result = self
+            .run_admission(cluster, metrics, label.clone(), move |bindings, store| {
+                Box::pin(async move {
+                    let Some(bindings) = &bindings.extensions else {
+                        return Err(missing(&guest, "map", "0.1.2"));
+                    };
+                    bindings.call_map(store, &kind, &object).await
+                })
+            })
+            .await
+            .map_err(|(cause, message)| self.trap(label.clone(), cause, message))?;
+        match result {
+            Ok(requests) => Ok(requests
+                .into_iter()
+                .map(|r| crate::controller::Request {
+                    namespace: r.namespace,
+                    name: r.name,
+                })
+                .collect()),
+            Err(error) => Err(ReconcileError::Guest {
+                guest: self.manifest.name.clone(),
+                request: label,
+                error: super::bounded_error(error.into()),
+            }),
+        }
     }
 }
 

@@ -35,8 +35,9 @@ pub use native::{NativeReconcile, NativeValidate};
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
-use crate::bindings::guest::GuestPre;
-use crate::bindings::{Reconciler, ReconcilerPre, WitAction, WitRequest};
+use crate::bindings::extensions::ExtensionsIndices;
+use crate::bindings::guest::GuestIndices;
+use crate::bindings::{Reconciler, ReconcilerIndices, WitAction, WitRequest};
 use crate::cluster::{AccessError, ClusterAccess};
 use crate::manifest::{Isolation, Manifest};
 
@@ -97,17 +98,25 @@ pub struct GuestModule {
     admission_pool: std::sync::Mutex<Vec<admission::AdmissionInstance>>,
 }
 
+/// A component, pre-instantiated, and where its exports are.
+struct Wasm {
+    pre: wasmtime::component::InstancePre<HostState>,
+    /// `reconcile` (every component has it).
+    reconciler: ReconcilerIndices,
+    /// Held, never read: it keeps the compiled code shared with other guests of the same module
+    /// (see [`ModuleCache::shared_component`]).
+    #[allow(dead_code)]
+    component: Arc<Component>,
+    /// The admission exports, when the component has them (WIT 0.1.1's `guest` world).
+    admission: Option<GuestIndices>,
+    /// `init` and `map`, when the component has them (WIT 0.1.2's `extensions` world).
+    extensions: Option<ExtensionsIndices>,
+}
+
 /// What runs a guest's reconciles.
 enum Body {
-    /// A component, pre-instantiated; the `Arc` keeps its compiled code shared with other
-    /// guests of the same module (see [`ModuleCache::shared_component`]).
-    Wasm(
-        ReconcilerPre<HostState>,
-        #[allow(dead_code)] // held, never read: it keeps the compiled code shared
-        Arc<Component>,
-        /// The admission exports, when the component has them (WIT 0.1.1's `guest` world).
-        Option<GuestPre<HostState>>,
-    ),
+    /// A component.
+    Wasm(Box<Wasm>),
     /// A reconciler (and maybe a validating webhook) compiled into the host (see [`native`]).
     Native(NativeReconcile, Option<native::NativeValidate>),
 }
@@ -192,13 +201,12 @@ impl GuestModule {
             path: path.clone(),
             source,
         })?;
-        let (pre, component, admission, digest, origin) =
-            prepare(engine, linker, &path, &bytes, cache)?;
-        needs_admission(&manifest, &path, admission.is_some())?;
+        let (wasm, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
+        needs_exports(&manifest, &path, &wasm)?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
-            body: Body::Wasm(pre, component, admission),
+            body: Body::Wasm(Box::new(wasm)),
             digest,
             origin,
             admission_pool: Default::default(),
@@ -213,13 +221,13 @@ impl GuestModule {
         path: &str,
         bytes: &[u8],
     ) -> Result<Self, LoadError> {
-        let (pre, component, admission, digest, origin) =
+        let (wasm, digest, origin) =
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
-        needs_admission(&manifest, path, admission.is_some())?;
+        needs_exports(&manifest, path, &wasm)?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
-            body: Body::Wasm(pre, component, admission),
+            body: Body::Wasm(Box::new(wasm)),
             digest,
             origin,
             admission_pool: Default::default(),
@@ -287,40 +295,51 @@ impl GuestModule {
     }
 }
 
-/// A guest that declares webhooks or a conversion must export the admission functions.
-fn needs_admission(manifest: &Manifest, path: &str, has: bool) -> Result<(), LoadError> {
-    if has || (manifest.spec.webhooks.is_empty() && manifest.spec.conversion.is_none()) {
-        return Ok(());
+/// A guest must export what its manifest uses: the admission functions for webhooks or a
+/// conversion, `init` for a configuration and `map` for watches mapped by the guest.
+fn needs_exports(manifest: &Manifest, path: &str, wasm: &Wasm) -> Result<(), LoadError> {
+    let spec = &manifest.spec;
+    let name = &manifest.name;
+    if wasm.admission.is_none() && (!spec.webhooks.is_empty() || spec.conversion.is_some()) {
+        return Err(LoadError::WrongWorld {
+            path: path.into(),
+            world: "admission",
+            reason: format!(
+                "guest {name} declares webhooks or a conversion but its component exports no validate/mutate/convert: build it with krec-guest 0.1.1 or later and export!(validator: …), export!(mutator: …) or export!(converter: …)"
+            ),
+        });
     }
-    Err(LoadError::WrongWorld {
-        path: path.into(),
-        world: "admission",
-        reason: format!(
-            "guest {} declares webhooks or a conversion but its component exports no validate/mutate/convert: build it with krec-guest 0.1.1 or later and export!(validator: …), export!(mutator: …) or export!(converter: …)",
-            manifest.name
-        ),
-    })
+    if wasm.extensions.is_none() {
+        let uses = if spec.watches.iter().any(|w| w.map_by_guest) {
+            Some("watches with mapByGuest")
+        } else if spec.config.is_some() {
+            Some("spec.config")
+        } else {
+            None
+        };
+        if let Some(uses) = uses {
+            return Err(LoadError::WrongWorld {
+                path: path.into(),
+                world: "extensions",
+                reason: format!(
+                    "guest {name}'s manifest has {uses} but its component exports no init/map (WIT 0.1.2): build it with krec-guest 0.1.2 or later"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
-/// What [`prepare`] makes of a module file.
-type Prepared = (
-    ReconcilerPre<HostState>,
-    Arc<Component>,
-    Option<GuestPre<HostState>>,
-    String,
-    Origin,
-);
-
 /// Compile `bytes` (or take them from `cache`) and check the component implements the world;
-/// returns the pre-instantiated component (and its admission exports, if it has them), its
-/// digest and where it came from. Errors name `path`.
+/// returns the pre-instantiated component with the exports it has, its digest and where it
+/// came from. Errors name `path`.
 fn prepare(
     engine: &Engine,
     linker: &Linker<HostState>,
     path: &str,
     bytes: &[u8],
     cache: &ModuleCache,
-) -> Result<Prepared, LoadError> {
+) -> Result<(Wasm, String, Origin), LoadError> {
     let (component, origin) =
         cache.shared_component(engine, bytes, || compile(engine, path, bytes))?;
     let wrong_world = |err: wasmtime::Error| LoadError::WrongWorld {
@@ -328,17 +347,62 @@ fn prepare(
         world: "reconciler",
         reason: one_line(&err),
     };
-    let instance_pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
-    // A 0.1.0 component has no admission exports: it is a reconciler only.
-    let admission = GuestPre::new(instance_pre.clone()).ok();
-    let pre = ReconcilerPre::new(instance_pre).map_err(wrong_world)?;
-    Ok((
+    let pre = linker.instantiate_pre(&component).map_err(wrong_world)?;
+    let reconciler = ReconcilerIndices::new(&pre).map_err(wrong_world)?;
+    // A 0.1.0 component has no admission exports, a 0.1.1 one no `init` and `map`.
+    let admission = GuestIndices::new(&pre).ok();
+    let extensions = ExtensionsIndices::new(&pre).ok();
+    let wasm = Wasm {
         pre,
+        reconciler,
         component,
         admission,
-        module_cache::digest(bytes),
-        origin,
-    ))
+        extensions,
+    };
+    Ok((wasm, module_cache::digest(bytes), origin))
+}
+
+/// The configuration a guest refused (its `init` export returned an error).
+#[derive(Debug, thiserror::Error)]
+#[error("the guest refused its configuration: {0}")]
+pub struct ConfigRefused(pub String);
+
+impl GuestModule {
+    /// Instantiate the component in `store` and configure the instance: a 0.1.2 component's
+    /// `init` gets the manifest's `spec.config` (JSON `null` without one) before anything else.
+    ///
+    /// # Errors
+    ///
+    /// The instantiation's error, or [`ConfigRefused`] with the guest's message.
+    async fn start_instance(
+        &self,
+        store: &mut Store<HostState>,
+    ) -> wasmtime::Result<wasmtime::component::Instance> {
+        let Body::Wasm(wasm) = &self.body else {
+            return Err(wasmtime::format_err!(
+                "guest {} is native: it has no instance",
+                self.manifest.name
+            ));
+        };
+        let instance = wasm.pre.instantiate_async(&mut *store).await?;
+        if let Some(extensions) = &wasm.extensions {
+            let config = self.config_json();
+            let bindings = extensions.load(&mut *store, &instance)?;
+            if let Err(message) = bindings.call_init(&mut *store, &config).await? {
+                let message: String = message.chars().take(MAX_ERROR_MESSAGE_BYTES).collect();
+                return Err(ConfigRefused(message).into());
+            }
+        }
+        Ok(instance)
+    }
+
+    /// The manifest's `spec.config` as JSON text (`null` without one).
+    fn config_json(&self) -> String {
+        match &self.manifest.spec.config {
+            Some(config) => config.to_string(),
+            None => "null".into(),
+        }
+    }
 }
 
 /// A module file's bytes: a regular file of at most [`MAX_MODULE_BYTES`](crate::files::MAX_MODULE_BYTES).
@@ -359,7 +423,7 @@ pub fn check_module(
         source,
     })?;
     prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled())
-        .map(|(_, _, admission, digest, _)| (digest, admission.is_some()))
+        .map(|(wasm, digest, _)| (digest, wasm.admission.is_some()))
 }
 
 /// Longest error message a guest may return; the rest is cut, so a guest cannot write
@@ -447,6 +511,16 @@ pub enum ReconcileError {
         /// Classified cause.
         cause: TrapCause,
         /// Wasmtime's description, one line.
+        message: String,
+    },
+    /// The guest's `init` refused the manifest's `spec.config`.
+    #[error("{path}: guest {guest} refused its configuration: {message}")]
+    Config {
+        /// The guest.
+        guest: String,
+        /// The manifest file.
+        path: String,
+        /// The guest's message, naming the field (`spec.config.period: …`).
         message: String,
     },
 }
@@ -622,14 +696,15 @@ impl GuestWorker {
         cluster: &Arc<dyn ClusterAccess>,
         metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> wasmtime::Result<Instance> {
-        let Body::Wasm(pre, _, _) = &module.body else {
+        let Body::Wasm(wasm) = &module.body else {
             return Err(wasmtime::format_err!(
                 "guest {} is native: it has no instance",
                 module.manifest.name
             ));
         };
-        let mut store = new_store(module, pre.engine(), cluster, metrics);
-        let bindings = pre.instantiate_async(&mut store).await?;
+        let mut store = new_store(module, wasm.pre.engine(), cluster, metrics);
+        let instance = module.start_instance(&mut store).await?;
+        let bindings = wasm.reconciler.load(&mut store, &instance)?;
         Ok(Instance { store, bindings })
     }
 
@@ -651,14 +726,21 @@ impl GuestWorker {
                 }
                 Ok(())
             }
-            Err(err) => Err(ReconcileError::Trap {
-                guest: module.manifest.name.clone(),
-                request: "(instantiation)".into(),
-                cause: match classify(&err) {
-                    TrapCause::Other => TrapCause::Instantiate,
-                    cause => cause,
+            Err(err) => Err(match err.downcast_ref::<ConfigRefused>() {
+                Some(refused) => ReconcileError::Config {
+                    guest: module.manifest.name.clone(),
+                    path: module.manifest.path.display().to_string(),
+                    message: refused.0.clone(),
                 },
-                message: one_line(&err),
+                None => ReconcileError::Trap {
+                    guest: module.manifest.name.clone(),
+                    request: "(instantiation)".into(),
+                    cause: match classify(&err) {
+                        TrapCause::Other => TrapCause::Instantiate,
+                        cause => cause,
+                    },
+                    message: one_line(&err),
+                },
             }),
         }
     }

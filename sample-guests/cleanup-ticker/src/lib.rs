@@ -14,10 +14,11 @@ use krec_guest::{Error, Preconditions};
 /// The annotation holding the expiry time, RFC 3339 (e.g. `2026-01-02T03:04:05Z`).
 pub const EXPIRES_AT: &str = "krec.dev/expires-at";
 
+#[derive(Default)]
 struct CleanupTicker;
 
 impl Reconciler for CleanupTicker {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let now = Timestamp::now();
         let mut deleted = 0;
         for cm in ctx.list::<ConfigMap>(&ListParams::default().namespace(req.namespace()))? {

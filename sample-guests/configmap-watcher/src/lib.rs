@@ -14,10 +14,11 @@ use krec_guest::prelude::*;
 /// Name of the summary ConfigMap.
 pub const SUMMARY_NAME: &str = "configmap-summary";
 
+#[derive(Default)]
 struct ConfigMapWatcher;
 
 impl Reconciler for ConfigMapWatcher {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let summary_ns = req.namespace().unwrap_or("default");
         let all = ctx.list::<ConfigMap>(&ListParams::default())?;
 

@@ -57,10 +57,11 @@ pub const SUCCESS_SYNCED: &str = "Synced";
 /// Event reason when the Deployment exists but is not controlled by the Foo.
 pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
 
+#[derive(Default)]
 struct FooController;
 
 impl Reconciler for FooController {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let Some(foo) = ctx.get_opt::<Foo>(req.namespace(), &req.name)? else {
             debug!("Foo {req} is gone; its Deployment is garbage-collected");
             return Ok(Action::done());

@@ -10,10 +10,11 @@ use krec_guest::prelude::*;
 /// The label this reconciler maintains.
 pub const POD_COUNT_LABEL: &str = "pod-count";
 
+#[derive(Default)]
 struct PodCounter;
 
 impl Reconciler for PodCounter {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let Some(mut rs) = ctx.get_opt::<ReplicaSet>(req.namespace(), &req.name)? else {
             debug!("ReplicaSet {req} is gone");
             return Ok(Action::done());

@@ -4,10 +4,11 @@ use krec_guest::k8s_openapi::api::core::v1::ConfigMap;
 use krec_guest::prelude::*;
 use krec_guest::serde_json::json;
 
+#[derive(Default)]
 struct Greeter;
 
 impl Reconciler for Greeter {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let Some(cm) = ctx.get_opt::<ConfigMap>(req.namespace(), &req.name)? else {
             return Ok(Action::done()); // deleted meanwhile: nothing to do
         };

@@ -4,10 +4,11 @@
 use krec_guest::k8s_openapi::api::core::v1::Pod;
 use krec_guest::prelude::*;
 
+#[derive(Default)]
 struct Getter;
 
 impl Reconciler for Getter {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let pod = ctx.get::<Pod>(req.namespace(), &req.name)?;
         // Use the parsed object, so the parse cannot be optimised away.
         if pod.spec.map_or(0, |s| s.containers.len()) == 0 {

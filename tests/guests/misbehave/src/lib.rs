@@ -4,6 +4,7 @@ use krec_guest::bindings::krec::reconciler::{client, types};
 use krec_guest::k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use krec_guest::prelude::*;
 
+#[derive(Default)]
 struct Misbehave;
 
 fn namespace_gvk() -> types::Gvk {
@@ -30,7 +31,7 @@ fn recurse(depth: u64) -> u64 {
 }
 
 impl Reconciler for Misbehave {
-    fn reconcile(req: Request, ctx: &Context) -> Result<Action> {
+    fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         match req.name.as_str() {
             "ok" => Ok(Action::done()),
             "loop" => loop {
