@@ -115,6 +115,8 @@ fn percent(text: &str) -> String {
 pub struct ApiClient {
     client: Client,
     resolved: RwLock<HashMap<Gvk, Resolved>>,
+    /// Aggregates and rate-limits the Events recorded through this client.
+    events: std::sync::Mutex<super::events::EventRecorder>,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -126,10 +128,19 @@ impl std::fmt::Debug for ApiClient {
 impl ApiClient {
     /// Wrap a client.
     pub fn new(client: Client) -> Arc<Self> {
-        Arc::new(ApiClient {
+        Arc::new_cyclic(|this| ApiClient {
             client,
             resolved: RwLock::new(HashMap::new()),
+            events: std::sync::Mutex::new(super::events::EventRecorder::new(
+                Arc::new(ApiEvents(this.clone())),
+                super::events::Limits::default(),
+            )),
         })
+    }
+
+    fn events_slot(&self) -> std::sync::MutexGuard<'_, super::events::EventRecorder> {
+        // A recorder is replaced whole: usable after a panic elsewhere.
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The underlying client (for watches).
@@ -402,34 +413,61 @@ impl ApiClient {
         self.send(builder, Self::encode(&options)?).await.map(drop)
     }
 
-    /// Record a core `v1` Event about `event.regarding`, as client-go's event recorder does.
+    /// Record an Event, aggregated with its repeats and rate limited per reporter and object
+    /// (see [`events`](super::events)).
+    ///
+    /// # Errors
+    ///
+    /// The API server's refusal (the Event's count stays recorded for its next write).
     pub async fn record_event(&self, event: &EventRecord) -> Result<(), AccessError> {
-        let now = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        let regarding = &event.regarding;
-        let namespace = regarding.namespace.as_deref().unwrap_or("default");
-        let object = json!({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": format!("{}.", regarding.name), "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": regarding.gvk.api_version(),
-                "kind": regarding.gvk.kind,
-                "namespace": regarding.namespace,
-                "name": regarding.name,
-                "uid": regarding.uid,
-            },
-            "type": event.event_type.as_str(),
-            "reason": event.reason,
-            "message": event.message,
-            "source": {"component": event.reporter},
-            "reportingComponent": event.reporter,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        });
-        self.create(&object, &event.reporter).await.map(drop)
+        let recorder = self.events_slot().clone();
+        recorder.record(event).await.map(drop)
+    }
+
+    /// Use `limits` for the Events recorded from now on (a new recorder: repeats seen so far
+    /// are forgotten).
+    pub fn set_event_limits(self: &Arc<Self>, limits: super::events::Limits) {
+        let writer = Arc::new(ApiEvents(Arc::downgrade(self)));
+        *self.events_slot() = super::events::EventRecorder::new(writer, limits);
+    }
+}
+
+/// Writes Events through the API client that owns the recorder (held weakly: the client owns
+/// the recorder).
+struct ApiEvents(std::sync::Weak<ApiClient>);
+
+impl ApiEvents {
+    fn client(&self) -> Result<Arc<ApiClient>, AccessError> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| AccessError::Unavailable("the API client is gone".into()))
+    }
+}
+
+#[async_trait::async_trait]
+impl super::events::EventWriter for ApiEvents {
+    async fn create_event(&self, event: &Value, field_manager: &str) -> Result<Value, AccessError> {
+        self.client()?.create(event, field_manager).await
+    }
+
+    async fn patch_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        field_manager: &str,
+    ) -> Result<Value, AccessError> {
+        self.client()?
+            .patch(
+                &Gvk::new("", "v1", "Event"),
+                Some(namespace),
+                name,
+                PatchType::Merge,
+                patch,
+                false,
+                field_manager,
+            )
+            .await
     }
 }
 

@@ -6,6 +6,7 @@
 //! same way, without touching the guest plumbing.
 
 pub mod api;
+pub mod events;
 pub mod live;
 mod memory;
 

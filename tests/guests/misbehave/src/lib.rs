@@ -157,6 +157,20 @@ impl Reconciler for Misbehave {
                 }
                 Ok(Action::done())
             }
+            "warn-and-fail" => {
+                // What a failing reconciler often does: say so with an Event, then fail (and
+                // be retried): one Event, its count growing, not one Event per retry.
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(req.name.clone());
+                cm.metadata.namespace = req.namespace.clone();
+                ctx.record_event(
+                    &cm,
+                    EventType::Warning,
+                    "ReconcileFailed",
+                    "the backend is down",
+                )?;
+                Err(Error::Unavailable("the backend is down".into()))
+            }
             other => Err(Error::Invalid(format!("unknown misbehaviour {other:?}"))),
         }
     }
