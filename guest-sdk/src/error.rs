@@ -58,6 +58,47 @@ impl Error {
 /// The result of every [`Context`](crate::Context) call and of a reconcile.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `?` for errors that are not the SDK's, with what was being done (anyhow's `context`):
+///
+/// ```
+/// use krec_guest::prelude::*;
+///
+/// fn replicas(text: &str) -> Result<u32> {
+///     text.parse::<u32>().context("the replicas annotation")
+/// }
+/// assert_eq!(replicas("3"), Ok(3));
+/// assert_eq!(
+///     replicas("x").unwrap_err().to_string(),
+///     "the replicas annotation: invalid digit found in string"
+/// );
+/// ```
+pub trait ResultExt<T> {
+    /// The error as [`Error::Other`], its message after `what`.
+    ///
+    /// # Errors
+    ///
+    /// When `self` is an error.
+    fn context(self, what: impl std::fmt::Display) -> Result<T>;
+
+    /// The error as [`Error::Invalid`] (the input is wrong: the reconcile is retried with
+    /// backoff like any error, but says so), its message after `what`.
+    ///
+    /// # Errors
+    ///
+    /// When `self` is an error.
+    fn invalid(self, what: impl std::fmt::Display) -> Result<T>;
+}
+
+impl<T, E: std::fmt::Display> ResultExt<T> for std::result::Result<T, E> {
+    fn context(self, what: impl std::fmt::Display) -> Result<T> {
+        self.map_err(|err| Error::Other(format!("{what}: {err}")))
+    }
+
+    fn invalid(self, what: impl std::fmt::Display) -> Result<T> {
+        self.map_err(|err| Error::Invalid(format!("{what}: {err}")))
+    }
+}
+
 impl From<serde_json::Error> for Error {
     fn from(err: serde_json::Error) -> Self {
         Error::Invalid(format!("json: {err}"))

@@ -78,12 +78,20 @@ extern crate self as krec_guest;
 mod admission;
 mod context;
 mod error;
+mod helpers;
 mod reconciler;
 
 #[doc(hidden)]
 pub mod log;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native;
+#[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+pub mod testing;
+
+// The guide's Rust examples are tests of the SDK.
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../../docs/guide.md")]
+pub struct Guide;
 
 /// The calls to the host: the WIT imports in a component, the installed [`native::Host`]
 /// elsewhere. Both have the generated bindings' signatures.
@@ -100,7 +108,11 @@ pub use admission::{
 pub use context::{
     Context, EventType, ListParams, Patch, Preconditions, labels_to_selector, selector_string,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, ResultExt};
+pub use helpers::{
+    Api, FinalizerEvent, OperationResult, condition, find_condition, is_controlled_by,
+    set_condition, set_controller_reference,
+};
 pub use reconciler::{Action, FromConfig, NoConfig, Reconciler, Request};
 
 /// The `k8s-openapi` crate the SDK is built with: typed Kubernetes objects.
@@ -124,9 +136,11 @@ pub use kube_derive::CustomResource;
 /// Everything a reconciler usually needs, in one `use`.
 pub mod prelude {
     pub use crate::{
-        Action, AdmissionRequest, Context, Converter, Error, EventType, FromConfig, ListParams,
-        Mutator, Operation, Patch, Reconciler, Request, Resource, ResourceExt, Result, Validator,
-        Verdict, debug, error, export, info, labels_to_selector, selector_string, trace, warn,
+        Action, AdmissionRequest, Context, Converter, Error, EventType, FinalizerEvent, FromConfig,
+        ListParams, Mutator, Operation, OperationResult, Patch, Reconciler, Request, Resource,
+        ResourceExt, Result, ResultExt, Validator, Verdict, debug, error, export, info,
+        is_controlled_by, labels_to_selector, selector_string, set_controller_reference, trace,
+        warn,
     };
 }
 

@@ -226,7 +226,8 @@ pub async fn serve(
     }
     started(&manager, admin.as_ref().map(Admin::addr));
     stop.await;
-    tracing::info!("stopping: no new work, waiting for running reconciles");
+    // Shared by `krec run` and `krec dev`: logged as the host's, not as `krec::dev`'s.
+    tracing::info!(target: "krec::host", "stopping: no new work, waiting for running reconciles");
     if let Some(admin) = &admin {
         admin.set_ready(false);
     }
@@ -512,14 +513,38 @@ pub async fn dev(
         cluster.addr()
     ));
     say(format_args!("kubeconfig: {}", shown.display()));
-    say(format_args!(
-        "try: kubectl --kubeconfig {} get replicasets,pods,foos,deployments,configmaps --show-labels",
-        shown.display()
-    ));
-
     let client = client_from_kubeconfig(cluster.kubeconfig()).await?;
     for problem in apply_objects(&ApiClient::new(client.clone()), objects).await {
         tracing::error!("not applied: {problem}");
+    }
+    // What the guests reconcile and watch, as kubectl names them (CRDs were applied above).
+    let registry = cluster.store().registry();
+    let mut resources: Vec<String> = Vec::new();
+    for manifest in &manifests {
+        let spec = &manifest.spec;
+        let kinds = spec
+            .for_kind
+            .iter()
+            .chain(&spec.owns)
+            .cloned()
+            .chain(spec.watches.iter().map(crate::manifest::Watch::kind_ref));
+        for kind in kinds {
+            let gvk = kind.gvk();
+            let resource = registry
+                .by_kind(&gvk.group, &gvk.version, &gvk.kind)
+                .map(|rt| rt.plural.clone())
+                .unwrap_or_else(|| format!("{}s", gvk.kind.to_lowercase()));
+            if !resources.contains(&resource) {
+                resources.push(resource);
+            }
+        }
+    }
+    if !resources.is_empty() {
+        say(format_args!(
+            "try: kubectl --kubeconfig {} get {} --show-labels",
+            shown.display(),
+            resources.join(",")
+        ));
     }
     let served = serve(
         client,

@@ -27,4 +27,5 @@ pub mod objects;
 pub mod progress;
 pub mod queue;
 pub mod rbac;
+pub mod scaffold;
 pub mod webhooks;

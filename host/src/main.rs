@@ -21,6 +21,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a guest crate: a reconciler with a configuration, its manifest, an example object,
+    /// a unit test on the fake cluster and an integration test in the real host.
+    ///
+    /// Then, in the new folder: `cargo build-guest` (the wasm32-wasip2 build), `cargo test`,
+    /// `krec dev --manifests .`.
+    New {
+        /// The guest's name (a DNS label); the folder, unless --dir says otherwise.
+        name: String,
+        /// The kind it reconciles: group/version/Kind or version/Kind.
+        #[arg(long, default_value = "apps/v1/Deployment")]
+        kind: String,
+        /// Serve a validating webhook too.
+        #[arg(long)]
+        webhook: bool,
+        /// Where to create the crate (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The krec-guest SDK's folder (default: this krec's own sources, when present; else
+        /// the SDK from crates.io).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Validate manifests (and the modules they name) or bare `.wasm` modules.
     ///
     /// Prints one line per file: `ok` with the module digest, or what is wrong. Exits non-zero if
@@ -304,6 +326,48 @@ impl CacheArgs {
     }
 }
 
+/// `krec new`: scaffold the crate and say what to do next.
+fn new_guest(
+    name: String,
+    kind: String,
+    webhook: bool,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> ExitCode {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+    // This krec's own SDK, when its sources are on this machine (a build from a checkout).
+    let sdk_path = sdk.or_else(|| {
+        let own = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+        own.join("Cargo.toml")
+            .exists()
+            .then(|| own.canonicalize().unwrap_or(own))
+    });
+    let krec = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("krec"));
+    let new = krec::scaffold::NewGuest {
+        name,
+        kind,
+        webhook,
+        sdk_path,
+        krec,
+    };
+    match krec::scaffold::scaffold(&dir, &new) {
+        Ok(files) => {
+            for file in &files {
+                println!("created {}", file.display());
+            }
+            println!(
+                "\nnext:\n  cd {}\n  rustup target add wasm32-wasip2   # once\n  cargo build-guest                   # the .wasm\n  cargo test                        # unit and integration tests\n  krec dev --manifests .            # a local cluster, reconciling live",
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("krec new: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Log line format.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum LogFormat {
@@ -316,7 +380,11 @@ enum LogFormat {
 /// Logs to stderr; `RUST_LOG` overrides `default` (e.g. `RUST_LOG=debug`).
 fn init_logging(default: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // kube's client logs every failed request as an ERROR of its own, without saying whose;
+    // krec reports each failure where it matters (the guest's call, the watch), so by default
+    // that line is off — when the API server goes away first it was the only thing printed.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default},kube_client::client::builder=off")));
     use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -355,6 +423,16 @@ fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
     match cli.command {
+        Command::New {
+            name,
+            kind,
+            webhook,
+            dir,
+            sdk,
+        } => {
+            init_logging("info", cli.log_format);
+            new_guest(name, kind, webhook, dir, sdk)
+        }
         Command::Check { paths } => {
             init_logging("info", cli.log_format);
             check(&paths)

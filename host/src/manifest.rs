@@ -23,12 +23,12 @@ pub const KIND: &str = "Reconciler";
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Read {
         /// The manifest file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, so not also a `source`: a chain would say it twice).
+        error: std::io::Error,
     },
     /// The YAML does not describe a valid manifest.
     #[error("{path}: {field}{sep}{problem}", sep = if field.is_empty() { "" } else { ": " })]
@@ -659,9 +659,9 @@ impl Manifest {
 
     /// Read and validate a manifest file.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = read_manifest(path).map_err(|source| ManifestError::Read {
+        let text = read_manifest(path).map_err(|error| ManifestError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::parse(path, &text)
     }
@@ -726,17 +726,25 @@ impl Manifest {
     /// error. Fails only if the directory cannot be read.
     pub fn scan_dir(dir: &Path) -> Result<Vec<Result<Manifest, ManifestError>>, ManifestError> {
         let mut files = Vec::new();
-        collect_yaml(dir, &mut files).map_err(|source| ManifestError::Read {
-            path: dir.to_owned(),
-            source,
-        })?;
+        // A single manifest file is a directory of one.
+        if dir.is_file() {
+            files.push(dir.to_owned());
+        } else {
+            collect_yaml(dir, &mut files).map_err(|error| ManifestError::Read {
+                path: dir.to_owned(),
+                error,
+            })?;
+        }
         files.sort();
         let mut results: Vec<Result<Manifest, ManifestError>> = Vec::new();
         for file in files {
             let text = match read_manifest(&file) {
                 Ok(text) => text,
                 Err(source) => {
-                    results.push(Err(ManifestError::Read { path: file, source }));
+                    results.push(Err(ManifestError::Read {
+                        path: file,
+                        error: source,
+                    }));
                     continue;
                 }
             };

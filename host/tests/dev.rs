@@ -286,3 +286,134 @@ fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_af
     assert!(status.success());
     assert!(child.wait().expect("wait").success());
 }
+
+/// Run `program args` in `dir`, failing the test with its output unless it succeeds.
+fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        // The outer `cargo test`'s settings must not leak into the new crate's own build.
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {}:\n{text}",
+        dir.display()
+    );
+    text
+}
+
+/// The journey of a guest author outside this repository: `krec new`, then the commands it
+/// prints — `cargo build-guest`, `cargo test` (the generated unit test on the fake cluster and
+/// integration test in the real host), `krec dev --manifests .` — without editing a file.
+#[test]
+fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repository() {
+    let outside = tempfile::tempdir().expect("tempdir");
+    assert!(
+        !outside
+            .path()
+            .starts_with(repo().canonicalize().expect("repo"))
+    );
+    // The new crate's build output is kept between runs (outside the repository too), so a
+    // second run does not compile its dependencies again; the crate itself is always new.
+    let cache = std::env::temp_dir().join("krec-new-test-target");
+    let out = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(["new", "my-guest", "--webhook"])
+        .current_dir(outside.path())
+        .output()
+        .expect("krec new");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains("cargo build-guest") && printed.contains("krec dev --manifests ."),
+        "{printed}"
+    );
+    let crate_dir = outside.path().join("my-guest");
+    if cache.exists() {
+        let _ = std::fs::rename(&cache, crate_dir.join("target"));
+    }
+    let keep_cache = |crate_dir: &Path| {
+        let _ = std::fs::remove_dir_all(&cache);
+        let _ = std::fs::rename(crate_dir.join("target"), &cache);
+    };
+
+    run_in(&crate_dir, "cargo", &["build-guest"]);
+    assert!(
+        crate_dir
+            .join("target/wasm32-wasip2/release/my_guest.wasm")
+            .exists()
+    );
+    let tests = run_in(&crate_dir, "cargo", &["test"]);
+    assert!(
+        tests.contains("reconcile_should_mark_the_object_once ... ok")
+            && tests.contains("the_guest_should_mark_an_object_in_the_host ... ok"),
+        "{tests}"
+    );
+    let checked = run_in(
+        &crate_dir,
+        env!("CARGO_BIN_EXE_krec"),
+        &["check", "manifest.yaml"],
+    );
+    assert!(checked.contains("ok, guest my-guest"), "{checked}");
+
+    // `krec dev --manifests .`: the example Deployment is applied and marked.
+    let kubeconfig = outside.path().join("kc.yaml");
+    let kubectl_cache = outside.path().join("kubectl-cache");
+    let (mut child, text, _lines) = start_dev(&crate_dir, &kubeconfig);
+    assert!(
+        text.contains("get deployments --show-labels"),
+        "the kubectl hint names what the guest reconciles: {text}"
+    );
+    until(
+        &kubeconfig,
+        &kubectl_cache,
+        &[
+            "get",
+            "deployment",
+            "example",
+            "-o",
+            "jsonpath={.metadata.annotations.example\\.com/generation}",
+        ],
+        |out| out == "1",
+    );
+    // Its webhook refuses a frozen Deployment.
+    let frozen = outside.path().join("frozen.yaml");
+    std::fs::write(
+        &frozen,
+        std::fs::read_to_string(crate_dir.join("examples/example.yaml"))
+            .expect("example")
+            .replace(
+                "name: example",
+                "name: frozen\n  annotations: { example.com/frozen: \"true\" }",
+            ),
+    )
+    .expect("write");
+    let refused = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "-f"])
+        .arg(&frozen)
+        .output()
+        .expect("kubectl");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("this object is frozen"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    keep_cache(&crate_dir);
+}

@@ -198,11 +198,44 @@ impl Live {
         .await
     }
 
+    /// Like [`start`](Self::start), the guests named in `native` running the reconciler
+    /// compiled into the test in place of their modules.
+    pub async fn start_native(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        native: std::collections::BTreeMap<String, krec::guest::NativeReconcile>,
+    ) -> Self {
+        let options = krec::manager::ManagerOptions {
+            native,
+            ..Default::default()
+        };
+        Self::start_with_options(
+            krec_apiserver::Server::builder(),
+            manifests,
+            objects,
+            options,
+        )
+        .await
+    }
+
     async fn start_on(
         builder: krec_apiserver::Builder,
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
         module_cache: krec::guest::ModuleCache,
+    ) -> Self {
+        let options = krec::manager::ManagerOptions {
+            module_cache,
+            ..Default::default()
+        };
+        Self::start_with_options(builder, manifests, objects, options).await
+    }
+
+    async fn start_with_options(
+        builder: krec_apiserver::Builder,
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        options: krec::manager::ManagerOptions,
     ) -> Self {
         // `RUST_LOG=krec=debug cargo test` shows what the host did.
         let _ = tracing_subscriber::fmt()
@@ -212,10 +245,6 @@ impl Live {
         let (cluster, client, api) = local_cluster_on(builder).await;
         let problems = krec::dev::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
-        let options = krec::manager::ManagerOptions {
-            module_cache,
-            ..Default::default()
-        };
         let manager = krec::manager::Manager::start_with(api.clone(), manifests, options)
             .await
             .expect("manager starts");

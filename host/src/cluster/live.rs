@@ -124,8 +124,10 @@ impl LiveCluster {
     ) -> Result<T, AccessError> {
         match &result {
             Ok(_) => tracing::debug!(target: "krec::client", "{}: {verb} {what}", self.guest),
+            // A failure reaches the guest, and the reconcile's own error line says it when the
+            // guest passes it on: at debug level it would be said twice per retry.
             Err(err) => {
-                tracing::debug!(target: "krec::client", "{}: {verb} {what} failed: {err}", self.guest)
+                tracing::trace!(target: "krec::client", "{}: {verb} {what} failed: {err}", self.guest)
             }
         }
         result
@@ -175,13 +177,18 @@ impl ClusterAccess for LiveCluster {
         let Some(informers) = self.readers(gvk, namespace).await? else {
             return json_text(&self.api.get(gvk, namespace, name).await?);
         };
-        informers
-            .iter()
-            .find_map(|i| i.get_json(namespace, name))
-            .ok_or_else(|| {
-                let resolved_kind = gvk.kind.to_lowercase();
-                AccessError::NotFound(format!("{resolved_kind} {name:?} not found"))
-            })
+        if let Some(found) = informers.iter().find_map(|i| i.get_json(namespace, name)) {
+            return Ok(found);
+        }
+        // kube-apiserver's message: `deployments.apps "web" not found`.
+        let resource = match self.api.resolve(gvk).await {
+            Ok(resolved) if resolved.resource.group.is_empty() => resolved.resource.plural,
+            Ok(resolved) => format!("{}.{}", resolved.resource.plural, resolved.resource.group),
+            Err(_) => gvk.kind.to_lowercase(),
+        };
+        Err(AccessError::NotFound(format!(
+            "{resource} {name:?} not found"
+        )))
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {

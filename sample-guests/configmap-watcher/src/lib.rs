@@ -40,26 +40,20 @@ impl Reconciler for ConfigMapWatcher {
         );
         info!("{} ConfigMaps in {} namespaces", all.len(), counts.len());
 
-        match ctx.get_opt::<ConfigMap>(summary_ns, SUMMARY_NAME)? {
-            None => {
-                let summary = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(SUMMARY_NAME.into()),
-                        namespace: Some(summary_ns.into()),
-                        ..Default::default()
-                    },
-                    data: Some(counts),
-                    ..Default::default()
-                };
-                ctx.create(&summary)?;
-                info!("created {summary_ns}/{SUMMARY_NAME}");
-            }
-            Some(mut summary) if summary.data.as_ref() != Some(&counts) => {
-                summary.data = Some(counts);
-                ctx.update(&summary)?;
-                info!("updated {summary_ns}/{SUMMARY_NAME}");
-            }
-            Some(_) => {}
+        let summary = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(SUMMARY_NAME.into()),
+                namespace: Some(summary_ns.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (_, result) = ctx.create_or_update(summary, |summary| {
+            summary.data = Some(counts);
+            Ok(())
+        })?;
+        if result != OperationResult::Unchanged {
+            info!("{result:?} {summary_ns}/{SUMMARY_NAME}");
         }
         Ok(Action::done())
     }

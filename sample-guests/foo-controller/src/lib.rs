@@ -12,9 +12,7 @@ use std::collections::BTreeMap;
 
 use krec_guest::k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use krec_guest::k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use krec_guest::k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta, OwnerReference,
-};
+use krec_guest::k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use krec_guest::prelude::*;
 use krec_guest::{CustomResource, Error};
 use serde::{Deserialize, Serialize};
@@ -73,11 +71,12 @@ impl Reconciler for FooController {
             return Ok(Action::done());
         }
 
-        let deployment = match ctx.get_opt::<Deployment>(req.namespace(), deployment_name)? {
+        let deployments = ctx.api::<Deployment>(req.namespace());
+        let deployment = match deployments.get_opt(deployment_name)? {
             Some(deployment) => deployment,
             None => {
                 info!("Foo {req}: creating Deployment {deployment_name}");
-                ctx.create(&new_deployment(&foo)?)?
+                deployments.create(&new_deployment(&foo)?)?
             }
         };
 
@@ -94,7 +93,7 @@ impl Reconciler for FooController {
                 info!("Foo {req}: Deployment {deployment_name} replicas {current:?} -> {wanted}");
                 let mut scaled = deployment;
                 scaled.spec.get_or_insert_default().replicas = Some(wanted);
-                ctx.update(&scaled)?
+                deployments.update(&scaled)?
             }
             _ => deployment,
         };
@@ -132,36 +131,16 @@ fn record(ctx: &Context, foo: &Foo, event_type: EventType, reason: &str, message
     }
 }
 
-/// Whether `deployment` has a controller owner reference to `foo`.
-fn is_controlled_by(deployment: &Deployment, foo: &Foo) -> bool {
-    deployment.owner_references().iter().any(|owner| {
-        owner.controller == Some(true) && Some(&owner.uid) == foo.metadata.uid.as_ref()
-    })
-}
-
 /// The Deployment a Foo asks for: nginx pods labelled with the Foo's name.
 fn new_deployment(foo: &Foo) -> Result<Deployment> {
-    let uid = foo
-        .metadata
-        .uid
-        .clone()
-        .ok_or_else(|| Error::Invalid("Foo has no metadata.uid".into()))?;
     let labels = BTreeMap::from([
         ("app".to_owned(), "nginx".to_owned()),
         ("controller".to_owned(), foo.name_any()),
     ]);
-    Ok(Deployment {
+    let mut deployment = Deployment {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
             namespace: foo.metadata.namespace.clone(),
-            owner_references: Some(vec![OwnerReference {
-                api_version: Foo::api_version(&()).into_owned(),
-                kind: Foo::kind(&()).into_owned(),
-                name: foo.name_any(),
-                uid,
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
             ..Default::default()
         },
         spec: Some(DeploymentSpec {
@@ -187,7 +166,10 @@ fn new_deployment(foo: &Foo) -> Result<Deployment> {
             ..Default::default()
         }),
         ..Default::default()
-    })
+    };
+    // The Foo controls it: deleting the Foo deletes it, and its events reconcile the Foo.
+    set_controller_reference(foo, &mut deployment)?;
+    Ok(deployment)
 }
 
 export!(FooController);

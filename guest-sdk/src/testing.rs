@@ -1,0 +1,836 @@
+//! A testing kit for reconcilers: run one natively, with `cargo test`, against an in-memory
+//! cluster that behaves as krec's API server does (feature `testing`; not for `wasm32`).
+//!
+//! [`FakeCluster`] is the embedded API server's own object store, in the test's process: the
+//! built-in kinds with kube-apiserver's defaults and validation, `resourceVersion` conflicts,
+//! `not found` and `already exists` with kube-apiserver's messages, `generateName`, the status
+//! subresource, finalizers and garbage collection, label and field selectors. What the
+//! reconciler wrote, the Events it recorded and what it logged are kept for assertions, and the
+//! next write can be made to fail.
+//!
+//! [`TestCluster`] is krec's envtest: the embedded API server in the test's process (with the
+//! built-in controllers and simulated nodes of `krec dev`) and the real krec host running the
+//! guest's built `.wasm` from its manifest — nothing to download, no Docker.
+//!
+//! ```
+//! use krec_guest::prelude::*;
+//! use krec_guest::testing::FakeCluster;
+//! use krec_guest::k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! #[derive(Default)]
+//! struct Labeler;
+//!
+//! impl Reconciler for Labeler {
+//!     fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
+//!         let Some(mut cm) = ctx.get_opt::<ConfigMap>(req.namespace(), &req.name)? else {
+//!             return Ok(Action::done());
+//!         };
+//!         cm.labels_mut().insert("seen".into(), "yes".into());
+//!         ctx.update(&cm)?;
+//!         Ok(Action::done())
+//!     }
+//! }
+//!
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("a".into());
+//! cm.metadata.namespace = Some("default".into());
+//! let cluster = FakeCluster::new().with(&cm);
+//!
+//! assert_eq!(cluster.reconcile(&Labeler, Request::new("default", "a")), Ok(Action::done()));
+//! let cm: ConfigMap = cluster.get(Some("default"), "a").expect("still there");
+//! assert_eq!(cm.labels().get("seen").map(String::as_str), Some("yes"));
+//! assert_eq!(cluster.writes().len(), 1);
+//!
+//! // A write that meets a newer version fails as on a real cluster.
+//! cluster.fail_next_write(Error::Conflict("the object has been modified".into()));
+//! assert!(matches!(cluster.reconcile(&Labeler, Request::new("default", "a")), Err(Error::Conflict(_))));
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use kube_core::{GroupVersionKind, Resource};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+use krec_apiserver::patch::{PatchKind, PatchMeta, patched};
+use krec_apiserver::selector::{FieldSelector, LabelSelector};
+use krec_apiserver::store::DeleteOptions;
+use krec_apiserver::{ApiError, Registry, ResourceType, Store, ensure_namespaces};
+
+use crate::native::{self, Host, Level, ObjectReference, PatchType};
+use crate::{
+    Action, Error, EventType, FromConfig, ListParams, Preconditions, Reconciler, Request, Result,
+};
+
+/// The field manager the fake cluster records the reconciler's writes under, as the host
+/// records a guest's under `krec-<guest>`.
+pub const FIELD_MANAGER: &str = "krec-test";
+
+/// A write the reconciler made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// `create`, `update`, `update-status`, `patch`, `patch-status` or `delete`.
+    pub verb: &'static str,
+    /// The object's kind.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+/// An Event the reconciler recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedEvent {
+    /// The object it is about.
+    pub regarding: ObjectReference,
+    /// Normal or Warning.
+    pub event_type: EventType,
+    /// The reason.
+    pub reason: String,
+    /// The message.
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Log {
+    writes: Vec<Write>,
+    events: Vec<RecordedEvent>,
+    lines: Vec<(Level, String)>,
+    failures: VecDeque<Error>,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    log: Mutex<Log>,
+}
+
+/// An in-memory cluster with the embedded API server's semantics; see the [module](self).
+/// Cheap to clone: clones share the objects.
+#[derive(Clone)]
+pub struct FakeCluster {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FakeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCluster").finish_non_exhaustive()
+    }
+}
+
+impl Default for FakeCluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The SDK error for an API server error, as the host maps them.
+fn error(err: ApiError) -> Error {
+    let message = err.message;
+    match (err.code, err.reason) {
+        (404, _) => Error::NotFound(message),
+        (409, "AlreadyExists") => Error::AlreadyExists(message),
+        (409, _) => Error::Conflict(message),
+        (401 | 403, _) => Error::Forbidden(message),
+        (400 | 405 | 413 | 415 | 422, _) => Error::Invalid(message),
+        (408 | 504, _) => Error::Timeout(message),
+        (429 | 500.., _) => Error::Unavailable(message),
+        _ => Error::Other(format!("{} {}: {message}", err.code, err.reason)),
+    }
+}
+
+fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object.get("metadata")?.get(field)?.as_str()
+}
+
+fn gvk_of(object: &Value) -> Result<GroupVersionKind> {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::Invalid("the object has no apiVersion".into()))?;
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::Invalid("the object has no kind".into()))?;
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    Ok(GroupVersionKind::gvk(group, version, kind))
+}
+
+impl FakeCluster {
+    /// A cluster with the built-in kinds and the namespaces every cluster has (`default`,
+    /// `kube-system`, `kube-public`, `kube-node-lease`).
+    pub fn new() -> Self {
+        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        // The initial namespaces of an empty store cannot fail to be created.
+        let _ = ensure_namespaces(&store);
+        Self::on(store)
+    }
+
+    /// The objects of `store` (a running server's), through this cluster's methods.
+    fn on(store: Arc<Store>) -> Self {
+        FakeCluster {
+            inner: Arc::new(Inner {
+                store,
+                log: Mutex::new(Log::default()),
+            }),
+        }
+    }
+
+    /// The cluster with `object` added (a fixture: not counted as a write). A custom resource
+    /// needs its CustomResourceDefinition added first.
+    ///
+    /// # Panics
+    ///
+    /// When the object is refused (invalid, or its namespace or kind does not exist): a
+    /// fixture must be valid.
+    #[must_use]
+    pub fn with<K: Resource<DynamicType = ()> + Serialize>(self, object: &K) -> Self {
+        if let Err(err) = self.add(object) {
+            panic!("fixture {} refused: {err}", K::kind(&()));
+        }
+        self
+    }
+
+    /// The cluster with the object written as JSON added; see [`with`](Self::with).
+    ///
+    /// # Panics
+    ///
+    /// When the object is refused.
+    #[must_use]
+    pub fn with_json(self, object: Value) -> Self {
+        if let Err(err) = self.inner.create_value(object) {
+            panic!("fixture refused: {err}");
+        }
+        self
+    }
+
+    /// Add `object` now (not counted as a write); returns it as stored.
+    ///
+    /// # Errors
+    ///
+    /// The API server's refusal.
+    pub fn add<K: Resource<DynamicType = ()> + Serialize>(&self, object: &K) -> Result<Value> {
+        let mut value = serde_json::to_value(object)?;
+        value["apiVersion"] = Value::String(K::api_version(&()).into_owned());
+        value["kind"] = Value::String(K::kind(&()).into_owned());
+        self.inner.create_value(value)
+    }
+
+    /// The host the reconciler's [`Context`](crate::Context) calls go to.
+    pub fn host(&self) -> Arc<dyn Host> {
+        self.inner.clone()
+    }
+
+    /// Run `reconciler`'s reconcile of `request` against this cluster.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the reconciler returns.
+    pub fn reconcile<R: Reconciler>(&self, reconciler: &R, request: Request) -> Result<Action> {
+        native::reconcile_with(reconciler, self.host(), request)
+    }
+
+    /// Build `R` from a configuration given as JSON text, as the host does from the manifest's
+    /// `spec.config`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] naming the field that does not deserialize, or `from_config`'s
+    /// refusal.
+    pub fn configure<R: FromConfig>(config: &str) -> Result<R> {
+        native::configure(config)
+    }
+
+    /// The object `namespace/name` of kind `K`, if it exists.
+    pub fn get<K: Resource<DynamicType = ()> + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<K> {
+        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
+        let text = self.inner.get(&gvk, namespace, name).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Every object of kind `K` (in `namespace`, when given), by namespace and name.
+    pub fn list<K: Resource<DynamicType = ()> + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+    ) -> Vec<K> {
+        let gvk = GroupVersionKind::gvk(&K::group(&()), &K::version(&()), &K::kind(&()));
+        let params = ListParams::default().namespace(namespace);
+        self.inner
+            .list(&gvk, &params)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|text| serde_json::from_str(text).ok())
+            .collect()
+    }
+
+    /// The writes the reconciler made, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        self.inner.log().writes.clone()
+    }
+
+    /// The Events the reconciler recorded, in order.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.inner.log().events.clone()
+    }
+
+    /// What the reconciler logged, in order.
+    pub fn logs(&self) -> Vec<(Level, String)> {
+        self.inner.log().lines.clone()
+    }
+
+    /// Forget the writes, Events and log lines recorded so far.
+    pub fn clear_log(&self) {
+        let mut log = self.inner.log();
+        log.writes.clear();
+        log.events.clear();
+        log.lines.clear();
+    }
+
+    /// Make the reconciler's next write fail with `error` (a conflict, the API server being
+    /// unavailable, …), without changing anything. Failures queue up: each write takes one.
+    pub fn fail_next_write(&self, error: Error) {
+        self.inner.log().failures.push_back(error);
+    }
+
+    /// The embedded API server's store behind this cluster, for what the methods above do not
+    /// cover.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.inner.store
+    }
+}
+
+impl Inner {
+    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        // The log is appended whole: usable after a panicking test thread.
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn resolve(&self, gvk: &GroupVersionKind) -> Result<ResourceType> {
+        self.store
+            .registry()
+            .by_kind(&gvk.group, &gvk.version, &gvk.kind)
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "the server could not find the requested resource: {}/{} {} is not served",
+                    gvk.group, gvk.version, gvk.kind
+                ))
+            })
+    }
+
+    fn create_value(&self, object: Value) -> Result<Value> {
+        let rt = self.resolve(&gvk_of(&object)?)?;
+        let namespace = meta_str(&object, "namespace").map(str::to_owned);
+        let options = krec_apiserver::store::WriteOptions {
+            manager: FIELD_MANAGER.into(),
+            ..Default::default()
+        };
+        let created = self
+            .store
+            .create(&rt, namespace.as_deref(), object, options)
+            .map_err(error)?;
+        Ok(Arc::unwrap_or_clone(created))
+    }
+
+    /// Count a write, or fail it as [`FakeCluster::fail_next_write`] asked.
+    fn write(
+        &self,
+        verb: &'static str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<()> {
+        let mut log = self.log();
+        if let Some(failure) = log.failures.pop_front() {
+            return Err(failure);
+        }
+        log.writes.push(Write {
+            verb,
+            kind: kind.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        });
+        Ok(())
+    }
+}
+
+fn text(value: &Value) -> Result<String> {
+    Ok(serde_json::to_string(value)?)
+}
+
+impl Host for Inner {
+    fn get(&self, gvk: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Result<String> {
+        let rt = self.resolve(gvk)?;
+        text(
+            self.store
+                .get(&rt, namespace, name)
+                .map_err(error)?
+                .as_ref(),
+        )
+    }
+
+    fn list(&self, gvk: &GroupVersionKind, params: &ListParams) -> Result<Vec<String>> {
+        let rt = self.resolve(gvk)?;
+        // Checked before anything is read, with the host's messages.
+        let labels = LabelSelector::parse(params.label_selector.as_deref().unwrap_or(""))
+            .map_err(|e| Error::Invalid(format!("label selector: {e}")))?;
+        let fields = FieldSelector::parse(params.field_selector.as_deref().unwrap_or(""))
+            .map_err(|e| Error::Invalid(format!("field selector: {e}")))?;
+        let page = self
+            .store
+            .list(
+                &rt,
+                params.namespace.as_deref(),
+                &labels,
+                &fields,
+                None,
+                None,
+            )
+            .map_err(error)?;
+        page.items.iter().map(|o| text(o)).collect()
+    }
+
+    fn create(&self, object: &str) -> Result<String> {
+        let value: Value = serde_json::from_str(object)?;
+        let kind = gvk_of(&value)?.kind;
+        let name = meta_str(&value, "name")
+            .or_else(|| meta_str(&value, "generateName"))
+            .unwrap_or_default()
+            .to_owned();
+        self.write("create", &kind, meta_str(&value, "namespace"), &name)?;
+        text(&self.create_value(value)?)
+    }
+
+    fn update(&self, object: &str, status: bool) -> Result<String> {
+        let value: Value = serde_json::from_str(object)?;
+        let gvk = gvk_of(&value)?;
+        let rt = self.resolve(&gvk)?;
+        let namespace = meta_str(&value, "namespace").map(str::to_owned);
+        let name = meta_str(&value, "name")
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", gvk.kind)))?
+            .to_owned();
+        let verb = if status { "update-status" } else { "update" };
+        self.write(verb, &gvk.kind, namespace.as_deref(), &name)?;
+        let options = krec_apiserver::store::WriteOptions {
+            manager: FIELD_MANAGER.into(),
+            ..Default::default()
+        };
+        let updated = self
+            .store
+            .update(&rt, namespace.as_deref(), &name, value, status, options)
+            .map_err(error)?;
+        text(&updated)
+    }
+
+    fn patch(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: &str,
+        status: bool,
+    ) -> Result<String> {
+        let rt = self.resolve(gvk)?;
+        let body: Value = serde_json::from_str(body)?;
+        let kind = match patch_type {
+            PatchType::Merge => PatchKind::Merge,
+            PatchType::Json => PatchKind::Json,
+            PatchType::Strategic => PatchKind::Strategic,
+            PatchType::Apply => PatchKind::Apply,
+        };
+        let verb = if status { "patch-status" } else { "patch" };
+        self.write(verb, &gvk.kind, namespace, name)?;
+        let meta = PatchMeta::of(&rt);
+        let result = self
+            .store
+            .patch(&rt, namespace, name, status, false, |current| {
+                patched(kind, &body, meta, current)
+            })
+            .map_err(error)?;
+        text(&result)
+    }
+
+    fn delete(
+        &self,
+        gvk: &GroupVersionKind,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<()> {
+        let rt = self.resolve(gvk)?;
+        self.write("delete", &gvk.kind, namespace, name)?;
+        let options = DeleteOptions {
+            uid: preconditions.and_then(|p| p.uid.clone()),
+            resource_version: preconditions.and_then(|p| p.resource_version.clone()),
+            ..Default::default()
+        };
+        self.store
+            .delete(&rt, namespace, name, &options)
+            .map_err(error)?;
+        Ok(())
+    }
+
+    fn record_event(
+        &self,
+        regarding: &ObjectReference,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()> {
+        self.log().events.push(RecordedEvent {
+            regarding: regarding.clone(),
+            event_type,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        });
+        Ok(())
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        self.log().lines.push((level, message.to_owned()));
+    }
+}
+
+/// How long [`TestCluster::eventually`] waits.
+pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// krec's envtest: the embedded API server in this process and the krec host running guests
+/// from their manifests — the built `.wasm`, in the real sandbox, against a cluster whose
+/// Deployments roll out and whose Pods run on simulated nodes.
+///
+/// The host is the `krec` binary: `$KREC` (which `krec new` sets in the crate's
+/// `.cargo/config.toml`), else `krec` on `PATH`. Its log goes to the test's standard error.
+///
+/// ```no_run
+/// use krec_guest::testing::TestCluster;
+/// use krec_guest::k8s_openapi::api::core::v1::ConfigMap;
+///
+/// let cluster = TestCluster::start().expect("cluster");
+/// cluster.run_guests("manifest.yaml").expect("host");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("a".into());
+/// cm.metadata.namespace = Some("default".into());
+/// cluster.objects().add(&cm).expect("created");
+/// cluster.eventually("the guest to label it", || {
+///     let cm: ConfigMap = cluster.objects().get(Some("default"), "a")?;
+///     cm.metadata.labels?.get("seen").cloned()
+/// });
+/// ```
+pub struct TestCluster {
+    runtime: tokio::runtime::Runtime,
+    server: Option<krec_apiserver::Server>,
+    kubeconfig: std::path::PathBuf,
+    hosts: Mutex<Vec<std::process::Child>>,
+}
+
+impl std::fmt::Debug for TestCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCluster")
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestCluster {
+    /// Start the embedded API server on a free loopback port, with `krec dev`'s built-in
+    /// controllers and three simulated nodes (Pods start after 100 ms).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when the server cannot start or its kubeconfig cannot be written.
+    pub fn start() -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Unavailable(format!("starting a runtime: {e}")))?;
+        let simulation = krec_apiserver::controllers::Config {
+            controllers: krec_apiserver::controllers::Selection::all(),
+            pod_start: std::time::Duration::from_millis(100),
+            ..Default::default()
+        };
+        let server = runtime
+            .block_on(
+                krec_apiserver::Server::builder()
+                    .simulation(simulation)
+                    .start(),
+            )
+            .map_err(|e| Error::Unavailable(format!("starting the API server: {e}")))?;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let kubeconfig = std::env::temp_dir().join(format!(
+            "krec-test-{}-{}.kubeconfig",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        server
+            .write_kubeconfig(&kubeconfig)
+            .map_err(|e| Error::Unavailable(format!("writing {}: {e}", kubeconfig.display())))?;
+        Ok(TestCluster {
+            runtime,
+            server: Some(server),
+            kubeconfig,
+            hosts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The kubeconfig of the cluster (for kubectl or a kube client).
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
+    }
+
+    /// Read and write the cluster's objects (not counted as the guest's writes).
+    pub fn objects(&self) -> FakeCluster {
+        match &self.server {
+            Some(server) => FakeCluster::on(server.store().clone()),
+            None => FakeCluster::new(),
+        }
+    }
+
+    /// Run the guests of `manifests` (a manifest file, or a directory of them) in a krec host
+    /// against this cluster, until the cluster is dropped. Their modules must be built.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when the `krec` binary cannot be started.
+    pub fn run_guests(&self, manifests: impl AsRef<std::path::Path>) -> Result<()> {
+        let manifests = manifests.as_ref();
+        let krec = std::env::var_os("KREC").unwrap_or_else(|| "krec".into());
+        let child = std::process::Command::new(&krec)
+            .arg("run")
+            .arg("--manifests")
+            .arg(manifests)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--admin-addr", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                Error::Unavailable(format!(
+                    "starting {} (set KREC to the krec binary, or put krec on PATH): {e}",
+                    std::path::Path::new(&krec).display()
+                ))
+            })?;
+        self.hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(child);
+        Ok(())
+    }
+
+    /// Wait until `check` returns something (polling every 50 ms), and return it.
+    ///
+    /// # Panics
+    ///
+    /// After [`EVENTUALLY`], naming `what`; or when a host started by
+    /// [`run_guests`](Self::run_guests) exited.
+    pub fn eventually<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + EVENTUALLY;
+        loop {
+            if let Some(found) = check() {
+                return found;
+            }
+            for host in self
+                .hosts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter_mut()
+            {
+                if let Ok(Some(status)) = host.try_wait() {
+                    panic!(
+                        "the krec host exited ({status}) while waiting for {what}: see its log above"
+                    );
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after {EVENTUALLY:?} waiting for {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for host in self
+            .hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+        {
+            let _ = host.kill();
+            let _ = host.wait();
+        }
+        if let Some(server) = self.server.take() {
+            self.runtime.block_on(server.shutdown());
+        }
+        let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}
+
+/// The calls every host answers alike: krec's own tests run them against [`FakeCluster`] and
+/// against the real host on the embedded API server, and compare the outcomes, so that a test
+/// passing on the fake behaves the same in the host. Each entry is the step and its outcome,
+/// `ok` or the error's kind and message (UIDs written `<uid>`).
+///
+/// It uses ConfigMaps named `conformance-*` in `default`, and expects reads that see the
+/// writes before them (in the host: ConfigMaps `uncached`); it reads Deployments too (in the
+/// host: from the cache).
+pub fn conformance(ctx: &crate::Context) -> Vec<(&'static str, String)> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn outcome<T>(result: Result<T>, uid: &str) -> String {
+        match result {
+            Ok(_) => "ok".into(),
+            Err(err) => {
+                let kind = match &err {
+                    Error::NotFound(_) => "NotFound",
+                    Error::AlreadyExists(_) => "AlreadyExists",
+                    Error::Conflict(_) => "Conflict",
+                    Error::Forbidden(_) => "Forbidden",
+                    Error::Invalid(_) => "Invalid",
+                    Error::Timeout(_) => "Timeout",
+                    Error::Unavailable(_) => "Unavailable",
+                    Error::Other(_) => "Other",
+                };
+                let message = err.to_string();
+                let message = if uid.is_empty() {
+                    message
+                } else {
+                    message.replace(uid, "<uid>")
+                };
+                format!("{kind}: {message}")
+            }
+        }
+    }
+    fn configmap(name: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("default".into());
+        cm.metadata.labels = Some([("suite".to_owned(), "conformance".to_owned())].into());
+        cm.data = Some([("k".to_owned(), "v".to_owned())].into());
+        cm
+    }
+
+    let ns = Some("default");
+    let mut out = Vec::new();
+    let mut step = |name: &'static str, result: String| out.push((name, result));
+    step(
+        "get a missing object",
+        outcome(ctx.get::<ConfigMap>(ns, "conformance-missing"), ""),
+    );
+    step(
+        "get a missing object of a group",
+        outcome(
+            ctx.get::<k8s_openapi::api::apps::v1::Deployment>(ns, "conformance-missing"),
+            "",
+        ),
+    );
+    let created = ctx.create(&configmap("conformance-a"));
+    let uid = created
+        .as_ref()
+        .ok()
+        .and_then(|cm| cm.metadata.uid.clone())
+        .unwrap_or_default();
+    step(
+        "create",
+        outcome(created.as_ref().map_err(Clone::clone), &uid),
+    );
+    step(
+        "create a name taken",
+        outcome(ctx.create(&configmap("conformance-a")), &uid),
+    );
+    step(
+        "create an invalid name",
+        outcome(ctx.create(&configmap("Conformance_Bad")), &uid),
+    );
+    let current = ctx.get::<ConfigMap>(ns, "conformance-a");
+    step("get", outcome(current.as_ref().map_err(Clone::clone), &uid));
+    if let Ok(current) = current {
+        let mut stale = current.clone();
+        stale.metadata.resource_version = Some("1".into());
+        stale.data = Some([("k".to_owned(), "stale".to_owned())].into());
+        step(
+            "update from a stale resourceVersion",
+            outcome(ctx.update(&stale), &uid),
+        );
+        let mut fresh = current;
+        fresh.data = Some([("k".to_owned(), "fresh".to_owned())].into());
+        step("update", outcome(ctx.update(&fresh), &uid));
+    }
+    let mut missing = configmap("conformance-missing");
+    missing.metadata.resource_version = Some("1".into());
+    step(
+        "update a missing object",
+        outcome(ctx.update(&missing), &uid),
+    );
+    step(
+        "merge patch a missing object",
+        outcome(
+            ctx.patch::<ConfigMap>(
+                ns,
+                "conformance-missing",
+                &crate::Patch::Merge(serde_json::json!({"data": {"k": "x"}})),
+            ),
+            &uid,
+        ),
+    );
+    step(
+        "merge patch",
+        outcome(
+            ctx.patch::<ConfigMap>(
+                ns,
+                "conformance-a",
+                &crate::Patch::Merge(serde_json::json!({"data": {"k": "patched"}})),
+            ),
+            &uid,
+        ),
+    );
+    step(
+        "list by label",
+        match ctx.list::<ConfigMap>(
+            &ListParams::default()
+                .namespace(ns)
+                .labels("suite=conformance"),
+        ) {
+            Ok(items) => format!("{} item(s)", items.len()),
+            Err(err) => outcome::<()>(Err(err), &uid),
+        },
+    );
+    step(
+        "list with a bad selector",
+        outcome(
+            ctx.list::<ConfigMap>(&ListParams::default().namespace(ns).labels("a in (")),
+            &uid,
+        ),
+    );
+    step(
+        "delete with a wrong UID",
+        outcome(
+            ctx.delete_with::<ConfigMap>(
+                ns,
+                "conformance-a",
+                &Preconditions {
+                    uid: Some("not-the-uid".into()),
+                    resource_version: None,
+                },
+            ),
+            &uid,
+        ),
+    );
+    step(
+        "delete",
+        outcome(ctx.delete::<ConfigMap>(ns, "conformance-a"), &uid),
+    );
+    step(
+        "delete a missing object",
+        outcome(ctx.delete::<ConfigMap>(ns, "conformance-a"), &uid),
+    );
+    out
+}
