@@ -58,10 +58,12 @@ impl Error {
 /// The result of every [`Context`](crate::Context) call and of a reconcile.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// `?` for errors that are not the SDK's, with what was being done (anyhow's `context`):
+/// `?` for errors that are not the SDK's, with what was being done (anyhow's `context`). Not in
+/// the prelude, so that it never meets `anyhow::Context` by accident: `use krec_guest::ResultExt`.
 ///
 /// ```
 /// use krec_guest::prelude::*;
+/// use krec_guest::ResultExt;
 ///
 /// fn replicas(text: &str) -> Result<u32> {
 ///     text.parse::<u32>().context("the replicas annotation")

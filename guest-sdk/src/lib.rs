@@ -138,9 +138,8 @@ pub mod prelude {
     pub use crate::{
         Action, AdmissionRequest, Context, Converter, Error, EventType, FinalizerEvent, FromConfig,
         ListParams, Mutator, Operation, OperationResult, Patch, Reconciler, Request, Resource,
-        ResourceExt, Result, ResultExt, Validator, Verdict, debug, error, export, info,
-        is_controlled_by, labels_to_selector, selector_string, set_controller_reference, trace,
-        warn,
+        ResourceExt, Result, Validator, Verdict, debug, error, export, info, is_controlled_by,
+        labels_to_selector, selector_string, set_controller_reference, trace, warn,
     };
 }
 

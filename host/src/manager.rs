@@ -279,6 +279,16 @@ impl Manager {
         let inner = self.inner.clone();
         let loading = manifest.clone();
         let module = if let Some(reconcile) = inner.native.get(&manifest.name) {
+            // A native reconciler is built without configuration and has no `map` to call.
+            if manifest.spec.config.is_some()
+                || manifest.spec.watches.iter().any(|w| w.map_by_guest)
+            {
+                return Err(format!(
+                    "{}: guest {} runs natively (compiled into the host): spec.config and mapByGuest need a component",
+                    manifest.path.display(),
+                    manifest.name
+                ));
+            }
             GuestModule::native(manifest.clone(), *reconcile)
         } else {
             tokio::task::spawn_blocking(move || {

@@ -28,6 +28,10 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
     }
     use serde::Deserialize as _;
     let mut files = Vec::new();
+    if dir.is_file() {
+        // One manifest file given: the objects beside it in its folder are not meant.
+        return Ok(Vec::new());
+    }
     walk(dir, &mut files).map_err(|e| format!("{}: {e}", dir.display()))?;
     files.sort();
     let mut objects = Vec::new();

@@ -111,6 +111,12 @@ pub enum NewError {
         "{0:?} is not a valid guest name: at most 63 lowercase letters, digits or '-', starting with a letter and ending alphanumeric"
     )]
     Name(String),
+    /// The name is a Rust keyword or a crate every guest uses, which Cargo refuses as a
+    /// package name.
+    #[error(
+        "{0:?} cannot name a crate (a Rust keyword or a crate the guest depends on); choose another name"
+    )]
+    Reserved(String),
     /// The kind is not `group/version/Kind` of a kind the template knows.
     #[error("--kind {kind:?}: {problem}")]
     Kind {
@@ -131,6 +137,68 @@ pub enum NewError {
         source: std::io::Error,
     },
 }
+
+/// Names Cargo refuses for a package, or that would hide a crate the guest uses.
+const RESERVED: &[&str] = &[
+    "abstract",
+    "alloc",
+    "as",
+    "async",
+    "await",
+    "become",
+    "box",
+    "break",
+    "const",
+    "continue",
+    "core",
+    "crate",
+    "do",
+    "dyn",
+    "else",
+    "enum",
+    "extern",
+    "false",
+    "final",
+    "fn",
+    "for",
+    "gen",
+    "if",
+    "impl",
+    "in",
+    "krec_guest",
+    "let",
+    "loop",
+    "macro",
+    "match",
+    "mod",
+    "move",
+    "mut",
+    "override",
+    "priv",
+    "proc_macro",
+    "pub",
+    "ref",
+    "return",
+    "self",
+    "serde",
+    "static",
+    "std",
+    "struct",
+    "super",
+    "test",
+    "trait",
+    "true",
+    "try",
+    "type",
+    "typeof",
+    "unsafe",
+    "unsized",
+    "use",
+    "virtual",
+    "where",
+    "while",
+    "yield",
+];
 
 fn find_kind(text: &str) -> Result<&'static Known, NewError> {
     let problem = |p: String| NewError::Kind {
@@ -179,6 +247,9 @@ pub fn scaffold(dir: &Path, new: &NewGuest) -> Result<Vec<PathBuf>, NewError> {
         || !new.name.starts_with(|c: char| c.is_ascii_lowercase())
     {
         return Err(NewError::Name(new.name.clone()));
+    }
+    if RESERVED.contains(&new.name.replace('-', "_").as_str()) {
+        return Err(NewError::Reserved(new.name.clone()));
     }
     let kind = find_kind(&new.kind)?;
     if dir.exists() {
@@ -308,11 +379,16 @@ impl Validator for Guard {{
         String::new()
     };
     let export = if new.webhook {
-        format!("export!(reconciler: {}, validator: Guard);", camel(name))
+        format!(
+            "export!(reconciler: {}Reconciler, validator: Guard);",
+            camel(name)
+        )
     } else {
-        format!("export!({});", camel(name))
+        format!("export!({}Reconciler);", camel(name))
     };
-    let reconciler = camel(name);
+    // Suffixed, so that no name (`deployment`, `settings`, `guard`, `request`…) meets a type
+    // the template imports or defines.
+    let reconciler = format!("{}Reconciler", camel(name));
     let webhook_manifest = if new.webhook {
         format!(
             r#"  webhooks:
@@ -619,6 +695,13 @@ mod tests {
             scaffold(&dir.path().join("x"), &bad),
             Err(NewError::Name(_))
         ));
+        for reserved in ["test", "self", "core", "type"] {
+            bad.name = reserved.into();
+            assert!(matches!(
+                scaffold(&dir.path().join("x"), &bad),
+                Err(NewError::Reserved(_))
+            ));
+        }
         let err = scaffold(&dir.path().join("x"), &new("apps/v1/Deploymnet"))
             .expect_err("unknown kind")
             .to_string();

@@ -299,6 +299,7 @@ impl Informer {
                     object: object.metadata(),
                     old: None,
                     json: Some(object.json()),
+                    old_json: None,
                 },
             );
         }
@@ -357,6 +358,7 @@ impl Informer {
             object: object.metadata(),
             old: old.map(CachedObject::metadata),
             json: Some(object.json()),
+            old_json: old.map(CachedObject::json),
         };
         for sink in sinks.iter() {
             sink.on_event(&self.gvk, &event);

@@ -191,15 +191,15 @@ impl EventRecorder {
             reason: event.reason.clone(),
             message: event.message.clone(),
         };
-        let seen = self.seen(&key);
-        let mut seen = seen.lock().await;
+        let entry = self.seen(&key);
+        let mut seen = entry.lock().await;
         seen.count += 1;
         seen.last_timestamp = now_text();
         if !self.take_token(&object) {
             let count = seen.count;
             if !seen.flush_pending {
                 seen.flush_pending = true;
-                self.flush_later(key, event.clone());
+                self.flush_later(object, entry.clone(), event.clone());
             }
             return Ok(Recorded::Deferred(count));
         }
@@ -293,30 +293,44 @@ impl EventRecorder {
             .saturating_sub(bucket.updated.elapsed())
     }
 
-    /// Write the count of `key` once a token is free.
-    fn flush_later(&self, key: EventKey, event: EventRecord) {
+    /// Write the count of `seen` (an Event about `object`) once a token is free. The task
+    /// holds the entry itself, so a count held back is written even if the entry is forgotten
+    /// meanwhile; a failed write is tried again with the next token, a few times.
+    fn flush_later(
+        &self,
+        object: ObjectKey,
+        seen: Arc<tokio::sync::Mutex<Seen>>,
+        event: EventRecord,
+    ) {
+        /// Writes tried for one held-back count before it waits for the next repeat.
+        const ATTEMPTS: u32 = 5;
         let recorder = self.clone();
         tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(recorder.next_token_in(&key.object)).await;
-                if recorder.take_token(&key.object) {
-                    break;
+            for attempt in 1..=ATTEMPTS {
+                loop {
+                    tokio::time::sleep(recorder.next_token_in(&object)).await;
+                    if recorder.take_token(&object) {
+                        break;
+                    }
                 }
-            }
-            let seen = recorder
-                .state()
-                .events
-                .get(&key)
-                .map(|(_, seen)| seen.clone());
-            let Some(seen) = seen else {
-                return;
-            };
-            let mut seen = seen.lock().await;
-            seen.flush_pending = false;
-            if seen.count > seen.count_written
-                && let Err(err) = recorder.write(&mut seen, &event).await
-            {
-                tracing::warn!(target: "krec::client", guest = %event.reporter, "writing the count of Event {}: {err}", event.reason);
+                let mut seen = seen.lock().await;
+                if seen.count <= seen.count_written {
+                    seen.flush_pending = false;
+                    return;
+                }
+                match recorder.write(&mut seen, &event).await {
+                    Ok(_) => {
+                        seen.flush_pending = false;
+                        return;
+                    }
+                    Err(err) if attempt == ATTEMPTS => {
+                        seen.flush_pending = false;
+                        tracing::warn!(target: "krec::client", guest = %event.reporter, "writing the count of Event {}: {err}; the next repeat writes it", event.reason);
+                    }
+                    Err(err) => {
+                        tracing::debug!(target: "krec::client", guest = %event.reporter, "writing the count of Event {}: {err}; trying again", event.reason);
+                    }
+                }
             }
         });
     }
@@ -488,6 +502,29 @@ mod tests {
             Recorded::Created
         );
         assert_eq!(fake.events.lock().expect("lock")[0]["count"], 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_held_back_should_be_written_even_if_its_event_is_forgotten() {
+        let fake = Arc::new(Fake::default());
+        let limits = Limits {
+            burst: 1,
+            tracked: 1,
+            ..Limits::default()
+        };
+        let recorder = EventRecorder::new(fake.clone(), limits);
+        for _ in 0..3 {
+            recorder.record(&failing("a")).await.expect("record");
+        }
+        // Another Event pushes "a" out of the remembered ones while its count waits.
+        let mut other = failing("b");
+        other.regarding.name = "api".into();
+        recorder.record(&other).await.expect("record");
+        assert_eq!(recorder.state().events.len(), 1);
+        tokio::time::sleep(REFILL + Duration::from_secs(1)).await;
+        let events = fake.events.lock().expect("lock").clone();
+        let a = events.iter().find(|e| e["message"] == "a").expect("a");
+        assert_eq!(a["count"], 3);
     }
 
     #[tokio::test(start_paused = true)]

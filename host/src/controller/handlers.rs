@@ -55,6 +55,8 @@ pub struct Event<'a> {
     pub old: Option<&'a ObjectMeta>,
     /// The object's JSON as the cache holds it, when the source has it.
     pub json: Option<&'a std::sync::Arc<str>>,
+    /// For an update: the previous state's JSON, when the source has it.
+    pub old_json: Option<&'a std::sync::Arc<str>>,
 }
 
 /// A metadata field a change predicate compares.
@@ -91,7 +93,11 @@ enum Mapping {
         namespace: Option<String>,
     },
     Namespace,
-    Owner(Gvk),
+    /// Owners of this kind; cluster-scoped owners are requested without a namespace.
+    Owner {
+        kind: Gvk,
+        cluster_scoped: bool,
+    },
     /// The guest's `map` export (run by the controller).
     Guest,
 }
@@ -177,7 +183,19 @@ impl Handlers {
                 } else if w.map_to_namespace {
                     Mapping::Namespace
                 } else if let Some(owner) = &w.map_to_owner {
-                    Mapping::Owner(owner.gvk())
+                    let kind = owner.gvk();
+                    // Kubernetes' own cluster-scoped kinds are known here; a custom resource
+                    // owner is taken to be namespaced, as a namespaced object's owner usually is.
+                    let cluster_scoped = krec_apiserver::resources::builtins().iter().any(|t| {
+                        t.group == kind.group
+                            && t.version == kind.version
+                            && t.kind == kind.kind
+                            && !t.namespaced
+                    });
+                    Mapping::Owner {
+                        kind,
+                        cluster_scoped,
+                    }
                 } else if w.map_by_guest {
                     Mapping::Guest
                 } else {
@@ -222,8 +240,20 @@ impl Handlers {
         {
             out.insert(Request::new(namespace, name), ());
         }
+        // An update maps its old state too, as controller-runtime's owner and map handlers do:
+        // an owner or target the object left must hear of it.
+        self.mapped(gvk, event.object, &mut out);
+        if let (EventKind::Update, Some(old)) = (event.kind, event.old) {
+            self.mapped(gvk, old, &mut out);
+        }
+        out.into_keys().collect()
+    }
+
+    /// The requests `owns` and `watches` map `object` (of kind `gvk`) to, into `out`.
+    fn mapped(&self, gvk: &Gvk, object: &ObjectMeta, out: &mut BTreeMap<Request, ()>) {
+        let namespace = object.namespace.as_deref();
         if self.owns.contains(gvk)
-            && let Some(owner) = self.controller_owner(event.object)
+            && let Some(owner) = self.controller_owner(object)
         {
             out.insert(Request::new(namespace, &owner), ());
         }
@@ -239,7 +269,7 @@ impl Handlers {
                     key,
                     namespace: fixed,
                 } => {
-                    if let Some(request) = labels(event.object)
+                    if let Some(request) = labels(object)
                         .get(key)
                         .and_then(|value| named_request(value, fixed.as_deref(), namespace))
                     {
@@ -250,8 +280,7 @@ impl Handlers {
                     key,
                     namespace: fixed,
                 } => {
-                    if let Some(request) = event
-                        .object
+                    if let Some(request) = object
                         .annotations
                         .as_ref()
                         .and_then(|a| a.get(key))
@@ -265,8 +294,12 @@ impl Handlers {
                         out.insert(Request::new(None, ns), ());
                     }
                 }
-                Mapping::Owner(owner) => {
-                    for reference in event.object.owner_references.iter().flatten() {
+                Mapping::Owner {
+                    kind: owner,
+                    cluster_scoped,
+                } => {
+                    let namespace = if *cluster_scoped { None } else { namespace };
+                    for reference in object.owner_references.iter().flatten() {
                         // Any version of the owner kind's group counts, as for `owns`.
                         if reference.kind == owner.kind
                             && Gvk::from_api_version(&reference.api_version, &reference.kind).group
@@ -279,7 +312,6 @@ impl Handlers {
                 Mapping::Guest => {}
             }
         }
-        out.into_keys().collect()
     }
 
     /// The name of the object's controller owner, if it is of the `for` kind.
@@ -332,6 +364,7 @@ mod tests {
             object,
             old,
             json: None,
+            old_json: None,
         }
     }
 
@@ -405,6 +438,47 @@ mod tests {
                 &ev(EventKind::Create, &secret, None)
             ),
             [Request::new(Some("fixed"), "db")]
+        );
+        // An update maps the state the object left too: the owner and the target it named.
+        let moved = meta(
+            &json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "b", "uid": "2"}]}}),
+        );
+        let before = meta(
+            &json!({"metadata": {"name": "p", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "a", "uid": "1"}]}}),
+        );
+        assert_eq!(
+            h.requests(
+                &Gvk::new("", "v1", "Pod"),
+                &ev(EventKind::Update, &moved, Some(&before))
+            ),
+            [
+                Request::new(Some("default"), "a"),
+                Request::new(Some("default"), "b")
+            ]
+        );
+        assert_eq!(
+            h.requests(
+                &cm_gvk,
+                &ev(EventKind::Update, &cm("new"), Some(&cm("old")))
+            ),
+            [
+                Request::new(Some("ns1"), "new"),
+                Request::new(Some("ns1"), "old")
+            ]
+        );
+        // Owners of a cluster-scoped kind are requested without a namespace.
+        let h2 = handlers(
+            "  for: {apiVersion: v1, kind: Namespace}\n  watches:\n    - {apiVersion: v1, kind: ConfigMap, mapToOwner: {apiVersion: v1, kind: Namespace}}\n",
+        );
+        let owned_by_ns = meta(
+            &json!({"metadata": {"name": "c", "namespace": "team", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Namespace", "name": "team", "uid": "3"}]}}),
+        );
+        assert_eq!(
+            h2.requests(&cm_gvk, &ev(EventKind::Create, &owned_by_ns, None)),
+            [Request::new(None, "team")]
         );
         // The guest's map function runs in the controller, not here.
         let service = Gvk::new("", "v1", "Service");

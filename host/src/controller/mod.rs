@@ -275,14 +275,21 @@ impl EventSink for Controller {
         for request in version.handlers.requests(gvk, event) {
             self.queue.add(request);
         }
-        if version.handlers.maps_by_guest(gvk)
-            && let Some(object) = event.json
-        {
-            // The receiver lives as long as the controller: a send fails only after shutdown.
-            let _ = self.map_jobs.send(MapJob {
-                gvk: gvk.clone(),
-                object: object.clone(),
-            });
+        if version.handlers.maps_by_guest(gvk) {
+            // An update maps the old state too (controller-runtime's map handler does), so a
+            // target the object stopped naming is reconciled as well.
+            let old = match event.kind {
+                crate::manifest::EventKind::Update => event.old_json,
+                _ => None,
+            };
+            for object in event.json.into_iter().chain(old) {
+                // The receiver lives as long as the controller: a send fails only after
+                // shutdown.
+                let _ = self.map_jobs.send(MapJob {
+                    gvk: gvk.clone(),
+                    object: object.clone(),
+                });
+            }
         }
     }
 }

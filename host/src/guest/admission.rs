@@ -36,7 +36,7 @@ pub(crate) struct Exports {
 /// The export a component lacks, as a call's error.
 fn missing(guest: &str, what: &str, since: &str) -> wasmtime::Error {
     wasmtime::format_err!(
-        "guest {guest} has no {what} export: build it with krec-guest {since} or later (WIT krec:reconciler@{since})"
+        "guest {guest} has no {what} export (WIT krec:reconciler@{since}): rebuild it with this release's krec-guest"
     )
 }
 

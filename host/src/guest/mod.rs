@@ -322,7 +322,7 @@ fn needs_exports(manifest: &Manifest, path: &str, wasm: &Wasm) -> Result<(), Loa
                 path: path.into(),
                 world: "extensions",
                 reason: format!(
-                    "guest {name}'s manifest has {uses} but its component exports no init/map (WIT 0.1.2): build it with krec-guest 0.1.2 or later"
+                    "guest {name}'s manifest has {uses} but its component exports no init/map (WIT krec:reconciler@0.1.2): rebuild it with this release's krec-guest"
                 ),
             });
         }
