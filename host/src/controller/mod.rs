@@ -434,7 +434,10 @@ impl Controller {
         match result {
             Ok(requests) => {
                 for request in requests {
-                    self.queue.add(request);
+                    self.queue.add(Request {
+                        namespace: request.namespace,
+                        name: request.name,
+                    });
                 }
             }
             Err(err) => {

@@ -267,7 +267,7 @@ impl GuestModule {
         metrics: Option<Arc<crate::metrics::Metrics>>,
         kind: crate::bindings::WitGvk,
         object: Arc<str>,
-    ) -> Result<Vec<crate::controller::Request>, ReconcileError> {
+    ) -> Result<Vec<crate::bindings::WitRequest>, ReconcileError> {
         let label = format!("map {}", kind.kind);
         let guest = self.manifest.name.clone();
         let result = self
@@ -282,13 +282,7 @@ impl GuestModule {
             .await
             .map_err(|(cause, message)| self.trap(label.clone(), cause, message))?;
         match result {
-            Ok(requests) => Ok(requests
-                .into_iter()
-                .map(|r| crate::controller::Request {
-                    namespace: r.namespace,
-                    name: r.name,
-                })
-                .collect()),
+            Ok(requests) => Ok(requests),
             Err(error) => Err(ReconcileError::Guest {
                 guest: self.manifest.name.clone(),
                 request: label,
