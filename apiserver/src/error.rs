@@ -19,7 +19,52 @@ pub struct ApiError {
     pub details: Option<Value>,
 }
 
+/// What a client can do about a failed request, from its HTTP code and reason: the one table
+/// the host's cluster access and the SDK's fake cluster share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// 404: the object (or kind) does not exist.
+    NotFound,
+    /// 409 `AlreadyExists`: a create met an existing object.
+    AlreadyExists,
+    /// Any other 409: a stale `resourceVersion` or a field-manager conflict.
+    Conflict,
+    /// 401, 403: not allowed.
+    Forbidden,
+    /// 400, 405, 413, 415, 422: the request itself is wrong; retrying it cannot help.
+    Invalid,
+    /// 408, 504: the server gave up waiting.
+    Timeout,
+    /// 429 and 5xx: try again later.
+    Unavailable,
+    /// Any other code.
+    Other,
+}
+
+impl ErrorKind {
+    /// The kind of a response with `code` and `reason`.
+    #[must_use]
+    pub fn of(code: u16, reason: &str) -> Self {
+        match (code, reason) {
+            (404, _) => ErrorKind::NotFound,
+            (409, "AlreadyExists") => ErrorKind::AlreadyExists,
+            (409, _) => ErrorKind::Conflict,
+            (401 | 403, _) => ErrorKind::Forbidden,
+            (400 | 405 | 413 | 415 | 422, _) => ErrorKind::Invalid,
+            (408 | 504, _) => ErrorKind::Timeout,
+            (429 | 500.., _) => ErrorKind::Unavailable,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
 impl ApiError {
+    /// What a client can do about this error.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::of(self.code, self.reason)
+    }
+
     fn new(code: u16, reason: &'static str, message: String) -> Self {
         ApiError {
             code,

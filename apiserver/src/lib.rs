@@ -29,6 +29,7 @@ pub mod faults;
 pub mod field_validation;
 pub mod http;
 pub mod json;
+pub mod local;
 pub mod managed;
 pub mod openapi;
 pub mod patch;
@@ -47,7 +48,7 @@ pub mod webhook;
 #[cfg(test)]
 mod test_support;
 
-pub use error::ApiError;
+pub use error::{ApiError, ErrorKind};
 pub use resources::{Registry, ResourceType};
 pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, serve_tls};
 pub use store::Store;

@@ -219,10 +219,7 @@ impl Context {
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
-        self.create_or_write(object, mutate, |ctx, before, after| {
-            let _ = before;
-            ctx.update(after)
-        })
+        self.create_or_write(object, mutate, |ctx, _states, wanted| ctx.update(wanted))
     }
 
     /// controller-runtime's `CreateOrPatch`: as [`create_or_update`](Self::create_or_update),
@@ -240,14 +237,12 @@ impl Context {
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     {
-        self.create_or_write(object, mutate, |ctx, before, after| {
-            let before = serde_json::to_value(before)?;
-            let after_value = serde_json::to_value(after)?;
-            let mut patch = merge_patch(&before, &after_value).unwrap_or(Value::Null);
+        self.create_or_write(object, mutate, |ctx, (before, after), wanted| {
+            let mut patch = merge_patch(before, after).unwrap_or(Value::Null);
             if let Some(meta) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("resourceVersion");
             }
-            let meta = after.meta();
+            let meta = wanted.meta();
             ctx.patch::<K>(
                 meta.namespace.as_deref(),
                 meta.name.as_deref().unwrap_or_default(),
@@ -260,7 +255,8 @@ impl Context {
         &self,
         object: K,
         mutate: impl FnOnce(&mut K) -> Result<()>,
-        write: impl FnOnce(&Context, &K, &K) -> Result<K>,
+        // Writes `wanted`, given the existing object's JSON and `wanted`'s.
+        write: impl FnOnce(&Context, (&Value, &Value), &K) -> Result<K>,
     ) -> Result<(K, OperationResult)>
     where
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
@@ -285,10 +281,12 @@ impl Context {
                 K::kind(&())
             )));
         }
-        if serde_json::to_value(&wanted)? == before {
+        let after = serde_json::to_value(&wanted)?;
+        if after == before {
             return Ok((current, OperationResult::Unchanged));
         }
-        Ok((write(self, &current, &wanted)?, OperationResult::Updated))
+        let written = write(self, (&before, &after), &wanted)?;
+        Ok((written, OperationResult::Updated))
     }
 
     /// Reconcile behind a finalizer, as kube-runtime's `finalizer` does: while the object lives,

@@ -135,11 +135,12 @@ pub use kube_derive::CustomResource;
 
 /// Everything a reconciler usually needs, in one `use`.
 pub mod prelude {
+    pub use crate::log::{debug, error, info, trace, warn};
     pub use crate::{
         Action, AdmissionRequest, Context, Converter, Error, EventType, FinalizerEvent, FromConfig,
         ListParams, Mutator, Operation, OperationResult, Patch, Reconciler, Request, Resource,
-        ResourceExt, Result, Validator, Verdict, debug, error, export, info, is_controlled_by,
-        labels_to_selector, selector_string, set_controller_reference, trace, warn,
+        ResourceExt, Result, Validator, Verdict, export, is_controlled_by, labels_to_selector,
+        selector_string, set_controller_reference,
     };
 }
 

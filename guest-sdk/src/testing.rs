@@ -53,10 +53,9 @@ use kube_core::{GroupVersionKind, Resource};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use krec_apiserver::patch::{PatchKind, PatchMeta, patched};
-use krec_apiserver::selector::{FieldSelector, LabelSelector};
-use krec_apiserver::store::DeleteOptions;
-use krec_apiserver::{ApiError, Registry, ResourceType, Store, ensure_namespaces};
+use krec_apiserver::local::LocalClient;
+use krec_apiserver::patch::PatchKind;
+use krec_apiserver::{ApiError, ErrorKind, Registry, ResourceType, Store, ensure_namespaces};
 
 use crate::native::{self, Host, Level, ObjectReference, PatchType};
 use crate::{
@@ -102,7 +101,7 @@ struct Log {
 }
 
 struct Inner {
-    store: Arc<Store>,
+    client: LocalClient,
     log: Mutex<Log>,
 }
 
@@ -127,16 +126,16 @@ impl Default for FakeCluster {
 
 /// The SDK error for an API server error, as the host maps them.
 fn error(err: ApiError) -> Error {
-    let message = err.message;
-    match (err.code, err.reason) {
-        (404, _) => Error::NotFound(message),
-        (409, "AlreadyExists") => Error::AlreadyExists(message),
-        (409, _) => Error::Conflict(message),
-        (401 | 403, _) => Error::Forbidden(message),
-        (400 | 405 | 413 | 415 | 422, _) => Error::Invalid(message),
-        (408 | 504, _) => Error::Timeout(message),
-        (429 | 500.., _) => Error::Unavailable(message),
-        _ => Error::Other(format!("{} {}: {message}", err.code, err.reason)),
+    let message = err.message.clone();
+    match err.kind() {
+        ErrorKind::NotFound => Error::NotFound(message),
+        ErrorKind::AlreadyExists => Error::AlreadyExists(message),
+        ErrorKind::Conflict => Error::Conflict(message),
+        ErrorKind::Forbidden => Error::Forbidden(message),
+        ErrorKind::Invalid => Error::Invalid(message),
+        ErrorKind::Timeout => Error::Timeout(message),
+        ErrorKind::Unavailable => Error::Unavailable(message),
+        ErrorKind::Other => Error::Other(format!("{} {}: {message}", err.code, err.reason)),
     }
 }
 
@@ -171,7 +170,7 @@ impl FakeCluster {
     fn on(store: Arc<Store>) -> Self {
         FakeCluster {
             inner: Arc::new(Inner {
-                store,
+                client: LocalClient::new(store, FIELD_MANAGER),
                 log: Mutex::new(Log::default()),
             }),
         }
@@ -300,7 +299,7 @@ impl FakeCluster {
     /// The embedded API server's store behind this cluster, for what the methods above do not
     /// cover.
     pub fn store(&self) -> &Arc<Store> {
-        &self.inner.store
+        self.inner.client.store()
     }
 }
 
@@ -311,28 +310,13 @@ impl Inner {
     }
 
     fn resolve(&self, gvk: &GroupVersionKind) -> Result<ResourceType> {
-        self.store
-            .registry()
-            .by_kind(&gvk.group, &gvk.version, &gvk.kind)
-            .ok_or_else(|| {
-                Error::NotFound(format!(
-                    "the server could not find the requested resource: {}/{} {} is not served",
-                    gvk.group, gvk.version, gvk.kind
-                ))
-            })
+        self.client
+            .resolve(&gvk.group, &gvk.version, &gvk.kind)
+            .map_err(error)
     }
 
     fn create_value(&self, object: Value) -> Result<Value> {
-        let rt = self.resolve(&gvk_of(&object)?)?;
-        let namespace = meta_str(&object, "namespace").map(str::to_owned);
-        let options = krec_apiserver::store::WriteOptions {
-            manager: FIELD_MANAGER.into(),
-            ..Default::default()
-        };
-        let created = self
-            .store
-            .create(&rt, namespace.as_deref(), object, options)
-            .map_err(error)?;
+        let created = self.client.create(object).map_err(error)?;
         Ok(Arc::unwrap_or_clone(created))
     }
 
@@ -366,7 +350,7 @@ impl Host for Inner {
     fn get(&self, gvk: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Result<String> {
         let rt = self.resolve(gvk)?;
         text(
-            self.store
+            self.client
                 .get(&rt, namespace, name)
                 .map_err(error)?
                 .as_ref(),
@@ -375,23 +359,16 @@ impl Host for Inner {
 
     fn list(&self, gvk: &GroupVersionKind, params: &ListParams) -> Result<Vec<String>> {
         let rt = self.resolve(gvk)?;
-        // Checked before anything is read, with the host's messages.
-        let labels = LabelSelector::parse(params.label_selector.as_deref().unwrap_or(""))
-            .map_err(|e| Error::Invalid(format!("label selector: {e}")))?;
-        let fields = FieldSelector::parse(params.field_selector.as_deref().unwrap_or(""))
-            .map_err(|e| Error::Invalid(format!("field selector: {e}")))?;
-        let page = self
-            .store
+        let items = self
+            .client
             .list(
                 &rt,
                 params.namespace.as_deref(),
-                &labels,
-                &fields,
-                None,
-                None,
+                params.label_selector.as_deref(),
+                params.field_selector.as_deref(),
             )
             .map_err(error)?;
-        page.items.iter().map(|o| text(o)).collect()
+        items.iter().map(|o| text(o)).collect()
     }
 
     fn create(&self, object: &str) -> Result<String> {
@@ -408,23 +385,12 @@ impl Host for Inner {
     fn update(&self, object: &str, status: bool) -> Result<String> {
         let value: Value = serde_json::from_str(object)?;
         let gvk = gvk_of(&value)?;
-        let rt = self.resolve(&gvk)?;
-        let namespace = meta_str(&value, "namespace").map(str::to_owned);
         let name = meta_str(&value, "name")
             .filter(|n| !n.is_empty())
-            .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", gvk.kind)))?
-            .to_owned();
+            .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", gvk.kind)))?;
         let verb = if status { "update-status" } else { "update" };
-        self.write(verb, &gvk.kind, namespace.as_deref(), &name)?;
-        let options = krec_apiserver::store::WriteOptions {
-            manager: FIELD_MANAGER.into(),
-            ..Default::default()
-        };
-        let updated = self
-            .store
-            .update(&rt, namespace.as_deref(), &name, value, status, options)
-            .map_err(error)?;
-        text(&updated)
+        self.write(verb, &gvk.kind, meta_str(&value, "namespace"), name)?;
+        text(self.client.update(value, status).map_err(error)?.as_ref())
     }
 
     fn patch(
@@ -446,14 +412,11 @@ impl Host for Inner {
         };
         let verb = if status { "patch-status" } else { "patch" };
         self.write(verb, &gvk.kind, namespace, name)?;
-        let meta = PatchMeta::of(&rt);
-        let result = self
-            .store
-            .patch(&rt, namespace, name, status, false, |current| {
-                patched(kind, &body, meta, current)
-            })
+        let patched = self
+            .client
+            .patch(&rt, namespace, name, kind, &body, status)
             .map_err(error)?;
-        text(&result)
+        text(&patched)
     }
 
     fn delete(
@@ -465,15 +428,15 @@ impl Host for Inner {
     ) -> Result<()> {
         let rt = self.resolve(gvk)?;
         self.write("delete", &gvk.kind, namespace, name)?;
-        let options = DeleteOptions {
-            uid: preconditions.and_then(|p| p.uid.clone()),
-            resource_version: preconditions.and_then(|p| p.resource_version.clone()),
-            ..Default::default()
-        };
-        self.store
-            .delete(&rt, namespace, name, &options)
-            .map_err(error)?;
-        Ok(())
+        self.client
+            .delete(
+                &rt,
+                namespace,
+                name,
+                preconditions.and_then(|p| p.uid.clone()),
+                preconditions.and_then(|p| p.resource_version.clone()),
+            )
+            .map_err(error)
     }
 
     fn record_event(

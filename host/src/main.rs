@@ -720,10 +720,13 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// Check one parsed manifest and the module it names.
+/// Check one parsed manifest and the module it names, and start the guest as the host would:
+/// instantiated, its `init` given `spec.config` (against an empty in-memory cluster, so a
+/// guest that reads the cluster in `init` sees nothing).
 fn check_manifest(
     engine: &wasmtime::Engine,
     linker: &wasmtime::component::Linker<guest::HostState>,
+    runtime: &tokio::runtime::Runtime,
     manifest: Result<Manifest, krec::manifest::ManifestError>,
 ) -> Result<String, String> {
     let manifest = manifest.map_err(|e| e.to_string())?;
@@ -731,6 +734,16 @@ fn check_manifest(
     let name = manifest.name.clone();
     let module = GuestModule::load(engine, linker, manifest.into())
         .map_err(|e| format!("{shown}: guest {name}: {e}"))?;
+    let module = std::sync::Arc::new(module);
+    let cluster: std::sync::Arc<dyn krec::cluster::ClusterAccess> =
+        std::sync::Arc::new(krec::cluster::MemoryCluster::new());
+    runtime
+        .block_on(guest::GuestWorker::new(module.clone(), cluster).warm_up())
+        .map_err(|err| match err {
+            // Names the file already.
+            guest::ReconcileError::Config { .. } => err.to_string(),
+            err => format!("{shown}: {err}"),
+        })?;
     Ok(format!("{shown}: ok, guest {name} ({})", module.digest()))
 }
 
@@ -747,6 +760,16 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         Ok(linker) => linker,
         Err(err) => {
             eprintln!("krec: cannot link the host interfaces: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("krec: cannot start the async runtime: {err}");
             return ExitCode::FAILURE;
         }
     };
@@ -784,7 +807,7 @@ fn check(paths: &[PathBuf]) -> ExitCode {
                 Ok(results) => {
                     // One line per manifest file, good or bad.
                     for result in results {
-                        match check_manifest(&engine, &linker, result) {
+                        match check_manifest(&engine, &linker, &runtime, result) {
                             Ok(line) => println!("{line}"),
                             Err(line) => {
                                 eprintln!("{line}");

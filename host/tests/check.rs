@@ -273,3 +273,41 @@ spec:
         "{stderr}"
     );
 }
+
+#[test]
+fn check_should_start_the_guest_and_report_a_configuration_it_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-wasip2/release/namespace_labeller.wasm");
+    let manifest = |annotation: &str| {
+        format!(
+            "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{ name: labeller }}
+spec:
+  module: {}
+  for: {{ apiVersion: v1, kind: Namespace }}
+  watches: [ {{ apiVersion: apps/v1, kind: Deployment, mapByGuest: true }} ]
+  config: {{ annotation: {annotation}, frozenLabel: example.com/frozen }}
+  permissions:
+    - {{ apiVersion: v1, kind: Namespace, verbs: [get, list, watch, patch] }}
+    - {{ apiVersion: apps/v1, kind: Deployment, verbs: [get, list, watch] }}
+",
+            wasm.display()
+        )
+    };
+    // No configSchema: only the guest's own `from_config` (run by `init`) can refuse it.
+    let bad = write(dir.path(), "bad.yaml", manifest("plain").as_bytes());
+    one_bad_line(
+        &bad,
+        "guest labeller refused its configuration: spec.config: invalid: annotation: \"plain\" needs a prefix",
+    );
+    let good = write(
+        dir.path(),
+        "good.yaml",
+        manifest("example.com/n").as_bytes(),
+    );
+    let (ok, stdout, stderr) = krec_check(&[&good]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("good.yaml: ok, guest labeller"), "{stdout}");
+}

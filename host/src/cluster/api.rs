@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use krec_apiserver::ErrorKind;
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
@@ -91,16 +92,8 @@ pub fn access_error(err: kube::Error) -> AccessError {
             } else {
                 status.message.clone()
             };
-            match (status.code, status.reason.as_str()) {
-                (404, _) => AccessError::NotFound(message),
-                (409, "AlreadyExists") => AccessError::AlreadyExists(message),
-                (409, _) => AccessError::Conflict(message),
-                (401 | 403, _) => AccessError::Forbidden(message),
-                (400 | 405 | 413 | 415 | 422, _) => AccessError::Invalid(message),
-                (408 | 504, _) => AccessError::Timeout(message),
-                (429 | 500.., _) => AccessError::Unavailable(message),
-                _ => AccessError::Other(format!("{} {}: {message}", status.code, status.reason)),
-            }
+            let kind = ErrorKind::of(status.code, &status.reason);
+            AccessError::of(kind, status.code, &status.reason, message)
         }
         kube::Error::SerdeError(e) => AccessError::Other(format!("decoding the response: {e}")),
         other => AccessError::Unavailable(other.to_string()),

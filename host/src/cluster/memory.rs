@@ -13,9 +13,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
-use krec_apiserver::patch::{PatchKind, PatchMeta, patched};
-use krec_apiserver::selector::{FieldSelector, LabelSelector};
-use krec_apiserver::store::DeleteOptions;
+use krec_apiserver::local::LocalClient;
+use krec_apiserver::patch::PatchKind;
 use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};
 
 /// An Event recorded through [`ClusterAccess::record_event`].
@@ -25,9 +24,12 @@ pub type RecordedEvent = EventRecord;
 /// the host's memory without bound.
 pub const MAX_EVENTS: usize = 10_000;
 
+/// The field manager writes are recorded under.
+const FIELD_MANAGER: &str = "krec";
+
 /// The embedded API server's store behind [`ClusterAccess`]. See the [module docs](self).
 pub struct MemoryCluster {
-    store: Arc<Store>,
+    client: LocalClient,
     events: Mutex<VecDeque<RecordedEvent>>,
 }
 
@@ -43,10 +45,6 @@ impl Default for MemoryCluster {
     }
 }
 
-fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
-    object.get("metadata")?.get(field)?.as_str()
-}
-
 impl MemoryCluster {
     /// A fresh cluster with the built-in kinds and the initial namespaces.
     pub fn new() -> Self {
@@ -55,14 +53,14 @@ impl MemoryCluster {
             tracing::error!("creating the initial namespaces: {err}");
         }
         MemoryCluster {
-            store,
+            client: LocalClient::new(store, FIELD_MANAGER),
             events: Mutex::new(VecDeque::new()),
         }
     }
 
     /// The underlying store.
     pub fn store(&self) -> &Arc<Store> {
-        &self.store
+        self.client.store()
     }
 
     /// Every Event recorded so far (up to [`MAX_EVENTS`]), oldest first.
@@ -77,31 +75,14 @@ impl MemoryCluster {
 
     /// Every stored object of a kind, ordered by namespace and name.
     pub fn objects(&self, gvk: &Gvk) -> Vec<Value> {
-        let Ok(rt) = self.resolve(gvk) else {
-            return Vec::new();
-        };
-        self.store
-            .list(
-                &rt,
-                None,
-                &LabelSelector::default(),
-                &FieldSelector::default(),
-                None,
-                None,
-            )
-            .map(|page| page.items.into_iter().map(Arc::unwrap_or_clone).collect())
+        self.resolve(gvk)
+            .and_then(|rt| Ok(self.client.list(&rt, None, None, None)?))
+            .map(|items| items.into_iter().map(Arc::unwrap_or_clone).collect())
             .unwrap_or_default()
     }
 
     fn resolve(&self, gvk: &Gvk) -> Result<ResourceType, AccessError> {
-        self.store
-            .registry()
-            .by_kind(&gvk.group, &gvk.version, &gvk.kind)
-            .ok_or_else(|| {
-                AccessError::NotFound(format!(
-                    "the server could not find the requested resource: {gvk} is not served"
-                ))
-            })
+        Ok(self.client.resolve(&gvk.group, &gvk.version, &gvk.kind)?)
     }
 }
 
@@ -114,63 +95,32 @@ impl ClusterAccess for MemoryCluster {
         name: &str,
     ) -> Result<Value, AccessError> {
         let rt = self.resolve(gvk)?;
-        Ok(Arc::unwrap_or_clone(self.store.get(&rt, namespace, name)?))
+        Ok(Arc::unwrap_or_clone(self.client.get(&rt, namespace, name)?))
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
-        match self
-            .store
-            .registry()
-            .namespaced(&gvk.group, &gvk.version, &gvk.kind)
-        {
-            Some(namespaced) => Ok(namespaced),
-            None => self.resolve(gvk).map(|rt| rt.namespaced),
-        }
+        Ok(self
+            .client
+            .namespaced(&gvk.group, &gvk.version, &gvk.kind)?)
     }
 
     async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
         let rt = self.resolve(gvk)?;
-        let labels = LabelSelector::parse(options.label_selector.as_deref().unwrap_or(""))
-            .map_err(|e| AccessError::Invalid(e.to_string()))?;
-        let fields = FieldSelector::parse(options.field_selector.as_deref().unwrap_or(""))
-            .map_err(|e| AccessError::Invalid(e.to_string()))?;
-        let page = self.store.list(
+        let items = self.client.list(
             &rt,
             options.namespace.as_deref(),
-            &labels,
-            &fields,
-            None,
-            None,
+            options.label_selector.as_deref(),
+            options.field_selector.as_deref(),
         )?;
-        Ok(page.items.into_iter().map(Arc::unwrap_or_clone).collect())
+        Ok(items.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     async fn create(&self, object: Value) -> Result<Value, AccessError> {
-        let rt = self.resolve(&Gvk::of_object(&object)?)?;
-        let namespace = meta_str(&object, "namespace").map(str::to_owned);
-        Ok(Arc::unwrap_or_clone(self.store.create(
-            &rt,
-            namespace.as_deref(),
-            object,
-            false,
-        )?))
+        Ok(Arc::unwrap_or_clone(self.client.create(object)?))
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
-        let rt = self.resolve(&Gvk::of_object(&object)?)?;
-        let namespace = meta_str(&object, "namespace").map(str::to_owned);
-        let name = meta_str(&object, "name")
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| AccessError::Invalid(format!("{}: metadata.name is required", rt.kind)))?
-            .to_owned();
-        Ok(Arc::unwrap_or_clone(self.store.update(
-            &rt,
-            namespace.as_deref(),
-            &name,
-            object,
-            status,
-            false,
-        )?))
+        Ok(Arc::unwrap_or_clone(self.client.update(object, status)?))
     }
 
     async fn patch(
@@ -189,12 +139,9 @@ impl ClusterAccess for MemoryCluster {
             PatchType::Strategic => PatchKind::Strategic,
             PatchType::Apply => PatchKind::Apply,
         };
-        let meta = PatchMeta::of(&rt);
         let patched = self
-            .store
-            .patch(&rt, namespace, name, status, false, |current| {
-                patched(kind, &body, meta, current)
-            })?;
+            .client
+            .patch(&rt, namespace, name, kind, &body, status)?;
         Ok(Arc::unwrap_or_clone(patched))
     }
 
@@ -206,13 +153,13 @@ impl ClusterAccess for MemoryCluster {
         preconditions: Option<&Preconditions>,
     ) -> Result<(), AccessError> {
         let rt = self.resolve(gvk)?;
-        let options = DeleteOptions {
-            uid: preconditions.and_then(|p| p.uid.clone()),
-            resource_version: preconditions.and_then(|p| p.resource_version.clone()),
-            ..Default::default()
-        };
-        self.store.delete(&rt, namespace, name, &options)?;
-        Ok(())
+        Ok(self.client.delete(
+            &rt,
+            namespace,
+            name,
+            preconditions.and_then(|p| p.uid.clone()),
+            preconditions.and_then(|p| p.resource_version.clone()),
+        )?)
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use krec_apiserver::ErrorKind;
+
 pub use memory::{MAX_EVENTS, MemoryCluster, RecordedEvent};
 
 /// A Kubernetes group/version/kind. The core group is `""`.
@@ -294,21 +296,26 @@ pub enum AccessError {
 
 impl From<krec_apiserver::ApiError> for AccessError {
     fn from(err: krec_apiserver::ApiError) -> Self {
-        let message = err.message;
-        match (err.code, err.reason) {
-            (404, _) => AccessError::NotFound(message),
-            (409, "AlreadyExists") => AccessError::AlreadyExists(message),
-            (409, _) => AccessError::Conflict(message),
-            (403, _) => AccessError::Forbidden(message),
-            (400 | 413 | 415 | 422, _) => AccessError::Invalid(message),
-            (504, _) => AccessError::Timeout(message),
-            (503, _) => AccessError::Unavailable(message),
-            _ => AccessError::Other(message),
-        }
+        AccessError::of(err.kind(), err.code, err.reason, err.message)
     }
 }
 
 impl AccessError {
+    /// The error for a response of `kind` (with its `code`, `reason` and `message`).
+    #[must_use]
+    pub fn of(kind: ErrorKind, code: u16, reason: &str, message: String) -> Self {
+        match kind {
+            ErrorKind::NotFound => AccessError::NotFound(message),
+            ErrorKind::AlreadyExists => AccessError::AlreadyExists(message),
+            ErrorKind::Conflict => AccessError::Conflict(message),
+            ErrorKind::Forbidden => AccessError::Forbidden(message),
+            ErrorKind::Invalid => AccessError::Invalid(message),
+            ErrorKind::Timeout => AccessError::Timeout(message),
+            ErrorKind::Unavailable => AccessError::Unavailable(message),
+            ErrorKind::Other => AccessError::Other(format!("{code} {reason}: {message}")),
+        }
+    }
+
     /// The same error with its message cut at `max` bytes (marked `[truncated]`).
     #[must_use]
     pub fn truncated(mut self, max: usize) -> Self {

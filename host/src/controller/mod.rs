@@ -27,6 +27,7 @@
 //! ever reconciled by two versions at once (the queue hands a key to one worker at a time).
 
 pub mod handlers;
+mod map_backlog;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +46,7 @@ use crate::metrics::{
     ControllerLabel, GuestLabel, Metrics, ModuleLabels, NameLabel, ResultLabels, TrapLabels,
 };
 use crate::queue::{RateLimit, WorkQueue};
+use map_backlog::MapBacklog;
 
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -248,17 +250,9 @@ pub struct Controller {
     for_informers: Mutex<Vec<Arc<Informer>>>,
     /// Traps in a row, by key (keys whose last reconcile trapped).
     trap_streaks: Mutex<std::collections::HashMap<Request, u32>>,
-    /// Objects waiting for the guest's `map` export (watches with `mapByGuest`), in event order.
-    map_jobs: tokio::sync::mpsc::UnboundedSender<MapJob>,
-    /// Taken by the task that runs them, when the controller starts.
-    map_inbox: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<MapJob>>>,
+    /// Objects waiting for the guest's `map` export (watches with `mapByGuest`), each once.
+    map_backlog: Arc<MapBacklog>,
     mapper: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// One object for the guest's `map` export.
-struct MapJob {
-    gvk: Gvk,
-    object: Arc<str>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -282,13 +276,14 @@ impl EventSink for Controller {
                 crate::manifest::EventKind::Update => event.old_json,
                 _ => None,
             };
-            for object in event.json.into_iter().chain(old) {
-                // The receiver lives as long as the controller: a send fails only after
-                // shutdown.
-                let _ = self.map_jobs.send(MapJob {
-                    gvk: gvk.clone(),
-                    object: object.clone(),
-                });
+            if let Some(object) = event.json {
+                self.map_backlog.push(
+                    gvk,
+                    event.object.namespace.as_deref(),
+                    event.object.name.as_deref().unwrap_or_default(),
+                    object,
+                    old,
+                );
             }
         }
     }
@@ -311,10 +306,8 @@ impl Controller {
         let version = Version::new(module, cluster);
         publish_version(&metrics, &name, None, &version);
         init_series(&metrics, &name);
-        let (map_jobs, map_inbox) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Controller {
-            map_jobs,
-            map_inbox: Mutex::new(Some(map_inbox)),
+            map_backlog: Arc::default(),
             mapper: Mutex::new(None),
             name,
             metrics,
@@ -374,50 +367,45 @@ impl Controller {
         self.start_mapper();
     }
 
-    /// Start the task that runs the guest's `map` export for each object of a `mapByGuest`
-    /// watch, in event order, and enqueues what it returns. Its failures are logged and
-    /// counted (`krec_guest_map_calls_total{result="error"|"trap"}`); that event's requests are
+    /// Start the task that runs the guest's `map` export for the objects of `mapByGuest`
+    /// watches, one call per state in the [backlog](MapBacklog) (which coalesces a burst of
+    /// events on one object), and enqueues what it returns. Its failures are logged and
+    /// counted (`krec_guest_map_calls_total{result="error"|"trap"}`); that state's requests are
     /// lost, as when a controller-runtime map function returns none.
     fn start_mapper(self: &Arc<Self>) {
-        let Some(mut inbox) = self
-            .map_inbox
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
+        let mut mapper = self.mapper.lock().unwrap_or_else(|e| e.into_inner());
+        if mapper.is_some() {
             return;
-        };
+        }
         let this = Arc::downgrade(self);
-        let task = tokio::spawn(async move {
-            while let Some(job) = inbox.recv().await {
+        let backlog = self.map_backlog.clone();
+        *mapper = Some(tokio::spawn(async move {
+            loop {
+                let job = backlog.next().await;
                 let Some(controller) = this.upgrade() else {
                     return;
                 };
-                controller.map(job).await;
+                for object in job.objects {
+                    controller.map(&job.gvk, object).await;
+                }
             }
-        });
-        *self.mapper.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }));
     }
 
-    async fn map(&self, job: MapJob) {
+    async fn map(&self, gvk: &Gvk, object: Arc<str>) {
         let version = self.version.load_full();
         // A version swapped in meanwhile may not map this kind any more.
-        if !version.handlers.maps_by_guest(&job.gvk) {
+        if !version.handlers.maps_by_guest(gvk) {
             return;
         }
         let kind = crate::bindings::WitGvk {
-            group: job.gvk.group.clone(),
-            version: job.gvk.version.clone(),
-            kind: job.gvk.kind.clone(),
+            group: gvk.group.clone(),
+            version: gvk.version.clone(),
+            kind: gvk.kind.clone(),
         };
         let result = version
             .module
-            .map(
-                &version.cluster,
-                Some(self.metrics.clone()),
-                kind,
-                job.object,
-            )
+            .map(&version.cluster, Some(self.metrics.clone()), kind, object)
             .await;
         let outcome = match &result {
             Ok(_) => "ok",
@@ -441,7 +429,7 @@ impl Controller {
                 }
             }
             Err(err) => {
-                tracing::warn!(target: "krec::reconcile", guest = %self.name, kind = %job.gvk, "{err}; the event's requests are dropped");
+                tracing::warn!(target: "krec::reconcile", guest = %self.name, kind = %gvk, "{err}; the event's requests are dropped");
             }
         }
     }

@@ -1,0 +1,194 @@
+//! Objects waiting for a guest's `map` export (watches with `mapByGuest`), coalesced per object.
+//!
+//! controller-runtime runs a map function inside the event handler, once per event. Here the
+//! map runs in the guest, one call at a time, so a burst of events for one object must not
+//! queue one call each: like the workqueue, the backlog holds each object once, in the order it
+//! first arrived, and keeps two of its states — the newest (whose targets must be reconciled)
+//! and, when the first coalesced event was an update, the state before it, the last one already
+//! mapped (whose targets may no longer be named and must be reconciled too). States in between
+//! were never mapped, so no target acted on them.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::cluster::Gvk;
+
+/// Which object: kind, namespace, name.
+type ObjectKey = (Gvk, Option<String>, String);
+
+/// The states of one object to map.
+#[derive(Debug)]
+pub(super) struct MapJob {
+    /// The object's kind.
+    pub gvk: Gvk,
+    /// The newest state, then (if it differs) the last state mapped before this job's events.
+    pub objects: Vec<Arc<str>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    newest: Option<Arc<str>>,
+    before: Option<Arc<str>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    order: VecDeque<ObjectKey>,
+    pending: HashMap<ObjectKey, Pending>,
+}
+
+/// The backlog: [`push`](Self::push) from event handlers, [`next`](Self::next) from the task
+/// that runs the map calls.
+#[derive(Default)]
+pub(super) struct MapBacklog {
+    inner: Mutex<Inner>,
+    ready: Notify,
+}
+
+impl MapBacklog {
+    /// Record an event: `object` is the new (or, for a delete, last) state; `old` the state
+    /// before an update.
+    pub fn push(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        object: &Arc<str>,
+        old: Option<&Arc<str>>,
+    ) {
+        let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Inner { order, pending } = &mut *inner;
+        match pending.entry(key) {
+            Entry::Occupied(mut entry) => entry.get_mut().newest = Some(object.clone()),
+            Entry::Vacant(entry) => {
+                order.push_back(entry.key().clone());
+                entry.insert(Pending {
+                    newest: Some(object.clone()),
+                    before: old.cloned(),
+                });
+            }
+        }
+        drop(inner);
+        self.ready.notify_one();
+    }
+
+    /// Take the object that has waited longest, without waiting.
+    pub fn pop(&self) -> Option<MapJob> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = inner.order.pop_front()?;
+        let pending = inner.pending.remove(&key).unwrap_or_default();
+        let mut objects: Vec<Arc<str>> = pending.newest.into_iter().collect();
+        if let Some(before) = pending.before
+            && !objects.iter().any(|newest| **newest == *before)
+        {
+            objects.push(before);
+        }
+        Some(MapJob {
+            gvk: key.0,
+            objects,
+        })
+    }
+
+    /// Take the object that has waited longest, waiting for one.
+    pub async fn next(&self) -> MapJob {
+        loop {
+            if let Some(job) = self.pop() {
+                return job;
+            }
+            // `notify_one` stores a permit when nobody waits, so a push between `pop` and
+            // here is not missed.
+            self.ready.notified().await;
+        }
+    }
+
+    /// How many objects wait.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .order
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvk() -> Gvk {
+        Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+        }
+    }
+
+    fn state(text: &str) -> Arc<str> {
+        Arc::from(text)
+    }
+
+    #[test]
+    fn a_burst_for_one_object_is_one_call_with_the_newest_state_and_the_state_before_it() {
+        let backlog = MapBacklog::default();
+        let (a, b, c) = (state("a"), state("b"), state("c"));
+        backlog.push(&gvk(), Some("ns"), "x", &b, Some(&a));
+        backlog.push(&gvk(), Some("ns"), "y", &a, None);
+        backlog.push(&gvk(), Some("ns"), "x", &c, Some(&b));
+        assert_eq!(backlog.len(), 2);
+        let first = backlog.pop().expect("x waits");
+        assert_eq!(first.objects, vec![c, a.clone()]);
+        let second = backlog.pop().expect("y waits");
+        assert_eq!(second.objects, vec![a]);
+        assert!(backlog.pop().is_none());
+    }
+
+    #[test]
+    fn an_object_created_and_changed_before_its_map_is_mapped_once_in_its_newest_state() {
+        let backlog = MapBacklog::default();
+        let (a, b) = (state("a"), state("b"));
+        backlog.push(&gvk(), None, "x", &a, None);
+        backlog.push(&gvk(), None, "x", &b, Some(&a));
+        assert_eq!(backlog.pop().expect("x waits").objects, vec![b]);
+    }
+
+    #[test]
+    fn a_change_reverted_before_its_map_maps_the_state_once() {
+        let backlog = MapBacklog::default();
+        let (a, b) = (state("a"), state("b"));
+        backlog.push(&gvk(), None, "x", &b, Some(&a));
+        backlog.push(&gvk(), None, "x", &state("a"), Some(&b));
+        assert_eq!(backlog.pop().expect("x waits").objects, vec![a]);
+    }
+
+    #[test]
+    fn objects_of_the_same_name_in_other_namespaces_or_kinds_stay_apart() {
+        let backlog = MapBacklog::default();
+        let a = state("a");
+        let other = Gvk {
+            kind: "Secret".into(),
+            ..gvk()
+        };
+        backlog.push(&gvk(), Some("one"), "x", &a, None);
+        backlog.push(&gvk(), Some("two"), "x", &a, None);
+        backlog.push(&other, Some("one"), "x", &a, None);
+        assert_eq!(backlog.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn next_wakes_for_a_push_made_while_it_waits() {
+        let backlog = Arc::new(MapBacklog::default());
+        let waiter = tokio::spawn({
+            let backlog = backlog.clone();
+            async move { backlog.next().await }
+        });
+        tokio::task::yield_now().await;
+        backlog.push(&gvk(), None, "x", &state("a"), None);
+        let job = waiter.await.expect("the waiter finishes");
+        assert_eq!(job.objects, vec![state("a")]);
+    }
+}
