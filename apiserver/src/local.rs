@@ -82,6 +82,7 @@ impl LocalClient {
             object
                 .get(name)
                 .and_then(Value::as_str)
+                .filter(|text| !text.is_empty())
                 .ok_or_else(|| ApiError::bad_request(format!("the object has no {name}")))
         };
         let (api_version, kind) = (field("apiVersion")?, field("kind")?);

@@ -81,7 +81,6 @@ mod error;
 mod helpers;
 mod reconciler;
 
-#[doc(hidden)]
 pub mod log;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native;

@@ -5,9 +5,11 @@
 //! `log::*` meets two `info!`s; name the module instead: `use krec_guest::log;` and
 //! `log::info!(..)`, or import the macros by name.
 
+#[doc(hidden)]
 pub use crate::bindings::krec::reconciler::log::Level;
 
 /// Write one line to the host's log. Prefer the macros.
+#[doc(hidden)]
 pub fn write(level: Level, message: &str) {
     crate::imports::log::log(level, message);
 }

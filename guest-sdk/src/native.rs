@@ -91,10 +91,7 @@
 //! # }
 //! ```
 
-use std::any::{Any, TypeId};
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use kube_core::GroupVersionKind;
@@ -211,34 +208,12 @@ impl Drop for Installed {
 ///
 /// Whatever the reconciler returns; [`Error::Invalid`] when `R` cannot be built without a
 /// configuration.
-pub fn reconcile<R: Reconciler + FromConfig + 'static>(
+pub fn reconcile<R: Reconciler + FromConfig>(
     host: Arc<dyn Host>,
     request: Request,
 ) -> Result<Action> {
-    let reconciler = built::<R>()?;
-    reconcile_with(&*reconciler, host, request)
-}
-
-thread_local! {
-    /// Reconcilers [`reconcile`] built, by type: once per thread, as a component's once per
-    /// instance.
-    static BUILT: RefCell<HashMap<TypeId, Rc<dyn Any>>> = RefCell::new(HashMap::new());
-}
-
-/// The `R` this thread built without a configuration, built now the first time.
-fn built<R: FromConfig + 'static>() -> Result<Rc<R>> {
-    let key = TypeId::of::<R>();
-    let cached = BUILT.with(|built| built.borrow().get(&key).cloned());
-    if let Some(reconciler) = cached.and_then(|any| any.downcast::<R>().ok()) {
-        return Ok(reconciler);
-    }
-    let reconciler = Rc::new(crate::__private::build::<R>("null").map_err(Error::Invalid)?);
-    BUILT.with(|built| {
-        built
-            .borrow_mut()
-            .insert(key, reconciler.clone() as Rc<dyn Any>)
-    });
-    Ok(reconciler)
+    let reconciler = crate::__private::build::<R>("null").map_err(Error::Invalid)?;
+    reconcile_with(&reconciler, host, request)
 }
 
 /// Run `reconciler`'s reconcile of `request` natively, its [`Context`](crate::Context) calls

@@ -388,6 +388,8 @@ impl Host for Inner {
         let name = meta_str(&value, "name")
             .filter(|n| !n.is_empty())
             .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", gvk.kind)))?;
+        // An unserved kind is refused before the write is counted, as patch and delete do.
+        self.resolve(&gvk)?;
         let verb = if status { "update-status" } else { "update" };
         self.write(verb, &gvk.kind, meta_str(&value, "namespace"), name)?;
         text(self.client.update(value, status).map_err(error)?.as_ref())

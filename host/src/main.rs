@@ -434,7 +434,8 @@ fn main() -> ExitCode {
             new_guest(name, kind, webhook, dir, sdk)
         }
         Command::Check { paths } => {
-            init_logging("info", cli.log_format);
+            // Warnings only: a guest's own log lines from `init` would break "one line per file".
+            init_logging("warn", cli.log_format);
             check(&paths)
         }
         Command::Dev {

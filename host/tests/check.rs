@@ -279,6 +279,11 @@ fn check_should_start_the_guest_and_report_a_configuration_it_refuses() {
     let dir = tempfile::tempdir().expect("tempdir");
     let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/wasm32-wasip2/release/namespace_labeller.wasm");
+    assert!(
+        wasm.exists(),
+        "{} is missing: run `make guests` first",
+        wasm.display()
+    );
     let manifest = |annotation: &str| {
         format!(
             "apiVersion: krec.dev/v1alpha1

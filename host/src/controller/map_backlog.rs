@@ -3,10 +3,12 @@
 //! controller-runtime runs a map function inside the event handler, once per event. Here the
 //! map runs in the guest, one call at a time, so a burst of events for one object must not
 //! queue one call each: like the workqueue, the backlog holds each object once, in the order it
-//! first arrived, and keeps two of its states — the newest (whose targets must be reconciled)
-//! and, when the first coalesced event was an update, the state before it, the last one already
-//! mapped (whose targets may no longer be named and must be reconciled too). States in between
-//! were never mapped, so no target acted on them.
+//! first arrived, and keeps two of its states: the newest (whose targets must be reconciled)
+//! and the one before the events it holds — the old state of an update, or, when the first
+//! event held was a create or delete, that event's state (a deleted object's targets, or
+//! targets named by a state a swap's replay sent). States in between were never mapped, so no
+//! target acted on them. That costs at most one map call more than the newest state alone and
+//! never loses a state controller-runtime's per-event map would have reconciled.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -63,7 +65,13 @@ impl MapBacklog {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Inner { order, pending } = &mut *inner;
         match pending.entry(key) {
-            Entry::Occupied(mut entry) => entry.get_mut().newest = Some(object.clone()),
+            Entry::Occupied(mut entry) => {
+                let pending = entry.get_mut();
+                let previous = pending.newest.replace(object.clone());
+                if pending.before.is_none() {
+                    pending.before = previous;
+                }
+            }
             Entry::Vacant(entry) => {
                 order.push_back(entry.key().clone());
                 entry.insert(Pending {
@@ -148,12 +156,21 @@ mod tests {
     }
 
     #[test]
-    fn an_object_created_and_changed_before_its_map_is_mapped_once_in_its_newest_state() {
+    fn a_create_then_an_update_before_the_map_maps_both_states() {
         let backlog = MapBacklog::default();
         let (a, b) = (state("a"), state("b"));
         backlog.push(&gvk(), None, "x", &a, None);
         backlog.push(&gvk(), None, "x", &b, Some(&a));
-        assert_eq!(backlog.pop().expect("x waits").objects, vec![b]);
+        assert_eq!(backlog.pop().expect("x waits").objects, vec![b, a]);
+    }
+
+    #[test]
+    fn a_delete_then_a_create_before_the_map_maps_the_deleted_state_too() {
+        let backlog = MapBacklog::default();
+        let (gone, new) = (state("names t1"), state("names t2"));
+        backlog.push(&gvk(), Some("ns"), "x", &gone, None);
+        backlog.push(&gvk(), Some("ns"), "x", &new, None);
+        assert_eq!(backlog.pop().expect("x waits").objects, vec![new, gone]);
     }
 
     #[test]

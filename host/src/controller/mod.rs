@@ -263,6 +263,21 @@ impl std::fmt::Debug for Controller {
     }
 }
 
+impl Drop for Controller {
+    /// The map task waits on the backlog, not on the controller: end it with the controller
+    /// even without [`shutdown`](Controller::shutdown).
+    fn drop(&mut self) {
+        if let Some(mapper) = self
+            .mapper
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            mapper.abort();
+        }
+    }
+}
+
 impl EventSink for Controller {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>) {
         let version = self.version.load();
