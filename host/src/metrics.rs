@@ -47,6 +47,26 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// `controller`, `stage` labels of `krec_event_stage_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// The guest's name.
+    pub controller: String,
+    /// One of [`STAGES`].
+    pub stage: &'static str,
+}
+
+/// The stages of `krec_event_stage_seconds`, in the order an event passes them:
+///
+/// | stage | from | to |
+/// |---|---|---|
+/// | `handler` | the informer receives a watch event | its requests are in the workqueue |
+/// | `queue` | a key enters the workqueue | a worker takes it |
+/// | `start` | a worker takes a key | the guest's reconcile is entered (instance ready) |
+/// | `first_call` | the guest is entered | its first host call starts (reconciles without one are not observed) |
+/// | `guest` | the guest is entered | its reconcile returns |
+pub const STAGES: [&str; 5] = ["handler", "queue", "start", "first_call", "guest"];
+
 /// `name` label (workqueues and leader election).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
@@ -129,6 +149,11 @@ fn webhook_buckets() -> Histogram {
     ])
 }
 
+fn stage_buckets() -> Histogram {
+    // 1 µs to about 4 s by factors of 4: the stages inside the host are micro- to milliseconds.
+    Histogram::new(exponential_buckets(1e-6, 4.0, 12))
+}
+
 fn queue_buckets() -> Histogram {
     // client-go's workqueue buckets: 1 ns to 10^3 s by factors of 10... from 10 ns.
     Histogram::new(exponential_buckets(10e-9, 10.0, 12))
@@ -184,6 +209,9 @@ pub struct Metrics {
     /// `krec_guest_map_calls_total`: calls of guests' `map` exports, by result (`ok`, `error`,
     /// `trap`).
     pub map_calls: Family<ResultLabels, Counter>,
+    /// `krec_event_stage_seconds`: time an event spends in each stage inside the host
+    /// ([`STAGES`]).
+    pub event_stage: HistogramFamily<StageLabels>,
     /// `controller_runtime_webhook_requests_total`.
     pub webhook_requests: Family<WebhookCodeLabels, Counter>,
     /// `controller_runtime_webhook_latency_seconds`.
@@ -232,6 +260,7 @@ impl Metrics {
             write_throttled: Family::default(),
             quarantined: Family::default(),
             map_calls: Family::default(),
+            event_stage: Family::new_with_constructor(stage_buckets),
             webhook_requests: Family::default(),
             webhook_latency: Family::new_with_constructor(webhook_buckets),
             webhook_in_flight: Family::default(),
@@ -368,7 +397,22 @@ impl Metrics {
             "Calls of a guest's map function (watches with mapByGuest), by result: ok, error or trap",
             m.map_calls.clone(),
         );
+        registry.register(
+            "krec_event_stage_seconds",
+            "Time a watch event spends in each stage inside the host: handler (received to enqueued), queue (enqueued to taken by a worker), start (taken to guest entered), first_call (entered to first host call), guest (entered to returned)",
+            m.event_stage.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Observe `took` in `controller`'s `stage` of `krec_event_stage_seconds`.
+    pub fn observe_stage(&self, controller: &str, stage: &'static str, took: Duration) {
+        self.event_stage
+            .get_or_create(&StageLabels {
+                controller: controller.to_owned(),
+                stage,
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// The text exposition (OpenMetrics, which Prometheus scrapes).
@@ -406,6 +450,8 @@ impl QueueObserver for QueueMetrics {
             .queue_duration
             .get_or_create(&self.label)
             .observe(waited.as_secs_f64());
+        self.metrics
+            .observe_stage(&self.label.name, "queue", waited);
     }
 
     fn finished(&self, worked: Duration) {

@@ -146,6 +146,37 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
         ),
         Some(0.0)
     );
+    // Each stage inside the host, for the reconciles so far: pod-counter lists Pods in every
+    // reconcile, so each reaches its first host call too.
+    let reconciles = series(
+        &text,
+        &format!("controller_runtime_reconcile_time_seconds_count{c}"),
+    )
+    .unwrap_or_default();
+    for stage in ["handler", "queue", "start", "first_call", "guest"] {
+        let count = series(
+            &text,
+            &format!(
+                r#"krec_event_stage_seconds_count{{controller="pod-counter",stage="{stage}"}}"#
+            ),
+        );
+        assert!(count.is_some_and(|v| v >= 1.0), "stage {stage}: {text}");
+        let sum = series(
+            &text,
+            &format!(r#"krec_event_stage_seconds_sum{{controller="pod-counter",stage="{stage}"}}"#),
+        );
+        assert!(
+            sum.is_some_and(|v| (0.0..10.0).contains(&v)),
+            "stage {stage}: {text}"
+        );
+        if matches!(stage, "start" | "first_call" | "guest") {
+            // Observed before the reconcile's time is, and scraped after it.
+            assert!(
+                count.is_some_and(|v| v >= reconciles),
+                "stage {stage}: one per reconcile ({reconciles}): {text}"
+            );
+        }
+    }
     let g = r#"{guest="pod-counter"}"#;
     assert!(
         series(&text, &format!("krec_guest_cpu_seconds_total{g}"))

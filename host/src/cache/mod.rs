@@ -300,6 +300,7 @@ impl Informer {
                     old: None,
                     json: Some(object.json()),
                     old_json: None,
+                    received: std::time::Instant::now(),
                 },
             );
         }
@@ -337,9 +338,15 @@ impl Informer {
         self.sinks.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn dispatch(&self, kind: EventKind, object: &CachedObject, old: Option<&CachedObject>) {
+    fn dispatch(
+        &self,
+        kind: EventKind,
+        object: &CachedObject,
+        old: Option<&CachedObject>,
+        received: std::time::Instant,
+    ) {
         let sinks = self.sinks.read().unwrap_or_else(|e| e.into_inner());
-        self.dispatch_to(&sinks, kind, object, old);
+        self.dispatch_to(&sinks, kind, object, old, received);
     }
 
     /// Tell `sinks` of one change.
@@ -349,6 +356,7 @@ impl Informer {
         kind: EventKind,
         object: &CachedObject,
         old: Option<&CachedObject>,
+        received: std::time::Instant,
     ) {
         if sinks.is_empty() {
             return;
@@ -359,6 +367,7 @@ impl Informer {
             old: old.map(CachedObject::metadata),
             json: Some(object.json()),
             old_json: old.map(CachedObject::json),
+            received,
         };
         for sink in sinks.iter() {
             sink.on_event(&self.gvk, &event);
@@ -367,6 +376,7 @@ impl Informer {
 
     /// Apply one watcher event to the store and indexes and tell the subscribers.
     fn apply(&self, event: watcher::Event<CachedObject>) {
+        let received = std::time::Instant::now();
         let cache = |o: CachedObject| Arc::new(o.with_kind(&self.gvk));
         match event {
             watcher::Event::Apply(object) => {
@@ -385,8 +395,8 @@ impl Informer {
                     Some(old)
                         if old.metadata().resource_version
                             == object.metadata().resource_version => {}
-                    Some(old) => self.dispatch(EventKind::Update, &object, Some(&old)),
-                    None => self.dispatch(EventKind::Create, &object, None),
+                    Some(old) => self.dispatch(EventKind::Update, &object, Some(&old), received),
+                    None => self.dispatch(EventKind::Create, &object, None, received),
                 }
             }
             watcher::Event::Delete(object) => {
@@ -396,7 +406,7 @@ impl Informer {
                     let stored = store.objects.remove(&key_of(&object));
                     store.indexes.remove(stored.as_deref().unwrap_or(&object));
                 }
-                self.dispatch(EventKind::Delete, &object, None);
+                self.dispatch(EventKind::Delete, &object, None, received);
             }
             watcher::Event::Init => self.write_store().relist = Some(HashMap::new()),
             watcher::Event::InitApply(object) => {
@@ -427,12 +437,18 @@ impl Informer {
                 let after = self.state_sorted();
                 for object in &after {
                     match before.remove(&key_of(object)) {
-                        None => self.dispatch_to(&sinks, EventKind::Create, object, None),
+                        None => self.dispatch_to(&sinks, EventKind::Create, object, None, received),
                         Some(old)
                             if old.metadata().resource_version
                                 != object.metadata().resource_version =>
                         {
-                            self.dispatch_to(&sinks, EventKind::Update, object, Some(&old));
+                            self.dispatch_to(
+                                &sinks,
+                                EventKind::Update,
+                                object,
+                                Some(&old),
+                                received,
+                            );
                         }
                         Some(_) => {}
                     }
@@ -440,7 +456,7 @@ impl Informer {
                 let mut gone: Vec<_> = before.into_values().collect();
                 gone.sort_by_key(|o| key_of(o));
                 for object in &gone {
-                    self.dispatch_to(&sinks, EventKind::Delete, object, None);
+                    self.dispatch_to(&sinks, EventKind::Delete, object, None, received);
                 }
                 self.synced.send_replace(true);
                 drop(sinks);

@@ -57,6 +57,8 @@ pub struct Event<'a> {
     pub json: Option<&'a std::sync::Arc<str>>,
     /// For an update: the previous state's JSON, when the source has it.
     pub old_json: Option<&'a std::sync::Arc<str>>,
+    /// When the informer received the change (for `krec_event_stage_seconds{stage="handler"}`).
+    pub received: std::time::Instant,
 }
 
 /// A metadata field a change predicate compares.
@@ -365,6 +367,7 @@ mod tests {
             old,
             json: None,
             old_json: None,
+            received: std::time::Instant::now(),
         }
     }
 

@@ -281,8 +281,14 @@ impl Drop for Controller {
 impl EventSink for Controller {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>) {
         let version = self.version.load();
+        let mut enqueued = false;
         for request in version.handlers.requests(gvk, event) {
             self.queue.add(request);
+            enqueued = true;
+        }
+        if enqueued {
+            self.metrics
+                .observe_stage(&self.name, "handler", event.received.elapsed());
         }
         if version.handlers.maps_by_guest(gvk) {
             // An update maps the old state too (controller-runtime's map handler does), so a
@@ -562,6 +568,7 @@ impl Controller {
                 // `get` is cancel-safe: a key is only taken in the poll that returns it.
                 () = closing => continue,
             };
+            let taken = std::time::Instant::now();
             let version = self.version.load_full();
             let current = worker
                 .as_ref()
@@ -591,6 +598,7 @@ impl Controller {
             };
             self.count_budgets(&version.module, &guest_label);
             if let Some(usage) = guest.last_usage() {
+                self.observe_stages(taken, &usage);
                 self.metrics
                     .guest_cpu
                     .get_or_create(&guest_label)
@@ -604,6 +612,20 @@ impl Controller {
             self.finish(&request, result, started.elapsed());
             self.queue.done(&request);
         }
+    }
+
+    /// The stages of one reconcile in `krec_event_stage_seconds`: from `taken` (a worker took
+    /// the key) to the guest entered, to its first host call, to its return (now).
+    fn observe_stages(&self, taken: std::time::Instant, usage: &crate::guest::Usage) {
+        let stage = |name, took| self.metrics.observe_stage(&self.name, name, took);
+        stage("start", usage.entered.saturating_duration_since(taken));
+        if let Some(first_call) = usage.first_call {
+            stage(
+                "first_call",
+                first_call.saturating_duration_since(usage.entered),
+            );
+        }
+        stage("guest", usage.entered.elapsed());
     }
 
     /// Add what the guest's budgets held back since the last reconcile to the metrics.

@@ -605,6 +605,7 @@ fn new_store(
         deadline: deadline_after(manifest.spec.limits.timeout),
         limits,
         host_time: Duration::ZERO,
+        first_call: None,
         metrics,
         budgets: module.budgets.clone(),
         cpu_mark: Instant::now(),
@@ -654,6 +655,10 @@ pub struct Usage {
     pub guest_time: Duration,
     /// The instance's largest linear memory so far, in bytes.
     pub memory_peak: usize,
+    /// When the guest's reconcile was entered (its instance ready, the request passed).
+    pub entered: Instant,
+    /// When its first host call started, if it made one.
+    pub first_call: Option<Instant>,
 }
 
 impl GuestWorker {
@@ -756,6 +761,8 @@ impl GuestWorker {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Action, ReconcileError> {
+        // A reconcile that traps reports no usage (not the previous one's).
+        self.last_usage = None;
         if let Body::Native(reconcile, _) = self.module.body {
             let request = krec_guest::Request {
                 namespace: namespace.map(str::to_owned),
@@ -817,6 +824,7 @@ impl GuestWorker {
             let state = instance.store.data_mut();
             state.request = request_text;
             state.host_time = Duration::ZERO;
+            state.first_call = None;
             state.cpu_paused = Duration::ZERO;
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
@@ -839,6 +847,8 @@ impl GuestWorker {
                     .saturating_sub(state.host_time)
                     .saturating_sub(state.cpu_paused),
                 memory_peak: state.limits.memory_peak(),
+                entered: started,
+                first_call: state.first_call,
             };
             match outcome {
                 Ok(result) => Ok((instance, result, usage)),

@@ -59,6 +59,8 @@ pub(crate) struct NativeHost {
     on_worker: bool,
     /// Nanoseconds spent in host calls.
     host_nanos: AtomicU64,
+    /// When the reconcile's first host call started.
+    first_call: std::sync::OnceLock<Instant>,
     /// Every write is refused (an admission review).
     read_only: bool,
 }
@@ -122,6 +124,7 @@ impl NativeHost {
         call: impl Future<Output = Result<T, AccessError>>,
     ) -> krec_guest::Result<T> {
         let started = Instant::now();
+        let _ = self.first_call.set(started);
         let mut call = std::pin::pin!(call);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let result = match call.as_mut().poll(&mut cx) {
@@ -294,6 +297,8 @@ pub(crate) async fn run(
     let usage = Usage {
         guest_time: started.elapsed().saturating_sub(host_time),
         memory_peak: 0,
+        entered: started,
+        first_call: host.first_call.get().copied(),
     };
     let result = match outcome {
         Ok(Ok(krec_guest::Action::Done)) => Ok(Action::Done),
@@ -361,6 +366,7 @@ impl NativeHost {
             on_worker: handle.runtime_flavor() == RuntimeFlavor::MultiThread,
             handle,
             host_nanos: AtomicU64::new(0),
+            first_call: std::sync::OnceLock::new(),
             read_only,
         })
     }

@@ -25,6 +25,8 @@ pub struct HostState {
     pub limits: GuestLimiter,
     /// Time spent in host calls during the current reconcile.
     pub host_time: std::time::Duration,
+    /// When the current reconcile's first host call started, if it made one.
+    pub first_call: Option<Instant>,
     /// Where host calls are counted, if anywhere.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The guest's budgets (log, CPU, writes), shared by all its workers and instances.

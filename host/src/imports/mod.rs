@@ -196,6 +196,7 @@ impl HostState {
         result: Result<T, AccessError>,
     ) -> Result<T, WitError> {
         self.host_time += started.elapsed();
+        self.first_call.get_or_insert(started);
         count_call(self.metrics.as_deref(), self.guest(), verb, &result);
         result.map_err(WitError::from)
     }
