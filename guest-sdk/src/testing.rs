@@ -143,19 +143,6 @@ fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
 }
 
-fn gvk_of(object: &Value) -> Result<GroupVersionKind> {
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::Invalid("the object has no apiVersion".into()))?;
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::Invalid("the object has no kind".into()))?;
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    Ok(GroupVersionKind::gvk(group, version, kind))
-}
-
 impl FakeCluster {
     /// A cluster with the built-in kinds and the namespaces every cluster has (`default`,
     /// `kube-system`, `kube-public`, `kube-node-lease`).
@@ -373,25 +360,24 @@ impl Host for Inner {
 
     fn create(&self, object: &str) -> Result<String> {
         let value: Value = serde_json::from_str(object)?;
-        let kind = gvk_of(&value)?.kind;
+        // An unserved kind is refused before the write is counted, as for every write.
+        let rt = self.client.resolve_object(&value).map_err(error)?;
         let name = meta_str(&value, "name")
             .or_else(|| meta_str(&value, "generateName"))
             .unwrap_or_default()
             .to_owned();
-        self.write("create", &kind, meta_str(&value, "namespace"), &name)?;
+        self.write("create", &rt.kind, meta_str(&value, "namespace"), &name)?;
         text(&self.create_value(value)?)
     }
 
     fn update(&self, object: &str, status: bool) -> Result<String> {
         let value: Value = serde_json::from_str(object)?;
-        let gvk = gvk_of(&value)?;
+        let rt = self.client.resolve_object(&value).map_err(error)?;
         let name = meta_str(&value, "name")
             .filter(|n| !n.is_empty())
-            .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", gvk.kind)))?;
-        // An unserved kind is refused before the write is counted, as patch and delete do.
-        self.resolve(&gvk)?;
+            .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", rt.kind)))?;
         let verb = if status { "update-status" } else { "update" };
-        self.write(verb, &gvk.kind, meta_str(&value, "namespace"), name)?;
+        self.write(verb, &rt.kind, meta_str(&value, "namespace"), name)?;
         text(self.client.update(value, status).map_err(error)?.as_ref())
     }
 

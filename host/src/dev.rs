@@ -521,15 +521,7 @@ pub async fn dev(
     let registry = cluster.store().registry();
     let mut resources: Vec<String> = Vec::new();
     for manifest in &manifests {
-        let spec = &manifest.spec;
-        let kinds = spec
-            .for_kind
-            .iter()
-            .chain(&spec.owns)
-            .cloned()
-            .chain(spec.watches.iter().map(crate::manifest::Watch::kind_ref));
-        for kind in kinds {
-            let gvk = kind.gvk();
+        for gvk in crate::controller::Handlers::from_manifest(manifest).watched_kinds() {
             let resource = registry
                 .by_kind(&gvk.group, &gvk.version, &gvk.kind)
                 .map(|rt| rt.plural.clone())

@@ -67,6 +67,22 @@ pub struct StageLabels {
 /// | `guest` | the guest is entered | its reconcile returns |
 pub const STAGES: [&str; 5] = ["handler", "queue", "start", "first_call", "guest"];
 
+/// One controller's `krec_event_stage_seconds` series, one per stage (see [`STAGES`]); clones
+/// of the registered series.
+#[derive(Clone, Debug)]
+pub struct StageSeries {
+    /// `handler`: watch event received → requests enqueued.
+    pub handler: Histogram,
+    /// `queue`: enqueued → taken by a worker.
+    pub queue: Histogram,
+    /// `start`: taken → guest entered.
+    pub start: Histogram,
+    /// `first_call`: guest entered → first host call.
+    pub first_call: Histogram,
+    /// `guest`: guest entered → returned.
+    pub guest: Histogram,
+}
+
 /// `name` label (workqueues and leader election).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
@@ -405,14 +421,24 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Observe `took` in `controller`'s `stage` of `krec_event_stage_seconds`.
-    pub fn observe_stage(&self, controller: &str, stage: &'static str, took: Duration) {
-        self.event_stage
-            .get_or_create(&StageLabels {
-                controller: controller.to_owned(),
-                stage,
-            })
-            .observe(took.as_secs_f64());
+    /// `controller`'s series of `krec_event_stage_seconds`, looked up once: observing them
+    /// on every event and reconcile then allocates nothing.
+    pub fn stages(&self, controller: &str) -> StageSeries {
+        let series = |stage| {
+            self.event_stage
+                .get_or_create(&StageLabels {
+                    controller: controller.to_owned(),
+                    stage,
+                })
+                .clone()
+        };
+        StageSeries {
+            handler: series("handler"),
+            queue: series("queue"),
+            start: series("start"),
+            first_call: series("first_call"),
+            guest: series("guest"),
+        }
     }
 
     /// The text exposition (OpenMetrics, which Prometheus scrapes).
@@ -428,6 +454,7 @@ impl Metrics {
     pub fn queue_observer(self: &Arc<Self>, name: &str) -> Arc<dyn QueueObserver> {
         Arc::new(QueueMetrics {
             metrics: self.clone(),
+            queue_stage: self.stages(name).queue,
             label: NameLabel {
                 name: name.to_owned(),
             },
@@ -437,6 +464,8 @@ impl Metrics {
 
 struct QueueMetrics {
     metrics: Arc<Metrics>,
+    /// `krec_event_stage_seconds{stage="queue"}` of this queue's controller.
+    queue_stage: Histogram,
     label: NameLabel,
 }
 
@@ -450,8 +479,7 @@ impl QueueObserver for QueueMetrics {
             .queue_duration
             .get_or_create(&self.label)
             .observe(waited.as_secs_f64());
-        self.metrics
-            .observe_stage(&self.label.name, "queue", waited);
+        self.queue_stage.observe(waited.as_secs_f64());
     }
 
     fn finished(&self, worked: Duration) {

@@ -181,14 +181,15 @@ impl ClusterAccess for LiveCluster {
             return Ok(found);
         }
         // kube-apiserver's message: `deployments.apps "web" not found`.
-        let resource = match self.api.resolve(gvk).await {
-            Ok(resolved) if resolved.resource.group.is_empty() => resolved.resource.plural,
-            Ok(resolved) => format!("{}.{}", resolved.resource.plural, resolved.resource.group),
-            Err(_) => gvk.kind.to_lowercase(),
-        };
-        Err(AccessError::NotFound(format!(
-            "{resource} {name:?} not found"
-        )))
+        Err(match self.api.resolve(gvk).await {
+            Ok(resolved) => {
+                let resource = &resolved.resource;
+                krec_apiserver::ApiError::not_found(&resource.group, &resource.plural, name).into()
+            }
+            Err(_) => {
+                AccessError::NotFound(format!("{} {name:?} not found", gvk.kind.to_lowercase()))
+            }
+        })
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {

@@ -43,10 +43,12 @@ use crate::cache::{EventSink, Informer};
 use crate::cluster::{ClusterAccess, Gvk};
 use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError, TrapCause};
 use crate::metrics::{
-    ControllerLabel, GuestLabel, Metrics, ModuleLabels, NameLabel, ResultLabels, TrapLabels,
+    ControllerLabel, GuestLabel, Metrics, ModuleLabels, NameLabel, ResultLabels, StageSeries,
+    TrapLabels,
 };
 use crate::queue::{RateLimit, WorkQueue};
 use map_backlog::MapBacklog;
+use prometheus_client::metrics::histogram::Histogram;
 
 impl std::fmt::Display for Request {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,6 +252,8 @@ pub struct Controller {
     for_informers: Mutex<Vec<Arc<Informer>>>,
     /// Traps in a row, by key (keys whose last reconcile trapped).
     trap_streaks: Mutex<std::collections::HashMap<Request, u32>>,
+    /// This controller's `krec_event_stage_seconds` series.
+    stages: StageSeries,
     /// Objects waiting for the guest's `map` export (watches with `mapByGuest`), each once.
     map_backlog: Arc<MapBacklog>,
     mapper: Mutex<Option<JoinHandle<()>>>,
@@ -287,8 +291,8 @@ impl EventSink for Controller {
             enqueued = true;
         }
         if enqueued {
-            self.metrics
-                .observe_stage(&self.name, "handler", event.received.elapsed());
+            let took = event.received.elapsed();
+            self.stages.handler.observe(took.as_secs_f64());
         }
         if version.handlers.maps_by_guest(gvk) {
             // An update maps the old state too (controller-runtime's map handler does), so a
@@ -328,6 +332,7 @@ impl Controller {
         publish_version(&metrics, &name, None, &version);
         init_series(&metrics, &name);
         Arc::new(Controller {
+            stages: metrics.stages(&name),
             map_backlog: Arc::default(),
             mapper: Mutex::new(None),
             name,
@@ -617,15 +622,19 @@ impl Controller {
     /// The stages of one reconcile in `krec_event_stage_seconds`: from `taken` (a worker took
     /// the key) to the guest entered, to its first host call, to its return (now).
     fn observe_stages(&self, taken: std::time::Instant, usage: &crate::guest::Usage) {
-        let stage = |name, took| self.metrics.observe_stage(&self.name, name, took);
-        stage("start", usage.entered.saturating_duration_since(taken));
+        let observe = |series: &Histogram, took: Duration| series.observe(took.as_secs_f64());
+        let stages = &self.stages;
+        observe(
+            &stages.start,
+            usage.entered.saturating_duration_since(taken),
+        );
         if let Some(first_call) = usage.first_call {
-            stage(
-                "first_call",
+            observe(
+                &stages.first_call,
                 first_call.saturating_duration_since(usage.entered),
             );
         }
-        stage("guest", usage.entered.elapsed());
+        observe(&stages.guest, usage.entered.elapsed());
     }
 
     /// Add what the guest's budgets held back since the last reconcile to the metrics.
