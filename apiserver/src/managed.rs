@@ -272,21 +272,62 @@ const SERVER_FIELDS: &[&str] = &[
 /// field the item leaves out takes its default, as structured-merge-diff fills it: the item
 /// schema's `default`, or, for the one defaulted key of the built-in kinds (ports' `protocol`,
 /// whose default kube-apiserver's v2 definitions do not carry), `TCP`.
+///
+/// Written straight as text (no map of the key fields built first): this runs for every item
+/// of every keyed list of every write, twice per item in a merge.
 fn item_key(item: &Value, keys: &[String], item_schema: Option<&Value>) -> String {
-    let mut fields = Map::new();
-    for key in keys {
-        let default = || {
-            let schema = item_schema.map(openapi::resolve);
-            schema
-                .and_then(|s| s.at(&format!("/properties/{key}/default")))
-                .cloned()
-                .or_else(|| (key == "protocol").then(|| Value::from("TCP")))
-        };
-        if let Some(value) = item.get(key).cloned().or_else(default) {
-            fields.insert(key.clone(), value);
+    static TCP: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| Value::from("TCP"));
+    let schema = item_schema.map(openapi::resolve);
+    let default = |key: &str| -> Option<&Value> {
+        let declared = schema
+            .and_then(|s| s.get("properties"))
+            .and_then(|p| p.get(key))
+            .and_then(|p| p.get("default"));
+        declared.or((key == "protocol").then_some(&*TCP))
+    };
+    let mut fields: Vec<(&str, &Value)> = keys
+        .iter()
+        .filter_map(|key| {
+            let value = item.get(key.as_str()).or_else(|| default(key))?;
+            Some((key.as_str(), value))
+        })
+        .collect();
+    fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    fields.dedup_by(|a, b| a.0 == b.0);
+    let mut text = String::with_capacity(16 * fields.len() + 4);
+    text.push_str("k:{");
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
         }
+        push_key(&mut text, key);
+        text.push(':');
+        push_json(&mut text, value);
     }
-    format!("k:{}", Value::Object(fields))
+    text.push('}');
+    text
+}
+
+/// Append `key` as a JSON string: as it is when it needs no escape (the key fields of every
+/// schema), else through the JSON writer.
+fn push_key(text: &mut String, key: &str) {
+    if key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        text.push('"');
+        text.push_str(key);
+        text.push('"');
+    } else {
+        push_json(text, &Value::from(key));
+    }
+}
+
+/// Append `value` as compact JSON (as its `Display` writes it).
+fn push_json(text: &mut String, value: &Value) {
+    use std::fmt::Write as _;
+    // Writing to a String cannot fail.
+    let _ = write!(text, "{value}");
 }
 
 /// The fields an object sets (its leaves; apiVersion, kind and the server's metadata left out;

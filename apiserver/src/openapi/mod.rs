@@ -20,10 +20,11 @@
 
 mod gnostic;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Bytes;
+use rustc_hash::FxHashMap;
 use serde_json::{Map, Value, json};
 
 use crate::resources::{Registry, ResourceType};
@@ -69,10 +70,13 @@ impl Flavour {
 /// kube-apiserver's definitions of the built-in kinds, indexed by the kinds they describe.
 struct Builtin {
     definitions: &'static Map<String, Value>,
-    /// The same definitions by name, hashed: `$ref`s are followed for every field of every
-    /// write, and the sorted map compares long shared prefixes (`io.k8s.api.core.v1.`).
-    by_name: HashMap<&'static str, &'static Value>,
-    by_kind: HashMap<(String, String, String), String>,
+    /// The same definitions by name, with a fast hash: `$ref`s are followed for every field of
+    /// every write, and neither the sorted map (long shared prefixes, `io.k8s.api.core.v1.`) nor
+    /// SipHash is cheap on names this long.
+    by_name: FxHashMap<&'static str, &'static Value>,
+    /// Definitions by the kind they describe: kind → (group, version, definition name), looked
+    /// up on every write without building a key.
+    by_kind: FxHashMap<&'static str, Vec<(&'static str, &'static str, &'static str)>>,
 }
 
 fn builtin() -> &'static Builtin {
@@ -86,15 +90,19 @@ fn builtin() -> &'static Builtin {
             .iter()
             .map(|(name, schema)| (name.as_str(), schema))
             .collect();
-        let mut by_kind = HashMap::new();
+        let mut by_kind: FxHashMap<&'static str, Vec<_>> = FxHashMap::default();
         for (name, schema) in definitions {
             for gvk in schema["x-kubernetes-group-version-kind"]
                 .as_array()
                 .into_iter()
                 .flatten()
             {
-                let part = |key: &str| gvk[key].as_str().unwrap_or_default().to_owned();
-                by_kind.insert((part("group"), part("version"), part("kind")), name.clone());
+                let part = |key: &str| gvk.get(key).and_then(Value::as_str).unwrap_or_default();
+                by_kind.entry(part("kind")).or_default().push((
+                    part("group"),
+                    part("version"),
+                    name.as_str(),
+                ));
             }
         }
         Builtin {
@@ -131,10 +139,12 @@ pub fn resolve(schema: &Value) -> &Value {
 }
 
 impl Builtin {
-    fn model(&self, group: &str, version: &str, kind: &str) -> Option<&str> {
+    fn model(&self, group: &str, version: &str, kind: &str) -> Option<&'static str> {
         self.by_kind
-            .get(&(group.to_owned(), version.to_owned(), kind.to_owned()))
-            .map(String::as_str)
+            .get(kind)?
+            .iter()
+            .find(|(g, v, _)| *g == group && *v == version)
+            .map(|(_, _, name)| *name)
     }
 
     /// A built-in definition written for `flavour`: references point into the document, and in
