@@ -414,6 +414,8 @@ impl<'de> de::DeserializeSeed<'de> for Seed<'_, 'de> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
     use serde_json::json;
 
@@ -569,8 +571,6 @@ mod tests {
             _ => format!("{step}.{inner}"),
         }
     }
-
-    use std::collections::HashSet;
 
     proptest::proptest! {
         /// One pass decodes exactly what `serde_json` decodes (the last of repeated keys) and
