@@ -108,7 +108,11 @@ pub async fn to_version(
         ApiError::internal(format!("conversion webhook for {gvk} failed: {message}"))
     };
     let uid = uuid::Uuid::new_v4().to_string();
-    let sent: Vec<&Value> = pending.iter().map(|&i| &*objects[i]).collect();
+    // Objects as clients see them (`fieldsV1` as JSON, not the stored text).
+    let sent: Vec<_> = pending
+        .iter()
+        .map(|&i| crate::managed::expanded(&objects[i]))
+        .collect();
     let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
         "request": {"uid": uid, "desiredAPIVersion": desired, "objects": sent}});
     let url = webhook.client.url().map_err(|e| failed(e.0))?;

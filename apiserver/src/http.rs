@@ -57,7 +57,8 @@ pub struct ApiServer {
 
 fn respond(code: u16, body: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    // An object's `fieldsV1` texts are written as their JSON.
+    let bytes = crate::json::object_to_vec(body);
     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
@@ -734,22 +735,23 @@ async fn list(
             &maybe_table(&target.rt, items, Some(metadata), true, params),
         ));
     }
-    /// A list, serialized from the stored objects without copying them into one tree.
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct List<'a> {
-        kind: &'a str,
-        api_version: String,
-        metadata: Value,
-        items: Vec<Arc<Value>>,
+    // Written from the stored objects without copying them into one tree (and each object's
+    // `fieldsV1` texts as their JSON).
+    let mut bytes = Vec::with_capacity(256 + 2048 * items.len());
+    bytes.extend_from_slice(b"{\"kind\":");
+    crate::json::write(&mut bytes, &Value::from(target.rt.list_kind.as_str()));
+    bytes.extend_from_slice(b",\"apiVersion\":");
+    crate::json::write(&mut bytes, &Value::from(target.rt.api_version()));
+    bytes.extend_from_slice(b",\"metadata\":");
+    crate::json::write(&mut bytes, &metadata);
+    bytes.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            bytes.push(b',');
+        }
+        crate::json::write_object(&mut bytes, item);
     }
-    let list = List {
-        kind: &target.rt.list_kind,
-        api_version: target.rt.api_version(),
-        metadata,
-        items,
-    };
-    let bytes = serde_json::to_vec(&list).unwrap_or_default();
+    bytes.extend_from_slice(b"]}");
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -1300,7 +1302,7 @@ fn event_kind(
 }
 
 fn watch_line(kind: &str, object: &Value) -> Bytes {
-    watch_line_encoded(kind, &serde_json::to_vec(object).unwrap_or_default())
+    watch_line_encoded(kind, &crate::json::object_to_vec(object))
 }
 
 /// A watch event line around an object already encoded as JSON.

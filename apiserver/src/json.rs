@@ -1,4 +1,5 @@
-//! Lookups in `serde_json` values that the write path makes for every object.
+//! Lookups in `serde_json` values that the write path makes for every object, and the JSON
+//! writer of API objects (which knows where stored objects keep text).
 
 use serde_json::Value;
 
@@ -62,6 +63,82 @@ pub fn strings(value: Option<&Value>) -> Vec<String> {
         .filter_map(Value::as_str)
         .map(str::to_owned)
         .collect()
+}
+
+/// Append `value` as compact JSON, as `serde_json` writes it.
+pub fn write(out: &mut Vec<u8>, value: &Value) {
+    // Writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// Append an API object as compact JSON: as [`write`], except for its
+/// `metadata.managedFields[].fieldsV1`, which stored objects keep as its JSON text (see
+/// [`crate::managed`]) and which is written as the JSON it holds. A text that is not a JSON
+/// `FieldsV1` (never one the server wrote) stays a string, so the output is always valid JSON.
+pub fn write_object(out: &mut Vec<u8>, object: &Value) {
+    let Some(map) = object.as_object() else {
+        return write(out, object);
+    };
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        member_key(out, i, key);
+        match value.as_object() {
+            Some(meta) if key == "metadata" => {
+                out.push(b'{');
+                for (j, (field, value)) in meta.iter().enumerate() {
+                    member_key(out, j, field);
+                    match value.as_array() {
+                        Some(entries) if field == "managedFields" => write_entries(out, entries),
+                        _ => write(out, value),
+                    }
+                }
+                out.push(b'}');
+            }
+            _ => write(out, value),
+        }
+    }
+    out.push(b'}');
+}
+
+/// [`write_object`] into a new buffer.
+pub fn object_to_vec(object: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    write_object(&mut out, object);
+    out
+}
+
+fn member_key(out: &mut Vec<u8>, index: usize, key: &str) {
+    if index > 0 {
+        out.push(b',');
+    }
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+}
+
+/// `managedFields` entries, each `fieldsV1` text written as its JSON.
+fn write_entries(out: &mut Vec<u8>, entries: &[Value]) {
+    out.push(b'[');
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let Some(map) = entry.as_object() else {
+            write(out, entry);
+            continue;
+        };
+        out.push(b'{');
+        for (j, (key, value)) in map.iter().enumerate() {
+            member_key(out, j, key);
+            match value.as_str() {
+                Some(text) if key == "fieldsV1" && crate::managed::is_fields_v1_text(text) => {
+                    out.extend_from_slice(text.as_bytes());
+                }
+                _ => write(out, value),
+            }
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
 }
 
 #[cfg(test)]

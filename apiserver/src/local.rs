@@ -26,6 +26,15 @@ impl std::fmt::Debug for LocalClient {
     }
 }
 
+/// A stored object as an HTTP client reads it: its `managedFields`' `fieldsV1` as JSON (the
+/// store keeps them as text).
+fn as_clients_see(object: Arc<Value>) -> Arc<Value> {
+    match crate::managed::expanded(&object) {
+        std::borrow::Cow::Borrowed(_) => object,
+        std::borrow::Cow::Owned(expanded) => Arc::new(expanded),
+    }
+}
+
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
 }
@@ -113,7 +122,7 @@ impl LocalClient {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Arc<Value>, ApiError> {
-        self.store.get(rt, namespace, name)
+        self.store.get(rt, namespace, name).map(as_clients_see)
     }
 
     /// The objects (in `namespace`, when given) matching the selectors, by namespace and name.
@@ -135,7 +144,10 @@ impl LocalClient {
         Ok(self
             .store
             .list(rt, namespace, &labels, &fields, None, None)?
-            .items)
+            .items
+            .into_iter()
+            .map(as_clients_see)
+            .collect())
     }
 
     fn options(&self) -> WriteOptions {
@@ -155,6 +167,7 @@ impl LocalClient {
         let namespace = meta_str(&object, "namespace").map(str::to_owned);
         self.store
             .create(&rt, namespace.as_deref(), object, self.options())
+            .map(as_clients_see)
     }
 
     /// Replace `object` (its `status` only, with `status`).
@@ -180,14 +193,16 @@ impl LocalClient {
                 )
             })?
             .to_owned();
-        self.store.update(
-            &rt,
-            namespace.as_deref(),
-            &name,
-            object,
-            status,
-            self.options(),
-        )
+        self.store
+            .update(
+                &rt,
+                namespace.as_deref(),
+                &name,
+                object,
+                status,
+                self.options(),
+            )
+            .map(as_clients_see)
     }
 
     /// Patch one object with `body` (its `status` only, with `status`).
@@ -209,6 +224,7 @@ impl LocalClient {
             .patch(rt, namespace, name, status, self.options(), |current| {
                 patched(kind, body, meta, current)
             })
+            .map(as_clients_see)
     }
 
     /// Delete one object, if its `uid` and `resourceVersion` are still those given.

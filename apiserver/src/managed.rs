@@ -53,6 +53,21 @@ impl FieldSet {
         set
     }
 
+    /// The set from its `FieldsV1` JSON object's members.
+    fn from_fields_v1_map(map: &Map<String, Value>) -> Self {
+        let mut set = FieldSet::default();
+        for (key, child) in map {
+            if key == "." {
+                set.itself = true;
+            } else {
+                set.children
+                    .insert(key.clone(), FieldSet::from_fields_v1(child));
+            }
+        }
+        set.itself |= set.children.is_empty();
+        set
+    }
+
     /// The `FieldsV1` JSON of the set.
     pub fn to_fields_v1(&self) -> Value {
         self.fields_v1().unwrap_or_else(|| json!({}))
@@ -363,79 +378,164 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
 }
 
 /// [`fields_of`]`(…).`[`to_fields_v1`](FieldSet::to_fields_v1)`()` in one walk, written
-/// straight as `FieldsV1` (what a create records: every field the new object sets).
-pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Value {
-    let mut out = Map::new();
+/// straight as `FieldsV1` JSON text, compact and with its keys in order, as stored objects keep
+/// it (what a create records: every field the new object sets). No JSON map is built: the
+/// object's own maps are already in key order, and `f:` keeps that order.
+pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> String {
+    let mut out = String::with_capacity(1024);
+    out.push('{');
+    let mut first = true;
     for (key, value) in object.as_object().into_iter().flatten() {
         if key == "apiVersion" || key == "kind" || (skip_status && key == "status") {
             continue;
         }
-        let child = if key == "metadata" {
-            let mut fields = Map::new();
+        let mark = out.len();
+        let was_first = first;
+        push_member_key(&mut out, &mut first, "f:", key);
+        let written = if key == "metadata" {
+            out.push('{');
+            let mut none = true;
             for (field, v) in value
                 .as_object()
                 .into_iter()
                 .flatten()
                 .filter(|(f, _)| !SERVER_FIELDS.contains(&f.as_str()))
             {
+                let inner = out.len();
+                let was_none = none;
+                push_member_key(&mut out, &mut none, "f:", field);
                 let node = schema.child(schema.metadata(), field);
-                if let Some(child) = walk_v1(v, node, schema) {
-                    fields.insert(field_key(field), child);
+                if !write_v1(v, node, schema, &mut out) {
+                    out.truncate(inner);
+                    none = was_none;
                 }
             }
-            (!fields.is_empty()).then_some(Value::Object(fields))
+            out.push('}');
+            !none
         } else {
-            walk_v1(value, schema.child(schema.root(), key), schema)
+            write_v1(value, schema.child(schema.root(), key), schema, &mut out)
         };
-        if let Some(child) = child {
-            out.insert(field_key(key), child);
+        if !written {
+            out.truncate(mark);
+            first = was_first;
         }
     }
-    Value::Object(out)
+    out.push('}');
+    out
 }
 
-/// [`walk`] written as `FieldsV1`; `None` where the set would have no member (an empty keyed
-/// list or set).
-fn walk_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>) -> Option<Value> {
-    let members = match value {
+/// Append `,"<prefix><key>":` (no comma before the first member).
+fn push_member_key(out: &mut String, first: &mut bool, prefix: &str, key: &str) {
+    if !std::mem::take(first) {
+        out.push(',');
+    }
+    out.push('"');
+    out.push_str(prefix);
+    push_escaped(out, key);
+    out.push_str("\":");
+}
+
+/// Append `text` escaped as the inside of a JSON string (as `serde_json` escapes it).
+fn push_escaped(out: &mut String, text: &str) {
+    if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+/// [`walk`] written as `FieldsV1` text onto `out`; `false` (with `out` to be cut back by the
+/// caller) where the set would have no member (an empty keyed list or set).
+fn write_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>, out: &mut String) -> bool {
+    match value {
         Value::Object(map) if !map.is_empty() && !schema.atomic_map(node) => {
-            let mut fields = Map::new();
+            let start = out.len();
+            out.push('{');
+            let mut first = true;
             for (key, child) in map {
-                if let Some(child) = walk_v1(child, schema.child(node, key), schema) {
-                    fields.insert(field_key(key), child);
+                let mark = out.len();
+                let was_first = first;
+                push_member_key(out, &mut first, "f:", key);
+                if !write_v1(child, schema.child(node, key), schema, out) {
+                    out.truncate(mark);
+                    first = was_first;
                 }
             }
-            fields
+            out.push('}');
+            if first {
+                out.truncate(start);
+            }
+            !first
         }
         Value::Array(items) => match schema.list_type(node) {
             ListType::Map(keys) => {
                 let item_schema = schema.items(node);
-                let mut fields = Map::new();
+                let mut members: Vec<(String, String)> = Vec::with_capacity(items.len());
                 for item in items {
-                    // An item is a member itself, `.` beside its fields.
-                    let mut item_fields = match walk_v1(item, item_schema, schema) {
-                        Some(Value::Object(map)) => map,
-                        _ => Map::new(),
-                    };
-                    if !item_fields.is_empty() {
-                        item_fields.insert(".".into(), json!({}));
-                    }
-                    fields.insert(
-                        item_key(item, &keys, item_schema),
-                        Value::Object(item_fields),
-                    );
+                    // An item is a member itself, `.` before its fields.
+                    let mut fields = String::new();
+                    let body =
+                        if write_v1(item, item_schema, schema, &mut fields) && fields.len() > 2 {
+                            format!("{{\".\":{{}},{}", &fields[1..])
+                        } else {
+                            "{}".to_owned()
+                        };
+                    members.push((item_key(item, &keys, item_schema), body));
                 }
-                fields
+                write_members(out, members)
             }
-            ListType::Set => items
-                .iter()
-                .map(|item| (format!("v:{item}"), json!({})))
-                .collect(),
-            ListType::Atomic => return Some(json!({})),
+            ListType::Set => {
+                let members = items
+                    .iter()
+                    .map(|item| (format!("v:{item}"), "{}".to_owned()))
+                    .collect();
+                write_members(out, members)
+            }
+            ListType::Atomic => {
+                out.push_str("{}");
+                true
+            }
         },
-        _ => return Some(json!({})),
-    };
-    (!members.is_empty()).then_some(Value::Object(members))
+        _ => {
+            out.push_str("{}");
+            true
+        }
+    }
+}
+
+/// Append `{"key":body,…}` in key order, a repeated key taking its last body (as a map
+/// insert); `false`, nothing written, when there is no member.
+fn write_members(out: &mut String, mut members: Vec<(String, String)>) -> bool {
+    if members.is_empty() {
+        return false;
+    }
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    out.push('{');
+    let mut first = true;
+    for (i, (key, body)) in members.iter().enumerate() {
+        if members.get(i + 1).is_some_and(|next| next.0 == *key) {
+            continue;
+        }
+        push_member_key(out, &mut first, "", key);
+        out.push_str(body);
+    }
+    out.push('}');
+    true
 }
 
 fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
@@ -717,7 +817,10 @@ impl Entry {
                 .get("subresource")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            fields: FieldSet::from_fields_v1(value.get("fieldsV1").unwrap_or(&Value::Null)),
+            fields: match value.as_object() {
+                Some(entry) => FieldSet::from_fields_v1_map(&entry_fields(entry)),
+                None => FieldSet::default(),
+            },
         })
     }
 }
@@ -746,6 +849,121 @@ pub struct Write<'a> {
     pub time: &'a str,
 }
 
+/// An entry's `fieldsV1` members. Stored objects keep `fieldsV1` as its compact JSON text
+/// (a string: one allocation instead of a JSON map per node), which is parsed here; an entry a
+/// client wrote has the object itself. Anything else has no member.
+fn entry_fields(entry: &Map<String, Value>) -> std::borrow::Cow<'_, Map<String, Value>> {
+    use std::borrow::Cow;
+    match entry.get("fieldsV1") {
+        Some(Value::Object(map)) => Cow::Borrowed(map),
+        Some(Value::String(text)) => Cow::Owned(parse_fields(text)),
+        _ => Cow::Owned(Map::new()),
+    }
+}
+
+/// An entry's `fieldsV1` text (`{}` when it has none).
+fn fields_text(entry: &Value) -> &str {
+    entry
+        .get("fieldsV1")
+        .and_then(Value::as_str)
+        .unwrap_or("{}")
+}
+
+/// `FieldsV1` text as its JSON object (`{}` when it is not one).
+fn parse_fields(text: &str) -> Map<String, Value> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+/// An entry's `fieldsV1` as a JSON object, to change in place (text parsed; anything else
+/// becomes `{}`); [`compact_fields`] writes it back as text.
+fn expand_fields(entry: &mut Map<String, Value>) -> &mut Map<String, Value> {
+    let fields = entry
+        .entry("fieldsV1")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let map = match fields {
+        Value::Object(map) => std::mem::take(map),
+        Value::String(text) => parse_fields(text),
+        _ => Map::new(),
+    };
+    *fields = Value::Object(map);
+    match fields {
+        Value::Object(map) => map,
+        _ => unreachable!("just set to an object"),
+    }
+}
+
+/// An entry's object `fieldsV1` written as its compact text, as stored objects keep it (a
+/// `serde_json` map is in key order, so the text is canonical). An object that is not
+/// `FieldsV1` (a member that is not an object) is left as it is.
+fn compact_fields(entry: &mut Map<String, Value>) {
+    fn is_fields(map: &Map<String, Value>) -> bool {
+        map.values().all(|v| v.as_object().is_some_and(is_fields))
+    }
+    if let Some(fields) = entry.get_mut("fieldsV1")
+        && let Value::Object(map) = fields
+        && is_fields(map)
+    {
+        *fields = Value::String(Value::Object(std::mem::take(map)).to_string());
+    }
+}
+
+/// Whether `text` is `FieldsV1` as the server writes it (a JSON object whose members are all
+/// such objects), checked in one pass: what the JSON writers check before writing a stored
+/// entry's text as the JSON it holds.
+pub fn is_fields_v1_text(text: &str) -> bool {
+    text::is_fields_v1(text)
+}
+
+/// `object`'s `managedFields` as clients see them: each `fieldsV1` a JSON object (stored
+/// objects keep it as text). Borrowed when there is nothing to parse.
+pub fn expanded(object: &Value) -> std::borrow::Cow<'_, Value> {
+    use std::borrow::Cow;
+    let has_text = object
+        .at("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|list| {
+            list.iter()
+                .any(|e| e.get("fieldsV1").is_some_and(Value::is_string))
+        });
+    if !has_text {
+        return Cow::Borrowed(object);
+    }
+    let mut object = object.clone();
+    expand(&mut object);
+    Cow::Owned(object)
+}
+
+/// [`expanded`], in place.
+pub fn expand(object: &mut Value) {
+    for entry in managed_entries_mut(object) {
+        // Text the server did not write (never stored) stays as it is, as the writers leave it.
+        let stored = entry.get("fieldsV1").and_then(Value::as_str);
+        if stored.is_some_and(is_fields_v1_text) {
+            expand_fields(entry);
+        }
+    }
+}
+
+/// `object`'s `managedFields` entries with `fieldsV1` written as text, as the store keeps them.
+pub fn compact(object: &mut Value) {
+    for entry in managed_entries_mut(object) {
+        compact_fields(entry);
+    }
+}
+
+fn managed_entries_mut(object: &mut Value) -> impl Iterator<Item = &mut Map<String, Value>> {
+    object
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("managedFields"))
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
 /// Record an `Update` (create, update or non-apply patch) that turned `old` (`Value::Null` for a
 /// create) into `new`, whose `managedFields` are `old`'s: the manager takes the fields it changed
 /// from everyone else, and fields that went are nobody's.
@@ -758,8 +976,8 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
         let fields = fields_v1_of(new, schema, false);
         if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
-            if fields.as_object().is_some_and(|f| !f.is_empty()) {
-                let entry = new_entry(write, "Update", fields);
+            if fields != "{}" {
+                let entry = new_entry(write, "Update", Value::String(fields));
                 meta.insert("managedFields".into(), Value::Array(vec![entry]));
             }
         }
@@ -773,6 +991,7 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
         Some(Value::Array(list)) => list,
         _ => Vec::new(),
     };
+    let touches = !changed.is_empty() || !removed.is_empty();
     let mut own_found = false;
     list.retain_mut(|entry| {
         let Some(entry) = entry.as_object_mut() else {
@@ -784,22 +1003,35 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
         };
         let mine = manager == write.manager && operation == "Update";
         let own = mine && !own_found && text("subresource") == write.subresource;
-        let fields = entry
-            .entry("fieldsV1")
-            .and_modify(|f| {
-                if !f.is_object() {
-                    *f = json!({});
+        compact_fields(entry);
+        let mut emptied = false;
+        if touches {
+            // Changed as text: no JSON map is built.
+            let mut fields = match entry.remove("fieldsV1") {
+                Some(Value::String(fields)) => fields,
+                _ => "{}".to_owned(),
+            };
+            let take = |set: &FieldSet, fields: &mut String| {
+                if set.is_empty() {
+                    return false;
                 }
-            })
-            .or_insert_with(|| json!({}));
-        let fields = fields.as_object_mut().expect("just made an object");
-        let mut emptied = fields_v1_subtract(fields, &removed);
-        if !mine {
-            emptied |= fields_v1_subtract(fields, &changed);
+                let (rest, gone) = text::subtract(fields, set);
+                if let Some(rest) = rest {
+                    *fields = rest;
+                }
+                gone
+            };
+            emptied = take(&removed, &mut fields);
+            if !mine {
+                emptied |= take(&changed, &mut fields);
+            }
+            if own && !changed.is_empty() {
+                fields = text::union(&fields, &changed, true);
+            }
+            entry.insert("fieldsV1".into(), Value::String(fields));
         }
         if own {
             own_found = true;
-            fields_v1_union(fields, &changed, true);
             if !changed.is_empty() {
                 entry.insert("time".into(), json!(write.time));
                 entry.insert("apiVersion".into(), json!(write.api_version));
@@ -809,7 +1041,8 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
         !(emptied && fields_are_empty(entry))
     });
     if !own_found && !changed.is_empty() {
-        list.push(new_entry(write, "Update", changed.to_fields_v1()));
+        let fields = changed.to_fields_v1().to_string();
+        list.push(new_entry(write, "Update", Value::String(fields)));
     }
     if !list.is_empty() {
         meta.insert("managedFields".into(), Value::Array(list));
@@ -831,50 +1064,12 @@ fn new_entry(write: &Write<'_>, operation: &str, fields: Value) -> Value {
     Value::Object(entry)
 }
 
-/// Whether an entry's `fieldsV1` has no member left.
+/// Whether an entry's `fieldsV1` (text or object) has no member left.
 fn fields_are_empty(entry: &Map<String, Value>) -> bool {
-    entry
-        .get("fieldsV1")
-        .and_then(Value::as_object)
-        .is_none_or(Map::is_empty)
-}
-
-/// [`FieldSet::subtract`] on a set in its `FieldsV1` form, in place. Returns whether anything
-/// was removed and that left `fields` with no member.
-fn fields_v1_subtract(fields: &mut Map<String, Value>, set: &FieldSet) -> bool {
-    let mut removed = false;
-    for (key, theirs) in &set.children {
-        if theirs.itself || theirs.children.is_empty() {
-            removed |= fields.remove(key).is_some();
-        } else if let Some(Value::Object(mine)) = fields.get_mut(key)
-            && fields_v1_subtract(mine, theirs)
-        {
-            // Emptied by the removal (a leaf, `{}`, is only removed above).
-            fields.remove(key);
-            removed = true;
-        }
-    }
-    removed && fields.is_empty()
-}
-
-/// [`FieldSet::union`] on a set in its `FieldsV1` form, in place (`root`: the top of an entry,
-/// which has no `.` of its own).
-fn fields_v1_union(fields: &mut Map<String, Value>, set: &FieldSet, root: bool) {
-    // `{}` below the top is a member itself; with children it keeps that as `.`.
-    let was_member = !root && (fields.is_empty() || fields.contains_key("."));
-    for (key, theirs) in &set.children {
-        if theirs.is_empty() {
-            continue;
-        }
-        match fields.get_mut(key) {
-            Some(Value::Object(mine)) => fields_v1_union(mine, theirs, false),
-            _ => {
-                fields.insert(key.clone(), theirs.to_fields_v1());
-            }
-        }
-    }
-    if !root && (was_member || set.itself) && fields.keys().any(|k| k != ".") {
-        fields.insert(".".into(), json!({}));
+    match entry.get("fieldsV1") {
+        Some(Value::Object(map)) => map.is_empty(),
+        Some(Value::String(text)) => text == "{}",
+        _ => true,
     }
 }
 
@@ -919,6 +1114,9 @@ pub fn apply(
         e.get("manager").is_some_and(Value::is_string)
             && e.get("operation").is_some_and(Value::is_string)
     });
+    for entry in list.iter_mut().filter_map(Value::as_object_mut) {
+        compact_fields(entry);
+    }
     let is_own = |entry: &Value| {
         entry["manager"].as_str() == Some(write.manager) && entry["operation"] == "Apply"
     };
@@ -929,10 +1127,10 @@ pub fn apply(
     let mut taken = FieldSet::default();
     if !changed.is_empty() {
         for entry in list.iter().filter(|e| !is_own(e)) {
-            let Some(fields) = entry.get("fieldsV1").and_then(Value::as_object) else {
-                continue;
+            let owned = FieldSet {
+                itself: false,
+                ..text::members_in_both(fields_text(entry), &changed)
             };
-            let owned = fields_v1_intersection(fields, &changed);
             if owned.is_empty() {
                 continue;
             }
@@ -954,20 +1152,19 @@ pub fn apply(
 
     // What this manager applied before and no longer does goes, unless someone else owns it.
     let applied_v1 = fields_v1_of(config, schema, skip_status);
-    if let Some(previous) = list.iter().find(|e| is_own(e))
-        && previous.get("fieldsV1") != Some(&applied_v1)
+    if let Some(previous) = list.iter().find(|e| is_own(e)).and_then(Value::as_object)
+        && previous.get("fieldsV1").and_then(Value::as_str) != Some(applied_v1.as_str())
     {
-        let previous = FieldSet::from_fields_v1(previous.get("fieldsV1").unwrap_or(&Value::Null));
-        let applied = FieldSet::from_fields_v1(&applied_v1);
+        let previous = FieldSet::from_fields_v1_map(&entry_fields(previous));
+        let applied = FieldSet::from_fields_v1_map(&parse_fields(&applied_v1));
         for path in previous.paths() {
             if applied.contains(&path) {
                 continue;
             }
-            let owned_elsewhere = list.iter().filter(|e| !is_own(e)).any(|e| {
-                e.get("fieldsV1")
-                    .and_then(Value::as_object)
-                    .is_some_and(|fields| fields_v1_contains(fields, &path))
-            });
+            let owned_elsewhere = list
+                .iter()
+                .filter(|e| !is_own(e))
+                .any(|e| text::contains(fields_text(e), &path));
             if !owned_elsewhere {
                 remove_at(&mut merged, &path);
             }
@@ -979,13 +1176,17 @@ pub fn apply(
         if is_own(entry) {
             return true;
         }
-        match entry.get_mut("fieldsV1").and_then(Value::as_object_mut) {
-            Some(fields) if !taken.is_empty() => !fields_v1_subtract(fields, &taken),
-            _ => true,
+        if taken.is_empty() {
+            return true;
         }
+        let (rest, emptied) = text::subtract(fields_text(entry), &taken);
+        if let Some(rest) = rest {
+            entry["fieldsV1"] = Value::String(rest);
+        }
+        !emptied
     });
-    let applied_empty = applied_v1.as_object().is_none_or(Map::is_empty);
-    let entry = new_entry(write, "Apply", applied_v1);
+    let applied_empty = applied_v1 == "{}";
+    let entry = new_entry(write, "Apply", Value::String(applied_v1));
     match list.iter_mut().find(|e| is_own(e)) {
         Some(own) => *own = entry,
         None => list.push(entry),
@@ -1000,49 +1201,6 @@ pub fn apply(
         merged["metadata"]["managedFields"] = Value::Array(list);
     }
     Ok(merged)
-}
-
-/// Whether a set in its `FieldsV1` form has `path` as a member (as [`FieldSet::contains`]).
-fn fields_v1_contains(fields: &Map<String, Value>, path: &[String]) -> bool {
-    let mut at = fields;
-    for (i, element) in path.iter().enumerate() {
-        match at.get(element) {
-            Some(Value::Object(next)) => at = next,
-            // A malformed member is a leaf (as `FieldSet::from_fields_v1` reads it).
-            Some(_) => return i + 1 == path.len(),
-            None => return false,
-        }
-    }
-    at.is_empty() || at.contains_key(".")
-}
-
-/// The members of `set` that a set in its `FieldsV1` form also has.
-fn fields_v1_intersection(fields: &Map<String, Value>, set: &FieldSet) -> FieldSet {
-    // The top of a set is never a member of it.
-    FieldSet {
-        itself: false,
-        ..members_in_both(fields, set)
-    }
-}
-
-/// [`fields_v1_intersection`] below the top.
-fn members_in_both(fields: &Map<String, Value>, set: &FieldSet) -> FieldSet {
-    let mut out = FieldSet {
-        itself: (set.itself || set.children.is_empty())
-            && (fields.is_empty() || fields.contains_key(".")),
-        ..Default::default()
-    };
-    for (key, theirs) in &set.children {
-        let child = match fields.get(key) {
-            Some(Value::Object(mine)) => members_in_both(mine, theirs),
-            Some(_) => members_in_both(&Map::new(), theirs),
-            None => continue,
-        };
-        if !child.is_empty() {
-            out.children.insert(key.clone(), child);
-        }
-    }
-    out
 }
 
 /// Merge `config` into `live` with list semantics (keyed lists by key, sets by member).
@@ -1169,6 +1327,8 @@ fn conflict_error(
     message.push_str(&parts.join("\n"));
     ApiError::conflict_with(message, kind, group, name, causes)
 }
+
+mod text;
 
 #[cfg(test)]
 mod tests;

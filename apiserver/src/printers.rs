@@ -55,12 +55,14 @@ pub fn table(
         .into_iter()
         .map(|o| {
             let cells = cells(&o);
-            let object = match include {
+            let mut object = match include {
                 "None" => Value::Null,
                 "Object" => Arc::unwrap_or_clone(o),
                 _ => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                     "metadata": o.get("metadata").cloned().unwrap_or_default()}),
             };
+            // As clients see it: `fieldsV1` as JSON, not the stored text.
+            crate::managed::expand(&mut object);
             json!({"cells": cells, "object": object})
         })
         .collect();

@@ -1301,3 +1301,128 @@ async fn openapi_documents_should_negotiate_and_cache_as_kube_apiserver() {
         .expect("doc");
     assert_eq!(missing.status(), 404);
 }
+
+/// Stored objects keep each `managedFields` entry's `fieldsV1` as text; every way a client
+/// reads an object shows it as the JSON object kube-apiserver shows: get, list, watch, a
+/// table's objects, protobuf, and a JSON patch that tests it.
+#[tokio::test]
+async fn managed_fields_should_read_as_json_everywhere() {
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut object = cm("fields", json!({"app": "x"}));
+    object.data = Some([("a".to_owned(), "1".to_owned())].into());
+    let created = cms
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create");
+    let fields_of =
+        |object: &serde_json::Value| object["metadata"]["managedFields"][0]["fieldsV1"].clone();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let get = |uri: String, accept: &'static str| {
+        http::Request::get(uri)
+            .header("accept", accept)
+            .body(Vec::new())
+            .expect("request")
+    };
+
+    let read: serde_json::Value = client
+        .request(get(format!("{path}/fields"), "application/json"))
+        .await
+        .expect("get");
+    let fields = fields_of(&read);
+    assert!(fields.is_object(), "{fields}");
+    assert_eq!(fields["f:data"]["f:a"], json!({}), "{fields}");
+    assert_eq!(
+        fields["f:metadata"]["f:labels"]["f:app"],
+        json!({}),
+        "{fields}"
+    );
+    let typed = created.metadata.managed_fields.unwrap_or_default();
+    assert_eq!(
+        typed[0].fields_v1.as_ref().map(|f| f.0.clone()),
+        Some(fields.clone())
+    );
+
+    let list: serde_json::Value = client
+        .request(get(path.to_owned(), "application/json"))
+        .await
+        .expect("list");
+    let listed = list["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["metadata"]["name"] == "fields"))
+        .expect("listed");
+    assert_eq!(fields_of(listed), fields);
+
+    let table: serde_json::Value = client
+        .request(get(
+            format!("{path}?includeObject=Object"),
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ))
+        .await
+        .expect("table");
+    let row = table["rows"]
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|r| r["object"]["metadata"]["name"] == "fields")
+        })
+        .expect("row");
+    assert_eq!(fields_of(&row["object"]), fields);
+
+    let proto = client
+        .send(
+            get(
+                format!("{path}/fields"),
+                "application/vnd.kubernetes.protobuf",
+            )
+            .map(Into::into),
+        )
+        .await
+        .expect("protobuf get")
+        .into_body()
+        .collect_bytes()
+        .await
+        .expect("protobuf body");
+    // FieldsV1 travels as its raw JSON bytes inside the protobuf: unescaped.
+    let raw = serde_json::to_vec(&fields).expect("json");
+    assert!(
+        proto.windows(raw.len()).any(|w| w == raw.as_slice()),
+        "{proto:?} lacks {}",
+        String::from_utf8_lossy(&raw)
+    );
+
+    let rv = created.metadata.resource_version.expect("rv");
+    let mut events = cms
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let patched = raw_patch(
+        &client,
+        &format!("{path}/fields"),
+        "application/json-patch+json",
+        json!([{"op": "test", "path": "/metadata/managedFields/0/fieldsV1/f:data/f:a", "value": {}},
+            {"op": "replace", "path": "/data/a", "value": "2"}]),
+    )
+    .await
+    .expect("a JSON patch tests fieldsV1 as JSON");
+    assert_eq!(patched["data"]["a"], "2");
+    assert!(fields_of(&patched).is_object(), "{patched}");
+    let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event")
+        .expect("an event")
+        .expect("an event");
+    match event {
+        WatchEvent::Modified(cm) => {
+            let entries = cm.metadata.managed_fields.unwrap_or_default();
+            assert!(
+                entries
+                    .iter()
+                    .all(|e| e.fields_v1.as_ref().is_some_and(|f| f.0.is_object())),
+                "{entries:?}"
+            );
+        }
+        other => panic!("expected Modified, got {other:?}"),
+    }
+}

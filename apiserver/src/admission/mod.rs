@@ -624,8 +624,9 @@ fn review(
         "requestResource": resource,
         "operation": attributes.operation.as_str(),
         "userInfo": {"username": attributes.user.username, "groups": attributes.user.groups},
-        "object": object,
-        "oldObject": old,
+        // Objects as clients see them (`fieldsV1` as JSON, not the stored text).
+        "object": object.map(crate::managed::expanded),
+        "oldObject": old.map(crate::managed::expanded),
         "dryRun": attributes.dry_run,
         "options": attributes.options,
     });

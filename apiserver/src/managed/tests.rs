@@ -320,35 +320,39 @@ fn owners(object: &Value) -> Vec<(String, String, Option<String>, Value)> {
 }
 
 proptest::proptest! {
-    /// Subtracting from and adding to a set in its `FieldsV1` form gives the set that the
-    /// same operation on the decoded set gives, and "emptied" is reported exactly when the
-    /// subtraction left nothing.
+    /// Subtracting from and adding to a set in its `FieldsV1` text gives the set that the
+    /// same operation on the decoded set gives, "emptied" is reported exactly when the
+    /// subtraction left nothing, and the text stays compact with its keys in order.
     #[test]
-    fn fields_v1_operations_should_match_field_set_operations(a in field_set(), b in field_set()) {
+    fn fields_v1_text_operations_should_match_field_set_operations(a in field_set(), b in field_set()) {
+        let parse = |text: &str| serde_json::from_str::<Value>(text).expect("valid JSON");
+        let canonical = |text: &str| parse(text).to_string();
+        let original = a.to_fields_v1().to_string();
+
         let mut expected = a.clone();
         expected.subtract(&b);
-        let mut text = a.to_fields_v1();
-        let emptied = fields_v1_subtract(text.as_object_mut().expect("an object"), &b);
-        proptest::prop_assert_eq!(normal(&text), expected.to_fields_v1());
-        let nothing_left = text.as_object().is_some_and(Map::is_empty);
-        proptest::prop_assert_eq!(emptied, nothing_left && !a.to_fields_v1().as_object().is_some_and(Map::is_empty));
+        let (rest, emptied) = text::subtract(&original, &b);
+        let result = rest.clone().unwrap_or_else(|| original.clone());
+        proptest::prop_assert_eq!(&result, &canonical(&result));
+        proptest::prop_assert_eq!(normal(&parse(&result)), expected.to_fields_v1());
+        let nothing_left = result == "{}";
+        proptest::prop_assert_eq!(emptied, nothing_left && original != "{}");
 
-        let text = a.to_fields_v1();
-        let map = text.as_object().expect("an object");
         let mut expected = FieldSet::default();
         for path in b.paths() {
-            proptest::prop_assert_eq!(fields_v1_contains(map, &path), a.contains(&path), "{:?}", path);
+            proptest::prop_assert_eq!(text::contains(&original, &path), a.contains(&path), "{:?}", path);
             if a.contains(&path) {
                 expected.insert(&path);
             }
         }
-        proptest::prop_assert_eq!(fields_v1_intersection(map, &b).paths(), expected.paths());
+        let both = FieldSet { itself: false, ..text::members_in_both(&original, &b) };
+        proptest::prop_assert_eq!(both.paths(), expected.paths());
 
         let mut expected = a.clone();
         expected.union(&b);
-        let mut text = a.to_fields_v1();
-        fields_v1_union(text.as_object_mut().expect("an object"), &b, true);
-        proptest::prop_assert_eq!(normal(&text), expected.to_fields_v1());
+        let united = text::union(&original, &b, true);
+        proptest::prop_assert_eq!(&united, &canonical(&united));
+        proptest::prop_assert_eq!(normal(&parse(&united)), expected.to_fields_v1());
     }
 
     /// Three updates by two managers over arbitrary specs record the same owners, fields and
@@ -379,7 +383,7 @@ proptest::proptest! {
 }
 
 proptest::proptest! {
-    /// The one-walk `FieldsV1` of an object is what its field set encodes to.
+    /// The one-walk `FieldsV1` text of an object is what its field set encodes to.
     #[test]
     fn fields_v1_of_should_encode_fields_of(
         spec in crate::test_support::json_with(
@@ -390,7 +394,8 @@ proptest::proptest! {
         let object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "finalizers": finalizers, "labels": {"a": "b"}}, "spec": spec});
         let schema = Schema::builtin("apps", "v1", "Deployment");
-        proptest::prop_assert_eq!(fields_v1_of(&object, schema, false), fields_of(&object, schema, false).to_fields_v1());
+        // The text is exactly the set's JSON written compactly (key order included).
+        proptest::prop_assert_eq!(fields_v1_of(&object, schema, false), fields_of(&object, schema, false).to_fields_v1().to_string());
     }
 }
 
@@ -443,4 +448,43 @@ fn a_repeated_apply_should_change_nothing() {
     let first = apply_as(None, &deployment(2, "nginx"), "ops", false).expect("create");
     let again = apply_as(Some(&first), &deployment(2, "nginx"), "ops", false).expect("again");
     assert_eq!(first, again);
+}
+
+proptest::proptest! {
+    /// The check the JSON writers make before writing a stored `fieldsV1` text as JSON accepts
+    /// every text the server writes, and nothing that is not a JSON object of objects.
+    #[test]
+    fn fields_v1_text_check_should_accept_exactly_fields_v1(a in field_set(), junk in "[{}\":,a\\\\ ]{0,24}") {
+        proptest::prop_assert!(is_fields_v1_text(&a.to_fields_v1().to_string()));
+        for candidate in [junk.clone(), format!("{{{junk}}}"), format!("{{\"f:{junk}\":{{}}}}")] {
+            if is_fields_v1_text(&candidate) {
+                fn objects_of_objects(value: &Value) -> bool {
+                    value.as_object().is_some_and(|m| m.values().all(objects_of_objects))
+                }
+                let parsed: Result<Value, _> = serde_json::from_str(&candidate);
+                proptest::prop_assert!(parsed.as_ref().is_ok_and(objects_of_objects), "{:?} accepted", candidate);
+            }
+        }
+    }
+
+    /// An object as stored (each `fieldsV1` as text) is written as the JSON of the object as
+    /// clients see it, and any other value exactly as `serde_json` writes it.
+    #[test]
+    fn stored_objects_should_be_written_as_clients_see_them(
+        a in field_set(),
+        spec in crate::test_support::json_with(&["fieldsV1", "managedFields", "metadata"], &["x", "{}"]),
+    ) {
+        let fields = a.to_fields_v1();
+        let object = json!({"metadata": {"name": "x", "managedFields": [
+            {"manager": "m", "operation": "Update", "fieldsV1": fields},
+            {"manager": "n", "fieldsV1": "not JSON"}]}, "spec": spec});
+        let mut stored = object.clone();
+        compact(&mut stored);
+        let written = crate::json::object_to_vec(&stored);
+        let read: Value = serde_json::from_slice(&written).expect("valid JSON");
+        proptest::prop_assert_eq!(&read, &object);
+        let seen = expanded(&stored);
+        proptest::prop_assert_eq!(seen.as_ref(), &object);
+        proptest::prop_assert_eq!(crate::json::object_to_vec(&spec), serde_json::to_vec(&spec).expect("json"));
+    }
 }

@@ -93,12 +93,32 @@ pub fn patched(
     match current {
         Some(current) => {
             let mut patched = current.clone();
+            // A JSON patch that reads or moves `managedFields` sees each `fieldsV1` as JSON,
+            // as on kube-apiserver, not as the text stored objects keep.
+            if kind == PatchKind::Json && reaches_managed_fields(body) {
+                crate::managed::expand(&mut patched);
+            }
             apply_patch(kind, &mut patched, body, meta)?;
             Ok(Some(patched))
         }
         None if kind == PatchKind::Apply => Ok(Some(body.clone())),
         None => Ok(None),
     }
+}
+
+/// Whether an operation of the RFC 6902 patch `body` has a `path` or `from` at or above
+/// `/metadata/managedFields/…/fieldsV1`.
+fn reaches_managed_fields(body: &Value) -> bool {
+    const FIELDS: &str = "/metadata/managedFields";
+    let reaches = |pointer: &str| {
+        pointer.starts_with(FIELDS) || FIELDS.starts_with(pointer) && !pointer.ends_with('/')
+    };
+    body.as_array().into_iter().flatten().any(|op| {
+        ["path", "from"]
+            .iter()
+            .filter_map(|field| op.get(*field).and_then(Value::as_str))
+            .any(reaches)
+    })
 }
 
 /// Apply the RFC 6902 patch `body` to `target` within kube-apiserver's bounds: at most

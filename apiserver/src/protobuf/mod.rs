@@ -617,7 +617,14 @@ fn message_from_json(
         },
         "apimachinery.pkg.runtime.RawExtension"
         | "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSON" => raw(&mut message, "raw")?,
-        "apimachinery.pkg.apis.meta.v1.FieldsV1" => raw(&mut message, "Raw")?,
+        // Stored objects keep `fieldsV1` as its JSON text: that text is the raw JSON.
+        "apimachinery.pkg.apis.meta.v1.FieldsV1" => match value.as_str() {
+            Some(text) if crate::managed::is_fields_v1_text(text) => {
+                let bytes = text.as_bytes().to_vec();
+                message.set_field_by_name("Raw", Proto::Bytes(bytes.into()));
+            }
+            _ => raw(&mut message, "Raw")?,
+        },
         "apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool" => match value {
             Value::Bool(b) => message.set_field_by_name("allows", Proto::Bool(*b)),
             other => {

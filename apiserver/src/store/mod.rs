@@ -137,7 +137,7 @@ impl Change {
     /// The object as JSON, encoded on first use and shared by every watch after that.
     pub fn object_json(&self) -> &[u8] {
         self.encoded
-            .get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default())
+            .get_or_init(|| crate::json::object_to_vec(&self.object))
     }
 }
 

@@ -69,7 +69,12 @@ impl Persistence {
                 continue;
             };
             match serde_json::from_slice(value.value()) {
-                Ok(object) => objects.push((key, object)),
+                Ok(mut object) => {
+                    // Written as clients see it; kept with `fieldsV1` as text, as every
+                    // stored object.
+                    crate::managed::compact(&mut object);
+                    objects.push((key, object));
+                }
                 Err(err) => tracing::warn!("storage: skipping undecodable {key:?}: {err}"),
             }
         }
@@ -88,8 +93,7 @@ impl Persistence {
             let encoded = key.encode();
             match object {
                 Some(object) => {
-                    let bytes =
-                        serde_json::to_vec(object).map_err(|e| storage_error("encode", e))?;
+                    let bytes = crate::json::object_to_vec(object);
                     table
                         .insert(encoded.as_str(), bytes.as_slice())
                         .map_err(|e| storage_error("insert", e))?;
