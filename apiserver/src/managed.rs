@@ -238,11 +238,24 @@ impl<'a> Schema<'a> {
             .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
     }
 
-    /// Whether a map or struct is one value (`x-kubernetes-map-type: atomic`, on the field or on
-    /// the type it references: label selectors, owner references, object references, …).
-    fn atomic_map(&self, schema: Option<&Value>) -> bool {
-        let atomic = |s: &Value| s["x-kubernetes-map-type"] == "atomic";
-        schema.is_some_and(|s| atomic(s) || atomic(openapi::resolve(s)))
+    /// A map or struct's schema, resolved once for all its fields (a `$ref` followed and the
+    /// properties found once, not once per field).
+    fn fields<'s>(&self, schema: Option<&'s Value>) -> Fields<'s> {
+        let Some(node) = schema else {
+            return Fields::default();
+        };
+        let resolved = openapi::resolve(node);
+        let atomic = |s: &Value| {
+            s.get("x-kubernetes-map-type")
+                .is_some_and(|t| t == "atomic")
+        };
+        Fields {
+            properties: resolved.get("properties").and_then(Value::as_object),
+            additional: resolved
+                .get("additionalProperties")
+                .filter(|a| a.is_object()),
+            atomic: atomic(node) || atomic(resolved),
+        }
     }
 
     /// The schema of a list's items.
@@ -257,6 +270,24 @@ impl<'a> Schema<'a> {
     /// `ObjectMeta`, the schema of every kind's `metadata`.
     fn metadata(&self) -> Option<&'static Value> {
         openapi::builtin_definition("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+    }
+}
+
+/// A map or struct's schema, resolved: [`Schema::fields`].
+#[derive(Clone, Copy, Default)]
+struct Fields<'s> {
+    properties: Option<&'s Map<String, Value>>,
+    additional: Option<&'s Value>,
+    /// `x-kubernetes-map-type: atomic`: the map is one value.
+    atomic: bool,
+}
+
+impl<'s> Fields<'s> {
+    /// The schema of `field` (a property, or the values of a map), as [`Schema::child`].
+    fn get(&self, field: &str) -> Option<&'s Value> {
+        self.properties
+            .and_then(|p| p.get(field))
+            .or(self.additional)
     }
 }
 
@@ -382,6 +413,10 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
 /// it (what a create records: every field the new object sets). No JSON map is built: the
 /// object's own maps are already in key order, and `f:` keeps that order.
 pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> String {
+    let (root, meta) = (
+        schema.fields(schema.root()),
+        schema.fields(schema.metadata()),
+    );
     let mut out = String::with_capacity(1024);
     out.push('{');
     let mut first = true;
@@ -404,8 +439,7 @@ pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> St
                 let inner = out.len();
                 let was_none = none;
                 push_member_key(&mut out, &mut none, "f:", field);
-                let node = schema.child(schema.metadata(), field);
-                if !write_v1(v, node, schema, &mut out) {
+                if !write_v1(v, meta.get(field), schema, &mut out) {
                     out.truncate(inner);
                     none = was_none;
                 }
@@ -413,7 +447,7 @@ pub fn fields_v1_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> St
             out.push('}');
             !none
         } else {
-            write_v1(value, schema.child(schema.root(), key), schema, &mut out)
+            write_v1(value, root.get(key), schema, &mut out)
         };
         if !written {
             out.truncate(mark);
@@ -463,7 +497,12 @@ fn push_escaped(out: &mut String, text: &str) {
 /// caller) where the set would have no member (an empty keyed list or set).
 fn write_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>, out: &mut String) -> bool {
     match value {
-        Value::Object(map) if !map.is_empty() && !schema.atomic_map(node) => {
+        Value::Object(map) if !map.is_empty() => {
+            let fields = schema.fields(node);
+            if fields.atomic {
+                out.push_str("{}");
+                return true;
+            }
             let start = out.len();
             out.push('{');
             let mut first = true;
@@ -471,7 +510,7 @@ fn write_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>, out: &mut S
                 let mark = out.len();
                 let was_first = first;
                 push_member_key(out, &mut first, "f:", key);
-                if !write_v1(child, schema.child(node, key), schema, out) {
+                if !write_v1(child, fields.get(key), schema, out) {
                     out.truncate(mark);
                     first = was_first;
                 }
@@ -540,10 +579,15 @@ fn write_members(out: &mut String, mut members: Vec<(String, String)>) -> bool {
 
 fn walk(value: &Value, node: Option<&Value>, schema: Schema<'_>, set: &mut FieldSet) {
     match value {
-        Value::Object(map) if !map.is_empty() && !schema.atomic_map(node) => {
+        Value::Object(map) if !map.is_empty() => {
+            let fields = schema.fields(node);
+            if fields.atomic {
+                set.itself = true;
+                return;
+            }
             for (key, child) in map {
                 let mut sub = FieldSet::default();
-                walk(child, schema.child(node, key), schema, &mut sub);
+                walk(child, fields.get(key), schema, &mut sub);
                 set.children.insert(field_key(key), sub);
             }
         }
@@ -644,14 +688,20 @@ fn diff_value(
         (Some(old), Some(new)) if old == new => return,
         (Some(old), Some(new)) => (old, new),
     };
+    let fields = match (old, new) {
+        (Value::Object(o), Value::Object(n)) if !o.is_empty() && !n.is_empty() => {
+            schema.fields(node)
+        }
+        _ => Fields::default(),
+    };
     match (old, new) {
         (Value::Object(o), Value::Object(n))
-            if !o.is_empty() && !n.is_empty() && !schema.atomic_map(node) =>
+            if !o.is_empty() && !n.is_empty() && !fields.atomic =>
         {
             let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
             for key in keys {
                 let (mut c, mut r) = (FieldSet::default(), FieldSet::default());
-                let child = schema.child(node, key);
+                let child = fields.get(key);
                 diff_value(o.get(key), n.get(key), child, schema, &mut c, &mut r);
                 adopt(changed, || field_key(key), c);
                 adopt(removed, || field_key(key), r);
@@ -1212,8 +1262,13 @@ fn merge(
     skip_status: bool,
     top: bool,
 ) {
+    let fields = if live.is_object() && config.is_object() {
+        schema.fields(node)
+    } else {
+        Fields::default()
+    };
     match (live.as_object_mut(), config.as_object()) {
-        (Some(_), Some(_)) if schema.atomic_map(node) => *live = config.clone(),
+        (Some(_), Some(_)) if fields.atomic => *live = config.clone(),
         (Some(live_map), Some(config_map)) => {
             for (key, value) in config_map {
                 if top && skip_status && key == "status" {
@@ -1236,7 +1291,7 @@ fn merge(
                     }
                     continue;
                 }
-                let child_node = schema.child(node, key);
+                let child_node = fields.get(key);
                 match live_map.get_mut(key) {
                     Some(slot) => merge(slot, value, child_node, schema, false, false),
                     None => {
