@@ -242,19 +242,34 @@ fn undeclared<'a>(
     path: &mut FieldPath<'a>,
     out: &mut Vec<Vec<Step<'static>>>,
 ) {
-    let schema = openapi::resolve(schema);
+    // A built-in definition's members are indexed once; an inline schema is read as it is.
+    let members = openapi::referenced_members(schema);
+    let schema = members.map_or(schema, |_| openapi::resolve(schema));
     match value {
         Value::Object(given) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let values = schema.get("additionalProperties").filter(|a| a.is_object());
-            if properties.is_none() && values.is_none() {
+            let (properties, values) = match members {
+                Some(_) => (None, None),
+                None => (
+                    schema.get("properties").and_then(Value::as_object),
+                    schema.get("additionalProperties").filter(|a| a.is_object()),
+                ),
+            };
+            let declares_nothing = match members {
+                Some(members) => members.declares_nothing(),
+                None => properties.is_none() && values.is_none(),
+            };
+            if declares_nothing {
                 return;
             }
             for (key, child) in given {
                 if child.is_null() {
                     continue;
                 }
-                match properties.and_then(|p| p.get(key)).or(values) {
+                let declared = match members {
+                    Some(members) => members.get(key),
+                    None => properties.and_then(|p| p.get(key)).or(values),
+                };
+                match declared {
                     Some(child_schema) => path.under(Step::Field(key.into()), |path| {
                         undeclared(child, child_schema, path, out);
                     }),

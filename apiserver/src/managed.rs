@@ -244,17 +244,24 @@ impl<'a> Schema<'a> {
         let Some(node) = schema else {
             return Fields::default();
         };
-        let resolved = openapi::resolve(node);
-        let atomic = |s: &Value| {
-            s.get("x-kubernetes-map-type")
+        let atomic_here = || {
+            node.get("x-kubernetes-map-type")
                 .is_some_and(|t| t == "atomic")
         };
+        if let Some(members) = openapi::referenced_members(node) {
+            return Fields {
+                members: Some(members),
+                atomic: members.atomic || atomic_here(),
+                ..Fields::default()
+            };
+        }
+        // No built-in definition referenced: the node is the schema (a custom resource's, or
+        // one written inline).
         Fields {
-            properties: resolved.get("properties").and_then(Value::as_object),
-            additional: resolved
-                .get("additionalProperties")
-                .filter(|a| a.is_object()),
-            atomic: atomic(node) || atomic(resolved),
+            members: None,
+            properties: node.get("properties").and_then(Value::as_object),
+            additional: node.get("additionalProperties").filter(|a| a.is_object()),
+            atomic: atomic_here(),
         }
     }
 
@@ -276,6 +283,8 @@ impl<'a> Schema<'a> {
 /// A map or struct's schema, resolved: [`Schema::fields`].
 #[derive(Clone, Copy, Default)]
 struct Fields<'s> {
+    /// A built-in definition's members, indexed once (the other fields unused).
+    members: Option<&'static openapi::Members>,
     properties: Option<&'s Map<String, Value>>,
     additional: Option<&'s Value>,
     /// `x-kubernetes-map-type: atomic`: the map is one value.
@@ -285,6 +294,9 @@ struct Fields<'s> {
 impl<'s> Fields<'s> {
     /// The schema of `field` (a property, or the values of a map), as [`Schema::child`].
     fn get(&self, field: &str) -> Option<&'s Value> {
+        if let Some(members) = self.members {
+            return members.get(field);
+        }
         self.properties
             .and_then(|p| p.get(field))
             .or(self.additional)

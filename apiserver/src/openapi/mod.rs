@@ -73,7 +73,7 @@ struct Builtin {
     /// The same definitions by name, with a fast hash: `$ref`s are followed for every field of
     /// every write, and neither the sorted map (long shared prefixes, `io.k8s.api.core.v1.`) nor
     /// SipHash is cheap on names this long.
-    by_name: FxHashMap<&'static str, &'static Value>,
+    by_name: FxHashMap<&'static str, Definition>,
     /// Definitions by the kind they describe: kind → (group, version, definition name), looked
     /// up on every write without building a key.
     by_kind: FxHashMap<&'static str, Vec<(&'static str, &'static str, &'static str)>>,
@@ -88,7 +88,10 @@ fn builtin() -> &'static Builtin {
         let definitions: &'static Map<String, Value> = Box::leak(Box::new(definitions));
         let by_name = definitions
             .iter()
-            .map(|(name, schema)| (name.as_str(), schema))
+            .map(|(name, schema)| {
+                let members = OnceLock::new();
+                (name.as_str(), Definition { schema, members })
+            })
             .collect();
         let mut by_kind: FxHashMap<&'static str, Vec<_>> = FxHashMap::default();
         for (name, schema) in definitions {
@@ -120,22 +123,77 @@ pub fn builtin_kind(group: &str, version: &str, kind: &str) -> Option<&'static V
     let builtin = builtin();
     builtin
         .model(group, version, kind)
-        .and_then(|name| builtin.by_name.get(name).copied())
+        .and_then(|name| builtin.by_name.get(name).map(|d| d.schema))
 }
 
 /// One of kube-apiserver's definitions, by name (`io.k8s.api.core.v1.PodSpec`).
 pub fn builtin_definition(name: &str) -> Option<&'static Value> {
-    builtin().by_name.get(name).copied()
+    builtin().by_name.get(name).map(|d| d.schema)
 }
 
 /// `schema`, or the built-in definition it references (`$ref`).
 pub fn resolve(schema: &Value) -> &Value {
+    referenced(schema).map_or(schema, |d| d.schema)
+}
+
+/// The built-in definition `schema` references (`$ref`), if it references one.
+fn referenced(schema: &Value) -> Option<&'static Definition> {
     schema
         .get("$ref")
         .and_then(Value::as_str)
         .and_then(|r| r.strip_prefix("#/definitions/"))
-        .and_then(|name| builtin().by_name.get(name).copied())
-        .unwrap_or(schema)
+        .and_then(|name| builtin().by_name.get(name))
+}
+
+/// A built-in definition, and its members indexed on first use.
+struct Definition {
+    schema: &'static Value,
+    members: OnceLock<Members>,
+}
+
+/// The members of a built-in struct or map definition, indexed once for the life of the
+/// process: field ownership looks a definition's fields up for every field of every write, and
+/// a sorted map of 40 properties (a `PodSpec`) costs several string comparisons per lookup.
+#[derive(Debug)]
+pub struct Members {
+    properties: FxHashMap<&'static str, &'static Value>,
+    /// The schema of a map's values (`additionalProperties`, when an object).
+    pub additional: Option<&'static Value>,
+    /// `x-kubernetes-map-type: atomic`: the whole value is one field.
+    pub atomic: bool,
+}
+
+impl Members {
+    /// The schema of `field`: its property, else the map's values.
+    pub fn get(&self, field: &str) -> Option<&'static Value> {
+        self.properties.get(field).copied().or(self.additional)
+    }
+
+    /// Whether the definition declares no field and no map values (a free-form object).
+    pub fn declares_nothing(&self) -> bool {
+        self.properties.is_empty() && self.additional.is_none()
+    }
+
+    fn of(schema: &'static Value) -> Self {
+        Members {
+            properties: schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(name, property)| (name.as_str(), property))
+                .collect(),
+            additional: schema.get("additionalProperties").filter(|a| a.is_object()),
+            atomic: schema
+                .get("x-kubernetes-map-type")
+                .is_some_and(|t| t == "atomic"),
+        }
+    }
+}
+
+/// The members of the built-in definition `schema` references (`$ref`), indexed.
+pub fn referenced_members(schema: &Value) -> Option<&'static Members> {
+    referenced(schema).map(|d| d.members.get_or_init(|| Members::of(d.schema)))
 }
 
 impl Builtin {
@@ -150,7 +208,7 @@ impl Builtin {
     /// A built-in definition written for `flavour`: references point into the document, and in
     /// v3 a reference with siblings (a description) is wrapped in `allOf`, as kube-openapi does.
     fn definition(&self, name: &str, flavour: Flavour) -> Option<Value> {
-        let mut schema = self.by_name.get(name).copied()?.clone();
+        let mut schema = self.by_name.get(name)?.schema.clone();
         if flavour == Flavour::V3 {
             to_v3_references(&mut schema);
         }
