@@ -249,3 +249,42 @@ impl LocalClient {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::resources::Registry;
+
+    /// What the store keeps as text, a client of the store reads as JSON, as over HTTP.
+    #[test]
+    fn objects_should_read_with_field_ownership_as_json() {
+        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        crate::server::ensure_namespaces(&store).expect("namespaces");
+        let client = LocalClient::new(store, "tests");
+        let created = client
+            .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}}))
+            .expect("create");
+        let expected = json!({"f:data": {"f:k": {}}});
+        let fields = |o: &Value| o["metadata"]["managedFields"][0]["fieldsV1"].clone();
+        assert_eq!(fields(&created), expected);
+        let rt = client.resolve("", "v1", "ConfigMap").expect("kind");
+        let read = client.get(&rt, Some("default"), "a").expect("get");
+        assert_eq!(fields(&read), expected);
+        let listed = client.list(&rt, Some("default"), None, None).expect("list");
+        assert_eq!(fields(&listed[0]), expected);
+        let patched = client
+            .patch(
+                &rt,
+                Some("default"),
+                "a",
+                PatchKind::Merge,
+                &json!({"data": {"j": "w"}}),
+                false,
+            )
+            .expect("patch");
+        assert_eq!(fields(&patched), json!({"f:data": {"f:j": {}, "f:k": {}}}));
+    }
+}

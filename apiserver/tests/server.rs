@@ -520,6 +520,35 @@ async fn a_reflector_should_stay_correct_across_a_restart_with_a_data_dir() {
             .len(),
         2
     );
+    // Field ownership survives as it was written: b's entry reads as JSON, and an update by
+    // another manager after the restart is recorded beside it.
+    let b = cms.get("b").await.expect("b after restart");
+    let entries = b.metadata.managed_fields.clone().unwrap_or_default();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(
+        entries[0].fields_v1.as_ref().map(|f| f.0.clone()),
+        Some(json!({"f:data": {"f:k": {}}, "f:metadata": {"f:labels": {}}}))
+    );
+    let relabel = Patch::Merge(json!({"metadata": {"labels": {"after": "restart"}}}));
+    let patched = cms
+        .patch(
+            "b",
+            &PatchParams {
+                field_manager: Some("other".into()),
+                ..Default::default()
+            },
+            &relabel,
+        )
+        .await
+        .expect("patch after restart");
+    let managers: Vec<_> = patched
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.manager)
+        .collect();
+    assert_eq!(managers.len(), 2, "{managers:?}");
     cms.create(&PostParams::default(), &cm("c", json!({})))
         .await
         .expect("after restart");

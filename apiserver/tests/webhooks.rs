@@ -371,6 +371,11 @@ async fn webhooks_should_mutate_and_validate_writes_as_kube_apiserver_calls_them
         .expect("review");
     assert_eq!(review["operation"], "UPDATE");
     assert_eq!(review["oldObject"]["data"]["a"], "1");
+    // Both objects' field ownership as clients read it: `fieldsV1` a JSON object.
+    for object in ["object", "oldObject"] {
+        let fields = &review[object]["metadata"]["managedFields"][0]["fieldsV1"];
+        assert!(fields["f:data"].is_object(), "{object}: {fields}");
+    }
     assert_eq!(
         maps.get("good")
             .await
