@@ -329,18 +329,28 @@ impl<'de> Visitor<'de> for Decoder<'_, 'de> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = serde_json::Map::new();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            // Reported at the key, before its value's own duplicates, as kube-apiserver's
-            // strict decoder reports them.
-            if object.contains_key(key.as_ref()) {
+            // One lookup per key: the entry is found before the value is decoded, and a
+            // repeated key is reported there, before its value's own duplicates, as
+            // kube-apiserver's strict decoder reports them.
+            let entry = object.entry(key.as_ref());
+            if matches!(entry, serde_json::map::Entry::Occupied(_)) {
                 self.out.push(self.path.render(Some(&key)));
             }
-            self.path.0.push(Step::Field(key.clone()));
+            self.path.0.push(Step::Field(key));
             let value = map.next_value_seed(Seed {
                 path: &mut *self.path,
                 out: &mut *self.out,
             });
             self.path.0.pop();
-            object.insert(key.into_owned(), value?);
+            let value = value?;
+            match entry {
+                serde_json::map::Entry::Occupied(mut slot) => {
+                    slot.insert(value);
+                }
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+            }
         }
         Ok(Value::Object(object))
     }

@@ -102,7 +102,8 @@ pub fn write_object(out: &mut Vec<u8>, object: &Value) {
 
 /// [`write_object`] into a new buffer.
 pub fn object_to_vec(object: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1024);
+    // Most objects fit: no copy while the buffer grows.
+    let mut out = Vec::with_capacity(4096);
     write_object(&mut out, object);
     out
 }
