@@ -72,8 +72,8 @@ pub fn write(out: &mut Vec<u8>, value: &Value) {
 }
 
 /// Append an API object as compact JSON: as [`write`], except for its
-/// `metadata.managedFields[].fieldsV1`, which stored objects keep as its JSON text (see
-/// [`crate::managed`]) and which is written as the JSON it holds. A text that is not a JSON
+/// `metadata.managedFields[].fieldsV1`, which stored objects keep as its JSON text (the field
+/// ownership module writes it) and which is written as the JSON it holds. A text that is not
 /// `FieldsV1` (never one the server wrote) stays a string, so the output is always valid JSON.
 pub fn write_object(out: &mut Vec<u8>, object: &Value) {
     let Some(map) = object.as_object() else {
@@ -131,7 +131,7 @@ fn write_entries(out: &mut Vec<u8>, entries: &[Value]) {
         for (j, (key, value)) in map.iter().enumerate() {
             member_key(out, j, key);
             match value.as_str() {
-                Some(text) if key == "fieldsV1" && crate::managed::is_fields_v1_text(text) => {
+                Some(text) if key == "fieldsV1" && is_object_of_objects(text) => {
                     out.extend_from_slice(text.as_bytes());
                 }
                 _ => write(out, value),
@@ -140,6 +140,86 @@ fn write_entries(out: &mut Vec<u8>, entries: &[Value]) {
         out.push(b'}');
     }
     out.push(b']');
+}
+
+/// Whether `text` is compact JSON of an object (nothing around it) whose members are all such
+/// objects, keys valid JSON strings: the shape of `FieldsV1`, as the server writes it. Checked in
+/// one pass without building anything (every object written to a client has its stored texts
+/// checked, so that no text could ever be written out as anything but JSON).
+pub fn is_object_of_objects(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0usize;
+    // What may come next: a key or `}` right after `{`; `,` or `}` after a member's value;
+    // after a key, `:` then `{`.
+    #[derive(PartialEq)]
+    enum Next {
+        KeyOrClose,
+        CommaOrClose,
+    }
+    if bytes.first() != Some(&b'{') {
+        return false;
+    }
+    let mut next = Next::KeyOrClose;
+    depth += 1;
+    i += 1;
+    while i < bytes.len() {
+        match (bytes[i], &next) {
+            (b'}', _) => {
+                depth -= 1;
+                i += 1;
+                if depth == 0 {
+                    return i == bytes.len();
+                }
+                next = Next::CommaOrClose;
+            }
+            (b',', Next::CommaOrClose) => {
+                i += 1;
+                if bytes.get(i) != Some(&b'"') {
+                    return false;
+                }
+                next = Next::KeyOrClose;
+            }
+            (b'"', Next::KeyOrClose) => {
+                let Some(end) = valid_string_end(bytes, i) else {
+                    return false;
+                };
+                if bytes.get(end) != Some(&b':') || bytes.get(end + 1) != Some(&b'{') {
+                    return false;
+                }
+                depth += 1;
+                i = end + 2;
+                next = Next::KeyOrClose;
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Past the JSON string opening at `from`, if it is one (valid escapes, no control
+/// characters).
+fn valid_string_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => return Some(i + 1),
+            b'\\' => match bytes.get(i + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let hex = bytes.get(i + 2..i + 6)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return None;
+                    }
+                    i += 6;
+                }
+                _ => return None,
+            },
+            0..=0x1f => return None,
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -976,7 +976,7 @@ fn compact_fields(entry: &mut Map<String, Value>) {
 /// such objects), checked in one pass: what the JSON writers check before writing a stored
 /// entry's text as the JSON it holds.
 pub fn is_fields_v1_text(text: &str) -> bool {
-    text::is_fields_v1(text)
+    crate::json::is_object_of_objects(text)
 }
 
 /// `object`'s `managedFields` as clients see them: each `fieldsV1` a JSON object (stored
