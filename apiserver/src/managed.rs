@@ -35,22 +35,15 @@ impl FieldSet {
         !self.itself && self.children.values().all(FieldSet::is_empty)
     }
 
-    /// The set from its `FieldsV1` JSON.
+    /// The set from its `FieldsV1` JSON (anything but an object is a leaf).
     pub fn from_fields_v1(value: &Value) -> Self {
-        let mut set = FieldSet::default();
-        if let Some(map) = value.as_object() {
-            for (key, child) in map {
-                if key == "." {
-                    set.itself = true;
-                } else {
-                    set.children
-                        .insert(key.clone(), FieldSet::from_fields_v1(child));
-                }
-            }
+        match value.as_object() {
+            Some(map) => Self::from_fields_v1_map(map),
+            None => FieldSet {
+                itself: true,
+                ..Default::default()
+            },
         }
-        // `{}`: a leaf.
-        set.itself |= set.children.is_empty();
-        set
     }
 
     /// The set from its `FieldsV1` JSON object's members.
@@ -64,6 +57,7 @@ impl FieldSet {
                     .insert(key.clone(), FieldSet::from_fields_v1(child));
             }
         }
+        // `{}`: a leaf.
         set.itself |= set.children.is_empty();
         set
     }
