@@ -9,7 +9,11 @@
 //!
 //! Loads, each in a fresh namespace per round and server:
 //! - writes: sequential creates of ConfigMaps and of Deployments (a pod template: defaults,
-//!   validation, managedFields), merge patches and server-side applies of those Deployments;
+//!   validation, managedFields), merge patches and server-side applies of those Deployments,
+//!   each twice: through kube's typed `Api` (the answer decoded into `k8s-openapi` types, as a
+//!   controller does) and as raw requests whose answers are read but not decoded (`raw_*`: the
+//!   server's own write path and the transport, without the client's decoding of the larger
+//!   objects kube-apiserver answers with);
 //! - list: full lists of 5 000 ConfigMaps (created once per server, not timed);
 //! - watch: merge patches at 1 000/s for 2 s fanned out to 10 watches, delivery latency.
 
@@ -45,7 +49,7 @@ fn load() -> Load {
         }
     } else {
         Load {
-            writes: 300,
+            writes: 500,
             rounds: 5,
             lists: 5,
         }
@@ -98,6 +102,18 @@ fn deployment(i: usize) -> Value {
                     "ports": [{"containerPort": 8080}],
                     "env": [{"name": "MODE", "value": "fast"}, {"name": "LEVEL", "value": "3"}],
                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}})
+}
+
+/// Send one write and read its answer as text, not decoded (a failure status panics).
+async fn raw(client: &Client, method: http::Method, uri: String, content_type: &str, body: &Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ACCEPT, "application/json")
+        .body(serde_json::to_vec(body).expect("body"))
+        .expect("request");
+    client.request_text(request).await.expect("raw write");
 }
 
 /// Operations per second of `n` sequential calls of `op`.
@@ -203,9 +219,10 @@ async fn round(
     })
     .await;
     figures.push(("apply_deployment_per_s", apply_deploy));
-    let writes = (4 * load.writes) as f64;
+    let client_us = (common::process_cpu_seconds() - client_cpu) * 1e6 / (4 * load.writes) as f64;
+    figures.extend(raw_writes(client, &ns, load).await);
+    let writes = (8 * load.writes) as f64;
     let server_us = (cpu_seconds_of(server_pid) - server_cpu) * 1e6 / writes;
-    let client_us = (common::process_cpu_seconds() - client_cpu) * 1e6 / writes;
     figures.push(("server_cpu_us_per_write", server_us));
     figures.push(("client_cpu_us_per_write", client_us));
 
@@ -223,6 +240,67 @@ async fn round(
     figures.push(("watch_latency_p50_us", p50));
     figures.push(("watch_latency_p99_us", p99));
     figures.push(("watch_delivered_ratio", delivered));
+    figures
+}
+
+/// The four writes of [`round`] again, under other names, as raw requests whose answers are
+/// not decoded: rates per second.
+async fn raw_writes(client: &Client, ns: &str, load: &Load) -> Vec<(&'static str, f64)> {
+    let cms = format!("/api/v1/namespaces/{ns}/configmaps");
+    let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+    let renamed = |i: usize| {
+        let mut object = deployment(i);
+        object["metadata"]["name"] = json!(format!("raw-{i:04}"));
+        object
+    };
+    let mut figures = Vec::new();
+    let create_cm = rate(load.writes, |i| {
+        let mut object = serde_json::to_value(configmap(i)).expect("configmap");
+        object["metadata"]["name"] = json!(format!("raw-{i:05}"));
+        let uri = cms.clone();
+        async move { raw(client, http::Method::POST, uri, "application/json", &object).await }
+    })
+    .await;
+    figures.push(("raw_create_configmap_per_s", create_cm));
+    let create = rate(load.writes, |i| {
+        let (uri, object) = (deployments.clone(), renamed(i));
+        async move { raw(client, http::Method::POST, uri, "application/json", &object).await }
+    })
+    .await;
+    figures.push(("raw_create_deployment_per_s", create));
+    let patch = rate(load.writes, |i| {
+        let uri = format!("{deployments}/raw-{i:04}");
+        let patch = json!({"metadata": {"labels": {"round": "x"}}, "spec": {"replicas": 3}});
+        async move {
+            raw(
+                client,
+                http::Method::PATCH,
+                uri,
+                "application/merge-patch+json",
+                &patch,
+            )
+            .await
+        }
+    })
+    .await;
+    figures.push(("raw_merge_patch_deployment_per_s", patch));
+    let apply = rate(load.writes, |i| {
+        let uri = format!("{deployments}/raw-{i:04}?fieldManager=bench&force=true");
+        let mut config = renamed(i);
+        config["spec"]["replicas"] = json!(4);
+        async move {
+            raw(
+                client,
+                http::Method::PATCH,
+                uri,
+                "application/apply-patch+yaml",
+                &config,
+            )
+            .await
+        }
+    })
+    .await;
+    figures.push(("raw_apply_deployment_per_s", apply));
     figures
 }
 

@@ -24,6 +24,23 @@ impl Store {
         self.lock().objects.contains_key(&key)
     }
 
+    /// Whether any object of `rt` exists (no copies: asked on every write, whether webhook
+    /// configurations exist).
+    pub fn has_any(&self, rt: &ResourceType) -> bool {
+        let resource = rt.storage_key();
+        let start = Key {
+            resource,
+            namespace: String::new(),
+            name: String::new(),
+        };
+        let state = self.lock();
+        state
+            .objects
+            .range(&start..)
+            .next()
+            .is_some_and(|(k, _)| k.resource == start.resource)
+    }
+
     /// Every object of `rt` (in `namespace`, when given), shared, in key order: the in-process
     /// read the built-in controllers use (no selectors, no pages, no copies).
     pub fn objects(&self, rt: &ResourceType, namespace: Option<&str>) -> Vec<Arc<Value>> {
