@@ -465,6 +465,21 @@ async fn uncached_kinds_should_be_read_from_the_api_server_and_cached_ones_lazil
             .any(|i| i.gvk == cm_gvk() && i.subscribers == 0),
         "{informers:?}"
     );
+    // Cached objects come without managedFields (the API server's answer has them).
+    let informer = live
+        .manager
+        .cache()
+        .running(&cm_gvk(), None)
+        .expect("the ConfigMap informer");
+    let cached = informer
+        .get_json(Some("default"), "session-cache")
+        .expect("session-cache is cached");
+    assert!(!cached.contains("managedFields"), "{cached}");
+    let served = live
+        .get(&cm_gvk(), Some("default"), "session-cache")
+        .await
+        .expect("session-cache is served");
+    assert!(served["metadata"]["managedFields"].is_array(), "{served}");
 
     // ...unless the manifest marks the kind uncached: then no ConfigMap is ever watched.
     let mut uncached = sample_manifest("cleanup-ticker");

@@ -10,6 +10,14 @@
 //! A [`CachedObject`] deserializes straight from the watch stream: the object is transcoded
 //! token by token into compact JSON text (no intermediate JSON tree), then its metadata is read
 //! from that text.
+//!
+//! The cache drops `metadata.managedFields`, as controller-runtime's
+//! `TransformStripManagedFields` does: field ownership is the API server's bookkeeping, often
+//! larger than the rest of the metadata (a Pod with 30 environment variables carries 3 KB of
+//! it), and no reconciler needs it to decide anything. Every guest would parse it on every
+//! read and the cache would hold it for every object. A write never loses it: an update that
+//! leaves `managedFields` out keeps the stored entries. Uncached reads (`uncached` kinds and
+//! lists) come from the API server with it.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -68,8 +76,11 @@ impl CachedObject {
     /// no `apiVersion` and `kind`; the cached text always does.
     pub fn new(gvk: &Gvk, object: DynamicObject) -> Self {
         let DynamicObject {
-            metadata, mut data, ..
+            mut metadata,
+            mut data,
+            ..
         } = object;
+        metadata.managed_fields = None;
         if let Some(map) = data.as_object_mut() {
             // Written from `gvk` below; never twice.
             for key in ["apiVersion", "kind", "metadata"] {
@@ -102,7 +113,10 @@ impl CachedObject {
     /// # Errors
     ///
     /// When the text is not a JSON object or its metadata is malformed.
-    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+    pub fn from_text(mut text: String) -> Result<Self, serde_json::Error> {
+        if let Some(span) = managed_fields_span(&text) {
+            text.replace_range(span, "");
+        }
         let head: Head = serde_json::from_str(&text)?;
         Ok(CachedObject {
             metadata: head.metadata.unwrap_or_default(),
@@ -165,6 +179,156 @@ impl CachedObject {
             .iter()
             .find(|r| r.controller == Some(true))
             .map(|r| r.uid.as_str())
+    }
+}
+
+/// The bytes to cut to remove `managedFields` from the top-level `metadata` of the JSON object
+/// `text` (the member and one comma beside it), if it has them. Reads only up to the end of
+/// `metadata`; `None` for text that is not a JSON object (left for the parser to refuse).
+fn managed_fields_span(text: &str) -> Option<std::ops::Range<usize>> {
+    let mut scan = Scan {
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    scan.expect(b'{')?;
+    loop {
+        let key = scan.key()?;
+        if key != b"\"metadata\"" {
+            scan.skip_value()?;
+            scan.next_member()?;
+            continue;
+        }
+        scan.expect(b'{')?;
+        // Where the previous member ended (after its value), for the comma before this one.
+        let mut previous_end: Option<usize> = None;
+        loop {
+            scan.whitespace();
+            let start = scan.at;
+            let key = scan.key()?;
+            scan.skip_value()?;
+            let end = scan.at;
+            let more = scan.next_member()?;
+            if key == b"\"managedFields\"" {
+                return Some(match previous_end {
+                    // `,"managedFields":…`: the comma before it goes.
+                    Some(previous) => previous..end,
+                    // The first member: the comma after it goes, if another follows.
+                    None if more => start..scan.at,
+                    None => start..end,
+                });
+            }
+            if !more {
+                return None;
+            }
+            previous_end = Some(end);
+        }
+    }
+}
+
+/// A forward reader of JSON text for [`managed_fields_span`]: each step either moves past what
+/// it reads or answers `None` (not the JSON it expected).
+struct Scan<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn whitespace(&mut self) {
+        while self.bytes.get(self.at).is_some_and(u8::is_ascii_whitespace) {
+            self.at += 1;
+        }
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.whitespace();
+        (self.bytes.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    /// A member's key, with its quotes, and the `:` after it.
+    fn key(&mut self) -> Option<&'a [u8]> {
+        self.whitespace();
+        let start = self.at;
+        self.string()?;
+        let bytes = self.bytes;
+        let key = &bytes[start..self.at];
+        self.expect(b':')?;
+        Some(key)
+    }
+
+    /// Past the string at the cursor.
+    fn string(&mut self) -> Option<()> {
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        self.at += 1;
+        loop {
+            match self.bytes.get(self.at)? {
+                b'"' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                b'\\' => self.at += 2,
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// Past the value at the cursor: a string, an object or array (by depth, strings skipped
+    /// whole), or a scalar (up to what ends it).
+    fn skip_value(&mut self) -> Option<()> {
+        self.whitespace();
+        match self.bytes.get(self.at)? {
+            b'"' => self.string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match self.bytes.get(self.at)? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            _ => {
+                let start = self.at;
+                while self
+                    .bytes
+                    .get(self.at)
+                    .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
+                {
+                    self.at += 1;
+                }
+                (self.at > start).then_some(())
+            }
+        }
+    }
+
+    /// After a member's value: `true` past a `,` (another member follows), `false` past the
+    /// object's closing `}`.
+    fn next_member(&mut self) -> Option<bool> {
+        self.whitespace();
+        match self.bytes.get(self.at)? {
+            b',' => {
+                self.at += 1;
+                Some(true)
+            }
+            b'}' => {
+                self.at += 1;
+                Some(false)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -234,6 +398,94 @@ mod tests {
         assert_eq!(half.json().matches("\"kind\"").count(), 1);
         let value: Value = serde_json::from_str(half.json()).expect("valid JSON");
         assert_eq!(value["apiVersion"], "v1");
+    }
+
+    /// Any JSON value, keys from a small set (so that `managedFields` and `metadata` turn up at
+    /// every depth), strings with quotes and escapes.
+    fn json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let keys = prop::sample::select(vec!["a", "metadata", "managedFields", "name", "\"}{"]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z\"\\\\{}\\[\\],: ]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 40, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(keys.clone(), inner, 0..5).prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever an object holds, the cached text is the object less its metadata's
+        /// `managedFields`, compact or pretty-printed.
+        #[test]
+        fn the_cached_text_should_be_the_object_less_its_managed_fields(
+            mut object in json(),
+            metadata in json(),
+            pretty in proptest::prelude::any::<bool>(),
+        ) {
+            if !object.is_object() {
+                object = serde_json::json!({"spec": object});
+            }
+            object["metadata"] = metadata;
+            let text = if pretty {
+                serde_json::to_string_pretty(&object)
+            } else {
+                serde_json::to_string(&object)
+            }
+            .expect("JSON");
+            let mut expected = object.clone();
+            if let Some(meta) = expected["metadata"].as_object_mut() {
+                meta.remove("managedFields");
+            }
+            let mut cut = text.clone();
+            if let Some(span) = managed_fields_span(&text) {
+                cut.replace_range(span, "");
+            }
+            let value: Value = serde_json::from_str(&cut).expect("still valid JSON");
+            proptest::prop_assert_eq!(value, expected);
+        }
+    }
+
+    #[test]
+    fn managed_fields_should_be_dropped_from_the_cached_text_wherever_they_stand() {
+        let entry = r#"[{"manager":"kubectl","fieldsV1":{"f:data":{"f:a\"}":{}}},"time":null}]"#;
+        for text in [
+            format!(r#"{{"metadata":{{"managedFields":{entry}}},"data":{{"a":"1"}}}}"#),
+            format!(r#"{{"metadata":{{"managedFields":{entry},"name":"m"}},"data":{{"a":"1"}}}}"#),
+            format!(r#"{{"metadata":{{"name":"m","managedFields":{entry}}},"data":{{"a":"1"}}}}"#),
+            format!(
+                r#"{{"kind":"ConfigMap","metadata":{{"name":"m","managedFields":{entry},"uid":"u"}},"data":{{"a":"1"}}}}"#
+            ),
+            format!(
+                r#" {{ "data" : {{"managedFields":"kept"}} , "metadata" : {{ "labels" : {{"x":"y"}} , "managedFields" : {entry} , "generation" : 3 }} }}"#
+            ),
+        ] {
+            let cached = CachedObject::from_text(text.clone()).expect("object");
+            let value: Value = serde_json::from_str(cached.json()).expect("still valid JSON");
+            let mut expected: Value = serde_json::from_str(&text).expect("test JSON");
+            expected["metadata"]
+                .as_object_mut()
+                .expect("metadata")
+                .remove("managedFields");
+            assert_eq!(value, expected, "{text}");
+            assert!(cached.metadata().managed_fields.is_none());
+        }
+        // Nothing to drop, or not an object: unchanged (the parser judges).
+        for text in [
+            r#"{"metadata":{"name":"m"},"spec":{"managedFields":[1]}}"#,
+            r#"{"spec":{"x":"\"metadata\":{\"managedFields\""}}"#,
+            "[1,2]",
+            "{",
+        ] {
+            assert_eq!(managed_fields_span(text), None, "{text}");
+        }
     }
 
     #[test]
