@@ -65,7 +65,8 @@ demo: guests tools
 
 ## Benchmarks (release build), figures into bench/results.json: one reconciler as Wasm, native
 ## and kube-rs (throughput, latency); one guest call and the queue; the embedded API server's
-## list and watch fan-out; the host's module cache, hot-swap and memory.
+## list and watch fan-out; the host's module cache, hot-swap and memory; K controllers over the
+## same Pods in krec and in kube-rs (density).
 bench: guests
 	$(CARGO) bench -p krec --bench throughput
 	$(CARGO) bench -p krec --bench guest_call
@@ -74,6 +75,7 @@ bench: guests
 	$(CARGO) bench -p krec --bench memory
 	$(CARGO) bench -p krec --bench fairness
 	$(CARGO) bench -p krec --bench controllers
+	$(CARGO) bench -p krec --bench density
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
 

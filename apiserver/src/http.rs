@@ -53,6 +53,8 @@ pub struct ApiServer {
     pub faults: Arc<crate::faults::Faults>,
     /// The admission webhooks writes go through.
     pub admission: Arc<crate::admission::Admission>,
+    /// `/metrics`: the watches open now.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -281,6 +283,14 @@ async fn route(
                 "gitCommit": "krec", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                 "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"}),
             );
+        }
+        ["metrics"] if method == Method::GET => {
+            return Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                server.metrics.render(),
+            )
+                .into_response());
         }
         ["healthz" | "readyz" | "livez", ..] => {
             return Ok(
@@ -1149,7 +1159,12 @@ async fn watch(
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let rt = target.rt.clone();
     let namespace = target.namespace.clone();
+    let open = server
+        .metrics
+        .watch_opened(&rt.group, &rt.version, &rt.plural, namespace.is_some());
     tokio::spawn(async move {
+        // Counted as open until the stream ends.
+        let _open = open;
         let params = Params(
             include
                 .map(|i| HashMap::from([("includeObject".to_owned(), i)]))
@@ -1343,6 +1358,7 @@ mod tests {
         let (_stop, stopped) = tokio::sync::watch::channel(false);
         let server = Arc::new(ApiServer {
             admission: Arc::new(crate::admission::Admission::new(store.clone())),
+            metrics: Default::default(),
             store,
             address: "127.0.0.1:0".into(),
             stopped,

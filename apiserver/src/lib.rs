@@ -31,6 +31,7 @@ pub mod http;
 pub mod json;
 pub mod local;
 pub mod managed;
+pub mod metrics;
 pub mod openapi;
 pub mod patch;
 pub mod printers;

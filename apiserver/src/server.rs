@@ -189,6 +189,7 @@ impl Server {
             openapi: Default::default(),
             faults: config.faults.clone(),
             admission: admission.clone(),
+            metrics: Default::default(),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());

@@ -199,6 +199,9 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     let mut fresh = GuestWorker::new(load("per-reconcile"), access.clone());
     let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
     let (mut native_us, mut wasm_reused, mut wasm_fresh) = (Vec::new(), Vec::new(), Vec::new());
+    // Instantiation alone: a per-reconcile worker's `warm_up` creates an instance, configures
+    // it (`init`) and drops it, with no reconcile.
+    let mut instantiate_only = Vec::new();
     // Warm up every arm.
     for _ in 0..50 {
         reused
@@ -239,10 +242,16 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
                 .expect("reconcile");
         }
         wasm_fresh.push(started.elapsed().as_secs_f64() * 1e6 / (per_round / 4) as f64);
+        let started = Instant::now();
+        for _ in 0..per_round / 4 {
+            fresh.warm_up().await.expect("instantiate");
+        }
+        instantiate_only.push(started.elapsed().as_secs_f64() * 1e6 / (per_round / 4) as f64);
     }
     let (n, n_min, n_max) = median_min_max(native_us);
     let (r, r_min, r_max) = median_min_max(wasm_reused);
     let (f, f_min, f_max) = median_min_max(wasm_fresh);
+    let (i, i_min, i_max) = median_min_max(instantiate_only);
     rows.push(format!(
         "| guest_call_native_us | {n:.2} | {n_min:.2}–{n_max:.2} | pod-stamper compiled natively, run by a `GuestWorker`: get of a {bytes}-byte Pod from the in-memory cluster as text, parsed into `Pod` (baseline) |"
     ));
@@ -251,6 +260,13 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     ));
     rows.push(format!(
         "| guest_call_wasm_fresh_us | {f:.2} | {f_min:.2}–{f_max:.2} | the same with a fresh instance per reconcile (`isolation: per-reconcile`) |"
+    ));
+    rows.push(format!(
+        "| guest_call_instantiate_only_us | {i:.2} | {i_min:.2}–{i_max:.2} | a fresh instance created, configured and dropped, no reconcile |"
+    ));
+    rows.push(format!(
+        "| guest_call_ratio_fresh_vs_reused | {:.2}× | | fresh / reused (target ≤ 2) |",
+        f / r
     ));
     rows.push(format!(
         "| guest_call_overhead_us | {:.2} | | reused − native |",
@@ -267,6 +283,8 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     results.insert("guest_call_native_us".into(), json!(n));
     results.insert("guest_call_wasm_reused_us".into(), json!(r));
     results.insert("guest_call_wasm_fresh_us".into(), json!(f));
+    results.insert("guest_call_instantiate_only_us".into(), json!(i));
+    results.insert("guest_call_ratio_fresh_vs_reused".into(), json!(f / r));
     results.insert("guest_call_overhead_us".into(), json!(r - n));
     results.insert("guest_call_ratio_wasm_vs_native".into(), json!(r / n));
 }

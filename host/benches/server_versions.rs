@@ -22,7 +22,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{ClusterProcess, median_min_max, percentile, quick};
+use common::{ClusterProcess, cpu_seconds_of, median_min_max, percentile, quick};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -127,25 +127,6 @@ where
         op(i).await;
     }
     n as f64 / started.elapsed().as_secs_f64()
-}
-
-/// One round's figures for one server: name → value.
-/// CPU time of the process `pid` so far (all threads), in seconds (`/proc/{pid}/stat`).
-fn cpu_seconds_of(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/pid/stat");
-    // Fields after the command name (which may hold spaces) close with ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 async fn round(

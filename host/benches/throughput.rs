@@ -4,7 +4,9 @@
 //! - **native**: the same crate compiled natively and run by krec's host in place of the guest
 //!   (same cache, queue, workers, client and permission checks);
 //! - **kube-rs**: kube-rs's `Controller` running the same decision ([`pod_stamper::stamp`]) on
-//!   the objects of its own reflector.
+//!   the objects of its own reflector, as `Controller::new` sets it up;
+//! - **kube-rs stripped**: the same, its reflector dropping `metadata.managedFields` (a
+//!   `modify` on the watcher stream), as krec's cache does: like for like.
 //!
 //! The embedded API server runs in a child process (`krec cluster`) and the load comes from
 //! another (this binary re-run as the driver), so the CPU time this process uses is the host's
@@ -37,7 +39,7 @@ use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{Controller, controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
 use pod_stamper::{Decision, GENERATION, READ_ONLY, STAMP};
 use serde_json::{Value, json};
 
@@ -205,6 +207,7 @@ enum Arm {
     Wasm,
     Native,
     KubeRs,
+    KubeRsStripped,
 }
 
 impl Arm {
@@ -213,6 +216,7 @@ impl Arm {
             Arm::Wasm => "wasm",
             Arm::Native => "native",
             Arm::KubeRs => "kube_rs",
+            Arm::KubeRsStripped => "kube_rs_stripped",
         }
     }
 }
@@ -347,12 +351,22 @@ async fn start(
             assert!(manager.skipped().is_empty(), "{:?}", manager.skipped());
             Running::Krec(manager)
         }
-        Arm::KubeRs => {
+        Arm::KubeRs | Arm::KubeRsStripped => {
             let count = Arc::new(AtomicU64::new(0));
             let ctx = Arc::new((client.clone(), count.clone()));
-            let controller =
-                Controller::new(Api::<Pod>::all(client.clone()), watcher::Config::default())
-                    .with_config(controller::Config::default().concurrency(WORKERS));
+            let pods = Api::<Pod>::all(client.clone());
+            let controller = if arm == Arm::KubeRs {
+                Controller::new(pods, watcher::Config::default())
+            } else {
+                let (reader, writer) = reflector::store();
+                let stream = watcher(pods, watcher::Config::default())
+                    .default_backoff()
+                    .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
+                    .reflect(writer)
+                    .applied_objects();
+                Controller::for_stream(stream, reader)
+            }
+            .with_config(controller::Config::default().concurrency(WORKERS));
             let task = tokio::spawn(
                 controller
                     .run(
@@ -403,7 +417,7 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     let dir = tempfile::tempdir().expect("tempdir");
     let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");
     let manifest = manifest(dir.path());
-    let arms = [Arm::Wasm, Arm::Native, Arm::KubeRs];
+    let arms = [Arm::Wasm, Arm::Native, Arm::KubeRs, Arm::KubeRsStripped];
     let (rounds, load_seconds) = if quick() { (3, 3) } else { (7, 10) };
     let mut write: HashMap<Arm, Vec<f64>> = HashMap::new();
     let mut read: HashMap<Arm, Vec<f64>> = HashMap::new();
@@ -450,7 +464,11 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     }
     for variant in ["write", "read"] {
         let wasm = medians[&(variant, Arm::Wasm)];
-        for (other, label) in [(Arm::Native, "native"), (Arm::KubeRs, "kube_rs")] {
+        for (other, label) in [
+            (Arm::Native, "native"),
+            (Arm::KubeRs, "kube_rs"),
+            (Arm::KubeRsStripped, "kube_rs_stripped"),
+        ] {
             let suffix = if variant == "write" { "" } else { "_read" };
             let name = format!("throughput_ratio_wasm_vs_{label}{suffix}");
             let ratio = wasm / medians[&(variant, other)];

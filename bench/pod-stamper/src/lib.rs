@@ -7,7 +7,8 @@
 //! asks for (the label [`GENERATION`]) with what was last recorded (the annotation [`STAMP`]),
 //! and update the Pod when they differ. Pods labelled [`READ_ONLY`] are read and decided on but
 //! never written: the read-only variant, which isolates the cost of the host and the sandbox
-//! from the API server's.
+//! from the API server's. The annotation is [`STAMP`] unless `spec.config.annotation` names
+//! another (the density benchmark runs many stampers over the same Pods, each with its own).
 
 use krec_guest::k8s_openapi::api::core::v1::Pod;
 use krec_guest::prelude::*;
@@ -35,6 +36,11 @@ pub enum Decision {
 /// Looks at the whole parsed object (containers and their environment), as a real reconciler
 /// deciding on a Pod's spec would, so that no arm can skip the parse.
 pub fn stamp(pod: &mut Pod) -> Decision {
+    stamp_as(pod, STAMP)
+}
+
+/// [`stamp`] with the annotation `annotation`.
+pub fn stamp_as(pod: &mut Pod, annotation: &str) -> Decision {
     let wanted = pod.labels().get(GENERATION).cloned().unwrap_or_default();
     let settings: usize = pod
         .spec
@@ -49,10 +55,10 @@ pub fn stamp(pod: &mut Pod) -> Decision {
     let value = format!("{wanted}/{settings}");
     let read_only = pod.labels().contains_key(READ_ONLY);
     let annotations = pod.annotations_mut();
-    if annotations.get(STAMP) == Some(&value) {
+    if annotations.get(annotation) == Some(&value) {
         return Decision::UpToDate;
     }
-    annotations.insert(STAMP.to_owned(), value);
+    annotations.insert(annotation.to_owned(), value);
     if read_only {
         Decision::ReadOnly
     } else {
@@ -60,16 +66,35 @@ pub fn stamp(pod: &mut Pod) -> Decision {
     }
 }
 
-/// The reconciler: get, [`stamp`], update when needed.
-#[derive(Default)]
-pub struct PodStamper;
+/// The reconciler: get, [`stamp_as`] its annotation, update when needed.
+pub struct PodStamper {
+    annotation: String,
+}
+
+/// `spec.config`: which annotation to stamp (absent: [`STAMP`]).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The annotation recording the generation last reconciled.
+    pub annotation: String,
+}
+
+impl FromConfig for PodStamper {
+    type Config = Option<Settings>;
+
+    fn from_config(settings: Option<Settings>) -> Result<Self> {
+        Ok(PodStamper {
+            annotation: settings.map_or_else(|| STAMP.to_owned(), |s| s.annotation),
+        })
+    }
+}
 
 impl Reconciler for PodStamper {
     fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         let Some(mut pod) = ctx.get_opt::<Pod>(req.namespace(), &req.name)? else {
             return Ok(Action::done());
         };
-        if stamp(&mut pod) == Decision::Write {
+        if stamp_as(&mut pod, &self.annotation) == Decision::Write {
             ctx.update(&pod)?;
         }
         Ok(Action::done())

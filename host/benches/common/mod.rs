@@ -65,7 +65,13 @@ pub fn process_cpu_seconds() -> f64 {
 
 /// Resident and proportional set size of this process, in KiB (`/proc/self/smaps_rollup`).
 pub fn rss_pss_kib() -> (f64, f64) {
-    let text = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    rss_pss_kib_of("self")
+}
+
+/// Resident and proportional set size of process `pid` (a number, or `self`), in KiB; zeros
+/// once it has gone.
+pub fn rss_pss_kib_of(pid: &str) -> (f64, f64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
     let field = |name: &str| {
         text.lines()
             .find(|l| l.starts_with(name))
@@ -74,6 +80,25 @@ pub fn rss_pss_kib() -> (f64, f64) {
             .unwrap_or(0.0)
     };
     (field("Rss:"), field("Pss:"))
+}
+
+/// CPU time of the process `pid` so far (all threads), in seconds (`/proc/{pid}/stat`); zero
+/// once it has gone.
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) close with ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Merge `figures` into `bench/results.json`, keeping the other benchmarks' keys.
