@@ -6,7 +6,9 @@
 //! - **kube_rs_procs**: K processes, each one kube-rs `Controller` (how operators are deployed
 //!   today: each its own watch and its own copy of every Pod);
 //! - **kube_rs_shared**: one process with K kube-rs `Controller`s sharing one `Client` (each
-//!   still its own watch and reflector).
+//!   still its own watch and reflector);
+//! - **kube_rs_procs_stripped**: as kube_rs_procs, each reflector dropping `managedFields` (a
+//!   `modify` on its watcher stream), as krec's cache does: like for like.
 //!
 //! Every arm runs in its own processes (this binary re-run for kube-rs), against one embedded
 //! API server (`krec cluster`) in another, so memory and CPU are the arm's alone. The Pods:
@@ -14,6 +16,9 @@
 //! each controller writes its own annotation on (only for K ≤ [`WRITE_K_MAX`]: at K = 50 the
 //! K² events of the write variant would take this 2-core machine minutes per round; the written
 //! Pods are deleted before K = 50 runs).
+//!
+//! A controller writes only its own annotation, as a merge patch: K writers of one Pod never
+//! conflict, so the write figures measure the runtimes rather than their retry policies.
 //!
 //! Per arm and K: memory (RSS and PSS, summed over the arm's processes) after the initial sync
 //! and the peak under load; CPU-seconds per 1 000 reconciles during a bulk update of every
@@ -41,7 +46,7 @@ use common::{cpu_seconds_of, median_min_max, quick, rss_pss_kib_of};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{Controller, controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
 use pod_stamper::{Decision, GENERATION, READ_ONLY};
 use serde_json::{Value, json};
 
@@ -71,6 +76,7 @@ enum Arm {
     Krec,
     KubeRsProcs,
     KubeRsShared,
+    KubeRsProcsStripped,
 }
 
 impl Arm {
@@ -79,6 +85,7 @@ impl Arm {
             Arm::Krec => "krec",
             Arm::KubeRsProcs => "kube_rs_procs",
             Arm::KubeRsShared => "kube_rs_shared",
+            Arm::KubeRsProcsStripped => "kube_rs_procs_stripped",
         }
     }
 }
@@ -95,10 +102,13 @@ struct KubeRsChild {
 }
 
 impl KubeRsChild {
-    fn start(kubeconfig: &Path, first: usize, count: usize) -> Self {
+    fn start(kubeconfig: &Path, first: usize, count: usize, strip: bool) -> Self {
         let mut child = Command::new(std::env::current_exe().expect("current exe"))
             .env("KREC_DENSITY_CHILD", kubeconfig)
-            .env("KREC_DENSITY_CONTROLLERS", format!("{first},{count}"))
+            .env(
+                "KREC_DENSITY_CONTROLLERS",
+                format!("{first},{count},{strip}"),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -134,6 +144,7 @@ fn child_main(kubeconfig: &str, spec: &str) {
     let parts: Vec<&str> = spec.split(',').collect();
     let first: usize = parts[0].parse().expect("first");
     let count: usize = parts[1].parse().expect("count");
+    let strip = parts.get(2) == Some(&"true");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -147,8 +158,18 @@ fn child_main(kubeconfig: &str, spec: &str) {
         for k in first..first + count {
             let api: Api<Pod> = Api::namespaced(client.clone(), NS);
             let ctx = Arc::new((client.clone(), reconciles.clone(), annotation(k)));
-            let controller = Controller::new(api, watcher::Config::default())
-                .with_config(controller::Config::default().concurrency(WORKERS));
+            let controller = if strip {
+                let (reader, writer) = reflector::store();
+                let stream = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
+                    .reflect(writer)
+                    .applied_objects();
+                Controller::for_stream(stream, reader)
+            } else {
+                Controller::new(api, watcher::Config::default())
+            }
+            .with_config(controller::Config::default().concurrency(WORKERS));
             tokio::spawn(
                 controller
                     .run(
@@ -179,7 +200,7 @@ fn child_main(kubeconfig: &str, spec: &str) {
 struct KubeRsError(String);
 
 /// The kube-rs controllers' reconcile: the stamper's decision with this controller's
-/// annotation, then `replace` when it says so.
+/// annotation, then a merge patch of that annotation when it says so (as the guests do).
 async fn reconcile(
     pod: Arc<Pod>,
     ctx: Arc<(kube::Client, Arc<AtomicU64>, String)>,
@@ -190,7 +211,8 @@ async fn reconcile(
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        api.replace(&name, &PostParams::default(), &pod)
+        let patch = pod_stamper::annotation_patch(&pod, annotation);
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|e| KubeRsError(e.to_string()))?;
     }
@@ -319,11 +341,11 @@ spec:
   for: {{apiVersion: v1, kind: Pod}}
   namespaces: [{NS}]
   maxConcurrentReconciles: {WORKERS}
-  config: {{annotation: {annotation}}}
+  config: {{annotation: {annotation}, patch: true}}
   # kube-rs's client has no rate limit: neither has this arm, to compare like with like.
   limits: {{writeQps: 100000, writeBurst: 100000}}
   permissions:
-    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch, update]}}
+    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch, patch]}}
 ",
             module = module.display(),
             annotation = annotation(i),
@@ -360,10 +382,15 @@ fn start(arm: Arm, k: usize, kubeconfig: &Path, module_cache: &Path) -> Running 
         }
         Arm::KubeRsProcs => Running::KubeRs(
             (0..k)
-                .map(|i| KubeRsChild::start(kubeconfig, i, 1))
+                .map(|i| KubeRsChild::start(kubeconfig, i, 1, false))
                 .collect(),
         ),
-        Arm::KubeRsShared => Running::KubeRs(vec![KubeRsChild::start(kubeconfig, 0, k)]),
+        Arm::KubeRsShared => Running::KubeRs(vec![KubeRsChild::start(kubeconfig, 0, k, false)]),
+        Arm::KubeRsProcsStripped => Running::KubeRs(
+            (0..k)
+                .map(|i| KubeRsChild::start(kubeconfig, i, 1, true))
+                .collect(),
+        ),
     }
 }
 
@@ -576,7 +603,12 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     common::create_pods(&client, NS, read_pods, read_pod).await;
     create_more_pods(&client, WRITE_PODS, write_pod).await;
     let cache = tempfile::tempdir().expect("module cache");
-    let arms = [Arm::Krec, Arm::KubeRsProcs, Arm::KubeRsShared];
+    let arms = [
+        Arm::Krec,
+        Arm::KubeRsProcs,
+        Arm::KubeRsShared,
+        Arm::KubeRsProcsStripped,
+    ];
     let mut generation = 0u64;
     // Compile the guest into the module cache (and warm the machine); not measured.
     run_arm(
@@ -656,15 +688,18 @@ fn report(
                 .map_or("–".to_owned(), |p| format!("{:.3}×", krec / p))
         };
         rows.push(format!(
-            "| {k} ({pods} Pods) | {name} | {} | {} | {} |",
+            "| {k} ({pods} Pods) | {name} | {} | {} | {} | {} |",
             cells.join(" | "),
             ratio(Arm::KubeRsProcs),
-            ratio(Arm::KubeRsShared)
+            ratio(Arm::KubeRsShared),
+            ratio(Arm::KubeRsProcsStripped)
         ));
-        for (peer, label) in [
-            (Arm::KubeRsProcs, "kube_rs_procs"),
-            (Arm::KubeRsShared, "kube_rs_shared"),
+        for peer in [
+            Arm::KubeRsProcs,
+            Arm::KubeRsShared,
+            Arm::KubeRsProcsStripped,
         ] {
+            let label = peer.name();
             if let Some(p) = medians.get(&peer) {
                 results.insert(
                     format!("density_k{k}_{name}_ratio_krec_vs_{label}"),
@@ -689,9 +724,9 @@ fn main() {
         .build()
         .expect("runtime");
     let mut rows = vec![
-        "| K | figure | krec | kube_rs_procs | kube_rs_shared | krec / procs | krec / shared |"
+        "| K | figure | krec | kube_rs_procs | kube_rs_shared | kube_rs_procs_stripped | krec / procs | krec / shared | krec / procs stripped |"
             .to_owned(),
-        "|---|---|---|---|---|---|---|".to_owned(),
+        "|---|---|---|---|---|---|---|---|---|".to_owned(),
     ];
     let mut results = serde_json::Map::new();
     runtime.block_on(bench(&mut rows, &mut results));

@@ -121,6 +121,43 @@ struct State<K> {
     shutting_down: bool,
 }
 
+/// Below this capacity a collection of the queue is never shrunk.
+const KEEP_CAPACITY: usize = 64;
+
+/// Whether a collection holding `len` of `capacity` should give memory back: past
+/// [`KEEP_CAPACITY`] and less than a quarter full. Shrinking to twice `len` makes it amortized:
+/// the next shrink needs at least as many removals as this one freed slots for.
+fn sparse(len: usize, capacity: usize) -> bool {
+    capacity > KEEP_CAPACITY && len < capacity / 4
+}
+
+impl<K: Eq + Hash + Ord> State<K> {
+    /// Give back the memory a burst left: a resync or an initial list enqueues every key at once
+    /// (10 000 Pods leave a queue and a set sized for 10 000, about 2 MiB, for the life of the
+    /// controller — per guest) and hash maps and deques never shrink by themselves.
+    fn shrink_if_sparse(&mut self) {
+        let target = |len: usize| (2 * len).max(KEEP_CAPACITY);
+        if sparse(self.queue.len(), self.queue.capacity()) {
+            self.queue.shrink_to(target(self.queue.len()));
+        }
+        if sparse(self.dirty.len(), self.dirty.capacity()) {
+            self.dirty.shrink_to(target(self.dirty.len()));
+        }
+        if sparse(self.processing.len(), self.processing.capacity()) {
+            self.processing.shrink_to(target(self.processing.len()));
+        }
+        if sparse(self.waiting.len(), self.waiting.capacity()) {
+            self.waiting.shrink_to(target(self.waiting.len()));
+        }
+        if sparse(self.due.len(), self.due.capacity()) {
+            self.due.shrink_to(target(self.due.len()));
+        }
+        if sparse(self.failures.len(), self.failures.capacity()) {
+            self.failures.shrink_to(target(self.failures.len()));
+        }
+    }
+}
+
 /// A workqueue of keys. See the [module docs](self) for its guarantees.
 pub struct WorkQueue<K> {
     state: Mutex<State<K>>,
@@ -340,6 +377,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 state.processing.insert(key.clone(), now);
                 (key, now.saturating_duration_since(enqueued))
             });
+            state.shrink_if_sparse();
             if taken.is_some() && !state.queue.is_empty() {
                 // Let another worker take the next one.
                 self.ready.notify_one();
@@ -486,6 +524,31 @@ mod tests {
         assert_eq!(q.get().await, Some("b"));
         assert_eq!(q.get().await, Some("c"));
         assert_eq!(get_now(&q).await, None, "each key once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_should_not_leave_its_memory_behind() {
+        let q: WorkQueue<String> = WorkQueue::new(RateLimit::default());
+        for i in 0..10_000 {
+            q.add(format!("key-{i}"));
+        }
+        let held = |q: &WorkQueue<String>| {
+            let state = q.lock();
+            (state.queue.capacity(), state.dirty.capacity())
+        };
+        assert!(held(&q).0 >= 10_000 && held(&q).1 >= 10_000);
+        for _ in 0..10_000 {
+            let key = q.get().await.expect("a key");
+            q.done(&key);
+        }
+        let (queue, dirty) = held(&q);
+        assert!(
+            queue <= 2 * KEEP_CAPACITY && dirty <= 2 * KEEP_CAPACITY,
+            "{queue} {dirty}"
+        );
+        // Still a queue: a new key is handed out.
+        q.add("again".to_owned());
+        assert_eq!(q.get().await.as_deref(), Some("again"));
     }
 
     #[tokio::test(start_paused = true)]

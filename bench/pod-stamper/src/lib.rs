@@ -66,27 +66,45 @@ pub fn stamp_as(pod: &mut Pod, annotation: &str) -> Decision {
     }
 }
 
-/// The reconciler: get, [`stamp_as`] its annotation, update when needed.
+/// The reconciler: get, [`stamp_as`] its annotation, write when needed.
 pub struct PodStamper {
     annotation: String,
+    patch: bool,
 }
 
-/// `spec.config`: which annotation to stamp (absent: [`STAMP`]).
+/// `spec.config`: which annotation to stamp (absent: [`STAMP`]) and how to write it.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// The annotation recording the generation last reconciled.
     pub annotation: String,
+    /// Write only the annotation, as a merge patch (no `resourceVersion`: never a conflict
+    /// with other writers of the same Pod), instead of updating the whole Pod.
+    #[serde(default)]
+    pub patch: bool,
 }
 
 impl FromConfig for PodStamper {
     type Config = Option<Settings>;
 
     fn from_config(settings: Option<Settings>) -> Result<Self> {
-        Ok(PodStamper {
-            annotation: settings.map_or_else(|| STAMP.to_owned(), |s| s.annotation),
+        Ok(match settings {
+            Some(s) => PodStamper {
+                annotation: s.annotation,
+                patch: s.patch,
+            },
+            None => PodStamper {
+                annotation: STAMP.to_owned(),
+                patch: false,
+            },
         })
     }
+}
+
+/// The merge patch that sets only `annotation` to the value [`stamp_as`] gave `pod`.
+pub fn annotation_patch(pod: &Pod, annotation: &str) -> krec_guest::serde_json::Value {
+    let value = pod.annotations().get(annotation).cloned();
+    krec_guest::serde_json::json!({"metadata": {"annotations": {annotation: value}}})
 }
 
 impl Reconciler for PodStamper {
@@ -95,7 +113,12 @@ impl Reconciler for PodStamper {
             return Ok(Action::done());
         };
         if stamp_as(&mut pod, &self.annotation) == Decision::Write {
-            ctx.update(&pod)?;
+            if self.patch {
+                let patch = Patch::Merge(annotation_patch(&pod, &self.annotation));
+                ctx.patch::<Pod>(req.namespace(), &req.name, &patch)?;
+            } else {
+                ctx.update(&pod)?;
+            }
         }
         Ok(Action::done())
     }
