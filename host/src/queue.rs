@@ -132,9 +132,11 @@ fn sparse(len: usize, capacity: usize) -> bool {
 }
 
 impl<K: Eq + Hash + Ord> State<K> {
-    /// Give back the memory a burst left: a resync or an initial list enqueues every key at once
-    /// (10 000 Pods leave a queue and a set sized for 10 000, about 2 MiB, for the life of the
-    /// controller — per guest) and hash maps and deques never shrink by themselves.
+    /// Release the memory a burst left to the allocator: a resync or an initial list enqueues
+    /// every key at once (10 000 Pods leave a queue and a set sized for 10 000, about 2 MiB, for
+    /// the life of the controller — per guest), and hash maps and deques never shrink by
+    /// themselves. (The process's resident size need not fall: glibc keeps freed memory for
+    /// the next allocations.)
     fn shrink_if_sparse(&mut self) {
         let target = |len: usize| (2 * len).max(KEEP_CAPACITY);
         if sparse(self.queue.len(), self.queue.capacity()) {
