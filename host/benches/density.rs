@@ -46,7 +46,7 @@ use common::{cpu_seconds_of, median_min_max, quick, rss_pss_kib_of};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
+use kube::runtime::controller;
 use pod_stamper::{Decision, GENERATION, READ_ONLY};
 use serde_json::{Value, json};
 
@@ -158,18 +158,8 @@ fn child_main(kubeconfig: &str, spec: &str) {
         for k in first..first + count {
             let api: Api<Pod> = Api::namespaced(client.clone(), NS);
             let ctx = Arc::new((client.clone(), reconciles.clone(), annotation(k)));
-            let controller = if strip {
-                let (reader, writer) = reflector::store();
-                let stream = watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
-                    .reflect(writer)
-                    .applied_objects();
-                Controller::for_stream(stream, reader)
-            } else {
-                Controller::new(api, watcher::Config::default())
-            }
-            .with_config(controller::Config::default().concurrency(WORKERS));
+            let controller = common::kube_rs_controller(api, strip)
+                .with_config(controller::Config::default().concurrency(WORKERS));
             tokio::spawn(
                 controller
                     .run(
@@ -394,28 +384,23 @@ fn start(arm: Arm, k: usize, kubeconfig: &Path, module_cache: &Path) -> Running 
     }
 }
 
-/// Set the generation label to `value` on the `count` Pods `{prefix}-NNNNN`, 32 requests in
-/// flight.
+/// Set the generation label to `value` on the `count` Pods `{prefix}-NNNNN`.
 async fn bulk_update(client: &kube::Client, prefix: &str, count: usize, value: &str) {
+    let patch = json!({"metadata": {"labels": {GENERATION: value}}});
+    patch_pods(client, prefix, count, &patch).await;
+}
+
+/// Merge-patch `patch` onto the `count` Pods `{prefix}-NNNNN`, 32 requests in flight.
+async fn patch_pods(client: &kube::Client, prefix: &str, count: usize, patch: &Value) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let pods = pods.clone();
-            let patch = json!({"metadata": {"labels": {GENERATION: value}}});
-            async move {
-                pods.patch(
-                    &format!("{prefix}-{i:05}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
+    common::for_each_pod(&pods, 0..count, "patch pod", |pods, i| {
+        let patch = Patch::Merge(patch.clone());
+        async move {
+            pods.patch(&format!("{prefix}-{i:05}"), &PatchParams::default(), &patch)
                 .await
-            }
-        })
-        .buffer_unordered(32)
-        .for_each(|r| async move {
-            r.expect("patch");
-        })
-        .await;
+        }
+    })
+    .await;
 }
 
 /// Bytes the process `pid` has written (`wchar`: every write and send, sockets included).
@@ -511,75 +496,46 @@ fn write_pod(i: usize) -> Value {
     let mut pod = common::pod(NS, &format!("w-{i:05}"));
     pod["metadata"]["labels"][GENERATION] = json!("0");
     // Already stamped by every writing controller: the initial sync writes nothing.
-    let stamps: serde_json::Map<String, Value> = (0..WRITE_K_MAX)
-        .map(|k| (annotation(k), json!(format!("0/{SETTINGS}"))))
-        .collect();
-    pod["metadata"]["annotations"] = Value::Object(stamps);
+    pod["metadata"]["annotations"] = generation_zero_stamps();
     pod
 }
 
-/// Create `count` more Pods `pod(i)` in the benchmark's (existing) namespace, 32 in flight.
+/// Every writing controller's annotation as [`pod_stamper::stamp_as`] writes it for
+/// generation 0.
+fn generation_zero_stamps() -> Value {
+    (0..WRITE_K_MAX)
+        .map(|k| (annotation(k), json!(format!("0/{SETTINGS}"))))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// Create `count` more Pods `pod(i)` in the benchmark's (existing) namespace.
 async fn create_more_pods(client: &kube::Client, count: usize, pod: impl Fn(usize) -> Value) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let (pods, object) = (pods.clone(), pod(i));
-            async move {
-                let object: Pod = serde_json::from_value(object).expect("pod");
-                pods.create(&PostParams::default(), &object).await
-            }
-        })
-        .buffer_unordered(32)
-        .for_each(|r| async move {
-            r.expect("create pod");
-        })
-        .await;
+    common::for_each_pod(&pods, 0..count, "create pod", |pods, i| {
+        let object: Pod = serde_json::from_value(pod(i)).expect("pod");
+        async move { pods.create(&PostParams::default(), &object).await }
+    })
+    .await;
 }
 
 /// Bring every written Pod back to generation 0, stamped by every controller: a new K's
 /// controllers then start with nothing to write (a K = 10 arm after K = 1 would otherwise find
 /// nine stale stamps per Pod).
 async fn reset_written_pods(client: &kube::Client) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let stamps: serde_json::Map<String, Value> = (0..WRITE_K_MAX)
-        .map(|k| (annotation(k), json!(format!("0/{SETTINGS}"))))
-        .collect();
-    let patch = json!({"metadata": {"labels": {GENERATION: "0"}, "annotations": stamps}});
-    futures::stream::iter(0..WRITE_PODS)
-        .map(|i| {
-            let (pods, patch) = (pods.clone(), patch.clone());
-            async move {
-                pods.patch(
-                    &format!("w-{i:05}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
-                .await
-            }
-        })
-        .buffer_unordered(32)
-        .for_each(|r| async move {
-            r.expect("reset pod");
-        })
-        .await;
+    let patch = json!({"metadata": {"labels": {GENERATION: "0"},
+        "annotations": generation_zero_stamps()}});
+    patch_pods(client, "w", WRITE_PODS, &patch).await;
 }
 
-/// Delete the Pods `{prefix}-NNNNN` numbered `range`, 32 requests in flight.
+/// Delete the Pods `{prefix}-NNNNN` numbered `range`.
 async fn delete_pods(client: &kube::Client, prefix: &str, range: std::ops::Range<usize>) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    futures::stream::iter(range)
-        .map(|i| {
-            let pods = pods.clone();
-            async move {
-                pods.delete(&format!("{prefix}-{i:05}"), &Default::default())
-                    .await
-            }
-        })
-        .buffer_unordered(32)
-        .for_each(|r| async move {
-            r.expect("delete pod");
-        })
-        .await;
+    common::for_each_pod(&pods, range, "delete pod", |pods, i| async move {
+        pods.delete(&format!("{prefix}-{i:05}"), &Default::default())
+            .await
+    })
+    .await;
 }
 
 fn read_pod(i: usize) -> Value {

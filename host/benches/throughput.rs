@@ -39,7 +39,7 @@ use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
+use kube::runtime::{controller, watcher};
 use pod_stamper::{Decision, GENERATION, READ_ONLY, STAMP};
 use serde_json::{Value, json};
 
@@ -355,18 +355,8 @@ async fn start(
             let count = Arc::new(AtomicU64::new(0));
             let ctx = Arc::new((client.clone(), count.clone()));
             let pods = Api::<Pod>::all(client.clone());
-            let controller = if arm == Arm::KubeRs {
-                Controller::new(pods, watcher::Config::default())
-            } else {
-                let (reader, writer) = reflector::store();
-                let stream = watcher(pods, watcher::Config::default())
-                    .default_backoff()
-                    .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
-                    .reflect(writer)
-                    .applied_objects();
-                Controller::for_stream(stream, reader)
-            }
-            .with_config(controller::Config::default().concurrency(WORKERS));
+            let controller = common::kube_rs_controller(pods, arm == Arm::KubeRsStripped)
+                .with_config(controller::Config::default().concurrency(WORKERS));
             let task = tokio::spawn(
                 controller
                     .run(

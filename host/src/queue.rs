@@ -138,25 +138,21 @@ impl<K: Eq + Hash + Ord> State<K> {
     /// themselves. (The process's resident size need not fall: glibc keeps freed memory for
     /// the next allocations.)
     fn shrink_if_sparse(&mut self) {
-        let target = |len: usize| (2 * len).max(KEEP_CAPACITY);
-        if sparse(self.queue.len(), self.queue.capacity()) {
-            self.queue.shrink_to(target(self.queue.len()));
+        macro_rules! shrink {
+            ($($collection:expr),*) => {$(
+                if sparse($collection.len(), $collection.capacity()) {
+                    $collection.shrink_to((2 * $collection.len()).max(KEEP_CAPACITY));
+                }
+            )*};
         }
-        if sparse(self.dirty.len(), self.dirty.capacity()) {
-            self.dirty.shrink_to(target(self.dirty.len()));
-        }
-        if sparse(self.processing.len(), self.processing.capacity()) {
-            self.processing.shrink_to(target(self.processing.len()));
-        }
-        if sparse(self.waiting.len(), self.waiting.capacity()) {
-            self.waiting.shrink_to(target(self.waiting.len()));
-        }
-        if sparse(self.due.len(), self.due.capacity()) {
-            self.due.shrink_to(target(self.due.len()));
-        }
-        if sparse(self.failures.len(), self.failures.capacity()) {
-            self.failures.shrink_to(target(self.failures.len()));
-        }
+        shrink!(
+            self.queue,
+            self.dirty,
+            self.processing,
+            self.waiting,
+            self.due,
+            self.failures
+        );
     }
 }
 

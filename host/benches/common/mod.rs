@@ -223,18 +223,46 @@ pub async fn create_pods(
         .await
         .expect("create namespace");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let (pods, object) = (pods.clone(), pod(i));
-            async move {
-                let object: Pod = serde_json::from_value(object).expect("pod");
-                pods.create(&PostParams::default(), &object).await
-            }
-        })
+    for_each_pod(&pods, 0..count, "create pod", |pods, i| {
+        let object: Pod = serde_json::from_value(pod(i)).expect("pod");
+        async move { pods.create(&PostParams::default(), &object).await }
+    })
+    .await;
+}
+
+/// Run `op` for each number of `range` on `pods`, 32 requests in flight; panics with `what`
+/// on the first failure.
+pub async fn for_each_pod<F, Fut, T>(
+    pods: &Api<Pod>,
+    range: std::ops::Range<usize>,
+    what: &str,
+    op: F,
+) where
+    F: Fn(Api<Pod>, usize) -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    futures::stream::iter(range)
+        .map(|i| op(pods.clone(), i))
         .buffer_unordered(32)
         .try_collect::<Vec<_>>()
         .await
-        .expect("create pods");
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+}
+
+/// kube-rs's `Controller` over `pods`: as `Controller::new` sets it up, or (`strip`) over a
+/// reflector that drops `managedFields` as krec's cache does — the like-for-like arm.
+pub fn kube_rs_controller(pods: Api<Pod>, strip: bool) -> kube::runtime::Controller<Pod> {
+    use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+    if !strip {
+        return Controller::new(pods, watcher::Config::default());
+    }
+    let (reader, writer) = reflector::store();
+    let stream = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(stream, reader)
 }
 
 /// This benchmark binary re-run as a load driver (`KREC_BENCH_DRIVER` names the kubeconfig),
