@@ -64,12 +64,19 @@ impl Requirement {
 
     /// Whether a set of labels (or fields) satisfies the requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let as_int = |key: &str| labels.get(key).and_then(|v| v.parse::<i64>().ok());
+        self.matches_with(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// Whether the labels `label` looks up satisfy the requirement (no map built: the
+    /// built-in controllers match every object of a namespace on every sync).
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        let as_int = |key: &str| label(key).and_then(|v| v.parse::<i64>().ok());
+        let listed = |values: &[String], v: &str| values.iter().any(|w| w == v);
         match self {
-            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
-            Requirement::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
-            Requirement::Exists(key) => labels.contains_key(key),
-            Requirement::DoesNotExist(key) => !labels.contains_key(key),
+            Requirement::In(key, values) => label(key).is_some_and(|v| listed(values, v)),
+            Requirement::NotIn(key, values) => label(key).is_none_or(|v| !listed(values, v)),
+            Requirement::Exists(key) => label(key).is_some(),
+            Requirement::DoesNotExist(key) => label(key).is_none(),
             Requirement::GreaterThan(key, n) => as_int(key).is_some_and(|v| v > *n),
             Requirement::LessThan(key, n) => as_int(key).is_some_and(|v| v < *n),
         }
@@ -153,7 +160,10 @@ impl LabelSelector {
         if self.requirements.is_empty() {
             return true;
         }
-        self.matches(&object_labels(object))
+        // A label that is not a string is no label, as `object_labels` reads them.
+        let labels = object.at("/metadata/labels").and_then(Value::as_object);
+        let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+        self.requirements.iter().all(|r| r.matches_with(label))
     }
 }
 
@@ -497,6 +507,7 @@ impl FieldSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -596,6 +607,24 @@ mod tests {
                 other.insert(k.clone(), format!("{v}x"));
                 proptest::prop_assert!(!selector.matches(&other));
             }
+        }
+
+        /// An object's labels read in place match as the map `object_labels` builds (labels
+        /// that are not strings being no labels).
+        #[test]
+        fn matching_an_object_should_agree_with_matching_its_labels(
+            selector in "[abc]( ?(=|!=|in \\(|notin \\()[0-9x,]{0,3}\\)?)?(,!?[abc]([<>][0-9]|=[0-9x])?){0,2}",
+            labels in proptest::collection::btree_map("[abc]", proptest::prop_oneof![
+                "[0-9x]{0,2}".prop_map(serde_json::Value::from),
+                proptest::num::i64::ANY.prop_map(serde_json::Value::from),
+            ], 0..4),
+        ) {
+            let Ok(selector) = LabelSelector::parse(&selector) else { return Ok(()) };
+            let object = serde_json::json!({"metadata": {"labels": labels}});
+            proptest::prop_assert_eq!(
+                selector.matches_object(&object),
+                selector.matches(&object_labels(&object)),
+            );
         }
     }
 }

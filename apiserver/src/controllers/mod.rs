@@ -835,25 +835,39 @@ fn adopt_and_release(
     else {
         return Ok(());
     };
+    let owner_uid = uid(owner);
     for object in engine.store.objects(rt, Some(ns)) {
-        let controller = controller_of(&object).map(|o| o.uid.to_owned());
-        let matches = selector.matches_object(&object);
+        // Decided on the shared object; copied only when it changes (most syncs change none
+        // of the namespace's objects, and this runs over all of them).
+        let adopt = match controller_of(&object) {
+            None if selector.matches_object(&object)
+                && !is_deleting(&object)
+                && !is_terminal(&object) =>
+            {
+                true
+            }
+            Some(controller)
+                if controller.uid == owner_uid && !selector.matches_object(&object) =>
+            {
+                false
+            }
+            _ => continue,
+        };
         let references = object
             .at("/metadata/ownerReferences")
             .and_then(Value::as_array)
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
-        let references = match controller.as_deref() {
-            None if matches && !is_deleting(&object) && !is_terminal(&object) => {
-                let mut references = references;
-                references.push(owner_reference(owner));
-                references
-            }
-            Some(controller) if controller == uid(owner) && !matches => references
-                .into_iter()
-                .filter(|r| r["uid"] != uid(owner))
-                .collect(),
-            _ => continue,
+        let references: Vec<Value> = if adopt {
+            let mut references = references.to_vec();
+            references.push(owner_reference(owner));
+            references
+        } else {
+            references
+                .iter()
+                .filter(|r| r["uid"] != owner_uid)
+                .cloned()
+                .collect()
         };
         let mut changed = (*object).clone();
         set_at(
