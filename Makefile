@@ -76,6 +76,7 @@ bench: guests
 	$(CARGO) bench -p krec --bench fairness
 	$(CARGO) bench -p krec --bench controllers
 	$(CARGO) bench -p krec --bench density
+	$(CARGO) bench -p krec --bench event_latency
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
 

@@ -22,6 +22,7 @@ pub mod imports;
 pub mod leader;
 pub mod manager;
 pub mod manifest;
+pub mod memory;
 pub mod metrics;
 pub mod objects;
 pub mod progress;

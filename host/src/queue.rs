@@ -15,6 +15,10 @@
 //!   [`forget`](WorkQueue::forget) resets the key's backoff.
 //! - **Delayed adds**: [`add_after`](WorkQueue::add_after) adds a key once its delay has passed;
 //!   of several pending delays for one key the earliest wins.
+//! - **Where a key came from**: [`add_caused`](WorkQueue::add_caused) tags a key with when the
+//!   watch event that caused it was received; [`get_caused`](WorkQueue::get_caused) hands that
+//!   instant out with the key (the first event's, when several were deduplicated; carried over
+//!   when the key was being processed), for the event-to-guest latency.
 //! - **Shutdown**: after [`shutdown`](WorkQueue::shutdown) no new keys are accepted and
 //!   [`get`](WorkQueue::get) returns `None`; keys already handed out are finished by their
 //!   workers, and [`drained`](WorkQueue::drained) waits for that.
@@ -103,13 +107,19 @@ pub trait QueueObserver: Send + Sync {
     fn retried(&self);
 }
 
+/// When the watch event behind a key was received (`None`: not an event — a retry, a delayed
+/// add, a resync). A std instant: the informer's clock, never tokio's paused one.
+pub type Origin = Option<std::time::Instant>;
+
 struct State<K> {
-    /// Keys ready to be handed out, with when each entered the queue.
-    queue: VecDeque<(K, Instant)>,
+    /// Keys ready to be handed out, with when each entered the queue and its origin.
+    queue: VecDeque<(K, Instant, Origin)>,
     /// Keys waiting in `queue` or to be re-queued when their processing ends.
     dirty: HashSet<K>,
     /// Keys being processed, with when each was handed out.
     processing: HashMap<K, Instant>,
+    /// The origin of a key added again while it is processed, for when it goes back.
+    origins: HashMap<K, std::time::Instant>,
     /// Earliest time each delayed key is due.
     waiting: HashMap<K, Instant>,
     /// The same due times, ordered (stale entries are skipped).
@@ -131,17 +141,25 @@ fn sparse(len: usize, capacity: usize) -> bool {
     capacity > KEEP_CAPACITY && len < capacity / 4
 }
 
+/// Bytes a shrink must free for the queue to ask for the freed memory to go back to the
+/// operating system ([`crate::memory::release_soon`]): the end of a burst, not of the ordinary
+/// coming and going of keys.
+const RELEASE_AFTER: usize = 64 << 10;
+
 impl<K: Eq + Hash + Ord> State<K> {
-    /// Release the memory a burst left to the allocator: a resync or an initial list enqueues
-    /// every key at once (10 000 Pods leave a queue and a set sized for 10 000, about 2 MiB, for
-    /// the life of the controller — per guest), and hash maps and deques never shrink by
-    /// themselves. (The process's resident size need not fall: glibc keeps freed memory for
-    /// the next allocations.)
+    /// Release the memory a burst left: a resync or an initial list enqueues every key at once
+    /// (10 000 Pods leave a queue and a set sized for 10 000, about 2 MiB, for the life of the
+    /// controller — per guest), and hash maps and deques never shrink by themselves. glibc
+    /// keeps what is freed for the next allocations: past [`RELEASE_AFTER`], the queue asks
+    /// for it to be returned.
     fn shrink_if_sparse(&mut self) {
+        let mut freed = 0usize;
         macro_rules! shrink {
             ($($collection:expr),*) => {$(
                 if sparse($collection.len(), $collection.capacity()) {
+                    let before = $collection.capacity();
                     $collection.shrink_to((2 * $collection.len()).max(KEEP_CAPACITY));
+                    freed += (before - $collection.capacity()) * entry_size(&$collection);
                 }
             )*};
         }
@@ -149,11 +167,20 @@ impl<K: Eq + Hash + Ord> State<K> {
             self.queue,
             self.dirty,
             self.processing,
+            self.origins,
             self.waiting,
             self.due,
             self.failures
         );
+        if freed >= RELEASE_AFTER {
+            crate::memory::release_soon();
+        }
     }
+}
+
+/// The size of one entry of a collection (its keys' own allocations not counted).
+fn entry_size<C: IntoIterator>(_: &C) -> usize {
+    std::mem::size_of::<C::Item>()
 }
 
 /// A workqueue of keys. See the [module docs](self) for its guarantees.
@@ -170,8 +197,8 @@ pub struct WorkQueue<K> {
 
 /// What one look into the queue found.
 enum Take<K> {
-    /// A key, handed out.
-    Key(K),
+    /// A key, handed out, and its origin.
+    Key(K, Origin),
     /// Nothing ready; the next delayed key is due then, if any.
     Empty(Option<Instant>),
     /// The queue is shut down.
@@ -188,6 +215,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 queue: VecDeque::new(),
                 dirty: HashSet::new(),
                 processing: HashMap::new(),
+                origins: HashMap::new(),
                 waiting: HashMap::new(),
                 due: BinaryHeap::new(),
                 sequence: 0,
@@ -218,20 +246,33 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         }
     }
 
-    fn insert(state: &mut State<K>, key: K) -> bool {
+    fn insert(state: &mut State<K>, key: K, origin: Origin) -> bool {
         if state.shutting_down || !state.dirty.insert(key.clone()) {
             return false;
         }
         if !state.processing.contains_key(&key) {
-            state.queue.push_back((key, Instant::now()));
+            state.queue.push_back((key, Instant::now(), origin));
             return true;
+        }
+        if let Some(origin) = origin {
+            state.origins.insert(key, origin);
         }
         false
     }
 
     /// Add a key now.
     pub fn add(&self, key: K) {
-        let queued = Self::insert(&mut self.lock(), key);
+        self.add_with(key, None);
+    }
+
+    /// Add a key now, caused by a watch event received at `origin` (see
+    /// [`get_caused`](Self::get_caused)).
+    pub fn add_caused(&self, key: K, origin: std::time::Instant) {
+        self.add_with(key, Some(origin));
+    }
+
+    fn add_with(&self, key: K, origin: Origin) {
+        let queued = Self::insert(&mut self.lock(), key, origin);
         if queued {
             self.observe(|o| o.added());
             self.ready.notify_one();
@@ -354,7 +395,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             }
             state.due.pop();
             state.waiting.remove(&key);
-            if Self::insert(state, key) {
+            if Self::insert(state, key, None) {
                 added += 1;
             }
         }
@@ -370,10 +411,10 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             }
             let now = Instant::now();
             let (next_due, added) = Self::promote_due(&mut state, now);
-            let taken = state.queue.pop_front().map(|(key, enqueued)| {
+            let taken = state.queue.pop_front().map(|(key, enqueued, origin)| {
                 state.dirty.remove(&key);
                 state.processing.insert(key.clone(), now);
-                (key, now.saturating_duration_since(enqueued))
+                (key, now.saturating_duration_since(enqueued), origin)
             });
             state.shrink_if_sparse();
             if taken.is_some() && !state.queue.is_empty() {
@@ -386,9 +427,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             self.observe(|o| o.added());
         }
         match taken {
-            Some((key, waited)) => {
+            Some((key, waited, origin)) => {
                 self.observe(|o| o.taken(waited));
-                Take::Key(key)
+                Take::Key(key, origin)
             }
             None => Take::Empty(next_due),
         }
@@ -396,9 +437,15 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Wait for the next key; `None` once the queue is shut down.
     pub async fn get(&self) -> Option<K> {
+        self.get_caused().await.map(|(key, _)| key)
+    }
+
+    /// [`get`](Self::get), with when the watch event that caused the key was received (if
+    /// an event did: see [`add_caused`](Self::add_caused)).
+    pub async fn get_caused(&self) -> Option<(K, Origin)> {
         // A ready key is handed out without registering as a waiter.
         match self.take() {
-            Take::Key(key) => return Some(key),
+            Take::Key(key, origin) => return Some((key, origin)),
             Take::Shutdown => return None,
             Take::Empty(_) => {}
         }
@@ -408,7 +455,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             notified.as_mut().enable();
             // Registered: a key added from now on wakes us, so look once more before sleeping.
             let next_due = match self.take() {
-                Take::Key(key) => return Some(key),
+                Take::Key(key, origin) => return Some((key, origin)),
                 Take::Shutdown => return None,
                 Take::Empty(next_due) => next_due,
             };
@@ -436,8 +483,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         // Only a key that was being processed goes back: `done` for any other key must not
         // queue it a second time.
         let requeue = worked.is_some() && state.dirty.contains(key) && !state.shutting_down;
+        let origin = state.origins.remove(key);
         if requeue {
-            state.queue.push_back((key.clone(), now));
+            state.queue.push_back((key.clone(), now, origin));
         }
         let idle = state.processing.is_empty();
         drop(state);
@@ -459,6 +507,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         state.shutting_down = true;
         state.queue.clear();
         state.dirty.clear();
+        state.origins.clear();
         state.waiting.clear();
         state.due.clear();
         drop(state);
@@ -522,6 +571,43 @@ mod tests {
         assert_eq!(q.get().await, Some("b"));
         assert_eq!(q.get().await, Some("c"));
         assert_eq!(get_now(&q).await, None, "each key once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_should_carry_the_first_event_that_caused_it() {
+        let q = queue();
+        let (first, second, third) = {
+            let now = std::time::Instant::now();
+            (
+                now,
+                now + Duration::from_millis(1),
+                now + Duration::from_millis(2),
+            )
+        };
+        q.add_caused("a", first);
+        q.add_caused("a", second); // deduplicated: the first event's origin stays
+        q.add("b");
+        let take =
+            || async { tokio::time::timeout(Duration::from_millis(1), q.get_caused()).await };
+        assert_eq!(take().await.ok().flatten(), Some(("a", Some(first))));
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("b", None)),
+            "not an event"
+        );
+        // An event for a key being processed: its origin goes back with the key.
+        q.add_caused("a", third);
+        q.done(&"a");
+        assert_eq!(take().await.ok().flatten(), Some(("a", Some(third))));
+        q.done(&"a");
+        // Re-added after processing without an event: no stale origin.
+        q.add("a");
+        assert_eq!(take().await.ok().flatten(), Some(("a", None)));
+        // A delayed add is no event either.
+        q.done(&"a");
+        q.add_after("c", Duration::from_millis(5));
+        tokio::time::advance(Duration::from_millis(6)).await;
+        assert_eq!(take().await.ok().flatten(), Some(("c", None)));
     }
 
     #[tokio::test(start_paused = true)]

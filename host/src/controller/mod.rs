@@ -287,7 +287,7 @@ impl EventSink for Controller {
         let version = self.version.load();
         let mut enqueued = false;
         for request in version.handlers.requests(gvk, event) {
-            self.queue.add(request);
+            self.queue.add_caused(request, event.received);
             enqueued = true;
         }
         if enqueued {
@@ -566,13 +566,14 @@ impl Controller {
                 }
             };
             let request = tokio::select! {
-                request = self.queue.get() => match request {
+                request = self.queue.get_caused() => match request {
                     Some(request) => request,
                     None => break,
                 },
                 // `get` is cancel-safe: a key is only taken in the poll that returns it.
                 () = closing => continue,
             };
+            let (request, origin) = request;
             let taken = std::time::Instant::now();
             let version = self.version.load_full();
             let current = worker
@@ -603,7 +604,7 @@ impl Controller {
             };
             self.count_budgets(&version.module, &guest_label);
             if let Some(usage) = guest.last_usage() {
-                self.observe_stages(taken, &usage);
+                self.observe_stages(origin, taken, &usage);
                 self.metrics
                     .guest_cpu
                     .get_or_create(&guest_label)
@@ -620,10 +621,22 @@ impl Controller {
     }
 
     /// The stages of one reconcile in `krec_event_stage_seconds`: from `taken` (a worker took
-    /// the key) to the guest entered, to its first host call, to its return (now).
-    fn observe_stages(&self, taken: std::time::Instant, usage: &crate::guest::Usage) {
+    /// the key) to the guest entered, to its first host call, to its return (now); and from
+    /// `origin` (the watch event that caused it was received, if one did) to the guest entered.
+    fn observe_stages(
+        &self,
+        origin: crate::queue::Origin,
+        taken: std::time::Instant,
+        usage: &crate::guest::Usage,
+    ) {
         let observe = |series: &Histogram, took: Duration| series.observe(took.as_secs_f64());
         let stages = &self.stages;
+        if let Some(origin) = origin {
+            observe(
+                &stages.event_to_guest,
+                usage.entered.saturating_duration_since(origin),
+            );
+        }
         observe(
             &stages.start,
             usage.entered.saturating_duration_since(taken),
