@@ -29,8 +29,10 @@
 //!
 //! K = 50 runs on [`READ_PODS_K50`] Pods (fifty kube-rs processes caching 10 000 Pods each would
 //! not fit this machine's memory), once. `KREC_BENCH_QUICK=1`: 2 000 read-only Pods, K = 1 and
-//! 10, one round. The module cache is filled before the first measured arm, so no krec arm
-//! compiles.
+//! 10, one round. `KREC_DENSITY_ARMS=krec,kube_rs_procs` runs only the arms named, and
+//! `KREC_DENSITY_PODS=10000` sets the read-only Pods of a quick run (for looking into one
+//! figure; a full run runs all). The module cache is filled before the first measured arm, so
+//! no krec arm compiles.
 
 mod common;
 
@@ -551,6 +553,10 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     } else {
         (READ_PODS, &[1, 10, 50], 3)
     };
+    let read_pods = match std::env::var("KREC_DENSITY_PODS") {
+        Ok(pods) if quick() => pods.parse().expect("KREC_DENSITY_PODS: a number of Pods"),
+        _ => read_pods,
+    };
     let cluster = common::ClusterProcess::start();
     let text = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
     let client = krec::dev::client_from_kubeconfig(&text)
@@ -559,12 +565,16 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     common::create_pods(&client, NS, read_pods, read_pod).await;
     create_more_pods(&client, WRITE_PODS, write_pod).await;
     let cache = tempfile::tempdir().expect("module cache");
-    let arms = [
+    let named = std::env::var("KREC_DENSITY_ARMS").unwrap_or_default();
+    let arms: Vec<Arm> = [
         Arm::Krec,
         Arm::KubeRsProcs,
         Arm::KubeRsShared,
         Arm::KubeRsProcsStripped,
-    ];
+    ]
+    .into_iter()
+    .filter(|arm| named.is_empty() || named.split(',').any(|n| n == arm.name()))
+    .collect();
     let mut generation = 0u64;
     // Compile the guest into the module cache (and warm the machine); not measured.
     run_arm(
