@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use common::{median_min_max, quick};
 use krec::cluster::{ClusterAccess, MemoryCluster};
-use krec::guest::{GuestModule, GuestWorker};
+use krec::guest::{Engines, GuestModule, GuestWorker};
 use krec::manifest::Manifest;
 use krec::queue::{RateLimit, WorkQueue};
 use serde_json::{Value, json};
@@ -56,23 +56,27 @@ fn pod_review(pod: &Value) -> krec::bindings::guest::WitAdmissionRequest {
     }
 }
 
+/// `manifest`'s guest on the engine `krec run` gives its isolation (pooled instances for
+/// `per-reconcile`).
+fn load(engines: &Engines, manifest: Arc<krec::manifest::Manifest>) -> GuestModule {
+    let (engine, linker) = engines.for_isolation(manifest.spec.isolation);
+    GuestModule::load(engine, linker, manifest).expect("module")
+}
+
 async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = krec::engine::new_engine().expect("engine");
-    let linker = krec::guest::new_linker(&engine).expect("linker");
+    let engines = Engines::new().expect("engines");
     let cluster = Arc::new(MemoryCluster::new());
     let mut pod = common::pod("default", "web-0");
     pod["metadata"]["labels"][pod_stamper::GENERATION] = json!("1");
     cluster.create(pod.clone()).await.expect("pod");
     let access: Arc<dyn ClusterAccess> = cluster.clone();
     let manifest = Arc::new(webhook_manifest(dir.path(), "reuse"));
-    let wasm = GuestModule::load(&engine, &linker, manifest.clone()).expect("module");
-    let fresh = GuestModule::load(
-        &engine,
-        &linker,
+    let wasm = load(&engines, manifest.clone());
+    let fresh = load(
+        &engines,
         Arc::new(webhook_manifest(dir.path(), "per-reconcile")),
-    )
-    .expect("module");
+    );
     let native = GuestModule::native_with_validator(
         manifest,
         krec_guest::native::reconcile::<pod_stamper::PodStamper>,
@@ -173,8 +177,7 @@ fn manifest(dir: &Path, isolation: &str) -> Manifest {
 
 async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = krec::engine::new_engine().expect("engine");
-    let linker = krec::guest::new_linker(&engine).expect("linker");
+    let engines = Engines::new().expect("engines");
     let cluster = Arc::new(MemoryCluster::new());
     let mut pod = common::pod("default", "web-0");
     pod["metadata"]["labels"][pod_stamper::READ_ONLY] = json!("true");
@@ -182,12 +185,8 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     let stored = cluster.create(pod).await.expect("pod");
     let bytes = serde_json::to_vec(&stored).expect("json").len();
     let access: Arc<dyn ClusterAccess> = cluster.clone();
-    let load = |isolation: &str| {
-        Arc::new(
-            GuestModule::load(&engine, &linker, Arc::new(manifest(dir.path(), isolation)))
-                .expect("module"),
-        )
-    };
+    let load =
+        |isolation: &str| Arc::new(load(&engines, Arc::new(manifest(dir.path(), isolation))));
     let mut native = GuestWorker::new(
         Arc::new(GuestModule::native(
             Arc::new(manifest(dir.path(), "reuse")),

@@ -30,17 +30,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use wasmtime::Engine;
-use wasmtime::component::Linker;
-
 use crate::cache::{Cache, EventSink, Informer, SYNC_TIMEOUT};
 use crate::cluster::api::ApiClient;
 use crate::cluster::live::LiveCluster;
 use crate::cluster::{ClusterAccess, Gvk};
 use crate::controller::Controller;
-use crate::guest::{
-    CpuGovernor, GuestModule, GuestWorker, HostState, ModuleCache, NativeReconcile,
-};
+use crate::guest::{CpuGovernor, Engines, GuestModule, GuestWorker, ModuleCache, NativeReconcile};
 use crate::manifest::{Manifest, ManifestError};
 use crate::metrics::Metrics;
 
@@ -132,8 +127,7 @@ struct Inner {
     gate: tokio::sync::watch::Receiver<bool>,
     /// Keeps the always-open gate's channel alive when there is no leader election.
     _open: Option<tokio::sync::watch::Sender<bool>>,
-    engine: Engine,
-    linker: Linker<HostState>,
+    engines: Engines,
     module_cache: ModuleCache,
     native: BTreeMap<String, NativeReconcile>,
     /// Shares the host's CPU between its guests.
@@ -203,8 +197,7 @@ impl Manager {
         manifests: Vec<Manifest>,
         options: ManagerOptions,
     ) -> anyhow::Result<Self> {
-        let engine = crate::engine::new_engine()?;
-        let linker = crate::guest::new_linker(&engine)?;
+        let engines = Engines::new()?;
         let (gate, open) = match options.gate {
             Some(gate) => (gate, None),
             None => {
@@ -218,8 +211,7 @@ impl Manager {
                 metrics: options.metrics.unwrap_or_default(),
                 gate,
                 _open: open,
-                engine,
-                linker,
+                engines,
                 module_cache,
                 native: options.native,
                 governor: CpuGovernor::new(),
@@ -292,7 +284,8 @@ impl Manager {
             GuestModule::native(manifest.clone(), *reconcile)
         } else {
             tokio::task::spawn_blocking(move || {
-                GuestModule::load_cached(&inner.engine, &inner.linker, loading, &inner.module_cache)
+                let (engine, linker) = inner.engines.for_isolation(loading.spec.isolation);
+                GuestModule::load_cached(engine, linker, loading, &inner.module_cache)
             })
             .await
             .map_err(|e| format!("loading the module panicked: {e}"))?

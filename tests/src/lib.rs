@@ -78,10 +78,11 @@ impl Harness {
 
     /// Load the guest a manifest names.
     pub fn with_manifest(manifest: Manifest) -> Self {
-        let engine = krec::engine::new_engine().expect("engine");
-        let linker = krec::guest::new_linker(&engine).expect("linker");
-        let module = GuestModule::load(&engine, &linker, Arc::new(manifest))
-            .unwrap_or_else(|e| panic!("{e}"));
+        // The engine `krec run` gives the guest's isolation (pooled for per-reconcile).
+        let engines = krec::guest::Engines::new().expect("engines");
+        let (engine, linker) = engines.for_isolation(manifest.spec.isolation);
+        let module =
+            GuestModule::load(engine, linker, Arc::new(manifest)).unwrap_or_else(|e| panic!("{e}"));
         let cluster = Arc::new(MemoryCluster::new());
         let worker = GuestWorker::new(Arc::new(module), cluster.clone());
         Harness { cluster, worker }
@@ -265,11 +266,11 @@ impl Live {
     /// API client, as a controller's worker does; the manifest is used as given (not
     /// validated again), so a test can hand it permissions validation would refuse.
     pub fn worker(&self, manifest: Manifest) -> GuestWorker {
-        let engine = krec::engine::new_engine().expect("engine");
-        let linker = krec::guest::new_linker(&engine).expect("linker");
+        let engines = krec::guest::Engines::new().expect("engines");
+        let (engine, linker) = engines.for_isolation(manifest.spec.isolation);
         let manifest = Arc::new(manifest);
         let module =
-            GuestModule::load(&engine, &linker, manifest.clone()).unwrap_or_else(|e| panic!("{e}"));
+            GuestModule::load(engine, linker, manifest.clone()).unwrap_or_else(|e| panic!("{e}"));
         let cluster = Arc::new(krec::cluster::live::LiveCluster::new(
             self.manager.cache().clone(),
             &manifest,

@@ -72,6 +72,35 @@ async fn a_memory_bomb_should_hit_its_limit() {
     assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
 }
 
+/// `isolation: per-reconcile` guests run on the pooled engine, whose slots are reused with
+/// their memory kept resident: a trap there is contained alike, the manifest's memory limit
+/// holds inside the pool's larger slots, and fresh instances keep working in the reused slots.
+#[tokio::test]
+async fn pooled_instances_should_contain_traps_like_any_other() {
+    let mut manifest = misbehave_manifest();
+    manifest.spec.isolation = krec::manifest::Isolation::PerReconcile;
+    let mut h = Harness::with_manifest(manifest);
+    for (name, cause) in [
+        ("oom", TrapCause::OutOfMemory),
+        ("recurse", TrapCause::StackOverflow),
+        ("panic", TrapCause::Panic),
+    ] {
+        let message = expect_trap(&mut h, name, &[cause]).await;
+        if name == "oom" {
+            assert!(message.contains("memory limit exceeded"), "{message}");
+        }
+        // Many fresh instances through the same slots after the trap.
+        for _ in 0..20 {
+            assert_eq!(
+                h.reconcile(None, "ok").await,
+                Ok(Action::Done),
+                "after {name}"
+            );
+            assert!(!h.worker.has_instance());
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_panic_should_trap() {
     let mut h = misbehave();

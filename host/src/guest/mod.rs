@@ -165,6 +165,40 @@ fn one_line(err: &wasmtime::Error) -> String {
         .replace('\n', " ")
 }
 
+/// The engines guests run on, each with its linker: one whose instances are allocated on
+/// demand, for guests that keep an instance across calls (`isolation: reuse`), and one whose
+/// instances come from a pool with resident slots, for guests instantiated per call
+/// (`isolation: per-reconcile`). See [`crate::engine`].
+pub struct Engines {
+    reuse: (Engine, Linker<HostState>),
+    fresh: (Engine, Linker<HostState>),
+}
+
+impl Engines {
+    /// Both engines and their linkers.
+    ///
+    /// # Errors
+    ///
+    /// When an engine or a linker cannot be built.
+    pub fn new() -> wasmtime::Result<Self> {
+        let reuse = crate::engine::new_engine()?;
+        let fresh = crate::engine::new_pooled_engine()?;
+        Ok(Engines {
+            reuse: (reuse.clone(), new_linker(&reuse)?),
+            fresh: (fresh.clone(), new_linker(&fresh)?),
+        })
+    }
+
+    /// The engine and linker a guest with `isolation` runs on.
+    pub fn for_isolation(&self, isolation: Isolation) -> (&Engine, &Linker<HostState>) {
+        let (engine, linker) = match isolation {
+            Isolation::Reuse => &self.reuse,
+            Isolation::PerReconcile => &self.fresh,
+        };
+        (engine, linker)
+    }
+}
+
 /// The linker every guest is instantiated with: WASI (no files, sockets or environment) and the
 /// host's `client`, `events` and `log`.
 pub fn new_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
