@@ -77,6 +77,7 @@ bench: guests
 	$(CARGO) bench -p krec --bench controllers
 	$(CARGO) bench -p krec --bench density
 	$(CARGO) bench -p krec --bench event_latency
+	$(CARGO) bench -p krec --bench scale
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
 

@@ -3,6 +3,8 @@
 //! - `memory_per_idle_guest_kib`: this process's RSS and PSS with 1, 10, 100 and 1000 loaded,
 //!   idle guests (each has reconciled once, so each holds its worker's instance), and the slope
 //!   between 100 and 1000 guests — the cost of one more guest;
+//! - `startup_{1,1000}_guests_s`: a new host with 1 and 1 000 guests of one module, from an
+//!   empty module cache (cold) and from the filled one (warm);
 //! - `cache_bytes_per_object_ratio`: the heap the shared cache holds for 10 000 Pods of ~3 KB,
 //!   divided by the size of those Pods' JSON (live bytes counted by this binary's allocator).
 //!
@@ -150,6 +152,56 @@ async fn idle_guests(
     manager.shutdown(Duration::from_secs(10)).await;
 }
 
+/// Start-up of a host with `count` guests of one module (a new manager, its guests loaded,
+/// informers synced, workers started): seconds, from an empty module cache (`cold`: the module
+/// compiled once, then shared) and from the cache that run filled (`warm`).
+async fn startup(
+    api: &std::sync::Arc<ApiClient>,
+    rows: &mut Vec<String>,
+    results: &mut serde_json::Map<String, Value>,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let module = common::module("cleanup_ticker.wasm");
+    let counts: &[usize] = if common::quick() {
+        &[1, 100]
+    } else {
+        &[1, 1000]
+    };
+    for &count in counts {
+        let manifests: Vec<Manifest> = (0..count)
+            .map(|n| manifest(dir.path(), n, &module))
+            .collect();
+        let cache_dir = dir.path().join(format!("modules-{count}"));
+        let mut seconds = Vec::new();
+        for _ in ["cold", "warm"] {
+            let options = ManagerOptions {
+                // A new cache each time: nothing shared in memory, only what is on disk.
+                module_cache: ModuleCache::new(&cache_dir).expect("cache"),
+                ..Default::default()
+            };
+            let started = std::time::Instant::now();
+            let manager = Manager::start_with(api.clone(), manifests.clone(), options)
+                .await
+                .expect("manager");
+            seconds.push(started.elapsed().as_secs_f64());
+            assert_eq!(
+                manager.controllers().len(),
+                count,
+                "{:?}",
+                manager.skipped()
+            );
+            manager.shutdown(Duration::from_secs(30)).await;
+        }
+        let (cold, warm) = (seconds[0], seconds[1]);
+        rows.push(format!(
+            "| startup_{count}_guests_s | cold {cold:.3} / warm {warm:.3} | | a new host with {count} guests of one module, from an empty module cache / from the cache that filled; warm / cold {:.2}× |",
+            warm / cold
+        ));
+        results.insert(format!("startup_{count}_guests_cold_s"), json!(cold));
+        results.insert(format!("startup_{count}_guests_warm_s"), json!(warm));
+    }
+}
+
 async fn cache_ratio(
     client: &kube::Client,
     api: &std::sync::Arc<ApiClient>,
@@ -219,6 +271,7 @@ fn main() {
         // Guests first: the cache's 10 000 Pods, once freed, would leave heap that later
         // guests reuse without growing the RSS.
         idle_guests(&api, &mut rows, &mut results).await;
+        startup(&api, &mut rows, &mut results).await;
         cache_ratio(&client, &api, &mut rows, &mut results).await;
     });
     common::print_table(&rows);
