@@ -1,5 +1,5 @@
 //! Fault injection: rules that make the server misbehave the way real clusters do — conflicts,
-//! throttling, server errors, slow requests, watches that end early or expire — so a
+//! throttling, server errors, slow requests, watches that end early, expire or lag — so a
 //! reconciler's retry, relist and conflict handling can be tested on purpose.
 //!
 //! Rules come from a YAML file (`krec cluster --faults FILE`) or from tests through
@@ -14,7 +14,7 @@
 //!     resources: [foos.samplecontroller.k8s.io, deployments/status]
 //!     namespaces: [default]     # empty or absent: every namespace
 //!     fieldManagers: [krec-*]   # only writes by these managers (`*` at the end: a prefix)
-//!     fault: conflict           # conflict | throttle | error | latency | end-watch | expire-watch
+//!     fault: conflict           # conflict | throttle | error | latency | end-watch | expire-watch | slow-watch
 //!     probability: 0.3          # default 1
 //!     count: 10                 # only the next 10 that fire; absent: no limit
 //!   - verbs: [watch]
@@ -26,6 +26,10 @@
 //!     status: 503               # 500 (default) or 503
 //!   - fault: latency
 //!     delay: 200ms              # then the request is served
+//!   - verbs: [watch]
+//!     resources: [deployments]
+//!     fault: slow-watch
+//!     delay: 2s                 # every event reaches the client 2 s after it happened
 //! ```
 
 use std::sync::Mutex;
@@ -58,6 +62,9 @@ pub enum Fault {
     EndWatch(Duration),
     /// A watch answered at once with a 410 Gone ERROR event (the client must relist).
     ExpireWatch,
+    /// A watch whose every event reaches the client this long after the store made it (a
+    /// lagging watch cache): what a controller's cache looks like just after its own write.
+    SlowWatch(Duration),
 }
 
 /// Which requests a rule applies to. Empty lists match everything.
@@ -302,9 +309,10 @@ impl FileRule {
             "latency" => Fault::Latency(duration("delay", &self.delay, None)?),
             "end-watch" => Fault::EndWatch(duration("after", &self.after, None)?),
             "expire-watch" => Fault::ExpireWatch,
+            "slow-watch" => Fault::SlowWatch(duration("delay", &self.delay, None)?),
             other => {
                 return Err(format!(
-                    "unknown fault {other:?} (expected conflict, throttle, error, latency, end-watch or expire-watch)"
+                    "unknown fault {other:?} (expected conflict, throttle, error, latency, end-watch, expire-watch or slow-watch)"
                 ));
             }
         };
@@ -461,7 +469,7 @@ pub fn refusal(fault: &Fault, request: &Request<'_>) -> Option<ApiError> {
         Fault::Error { .. } => Some(ApiError::internal(
             "Internal error occurred: injected fault",
         )),
-        Fault::Latency(_) | Fault::EndWatch(_) | Fault::ExpireWatch => None,
+        Fault::Latency(_) | Fault::EndWatch(_) | Fault::ExpireWatch | Fault::SlowWatch(_) => None,
     }
 }
 
@@ -532,6 +540,21 @@ mod tests {
             .filter(|_| faults.decide(&request("get", "pods", None)).is_some())
             .count();
         assert_eq!(fired, 2);
+    }
+
+    #[test]
+    fn a_slow_watch_should_be_read_from_yaml() {
+        let faults = Faults::from_yaml(
+            "rules:\n- {verbs: [watch], resources: [deployments], fault: slow-watch, delay: 2s}\n",
+        )
+        .expect("rules");
+        assert_eq!(
+            faults.decide(&request("watch", "deployments", None)),
+            Some(Fault::SlowWatch(Duration::from_secs(2)))
+        );
+        assert_eq!(faults.decide(&request("watch", "pods", None)), None);
+        let err = Faults::from_yaml("rules:\n- {fault: slow-watch}\n").expect_err("no delay");
+        assert!(err.contains("delay"), "{err}");
     }
 
     #[test]

@@ -1156,7 +1156,12 @@ async fn watch(
         }
         Err(err) => return Err(err),
     };
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    // Each line with when it was made, for a `slow-watch` fault to hold it back by.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Bytes)>(64);
+    let lag = match fault {
+        Some(Fault::SlowWatch(delay)) => Some(delay),
+        _ => None,
+    };
     let rt = target.rt.clone();
     let namespace = target.namespace.clone();
     let open = server
@@ -1171,6 +1176,7 @@ async fn watch(
                 .unwrap_or_default(),
         );
         let tx = tx;
+        let send = async |line: Bytes| tx.send((tokio::time::Instant::now(), line)).await;
         let mut feed = start.feed;
         let mut last_rv = start.resource_version;
         let render = async |kind: &str, change: &crate::store::Change| -> Result<Bytes, Bytes> {
@@ -1212,7 +1218,7 @@ async fn watch(
                     Ok(line) => (line, false),
                     Err(error) => (error, true),
                 };
-                if tx.send(line).await.is_err() || failed {
+                if send(line).await.is_err() || failed {
                     return;
                 }
             }
@@ -1221,7 +1227,7 @@ async fn watch(
             let end = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {
                 "resourceVersion": last_rv.to_string(),
                 "annotations": {"k8s.io/initial-events-end": "true"}}});
-            if tx.send(watch_line("BOOKMARK", &end)).await.is_err() {
+            if send(watch_line("BOOKMARK", &end)).await.is_err() {
                 return;
             }
         }
@@ -1266,7 +1272,7 @@ async fn watch(
                             Some(kind) => match render(kind, &change).await {
                                 Ok(line) => line,
                                 Err(error) => {
-                                    let _ = tx.send(error).await;
+                                    let _ = send(error).await;
                                     return;
                                 }
                             },
@@ -1275,18 +1281,24 @@ async fn watch(
                     }
                     Err(RecvError::Lagged(_)) => {
                         let err = ApiError::gone("the watch fell too far behind; relist");
-                        let _ = tx.send(watch_line("ERROR", &err.status())).await;
+                        let _ = send(watch_line("ERROR", &err.status())).await;
                         return;
                     }
                     Err(RecvError::Closed) => return,
                 },
             };
-            if tx.send(line).await.is_err() {
+            if send(line).await.is_err() {
                 return; // the client went away
             }
         }
     });
-    let lines = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let lines =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).then(move |(made, line)| async move {
+            if let Some(lag) = lag {
+                tokio::time::sleep_until(made + lag).await;
+            }
+            line
+        });
     Ok(stream_response(lines))
 }
 

@@ -216,3 +216,65 @@ async fn the_cache_should_miss_nothing_when_watches_are_cut() {
         faults.fired(ended)
     );
 }
+
+/// A `slow-watch` fault holds every event of the watches it fires on back by its delay — what
+/// a controller's cache looks like just after its own write — while reads answer at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_watch_should_deliver_its_events_late_and_in_order() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher;
+
+    const LAG: Duration = Duration::from_millis(800);
+    let faults = std::sync::Arc::new(krec_apiserver::faults::Faults::with_seed(1));
+    faults.add(
+        Rule::new(Fault::SlowWatch(LAG))
+            .verbs(&["watch"])
+            .resources(&["configmaps"]),
+    );
+    let server = krec_apiserver::Server::builder()
+        .controllers(krec_apiserver::controllers::Selection::none())
+        .faults(faults)
+        .start()
+        .await
+        .expect("server");
+    let client = krec::dev::client_from_kubeconfig(server.kubeconfig())
+        .await
+        .expect("client");
+    let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+    // The initial (empty) list is no watch event: wait for it to be done.
+    while let Some(event) = events.next().await {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            break;
+        }
+    }
+    let mut created = Vec::new();
+    for name in ["slow-a", "slow-b"] {
+        let cm: ConfigMap = serde_json::from_value(configmap(name)).expect("configmap");
+        api.create(&Default::default(), &cm).await.expect("create");
+        created.push((name, std::time::Instant::now()));
+        // Read back at once: reads are not held back.
+        api.get(name).await.expect("read at once");
+    }
+    for (name, at) in created {
+        let event = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match events.next().await {
+                    Some(Ok(watcher::Event::Apply(cm))) => return cm,
+                    Some(_) => continue,
+                    None => panic!("the watch ended"),
+                }
+            }
+        })
+        .await
+        .expect("the event arrives");
+        assert_eq!(event.metadata.name.as_deref(), Some(name), "in order");
+        assert!(
+            at.elapsed() >= LAG - Duration::from_millis(50),
+            "{name} arrived {:?} after its create, before the lag",
+            at.elapsed()
+        );
+    }
+    server.shutdown().await;
+}
