@@ -27,9 +27,15 @@ use crate::{Context, Result};
 ///   [`Context::get_opt`] and return [`Action::done`] when it is gone.
 /// - A reconcile that returns `Err`, panics or exceeds its time or memory limit is retried with
 ///   per-key exponential backoff; the error is logged and counted by the host.
-/// - Reads come from the host's cache and may lag writes slightly; writes carry the
-///   `resourceVersion` read, so acting on stale data fails with [`Error::Conflict`](crate::Error)
-///   instead of overwriting newer changes. Return the error and the host retries.
+/// - Reads come from the host's cache and may lag other writers' changes slightly; writes carry
+///   the `resourceVersion` read, so acting on stale data fails with
+///   [`Error::Conflict`](crate::Error) instead of overwriting newer changes. Return the error and
+///   the host retries.
+/// - **Read-your-own-writes**: once one of the guest's creates, updates or patches has returned,
+///   a later read of that kind (in that namespace) sees it or something newer — the host waits
+///   briefly for its cache, else asks the API server — so a reconcile right after a create does
+///   not create again. (Deletes are not covered yet; `readYourWrites: false` in the manifest
+///   turns this off.)
 ///
 /// # State and configuration
 ///

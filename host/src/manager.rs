@@ -292,8 +292,9 @@ impl Manager {
             .map_err(|e| e.to_string())?
         };
         let module = Arc::new(module.governed_by(&self.inner.governor));
-        let cluster: Arc<dyn ClusterAccess> =
-            Arc::new(LiveCluster::new(self.inner.cache.clone(), &manifest));
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(
+            LiveCluster::new(self.inner.cache.clone(), &manifest).with_metrics(&self.inner.metrics),
+        );
         // Instantiate once: a module whose start function traps is refused here.
         GuestWorker::new(module.clone(), cluster.clone())
             .warm_up()

@@ -133,6 +133,10 @@ pub struct ReconcilerSpec {
     /// Kinds whose reads always go to the API server (controller-runtime's `uncachedObjects`).
     #[serde(default)]
     pub uncached: Vec<KindRef>,
+    /// Read-your-own-writes: a cached read of a kind the guest wrote waits (bounded) until the
+    /// cache reflects that write, else reads the API server. `false` reads the cache as it is.
+    #[serde(default = "default_true")]
+    pub read_your_writes: bool,
     /// What the guest may do; every other call is `forbidden`.
     #[serde(default)]
     pub permissions: Vec<Permission>,
@@ -492,6 +496,10 @@ pub struct Limits {
     /// Writes the guest may send at once before `writeQps` applies: client-go's `Burst`.
     #[serde(default = "default_write_burst")]
     pub write_burst: u32,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Default per-reconcile timeout.

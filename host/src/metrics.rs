@@ -17,6 +17,8 @@
 //! | `krec_guest_memory_peak_bytes` | `guest` | largest linear memory of an instance |
 //! | `krec_guest_module_info` | `guest`, `version`, `digest` | 1 for the loaded version |
 //! | `krec_host_calls_total` | `guest`, `verb`, `result` | host calls that reached the cluster |
+//! | `krec_read_your_writes_waits_total` | `guest`, `outcome` (`caught_up`, `read_through`) | cached reads that waited for the guest's own write |
+//! | `krec_read_your_writes_wait_seconds` | `guest` | histogram of those waits |
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -111,6 +113,15 @@ pub struct NameLabel {
 pub struct GuestLabel {
     /// The guest's name.
     pub guest: String,
+}
+
+/// `guest`, `outcome` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// `caught_up` or `read_through`.
+    pub outcome: &'static str,
 }
 
 /// `guest`, `cause` labels.
@@ -242,6 +253,11 @@ pub struct Metrics {
     /// `krec_guest_map_calls_total`: calls of guests' `map` exports, by result (`ok`, `error`,
     /// `trap`).
     pub map_calls: Family<ResultLabels, Counter>,
+    /// `krec_read_your_writes_waits_total`: cached reads that waited for the cache to reflect
+    /// the guest's own write, by outcome (`caught_up`, `read_through` after the bound).
+    pub ryw_waits: Family<OutcomeLabels, Counter>,
+    /// `krec_read_your_writes_wait_seconds`: how long those reads waited.
+    pub ryw_wait: HistogramFamily<GuestLabel>,
     /// `krec_event_stage_seconds`: time an event spends in each stage inside the host
     /// ([`STAGES`]).
     pub event_stage: HistogramFamily<StageLabels>,
@@ -293,6 +309,8 @@ impl Metrics {
             write_throttled: Family::default(),
             quarantined: Family::default(),
             map_calls: Family::default(),
+            ryw_waits: Family::default(),
+            ryw_wait: Family::new_with_constructor(stage_buckets),
             event_stage: Family::new_with_constructor(stage_buckets),
             webhook_requests: Family::default(),
             webhook_latency: Family::new_with_constructor(webhook_buckets),
@@ -429,6 +447,16 @@ impl Metrics {
             "krec_guest_map_calls",
             "Calls of a guest's map function (watches with mapByGuest), by result: ok, error or trap",
             m.map_calls.clone(),
+        );
+        registry.register(
+            "krec_read_your_writes_waits",
+            "Cached reads that waited for the cache to reflect the guest's own earlier write, by outcome: caught_up, or read_through (the API server answered after the wait's bound)",
+            m.ryw_waits.clone(),
+        );
+        registry.register(
+            "krec_read_your_writes_wait_seconds",
+            "How long cached reads waited for the cache to reflect the guest's own write",
+            m.ryw_wait.clone(),
         );
         registry.register(
             "krec_event_stage_seconds",

@@ -121,6 +121,9 @@ pub struct Informer {
     store: RwLock<ObjectStore>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
     synced: tokio::sync::watch::Sender<bool>,
+    /// The highest `resourceVersion` the store reflects: every write the API server answered
+    /// with that version or an older one is in (see [`wait_for_version`](Self::wait_for_version)).
+    seen: tokio::sync::watch::Sender<u64>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// Guests that subscribed to or read through this informer: it runs while any remain.
     users: Mutex<BTreeSet<String>>,
@@ -165,6 +168,40 @@ impl Informer {
                 "the cache of {} has not synced within {timeout:?}",
                 self.describe()
             ))),
+        }
+    }
+
+    /// The highest `resourceVersion` the store reflects (0 before any object).
+    pub fn seen_version(&self) -> u64 {
+        *self.seen.borrow()
+    }
+
+    /// Wait until the store reflects `resource_version` — the watch has delivered the event of
+    /// that version or a later one — at most `timeout`; whether it does. Versions are compared
+    /// as numbers, as kube-apiserver's are (KEP-5504).
+    pub async fn wait_for_version(&self, resource_version: u64, timeout: Duration) -> bool {
+        let mut seen = self.seen.subscribe();
+        matches!(
+            tokio::time::timeout(timeout, seen.wait_for(|v| *v >= resource_version)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Raise the version the store reflects to `object`'s, if higher.
+    fn saw(&self, object: &CachedObject) {
+        if let Some(version) = object
+            .metadata()
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            self.seen.send_if_modified(|seen| {
+                let higher = version > *seen;
+                if higher {
+                    *seen = version;
+                }
+                higher
+            });
         }
     }
 
@@ -390,6 +427,7 @@ impl Informer {
                     store.indexes.insert(&object);
                     old
                 };
+                self.saw(&object);
                 match old {
                     // A relisted object that did not change is no event.
                     Some(old)
@@ -406,6 +444,7 @@ impl Informer {
                     let stored = store.objects.remove(&key_of(&object));
                     store.indexes.remove(stored.as_deref().unwrap_or(&object));
                 }
+                self.saw(&object);
                 self.dispatch(EventKind::Delete, &object, None, received);
             }
             watcher::Event::Init => self.write_store().relist = Some(HashMap::new()),
@@ -433,6 +472,9 @@ impl Informer {
                     store.indexes = indexes;
                     std::mem::replace(&mut store.objects, listed)
                 };
+                for object in self.read_store().objects.values() {
+                    self.saw(object);
+                }
                 // Deliver in namespace/name order: the store's order is arbitrary.
                 let after = self.state_sorted();
                 for object in &after {
@@ -566,6 +608,7 @@ impl Cache {
             store: RwLock::default(),
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
+            seen: tokio::sync::watch::channel(0).0,
             task: Mutex::new(None),
             users: Mutex::new(BTreeSet::new()),
         });
@@ -725,6 +768,7 @@ mod tests {
             store: RwLock::default(),
             sinks: RwLock::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
+            seen: tokio::sync::watch::channel(0).0,
             task: Mutex::new(None),
             users: Mutex::new(BTreeSet::new()),
         })
@@ -739,6 +783,44 @@ mod tests {
                 "kind": "ReplicaSet", "name": "rs", "uid": uid, "controller": true}]);
         }
         serde_json::from_value(value).expect("pod")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_store_should_say_which_version_it_reflects() {
+        let informer = informer();
+        assert_eq!(informer.seen_version(), 0);
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(pod("a", "p1", "5", None)),
+            watcher::Event::InitApply(pod("a", "p2", "3", None)),
+            watcher::Event::InitDone,
+        ] {
+            informer.apply(event);
+        }
+        assert_eq!(informer.seen_version(), 5, "the listed objects' highest");
+        // A write answered with version 7 is not in yet: a read waits, at most its bound.
+        let waiting = {
+            let informer = informer.clone();
+            tokio::spawn(async move { informer.wait_for_version(7, Duration::from_secs(1)).await })
+        };
+        tokio::task::yield_now().await;
+        informer.apply(watcher::Event::Apply(pod("a", "p1", "6", None)));
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "6 is not 7");
+        informer.apply(watcher::Event::Delete(pod("a", "p2", "7", None)));
+        assert!(
+            waiting.await.expect("task"),
+            "a deletion's version counts too"
+        );
+        assert!(
+            !informer
+                .wait_for_version(9, Duration::from_millis(50))
+                .await,
+            "bounded"
+        );
+        // Older events (a relist's unchanged objects) never lower it.
+        informer.apply(watcher::Event::Apply(pod("a", "p3", "2", None)));
+        assert_eq!(informer.seen_version(), 7);
     }
 
     fn names(values: &[Value]) -> Vec<&str> {

@@ -6,8 +6,20 @@
 //! manifest lists as `uncached`, `list` calls with `uncached: true`, and namespaces outside the
 //! guest's `namespaces`, which go to the API server. Writes always go to the API server, so a
 //! stale `resourceVersion` comes back as `conflict`.
+//!
+//! # Read-your-own-writes
+//!
+//! After one of the guest's writes returns `resourceVersion` R for an object, a later cached read
+//! of that kind (in that namespace) by the guest sees a version ≥ R: the read waits until the
+//! informer's store reflects R (its watch has delivered that event or a later one), at most a
+//! quarter of the guest's reconcile timeout and never more than a second, then, if the cache is
+//! still behind, reads the API server instead. So a reconcile that follows the guest's own
+//! create, before the watch has delivered it, finds the object rather than creating it again.
+//! `readYourWrites: false` in the manifest turns this off. Deletes are not tracked yet.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -42,6 +54,35 @@ pub struct LiveCluster {
     field_manager: String,
     uncached: Vec<Gvk>,
     namespaces: Vec<String>,
+    /// Read-your-own-writes: whether reads wait for the guest's writes, and how long at most.
+    read_your_writes: Option<Duration>,
+    /// The highest `resourceVersion` the guest's writes got back, by kind and namespace.
+    written: Mutex<HashMap<Gvk, HashMap<Option<String>, u64>>>,
+    /// `krec_read_your_writes_*` of this guest.
+    ryw_metrics: Option<RywMetrics>,
+}
+
+/// A guest's read-your-own-writes series, looked up once.
+struct RywMetrics {
+    caught_up: prometheus_client::metrics::counter::Counter,
+    read_through: prometheus_client::metrics::counter::Counter,
+    wait: prometheus_client::metrics::histogram::Histogram,
+}
+
+/// The longest a read waits for the cache to reflect the guest's own write.
+const MAX_RYW_WAIT: Duration = Duration::from_secs(1);
+
+/// What a write's answer says of the object: its namespace and version.
+#[derive(serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    namespace: Option<String>,
+    resource_version: Option<String>,
 }
 
 impl std::fmt::Debug for LiveCluster {
@@ -63,7 +104,121 @@ impl LiveCluster {
             field_manager: field_manager(&manifest.name),
             uncached: manifest.spec.uncached.iter().map(|k| k.gvk()).collect(),
             namespaces: manifest.spec.namespaces.clone(),
+            read_your_writes: manifest
+                .spec
+                .read_your_writes
+                .then(|| (manifest.spec.limits.timeout / 4).min(MAX_RYW_WAIT)),
+            written: Mutex::default(),
+            ryw_metrics: None,
         }
+    }
+
+    /// Count read-your-own-writes waits in `metrics`.
+    pub fn with_metrics(mut self, metrics: &crate::metrics::Metrics) -> Self {
+        use crate::metrics::{GuestLabel, OutcomeLabels};
+        let outcome = |outcome| {
+            metrics
+                .ryw_waits
+                .get_or_create(&OutcomeLabels {
+                    guest: self.guest.clone(),
+                    outcome,
+                })
+                .clone()
+        };
+        self.ryw_metrics = Some(RywMetrics {
+            caught_up: outcome("caught_up"),
+            read_through: outcome("read_through"),
+            wait: metrics
+                .ryw_wait
+                .get_or_create(&GuestLabel {
+                    guest: self.guest.clone(),
+                })
+                .clone(),
+        });
+        self
+    }
+
+    /// Note a write of the guest answered with `resource_version` for an object of `gvk` in
+    /// `namespace`.
+    fn wrote(&self, gvk: &Gvk, namespace: Option<&str>, resource_version: Option<&str>) {
+        if self.read_your_writes.is_none() {
+            return;
+        }
+        let Some(version) = resource_version.and_then(|v| v.parse::<u64>().ok()) else {
+            return;
+        };
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let highest = written
+            .entry(gvk.clone())
+            .or_default()
+            .entry(namespace.map(str::to_owned))
+            .or_insert(0);
+        *highest = (*highest).max(version);
+    }
+
+    /// Note the write whose answer is `object`.
+    fn wrote_object(&self, object: &Value) {
+        if let Ok(gvk) = Gvk::of_object(object) {
+            let meta = |f: &str| object.get("metadata")?.get(f)?.as_str();
+            self.wrote(&gvk, meta("namespace"), meta("resourceVersion"));
+        }
+    }
+
+    /// Whether `informers` reflect every write of the guest to `gvk` they hold, after waiting
+    /// for them within the bound (see the [module docs](self)); `false`: read the API server.
+    async fn caught_up(&self, gvk: &Gvk, informers: &[Arc<Informer>]) -> bool {
+        let Some(bound) = self.read_your_writes else {
+            return true;
+        };
+        let behind: Vec<(&Arc<Informer>, u64)> = {
+            let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(by_namespace) = written.get(gvk) else {
+                return true;
+            };
+            informers
+                .iter()
+                .filter_map(|informer| {
+                    let needed = match informer.namespace() {
+                        Some(ns) => by_namespace
+                            .iter()
+                            .filter(|(n, _)| n.as_deref() == Some(ns))
+                            .map(|(_, v)| *v)
+                            .max(),
+                        None => by_namespace.values().copied().max(),
+                    }?;
+                    (informer.seen_version() < needed).then_some((informer, needed))
+                })
+                .collect()
+        };
+        if behind.is_empty() {
+            return true;
+        }
+        let started = tokio::time::Instant::now();
+        let deadline = started + bound;
+        let mut caught_up = true;
+        for (informer, needed) in behind {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !informer.wait_for_version(needed, left).await {
+                caught_up = false;
+                break;
+            }
+        }
+        if let Some(metrics) = &self.ryw_metrics {
+            metrics.wait.observe(started.elapsed().as_secs_f64());
+            if caught_up {
+                metrics.caught_up.inc();
+            } else {
+                metrics.read_through.inc();
+            }
+        }
+        if !caught_up {
+            tracing::debug!(
+                target: "krec::client",
+                "{}: the cache of {gvk} is behind the guest's own write after {bound:?}: reading the API server",
+                self.guest
+            );
+        }
+        caught_up
     }
 
     /// The informers that answer a read of `gvk` in `namespace` (`None`: every namespace the
@@ -174,8 +329,9 @@ impl ClusterAccess for LiveCluster {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Arc<str>, AccessError> {
-        let Some(informers) = self.readers(gvk, namespace).await? else {
-            return json_text(&self.api.get(gvk, namespace, name).await?);
+        let informers = match self.readers(gvk, namespace).await? {
+            Some(informers) if self.caught_up(gvk, &informers).await => informers,
+            _ => return json_text(&self.api.get(gvk, namespace, name).await?),
         };
         if let Some(found) = informers.iter().find_map(|i| i.get_json(namespace, name)) {
             return Ok(found);
@@ -214,7 +370,10 @@ impl ClusterAccess for LiveCluster {
         let readers = if options.uncached {
             None
         } else {
-            self.readers(gvk, namespace).await?
+            match self.readers(gvk, namespace).await? {
+                Some(informers) if self.caught_up(gvk, &informers).await => Some(informers),
+                _ => None,
+            }
         };
         let Some(informers) = readers else {
             return self
@@ -247,11 +406,17 @@ impl ClusterAccess for LiveCluster {
 
     async fn create(&self, object: Value) -> Result<Value, AccessError> {
         let result = self.api.create(&object, &self.field_manager).await;
+        if let Ok(created) = &result {
+            self.wrote_object(created);
+        }
         self.logged("created", super::describe(&object), result)
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
         let result = self.api.update(&object, status, &self.field_manager).await;
+        if let Ok(updated) = &result {
+            self.wrote_object(updated);
+        }
         let verb = if status {
             "updated the status of"
         } else {
@@ -281,6 +446,12 @@ impl ClusterAccess for LiveCluster {
                 &self.field_manager,
             )
             .await;
+        if let Ok(patched) = &result {
+            let version = patched
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str);
+            self.wrote(gvk, namespace, version);
+        }
         let verb = if status {
             "patched the status of"
         } else {
@@ -310,6 +481,17 @@ impl ClusterAccess for LiveCluster {
             .api
             .write_text(kind, head, json, &self.field_manager)
             .await;
+        if let Ok(text) = &result
+            && self.read_your_writes.is_some()
+            && let Ok(written) = serde_json::from_str::<Written>(text)
+        {
+            let meta = written.metadata;
+            self.wrote(
+                &head.gvk,
+                meta.namespace.as_deref(),
+                meta.resource_version.as_deref(),
+            );
+        }
         let verb = match kind {
             WriteKind::Create => "created",
             WriteKind::Update => "updated",
