@@ -31,11 +31,11 @@ use crate::{Context, Result};
 ///   the `resourceVersion` read, so acting on stale data fails with
 ///   [`Error::Conflict`](crate::Error) instead of overwriting newer changes. Return the error and
 ///   the host retries.
-/// - **Read-your-own-writes**: once one of the guest's creates, updates or patches has returned,
-///   a later read of that kind (in that namespace) sees it or something newer — the host waits
-///   briefly for its cache, else asks the API server — so a reconcile right after a create does
-///   not create again. (Deletes are not covered yet; `readYourWrites: false` in the manifest
-///   turns this off.)
+/// - **Read-your-own-writes**: once one of the guest's creates, updates, patches or deletes has
+///   returned, a later read of that kind (in that namespace) reflects it or something newer —
+///   the host waits briefly for its cache, else asks the API server — so a reconcile right after
+///   a create does not create again, nor one after a delete find the object.
+///   (`readYourWrites: false` in the manifest turns this off.)
 ///
 /// # State and configuration
 ///

@@ -95,3 +95,53 @@ async fn without_read_your_writes_the_stale_cache_should_cause_a_second_create()
         "the stale read should have led to a second create"
     );
 }
+
+/// The cleanup ticker deletes an expired ConfigMap at start; its next reconcile is triggered
+/// at once, while the ConfigMap's DELETED event is held back for 2 s. Returns how many deletes
+/// of it the guest sent.
+async fn deletes_after_an_immediate_second_reconcile(read_your_writes: bool) -> u64 {
+    let faults = std::sync::Arc::new(Faults::with_seed(4));
+    faults.add(
+        Rule::new(Fault::SlowWatch(WATCH_LAG))
+            .verbs(&["watch"])
+            .resources(&["configmaps"]),
+    );
+    let deletes = faults.add(
+        Rule::new(Fault::Latency(Duration::ZERO))
+            .verbs(&["delete"])
+            .resources(&["configmaps"]),
+    );
+    let mut manifest = sample_manifest("cleanup-ticker");
+    manifest.spec.read_your_writes = read_your_writes;
+    let expired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "expired", "namespace": "default",
+            "annotations": {"krec.dev/expires-at": "2020-01-01T00:00:00Z"}}});
+    // Its ticker fires when the guest starts: the first reconcile deletes the ConfigMap.
+    let live = Live::start_alive_with_faults(vec![manifest], vec![expired], faults.clone()).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while faults.fired(deletes) == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing deleted");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    live.controller("cleanup-ticker")
+        .trigger(Request::new(None, "expired-configmaps"));
+    tokio::time::sleep(WATCH_LAG + Duration::from_millis(500)).await;
+    faults.fired(deletes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_right_after_a_delete_should_not_find_the_object() {
+    assert_eq!(
+        deletes_after_an_immediate_second_reconcile(true).await,
+        1,
+        "read-your-own-writes: the second reconcile's list no longer had the ConfigMap"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_read_your_writes_a_deleted_object_should_be_listed_again() {
+    assert!(
+        deletes_after_an_immediate_second_reconcile(false).await >= 2,
+        "the stale list should have led to a second delete"
+    );
+}

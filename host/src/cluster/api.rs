@@ -387,14 +387,15 @@ impl ApiClient {
         self.send(builder, Self::encode(body)?).await
     }
 
-    /// DELETE an object, in the background (dependents are garbage-collected).
+    /// DELETE an object, in the background (dependents are garbage-collected); the
+    /// `resourceVersion` of the answer (the deletion's, or the object's marked for deletion).
     pub async fn delete(
         &self,
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<Option<String>, AccessError> {
         let resolved = self.resolve(gvk).await?;
         let mut options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
             "propagationPolicy": "Background"});
@@ -403,7 +404,14 @@ impl ApiClient {
         }
         let url = resolved.object_url(namespace, name, false)?;
         let builder = http::Request::delete(url).header("content-type", "application/json");
-        self.send(builder, Self::encode(&options)?).await.map(drop)
+        let answer = self.send(builder, Self::encode(&options)?).await?;
+        // The deleted object (its last state at the deletion's version), or the object marked
+        // for deletion; a `Status` carries none.
+        Ok(answer
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|_| answer.get("kind").and_then(Value::as_str) != Some("Status"))
+            .map(str::to_owned))
     }
 
     /// Record an Event, aggregated with its repeats and rate limited per reporter and object

@@ -15,7 +15,9 @@
 //! quarter of the guest's reconcile timeout and never more than a second, then, if the cache is
 //! still behind, reads the API server instead. So a reconcile that follows the guest's own
 //! create, before the watch has delivered it, finds the object rather than creating it again.
-//! `readYourWrites: false` in the manifest turns this off. Deletes are not tracked yet.
+//! Deletes likewise: after the guest's delete returns, a cached read no longer finds the object
+//! (or finds it marked for deletion, when finalizers hold it). `readYourWrites: false` in the
+//! manifest turns this off.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -468,7 +470,10 @@ impl ClusterAccess for LiveCluster {
         preconditions: Option<&Preconditions>,
     ) -> Result<(), AccessError> {
         let result = self.api.delete(gvk, namespace, name, preconditions).await;
-        self.logged("deleted", describe(gvk, namespace, name), result)
+        if let Ok(version) = &result {
+            self.wrote(gvk, namespace, version.as_deref());
+        }
+        self.logged("deleted", describe(gvk, namespace, name), result.map(drop))
     }
 
     async fn write_json(
