@@ -187,6 +187,33 @@ impl Informer {
         )
     }
 
+    /// A synced informer of `gvk` in `namespace` that runs nothing, reflecting version `seen`:
+    /// for tests of what reads through informers.
+    #[cfg(test)]
+    pub(crate) fn standing(gvk: Gvk, namespace: Option<&str>, seen: u64) -> Arc<Self> {
+        let resource = kube::core::ApiResource {
+            group: gvk.group.clone(),
+            version: gvk.version.clone(),
+            api_version: gvk.api_version(),
+            kind: gvk.kind.clone(),
+            plural: format!("{}s", gvk.kind.to_lowercase()),
+        };
+        Arc::new(Informer {
+            gvk,
+            namespace: namespace.map(str::to_owned),
+            resolved: Resolved {
+                resource,
+                namespaced: true,
+            },
+            store: RwLock::default(),
+            sinks: RwLock::new(Vec::new()),
+            synced: tokio::sync::watch::channel(true).0,
+            seen: tokio::sync::watch::channel(seen).0,
+            task: Mutex::new(None),
+            users: Mutex::new(BTreeSet::new()),
+        })
+    }
+
     /// Raise the version the store reflects to `object`'s, if higher.
     fn saw(&self, object: &CachedObject) {
         if let Some(version) = object
@@ -718,7 +745,6 @@ async fn run(api: Arc<ApiClient>, informer: Arc<Informer>) {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use kube::core::ApiResource;
     use serde_json::json;
 
     use super::*;
@@ -751,27 +777,9 @@ mod tests {
     }
 
     fn informer() -> Arc<Informer> {
-        let resource = ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            plural: "pods".into(),
-        };
-        Arc::new(Informer {
-            gvk: Gvk::new("", "v1", "Pod"),
-            namespace: None,
-            resolved: Resolved {
-                resource,
-                namespaced: true,
-            },
-            store: RwLock::default(),
-            sinks: RwLock::new(Vec::new()),
-            synced: tokio::sync::watch::channel(false).0,
-            seen: tokio::sync::watch::channel(0).0,
-            task: Mutex::new(None),
-            users: Mutex::new(BTreeSet::new()),
-        })
+        let informer = Informer::standing(Gvk::new("", "v1", "Pod"), None, 0);
+        informer.synced.send_replace(false);
+        informer
     }
 
     fn pod(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> CachedObject {

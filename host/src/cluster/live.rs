@@ -9,9 +9,10 @@
 //!
 //! # Read-your-own-writes
 //!
-//! After one of the guest's writes returns `resourceVersion` R for an object, a later cached read
-//! of that kind (in that namespace) by the guest sees a version ≥ R: the read waits until the
-//! informer's store reflects R (its watch has delivered that event or a later one), at most a
+//! After one of the guest's writes returns `resourceVersion` R for an object, a later cached get
+//! of that object, or list of its kind in its namespace, by the guest sees a version ≥ R (a get
+//! of another object does not wait for it): the read waits until the informer's store reflects
+//! R (its watch has delivered that event or a later one), at most a
 //! quarter of the guest's reconcile timeout and never more than a second, then, if the cache is
 //! still behind, reads the API server instead. So a reconcile that follows the guest's own
 //! create, before the watch has delivered it, finds the object rather than creating it again.
@@ -58,8 +59,11 @@ pub struct LiveCluster {
     namespaces: Vec<String>,
     /// Read-your-own-writes: whether reads wait for the guest's writes, and how long at most.
     read_your_writes: Option<Duration>,
-    /// The highest `resourceVersion` the guest's writes got back, by kind and namespace.
-    written: Mutex<HashMap<Gvk, HashMap<Option<String>, u64>>>,
+    /// The `resourceVersion`s the guest's writes got back, by kind.
+    written: Mutex<HashMap<Gvk, Writes>>,
+    /// The informers the guest's cached reads of each kind went through: what tells which
+    /// writes the cache already reflects, so their entries can go.
+    read_from: Mutex<HashMap<Gvk, Vec<Arc<Informer>>>>,
     /// `krec_read_your_writes_*` of this guest.
     ryw_metrics: Option<RywMetrics>,
 }
@@ -74,6 +78,67 @@ struct RywMetrics {
 /// The longest a read waits for the cache to reflect the guest's own write.
 const MAX_RYW_WAIT: Duration = Duration::from_secs(1);
 
+/// Object entries of one kind past which those the cache reflects are dropped.
+const PRUNE_AT: usize = 1024;
+
+/// The guest's writes of one kind: a list waits for the highest in its namespace, a get only
+/// for its object's.
+#[derive(Default)]
+struct Writes {
+    /// The highest version written, by namespace (`None`: cluster-scoped).
+    by_namespace: HashMap<Option<String>, u64>,
+    /// The version written, by object (namespace, name), until the cache reflects it.
+    by_object: HashMap<(Option<String>, String), u64>,
+    /// By namespace, the highest version of object entries dropped before the cache was seen to
+    /// reflect them (no informer known to ask): every get there waits for it.
+    floor: HashMap<Option<String>, u64>,
+}
+
+impl Writes {
+    /// What a read through `informer` must see: of `object` (namespace, name) for a get, of
+    /// every object the informer holds for a list; 0 when nothing is pending.
+    fn needed(&self, informer: &Informer, object: Option<(Option<&str>, &str)>) -> u64 {
+        let in_scope = |ns: &Option<String>| {
+            informer.namespace().is_none() || ns.as_deref() == informer.namespace()
+        };
+        match object {
+            Some((namespace, name)) => {
+                let key = (namespace.map(str::to_owned), name.to_owned());
+                let floor = self.floor.get(&key.0).copied().unwrap_or(0);
+                self.by_object.get(&key).copied().unwrap_or(0).max(floor)
+            }
+            None => self
+                .by_namespace
+                .iter()
+                .filter(|(ns, _)| in_scope(ns))
+                .map(|(_, v)| *v)
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
+    /// Drop the object entries the cache reflects (asked of `informers`); those no informer
+    /// answers for raise their namespace's floor instead.
+    fn prune(&mut self, informers: &[Arc<Informer>]) {
+        let floor = &mut self.floor;
+        self.by_object.retain(|(namespace, _), version| {
+            let seen = informers
+                .iter()
+                .filter(|i| i.namespace().is_none() || i.namespace() == namespace.as_deref())
+                .map(|i| i.seen_version())
+                .max();
+            match seen {
+                Some(seen) => seen < *version,
+                None => {
+                    let f = floor.entry(namespace.clone()).or_insert(0);
+                    *f = (*f).max(*version);
+                    false
+                }
+            }
+        });
+    }
+}
+
 /// What a write's answer says of the object: its namespace and version.
 #[derive(serde::Deserialize)]
 struct Written {
@@ -84,6 +149,7 @@ struct Written {
 #[serde(rename_all = "camelCase")]
 struct WrittenMeta {
     namespace: Option<String>,
+    name: Option<String>,
     resource_version: Option<String>,
 }
 
@@ -111,6 +177,7 @@ impl LiveCluster {
                 .read_your_writes
                 .then(|| (manifest.spec.limits.timeout / 4).min(MAX_RYW_WAIT)),
             written: Mutex::default(),
+            read_from: Mutex::default(),
             ryw_metrics: None,
         }
     }
@@ -140,9 +207,15 @@ impl LiveCluster {
         self
     }
 
-    /// Note a write of the guest answered with `resource_version` for an object of `gvk` in
-    /// `namespace`.
-    fn wrote(&self, gvk: &Gvk, namespace: Option<&str>, resource_version: Option<&str>) {
+    /// Note a write of the guest answered with `resource_version` for the object `name` of
+    /// `gvk` in `namespace`.
+    fn wrote(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        resource_version: Option<&str>,
+    ) {
         if self.read_your_writes.is_none() {
             return;
         }
@@ -150,46 +223,74 @@ impl LiveCluster {
             return;
         };
         let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        let highest = written
-            .entry(gvk.clone())
-            .or_default()
+        let writes = written.entry(gvk.clone()).or_default();
+        let highest = writes
+            .by_namespace
             .entry(namespace.map(str::to_owned))
             .or_insert(0);
         *highest = (*highest).max(version);
+        if let Some(name) = name {
+            let entry = writes
+                .by_object
+                .entry((namespace.map(str::to_owned), name.to_owned()))
+                .or_insert(0);
+            *entry = (*entry).max(version);
+        }
+        if writes.by_object.len() > PRUNE_AT {
+            let informers = self
+                .read_from
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(gvk)
+                .cloned()
+                .unwrap_or_default();
+            writes.prune(&informers);
+        }
     }
 
     /// Note the write whose answer is `object`.
     fn wrote_object(&self, object: &Value) {
         if let Ok(gvk) = Gvk::of_object(object) {
             let meta = |f: &str| object.get("metadata")?.get(f)?.as_str();
-            self.wrote(&gvk, meta("namespace"), meta("resourceVersion"));
+            self.wrote(
+                &gvk,
+                meta("namespace"),
+                meta("name"),
+                meta("resourceVersion"),
+            );
         }
     }
 
-    /// Whether `informers` reflect every write of the guest to `gvk` they hold, after waiting
-    /// for them within the bound (see the [module docs](self)); `false`: read the API server.
-    async fn caught_up(&self, gvk: &Gvk, informers: &[Arc<Informer>]) -> bool {
+    /// Whether `informers` reflect the guest's writes a read of `object` (namespace, name; a
+    /// list: `None`) of `gvk` depends on, after waiting for them within the bound (see the
+    /// [module docs](self)); `false`: read the API server.
+    async fn caught_up(
+        &self,
+        gvk: &Gvk,
+        informers: &[Arc<Informer>],
+        object: Option<(Option<&str>, &str)>,
+    ) -> bool {
         let Some(bound) = self.read_your_writes else {
             return true;
         };
+        {
+            let mut read_from = self.read_from.lock().unwrap_or_else(|e| e.into_inner());
+            let known = read_from.entry(gvk.clone()).or_default();
+            for informer in informers {
+                if !known.iter().any(|k| Arc::ptr_eq(k, informer)) {
+                    known.push(informer.clone());
+                }
+            }
+        }
         let behind: Vec<(&Arc<Informer>, u64)> = {
             let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(by_namespace) = written.get(gvk) else {
+            let Some(writes) = written.get(gvk) else {
                 return true;
             };
             informers
                 .iter()
-                .filter_map(|informer| {
-                    let needed = match informer.namespace() {
-                        Some(ns) => by_namespace
-                            .iter()
-                            .filter(|(n, _)| n.as_deref() == Some(ns))
-                            .map(|(_, v)| *v)
-                            .max(),
-                        None => by_namespace.values().copied().max(),
-                    }?;
-                    (informer.seen_version() < needed).then_some((informer, needed))
-                })
+                .map(|informer| (informer, writes.needed(informer, object)))
+                .filter(|(informer, needed)| informer.seen_version() < *needed)
                 .collect()
         };
         if behind.is_empty() {
@@ -332,7 +433,13 @@ impl ClusterAccess for LiveCluster {
         name: &str,
     ) -> Result<Arc<str>, AccessError> {
         let informers = match self.readers(gvk, namespace).await? {
-            Some(informers) if self.caught_up(gvk, &informers).await => informers,
+            Some(informers)
+                if self
+                    .caught_up(gvk, &informers, Some((namespace, name)))
+                    .await =>
+            {
+                informers
+            }
             _ => return json_text(&self.api.get(gvk, namespace, name).await?),
         };
         if let Some(found) = informers.iter().find_map(|i| i.get_json(namespace, name)) {
@@ -373,7 +480,7 @@ impl ClusterAccess for LiveCluster {
             None
         } else {
             match self.readers(gvk, namespace).await? {
-                Some(informers) if self.caught_up(gvk, &informers).await => Some(informers),
+                Some(informers) if self.caught_up(gvk, &informers, None).await => Some(informers),
                 _ => None,
             }
         };
@@ -452,7 +559,7 @@ impl ClusterAccess for LiveCluster {
             let version = patched
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str);
-            self.wrote(gvk, namespace, version);
+            self.wrote(gvk, namespace, Some(name), version);
         }
         let verb = if status {
             "patched the status of"
@@ -471,7 +578,7 @@ impl ClusterAccess for LiveCluster {
     ) -> Result<(), AccessError> {
         let result = self.api.delete(gvk, namespace, name, preconditions).await;
         if let Ok(version) = &result {
-            self.wrote(gvk, namespace, version.as_deref());
+            self.wrote(gvk, namespace, Some(name), version.as_deref());
         }
         self.logged("deleted", describe(gvk, namespace, name), result.map(drop))
     }
@@ -494,6 +601,7 @@ impl ClusterAccess for LiveCluster {
             self.wrote(
                 &head.gvk,
                 meta.namespace.as_deref(),
+                meta.name.as_deref(),
                 meta.resource_version.as_deref(),
             );
         }
@@ -518,5 +626,47 @@ impl ClusterAccess for LiveCluster {
             event.message
         );
         self.logged("recorded", what, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ns: &str, name: &str) -> (Option<String>, String) {
+        (Some(ns.to_owned()), name.to_owned())
+    }
+
+    #[test]
+    fn a_get_should_wait_for_its_object_and_a_list_for_its_namespace() {
+        let gvk = Gvk::new("", "v1", "ConfigMap");
+        let mut writes = Writes::default();
+        writes.by_namespace.insert(Some("a".into()), 7);
+        writes.by_namespace.insert(Some("b".into()), 4);
+        writes.by_object.insert(key("a", "x"), 3);
+        writes.by_object.insert(key("a", "z"), 7);
+        writes.by_object.insert(key("b", "w"), 4);
+        let in_a = Informer::standing(gvk.clone(), Some("a"), 5);
+        let everywhere = Informer::standing(gvk.clone(), None, 5);
+        assert_eq!(writes.needed(&in_a, Some((Some("a"), "x"))), 3);
+        assert_eq!(
+            writes.needed(&in_a, Some((Some("a"), "y"))),
+            0,
+            "not written"
+        );
+        assert_eq!(writes.needed(&in_a, None), 7, "a list of a");
+        assert_eq!(writes.needed(&everywhere, None), 7, "a list of all");
+        // Only informer `a` is known: what it reflects goes, `b`'s entry raises b's floor.
+        writes.prune(&[in_a]);
+        assert_eq!(
+            writes.by_object.keys().collect::<Vec<_>>(),
+            vec![&key("a", "z")]
+        );
+        assert_eq!(
+            writes.needed(&everywhere, Some((Some("b"), "other"))),
+            4,
+            "an entry dropped unseen keeps every get in its namespace waiting for it"
+        );
+        assert_eq!(writes.needed(&everywhere, Some((Some("a"), "y"))), 0);
     }
 }
