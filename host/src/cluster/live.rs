@@ -62,8 +62,9 @@ pub struct LiveCluster {
     /// The `resourceVersion`s the guest's writes got back, by kind.
     written: Mutex<HashMap<Gvk, Writes>>,
     /// The informers the guest's cached reads of each kind went through: what tells which
-    /// writes the cache already reflects, so their entries can go.
-    read_from: Mutex<HashMap<Gvk, Vec<Arc<Informer>>>>,
+    /// writes the cache already reflects, so their entries can go. Weak: the cache decides how
+    /// long an informer (and its objects) lives.
+    read_from: Mutex<HashMap<Gvk, Vec<std::sync::Weak<Informer>>>>,
     /// `krec_read_your_writes_*` of this guest.
     ryw_metrics: Option<RywMetrics>,
 }
@@ -242,7 +243,12 @@ impl LiveCluster {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(gvk)
-                .cloned()
+                .map(|known| {
+                    known
+                        .iter()
+                        .filter_map(std::sync::Weak::upgrade)
+                        .collect::<Vec<_>>()
+                })
                 .unwrap_or_default();
             writes.prune(&informers);
         }
@@ -276,9 +282,13 @@ impl LiveCluster {
         {
             let mut read_from = self.read_from.lock().unwrap_or_else(|e| e.into_inner());
             let known = read_from.entry(gvk.clone()).or_default();
+            known.retain(|k| k.strong_count() > 0);
             for informer in informers {
-                if !known.iter().any(|k| Arc::ptr_eq(k, informer)) {
-                    known.push(informer.clone());
+                if !known
+                    .iter()
+                    .any(|k| std::ptr::eq(k.as_ptr(), Arc::as_ptr(informer)))
+                {
+                    known.push(Arc::downgrade(informer));
                 }
             }
         }
