@@ -293,7 +293,8 @@ impl Manager {
         };
         let module = Arc::new(module.governed_by(&self.inner.governor));
         let cluster: Arc<dyn ClusterAccess> = Arc::new(
-            LiveCluster::new(self.inner.cache.clone(), &manifest).with_metrics(&self.inner.metrics),
+            LiveCluster::new(self.inner.cache.clone(), &manifest)
+                .with_metrics(self.inner.metrics.clone()),
         );
         // Instantiate once: a module whose start function traps is refused here.
         GuestWorker::new(module.clone(), cluster.clone())

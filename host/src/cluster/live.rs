@@ -65,15 +65,9 @@ pub struct LiveCluster {
     /// writes the cache already reflects, so their entries can go. Weak: the cache decides how
     /// long an informer (and its objects) lives.
     read_from: Mutex<HashMap<Gvk, Vec<std::sync::Weak<Informer>>>>,
-    /// `krec_read_your_writes_*` of this guest.
-    ryw_metrics: Option<RywMetrics>,
-}
-
-/// A guest's read-your-own-writes series, looked up once.
-struct RywMetrics {
-    caught_up: prometheus_client::metrics::counter::Counter,
-    read_through: prometheus_client::metrics::counter::Counter,
-    wait: prometheus_client::metrics::histogram::Histogram,
+    /// Where `krec_read_your_writes_*` are counted (series made on a guest's first wait: most
+    /// guests never wait, and an idle guest should cost little).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// The longest a read waits for the cache to reflect the guest's own write.
@@ -179,33 +173,40 @@ impl LiveCluster {
                 .then(|| (manifest.spec.limits.timeout / 4).min(MAX_RYW_WAIT)),
             written: Mutex::default(),
             read_from: Mutex::default(),
-            ryw_metrics: None,
+            metrics: None,
         }
     }
 
     /// Count read-your-own-writes waits in `metrics`.
-    pub fn with_metrics(mut self, metrics: &crate::metrics::Metrics) -> Self {
-        use crate::metrics::{GuestLabel, OutcomeLabels};
-        let outcome = |outcome| {
-            metrics
-                .ryw_waits
-                .get_or_create(&OutcomeLabels {
-                    guest: self.guest.clone(),
-                    outcome,
-                })
-                .clone()
-        };
-        self.ryw_metrics = Some(RywMetrics {
-            caught_up: outcome("caught_up"),
-            read_through: outcome("read_through"),
-            wait: metrics
-                .ryw_wait
-                .get_or_create(&GuestLabel {
-                    guest: self.guest.clone(),
-                })
-                .clone(),
-        });
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
+    }
+
+    /// Count one wait of `waited` that caught up or not.
+    fn count_wait(&self, waited: Duration, caught_up: bool) {
+        use crate::metrics::{GuestLabel, OutcomeLabels};
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let outcome = if caught_up {
+            "caught_up"
+        } else {
+            "read_through"
+        };
+        metrics
+            .ryw_waits
+            .get_or_create(&OutcomeLabels {
+                guest: self.guest.clone(),
+                outcome,
+            })
+            .inc();
+        metrics
+            .ryw_wait
+            .get_or_create(&GuestLabel {
+                guest: self.guest.clone(),
+            })
+            .observe(waited.as_secs_f64());
     }
 
     /// Note a write of the guest answered with `resource_version` for the object `name` of
@@ -279,6 +280,15 @@ impl LiveCluster {
         let Some(bound) = self.read_your_writes else {
             return true;
         };
+        if !self
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(gvk)
+        {
+            // Nothing written of this kind: nothing to wait for, nothing to prune later.
+            return true;
+        }
         {
             let mut read_from = self.read_from.lock().unwrap_or_else(|e| e.into_inner());
             let known = read_from.entry(gvk.clone()).or_default();
@@ -316,14 +326,7 @@ impl LiveCluster {
                 break;
             }
         }
-        if let Some(metrics) = &self.ryw_metrics {
-            metrics.wait.observe(started.elapsed().as_secs_f64());
-            if caught_up {
-                metrics.caught_up.inc();
-            } else {
-                metrics.read_through.inc();
-            }
-        }
+        self.count_wait(started.elapsed(), caught_up);
         if !caught_up {
             tracing::debug!(
                 target: "krec::client",
