@@ -33,15 +33,13 @@ use std::time::{Duration, Instant};
 use common::{median_min_max, percentile, quick};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use krec::cluster::api::ApiClient;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
-use krec_apiserver::controllers::Selection;
+use krec_apiserver::Store;
 use krec_apiserver::store::WriteOptions;
-use krec_apiserver::{Server, Store};
 use kube::api::Api;
-use kube::runtime::{Controller, WatchStreamExt, controller, reflector, watcher};
+use kube::runtime::controller;
 use pod_stamper::{GENERATION, READ_ONLY};
 use serde_json::{Value, json};
 
@@ -212,23 +210,15 @@ fn drive(store: &Store, rate: u32, seconds: f64, round: &str) -> f64 {
 }
 
 fn manifest(dir: &Path) -> Manifest {
-    let path = dir.join("pod-stamper.yaml");
-    let text = format!(
-        "apiVersion: krec.dev/v1alpha1
-kind: Reconciler
-metadata: {{name: {GUEST}}}
-spec:
-  module: {}
-  for: {{apiVersion: v1, kind: Pod}}
+    let spec = format!(
+        "  for: {{apiVersion: v1, kind: Pod}}
   namespaces: [{NS}]
   maxConcurrentReconciles: {WORKERS}
   permissions:
     - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}
-",
-        common::module("pod_stamper.wasm").display()
+"
     );
-    std::fs::write(&path, text).expect("write manifest");
-    Manifest::load(&path).expect("manifest")
+    common::manifest(dir, GUEST, "pod_stamper.wasm", &spec)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -295,39 +285,25 @@ impl Running {
                     module_cache: cache.clone(),
                     ..Default::default()
                 };
-                let manager = Manager::start_with(
-                    ApiClient::new(client.clone()),
-                    vec![manifest.clone()],
-                    options,
-                )
-                .await
-                .expect("manager");
-                assert!(manager.skipped().is_empty(), "{:?}", manager.skipped());
-                Running::Krec(manager)
+                Running::Krec(common::start_manager(client, manifest, options).await)
             }
             Arm::KubeRs => {
                 let probe = Arc::new(KubeRsProbe::default());
-                let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-                let (reader, writer) = reflector::store();
                 let recorder = probe.clone();
-                let stream = watcher(pods, watcher::Config::default())
-                    .default_backoff()
-                    .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
-                    .reflect(writer)
-                    .applied_objects()
-                    .inspect(move |pod| {
-                        if let Ok(pod) = pod {
-                            let now = Instant::now();
-                            recorder
-                                .received
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .entry(pod.metadata.name.clone().unwrap_or_default())
-                                .or_insert(now);
-                        }
-                    });
+                let controller = common::kube_rs_stripped_controller(
+                    Api::namespaced(client.clone(), NS),
+                    move |pod| {
+                        let now = Instant::now();
+                        recorder
+                            .received
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .entry(pod.metadata.name.clone().unwrap_or_default())
+                            .or_insert(now);
+                    },
+                );
                 let task = tokio::spawn(
-                    Controller::for_stream(stream, reader)
+                    controller
                         .with_config(controller::Config::default().concurrency(WORKERS))
                         .run(
                             kube_rs_reconcile,
@@ -345,37 +321,27 @@ impl Running {
 
     fn reconciles(&self) -> u64 {
         match self {
-            Running::Krec(manager) => manager.controller(GUEST).map_or(0, |c| c.stats().total()),
+            Running::Krec(manager) => common::guest_reconciles(manager, GUEST),
             Running::KubeRs { probe, .. } => probe.reconciles.load(Ordering::Relaxed),
         }
     }
 
     fn busy(&self) -> bool {
         match self {
-            Running::Krec(manager) => manager
-                .controller(GUEST)
-                .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0),
+            Running::Krec(manager) => common::guest_busy(manager, GUEST),
             Running::KubeRs { .. } => false,
         }
     }
 
     /// Wait until at least `at_least` reconciles have run and nothing moved for 200 ms.
     async fn settle(&self, at_least: u64) {
-        let deadline = Instant::now() + Duration::from_secs(300);
-        let mut last = (self.reconciles(), Instant::now());
-        loop {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let now = self.reconciles();
-            if now != last.0 || self.busy() {
-                last = (now, Instant::now());
-            } else if now >= at_least && last.1.elapsed() >= Duration::from_millis(200) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "reconciles stuck at {now}, expected at least {at_least}"
-            );
-        }
+        common::settle(
+            || self.reconciles(),
+            || self.busy(),
+            at_least,
+            Duration::from_millis(200),
+        )
+        .await;
     }
 
     /// The event-to-reconcile observations so far (`stage` for krec's other stages).
@@ -464,14 +430,7 @@ async fn phase(
 fn main() {
     let rounds = if quick() { 1 } else { 3 };
     let seconds = if quick() { 2.0 } else { 5.0 };
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let server = server_runtime
-        .block_on(Server::builder().controllers(Selection::none()).start())
-        .expect("API server");
+    let server = common::InProcessServer::start();
     let store = server.store().clone();
     setup(&store);
     let kubeconfig = server.kubeconfig().to_owned();
@@ -556,5 +515,5 @@ fn main() {
     }
     common::write_results(json);
     drop(runtime);
-    server_runtime.block_on(server.shutdown());
+    server.shutdown();
 }

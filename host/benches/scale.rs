@@ -23,10 +23,8 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -35,51 +33,15 @@ use krec::controller::Request;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
-use krec_apiserver::controllers::Selection;
-use krec_apiserver::{Server, Store};
+use krec_apiserver::Store;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 
-/// The system allocator, counting the bytes live at any moment.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-#[allow(unsafe_code)] // a GlobalAlloc is unsafe by definition; this one only forwards and counts
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded as received.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded as received.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded as received.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: forwarded as received.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: common::Counting = common::Counting;
 
-fn live_bytes() -> f64 {
-    LIVE.load(Ordering::Relaxed) as f64
-}
+use common::live_bytes;
 
 /// Pods per namespace.
 const PER_NAMESPACE: usize = 1_000;
@@ -128,24 +90,14 @@ fn fill_namespace(store: &Store, n: usize) {
 }
 
 fn manifest(dir: &Path) -> Manifest {
-    let path = dir.join("pod-counter.yaml");
-    let text = format!(
-        "apiVersion: krec.dev/v1alpha1
-kind: Reconciler
-metadata: {{name: {GUEST}}}
-spec:
-  module: {}
-  for: {{apiVersion: apps/v1, kind: ReplicaSet}}
-  owns: [{{apiVersion: v1, kind: Pod}}]
-  limits: {{timeout: 5s, memory: 64Mi}}
+    let spec = "  for: {apiVersion: apps/v1, kind: ReplicaSet}
+  owns: [{apiVersion: v1, kind: Pod}]
+  limits: {timeout: 5s, memory: 64Mi}
   permissions:
-    - {{apiVersion: apps/v1, kind: ReplicaSet, verbs: [get, list, watch, update]}}
-    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}
-",
-        common::module("pod_counter.wasm").display()
-    );
-    std::fs::write(&path, text).expect("write manifest");
-    Manifest::load(&path).expect("manifest")
+    - {apiVersion: apps/v1, kind: ReplicaSet, verbs: [get, list, watch, update]}
+    - {apiVersion: v1, kind: Pod, verbs: [get, list, watch]}
+";
+    common::manifest(dir, GUEST, "pod_counter.wasm", spec)
 }
 
 /// Let freed buffers go and tasks finish, then read the live heap.
@@ -231,14 +183,7 @@ async fn kube_rs_figures(client: &kube::Client, strip: bool, objects: usize) -> 
 
 fn main() {
     let namespaces = if common::quick() { 10 } else { 100 };
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let server = server_runtime
-        .block_on(Server::builder().controllers(Selection::none()).start())
-        .expect("API server");
+    let server = common::InProcessServer::start();
     let store = server.store().clone();
     let kubeconfig = server.kubeconfig().to_owned();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -311,5 +256,5 @@ fn main() {
     }
     common::write_results(results);
     drop(runtime);
-    server_runtime.block_on(server.shutdown());
+    server.shutdown();
 }

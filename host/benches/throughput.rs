@@ -34,7 +34,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{median_min_max, percentile, process_cpu_seconds, quick};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use krec::cluster::api::ApiClient;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
@@ -233,7 +232,7 @@ enum Running {
 impl Running {
     fn reconciles(&self) -> u64 {
         match self {
-            Running::Krec(manager) => manager.controller(GUEST).map_or(0, |c| c.stats().total()),
+            Running::Krec(manager) => common::guest_reconciles(manager, GUEST),
             Running::KubeRs { count, .. } => count.load(Ordering::Relaxed),
         }
     }
@@ -241,9 +240,7 @@ impl Running {
     /// Whether anything is queued or running.
     fn busy(&self) -> bool {
         match self {
-            Running::Krec(manager) => manager
-                .controller(GUEST)
-                .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0),
+            Running::Krec(manager) => common::guest_busy(manager, GUEST),
             Running::KubeRs { .. } => false,
         }
     }
@@ -260,21 +257,13 @@ impl Running {
 
     /// Wait until at least `at_least` reconciles have run and nothing has happened for 100 ms.
     async fn settle(&self, at_least: u64) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut last = (self.reconciles(), Instant::now());
-        loop {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let now = self.reconciles();
-            if now != last.0 || self.busy() {
-                last = (now, Instant::now());
-            } else if now >= at_least && last.1.elapsed() >= Duration::from_millis(100) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "reconciles stuck at {now}, expected at least {at_least}"
-            );
-        }
+        common::settle(
+            || self.reconciles(),
+            || self.busy(),
+            at_least,
+            Duration::from_millis(100),
+        )
+        .await;
     }
 }
 
@@ -303,24 +292,16 @@ async fn kube_rs_reconcile(
 }
 
 fn manifest(dir: &Path) -> Manifest {
-    let path = dir.join("pod-stamper.yaml");
-    let text = format!(
-        "apiVersion: krec.dev/v1alpha1
-kind: Reconciler
-metadata: {{name: {GUEST}}}
-spec:
-  module: {}
-  for: {{apiVersion: v1, kind: Pod}}
+    let spec = format!(
+        "  for: {{apiVersion: v1, kind: Pod}}
   maxConcurrentReconciles: {WORKERS}
   # kube-rs's client has no rate limit: neither has this arm, to compare like with like.
   limits: {{writeQps: 100000, writeBurst: 100000}}
   permissions:
     - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch, update]}}
-",
-        common::module("pod_stamper.wasm").display()
+"
     );
-    std::fs::write(&path, text).expect("write manifest");
-    Manifest::load(&path).expect("manifest")
+    common::manifest(dir, GUEST, "pod_stamper.wasm", &spec)
 }
 
 async fn start(
@@ -341,15 +322,7 @@ async fn start(
                     krec_guest::native::reconcile::<pod_stamper::PodStamper>,
                 );
             }
-            let manager = Manager::start_with(
-                ApiClient::new(client.clone()),
-                vec![manifest.clone()],
-                options,
-            )
-            .await
-            .expect("manager");
-            assert!(manager.skipped().is_empty(), "{:?}", manager.skipped());
-            Running::Krec(manager)
+            Running::Krec(common::start_manager(client, manifest, options).await)
         }
         Arm::KubeRs | Arm::KubeRsStripped => {
             let count = Arc::new(AtomicU64::new(0));

@@ -1,6 +1,7 @@
 //! Read-your-own-writes: a guest's next reconcile sees what its last one wrote, even when the
 //! watch has not delivered it yet.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use krec::controller::Request;
@@ -8,26 +9,53 @@ use krec_apiserver::faults::{Fault, Faults, Rule};
 use krec_tests::{Live, deployment_gvk, sample_manifest, sample_objects};
 use serde_json::json;
 
-/// How late every Deployment event reaches the host.
+/// How late every event of the lagging kind reaches the host.
 const WATCH_LAG: Duration = Duration::from_secs(2);
+
+/// Faults that hold back every watch event of `resource` by [`WATCH_LAG`], and the index of a
+/// rule that changes nothing but counts the `verb` requests on it.
+fn lagging(resource: &str, verb: &str) -> (Arc<Faults>, usize) {
+    let faults = Arc::new(Faults::with_seed(3));
+    faults.add(
+        Rule::new(Fault::SlowWatch(WATCH_LAG))
+            .verbs(&["watch"])
+            .resources(&[resource]),
+    );
+    let counted = faults.add(
+        Rule::new(Fault::Latency(Duration::ZERO))
+            .verbs(&[verb])
+            .resources(&[resource]),
+    );
+    (faults, counted)
+}
+
+/// Once the counted write has happened, trigger `guest`'s `request` at once — before the
+/// write's watch event can arrive — then let the lag pass; how many counted writes were sent.
+async fn trigger_right_after_the_write(
+    live: &Live,
+    (faults, counted): &(Arc<Faults>, usize),
+    guest: &str,
+    request: Request,
+) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while faults.fired(*counted) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{guest} wrote nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    live.controller(guest).trigger(request);
+    // Past the lag: the write's event is in, whatever the reconciles did meanwhile.
+    tokio::time::sleep(WATCH_LAG + Duration::from_millis(500)).await;
+    faults.fired(*counted)
+}
 
 /// The sample-controller's guest creates a Foo's Deployment; its next reconcile is triggered at
 /// once, while the Deployment's watch event is held back for 2 s. Returns how many creates of
 /// the Deployment the guest sent.
 async fn creates_after_an_immediate_second_reconcile(read_your_writes: bool) -> u64 {
-    let faults = std::sync::Arc::new(Faults::with_seed(3));
-    faults.add(
-        Rule::new(Fault::SlowWatch(WATCH_LAG))
-            .verbs(&["watch"])
-            .resources(&["deployments"]),
-    );
-    // A rule that changes nothing, counting the guest's creates of Deployments.
-    let creates = faults.add(
-        Rule::new(Fault::Latency(Duration::ZERO))
-            .verbs(&["create"])
-            .resources(&["deployments"])
-            .field_managers(&["krec-foo-controller"]),
-    );
+    let lagging = lagging("deployments", "create");
     let mut manifest = sample_manifest("foo-controller");
     manifest.spec.read_your_writes = read_your_writes;
     // The CRD only: the test makes its own Foo once the guest runs.
@@ -35,7 +63,7 @@ async fn creates_after_an_immediate_second_reconcile(read_your_writes: bool) -> 
         .into_iter()
         .filter(|o| o["kind"] == "CustomResourceDefinition")
         .collect();
-    let live = Live::start_alive_with_faults(vec![manifest], crd, faults.clone()).await;
+    let live = Live::start_alive_with_faults(vec![manifest], crd, lagging.0.clone()).await;
     live.api
         .create(
             &json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
@@ -46,18 +74,13 @@ async fn creates_after_an_immediate_second_reconcile(read_your_writes: bool) -> 
         .await
         .expect("create foo");
     // The first reconcile creates the Deployment; the next is triggered the moment it has.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while faults.fired(creates) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no Deployment created"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let controller = live.controller("foo-controller");
-    controller.trigger(Request::new(Some("default"), "ryw"));
-    // Past the lag: the Deployment's event is in, whatever the reconciles did meanwhile.
-    tokio::time::sleep(WATCH_LAG + Duration::from_millis(500)).await;
+    let creates = trigger_right_after_the_write(
+        &live,
+        &lagging,
+        "foo-controller",
+        Request::new(Some("default"), "ryw"),
+    )
+    .await;
     live.eventually("the Deployment exists", || async {
         live.get(&deployment_gvk(), Some("default"), "ryw-web")
             .await
@@ -73,7 +96,7 @@ async fn creates_after_an_immediate_second_reconcile(read_your_writes: bool) -> 
             "the second reconcile's read waited for the guest's write:\n{text}"
         );
     }
-    faults.fired(creates)
+    creates
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,33 +123,22 @@ async fn without_read_your_writes_the_stale_cache_should_cause_a_second_create()
 /// at once, while the ConfigMap's DELETED event is held back for 2 s. Returns how many deletes
 /// of it the guest sent.
 async fn deletes_after_an_immediate_second_reconcile(read_your_writes: bool) -> u64 {
-    let faults = std::sync::Arc::new(Faults::with_seed(4));
-    faults.add(
-        Rule::new(Fault::SlowWatch(WATCH_LAG))
-            .verbs(&["watch"])
-            .resources(&["configmaps"]),
-    );
-    let deletes = faults.add(
-        Rule::new(Fault::Latency(Duration::ZERO))
-            .verbs(&["delete"])
-            .resources(&["configmaps"]),
-    );
+    let lagging = lagging("configmaps", "delete");
     let mut manifest = sample_manifest("cleanup-ticker");
     manifest.spec.read_your_writes = read_your_writes;
     let expired = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "expired", "namespace": "default",
             "annotations": {"krec.dev/expires-at": "2020-01-01T00:00:00Z"}}});
     // Its ticker fires when the guest starts: the first reconcile deletes the ConfigMap.
-    let live = Live::start_alive_with_faults(vec![manifest], vec![expired], faults.clone()).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while faults.fired(deletes) == 0 {
-        assert!(std::time::Instant::now() < deadline, "nothing deleted");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    live.controller("cleanup-ticker")
-        .trigger(Request::new(None, "expired-configmaps"));
-    tokio::time::sleep(WATCH_LAG + Duration::from_millis(500)).await;
-    faults.fired(deletes)
+    let live =
+        Live::start_alive_with_faults(vec![manifest], vec![expired], lagging.0.clone()).await;
+    trigger_right_after_the_write(
+        &live,
+        &lagging,
+        "cleanup-ticker",
+        Request::new(None, "expired-configmaps"),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,14 +153,7 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
         &format!("controller_runtime_reconcile_time_seconds_count{c}"),
     )
     .unwrap_or_default();
-    for stage in [
-        "handler",
-        "queue",
-        "start",
-        "first_call",
-        "guest",
-        "event_to_guest",
-    ] {
+    for stage in krec::metrics::STAGES {
         let count = series(
             &text,
             &format!(

@@ -1,5 +1,6 @@
-//! What every benchmark binary shares: paths, the quick switch, statistics, process CPU time and
-//! `bench/results.json`.
+//! What every benchmark binary shares: paths, the quick switch, statistics, process CPU time,
+//! heap counting, the embedded API server in or out of process, manifests, waiting for
+//! reconciles to settle, and `bench/results.json`.
 
 #![allow(dead_code)] // each bench uses its own subset
 
@@ -252,16 +253,31 @@ pub async fn for_each_pod<F, Fut, T>(
 /// kube-rs's `Controller` over `pods`: as `Controller::new` sets it up, or (`strip`) over a
 /// reflector that drops `managedFields` as krec's cache does — the like-for-like arm.
 pub fn kube_rs_controller(pods: Api<Pod>, strip: bool) -> kube::runtime::Controller<Pod> {
-    use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
     if !strip {
-        return Controller::new(pods, watcher::Config::default());
+        return kube::runtime::Controller::new(pods, kube::runtime::watcher::Config::default());
     }
+    kube_rs_stripped_controller(pods, |_| {})
+}
+
+/// kube-rs's `Controller` over a reflector that drops `managedFields`, calling `seen` with each
+/// object as the reflector's stream yields it (its store has applied it).
+pub fn kube_rs_stripped_controller(
+    pods: Api<Pod>,
+    seen: impl FnMut(&Pod) + Send + 'static,
+) -> kube::runtime::Controller<Pod> {
+    use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+    let mut seen = seen;
     let (reader, writer) = reflector::store();
     let stream = watcher(pods, watcher::Config::default())
         .default_backoff()
         .modify(|pod: &mut Pod| pod.metadata.managed_fields = None)
         .reflect(writer)
-        .applied_objects();
+        .applied_objects()
+        .inspect(move |pod| {
+            if let Ok(pod) = pod {
+                seen(pod);
+            }
+        });
     Controller::for_stream(stream, reader)
 }
 
@@ -409,4 +425,153 @@ pub async fn watch_fanout(
         latencies,
         write_rate,
     }
+}
+
+/// The system allocator, counting the bytes live at any moment. A benchmark that reads
+/// [`live_bytes`] installs it: `#[global_allocator] static A: common::Counting = common::Counting;`.
+pub struct Counting;
+
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+fn count(bytes: isize) {
+    LIVE.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[allow(unsafe_code)] // a GlobalAlloc is unsafe by definition; this one only forwards and counts
+// SAFETY: every call forwards to `System` with the caller's arguments unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        // SAFETY: forwarded as received.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        count(-(layout.size() as isize));
+        // SAFETY: forwarded as received.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        // SAFETY: forwarded as received.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        count(new_size as isize - layout.size() as isize);
+        // SAFETY: forwarded as received.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Heap bytes live now (with [`Counting`] installed; 0 otherwise).
+pub fn live_bytes() -> f64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed) as f64
+}
+
+/// The embedded API server in this process, on a one-thread runtime of its own (so its work
+/// does not queue behind the benchmark's), without built-in controllers: its store is written
+/// straight, without HTTP.
+pub struct InProcessServer {
+    runtime: tokio::runtime::Runtime,
+    server: krec_apiserver::Server,
+}
+
+impl InProcessServer {
+    /// Start it.
+    pub fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        let server = runtime
+            .block_on(
+                krec_apiserver::Server::builder()
+                    .controllers(krec_apiserver::controllers::Selection::none())
+                    .start(),
+            )
+            .expect("API server");
+        InProcessServer { runtime, server }
+    }
+
+    /// Its store.
+    pub fn store(&self) -> &std::sync::Arc<krec_apiserver::Store> {
+        self.server.store()
+    }
+
+    /// A kubeconfig for it.
+    pub fn kubeconfig(&self) -> &str {
+        self.server.kubeconfig()
+    }
+
+    /// Stop it.
+    pub fn shutdown(self) {
+        self.runtime.block_on(self.server.shutdown());
+    }
+}
+
+/// The manifest of reconciler `name` running the built guest `module` (under
+/// `target/wasm32-wasip2/release/`), its other `spec` fields given as YAML lines indented by
+/// two spaces; written to `dir/<name>.yaml` and loaded.
+pub fn manifest(dir: &Path, name: &str, module_file: &str, spec: &str) -> krec::manifest::Manifest {
+    let text = format!(
+        "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {}\n{spec}",
+        module(module_file).display()
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).expect("write manifest");
+    krec::manifest::Manifest::load(&path).expect("manifest")
+}
+
+/// Start a manager running `manifest`'s guest (module cache: `options`), asserting it started.
+pub async fn start_manager(
+    client: &kube::Client,
+    manifest: &krec::manifest::Manifest,
+    options: krec::manager::ManagerOptions,
+) -> krec::manager::Manager {
+    let manager = krec::manager::Manager::start_with(
+        krec::cluster::api::ApiClient::new(client.clone()),
+        vec![manifest.clone()],
+        options,
+    )
+    .await
+    .expect("manager");
+    assert!(manager.skipped().is_empty(), "{:?}", manager.skipped());
+    manager
+}
+
+/// Wait until `reconciles()` is at least `at_least` and neither it nor `busy()` has moved for
+/// `quiet`; panics after five minutes.
+pub async fn settle(
+    reconciles: impl Fn() -> u64,
+    busy: impl Fn() -> bool,
+    at_least: u64,
+    quiet: Duration,
+) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut last = (reconciles(), Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = reconciles();
+        if now != last.0 || busy() {
+            last = (now, Instant::now());
+        } else if now >= at_least && last.1.elapsed() >= quiet {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reconciles stuck at {now}, expected at least {at_least}"
+        );
+    }
+}
+
+/// Reconciles the manager's guest `guest` has run.
+pub fn guest_reconciles(manager: &krec::manager::Manager, guest: &str) -> u64 {
+    manager.controller(guest).map_or(0, |c| c.stats().total())
+}
+
+/// Whether the manager's guest `guest` has keys queued or reconciling.
+pub fn guest_busy(manager: &krec::manager::Manager, guest: &str) -> bool {
+    manager
+        .controller(guest)
+        .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0)
 }
