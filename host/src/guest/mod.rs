@@ -181,11 +181,13 @@ impl Engines {
     ///
     /// When an engine or a linker cannot be built.
     pub fn new() -> wasmtime::Result<Self> {
-        let reuse = crate::engine::new_engine()?;
-        let fresh = crate::engine::new_pooled_engine()?;
+        let with_linker = |engine: Engine| -> wasmtime::Result<_> {
+            let linker = new_linker(&engine)?;
+            Ok((engine, linker))
+        };
         Ok(Engines {
-            reuse: (reuse.clone(), new_linker(&reuse)?),
-            fresh: (fresh.clone(), new_linker(&fresh)?),
+            reuse: with_linker(crate::engine::new_engine()?)?,
+            fresh: with_linker(crate::engine::new_pooled_engine()?)?,
         })
     }
 
