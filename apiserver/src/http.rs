@@ -51,6 +51,8 @@ pub struct ApiServer {
     pub openapi: openapi::Documents,
     /// Faults to inject (none unless rules are added).
     pub faults: Arc<crate::faults::Faults>,
+    /// Where write requests are recorded; `None`: nowhere.
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
     /// The admission webhooks writes go through.
     pub admission: Arc<crate::admission::Admission>,
     /// `/metrics`: the watches open now.
@@ -185,6 +187,7 @@ pub async fn handle(
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };
+    let received = jiff::Timestamp::now();
     let response = match route(&server, &method, &uri, &headers, body).await {
         Ok(response) => response,
         Err(err) => {
@@ -192,6 +195,18 @@ pub async fn handle(
             err.into_response()
         }
     };
+    if let Some(audit) = &server.audit {
+        audit.record(&crate::audit::Request {
+            method: method.as_str(),
+            uri: uri.path_and_query().map_or(uri.path(), |p| p.as_str()),
+            user_agent: headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default(),
+            received,
+            code: response.status().as_u16(),
+        });
+    }
     if protobuf_only(&headers) {
         return as_protobuf(response).await;
     }
@@ -1377,6 +1392,7 @@ mod tests {
             bookmark_interval: BOOKMARK_INTERVAL,
             openapi: Default::default(),
             faults: Default::default(),
+            audit: None,
         });
         axum::Router::new().fallback(handle).with_state(server)
     }

@@ -20,6 +20,7 @@
 
 pub mod admission;
 pub mod admissionregistration;
+pub mod audit;
 pub mod controllers;
 pub mod conversion;
 pub mod defaults;

@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::audit::AuditLog;
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::resources::Registry;
@@ -28,6 +29,7 @@ pub struct Builder {
     bookmark_interval: Duration,
     simulation: controllers::Config,
     faults: Arc<Faults>,
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl Default for Builder {
@@ -39,6 +41,7 @@ impl Default for Builder {
             bookmark_interval: http::BOOKMARK_INTERVAL,
             simulation: controllers::Config::default(),
             faults: Arc::new(Faults::default()),
+            audit: None,
         }
     }
 }
@@ -91,6 +94,12 @@ impl Builder {
     /// [`Server::faults`].
     pub fn faults(mut self, faults: Arc<Faults>) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// Record every write request in `log` (see [`crate::audit`]).
+    pub fn audit(mut self, log: Arc<AuditLog>) -> Self {
+        self.audit = Some(log);
         self
     }
 
@@ -188,6 +197,7 @@ impl Server {
             bookmark_interval: config.bookmark_interval,
             openapi: Default::default(),
             faults: config.faults.clone(),
+            audit: config.audit.clone(),
             admission: admission.clone(),
             metrics: Default::default(),
         });

@@ -58,6 +58,32 @@ pub async fn client_from_kubeconfig(yaml: &str) -> anyhow::Result<kube::Client> 
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .context("loading the kubeconfig")?;
+    client_from_config(config, None)
+}
+
+/// The `User-Agent` krec's requests carry: `krec/<version>`, and with an `identity` (a replica
+/// in leader election or sharding) `krec/<version> (<identity>)`, so that the API server's
+/// audit log tells replicas apart.
+pub fn user_agent(identity: Option<&str>) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    match identity {
+        Some(identity) => format!("krec/{version} ({identity})"),
+        None => format!("krec/{version}"),
+    }
+}
+
+/// A kube client for `config`, its requests carrying [`user_agent`]`(identity)`.
+///
+/// # Errors
+///
+/// When the client cannot be created (TLS set-up) or the identity is not a valid header value.
+pub fn client_from_config(
+    mut config: kube::Config,
+    identity: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let agent = http::HeaderValue::from_str(&user_agent(identity))
+        .with_context(|| format!("the identity {identity:?} cannot be sent as a User-Agent"))?;
+    config.headers.push((http::header::USER_AGENT, agent));
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
 
@@ -123,6 +149,8 @@ pub struct HostOptions {
     pub admin_token: Option<String>,
     /// Leader election on a Lease; `None`: this host always reconciles.
     pub leader: Option<LeaderConfig>,
+    /// Guests sharded across replicas by Leases (see [`crate::shard`]); excludes `leader`.
+    pub shard: Option<crate::shard::ShardConfig>,
     /// How long running reconciles get to finish at shutdown.
     pub shutdown_timeout: std::time::Duration,
     /// Address of the admission server, for guests that declare `webhooks`; `None`: only
@@ -142,6 +170,7 @@ impl Default for HostOptions {
             admin_addr: None,
             admin_token: None,
             leader: None,
+            shard: None,
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             webhook_addr: None,
             webhook_tls: None,
@@ -199,7 +228,11 @@ pub async fn serve(
             let _ = election_stopped.await;
         }))
     });
-    let api = ApiClient::new(client);
+    let tenures = options
+        .shard
+        .as_ref()
+        .map(|_| crate::tenure::Tenures::new());
+    let api = ApiClient::new(client.clone());
     let manager = Manager::start_with(
         api.clone(),
         manifests,
@@ -207,7 +240,8 @@ pub async fn serve(
             module_cache: options.module_cache.clone(),
             // Without an election the manager's gate is always open.
             gate: options.leader.is_some().then_some(gate),
-            metrics: Some(metrics),
+            tenures: tenures.clone(),
+            metrics: Some(metrics.clone()),
             ..Default::default()
         },
     )
@@ -215,6 +249,19 @@ pub async fn serve(
     if manager.controllers().is_empty() {
         anyhow::bail!("no guest could be started");
     }
+    let sharding = match (options.shard.clone(), tenures) {
+        (Some(config), Some(tenures)) => {
+            let sharder =
+                crate::shard::Sharder::new(client, config, tenures, manager.clone(), metrics);
+            let decided = sharder.decided();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(sharder.run(async move {
+                let _ = stopped.await;
+            }));
+            Some((stop, task, decided))
+        }
+        _ => None,
+    };
     let webhooks = start_webhooks(&manager, &api, &options).await?;
     let watcher = manager.watch(manifests_dir.to_owned());
     if let Some(admin) = &admin {
@@ -222,6 +269,9 @@ pub async fn serve(
         // Ready once the caches have synced (they have: `start` waited) and the election
         // has an answer.
         let _ = decided.wait_for(|d| *d).await;
+        if let Some((_, _, decided)) = &sharding {
+            let _ = decided.clone().wait_for(|d| *d).await;
+        }
         admin.set_ready(true);
     }
     started(&manager, admin.as_ref().map(Admin::addr));
@@ -238,6 +288,11 @@ pub async fn serve(
         webhooks.stop().await;
     }
     manager.shutdown(options.shutdown_timeout).await;
+    if let Some((stop, task, _)) = sharding {
+        // The workers have stopped: the guests' Leases can go to the other replicas.
+        let _ = stop.send(());
+        let _ = task.await;
+    }
     if let Some(election) = election {
         let _ = stop_election.send(());
         let _ = election.await;
@@ -574,18 +629,26 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let manifests = load_manifests(manifests_dir)?;
-    let client = match kubeconfig {
+    let config = match kubeconfig {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            client_from_kubeconfig(&text)
+            let parsed = kube::config::Kubeconfig::from_yaml(&text)
+                .with_context(|| format!("parsing the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(parsed, &Default::default())
                 .await
-                .with_context(|| path.display().to_string())?
+                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
         }
-        None => kube::Client::try_default()
+        None => kube::Config::infer()
             .await
             .context("no cluster configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?,
     };
+    let identity = match (&options.shard, &options.leader) {
+        (Some(shard), _) => Some(shard.identity.as_str()),
+        (None, Some(leader)) => Some(leader.identity.as_str()),
+        (None, None) => None,
+    };
+    let client = client_from_config(config, identity)?;
     serve(
         client,
         manifests_dir,

@@ -37,31 +37,40 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     /// How often candidates try to acquire, and the holder renews.
     pub retry_period: Duration,
+    /// Labels the Lease is created with.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl LeaderConfig {
     /// controller-runtime's defaults (15 s, 10 s, 2 s) for `lease_name` in `namespace`, with an
     /// identity of the host name and a random suffix.
     pub fn new(lease_name: &str, namespace: &str) -> Self {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string("/etc/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_owned())
-            })
-            .unwrap_or_else(|| "krec".into());
-        let suffix = uuid::Uuid::new_v4().simple().to_string();
         LeaderConfig {
             lease_name: lease_name.to_owned(),
             namespace: namespace.to_owned(),
-            identity: format!("{host}_{}", &suffix[..8]),
+            identity: default_identity(),
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            labels: std::collections::BTreeMap::new(),
         }
     }
+}
+
+/// A unique identity for this process: the host name and a random suffix, as client-go's
+/// leader election uses (`<host>_<8 hex digits>`).
+pub fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_else(|| "krec".into());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}_{}", &suffix[..8])
 }
 
 /// A candidate for the Lease. See the [module docs](self).
@@ -105,6 +114,19 @@ impl LeaderElector {
         self.state.subscribe()
     }
 
+    /// Note the Lease's `resourceVersion` as seen now (from a list, say): the lease duration
+    /// runs from the first time each version is seen. Returns when this version was first seen.
+    pub fn observe(&mut self, version: &str) -> Instant {
+        match &self.observed {
+            Some((seen, at)) if seen == version => *at,
+            _ => {
+                let at = Instant::now();
+                self.observed = Some((version.to_owned(), at));
+                at
+            }
+        }
+    }
+
     /// This candidate's identity.
     pub fn identity(&self) -> &str {
         &self.config.identity
@@ -125,6 +147,8 @@ impl LeaderElector {
                     metadata: ObjectMeta {
                         name: Some(self.config.lease_name.clone()),
                         namespace: Some(self.config.namespace.clone()),
+                        labels: (!self.config.labels.is_empty())
+                            .then(|| self.config.labels.clone()),
                         ..Default::default()
                     },
                     spec: Some(LeaseSpec {
@@ -148,14 +172,7 @@ impl LeaderElector {
             .resource_version
             .clone()
             .unwrap_or_default();
-        let seen_at = match &self.observed {
-            Some((seen, at)) if *seen == version => *at,
-            _ => {
-                let at = Instant::now();
-                self.observed = Some((version, at));
-                at
-            }
-        };
+        let seen_at = self.observe(&version);
         let spec = existing.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let held_for = spec
@@ -271,9 +288,6 @@ impl LeaderElector {
 
     /// Give the Lease up if this candidate holds it: empty holder, 1 s duration.
     pub async fn release(&mut self) {
-        if *self.state.borrow() != Some(true) {
-            return;
-        }
         self.state.send_replace(Some(false));
         let Ok(Some(mut lease)) = self.leases.get_opt(&self.config.lease_name).await else {
             return;

@@ -29,4 +29,6 @@ pub mod progress;
 pub mod queue;
 pub mod rbac;
 pub mod scaffold;
+pub mod shard;
+pub mod tenure;
 pub mod webhooks;

@@ -66,6 +66,10 @@ enum Command {
         /// Keep objects in this directory across restarts (default: in memory only).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Append one audit.k8s.io/v1 Event per write request (create, update, patch, delete)
+        /// to this file, as JSON lines — kube-apiserver's flag of the same name.
+        #[arg(long)]
+        audit_log_path: Option<PathBuf>,
         #[command(flatten)]
         simulation: SimulationArgs,
     },
@@ -237,6 +241,15 @@ struct HostArgs {
     /// How often candidates try to acquire the Lease and the leader renews it.
     #[arg(long, default_value = "2s", value_parser = duration)]
     leader_elect_retry_period: std::time::Duration,
+    /// Share the guests with the other replicas of the same --shard-group: each guest runs in
+    /// exactly one replica, through a Lease of its own (`<group>-<guest>`); replicas find each
+    /// other through membership Leases and rebalance when one joins or leaves. Uses the
+    /// --leader-elect-namespace and timings.
+    #[arg(long, conflicts_with = "leader_elect")]
+    shard: bool,
+    /// The shard group: the prefix of its Leases' names.
+    #[arg(long, default_value = "krec")]
+    shard_group: String,
     /// How long running reconciles get to finish on SIGTERM or Ctrl-C.
     #[arg(long, default_value = "30s", value_parser = duration)]
     shutdown_timeout: std::time::Duration,
@@ -275,11 +288,25 @@ impl HostArgs {
             config.retry_period = self.leader_elect_retry_period;
             config
         });
+        let shard = if self.shard {
+            let mut config =
+                krec::shard::ShardConfig::new(&self.shard_group, &self.leader_elect_namespace);
+            config.lease_duration = self.leader_elect_lease_duration;
+            config.renew_deadline = self.leader_elect_renew_deadline;
+            config.retry_period = self.leader_elect_retry_period;
+            config
+                .validate()
+                .map_err(|e| anyhow::anyhow!("--shard: {e}"))?;
+            Some(config)
+        } else {
+            None
+        };
         Ok(krec::dev::HostOptions {
             module_cache: self.cache.open(),
             admin_addr: Some(self.admin_addr),
             admin_token,
             leader,
+            shard,
             shutdown_timeout: self.shutdown_timeout,
             webhook_addr: self.webhook_addr,
             webhook_tls: self
@@ -531,12 +558,19 @@ fn main() -> ExitCode {
             addr,
             kubeconfig_out,
             data_dir,
+            audit_log_path,
             simulation,
         } => {
             init_logging("info", cli.log_format);
             block_on("cluster", async move {
                 let faults = simulation.faults()?;
-                cluster(addr, kubeconfig_out, data_dir, simulation.config(), faults).await
+                let served = Served {
+                    addr,
+                    kubeconfig_out,
+                    data_dir,
+                    audit_log_path,
+                };
+                cluster(served, simulation.config(), faults).await
             })
         }
     }
@@ -642,15 +676,27 @@ fn url_host(url: &str) -> Option<&str> {
     (!host.is_empty()).then_some(host)
 }
 
-/// `krec cluster`: serve until Ctrl-C or SIGTERM.
-async fn cluster(
+/// Where `krec cluster` serves and what it writes.
+struct Served {
     addr: std::net::SocketAddr,
     kubeconfig_out: PathBuf,
     data_dir: Option<PathBuf>,
+    audit_log_path: Option<PathBuf>,
+}
+
+/// `krec cluster`: serve until Ctrl-C or SIGTERM.
+async fn cluster(
+    served: Served,
     simulation: krec_apiserver::controllers::Config,
     faults: std::sync::Arc<krec_apiserver::faults::Faults>,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
+    let Served {
+        addr,
+        kubeconfig_out,
+        data_dir,
+        audit_log_path,
+    } = served;
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
     let stop = shutdown_signal();
     if !addr.ip().is_loopback() {
@@ -664,6 +710,11 @@ async fn cluster(
         .faults(faults);
     if let Some(dir) = &data_dir {
         server = server.data_dir(dir);
+    }
+    if let Some(path) = &audit_log_path {
+        let log = krec_apiserver::audit::AuditLog::to_file(path)
+            .with_context(|| format!("opening the audit log {}", path.display()))?;
+        server = server.audit(std::sync::Arc::new(log));
     }
     let cluster = server.start().await?;
     cluster

@@ -114,6 +114,9 @@ pub struct ManagerOptions {
     pub module_cache: ModuleCache,
     /// Workers reconcile only while this is `true` (leader election); `None`: always.
     pub gate: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Guests sharded across replicas: each guest runs only while its tenure is granted (its
+    /// own gate, and a fence on its writes); overrides `gate`.
+    pub tenures: Option<Arc<crate::tenure::Tenures>>,
     /// Where to record metrics; `None`: a registry of the manager's own.
     pub metrics: Option<Arc<Metrics>>,
     /// Reconcilers compiled into the host, by guest name: a guest named here runs its native
@@ -127,6 +130,7 @@ struct Inner {
     gate: tokio::sync::watch::Receiver<bool>,
     /// Keeps the always-open gate's channel alive when there is no leader election.
     _open: Option<tokio::sync::watch::Sender<bool>>,
+    tenures: Option<Arc<crate::tenure::Tenures>>,
     engines: Engines,
     module_cache: ModuleCache,
     native: BTreeMap<String, NativeReconcile>,
@@ -211,6 +215,7 @@ impl Manager {
                 metrics: options.metrics.unwrap_or_default(),
                 gate,
                 _open: open,
+                tenures: options.tenures,
                 engines,
                 module_cache,
                 native: options.native,
@@ -292,10 +297,12 @@ impl Manager {
             .map_err(|e| e.to_string())?
         };
         let module = Arc::new(module.governed_by(&self.inner.governor));
-        let cluster: Arc<dyn ClusterAccess> = Arc::new(
-            LiveCluster::new(self.inner.cache.clone(), &manifest)
-                .with_metrics(self.inner.metrics.clone()),
-        );
+        let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
+            .with_metrics(self.inner.metrics.clone());
+        if let Some(tenures) = &self.inner.tenures {
+            live = live.with_fence(tenures.fence(&manifest.name));
+        }
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(live);
         // Instantiate once: a module whose start function traps is refused here.
         GuestWorker::new(module.clone(), cluster.clone())
             .warm_up()
@@ -384,11 +391,15 @@ impl Manager {
             "loaded guest {name} ({digest}, {:?})",
             prepared.module.origin()
         );
+        let gate = match &self.inner.tenures {
+            Some(tenures) => tenures.gate(&name),
+            None => self.inner.gate.clone(),
+        };
         let controller = Controller::new(
             prepared.module,
             prepared.cluster,
             self.inner.metrics.clone(),
-            self.inner.gate.clone(),
+            gate,
         );
         let sink: Arc<dyn EventSink> = controller.clone();
         let (informers, for_informers) = match self.wire(&manifest).await {

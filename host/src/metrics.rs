@@ -12,6 +12,8 @@
 //! | `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds` | `name` | histograms |
 //! | `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` | `name` | at scrape |
 //! | `leader_election_master_status` | `name` | 1 while leading |
+//! | `krec_shard_guest_owned` | `guest` | 1 while this replica holds the guest's Lease (`--shard`) |
+//! | `krec_shard_replicas` | | replicas this one sees alive (`--shard`) |
 //! | `krec_guest_traps_total` | `guest`, `cause` | traps |
 //! | `krec_guest_cpu_seconds_total` | `guest` | time running guest code (reconcile time less time waiting in host calls) |
 //! | `krec_guest_memory_peak_bytes` | `guest` | largest linear memory of an instance |
@@ -232,6 +234,10 @@ pub struct Metrics {
     pub queue_retries: Family<NameLabel, Counter>,
     /// `leader_election_master_status`.
     pub leader: Family<NameLabel, Gauge>,
+    /// `krec_shard_guest_owned`.
+    pub shard_owned: Family<GuestLabel, Gauge>,
+    /// `krec_shard_replicas`.
+    pub shard_replicas: Gauge,
     /// `krec_guest_traps_total`.
     pub traps: Family<TrapLabels, Counter>,
     /// `krec_guest_cpu_seconds_total`.
@@ -299,6 +305,8 @@ impl Metrics {
             longest_running: Family::default(),
             queue_retries: Family::default(),
             leader: Family::default(),
+            shard_owned: Family::default(),
+            shard_replicas: Gauge::default(),
             traps: Family::default(),
             guest_cpu: Family::default(),
             guest_memory_peak: Family::default(),
@@ -397,6 +405,16 @@ impl Metrics {
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
             m.leader.clone(),
+        );
+        registry.register(
+            "krec_shard_guest_owned",
+            "1 while this replica holds the guest's Lease and runs it (sharded hosts)",
+            m.shard_owned.clone(),
+        );
+        registry.register(
+            "krec_shard_replicas",
+            "Replicas of the shard group this one sees alive, itself included",
+            m.shard_replicas.clone(),
         );
         registry.register(
             "krec_guest_traps",

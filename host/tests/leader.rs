@@ -2,27 +2,18 @@
 //! host reconciles, a killed leader is replaced within the lease duration, and SIGTERM during a
 //! slow reconcile lets it finish, releases the Lease and exits 0.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{Host, module, wait_until};
 use krec_apiserver::{Server, Store};
 use serde_json::{Value, json};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// A manifest dir with the misbehave guest driven by one ticker firing `request` every `every`.
 fn manifest_dir(dir: &Path, request: &str, every: &str) -> PathBuf {
-    let module = repo().join("target/wasm32-wasip2/release/misbehave.wasm");
-    assert!(
-        module.exists(),
-        "{} is missing: run `make guests`",
-        module.display()
-    );
+    let module = module("misbehave.wasm");
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests).expect("dir");
     std::fs::write(
@@ -36,24 +27,13 @@ fn manifest_dir(dir: &Path, request: &str, every: &str) -> PathBuf {
     manifests
 }
 
-struct Host {
-    child: Child,
-    admin: SocketAddr,
-    stderr: std::sync::mpsc::Receiver<String>,
-}
-
 /// Start `krec run --leader-elect` with short lease timings; returns once its admin server is up.
 fn start_host(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(["run", "--manifests"])
-        .arg(manifests)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--module-cache")
-        .arg(cache)
-        .args([
-            "--admin-addr",
-            "127.0.0.1:0",
+    Host::start(
+        manifests,
+        kubeconfig,
+        cache,
+        &[
             "--leader-elect",
             "--leader-elect-lease-name",
             "krec-test",
@@ -63,84 +43,17 @@ fn start_host(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {
             "1500ms",
             "--leader-elect-retry-period",
             "200ms",
-        ])
-        .env("RUST_LOG", "info,krec::reconcile=debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start krec run");
-    let stdout = child.stdout.take().expect("stdout");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    // Keep reading stdout after the admin line, as a terminal would.
-    let (admin_tx, admin_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("admin server at http://").nth(1) {
-                let _ = admin_tx.send(rest.split_whitespace().next().and_then(|a| a.parse().ok()));
-            }
-        }
-    });
-    let admin = admin_rx.recv().ok().flatten();
-    Host {
-        child,
-        admin: admin.expect("the admin address is printed"),
-        stderr: rx,
-    }
+        ],
+    )
 }
 
-impl Host {
-    fn metric(&self, name: &str) -> Option<f64> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(self.admin).ok()?;
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-    }
-
-    fn leading(&self) -> bool {
-        self.metric(r#"leader_election_master_status{name="krec-test"}"#) == Some(1.0)
-    }
-
-    fn reconciles(&self) -> f64 {
-        self.metric(r#"controller_runtime_reconcile_total{controller="slow",result="success"}"#)
-            .unwrap_or(0.0)
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
+fn leading(host: &Host) -> bool {
+    host.metric(r#"leader_election_master_status{name="krec-test"}"#) == Some(1.0)
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    started.elapsed()
+fn reconciles(host: &Host) -> f64 {
+    host.metric(r#"controller_runtime_reconcile_total{controller="slow",result="success"}"#)
+        .unwrap_or(0.0)
 }
 
 fn lease(store: &Store) -> Value {
@@ -171,14 +84,14 @@ async fn of_two_hosts_exactly_one_should_reconcile_and_a_killed_leader_be_replac
     let second = start_host(&manifests, &kubeconfig, &cache);
     let hosts = [&first, &second];
     wait_until("a leader", Duration::from_secs(30), || {
-        hosts.iter().any(|h| h.leading())
+        hosts.iter().any(|h| leading(h))
     });
     // Let the ticker run a while: only the leader reconciles.
     std::thread::sleep(Duration::from_millis(1000));
-    let leaders: Vec<usize> = (0..2).filter(|&i| hosts[i].leading()).collect();
+    let leaders: Vec<usize> = (0..2).filter(|&i| leading(hosts[i])).collect();
     assert_eq!(leaders.len(), 1, "exactly one leader");
     let (leader, standby) = (hosts[leaders[0]], hosts[1 - leaders[0]]);
-    assert!(leader.reconciles() >= 2.0, "the leader reconciles");
+    assert!(reconciles(leader) >= 2.0, "the leader reconciles");
     assert_eq!(
         standby.metric(r#"controller_runtime_reconcile_total{controller="slow",result="success"}"#),
         Some(0.0),
@@ -188,7 +101,7 @@ async fn of_two_hosts_exactly_one_should_reconcile_and_a_killed_leader_be_replac
     // The leader dies without releasing the Lease: the standby takes over once it expires.
     leader.signal("-KILL");
     let started = Instant::now();
-    while !standby.leading() {
+    while !leading(standby) {
         if started.elapsed() > Duration::from_secs(30) {
             let log: Vec<String> = standby.stderr.try_iter().collect();
             panic!("the standby never took over:\n{}", log.join("\n"));
@@ -204,7 +117,7 @@ async fn of_two_hosts_exactly_one_should_reconcile_and_a_killed_leader_be_replac
     wait_until(
         "the new leader to reconcile",
         Duration::from_secs(30),
-        || standby.reconciles() >= 1.0,
+        || reconciles(standby) >= 1.0,
     );
     let holder = lease(cluster.store())["spec"]["holderIdentity"].clone();
     assert!(holder.is_string(), "{holder}");

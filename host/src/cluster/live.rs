@@ -68,6 +68,8 @@ pub struct LiveCluster {
     /// Where `krec_read_your_writes_*` are counted (series made on a guest's first wait: most
     /// guests never wait, and an idle guest should cost little).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Sharded guests: writes go out only while this replica holds the guest's Lease.
+    fence: Option<Arc<super::fence::Fence>>,
 }
 
 /// The longest a read waits for the cache to reflect the guest's own write.
@@ -174,7 +176,19 @@ impl LiveCluster {
             written: Mutex::default(),
             read_from: Mutex::default(),
             metrics: None,
+            fence: None,
         }
+    }
+
+    /// Send writes only while `fence` is open (guests sharded across replicas).
+    pub fn with_fence(mut self, fence: Arc<super::fence::Fence>) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// `Ok` unless the guest's writes are fenced off on this replica.
+    fn fenced(&self) -> Result<(), AccessError> {
+        self.fence.as_ref().map_or(Ok(()), |fence| fence.check())
     }
 
     /// Count read-your-own-writes waits in `metrics`.
@@ -527,6 +541,7 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn create(&self, object: Value) -> Result<Value, AccessError> {
+        self.fenced()?;
         let result = self.api.create(&object, &self.field_manager).await;
         if let Ok(created) = &result {
             self.wrote_object(created);
@@ -535,6 +550,7 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+        self.fenced()?;
         let result = self.api.update(&object, status, &self.field_manager).await;
         if let Ok(updated) = &result {
             self.wrote_object(updated);
@@ -556,6 +572,7 @@ impl ClusterAccess for LiveCluster {
         body: Value,
         status: bool,
     ) -> Result<Value, AccessError> {
+        self.fenced()?;
         let result = self
             .api
             .patch(
@@ -589,6 +606,7 @@ impl ClusterAccess for LiveCluster {
         name: &str,
         preconditions: Option<&Preconditions>,
     ) -> Result<(), AccessError> {
+        self.fenced()?;
         let result = self.api.delete(gvk, namespace, name, preconditions).await;
         if let Ok(version) = &result {
             self.wrote(gvk, namespace, Some(name), version.as_deref());
@@ -602,6 +620,7 @@ impl ClusterAccess for LiveCluster {
         head: &ObjectHead,
         json: &str,
     ) -> Result<String, AccessError> {
+        self.fenced()?;
         let result = self
             .api
             .write_text(kind, head, json, &self.field_manager)
@@ -629,6 +648,7 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+        self.fenced()?;
         let result = self.api.record_event(&event).await;
         let r = &event.regarding;
         let what = format!(

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod events;
+pub mod fence;
 pub mod live;
 mod memory;
 

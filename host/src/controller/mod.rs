@@ -505,6 +505,27 @@ impl Controller {
         }
     }
 
+    /// Queue every key the guest would see: each object of its `for` kind, and each ticker's
+    /// request. What a replica that takes a guest over does first (sharded hosts), so that no
+    /// change the previous owner had queued is lost.
+    pub fn resync_all(&self) {
+        let for_informers = self
+            .for_informers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for informer in &for_informers {
+            for (namespace, name) in informer.keys() {
+                self.queue.add(Request::new(namespace.as_deref(), &name));
+            }
+        }
+        for ticker in &self.version.load().module.manifest().spec.tickers {
+            let request = &ticker.request;
+            self.queue
+                .add(Request::new(request.namespace.as_deref(), &request.name));
+        }
+    }
+
     /// (Re)start the tickers and the resync of the current manifest.
     fn restart_sources(&self) {
         let spec = self.version.load().module.manifest().spec.clone();

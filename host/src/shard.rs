@@ -1,0 +1,632 @@
+//! Guests sharded across host replicas by `coordination.k8s.io/v1` Leases (`krec run --shard`):
+//! N replicas share M guests, each guest running in exactly one replica at a time.
+//!
+//! - **Membership.** Each replica keeps a Lease of its own, `<group>-replica-<identity>`,
+//!   labelled `krec.dev/shard-group: <group>`, renewed every retry period. A replica counts
+//!   another alive while its Lease changes within the lease duration, measured on its own clock
+//!   from when it saw the change (so clock offsets between hosts do not matter). A replica that
+//!   stops cleanly deletes its Lease, and the others rebalance at their next tick.
+//! - **Assignment.** Every replica computes the same assignment from the same view: guests in
+//!   name order, each to the replica ranking highest for it (rendezvous hashing) among those
+//!   not yet at their share (⌊M/N⌋, or one more for the first M mod N replicas to reach it), so
+//!   the counts differ by at most one. Views differ only briefly (one retry period); the
+//!   guest Leases below keep that from ever meaning two owners.
+//! - **Ownership.** Each guest has a Lease, `<group>-<guest>`, taken as client-go's leader
+//!   election takes one ([`LeaderElector`]): only when free or unrenewed for the lease
+//!   duration. A replica runs a guest ([`Tenures::grant`]) only while it holds the guest's Lease;
+//!   the taker first queues every key of the guest (a full resync from its warm cache), so
+//!   nothing the previous owner had queued is lost.
+//! - **Handover.** A replica giving a guest up stops taking its keys, keeps renewing while the
+//!   reconciles already running finish, then releases the Lease (empty holder); the taker's
+//!   next tick takes it.
+//! - **Fencing.** Each renewal extends the guest's write [`Fence`](crate::cluster::fence::Fence)
+//!   to the renewal's send time plus the renew deadline, shorter than the lease duration: a
+//!   replica that cannot renew (API server unreachable, partition, a stalled process) stops
+//!   sending the guest's writes before any other replica may take the Lease.
+//!
+//! Every replica loads every guest and keeps the caches of all of their kinds warm: any guest
+//! may be taken over at any moment. Writes carry the replica's identity in their `User-Agent`
+//! (`krec/<version> (<identity>)`), so the API server's audit log shows which replica wrote
+//! for which guest (the field manager, `krec-<guest>`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use tokio::time::Instant;
+
+use crate::leader::{LeaderConfig, LeaderElector};
+use crate::manager::Manager;
+use crate::metrics::{GuestLabel, Metrics};
+use crate::tenure::Tenures;
+
+/// The label naming a Lease's shard group (on membership and guest Leases).
+pub const GROUP_LABEL: &str = "krec.dev/shard-group";
+
+/// The label telling membership Leases (`replica`) from guest Leases (`guest`).
+pub const ROLE_LABEL: &str = "krec.dev/shard-role";
+
+/// How replicas of one shard group find each other and time their Leases.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    /// The group's name: the prefix of its Lease names and the value of [`GROUP_LABEL`].
+    pub group: String,
+    /// Where the Leases live.
+    pub namespace: String,
+    /// This replica's identity (unique per process).
+    pub identity: String,
+    /// How long a Lease is valid after its last renewal.
+    pub lease_duration: Duration,
+    /// How long a holder keeps a guest's writes going without a renewal (fencing); shorter
+    /// than the lease duration.
+    pub renew_deadline: Duration,
+    /// How often Leases are renewed and the assignment recomputed.
+    pub retry_period: Duration,
+}
+
+impl ShardConfig {
+    /// controller-runtime's leader election timings (15 s, 10 s, 2 s) for `group` in
+    /// `namespace`, with a fresh identity.
+    pub fn new(group: &str, namespace: &str) -> Self {
+        let leader = LeaderConfig::new(group, namespace);
+        ShardConfig {
+            group: group.to_owned(),
+            namespace: namespace.to_owned(),
+            identity: leader.identity,
+            lease_duration: leader.lease_duration,
+            renew_deadline: leader.renew_deadline,
+            retry_period: leader.retry_period,
+        }
+    }
+
+    /// Whether the timings can fence: the renew deadline must be shorter than the lease
+    /// duration, and the retry period shorter than the renew deadline.
+    ///
+    /// # Errors
+    ///
+    /// A sentence naming the timings that do not fit.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "the renew deadline ({:?}) must be shorter than the lease duration ({:?}): \
+                 otherwise a replica that lost a guest could still write when another takes it",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "the retry period ({:?}) must be shorter than the renew deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+
+    /// The Lease of `guest`: `<group>-<guest>`.
+    pub fn guest_lease(&self, guest: &str) -> String {
+        format!("{}-{guest}", self.group)
+    }
+
+    /// This replica's membership Lease: `<group>-replica-<identity>`, lower-cased, with what a
+    /// Lease name cannot hold replaced by `-`.
+    pub fn member_lease(&self) -> String {
+        let identity: String = self
+            .identity
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        format!("{}-replica-{}", self.group, identity.trim_matches('-'))
+    }
+}
+
+/// Rendezvous score of `member` for `guest`: FNV-1a over both names, then a 64-bit finaliser
+/// (stable across builds and platforms, unlike `std`'s hasher).
+fn score(guest: &str, member: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in guest.bytes().chain([0]).chain(member.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^ (hash >> 33)
+}
+
+/// Which member runs which guest: every guest to exactly one member, counts differing by at
+/// most one. See the [module docs](self). Empty when there are no members.
+pub fn assign<'a>(guests: &[&'a str], members: &[&'a str]) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let mut members: Vec<&str> = members.to_vec();
+    members.sort_unstable();
+    members.dedup();
+    let mut guests: Vec<&str> = guests.to_vec();
+    guests.sort_unstable();
+    guests.dedup();
+    let mut out: BTreeMap<&str, Vec<&str>> = members.iter().map(|m| (*m, Vec::new())).collect();
+    if members.is_empty() {
+        return out;
+    }
+    let share = guests.len() / members.len();
+    let mut one_more = guests.len() % members.len();
+    for guest in guests {
+        let mut ranked = members.clone();
+        ranked.sort_by_key(|m| std::cmp::Reverse((score(guest, m), *m)));
+        let chosen = ranked.into_iter().find(|m| {
+            let held = out.get(m).map_or(0, Vec::len);
+            held < share || (held == share && one_more > 0)
+        });
+        // Capacity is exactly the number of guests, so a member is always found.
+        if let Some(member) = chosen {
+            let held = out.entry(member).or_default();
+            if held.len() == share {
+                one_more -= 1;
+            }
+            held.push(guest);
+        }
+    }
+    out
+}
+
+fn now() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+fn whole_seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+/// Where this replica stands with one guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    /// Not held here.
+    Idle,
+    /// Held and running here.
+    Held,
+    /// Held, no new reconciles: waiting for the running ones before releasing.
+    Draining,
+}
+
+/// One guest's Lease as this replica sees it.
+struct GuestLease {
+    elector: LeaderElector,
+    standing: Standing,
+}
+
+/// The shard loop of one replica. See the [module docs](self).
+pub struct Sharder {
+    config: ShardConfig,
+    leases: Api<Lease>,
+    client: kube::Client,
+    tenures: Arc<Tenures>,
+    manager: Manager,
+    metrics: Arc<Metrics>,
+    /// Membership Leases as last seen: resourceVersion, and when first seen so.
+    seen: HashMap<String, (String, Instant)>,
+    guests: BTreeMap<String, GuestLease>,
+    /// Set once the first tick has decided this replica's guests.
+    decided: tokio::sync::watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Sharder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sharder")
+            .field("identity", &self.config.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sharder {
+    /// The shard loop of `manager`'s guests, granting them through `tenures` (the ones the
+    /// manager was started with).
+    pub fn new(
+        client: kube::Client,
+        config: ShardConfig,
+        tenures: Arc<Tenures>,
+        manager: Manager,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Sharder {
+            leases: Api::namespaced(client.clone(), &config.namespace),
+            client,
+            config,
+            tenures,
+            manager,
+            metrics,
+            seen: HashMap::new(),
+            guests: BTreeMap::new(),
+            decided: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    /// `true` once the first round has decided which guests run here (readiness).
+    pub fn decided(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.decided.subscribe()
+    }
+
+    /// Run rounds every retry period until `stop` resolves; then release every guest Lease
+    /// held (the manager must have stopped its workers first) and delete the membership Lease.
+    pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        tracing::info!(
+            "sharding guests as {} in group {}/{}",
+            self.config.identity,
+            self.config.namespace,
+            self.config.group
+        );
+        loop {
+            let round = tokio::time::timeout(self.config.renew_deadline, self.round());
+            tokio::select! {
+                () = &mut stop => break,
+                done = round => if done.is_err() {
+                    tracing::warn!("a shard round took longer than the renew deadline");
+                },
+            }
+            // A round cut short (the API server answering slowly or not at all) still stops
+            // the guests whose fences have closed.
+            self.enforce_fences();
+            self.decided.send_replace(true);
+            tokio::select! {
+                () = &mut stop => break,
+                () = tokio::time::sleep(self.config.retry_period) => {}
+            }
+        }
+        self.leave().await;
+    }
+
+    /// Stop every guest held here whose fence has closed (no renewal within the deadline).
+    fn enforce_fences(&mut self) {
+        for (name, lease) in &mut self.guests {
+            if lease.standing != Standing::Idle && !self.tenures.fence(name).is_open() {
+                tracing::warn!(
+                    "stopping guest {name}: its Lease could not be renewed within the deadline"
+                );
+                self.tenures.revoke(name);
+                lease.standing = Standing::Idle;
+                self.metrics
+                    .shard_owned
+                    .get_or_create(&GuestLabel {
+                        guest: name.clone(),
+                    })
+                    .set(0);
+            }
+        }
+    }
+
+    /// One round: renew membership, see who is alive, compute the assignment, act on it.
+    async fn round(&mut self) {
+        if let Err(err) = self.renew_membership().await {
+            tracing::warn!("renewing the membership Lease: {err}");
+        }
+        let running = self.manager.controllers();
+        for name in running.keys() {
+            if !self.guests.contains_key(name) {
+                let mut config =
+                    LeaderConfig::new(&self.config.guest_lease(name), &self.config.namespace);
+                config.identity = self.config.identity.clone();
+                config.lease_duration = self.config.lease_duration;
+                config.renew_deadline = self.config.renew_deadline;
+                config.retry_period = self.config.retry_period;
+                config.labels = self.labels("guest");
+                self.guests.insert(
+                    name.clone(),
+                    GuestLease {
+                        elector: LeaderElector::new(self.client.clone(), config),
+                        standing: Standing::Idle,
+                    },
+                );
+            }
+        }
+        // Without a view of the group, keep what is held (renewing it) and take nothing.
+        let mine: Vec<String> = match self.view().await {
+            Ok(members) => {
+                self.metrics
+                    .shard_replicas
+                    .set(i64::try_from(members.len()).unwrap_or(i64::MAX));
+                let names: Vec<&str> = running.keys().map(String::as_str).collect();
+                let member_names: Vec<&str> = members.iter().map(String::as_str).collect();
+                assign(&names, &member_names)
+                    .remove(self.config.identity.as_str())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect()
+            }
+            Err(err) => {
+                tracing::warn!("listing the shard group's Leases: {err}");
+                self.guests
+                    .iter()
+                    .filter(|(_, g)| g.standing == Standing::Held)
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            }
+        };
+        let steps = self.guests.iter_mut().map(|(name, lease)| {
+            let wanted = mine.contains(name);
+            let controller = running.get(name).cloned();
+            let tenures = self.tenures.clone();
+            let metrics = self.metrics.clone();
+            let deadline = self.config.renew_deadline;
+            async move {
+                step(name, lease, wanted, controller, &tenures, deadline).await;
+                metrics
+                    .shard_owned
+                    .get_or_create(&GuestLabel {
+                        guest: name.clone(),
+                    })
+                    .set(i64::from(lease.standing == Standing::Held));
+            }
+        });
+        futures::future::join_all(steps).await;
+        // Guests gone from the manager and no longer held are forgotten.
+        self.guests
+            .retain(|name, lease| running.contains_key(name) || lease.standing != Standing::Idle);
+    }
+
+    /// Create or renew this replica's membership Lease.
+    async fn renew_membership(&self) -> Result<(), kube::Error> {
+        let name = self.config.member_lease();
+        let spec = LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(whole_seconds(self.config.lease_duration)),
+            renew_time: Some(now()),
+            ..Default::default()
+        };
+        match self.leases.get_opt(&name).await? {
+            Some(mut lease) => {
+                let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
+                lease.spec = Some(LeaseSpec {
+                    acquire_time: acquired,
+                    ..spec
+                });
+                self.leases
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await?;
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        namespace: Some(self.config.namespace.clone()),
+                        labels: Some(self.labels("replica")),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        acquire_time: Some(now()),
+                        ..spec
+                    }),
+                };
+                self.leases.create(&PostParams::default(), &lease).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The labels of this group's Leases of `role`.
+    fn labels(&self, role: &str) -> BTreeMap<String, String> {
+        [
+            (GROUP_LABEL.to_owned(), self.config.group.clone()),
+            (ROLE_LABEL.to_owned(), role.to_owned()),
+        ]
+        .into()
+    }
+
+    /// One list of the group's Leases: the guest Leases' versions are noted (so that a Lease
+    /// left unrenewed by a dead replica is known expired as soon as possible), and the
+    /// identities of the replicas alive, this one included, are returned in order.
+    async fn view(&mut self) -> Result<Vec<String>, kube::Error> {
+        let selector = format!("{GROUP_LABEL}={}", self.config.group);
+        let leases = self
+            .leases
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let mut alive = vec![self.config.identity.clone()];
+        let mut present = Vec::new();
+        let guest_prefix = format!("{}-", self.config.group);
+        for lease in leases {
+            let Some(name) = lease.metadata.name.clone() else {
+                continue;
+            };
+            let version = lease.metadata.resource_version.clone().unwrap_or_default();
+            let role = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLE_LABEL))
+                .map(String::as_str);
+            if role == Some("guest") {
+                let guest = name.strip_prefix(&guest_prefix).unwrap_or(&name);
+                if let Some(held) = self.guests.get_mut(guest) {
+                    held.elector.observe(&version);
+                }
+                continue;
+            }
+            present.push(name.clone());
+            let spec = lease.spec.unwrap_or_default();
+            let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty()) else {
+                continue;
+            };
+            let seen_at = match self.seen.get(&name) {
+                Some((seen, at)) if *seen == version => *at,
+                _ => {
+                    let at = Instant::now();
+                    self.seen.insert(name, (version, at));
+                    at
+                }
+            };
+            let duration = spec
+                .lease_duration_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or(self.config.lease_duration, Duration::from_secs);
+            if holder != self.config.identity && seen_at.elapsed() < duration {
+                alive.push(holder);
+            }
+        }
+        self.seen.retain(|name, _| present.contains(name));
+        alive.sort();
+        alive.dedup();
+        Ok(alive)
+    }
+
+    /// Stop: release every guest Lease held, delete the membership Lease.
+    async fn leave(mut self) {
+        for (name, lease) in &mut self.guests {
+            if lease.standing != Standing::Idle {
+                self.tenures.revoke(name);
+                lease.elector.release().await;
+                lease.standing = Standing::Idle;
+                self.metrics
+                    .shard_owned
+                    .get_or_create(&GuestLabel {
+                        guest: name.clone(),
+                    })
+                    .set(0);
+            }
+        }
+        let name = self.config.member_lease();
+        match self.leases.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!("left the shard group {}", self.config.group),
+            Err(err) => tracing::warn!("deleting the membership Lease {name}: {err}"),
+        }
+    }
+}
+
+/// One guest's move in a round: take it, renew it, hand it over or leave it.
+async fn step(
+    name: &str,
+    lease: &mut GuestLease,
+    wanted: bool,
+    controller: Option<Arc<crate::controller::Controller>>,
+    tenures: &Tenures,
+    renew_deadline: Duration,
+) {
+    if lease.standing == Standing::Idle && !wanted {
+        return;
+    }
+    if lease.standing == Standing::Held && !wanted {
+        tracing::info!("handing guest {name} over: no new reconciles, finishing the running ones");
+        tenures.pause(name);
+        lease.standing = Standing::Draining;
+    }
+    let drained = controller.as_ref().is_none_or(|c| c.stats().active() == 0);
+    if lease.standing == Standing::Draining && !wanted && drained {
+        tenures.revoke(name);
+        lease.elector.release().await;
+        lease.standing = Standing::Idle;
+        tracing::info!("handed guest {name} over");
+        return;
+    }
+    // Take, renew, or keep renewing while draining.
+    let sent = Instant::now();
+    let outcome = tokio::time::timeout(renew_deadline, lease.elector.try_acquire_or_renew()).await;
+    match outcome {
+        Ok(Ok(true)) => {
+            let until = sent + renew_deadline;
+            match lease.standing {
+                Standing::Idle => {
+                    tenures.grant(name, until);
+                    if let Some(controller) = &controller {
+                        controller.resync_all();
+                    }
+                    lease.standing = Standing::Held;
+                    tracing::info!("took guest {name}: resyncing its keys");
+                }
+                Standing::Draining if wanted => {
+                    tenures.grant(name, until);
+                    lease.standing = Standing::Held;
+                    tracing::info!("keeping guest {name}");
+                }
+                Standing::Held | Standing::Draining => tenures.extend(name, until),
+            }
+        }
+        Ok(Ok(false)) => {
+            if lease.standing != Standing::Idle {
+                tracing::warn!("lost guest {name}: its Lease is held by another replica");
+                tenures.revoke(name);
+                lease.standing = Standing::Idle;
+            }
+        }
+        Ok(Err(err)) => {
+            tracing::warn!("renewing guest {name}'s Lease: {err}");
+            lost_unless_fenced_open(name, lease, tenures);
+        }
+        Err(_) => {
+            tracing::warn!("renewing guest {name}'s Lease timed out");
+            lost_unless_fenced_open(name, lease, tenures);
+        }
+    }
+}
+
+/// After a failed renewal: the guest stays while its fence is open (the renew deadline has
+/// not passed), and stops here once it has closed.
+fn lost_unless_fenced_open(name: &str, lease: &mut GuestLease, tenures: &Tenures) {
+    if lease.standing != Standing::Idle && !tenures.fence(name).is_open() {
+        tracing::warn!("stopping guest {name}: its Lease could not be renewed within the deadline");
+        tenures.revoke(name);
+        lease.standing = Standing::Idle;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(assignment: &BTreeMap<&str, Vec<&str>>) -> Vec<usize> {
+        assignment.values().map(Vec::len).collect()
+    }
+
+    #[test]
+    fn every_guest_should_go_to_exactly_one_member_evenly() {
+        let guests: Vec<String> = (0..6).map(|i| format!("guest-{i}")).collect();
+        let guests: Vec<&str> = guests.iter().map(String::as_str).collect();
+        let three = assign(&guests, &["a", "b", "c"]);
+        assert_eq!(counts(&three), [2, 2, 2]);
+        let two = assign(&guests, &["a", "c"]);
+        assert_eq!(counts(&two), [3, 3]);
+        let seven: Vec<&str> = guests.iter().copied().chain(["guest-6"]).collect();
+        let mut uneven = counts(&assign(&seven, &["a", "b", "c"]));
+        uneven.sort_unstable();
+        assert_eq!(uneven, [2, 2, 3]);
+        for assignment in [&three, &two] {
+            let mut all: Vec<&str> = assignment.values().flatten().copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, guests, "each guest once");
+        }
+        assert!(assign(&guests, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_assignment_should_not_depend_on_the_order_of_the_view() {
+        let guests = ["x", "y", "z", "w", "v"];
+        let forward = assign(&guests, &["m1", "m2", "m3"]);
+        let backward = assign(&["v", "w", "z", "y", "x"], &["m3", "m1", "m2", "m1"]);
+        assert_eq!(forward, backward);
+    }
+
+    #[test]
+    fn lease_names_should_be_valid_object_names() {
+        let mut config = ShardConfig::new("krec", "default");
+        config.identity = "Node_1.example_ab12cd34".into();
+        assert_eq!(
+            config.member_lease(),
+            "krec-replica-node-1.example-ab12cd34"
+        );
+        assert_eq!(config.guest_lease("foo"), "krec-foo");
+        assert!(config.validate().is_ok(), "the defaults fence");
+        config.renew_deadline = config.lease_duration;
+        let err = config.validate().expect_err("deadline = duration");
+        assert!(err.contains("renew deadline"), "{err}");
+    }
+}

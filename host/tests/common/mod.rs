@@ -1,0 +1,134 @@
+//! `krec run` as a child process, for the tests that need several hosts (leader election,
+//! sharding): start it, find its admin server, read its metrics, signal it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A built guest module of `target/wasm32-wasip2/release`.
+pub fn module(file: &str) -> PathBuf {
+    let module = repo().join("target/wasm32-wasip2/release").join(file);
+    assert!(
+        module.exists(),
+        "{} is missing: run `make guests`",
+        module.display()
+    );
+    module
+}
+
+/// A running `krec run`.
+pub struct Host {
+    /// The process.
+    pub child: Child,
+    /// Its admin server.
+    pub admin: SocketAddr,
+    /// Its log lines.
+    pub stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Host {
+    /// Start `krec run --manifests <manifests> --kubeconfig <kubeconfig>` with a module cache
+    /// in `cache`, an admin server on a free port and `extra` arguments; returns once its admin
+    /// server is up.
+    pub fn start(manifests: &Path, kubeconfig: &Path, cache: &Path, extra: &[&str]) -> Host {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
+            .args(["run", "--manifests"])
+            .arg(manifests)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--module-cache")
+            .arg(cache)
+            .args(["--admin-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "info,krec::reconcile=debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start krec run");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // Keep reading stdout after the admin line, as a terminal would.
+        let (admin_tx, admin_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("admin server at http://").nth(1) {
+                    let _ =
+                        admin_tx.send(rest.split_whitespace().next().and_then(|a| a.parse().ok()));
+                }
+            }
+        });
+        let admin = admin_rx.recv().ok().flatten();
+        Host {
+            child,
+            admin: admin.expect("the admin address is printed"),
+            stderr: rx,
+        }
+    }
+
+    /// The admin server's `/metrics` text; `None` when it does not answer.
+    pub fn metrics(&self) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(self.admin).ok()?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    /// The value of the series `name` (with its labels, as exposed).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics()?
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    }
+
+    /// Send `signal` (e.g. `-KILL`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// The log lines so far.
+    pub fn log(&self) -> String {
+        self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `check` every 20 ms until it holds; panics after `limit`. Returns how long it took.
+pub fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}

@@ -1,0 +1,466 @@
+//! `krec run --shard` as three processes against one embedded API server, six guests: each
+//! guest runs in exactly one process, 2/2/2; a SIGKILLed process's guests move to the others
+//! within the lease duration and a renewal round; a process added back takes its share; and the
+//! API server's audit log shows no guest ever written for by two replicas at once.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Host, module, wait_until};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const GUESTS: usize = 6;
+const OBJECTS_PER_GUEST: usize = 4;
+const LEASE: Duration = Duration::from_secs(2);
+const RETRY: Duration = Duration::from_millis(200);
+
+/// Six manifests of the stamper guest, guest `g<i>` reconciling the ConfigMaps of `shard-<i>`.
+fn manifest_dir(dir: &Path) -> PathBuf {
+    let module = module("stamper_a.wasm");
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("dir");
+    for i in 0..GUESTS {
+        std::fs::write(
+            manifests.join(format!("g{i}.yaml")),
+            format!(
+                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: g{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [shard-{i}]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}}\n",
+                module.display()
+            ),
+        )
+        .expect("manifest");
+    }
+    manifests
+}
+
+fn start(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {
+    Host::start(
+        manifests,
+        kubeconfig,
+        cache,
+        &[
+            "--shard",
+            "--leader-elect-lease-duration",
+            "2s",
+            "--leader-elect-renew-deadline",
+            "1500ms",
+            "--leader-elect-retry-period",
+            "200ms",
+        ],
+    )
+}
+
+/// The guests `host` says it runs now; `None` when it does not answer.
+fn owned(host: &Host) -> Option<BTreeSet<String>> {
+    let text = host.metrics()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("krec_shard_guest_owned{guest=\""))
+            .filter_map(|l| l.split_once("\"} "))
+            .filter(|(_, v)| v.trim() == "1")
+            .map(|(g, _)| g.to_owned())
+            .collect(),
+    )
+}
+
+/// Owners of each guest in one pass over `hosts`.
+fn owners(hosts: &[&Host]) -> BTreeMap<String, usize> {
+    let mut count = BTreeMap::new();
+    for host in hosts {
+        for guest in owned(host).unwrap_or_default() {
+            *count.entry(guest).or_insert(0) += 1;
+        }
+    }
+    count
+}
+
+fn all(hosts: &[Host]) -> Vec<&Host> {
+    hosts.iter().collect()
+}
+
+fn spread(hosts: &[&Host]) -> Vec<usize> {
+    hosts
+        .iter()
+        .map(|h| owned(h).map_or(0, |o| o.len()))
+        .collect()
+}
+
+/// A run of writes for one guest by one replica: its identity, how many writes, when the first
+/// arrived and when the last was answered (the audit log's timestamps).
+#[derive(Debug)]
+struct Run {
+    identity: String,
+    writes: usize,
+    first: String,
+    last: String,
+}
+
+/// Per guest (field manager `krec-g<i>`), the replicas that wrote for it in server order, as
+/// runs of one writer.
+fn writer_runs(audit: &krec_apiserver::audit::AuditLog) -> BTreeMap<String, Vec<Run>> {
+    let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
+    for event in audit.events() {
+        let uri = event["requestURI"].as_str().unwrap_or_default();
+        let Some(manager) = uri
+            .split(['?', '&'])
+            .find_map(|p| p.strip_prefix("fieldManager="))
+        else {
+            continue;
+        };
+        let Some(guest) = manager.strip_prefix("krec-") else {
+            continue;
+        };
+        if event["responseStatus"]["code"].as_u64() != Some(200) {
+            continue;
+        }
+        let agent = event["userAgent"].as_str().unwrap_or_default();
+        let identity = agent
+            .split_once(" (")
+            .map_or(agent, |(_, rest)| rest.trim_end_matches(')'))
+            .to_owned();
+        let received = event["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default();
+        let answered = event["stageTimestamp"].as_str().unwrap_or_default();
+        let guest_runs = runs.entry(guest.to_owned()).or_default();
+        match guest_runs.last_mut() {
+            Some(run) if run.identity == identity => {
+                run.writes += 1;
+                answered.clone_into(&mut run.last);
+            }
+            _ => guest_runs.push(Run {
+                identity,
+                writes: 1,
+                first: received.to_owned(),
+                last: answered.to_owned(),
+            }),
+        }
+    }
+    runs
+}
+
+fn lease_transitions(store: &krec_apiserver::Store, guest: &str) -> u64 {
+    let leases = store
+        .registry()
+        .by_plural("coordination.k8s.io", "v1", "leases")
+        .expect("leases");
+    store
+        .get(&leases, Some("default"), &format!("krec-{guest}"))
+        .ok()
+        .and_then(|l| l.pointer("/spec/leaseTransitions").and_then(Value::as_u64))
+        .unwrap_or(0)
+}
+
+/// The embedded API server with an audit log, six namespaces of ConfigMaps, the guests'
+/// manifests and a module cache.
+struct Setup {
+    dir: tempfile::TempDir,
+    cluster: krec_apiserver::Server,
+    audit: Arc<krec_apiserver::audit::AuditLog>,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    manifests: PathBuf,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = Arc::new(krec_apiserver::audit::AuditLog::in_memory());
+        let cluster = krec_apiserver::Server::builder()
+            .audit(audit.clone())
+            .start()
+            .await
+            .expect("server");
+        let kubeconfig = dir.path().join("kc.yaml");
+        cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+            .await
+            .expect("client");
+        for i in 0..GUESTS {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            let ns = serde_json::from_value(json!({"metadata": {"name": format!("shard-{i}")}}))
+                .expect("namespace");
+            namespaces
+                .create(&PostParams::default(), &ns)
+                .await
+                .expect("namespace");
+            let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("shard-{i}"));
+            for j in 0..OBJECTS_PER_GUEST {
+                let cm = serde_json::from_value(
+                    json!({"metadata": {"name": format!("cm-{j}")}, "data": {"value": "0"}}),
+                )
+                .expect("cm");
+                maps.create(&PostParams::default(), &cm).await.expect("cm");
+            }
+        }
+        let manifests = manifest_dir(dir.path());
+        Setup {
+            dir,
+            cluster,
+            audit,
+            client,
+            kubeconfig,
+            manifests,
+        }
+    }
+
+    fn host(&self) -> Host {
+        start(
+            &self.manifests,
+            &self.kubeconfig,
+            &self.dir.path().join("cache"),
+        )
+    }
+
+    /// Keep changing every ConfigMap's value (so that every guest writes all along) until the
+    /// returned flag is set; the task returns how many changes it made.
+    fn drive(&self) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (client, flag) = (self.client.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let (mut value, mut written) = (0u64, 0u64);
+            while !flag.load(Ordering::Relaxed) {
+                value += 1;
+                let i = value as usize % GUESTS;
+                let j = (value as usize / GUESTS) % OBJECTS_PER_GUEST;
+                let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("shard-{i}"));
+                let patch = json!({"data": {"value": value.to_string()}});
+                if maps
+                    .patch(
+                        &format!("cm-{j}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .is_ok()
+                {
+                    written += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            written
+        });
+        (stop, task)
+    }
+
+    /// Wait until every ConfigMap carries the stamp of its current value.
+    async fn all_reconciled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut behind = Vec::new();
+            for i in 0..GUESTS {
+                let maps: Api<ConfigMap> =
+                    Api::namespaced(self.client.clone(), &format!("shard-{i}"));
+                for cm in maps.list(&Default::default()).await.expect("list") {
+                    let value = cm.data.as_ref().and_then(|d| d.get("value")).cloned();
+                    let stamped = cm
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("krec.dev/stamped-value"))
+                        .cloned();
+                    if value != stamped {
+                        behind.push(format!(
+                            "shard-{i}/{}",
+                            cm.metadata.name.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+            if behind.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not reconciled: {behind:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The audit log's check: per guest, every change of writer is a Lease transition (a second
+    /// writer while the first still wrote would interleave them). Returns the writers' runs.
+    fn no_double_writer(&self) -> BTreeMap<String, Vec<Run>> {
+        let runs = writer_runs(&self.audit);
+        assert_eq!(runs.len(), GUESTS, "every guest wrote: {runs:?}");
+        for (guest, guest_runs) in &runs {
+            let switches = guest_runs.len() as u64 - 1;
+            let transitions = lease_transitions(self.cluster.store(), guest);
+            assert!(
+                switches <= transitions,
+                "{guest}: {switches} changes of writer but {transitions} Lease transitions: {guest_runs:?}"
+            );
+        }
+        runs
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_hosts_should_run_each_guest_once_and_survive_a_kill() {
+    let setup = Setup::new().await;
+    let mut hosts: Vec<Host> = (0..3).map(|_| setup.host()).collect();
+    wait_until("the guests spread 2/2/2", Duration::from_secs(60), || {
+        spread(&all(&hosts)) == [2, 2, 2]
+    });
+    let (stop, driver) = setup.drive();
+
+    let mut doubled_before = BTreeSet::new();
+    let sample = |hosts: &[&Host], doubled_before: &mut BTreeSet<String>| {
+        let counts = owners(hosts);
+        let doubled: BTreeSet<String> = counts
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(g, _)| g.clone())
+            .collect();
+        let twice: Vec<&String> = doubled.intersection(doubled_before).collect();
+        assert!(twice.is_empty(), "guests run in two processes: {twice:?}");
+        *doubled_before = doubled;
+        counts
+    };
+    for _ in 0..20 {
+        let counts = sample(&all(&hosts), &mut doubled_before);
+        assert_eq!(counts.len(), GUESTS, "every guest runs: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // SIGKILL one: its guests move to the other two.
+    let victim = hosts.remove(0);
+    let orphaned = owned(&victim).expect("victim's guests");
+    victim.signal("-KILL");
+    let killed = Instant::now();
+    loop {
+        let counts = sample(&all(&hosts), &mut doubled_before);
+        if counts.len() == GUESTS {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the guests {orphaned:?} never moved: {counts:?}\n{}",
+            hosts.iter().map(Host::log).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let failover = killed.elapsed();
+    println!("guests {orphaned:?} moved {failover:?} after the kill (lease 2 s, retry 200 ms)");
+    // The takers' clocks start when they see the last renewal (≤ one retry period late) and
+    // they act at their next round (≤ one more): lease + 2 × retry, plus scheduling slack on
+    // a busy 2-core machine.
+    assert!(
+        failover < LEASE + RETRY * 2 + Duration::from_millis(800),
+        "failover took {failover:?}"
+    );
+    wait_until("3/3 over the survivors", Duration::from_secs(10), || {
+        spread(&all(&hosts)) == [3, 3]
+    });
+
+    // One process added back: the others hand it its share, 2/2/2 again.
+    hosts.push(setup.host());
+    let joined = Instant::now();
+    loop {
+        sample(&all(&hosts), &mut doubled_before);
+        if spread(&all(&hosts)) == [2, 2, 2] {
+            break;
+        }
+        assert!(joined.elapsed() < Duration::from_secs(30), "no rebalance");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "rebalanced 2/2/2 {:?} after a host joined",
+        joined.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    assert!(driver.await.expect("driver") > 100, "the driver wrote");
+    setup.all_reconciled().await;
+    let runs = setup.no_double_writer();
+    let identities: BTreeSet<&str> = runs
+        .values()
+        .flatten()
+        .map(|r| r.identity.as_str())
+        .collect();
+    assert!(
+        identities.len() >= 3,
+        "writes carry the replicas' identities: {identities:?}"
+    );
+    println!("writers per guest: {runs:?}");
+}
+
+/// A replica cut off from the Leases (every Lease request it sends fails) while it can still
+/// reach everything else stops writing for its guests before another replica takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move() {
+    let setup = Setup::new().await;
+    let hosts = [setup.host(), setup.host()];
+    wait_until("the guests spread 3/3", Duration::from_secs(60), || {
+        spread(&all(&hosts)) == [3, 3]
+    });
+    let (stop, driver) = setup.drive();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cut = owned(&hosts[0]).expect("the first host's guests");
+    let leases = setup
+        .cluster
+        .store()
+        .registry()
+        .by_plural("coordination.k8s.io", "v1", "leases")
+        .expect("leases");
+    let any = cut.iter().next().expect("a guest");
+    let lease = setup
+        .cluster
+        .store()
+        .get(&leases, Some("default"), &format!("krec-{any}"))
+        .expect("its Lease");
+    let identity = lease["spec"]["holderIdentity"]
+        .as_str()
+        .expect("holder")
+        .to_owned();
+    setup.cluster.faults().add(
+        krec_apiserver::faults::Rule::new(krec_apiserver::faults::Fault::Error { status: 503 })
+            .resources(&["leases.coordination.k8s.io"])
+            .user_agent(&format!("({identity})")),
+    );
+    let partitioned = Instant::now();
+    wait_until(
+        "the other host to run every guest",
+        Duration::from_secs(30),
+        || owned(&hosts[1]).is_some_and(|o| o.len() == GUESTS),
+    );
+    println!(
+        "guests {cut:?} moved {:?} after their replica was cut off",
+        partitioned.elapsed()
+    );
+    assert_eq!(
+        owned(&hosts[0]),
+        Some(BTreeSet::new()),
+        "the cut-off replica stopped them"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    assert!(driver.await.expect("driver") > 100, "the driver wrote");
+    setup.cluster.faults().clear();
+    setup.all_reconciled().await;
+    let runs = setup.no_double_writer();
+    for guest in &cut {
+        let guest_runs = &runs[guest.as_str()];
+        let position = guest_runs
+            .iter()
+            .rposition(|r| r.identity == identity)
+            .expect("the cut-off replica wrote");
+        let Some(next) = guest_runs.get(position + 1) else {
+            panic!("{guest}: no other replica wrote after the cut: {guest_runs:?}");
+        };
+        assert!(
+            guest_runs[position].last < next.first,
+            "{guest}: the cut-off replica's last write ({}) answered after the taker's first ({})",
+            guest_runs[position].last,
+            next.first
+        );
+        println!(
+            "{guest}: last write of the cut-off replica {} · first of the taker {}",
+            guest_runs[position].last, next.first
+        );
+    }
+}
