@@ -5,7 +5,8 @@
 //! - `list` and `watch` on every kind a guest watches (`for`, `owns`, `watches`) and on every
 //!   kind a guest may `get` or `list` through the cache (the cache watches it on first use),
 //!   except kinds marked `uncached`;
-//! - `get`, `create`, `update` on `coordination.k8s.io` leases, for leader election;
+//! - `get`, `list`, `create`, `update`, `delete` on `coordination.k8s.io` leases, for leader
+//!   election and sharding (`--shard` lists the group's Leases and deletes its own at exit);
 //! - `create` and `patch` on core `events`, where guests record Events.
 //!
 //! `update-status` and `patch-status` become `update` and `patch` on the `…/status`
@@ -121,7 +122,7 @@ pub fn generate(
     add(
         &Gvk::new("coordination.k8s.io", "v1", "Lease"),
         "",
-        &["get", "create", "update"],
+        &["get", "list", "create", "update", "delete"],
     );
     add(&Gvk::new("", "v1", "Event"), "", &["create", "patch"]);
     let rules: Vec<Value> = rules
@@ -224,7 +225,7 @@ mod tests {
         );
         assert_eq!(
             verbs("coordination.k8s.io", "leases"),
-            ["create", "get", "update"]
+            ["create", "delete", "get", "list", "update"]
         );
         assert_eq!(verbs("", "events"), ["create", "patch"]);
         assert!(verbs("", "secrets").is_empty(), "nothing nobody asked for");
