@@ -78,6 +78,7 @@ bench: guests
 	$(CARGO) bench -p krec --bench density
 	$(CARGO) bench -p krec --bench event_latency
 	$(CARGO) bench -p krec --bench scale
+	$(CARGO) bench -p krec --bench shard
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
 

@@ -19,7 +19,9 @@ use crate::{Context, Result};
 /// These are the host's promises to every guest, in `krec run` and `krec dev` alike.
 ///
 /// - A request is never reconciled twice at the same time: the host runs at most one reconcile
-///   per key, however many workers the guest has.
+///   per key, however many workers the guest has — and however many replicas share the guests
+///   (`krec run --shard`): a guest runs in one replica at a time, and a replica that lost the
+///   guest's Lease stops its writes before another takes it over.
 /// - A request may be reconciled again at any time, also when nothing changed (resyncs,
 ///   restarts, retries, a new module version). A reconcile must therefore be **idempotent**:
 ///   compare the observed state with the desired state and write only the difference.

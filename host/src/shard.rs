@@ -14,8 +14,9 @@
 //! - **Ownership.** Each guest has a Lease, `<group>-<guest>`, taken as client-go's leader
 //!   election takes one ([`LeaderElector`]): only when free or unrenewed for the lease
 //!   duration. A replica runs a guest ([`Tenures::grant`]) only while it holds the guest's Lease;
-//!   the taker first queues every key of the guest (a full resync from its warm cache), so
-//!   nothing the previous owner had queued is lost.
+//!   the taker first queues every key of the guest (a full resync from its warm cache: opening
+//!   a controller's gate does it), so nothing the previous owner had queued is lost. While the
+//!   gate is closed the guest's events are dropped, not queued.
 //! - **Handover.** A replica giving a guest up stops taking its keys, keeps renewing while the
 //!   reconciles already running finish, then releases the Lease (empty holder); the taker's
 //!   next tick takes it.
@@ -47,6 +48,9 @@ use crate::tenure::Tenures;
 
 /// The label naming a Lease's shard group (on membership and guest Leases).
 pub const GROUP_LABEL: &str = "krec.dev/shard-group";
+
+/// How often the watchdog looks for guests whose fences have closed.
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
 
 /// The label telling membership Leases (`replica`) from guest Leases (`guest`).
 pub const ROLE_LABEL: &str = "krec.dev/shard-role";
@@ -267,12 +271,27 @@ impl Sharder {
             self.config.group
         );
         loop {
+            // While a round waits on the API server, a watchdog stops the guests whose fences
+            // close meanwhile: a guest stops at its deadline, not at the round's end.
+            let (tenures, metrics) = (self.tenures.clone(), self.metrics.clone());
+            let watchdog = async move {
+                loop {
+                    tokio::time::sleep(WATCHDOG_PERIOD).await;
+                    for guest in tenures.close_expired() {
+                        tracing::warn!(
+                            "stopping guest {guest}: its Lease could not be renewed within the deadline"
+                        );
+                        metrics.shard_owned.get_or_create(&GuestLabel { guest }).set(0);
+                    }
+                }
+            };
             let round = tokio::time::timeout(self.config.renew_deadline, self.round());
             tokio::select! {
                 () = &mut stop => break,
                 done = round => if done.is_err() {
                     tracing::warn!("a shard round took longer than the renew deadline");
                 },
+                () = watchdog => {}
             }
             // A round cut short (the API server answering slowly or not at all) still stops
             // the guests whose fences have closed.
@@ -290,9 +309,11 @@ impl Sharder {
     fn enforce_fences(&mut self) {
         for (name, lease) in &mut self.guests {
             if lease.standing != Standing::Idle && !self.tenures.fence(name).is_open() {
-                tracing::warn!(
-                    "stopping guest {name}: its Lease could not be renewed within the deadline"
-                );
+                if self.tenures.is_running(name) {
+                    tracing::warn!(
+                        "stopping guest {name}: its Lease could not be renewed within the deadline"
+                    );
+                }
                 self.tenures.revoke(name);
                 lease.standing = Standing::Idle;
                 self.metrics
@@ -536,10 +557,8 @@ async fn step(
             let until = sent + renew_deadline;
             match lease.standing {
                 Standing::Idle => {
+                    // Opening the gate queues every key of the guest (Controller::new).
                     tenures.grant(name, until);
-                    if let Some(controller) = &controller {
-                        controller.resync_all();
-                    }
                     lease.standing = Standing::Held;
                     tracing::info!("took guest {name}: resyncing its keys");
                 }

@@ -79,6 +79,21 @@ impl Tenures {
         });
     }
 
+    /// Close the gate of every running guest whose fence has closed (no renewal within the
+    /// deadline); returns their names. Cheap: the shard loop's watchdog calls it often, so a
+    /// guest stops at its deadline even while the loop waits on a slow API server.
+    pub fn close_expired(&self) -> Vec<String> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .filter(|(_, slot)| *slot.gate.borrow() && !slot.fence.is_open())
+            .map(|(name, slot)| {
+                slot.gate.send_replace(false);
+                name.clone()
+            })
+            .collect()
+    }
+
     /// Whether `guest`'s workers take keys here now.
     pub fn is_running(&self, guest: &str) -> bool {
         self.with_slot(guest, |slot| *slot.gate.borrow())
@@ -105,6 +120,11 @@ mod tests {
         );
         tenures.revoke("g");
         assert!(!fence.is_open(), "revoked: no write");
+        tenures.grant("g", Instant::now() + Duration::from_secs(1));
+        assert!(tenures.close_expired().is_empty(), "within the deadline");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(tenures.close_expired(), ["g"], "past it");
+        assert!(!*gate.borrow());
         assert!(!tenures.is_running("other"), "unknown guests do not run");
     }
 }

@@ -104,9 +104,9 @@ struct Run {
 
 /// Per guest (field manager `krec-g<i>`), the replicas that wrote for it in server order, as
 /// runs of one writer.
-fn writer_runs(audit: &krec_apiserver::audit::AuditLog) -> BTreeMap<String, Vec<Run>> {
+fn writer_runs(events: &[Value]) -> BTreeMap<String, Vec<Run>> {
     let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
-    for event in audit.events() {
+    for event in events {
         let uri = event["requestURI"].as_str().unwrap_or_default();
         let Some(manager) = uri
             .split(['?', '&'])
@@ -285,7 +285,7 @@ impl Setup {
     /// The audit log's check: per guest, every change of writer is a Lease transition (a second
     /// writer while the first still wrote would interleave them). Returns the writers' runs.
     fn no_double_writer(&self) -> BTreeMap<String, Vec<Run>> {
-        let runs = writer_runs(&self.audit);
+        let runs = writer_runs(&self.audit.events());
         assert_eq!(runs.len(), GUESTS, "every guest wrote: {runs:?}");
         for (guest, guest_runs) in &runs {
             let switches = guest_runs.len() as u64 - 1;
@@ -440,9 +440,13 @@ async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move(
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     assert!(driver.await.expect("driver") > 100, "the driver wrote");
+    // The writes up to here: once the faults are gone the cut-off replica rejoins and may take
+    // guests back.
+    let until_healed = setup.audit.events();
     setup.cluster.faults().clear();
     setup.all_reconciled().await;
-    let runs = setup.no_double_writer();
+    setup.no_double_writer();
+    let runs = writer_runs(&until_healed);
     for guest in &cut {
         let guest_runs = &runs[guest.as_str()];
         let position = guest_runs

@@ -257,6 +257,8 @@ pub struct Controller {
     /// Objects waiting for the guest's `map` export (watches with `mapByGuest`), each once.
     map_backlog: Arc<MapBacklog>,
     mapper: Mutex<Option<JoinHandle<()>>>,
+    /// Queues every key each time the gate opens (see [`Controller::new`]).
+    opener: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -271,19 +273,21 @@ impl Drop for Controller {
     /// The map task waits on the backlog, not on the controller: end it with the controller
     /// even without [`shutdown`](Controller::shutdown).
     fn drop(&mut self) {
-        if let Some(mapper) = self
-            .mapper
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            mapper.abort();
+        for task in [&mut self.mapper, &mut self.opener] {
+            if let Some(task) = task.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+                task.abort();
+            }
         }
     }
 }
 
 impl EventSink for Controller {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>) {
+        // While another replica runs the guest, its events are its concern: this replica's
+        // queue is rebuilt from the cache when the gate opens.
+        if !*self.gate.borrow() {
+            return;
+        }
         let version = self.version.load();
         let mut enqueued = false;
         for request in version.handlers.requests(gvk, event) {
@@ -317,8 +321,10 @@ impl EventSink for Controller {
 impl Controller {
     /// A controller for `module`, whose host calls go to `cluster`. Nothing runs until
     /// [`start`](Self::start).
-    /// Workers take keys only while `gate` is open (leader election); events are queued
-    /// meanwhile.
+    /// Workers take keys only while `gate` is open (leader election, sharding); while it is
+    /// closed events are dropped, and each time it opens every key is queued
+    /// ([`resync_all`](Self::resync_all)) — what another replica owned is now this one's, and
+    /// nothing it may have left undone is lost.
     pub fn new(
         module: Arc<GuestModule>,
         cluster: Arc<dyn ClusterAccess>,
@@ -335,6 +341,7 @@ impl Controller {
             stages: metrics.stages(&name),
             map_backlog: Arc::default(),
             mapper: Mutex::new(None),
+            opener: Mutex::new(None),
             name,
             metrics,
             gate,
@@ -391,6 +398,31 @@ impl Controller {
         self.scale_workers();
         self.restart_sources();
         self.start_mapper();
+        self.start_opener();
+    }
+
+    /// Start the task that queues every key each time the gate opens after being closed.
+    fn start_opener(self: &Arc<Self>) {
+        let mut opener = self.opener.lock().unwrap_or_else(|e| e.into_inner());
+        if opener.is_some() {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        let mut gate = self.gate.clone();
+        *opener = Some(tokio::spawn(async move {
+            // Open at start: the informers' initial events have queued every key already.
+            loop {
+                if gate.wait_for(|open| !*open).await.is_err()
+                    || gate.wait_for(|open| *open).await.is_err()
+                {
+                    return;
+                }
+                match this.upgrade() {
+                    Some(controller) => controller.resync_all(),
+                    None => return,
+                }
+            }
+        }));
     }
 
     /// Start the task that runs the guest's `map` export for the objects of `mapByGuest`
@@ -576,7 +608,7 @@ impl Controller {
         let mut worker: Option<GuestWorker> = None;
         let mut gate = self.gate.clone();
         while index < self.workers_wanted.load(Ordering::SeqCst) {
-            // Only the leader reconciles; a standby's events wait in the queue.
+            // Only the leader (the guest's owner) reconciles.
             if gate.wait_for(|open| *open).await.is_err() {
                 break;
             }
@@ -833,8 +865,10 @@ impl Controller {
     /// workers and sources.
     pub async fn shutdown(&self, timeout: Duration) {
         self.queue.shutdown();
-        if let Some(mapper) = self.mapper.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            mapper.abort();
+        for task in [&self.mapper, &self.opener] {
+            if let Some(task) = task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                task.abort();
+            }
         }
         for task in self
             .sources
