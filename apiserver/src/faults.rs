@@ -14,7 +14,7 @@
 //!     resources: [foos.samplecontroller.k8s.io, deployments/status]
 //!     namespaces: [default]     # empty or absent: every namespace
 //!     fieldManagers: [krec-*]   # only writes by these managers (`*` at the end: a prefix)
-//!     fault: conflict           # conflict | throttle | error | latency | end-watch | expire-watch | slow-watch
+//!     fault: conflict           # conflict | throttle | error | gone | latency | end-watch | expire-watch | slow-watch
 //!     probability: 0.3          # default 1
 //!     count: 10                 # only the next 10 that fire; absent: no limit
 //!   - verbs: [watch]
@@ -62,6 +62,9 @@ pub enum Fault {
     EndWatch(Duration),
     /// A watch answered at once with a 410 Gone ERROR event (the client must relist).
     ExpireWatch,
+    /// 410 Gone (`Expired`) for any request: what a list from a resourceVersion older than the
+    /// server's history gets (the client must list again from scratch).
+    Gone,
     /// A watch whose every event reaches the client this long after the store made it (a
     /// lagging watch cache): what a controller's cache looks like just after its own write.
     SlowWatch(Duration),
@@ -309,10 +312,11 @@ impl FileRule {
             "latency" => Fault::Latency(duration("delay", &self.delay, None)?),
             "end-watch" => Fault::EndWatch(duration("after", &self.after, None)?),
             "expire-watch" => Fault::ExpireWatch,
+            "gone" => Fault::Gone,
             "slow-watch" => Fault::SlowWatch(duration("delay", &self.delay, None)?),
             other => {
                 return Err(format!(
-                    "unknown fault {other:?} (expected conflict, throttle, error, latency, end-watch, expire-watch or slow-watch)"
+                    "unknown fault {other:?} (expected conflict, throttle, error, gone, latency, end-watch, expire-watch or slow-watch)"
                 ));
             }
         };
@@ -469,6 +473,7 @@ pub fn refusal(fault: &Fault, request: &Request<'_>) -> Option<ApiError> {
         Fault::Error { .. } => Some(ApiError::internal(
             "Internal error occurred: injected fault",
         )),
+        Fault::Gone => Some(ApiError::gone("too old resource version (injected fault)")),
         Fault::Latency(_) | Fault::EndWatch(_) | Fault::ExpireWatch | Fault::SlowWatch(_) => None,
     }
 }

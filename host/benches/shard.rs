@@ -113,9 +113,13 @@ async fn bulk_round(client: &kube::Client, value: &str) -> Duration {
             let maps = maps.clone();
             let patch = json!({"data": {"value": value}});
             writes.push(async move {
-                maps.patch(&format!("cm-{j}"), &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .expect("update");
+                maps.patch(
+                    &format!("cm-{j}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await
+                .expect("update");
             });
         }
     }
@@ -141,13 +145,14 @@ async fn bulk_round(client: &kube::Client, value: &str) -> Duration {
         if behind == 0 {
             return started.elapsed();
         }
-        assert!(started.elapsed() < Duration::from_secs(300), "{behind} not stamped");
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "{behind} not stamped"
+        );
         // Listing 1 800 objects is work for the API server too: not too often.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
-
-
 
 fn main() {
     let rounds = if quick() { 1 } else { 3 };

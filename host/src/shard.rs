@@ -281,7 +281,10 @@ impl Sharder {
                         tracing::warn!(
                             "stopping guest {guest}: its Lease could not be renewed within the deadline"
                         );
-                        metrics.shard_owned.get_or_create(&GuestLabel { guest }).set(0);
+                        metrics
+                            .shard_owned
+                            .get_or_create(&GuestLabel { guest })
+                            .set(0);
                     }
                 }
             };
