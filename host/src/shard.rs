@@ -30,7 +30,7 @@
 //! (`krec/<version> (<identity>)`), so the API server's audit log shows which replica wrote
 //! for which guest (the field manager, `krec-<guest>`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +48,15 @@ use crate::tenure::Tenures;
 
 /// The label naming a Lease's shard group (on membership and guest Leases).
 pub const GROUP_LABEL: &str = "krec.dev/shard-group";
+
+/// The annotation on a membership Lease listing the guests its replica runs (comma-separated,
+/// in order): replicas with different guest sets (a rolling upgrade adding one) give each
+/// guest only to a replica that runs it.
+pub const GUESTS_ANNOTATION: &str = "krec.dev/shard-guests";
+
+/// A membership Lease unrenewed for this many lease durations belongs to a replica that died
+/// without leaving: it is deleted.
+const FORGET_AFTER_LEASES: u32 = 10;
 
 /// How often the watchdog looks for guests whose fences have closed.
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
@@ -179,6 +188,38 @@ pub fn assign<'a>(guests: &[&'a str], members: &[&'a str]) -> BTreeMap<&'a str, 
                 one_more -= 1;
             }
             held.push(guest);
+        }
+    }
+    out
+}
+
+/// A member of the group and the guests it runs (`None`: every guest, e.g. an older replica
+/// that does not say).
+pub type Member<'a> = (&'a str, Option<&'a BTreeSet<String>>);
+
+/// [`assign`] for members that may not all run the same guests: the guests every member runs
+/// are balanced as by [`assign`]; each other guest goes to the least loaded member that runs it
+/// (ties broken by rendezvous rank). Guests no member runs are left out.
+pub fn assign_runnable<'a>(
+    guests: &[&'a str],
+    members: &[Member<'a>],
+) -> BTreeMap<&'a str, Vec<&'a str>> {
+    let runs = |member: &Member<'_>, guest: &str| member.1.is_none_or(|set| set.contains(guest));
+    let mut guests: Vec<&str> = guests.to_vec();
+    guests.sort_unstable();
+    guests.dedup();
+    let (everywhere, partial): (Vec<&str>, Vec<&str>) = guests
+        .iter()
+        .partition(|g| members.iter().all(|m| runs(m, g)));
+    let names: Vec<&str> = members.iter().map(|m| m.0).collect();
+    let mut out = assign(&everywhere, &names);
+    for guest in partial {
+        let chosen = members.iter().filter(|m| runs(m, guest)).min_by_key(|m| {
+            let load = out.get(m.0).map_or(0, Vec::len);
+            (load, std::cmp::Reverse(score(guest, m.0)), m.0)
+        });
+        if let Some(member) = chosen {
+            out.entry(member.0).or_default().push(guest);
         }
     }
     out
@@ -359,9 +400,16 @@ impl Sharder {
                 self.metrics
                     .shard_replicas
                     .set(i64::try_from(members.len()).unwrap_or(i64::MAX));
-                let names: Vec<&str> = running.keys().map(String::as_str).collect();
-                let member_names: Vec<&str> = members.iter().map(String::as_str).collect();
-                assign(&names, &member_names)
+                let mut all: BTreeSet<&str> = running.keys().map(String::as_str).collect();
+                for (_, runs) in &members {
+                    all.extend(runs.iter().flatten().map(String::as_str));
+                }
+                let all: Vec<&str> = all.into_iter().collect();
+                let view: Vec<Member<'_>> = members
+                    .iter()
+                    .map(|(identity, runs)| (identity.as_str(), runs.as_ref()))
+                    .collect();
+                assign_runnable(&all, &view)
                     .remove(self.config.identity.as_str())
                     .unwrap_or_default()
                     .into_iter()
@@ -408,8 +456,16 @@ impl Sharder {
             renew_time: Some(now()),
             ..Default::default()
         };
+        let guests: Vec<String> = self.manager.controllers().keys().cloned().collect();
+        let annotations: BTreeMap<String, String> =
+            [(GUESTS_ANNOTATION.to_owned(), guests.join(","))].into();
         match self.leases.get_opt(&name).await? {
             Some(mut lease) => {
+                lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .extend(annotations);
                 let acquired = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
                 lease.spec = Some(LeaseSpec {
                     acquire_time: acquired,
@@ -425,6 +481,7 @@ impl Sharder {
                         name: Some(name),
                         namespace: Some(self.config.namespace.clone()),
                         labels: Some(self.labels("replica")),
+                        annotations: Some(annotations),
                         ..Default::default()
                     },
                     spec: Some(LeaseSpec {
@@ -449,14 +506,16 @@ impl Sharder {
 
     /// One list of the group's Leases: the guest Leases' versions are noted (so that a Lease
     /// left unrenewed by a dead replica is known expired as soon as possible), and the
-    /// identities of the replicas alive, this one included, are returned in order.
-    async fn view(&mut self) -> Result<Vec<String>, kube::Error> {
+    /// replicas alive, this one included, are returned in order with the guests each runs
+    /// (`None` when its Lease does not say).
+    async fn view(&mut self) -> Result<Vec<(String, Option<BTreeSet<String>>)>, kube::Error> {
         let selector = format!("{GROUP_LABEL}={}", self.config.group);
         let leases = self
             .leases
             .list(&ListParams::default().labels(&selector))
             .await?;
-        let mut alive = vec![self.config.identity.clone()];
+        let mine: BTreeSet<String> = self.manager.controllers().keys().cloned().collect();
+        let mut alive = vec![(self.config.identity.clone(), Some(mine))];
         let mut present = Vec::new();
         let guest_prefix = format!("{}-", self.config.group);
         for lease in leases {
@@ -478,6 +537,17 @@ impl Sharder {
                 continue;
             }
             present.push(name.clone());
+            let runs: Option<BTreeSet<String>> = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GUESTS_ANNOTATION))
+                .map(|list| {
+                    list.split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                });
             let spec = lease.spec.unwrap_or_default();
             let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty()) else {
                 continue;
@@ -486,7 +556,7 @@ impl Sharder {
                 Some((seen, at)) if *seen == version => *at,
                 _ => {
                     let at = Instant::now();
-                    self.seen.insert(name, (version, at));
+                    self.seen.insert(name.clone(), (version.clone(), at));
                     at
                 }
             };
@@ -495,12 +565,29 @@ impl Sharder {
                 .and_then(|s| u64::try_from(s).ok())
                 .map_or(self.config.lease_duration, Duration::from_secs);
             if holder != self.config.identity && seen_at.elapsed() < duration {
-                alive.push(holder);
+                alive.push((holder, runs));
+            } else if holder != self.config.identity
+                && seen_at.elapsed() >= duration * FORGET_AFTER_LEASES
+            {
+                // A replica that died without leaving: its Lease goes, unless renewed meanwhile.
+                let params = DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        resource_version: Some(version),
+                        uid: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match self.leases.delete(&name, &params).await {
+                    Ok(_) => {
+                        tracing::info!("removed the membership Lease {name} of a gone replica")
+                    }
+                    Err(err) => tracing::debug!("removing the membership Lease {name}: {err}"),
+                }
             }
         }
         self.seen.retain(|name, _| present.contains(name));
         alive.sort();
-        alive.dedup();
+        alive.dedup_by(|a, b| a.0 == b.0);
         Ok(alive)
     }
 
@@ -627,6 +714,34 @@ mod tests {
             assert_eq!(all, guests, "each guest once");
         }
         assert!(assign(&guests, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_guest_only_some_members_run_should_go_to_one_of_them() {
+        let old: BTreeSet<String> = ["g0", "g1", "g2", "g3"].map(str::to_owned).into();
+        let new: BTreeSet<String> = ["g0", "g1", "g2", "g3", "g4"].map(str::to_owned).into();
+        let guests = ["g0", "g1", "g2", "g3", "g4"];
+        let assignment = assign_runnable(
+            &guests,
+            &[("a", Some(&old)), ("b", Some(&new)), ("c", Some(&old))],
+        );
+        assert_eq!(assignment["b"].iter().filter(|g| **g == "g4").count(), 1);
+        let mut all: Vec<&str> = assignment.values().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, guests, "each guest once");
+        let mut loads = counts(&assignment);
+        loads.sort_unstable();
+        assert_eq!(loads, [1, 2, 2], "still balanced");
+        let unknown = assign_runnable(&guests, &[("a", None), ("b", Some(&old))]);
+        assert!(
+            unknown["a"].contains(&"g4"),
+            "a member that does not say runs all"
+        );
+        assert_eq!(
+            assign_runnable(&guests, &[("a", None), ("b", None)]),
+            assign(&guests, &["a", "b"]),
+            "the same as assign when every member runs every guest"
+        );
     }
 
     #[test]
