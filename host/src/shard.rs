@@ -657,7 +657,10 @@ async fn step(
                     lease.standing = Standing::Held;
                     tracing::info!("keeping guest {name}");
                 }
-                Standing::Held | Standing::Draining => tenures.extend(name, until),
+                // Granted again, not only extended: the watchdog may have closed the gate while
+                // this renewal was late, and the Lease is still this replica's.
+                Standing::Held => tenures.grant(name, until),
+                Standing::Draining => tenures.extend(name, until),
             }
         }
         Ok(Ok(false)) => {
