@@ -254,11 +254,12 @@ pub async fn serve(
             let sharder =
                 crate::shard::Sharder::new(client, config, tenures, manager.clone(), metrics);
             let decided = sharder.decided();
+            let leaving = sharder.leaving();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let task = tokio::spawn(sharder.run(async move {
                 let _ = stopped.await;
             }));
-            Some((stop, task, decided))
+            Some((stop, task, decided, leaving))
         }
         _ => None,
     };
@@ -269,7 +270,7 @@ pub async fn serve(
         // Ready once the caches have synced (they have: `start` waited) and the election
         // has an answer.
         let _ = decided.wait_for(|d| *d).await;
-        if let Some((_, _, decided)) = &sharding {
+        if let Some((_, _, decided, _)) = &sharding {
             let _ = decided.clone().wait_for(|d| *d).await;
         }
         admin.set_ready(true);
@@ -287,8 +288,12 @@ pub async fn serve(
         // gone (failing them under `failurePolicy: Fail`).
         webhooks.stop().await;
     }
+    if let Some((_, _, _, leaving)) = &sharding {
+        // Each guest goes to another replica as soon as its running reconciles finish.
+        leaving.send_replace(true);
+    }
     manager.shutdown(options.shutdown_timeout).await;
-    if let Some((stop, task, _)) = sharding {
+    if let Some((stop, task, _, _)) = sharding {
         // The workers have stopped: the guests' Leases can go to the other replicas.
         let _ = stop.send(());
         let _ = task.await;

@@ -94,8 +94,11 @@ fn now() -> MicroTime {
     MicroTime(Timestamp::now())
 }
 
-fn seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+/// `d` as a Lease's `leaseDurationSeconds`: whole seconds, rounded up (at least 1), so that
+/// others never wait less than this holder counts on — what fencing relies on.
+pub fn lease_seconds(d: Duration) -> i32 {
+    let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(whole.max(1)).unwrap_or(i32::MAX)
 }
 
 impl LeaderElector {
@@ -139,7 +142,7 @@ impl LeaderElector {
     /// When the API server cannot be reached or refuses for another reason than a conflict.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let me = self.config.identity.clone();
-        let duration = seconds(self.config.lease_duration);
+        let duration = lease_seconds(self.config.lease_duration);
         let existing = match self.leases.get_opt(&self.config.lease_name).await? {
             Some(lease) => lease,
             None => {
@@ -283,18 +286,25 @@ impl LeaderElector {
                 () = tokio::time::sleep(self.config.retry_period) => {}
             }
         }
-        self.release().await;
+        let _ = self.release().await;
     }
 
-    /// Give the Lease up if this candidate holds it: empty holder, 1 s duration.
-    pub async fn release(&mut self) {
+    /// Give the Lease up if this candidate holds it: empty holder, 1 s duration. Returns
+    /// whether the Lease is not this candidate's any more (released now, or held by another, or
+    /// gone); `false` when the API server could not be asked or refused.
+    pub async fn release(&mut self) -> bool {
         self.state.send_replace(Some(false));
-        let Ok(Some(mut lease)) = self.leases.get_opt(&self.config.lease_name).await else {
-            return;
+        let mut lease = match self.leases.get_opt(&self.config.lease_name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return true,
+            Err(err) => {
+                tracing::warn!("releasing the Lease {}: {err}", self.config.lease_name);
+                return false;
+            }
         };
         let mut spec = lease.spec.clone().unwrap_or_default();
         if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-            return;
+            return true;
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
@@ -305,12 +315,18 @@ impl LeaderElector {
             .replace(&self.config.lease_name, &PostParams::default(), &lease)
             .await
         {
-            Ok(_) => tracing::info!(
-                "released the Lease {}/{}",
-                self.config.namespace,
-                self.config.lease_name
-            ),
-            Err(err) => tracing::warn!("releasing the Lease: {err}"),
+            Ok(_) => {
+                tracing::info!(
+                    "released the Lease {}/{}",
+                    self.config.namespace,
+                    self.config.lease_name
+                );
+                true
+            }
+            Err(err) => {
+                tracing::warn!("releasing the Lease {}: {err}", self.config.lease_name);
+                false
+            }
         }
     }
 }

@@ -414,7 +414,7 @@ impl Manager {
         for informer in &informers {
             informer.subscribe(sink.clone());
         }
-        controller.start(for_informers);
+        controller.start(informers.clone(), for_informers);
         tracing::info!(
             "guest {name} started: {} worker(s), watching {}",
             manifest.spec.max_concurrent_reconciles.max(1),
@@ -449,7 +449,12 @@ impl Manager {
         let sink: Arc<dyn EventSink> = controller.clone();
         let digest = prepared.module.digest().to_owned();
         // The new handlers first, so that objects of newly watched kinds map through them.
-        let version = controller.swap(prepared.module, prepared.cluster, for_informers);
+        let version = controller.swap(
+            prepared.module,
+            prepared.cluster,
+            informers.clone(),
+            for_informers,
+        );
         // Like a restarted controller, the new version sees every object: new subscriptions
         // replay theirs, kept ones are replayed here (the queue folds duplicates).
         for informer in &informers {

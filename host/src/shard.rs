@@ -41,7 +41,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use tokio::time::Instant;
 
-use crate::leader::{LeaderConfig, LeaderElector};
+use crate::leader::{LeaderConfig, LeaderElector, lease_seconds};
 use crate::manager::Manager;
 use crate::metrics::{GuestLabel, Metrics};
 use crate::tenure::Tenures;
@@ -229,10 +229,6 @@ fn now() -> MicroTime {
     MicroTime(Timestamp::now())
 }
 
-fn whole_seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
-}
-
 /// Where this replica stands with one guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Standing {
@@ -263,6 +259,9 @@ pub struct Sharder {
     guests: BTreeMap<String, GuestLease>,
     /// Set once the first tick has decided this replica's guests.
     decided: tokio::sync::watch::Sender<bool>,
+    /// Set when the replica begins to stop: it wants no guest any more, says so on its
+    /// membership Lease, and hands each guest over once its running reconciles finish.
+    leaving: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Sharder {
@@ -293,7 +292,15 @@ impl Sharder {
             seen: HashMap::new(),
             guests: BTreeMap::new(),
             decided: tokio::sync::watch::channel(false).0,
+            leaving: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// A sender that starts the handover of every guest: set it when the host begins to stop,
+    /// before waiting for the running reconciles; [`run`](Self::run)'s `stop` then ends the
+    /// loop and releases what is left.
+    pub fn leaving(&self) -> tokio::sync::watch::Sender<bool> {
+        self.leaving.clone()
     }
 
     /// `true` once the first round has decided which guests run here (readiness).
@@ -341,9 +348,12 @@ impl Sharder {
             // the guests whose fences have closed.
             self.enforce_fences();
             self.decided.send_replace(true);
+            let mut leaving = self.leaving.subscribe();
             tokio::select! {
                 () = &mut stop => break,
                 () = tokio::time::sleep(self.config.retry_period) => {}
+                // Hand over at once rather than at the next period.
+                _ = leaving.wait_for(|l| *l), if !*leaving.borrow() => {}
             }
         }
         self.leave().await;
@@ -394,8 +404,10 @@ impl Sharder {
                 );
             }
         }
+        let leaving = *self.leaving.borrow();
         // Without a view of the group, keep what is held (renewing it) and take nothing.
         let mine: Vec<String> = match self.view().await {
+            Ok(_) if leaving => Vec::new(),
             Ok(members) => {
                 self.metrics
                     .shard_replicas
@@ -452,11 +464,16 @@ impl Sharder {
         let name = self.config.member_lease();
         let spec = LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
-            lease_duration_seconds: Some(whole_seconds(self.config.lease_duration)),
+            lease_duration_seconds: Some(lease_seconds(self.config.lease_duration)),
             renew_time: Some(now()),
             ..Default::default()
         };
-        let guests: Vec<String> = self.manager.controllers().keys().cloned().collect();
+        // A leaving replica runs no guest as far as the others are concerned.
+        let guests: Vec<String> = if *self.leaving.borrow() {
+            Vec::new()
+        } else {
+            self.manager.controllers().keys().cloned().collect()
+        };
         let annotations: BTreeMap<String, String> =
             [(GUESTS_ANNOTATION.to_owned(), guests.join(","))].into();
         match self.leases.get_opt(&name).await? {
@@ -593,19 +610,22 @@ impl Sharder {
 
     /// Stop: release every guest Lease held, delete the membership Lease.
     async fn leave(mut self) {
-        for (name, lease) in &mut self.guests {
-            if lease.standing != Standing::Idle {
-                self.tenures.revoke(name);
-                lease.elector.release().await;
-                lease.standing = Standing::Idle;
-                self.metrics
-                    .shard_owned
-                    .get_or_create(&GuestLabel {
-                        guest: name.clone(),
-                    })
-                    .set(0);
-            }
-        }
+        let (tenures, metrics) = (&self.tenures, &self.metrics);
+        let releases = self.guests.iter_mut().map(|(name, lease)| async move {
+            // Every guest Lease, not only those held as far as this replica knows: a take
+            // whose answer was cut short by a round's timeout holds one unknowingly (release
+            // checks the holder).
+            tenures.revoke(name);
+            let _ = lease.elector.release().await;
+            lease.standing = Standing::Idle;
+            metrics
+                .shard_owned
+                .get_or_create(&GuestLabel {
+                    guest: name.clone(),
+                })
+                .set(0);
+        });
+        futures::future::join_all(releases).await;
         let name = self.config.member_lease();
         match self.leases.delete(&name, &DeleteParams::default()).await {
             Ok(_) => tracing::info!("left the shard group {}", self.config.group),
@@ -634,10 +654,13 @@ async fn step(
     let drained = controller.as_ref().is_none_or(|c| c.stats().active() == 0);
     if lease.standing == Standing::Draining && !wanted && drained {
         tenures.revoke(name);
-        lease.elector.release().await;
-        lease.standing = Standing::Idle;
-        tracing::info!("handed guest {name} over");
-        return;
+        if lease.elector.release().await {
+            lease.standing = Standing::Idle;
+            tracing::info!("handed guest {name} over");
+            return;
+        }
+        // Not released: keep renewing (fenced off, gate closed) and try again next round,
+        // rather than leave the taker to wait out the lease duration.
     }
     // Take, renew, or keep renewing while draining.
     let sent = Instant::now();

@@ -146,16 +146,23 @@ fn writer_runs(events: &[Value]) -> BTreeMap<String, Vec<Run>> {
     runs
 }
 
-fn lease_transitions(store: &krec_apiserver::Store, guest: &str) -> u64 {
-    let leases = store
-        .registry()
-        .by_plural("coordination.k8s.io", "v1", "leases")
-        .expect("leases");
-    store
-        .get(&leases, Some("default"), &format!("krec-{guest}"))
-        .ok()
-        .and_then(|l| l.pointer("/spec/leaseTransitions").and_then(Value::as_u64))
-        .unwrap_or(0)
+/// How many times the replica writing `guest`'s Lease changed, in the audit log: every
+/// successful write of a Lease (take, renewal, release) is by its holder, so this counts the
+/// handovers (a release and a retake by one replica count none).
+fn lease_handovers(events: &[Value], guest: &str) -> usize {
+    let lease = format!("krec-{guest}");
+    let writers: Vec<&str> = events
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "leases"
+                && e["objectRef"]["name"] == lease.as_str()
+                && e["responseStatus"]["code"]
+                    .as_u64()
+                    .is_some_and(|c| c < 300)
+        })
+        .filter_map(|e| e["userAgent"].as_str())
+        .collect();
+    writers.windows(2).filter(|w| w[0] != w[1]).count()
 }
 
 /// The embedded API server with an audit log, six namespaces of ConfigMaps, the guests'
@@ -285,15 +292,27 @@ impl Setup {
     /// The audit log's check: per guest, every change of writer is a Lease transition (a second
     /// writer while the first still wrote would interleave them). Returns the writers' runs.
     fn no_double_writer(&self) -> BTreeMap<String, Vec<Run>> {
-        let runs = writer_runs(&self.audit.events());
+        let events = self.audit.events();
+        let runs = writer_runs(&events);
         assert_eq!(runs.len(), GUESTS, "every guest wrote: {runs:?}");
         for (guest, guest_runs) in &runs {
-            let switches = guest_runs.len() as u64 - 1;
-            let transitions = lease_transitions(self.cluster.store(), guest);
+            let switches = guest_runs.len() - 1;
+            let handovers = lease_handovers(&events, guest);
             assert!(
-                switches <= transitions,
-                "{guest}: {switches} changes of writer but {transitions} Lease transitions: {guest_runs:?}"
+                switches <= handovers,
+                "{guest}: {switches} changes of writer but {handovers} handovers of its Lease: {guest_runs:?}"
             );
+            // One writer's last write answered before the next one's first arrived.
+            for pair in guest_runs.windows(2) {
+                assert!(
+                    pair[0].last < pair[1].first,
+                    "{guest}: {} still wrote at {} when {} wrote at {}",
+                    pair[0].identity,
+                    pair[0].last,
+                    pair[1].identity,
+                    pair[1].first
+                );
+            }
         }
         runs
     }
@@ -347,10 +366,11 @@ async fn three_sharded_hosts_should_run_each_guest_once_and_survive_a_kill() {
     let failover = killed.elapsed();
     println!("guests {orphaned:?} moved {failover:?} after the kill (lease 2 s, retry 200 ms)");
     // The takers' clocks start when they see the last renewal (≤ one retry period late) and
-    // they act at their next round (≤ one more): lease + 2 × retry, plus scheduling slack on
-    // a busy 2-core machine.
+    // they act at their next round (≤ one more): lease + 2 × retry, plus the rounds' own time
+    // and scheduling slack on a busy 2-core machine (the benchmark measures it quietly:
+    // BENCHMARKS.md, 2.07 s median, 2.13 s max).
     assert!(
-        failover < LEASE + RETRY * 2 + Duration::from_millis(800),
+        failover < LEASE + RETRY * 2 + Duration::from_millis(1500),
         "failover took {failover:?}"
     );
     wait_until("3/3 over the survivors", Duration::from_secs(10), || {
@@ -423,6 +443,8 @@ async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move(
             .user_agent(&format!("({identity})")),
     );
     let partitioned = Instant::now();
+    // The audit log's timestamp format, to tell the writes before the cut from those after.
+    let cut_at = format!("{:.6}", k8s_openapi::jiff::Timestamp::now());
     wait_until(
         "the other host to run every guest",
         Duration::from_secs(30),
@@ -449,22 +471,33 @@ async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move(
     let runs = writer_runs(&until_healed);
     for guest in &cut {
         let guest_runs = &runs[guest.as_str()];
-        let position = guest_runs
+        // The cut-off replica's writes for the guest form one run, the taker's come after it,
+        // and the cut-off replica wrote nothing more before it was healed.
+        let at_cut = guest_runs
             .iter()
-            .rposition(|r| r.identity == identity)
-            .expect("the cut-off replica wrote");
-        let Some(next) = guest_runs.get(position + 1) else {
+            .rposition(|r| r.identity == identity && r.first < cut_at)
+            .unwrap_or_else(|| {
+                panic!("{guest}: the cut-off replica wrote before the cut: {guest_runs:?}")
+            });
+        let Some(next) = guest_runs.get(at_cut + 1) else {
             panic!("{guest}: no other replica wrote after the cut: {guest_runs:?}");
         };
         assert!(
-            guest_runs[position].last < next.first,
+            guest_runs[at_cut + 1..]
+                .iter()
+                .all(|r| r.identity != identity),
+            "{guest}: the cut-off replica wrote again after the taker began: {guest_runs:?}"
+        );
+        let last = &guest_runs[at_cut];
+        assert!(
+            last.last < next.first,
             "{guest}: the cut-off replica's last write ({}) answered after the taker's first ({})",
-            guest_runs[position].last,
+            last.last,
             next.first
         );
         println!(
             "{guest}: last write of the cut-off replica {} · first of the taker {}",
-            guest_runs[position].last, next.first
+            last.last, next.first
         );
     }
 }

@@ -52,22 +52,43 @@ impl Fence {
             .is_some_and(|until| Instant::now() < until)
     }
 
-    /// `Ok` while writes may go out; otherwise the error the guest's write gets (retried with
-    /// backoff by the replica that owns the guest next).
+    /// Until when a write starting now may go on: the current deadline while the fence is
+    /// open. A write still unanswered then is abandoned (see [`Fence::write`]).
     ///
     /// # Errors
     ///
     /// [`AccessError::Unavailable`] once the fence has closed.
-    pub fn check(&self) -> Result<(), AccessError> {
-        if self.is_open() {
-            Ok(())
-        } else {
-            Err(AccessError::Unavailable(format!(
-                "guest {} is not held by this replica any more (its Lease was not renewed in \
-                 time or was handed over): write not sent",
-                self.guest
-            )))
+    pub fn check(&self) -> Result<Instant, AccessError> {
+        let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+        match until {
+            Some(until) if Instant::now() < until => Ok(until),
+            _ => Err(self.refusal()),
         }
+    }
+
+    /// Run `write` if the fence is open, abandoning it at the deadline (a request not sent
+    /// by then is never sent; one in flight is the margin the module docs describe).
+    ///
+    /// # Errors
+    ///
+    /// `write`'s own, or [`AccessError::Unavailable`] when the fence is closed or closes first.
+    pub async fn write<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, AccessError>>,
+    ) -> Result<T, AccessError> {
+        let until = self.check()?;
+        match tokio::time::timeout_at(until, write).await {
+            Ok(result) => result,
+            Err(_) => Err(self.refusal()),
+        }
+    }
+
+    fn refusal(&self) -> AccessError {
+        AccessError::Unavailable(format!(
+            "guest {} is not held by this replica any more (its Lease was not renewed in time \
+             or was handed over): write not sent",
+            self.guest
+        ))
     }
 }
 
@@ -94,5 +115,21 @@ mod tests {
         fence.extend(Instant::now() + Duration::from_secs(10));
         fence.close();
         assert!(fence.check().is_err(), "closed at once on release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_should_be_abandoned_at_the_deadline() {
+        let fence = Fence::closed("g");
+        let quick = fence.write(async { Ok::<_, AccessError>(1) }).await;
+        assert!(quick.is_err(), "not even started while closed");
+        fence.extend(Instant::now() + Duration::from_secs(2));
+        assert_eq!(fence.write(async { Ok::<_, AccessError>(1) }).await, Ok(1));
+        let slow = fence
+            .write(async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Ok::<_, AccessError>(2)
+            })
+            .await;
+        assert!(slow.is_err(), "cut at the deadline: {slow:?}");
     }
 }

@@ -186,9 +186,15 @@ impl LiveCluster {
         self
     }
 
-    /// `Ok` unless the guest's writes are fenced off on this replica.
-    fn fenced(&self) -> Result<(), AccessError> {
-        self.fence.as_ref().map_or(Ok(()), |fence| fence.check())
+    /// Run `write` within the guest's fence, if it has one (sharded guests).
+    async fn fenced<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, AccessError>>,
+    ) -> Result<T, AccessError> {
+        match &self.fence {
+            Some(fence) => fence.write(write).await,
+            None => write.await,
+        }
     }
 
     /// Count read-your-own-writes waits in `metrics`.
@@ -541,8 +547,9 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn create(&self, object: Value) -> Result<Value, AccessError> {
-        self.fenced()?;
-        let result = self.api.create(&object, &self.field_manager).await;
+        let result = self
+            .fenced(self.api.create(&object, &self.field_manager))
+            .await;
         if let Ok(created) = &result {
             self.wrote_object(created);
         }
@@ -550,8 +557,9 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
-        self.fenced()?;
-        let result = self.api.update(&object, status, &self.field_manager).await;
+        let result = self
+            .fenced(self.api.update(&object, status, &self.field_manager))
+            .await;
         if let Ok(updated) = &result {
             self.wrote_object(updated);
         }
@@ -572,10 +580,8 @@ impl ClusterAccess for LiveCluster {
         body: Value,
         status: bool,
     ) -> Result<Value, AccessError> {
-        self.fenced()?;
         let result = self
-            .api
-            .patch(
+            .fenced(self.api.patch(
                 gvk,
                 namespace,
                 name,
@@ -583,7 +589,7 @@ impl ClusterAccess for LiveCluster {
                 &body,
                 status,
                 &self.field_manager,
-            )
+            ))
             .await;
         if let Ok(patched) = &result {
             let version = patched
@@ -606,8 +612,9 @@ impl ClusterAccess for LiveCluster {
         name: &str,
         preconditions: Option<&Preconditions>,
     ) -> Result<(), AccessError> {
-        self.fenced()?;
-        let result = self.api.delete(gvk, namespace, name, preconditions).await;
+        let result = self
+            .fenced(self.api.delete(gvk, namespace, name, preconditions))
+            .await;
         if let Ok(version) = &result {
             self.wrote(gvk, namespace, Some(name), version.as_deref());
         }
@@ -620,10 +627,8 @@ impl ClusterAccess for LiveCluster {
         head: &ObjectHead,
         json: &str,
     ) -> Result<String, AccessError> {
-        self.fenced()?;
         let result = self
-            .api
-            .write_text(kind, head, json, &self.field_manager)
+            .fenced(self.api.write_text(kind, head, json, &self.field_manager))
             .await;
         if let Ok(text) = &result
             && self.read_your_writes.is_some()
@@ -648,8 +653,7 @@ impl ClusterAccess for LiveCluster {
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
-        self.fenced()?;
-        let result = self.api.record_event(&event).await;
+        let result = self.fenced(self.api.record_event(&event)).await;
         let r = &event.regarding;
         let what = format!(
             "{} Event {} on {}: {}",

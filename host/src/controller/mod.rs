@@ -250,6 +250,9 @@ pub struct Controller {
     workers: Mutex<Vec<Option<JoinHandle<()>>>>,
     sources: Mutex<Vec<JoinHandle<()>>>,
     for_informers: Mutex<Vec<Arc<Informer>>>,
+    /// Every informer the guest watches (its `for` kind's among them): what
+    /// [`resync_all`](Self::resync_all) replays.
+    informers: Mutex<Vec<Arc<Informer>>>,
     /// Traps in a row, by key (keys whose last reconcile trapped).
     trap_streaks: Mutex<std::collections::HashMap<Request, u32>>,
     /// This controller's `krec_event_stage_seconds` series.
@@ -352,6 +355,7 @@ impl Controller {
             workers: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
             for_informers: Mutex::new(Vec::new()),
+            informers: Mutex::new(Vec::new()),
             trap_streaks: Mutex::new(std::collections::HashMap::new()),
         })
     }
@@ -393,7 +397,12 @@ impl Controller {
 
     /// Start the workers and the generic sources (tickers, and resync over `for_informers`,
     /// the informers of the `for` kind). Call once the caches have synced.
-    pub fn start(self: &Arc<Self>, for_informers: Vec<Arc<Informer>>) {
+    pub fn start(
+        self: &Arc<Self>,
+        informers: Vec<Arc<Informer>>,
+        for_informers: Vec<Arc<Informer>>,
+    ) {
+        *self.informers.lock().unwrap_or_else(|e| e.into_inner()) = informers;
         *self.for_informers.lock().unwrap_or_else(|e| e.into_inner()) = for_informers;
         self.scale_workers();
         self.restart_sources();
@@ -409,12 +418,17 @@ impl Controller {
         }
         let this = Arc::downgrade(self);
         let mut gate = self.gate.clone();
+        // Open now: the informers' initial events have queued every key already. Closed now:
+        // they were dropped, and the first opening resyncs (read here, not at the task's first
+        // poll, so that an opening in between is not missed).
+        let mut closed = !*gate.borrow_and_update();
         *opener = Some(tokio::spawn(async move {
-            // Open at start: the informers' initial events have queued every key already.
             loop {
-                if gate.wait_for(|open| !*open).await.is_err()
-                    || gate.wait_for(|open| *open).await.is_err()
-                {
+                if !closed && gate.wait_for(|open| !*open).await.is_err() {
+                    return;
+                }
+                closed = false;
+                if gate.wait_for(|open| *open).await.is_err() {
                     return;
                 }
                 match this.upgrade() {
@@ -499,6 +513,7 @@ impl Controller {
         self: &Arc<Self>,
         module: Arc<GuestModule>,
         cluster: Arc<dyn ClusterAccess>,
+        informers: Vec<Arc<Informer>>,
         for_informers: Vec<Arc<Informer>>,
     ) -> Arc<Version> {
         self.queue.set_rate_limit(rate_limit_of(&module));
@@ -508,6 +523,7 @@ impl Controller {
         publish_version(&self.metrics, &self.name, Some(&old), &version);
         let version = Arc::new(version);
         self.version.store(version.clone());
+        *self.informers.lock().unwrap_or_else(|e| e.into_inner()) = informers;
         *self.for_informers.lock().unwrap_or_else(|e| e.into_inner()) = for_informers;
         self.scale_workers();
         self.restart_sources();
@@ -537,19 +553,19 @@ impl Controller {
         }
     }
 
-    /// Queue every key the guest would see: each object of its `for` kind, and each ticker's
-    /// request. What a replica that takes a guest over does first (sharded hosts), so that no
+    /// Queue every key the guest would see: every cached object of every kind it watches goes
+    /// through its handlers again (as a create, as to a new subscriber: `for` objects, owners,
+    /// mapped targets, `mapByGuest` calls alike), and each ticker's request is queued. What a
+    /// replica that takes a guest over does first (sharded hosts, a new leader), so that no
     /// change the previous owner had queued is lost.
     pub fn resync_all(&self) {
-        let for_informers = self
-            .for_informers
+        let informers = self
+            .informers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for informer in &for_informers {
-            for (namespace, name) in informer.keys() {
-                self.queue.add(Request::new(namespace.as_deref(), &name));
-            }
+        for informer in &informers {
+            informer.replay(self);
         }
         for ticker in &self.version.load().module.manifest().spec.tickers {
             let request = &ticker.request;
