@@ -305,7 +305,7 @@ async fn round(
 ) -> Round {
     let started = Instant::now();
     let (host_cpu, cluster_cpu) = (cpu_seconds("self"), cpu_seconds(cluster_pid));
-    let api = krec::cluster::api::ApiClient::new(client.clone());
+    let api = krec::client::ApiClient::new(client.clone());
     let manager = Manager::start_with(api, manifests, ManagerOptions::default())
         .await
         .expect("manager");

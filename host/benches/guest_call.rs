@@ -77,7 +77,7 @@ async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String,
         &engines,
         Arc::new(webhook_manifest(dir.path(), "per-reconcile")),
     );
-    let native = GuestModule::native_with_validator(
+    let native = krec::native::module_with_validator(
         manifest,
         krec_guest::native::reconcile::<pod_stamper::PodStamper>,
         krec_guest::native::validate::<pod_stamper::GenerationValidator>,
@@ -188,7 +188,7 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     let load =
         |isolation: &str| Arc::new(load(&engines, Arc::new(manifest(dir.path(), isolation))));
     let mut native = GuestWorker::new(
-        Arc::new(GuestModule::native(
+        Arc::new(krec::native::module(
             Arc::new(manifest(dir.path(), "reuse")),
             krec_guest::native::reconcile::<pod_stamper::PodStamper>,
         )),

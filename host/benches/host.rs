@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{median_min_max, module};
-use krec::cluster::api::ApiClient;
+use krec::client::ApiClient;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
@@ -175,7 +175,7 @@ async fn swaps_under_load(
     let load = {
         let (api, stop) = (api.clone(), stop.clone());
         tokio::spawn(async move {
-            let gvk = krec::cluster::Gvk::new("", "v1", "ConfigMap");
+            let gvk = krec::vocab::Gvk::new("", "v1", "ConfigMap");
             let mut round = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 round += 1;
@@ -186,7 +186,7 @@ async fn swaps_under_load(
                         &gvk,
                         Some("swap-load"),
                         &name,
-                        krec::cluster::PatchType::Merge,
+                        krec::vocab::PatchType::Merge,
                         &body,
                         false,
                         "bench-load",
@@ -221,8 +221,8 @@ async fn swaps_under_load(
     };
     let objects = api
         .list(
-            &krec::cluster::Gvk::new("", "v1", "ConfigMap"),
-            &krec::cluster::ListOptions {
+            &krec::vocab::Gvk::new("", "v1", "ConfigMap"),
+            &krec::vocab::ListOptions {
                 namespace: Some("swap-load".into()),
                 ..Default::default()
             },

@@ -17,11 +17,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use krec::cluster::Gvk;
-use krec::cluster::api::ApiClient;
+use krec::client::ApiClient;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
+use krec::vocab::Gvk;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 

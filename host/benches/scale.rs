@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use krec::cluster::api::ApiClient;
+use krec::client::ApiClient;
 use krec::controller::Request;
 use krec::guest::ModuleCache;
 use krec::manager::{Manager, ManagerOptions};

@@ -317,9 +317,9 @@ async fn start(
                 ..Default::default()
             };
             if arm == Arm::Native {
-                options.native.insert(
+                options.runners.insert(
                     GUEST.to_owned(),
-                    krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+                    krec::native::runner(krec_guest::native::reconcile::<pod_stamper::PodStamper>),
                 );
             }
             Running::Krec(common::start_manager(client, manifest, options).await)

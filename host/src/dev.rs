@@ -12,12 +12,12 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::admin::Admin;
-use crate::cluster::api::ApiClient;
-use crate::cluster::{AccessError, describe};
+use crate::client::ApiClient;
 use crate::guest::ModuleCache;
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::manager::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT};
 use crate::manifest::Manifest;
+use crate::vocab::{AccessError, describe};
 
 /// Print a line on stdout. A long-running host must not die because nobody reads its stdout
 /// any more (a closed pipe, a detached terminal), so write errors are ignored.
@@ -454,8 +454,7 @@ impl Registrar {
             .cloned()
             .collect();
         for (kind, name) in gone {
-            let gvk =
-                crate::cluster::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
+            let gvk = crate::vocab::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
             match self.api.delete(&gvk, None, &name, None).await {
                 Ok(_) | Err(AccessError::NotFound(_)) => {
                     self.configurations.remove(&(kind, name));

@@ -12,6 +12,7 @@ pub mod admin;
 #[allow(missing_docs)]
 pub mod bindings;
 pub mod cache;
+pub mod client;
 pub mod cluster;
 pub mod controller;
 pub mod dev;
@@ -24,6 +25,8 @@ pub mod manager;
 pub mod manifest;
 pub mod memory;
 pub mod metrics;
+#[cfg(feature = "native")]
+pub mod native;
 pub mod objects;
 pub mod progress;
 pub mod queue;
@@ -31,4 +34,5 @@ pub mod rbac;
 pub mod scaffold;
 pub mod shard;
 pub mod tenure;
+pub mod vocab;
 pub mod webhooks;

@@ -31,13 +31,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::cache::{Cache, EventSink, Informer, SYNC_TIMEOUT};
-use crate::cluster::api::ApiClient;
+use crate::client::ApiClient;
+use crate::cluster::ClusterAccess;
 use crate::cluster::live::LiveCluster;
-use crate::cluster::{ClusterAccess, Gvk};
 use crate::controller::Controller;
-use crate::guest::{CpuGovernor, Engines, GuestModule, GuestWorker, ModuleCache, NativeReconcile};
+use crate::guest::{CpuGovernor, Engines, GuestModule, GuestWorker, ModuleCache, Runner};
 use crate::manifest::{Manifest, ManifestError};
 use crate::metrics::Metrics;
+use crate::vocab::Gvk;
 
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -119,10 +120,10 @@ pub struct ManagerOptions {
     pub tenures: Option<Arc<crate::tenure::Tenures>>,
     /// Where to record metrics; `None`: a registry of the manager's own.
     pub metrics: Option<Arc<Metrics>>,
-    /// Reconcilers compiled into the host, by guest name: a guest named here runs its native
+    /// Code compiled into the host, by guest name: a guest named here runs its [`Runner`]
     /// reconciler in place of the module its manifest names, with the same cache, queue, client
-    /// and permission checks. No sandbox (see [`crate::guest::native`]): for benchmarks and tests.
-    pub native: BTreeMap<String, NativeReconcile>,
+    /// and permission checks. No sandbox (see [`Runner`]): for benchmarks and tests.
+    pub runners: BTreeMap<String, Arc<dyn Runner>>,
 }
 
 struct Inner {
@@ -133,7 +134,7 @@ struct Inner {
     tenures: Option<Arc<crate::tenure::Tenures>>,
     engines: Engines,
     module_cache: ModuleCache,
-    native: BTreeMap<String, NativeReconcile>,
+    runners: BTreeMap<String, Arc<dyn Runner>>,
     /// Shares the host's CPU between its guests.
     governor: Arc<CpuGovernor>,
     cache: Arc<Cache>,
@@ -218,7 +219,7 @@ impl Manager {
                 tenures: options.tenures,
                 engines,
                 module_cache,
-                native: options.native,
+                runners: options.runners,
                 governor: CpuGovernor::new(),
                 cache: Cache::new(api),
                 guests: tokio::sync::Mutex::new(BTreeMap::new()),
@@ -275,7 +276,7 @@ impl Manager {
     async fn prepare(&self, manifest: Arc<Manifest>) -> Result<Prepared, String> {
         let inner = self.inner.clone();
         let loading = manifest.clone();
-        let module = if let Some(reconcile) = inner.native.get(&manifest.name) {
+        let module = if let Some(runner) = inner.runners.get(&manifest.name) {
             // A native reconciler is built without configuration and has no `map` to call.
             if manifest.spec.config.is_some()
                 || manifest.spec.watches.iter().any(|w| w.map_by_guest)
@@ -286,7 +287,7 @@ impl Manager {
                     manifest.name
                 ));
             }
-            GuestModule::native(manifest.clone(), *reconcile)
+            GuestModule::with_runner(manifest.clone(), runner.clone())
         } else {
             tokio::task::spawn_blocking(move || {
                 let (engine, linker) = inner.engines.for_isolation(loading.spec.isolation);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::cluster::Gvk;
+use crate::vocab::{EventKind, Gvk};
 use krec_apiserver::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
 
 /// The manifest's `apiVersion`.
@@ -357,20 +357,6 @@ pub enum Predicate {
     LabelSelector(String),
     /// Only these event types pass.
     EventTypes(BTreeSet<EventKind>),
-}
-
-/// Kind of a watch event, for per-event-type filters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EventKind {
-    /// An object appeared.
-    Create,
-    /// An object changed.
-    Update,
-    /// An object was deleted.
-    Delete,
-    /// A generic event: ticker, resync or manual trigger.
-    Generic,
 }
 
 impl<'de> Deserialize<'de> for Predicate {

@@ -19,8 +19,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::cluster::Gvk;
 use crate::manifest::{Manifest, Verb};
+use crate::vocab::Gvk;
 use krec_apiserver::Registry;
 
 /// One rule's key: API group and resource (with `/status` for the subresource).

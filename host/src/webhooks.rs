@@ -237,20 +237,18 @@ pub fn conversion(manifest: &Manifest, reach: &Reach, ca_pem: &str) -> Option<(S
 ///
 /// The API server's refusal (e.g. no such CRD).
 pub async fn set_conversion(
-    api: &crate::cluster::api::ApiClient,
+    api: &crate::client::ApiClient,
     crd: &str,
     conversion: Option<Value>,
-) -> Result<(), crate::cluster::AccessError> {
+) -> Result<(), crate::vocab::AccessError> {
     let conversion = conversion.unwrap_or_else(|| json!({"strategy": "None", "webhook": null}));
-    let gvk = crate::cluster::Gvk::from_api_version(
-        "apiextensions.k8s.io/v1",
-        "CustomResourceDefinition",
-    );
+    let gvk =
+        crate::vocab::Gvk::from_api_version("apiextensions.k8s.io/v1", "CustomResourceDefinition");
     api.patch(
         &gvk,
         None,
         crd,
-        crate::cluster::PatchType::Merge,
+        crate::vocab::PatchType::Merge,
         &json!({"spec": {"conversion": conversion}}),
         false,
         "krec-dev",
@@ -354,13 +352,13 @@ pub fn registration_yaml(
 ///
 /// The API server's refusal.
 pub async fn register(
-    api: &crate::cluster::api::ApiClient,
+    api: &crate::client::ApiClient,
     configuration: Value,
-) -> Result<(), crate::cluster::AccessError> {
+) -> Result<(), crate::vocab::AccessError> {
     match api.create(&configuration, "krec-dev").await {
         Ok(_) => Ok(()),
-        Err(crate::cluster::AccessError::AlreadyExists(_)) => {
-            let gvk = crate::cluster::Gvk::from_api_version(
+        Err(crate::vocab::AccessError::AlreadyExists(_)) => {
+            let gvk = crate::vocab::Gvk::from_api_version(
                 "admissionregistration.k8s.io/v1",
                 configuration["kind"].as_str().unwrap_or_default(),
             );

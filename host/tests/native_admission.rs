@@ -78,7 +78,7 @@ async fn a_validator_should_judge_alike_as_wasm_and_native() {
     for permissions in ["[{apiVersion: v1, kind: Pod, verbs: [get]}]", "[]"] {
         let manifest = manifest(dir.path(), permissions);
         let wasm = GuestModule::load(&engine, &linker, manifest.clone()).expect("module");
-        let native = GuestModule::native_with_validator(
+        let native = krec::native::module_with_validator(
             manifest,
             krec_guest::native::reconcile::<pod_stamper::PodStamper>,
             krec_guest::native::validate::<pod_stamper::GenerationValidator>,

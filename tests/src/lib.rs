@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use krec::cluster::{ClusterAccess, Gvk, MemoryCluster};
+use krec::cluster::{ClusterAccess, MemoryCluster};
 use krec::guest::{Action, GuestModule, GuestWorker, ReconcileError};
 use krec::manifest::Manifest;
+use krec::vocab::Gvk;
 use serde_json::Value;
 
 /// The repository root.
@@ -143,7 +144,7 @@ pub struct Live {
     /// A kube client for it (the test's own, not the host's).
     pub client: kube::Client,
     /// The host's API client.
-    pub api: Arc<krec::cluster::api::ApiClient>,
+    pub api: Arc<krec::client::ApiClient>,
     /// The running guests.
     pub manager: krec::manager::Manager,
 }
@@ -204,10 +205,14 @@ impl Live {
     pub async fn start_native(
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
-        native: std::collections::BTreeMap<String, krec::guest::NativeReconcile>,
+        native: std::collections::BTreeMap<String, krec::native::NativeReconcile>,
     ) -> Self {
+        let runners = native
+            .into_iter()
+            .map(|(guest, reconcile)| (guest, krec::native::runner(reconcile)))
+            .collect();
         let options = krec::manager::ManagerOptions {
-            native,
+            runners,
             ..Default::default()
         };
         Self::start_with_options(
@@ -326,7 +331,7 @@ pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
 pub async fn local_cluster() -> (
     krec_apiserver::Server,
     kube::Client,
-    Arc<krec::cluster::api::ApiClient>,
+    Arc<krec::client::ApiClient>,
 ) {
     local_cluster_on(krec_apiserver::Server::builder()).await
 }
@@ -337,13 +342,13 @@ pub async fn local_cluster_on(
 ) -> (
     krec_apiserver::Server,
     kube::Client,
-    Arc<krec::cluster::api::ApiClient>,
+    Arc<krec::client::ApiClient>,
 ) {
     let cluster = builder.start().await.expect("embedded API server starts");
     let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");
-    let api = krec::cluster::api::ApiClient::new(client.clone());
+    let api = krec::client::ApiClient::new(client.clone());
     (cluster, client, api)
 }
 

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use krec::cluster::AccessError;
 use krec::guest::{Action, ReconcileError, TrapCause};
+use krec::vocab::AccessError;
 
 use krec_tests::{Harness, misbehave_manifest};
 

@@ -20,8 +20,8 @@ async fn events_about(live: &Live, name: &str) -> Vec<Value> {
     let list = live
         .api
         .list(
-            &krec::cluster::Gvk::new("", "v1", "Event"),
-            &krec::cluster::ListOptions {
+            &krec::vocab::Gvk::new("", "v1", "Event"),
+            &krec::vocab::ListOptions {
                 namespace: Some("default".into()),
                 ..Default::default()
             },
@@ -38,7 +38,7 @@ async fn a_hundred_retries_should_count_into_one_event() {
     let live = Live::start(vec![failing_guest()], vec![]).await;
     // client-go's limits (a burst of 25, then one write per 5 minutes), with time scaled down so
     // that the counts held back are written within the test.
-    live.api.set_event_limits(krec::cluster::events::Limits {
+    live.api.set_event_limits(krec::client::events::Limits {
         refill: std::time::Duration::from_millis(50),
         ..Default::default()
     });

@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use krec::cluster::Gvk;
 use krec::manifest::Manifest;
+use krec::vocab::Gvk;
 use krec_tests::{Live, deployment_gvk, repo_root, sample_manifest};
 use serde_json::{Value, json};
 

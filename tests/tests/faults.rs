@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use krec::cluster::PatchType;
+use krec::vocab::PatchType;
 use krec_apiserver::faults::{Fault, Rule};
 use krec_tests::{Live, cm_gvk, foo_gvk, rs_gvk, sample_manifest, sample_objects};
 use serde_json::{Value, json};

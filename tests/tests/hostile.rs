@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use krec::cluster::{AccessError, Gvk};
 use krec::controller::Request;
 use krec::guest::{Action, ReconcileError};
 use krec::manifest::{Manifest, Permission, Verb};
+use krec::vocab::{AccessError, Gvk};
 use krec_tests::{Harness, Live, built_module, misbehave_manifest};
 use serde_json::json;
 
@@ -256,7 +256,7 @@ async fn another_guests_cached_reads_should_not_make_a_namespaced_guest_lose_upd
                 &cm,
                 Some("a"),
                 "c",
-                krec::cluster::PatchType::Merge,
+                krec::vocab::PatchType::Merge,
                 &patch,
                 false,
                 "test",

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
-use krec::cluster::{Gvk, PatchType};
 use krec::manifest::Manifest;
+use krec::vocab::{Gvk, PatchType};
 use krec_tests::{
     Live, cm_gvk, deployment_gvk, foo_gvk, pod_gvk, rs_gvk, sample_manifest, sample_objects,
 };

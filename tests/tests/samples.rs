@@ -1,8 +1,9 @@
 //! Each sample guest's real `.wasm` in the host, against an in-memory object set: the guests'
 //! effects, not just their return values.
 
-use krec::cluster::{AccessError, ClusterAccess, EventType, PatchType};
+use krec::cluster::ClusterAccess;
 use krec::guest::{Action, ReconcileError};
+use krec::vocab::{AccessError, EventType, PatchType};
 use krec_tests::*;
 use serde_json::{Value, json};
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use krec::cluster::PatchType;
 use krec::guest::ModuleCache;
 use krec::manifest::Manifest;
+use krec::vocab::PatchType;
 use krec_tests::{Live, built_module, cm_gvk};
 use serde_json::{Value, json};
 

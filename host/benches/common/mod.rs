@@ -529,7 +529,7 @@ pub async fn start_manager(
     options: krec::manager::ManagerOptions,
 ) -> krec::manager::Manager {
     let manager = krec::manager::Manager::start_with(
-        krec::cluster::api::ApiClient::new(client.clone()),
+        krec::client::ApiClient::new(client.clone()),
         vec![manifest.clone()],
         options,
     )

@@ -23,16 +23,16 @@ use std::time::Duration;
 mod object;
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::cluster::api::{ApiClient, Resolved};
-use crate::cluster::{AccessError, Gvk};
-use crate::controller::handlers::Event;
-use crate::manifest::EventKind;
+use crate::client::{ApiClient, Resolved};
+use crate::vocab::EventKind;
+use crate::vocab::{AccessError, Gvk};
 use krec_apiserver::selector::{FieldSelector, LabelSelector};
 
 pub use object::CachedObject;
@@ -42,6 +42,24 @@ static NO_LABELS: std::collections::BTreeMap<String, String> = std::collections:
 
 /// Longest a read waits for a lazily started informer to sync before giving up.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One watch event as an informer tells its subscribers, and as the handlers see it: handlers and predicates look at an object's
+/// metadata only; a guest's map function gets the whole object's JSON.
+#[derive(Clone, Copy, Debug)]
+pub struct Event<'a> {
+    /// What happened.
+    pub kind: EventKind,
+    /// The object's metadata (for a delete: its last state).
+    pub object: &'a ObjectMeta,
+    /// For an update: the previous state's metadata.
+    pub old: Option<&'a ObjectMeta>,
+    /// The object's JSON as the cache holds it, when the source has it.
+    pub json: Option<&'a std::sync::Arc<str>>,
+    /// For an update: the previous state's JSON, when the source has it.
+    pub old_json: Option<&'a std::sync::Arc<str>>,
+    /// When the informer received the change (for `krec_event_stage_seconds{stage="handler"}`).
+    pub received: std::time::Instant,
+}
 
 /// Receives an informer's changes. Called on the informer's task: keep it quick (enqueue).
 pub trait EventSink: Send + Sync {

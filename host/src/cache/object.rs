@@ -27,7 +27,7 @@ use kube::core::{ApiResource, DynamicObject, DynamicResourceScope, Resource};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::cluster::Gvk;
+use crate::vocab::Gvk;
 
 /// One cached object version. Cheap to clone (the JSON text is shared).
 #[derive(Clone, Debug)]

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use tokio::time::Instant;
 
-use super::AccessError;
+use crate::vocab::AccessError;
 
 /// Until when a guest's writes may go out from this replica. See the [module docs](self).
 #[derive(Debug)]

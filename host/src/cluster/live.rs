@@ -27,13 +27,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::api::ApiClient;
-use super::{
-    AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, ObjectHead, PatchType,
-    Preconditions, WriteKind, json_text,
-};
+use super::ClusterAccess;
 use crate::cache::{Cache, Informer, SYNC_TIMEOUT};
+use crate::client::ApiClient;
 use crate::manifest::Manifest;
+use crate::vocab::{
+    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+    json_text,
+};
 use krec_apiserver::selector::{FieldSelector, LabelSelector};
 
 /// The field manager a guest's writes are attributed to: `krec-<guest>`.
@@ -553,7 +554,7 @@ impl ClusterAccess for LiveCluster {
         if let Ok(created) = &result {
             self.wrote_object(created);
         }
-        self.logged("created", super::describe(&object), result)
+        self.logged("created", crate::vocab::describe(&object), result)
     }
 
     async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
@@ -568,7 +569,7 @@ impl ClusterAccess for LiveCluster {
         } else {
             "updated"
         };
-        self.logged(verb, super::describe(&object), result)
+        self.logged(verb, crate::vocab::describe(&object), result)
     }
 
     async fn patch(

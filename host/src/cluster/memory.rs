@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{AccessError, ClusterAccess, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use super::ClusterAccess;
+use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 use krec_apiserver::local::LocalClient;
 use krec_apiserver::patch::PatchKind;
 use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};

@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::cluster::Gvk;
-use crate::manifest::{EventKind, Manifest, Predicate};
+use crate::cache::Event;
+use crate::manifest::{Manifest, Predicate};
+use crate::vocab::{EventKind, Gvk};
 use krec_apiserver::selector::LabelSelector;
 
 /// The labels of an object without any.
@@ -41,24 +42,6 @@ impl Request {
             name: name.to_owned(),
         }
     }
-}
-
-/// One watch event as the handlers see it: handlers and predicates look at an object's
-/// metadata only; a guest's map function gets the whole object's JSON.
-#[derive(Clone, Copy, Debug)]
-pub struct Event<'a> {
-    /// What happened.
-    pub kind: EventKind,
-    /// The object's metadata (for a delete: its last state).
-    pub object: &'a ObjectMeta,
-    /// For an update: the previous state's metadata.
-    pub old: Option<&'a ObjectMeta>,
-    /// The object's JSON as the cache holds it, when the source has it.
-    pub json: Option<&'a std::sync::Arc<str>>,
-    /// For an update: the previous state's JSON, when the source has it.
-    pub old_json: Option<&'a std::sync::Arc<str>>,
-    /// When the informer received the change (for `krec_event_stage_seconds{stage="handler"}`).
-    pub received: std::time::Instant,
 }
 
 /// A metadata field a change predicate compares.

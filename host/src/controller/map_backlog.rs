@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::cluster::Gvk;
+use crate::vocab::Gvk;
 
 /// Which object: kind, namespace, name.
 type ObjectKey = (Gvk, Option<String>, String);

@@ -37,16 +37,17 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
-pub use handlers::{Event, Handlers, Request};
+pub use handlers::{Handlers, Request};
 
-use crate::cache::{EventSink, Informer};
-use crate::cluster::{ClusterAccess, Gvk};
+use crate::cache::{Event, EventSink, Informer};
+use crate::cluster::ClusterAccess;
 use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError, TrapCause};
 use crate::metrics::{
     ControllerLabel, GuestLabel, Metrics, ModuleLabels, NameLabel, ResultLabels, StageSeries,
     TrapLabels,
 };
 use crate::queue::{RateLimit, WorkQueue};
+use crate::vocab::Gvk;
 use map_backlog::MapBacklog;
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -305,7 +306,7 @@ impl EventSink for Controller {
             // An update maps the old state too (controller-runtime's map handler does), so a
             // target the object stopped naming is reconciled as well.
             let old = match event.kind {
-                crate::manifest::EventKind::Update => event.old_json,
+                crate::vocab::EventKind::Update => event.old_json,
                 _ => None,
             };
             if let Some(object) = event.json {

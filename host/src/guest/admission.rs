@@ -73,7 +73,7 @@ impl GuestModule {
     pub fn has_admission(&self) -> bool {
         match &self.body {
             Body::Wasm(wasm) => wasm.admission.is_some(),
-            Body::Native(_, validate) => validate.is_some(),
+            Body::Runner(runner) => runner.validates(),
         }
     }
 
@@ -98,17 +98,14 @@ impl GuestModule {
                 None => request.name.clone().unwrap_or_default(),
             }
         );
-        if let (Body::Native(_, Some(validate)), Review::Validate) = (&self.body, review) {
-            return super::native::validate(
-                *validate,
-                &self.manifest,
+        if let (Body::Runner(runner), Review::Validate) = (&self.body, review) {
+            let call = super::RunnerCall {
+                manifest: &self.manifest,
                 cluster,
                 metrics,
-                self.budgets.clone(),
-                label,
-                request,
-            )
-            .await;
+                budgets: self.budgets.clone(),
+            };
+            return runner.validate(call, label, request).await;
         }
         let label_for_run = label.clone();
         let guest = self.manifest.name.clone();
@@ -155,7 +152,10 @@ impl GuestModule {
         let Body::Wasm(wasm) = &self.body else {
             return Err((
                 TrapCause::Instantiate,
-                format!("guest {} is native: it has no instance", self.manifest.name),
+                format!(
+                    "guest {} runs compiled-in code: it has no instance",
+                    self.manifest.name
+                ),
             ));
         };
         let timeout = self.manifest.spec.limits.timeout;

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::LogBudget;
-use crate::cluster::AccessError;
 use crate::manifest::Manifest;
+use crate::vocab::AccessError;
 
 /// The part of the host's cores that guests share between them when two or more want more
 /// than that; the rest is left to the host itself (watches, the queue, the client, the embedded API

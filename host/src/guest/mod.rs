@@ -11,7 +11,6 @@ pub(crate) mod budget;
 pub(crate) mod limits;
 pub(crate) mod log_budget;
 pub mod module_cache;
-pub mod native;
 mod output;
 pub(crate) mod state;
 
@@ -31,15 +30,15 @@ pub use limits::{
 };
 pub use log_budget::{LogBudget, MAX_LOG_BYTES_PER_SECOND, MAX_LOG_LINES_PER_SECOND};
 pub use module_cache::{ModuleCache, Origin};
-pub use native::{NativeReconcile, NativeValidate};
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
 use crate::bindings::extensions::ExtensionsIndices;
-use crate::bindings::guest::GuestIndices;
+use crate::bindings::guest::{GuestIndices, WitAdmissionRequest, WitVerdict};
 use crate::bindings::{Reconciler, ReconcilerIndices, WitAction, WitRequest};
-use crate::cluster::{AccessError, ClusterAccess};
+use crate::cluster::ClusterAccess;
 use crate::manifest::{Isolation, Manifest};
+use crate::vocab::AccessError;
 
 /// A guest that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -117,8 +116,52 @@ struct Wasm {
 enum Body {
     /// A component.
     Wasm(Box<Wasm>),
-    /// A reconciler (and maybe a validating webhook) compiled into the host (see [`native`]).
-    Native(NativeReconcile, Option<native::NativeValidate>),
+    /// Code compiled into the host (see [`Runner`]).
+    Runner(Arc<dyn Runner>),
+}
+
+/// What a [`Runner`]'s call works with: the guest's manifest, cluster access, metrics and
+/// budgets — what a Wasm guest's host calls go through.
+#[derive(Clone)]
+pub struct RunnerCall<'a> {
+    /// The guest's manifest.
+    pub manifest: &'a Arc<Manifest>,
+    /// Its cluster access (permission checks happen in the host calls a runner makes).
+    pub cluster: &'a Arc<dyn ClusterAccess>,
+    /// Where host calls are counted.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Its write and log budgets.
+    pub budgets: Arc<GuestBudgets>,
+}
+
+/// Runs a guest's reconciles (and `validate` reviews) with code compiled into the host instead
+/// of a component: the benchmarks' native arm (`crate::native`, cargo feature `native`), on
+/// the same queue, cache, client and permission checks as a Wasm guest. No sandbox.
+#[async_trait::async_trait]
+pub trait Runner: Send + Sync + fmt::Debug + 'static {
+    /// Run one reconcile of `namespace`/`name`; what it returned and what it used.
+    async fn reconcile(
+        &self,
+        call: RunnerCall<'_>,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> (Result<Action, ReconcileError>, Usage);
+
+    /// Whether it answers `validate` reviews.
+    fn validates(&self) -> bool;
+
+    /// Answer one `validate` review (`label` names it in errors).
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::Trap`] when the code panics; [`ReconcileError::Guest`] when it has no
+    /// validator.
+    async fn validate(
+        &self,
+        call: RunnerCall<'_>,
+        label: String,
+        request: WitAdmissionRequest,
+    ) -> Result<WitVerdict, ReconcileError>;
 }
 
 impl fmt::Debug for GuestModule {
@@ -270,31 +313,18 @@ impl GuestModule {
         })
     }
 
-    /// A guest whose reconciles run `reconcile`, compiled into the host, in place of the module
-    /// its manifest names (which is not read). No sandbox: see [`native`].
-    pub fn native(manifest: Arc<Manifest>, reconcile: NativeReconcile) -> Self {
+    /// A guest whose reconciles (and `validate` reviews) `runner` runs, compiled into the
+    /// host, in place of the module its manifest names (which is not read). No sandbox.
+    pub fn with_runner(manifest: Arc<Manifest>, runner: Arc<dyn Runner>) -> Self {
         let digest = format!("native:{}", manifest.name);
         GuestModule {
             budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
             manifest,
-            body: Body::Native(reconcile, None),
+            body: Body::Runner(runner),
             digest,
             origin: Origin::Native,
             admission_pool: Default::default(),
         }
-    }
-
-    /// [`native`](Self::native), with a validating webhook compiled into the host too: the
-    /// guest's `validate` reviews run `validate` (e.g.
-    /// `krec_guest::native::validate::<MyValidator>`).
-    pub fn native_with_validator(
-        manifest: Arc<Manifest>,
-        reconcile: NativeReconcile,
-        validate: native::NativeValidate,
-    ) -> Self {
-        let mut module = Self::native(manifest, reconcile);
-        module.body = Body::Native(reconcile, Some(validate));
-        module
     }
 
     /// Whether the component was compiled for this load or taken from the module cache.
@@ -416,7 +446,7 @@ impl GuestModule {
     ) -> wasmtime::Result<wasmtime::component::Instance> {
         let Body::Wasm(wasm) = &self.body else {
             return Err(wasmtime::format_err!(
-                "guest {} is native: it has no instance",
+                "guest {} runs compiled-in code: it has no instance",
                 self.manifest.name
             ));
         };
@@ -739,7 +769,7 @@ impl GuestWorker {
     ) -> wasmtime::Result<Instance> {
         let Body::Wasm(wasm) = &module.body else {
             return Err(wasmtime::format_err!(
-                "guest {} is native: it has no instance",
+                "guest {} runs compiled-in code: it has no instance",
                 module.manifest.name
             ));
         };
@@ -756,7 +786,7 @@ impl GuestWorker {
     ///
     /// [`ReconcileError::Trap`] with the cause (`instantiate` for a failing start function).
     pub async fn warm_up(&mut self) -> Result<(), ReconcileError> {
-        if self.instance.is_some() || matches!(self.module.body, Body::Native(..)) {
+        if self.instance.is_some() || matches!(self.module.body, Body::Runner(..)) {
             return Ok(());
         }
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
@@ -799,21 +829,14 @@ impl GuestWorker {
     ) -> Result<Action, ReconcileError> {
         // A reconcile that traps reports no usage (not the previous one's).
         self.last_usage = None;
-        if let Body::Native(reconcile, _) = self.module.body {
-            let request = krec_guest::Request {
-                namespace: namespace.map(str::to_owned),
-                name: name.to_owned(),
+        if let Body::Runner(runner) = &self.module.body {
+            let call = RunnerCall {
+                manifest: &self.module.manifest,
+                cluster: &self.cluster,
+                metrics: self.metrics.clone(),
+                budgets: self.module.budgets.clone(),
             };
-            let manifest = &self.module.manifest;
-            let (result, usage) = native::run(
-                reconcile,
-                manifest,
-                &self.cluster,
-                self.metrics.clone(),
-                self.module.budgets.clone(),
-                request,
-            )
-            .await;
+            let (result, usage) = runner.reconcile(call, namespace, name).await;
             self.last_usage = Some(usage);
             return result;
         }

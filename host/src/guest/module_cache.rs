@@ -32,7 +32,7 @@ pub enum Origin {
     Compiled,
     /// Loaded from the cache.
     Cached,
-    /// Not a component: a reconciler compiled into the host (see [`super::native`]).
+    /// Not a component: code compiled into the host (see [`super::Runner`]).
     Native,
     /// Already loaded in this process for another guest, and shared.
     Shared,

@@ -8,9 +8,10 @@ use serde_json::Value;
 use super::{Calls, MAX_LIST_BYTES, MAX_OBJECT_BYTES};
 use crate::bindings::krec::reconciler::client::{Host, ListOptions, PatchType, Preconditions};
 use crate::bindings::{WitError, WitGvk};
-use crate::cluster::{self, AccessError, ClusterAccess, Gvk, ObjectHead, WriteKind};
+use crate::cluster::ClusterAccess;
 use crate::guest::state::HostState;
 use crate::manifest::Verb;
+use crate::vocab::{self, AccessError, Gvk, ObjectHead, WriteKind};
 use std::sync::Arc;
 
 type CallResult<T> = wasmtime::Result<Result<T, WitError>>;
@@ -110,7 +111,7 @@ impl Calls<'_> {
     pub(crate) async fn list_json(
         &self,
         gvk: Gvk,
-        mut options: cluster::ListOptions,
+        mut options: vocab::ListOptions,
     ) -> Result<Vec<String>, AccessError> {
         let (cluster, namespace) = self
             .cluster_for(
@@ -165,10 +166,10 @@ impl Calls<'_> {
             .map_err(|e| AccessError::Invalid(format!("patch is not valid JSON: {e}")))?;
         self.throttle_write().await?;
         let how = match how {
-            PatchType::Merge => cluster::PatchType::Merge,
-            PatchType::Json => cluster::PatchType::Json,
-            PatchType::Strategic => cluster::PatchType::Strategic,
-            PatchType::Apply => cluster::PatchType::Apply,
+            PatchType::Merge => vocab::PatchType::Merge,
+            PatchType::Json => vocab::PatchType::Json,
+            PatchType::Strategic => vocab::PatchType::Strategic,
+            PatchType::Apply => vocab::PatchType::Apply,
         };
         let patched = cluster
             .patch(&gvk, namespace, &name, how, body, status)
@@ -192,7 +193,7 @@ impl Calls<'_> {
             )
             .await?;
         self.throttle_write().await?;
-        let pre = preconditions.map(|p| cluster::Preconditions {
+        let pre = preconditions.map(|p| vocab::Preconditions {
             uid: p.uid,
             resource_version: p.resource_version,
         });
@@ -213,7 +214,7 @@ impl Host for HostState {
     }
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
-        let options = cluster::ListOptions {
+        let options = vocab::ListOptions {
             namespace: options.namespace,
             label_selector: options.label_selector,
             field_selector: options.field_selector,

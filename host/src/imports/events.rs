@@ -4,13 +4,13 @@ use super::Calls;
 use super::{MAX_EVENT_MESSAGE_BYTES, MAX_EVENT_REASON_BYTES};
 use crate::bindings::WitError;
 use crate::bindings::krec::reconciler::events::{EventType, Host, ObjectReference};
-use crate::cluster::{self, AccessError, EventRecord, Gvk};
 use crate::guest::state::HostState;
 use crate::manifest::Verb;
+use crate::vocab::{self, AccessError, EventRecord, Gvk};
 
 /// `text` cut to at most `max` bytes on a character boundary.
 fn truncate(mut text: String, max: usize) -> String {
-    crate::cluster::cut(&mut text, max);
+    crate::vocab::cut(&mut text, max);
     text
 }
 
@@ -32,15 +32,15 @@ impl Calls<'_> {
             return Err(AccessError::Invalid("an Event needs a reason".into()));
         }
         let event = EventRecord {
-            regarding: cluster::ObjectReference {
+            regarding: vocab::ObjectReference {
                 gvk: regarding.kind.into(),
                 namespace: regarding.namespace,
                 name: regarding.name,
                 uid: regarding.uid,
             },
             event_type: match event_type {
-                EventType::Normal => cluster::EventType::Normal,
-                EventType::Warning => cluster::EventType::Warning,
+                EventType::Normal => vocab::EventType::Normal,
+                EventType::Warning => vocab::EventType::Warning,
             },
             reason: truncate(reason, MAX_EVENT_REASON_BYTES),
             message: truncate(message, MAX_EVENT_MESSAGE_BYTES),

@@ -14,7 +14,7 @@ pub(crate) fn guest_log(
     mut message: String,
     budget: &LogBudget,
 ) {
-    if crate::cluster::cut(&mut message, MAX_LOG_LINE_BYTES) {
+    if crate::vocab::cut(&mut message, MAX_LOG_LINE_BYTES) {
         message.push_str(" [truncated]");
     }
     if !budget.admit(message.len()) {

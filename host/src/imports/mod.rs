@@ -9,15 +9,17 @@ mod client;
 mod events;
 mod log;
 
+#[cfg_attr(not(feature = "native"), allow(unused_imports))] // the native arm's alone
 pub(crate) use log::guest_log;
 
 use std::sync::Arc;
 
 use crate::bindings::{WitError, WitGvk, krec::reconciler::types};
-use crate::cluster::{AccessError, ClusterAccess, Gvk};
+use crate::cluster::ClusterAccess;
 use crate::guest::state::HostState;
 use crate::manifest::{Manifest, Verb};
 use crate::metrics::Metrics;
+use crate::vocab::{AccessError, Gvk};
 
 /// Largest object (JSON bytes) a guest may send in one call: the API server's own request limit
 /// is 3 MiB, so nothing larger could be stored anyway.

@@ -4,6 +4,8 @@
 //! could drop fields). Discovery maps each kind to its resource and scope once; a kind the server
 //! does not serve is looked up again on the next call, so a CRD created later is found.
 
+pub mod events;
+
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -13,7 +15,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 
-use super::{
+use crate::vocab::{
     AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
 };
 
@@ -109,7 +111,7 @@ pub struct ApiClient {
     client: Client,
     resolved: RwLock<HashMap<Gvk, Resolved>>,
     /// Aggregates and rate-limits the Events recorded through this client.
-    events: std::sync::Mutex<super::events::EventRecorder>,
+    events: std::sync::Mutex<events::EventRecorder>,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -124,14 +126,14 @@ impl ApiClient {
         Arc::new_cyclic(|this| ApiClient {
             client,
             resolved: RwLock::new(HashMap::new()),
-            events: std::sync::Mutex::new(super::events::EventRecorder::new(
+            events: std::sync::Mutex::new(events::EventRecorder::new(
                 Arc::new(ApiEvents(this.clone())),
-                super::events::Limits::default(),
+                events::Limits::default(),
             )),
         })
     }
 
-    fn events_slot(&self) -> std::sync::MutexGuard<'_, super::events::EventRecorder> {
+    fn events_slot(&self) -> std::sync::MutexGuard<'_, events::EventRecorder> {
         // A recorder is replaced whole: usable after a panic elsewhere.
         self.events.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -415,7 +417,7 @@ impl ApiClient {
     }
 
     /// Record an Event, aggregated with its repeats and rate limited per reporter and object
-    /// (see [`events`](super::events)).
+    /// (see [`events`](events)).
     ///
     /// # Errors
     ///
@@ -427,9 +429,9 @@ impl ApiClient {
 
     /// Use `limits` for the Events recorded from now on (a new recorder: repeats seen so far
     /// are forgotten).
-    pub fn set_event_limits(self: &Arc<Self>, limits: super::events::Limits) {
+    pub fn set_event_limits(self: &Arc<Self>, limits: events::Limits) {
         let writer = Arc::new(ApiEvents(Arc::downgrade(self)));
-        *self.events_slot() = super::events::EventRecorder::new(writer, limits);
+        *self.events_slot() = events::EventRecorder::new(writer, limits);
     }
 }
 
@@ -446,7 +448,7 @@ impl ApiEvents {
 }
 
 #[async_trait::async_trait]
-impl super::events::EventWriter for ApiEvents {
+impl events::EventWriter for ApiEvents {
     async fn create_event(&self, event: &Value, field_manager: &str) -> Result<Value, AccessError> {
         self.client()?.create(event, field_manager).await
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{AccessError, EventRecord};
+use crate::vocab::{AccessError, EventRecord};
 
 /// Events written at once per reporter and object (client-go's `defaultSpamBurst`).
 pub const BURST: u32 = 25;
@@ -399,7 +399,7 @@ fn event_object(event: &EventRecord, seen: &Seen) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::{EventType, Gvk, ObjectReference};
+    use crate::vocab::{EventType, Gvk, ObjectReference};
 
     /// Events kept in memory, with the writes made.
     #[derive(Default)]

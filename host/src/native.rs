@@ -5,8 +5,9 @@
 //! calls to a [`krec_guest::native::Host`]; [`NativeHost`] here serves them through the very
 //! checks and conversions the WIT host traits use ([`Calls`]), so one reconciler can run as a Wasm
 //! guest and natively in the same host, on the same path: that is how the benchmarks measure
-//! what the sandbox costs. Register one with
-//! [`ManagerOptions::native`](crate::manager::ManagerOptions::native).
+//! what the sandbox costs. A [`NativeRunner`] is the guest's [`Runner`]: register one with
+//! [`ManagerOptions::runners`](crate::manager::ManagerOptions::runners), or build a module with
+//! [`module`]. Only with the cargo feature `native` (the benchmarks and tests enable it).
 //!
 //! # Caveats
 //!
@@ -29,12 +30,16 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::bindings::guest::{WitAdmissionRequest, WitOperation, WitVerdict};
 use crate::bindings::krec::reconciler::{client, events, log};
-use crate::cluster::{self, AccessError, ClusterAccess, Gvk};
+use crate::cluster::ClusterAccess;
 use crate::imports::{Calls, count_call, guest_log};
 use crate::manifest::{Manifest, Verb};
 use crate::metrics::Metrics;
+use crate::vocab::{self, AccessError, Gvk};
 
-use super::{Action, ReconcileError, TrapCause, Usage};
+use crate::guest::{
+    Action, GuestBudgets, GuestModule, ReconcileError, Runner, RunnerCall, TrapCause, Usage,
+    bounded_error,
+};
 
 /// A reconciler compiled into the host: `krec_guest::native::reconcile::<MyReconciler>`.
 pub type NativeReconcile =
@@ -44,12 +49,85 @@ pub type NativeReconcile =
 pub type NativeValidate =
     fn(Arc<dyn Host>, krec_guest::native::Review) -> krec_guest::native::ReviewVerdict;
 
+/// A guest's reconciler (and maybe validating webhook) compiled into the host.
+#[derive(Clone, Copy, Debug)]
+pub struct NativeRunner {
+    /// The reconciler.
+    pub reconcile: NativeReconcile,
+    /// The validating webhook, if any.
+    pub validate: Option<NativeValidate>,
+}
+
+/// A runner of `reconcile` alone, for [`ManagerOptions::runners`](crate::manager::ManagerOptions::runners).
+pub fn runner(reconcile: NativeReconcile) -> Arc<dyn Runner> {
+    Arc::new(NativeRunner {
+        reconcile,
+        validate: None,
+    })
+}
+
+/// A guest whose reconciles run `reconcile`, compiled into the host, in place of the module
+/// its manifest names (which is not read).
+pub fn module(manifest: Arc<Manifest>, reconcile: NativeReconcile) -> GuestModule {
+    GuestModule::with_runner(manifest, runner(reconcile))
+}
+
+/// [`module`], with a validating webhook compiled into the host too: the guest's `validate`
+/// reviews run `validate` (e.g. `krec_guest::native::validate::<MyValidator>`).
+pub fn module_with_validator(
+    manifest: Arc<Manifest>,
+    reconcile: NativeReconcile,
+    validate: NativeValidate,
+) -> GuestModule {
+    let runner = NativeRunner {
+        reconcile,
+        validate: Some(validate),
+    };
+    GuestModule::with_runner(manifest, Arc::new(runner))
+}
+
+#[async_trait::async_trait]
+impl Runner for NativeRunner {
+    async fn reconcile(
+        &self,
+        call: RunnerCall<'_>,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> (Result<Action, ReconcileError>, Usage) {
+        let request = krec_guest::Request {
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        run(self.reconcile, call, request).await
+    }
+
+    fn validates(&self) -> bool {
+        self.validate.is_some()
+    }
+
+    async fn validate(
+        &self,
+        call: RunnerCall<'_>,
+        label: String,
+        request: WitAdmissionRequest,
+    ) -> Result<WitVerdict, ReconcileError> {
+        match self.validate {
+            Some(validate) => review(validate, call, label, request).await,
+            None => Err(ReconcileError::Guest {
+                guest: call.manifest.name.clone(),
+                request: label,
+                error: AccessError::Other("this native guest has no validator".into()),
+            }),
+        }
+    }
+}
+
 /// The host side of one native reconcile: the guest's manifest, cluster and request.
-pub(crate) struct NativeHost {
+struct NativeHost {
     manifest: Arc<Manifest>,
     cluster: Arc<dyn ClusterAccess>,
     metrics: Option<Arc<Metrics>>,
-    budgets: Arc<super::GuestBudgets>,
+    budgets: Arc<GuestBudgets>,
     request: String,
     /// When the reconcile should end (native reconciles are never cut, but writes keep to it).
     deadline: Instant,
@@ -160,7 +238,7 @@ impl Host for NativeHost {
         kind: &GroupVersionKind,
         params: &ListParams,
     ) -> krec_guest::Result<Vec<String>> {
-        let options = cluster::ListOptions {
+        let options = vocab::ListOptions {
             namespace: params.namespace.clone(),
             label_selector: params.label_selector.clone(),
             field_selector: params.field_selector.clone(),
@@ -279,16 +357,14 @@ impl Host for NativeHost {
 }
 
 /// Run one reconcile of `request` with the native reconciler `reconcile`.
-pub(crate) async fn run(
+async fn run(
     reconcile: NativeReconcile,
-    manifest: &Arc<Manifest>,
-    cluster: &Arc<dyn ClusterAccess>,
-    metrics: Option<Arc<Metrics>>,
-    budgets: Arc<super::GuestBudgets>,
+    call: RunnerCall<'_>,
     request: krec_guest::Request,
 ) -> (Result<Action, ReconcileError>, Usage) {
     let shown = request.to_string();
-    let host = NativeHost::new(manifest, cluster, metrics, budgets, shown.clone(), false);
+    let manifest = call.manifest;
+    let host = NativeHost::new(&call, shown.clone(), false);
     let on_worker = host.on_worker;
     let dyn_host: Arc<dyn Host> = host.clone();
     let started = Instant::now();
@@ -307,7 +383,7 @@ pub(crate) async fn run(
         Ok(Err(error)) => Err(ReconcileError::Guest {
             guest: manifest.name.clone(),
             request: shown,
-            error: super::bounded_error(access_error(error)),
+            error: bounded_error(access_error(error)),
         }),
         Err(panic) => Err(ReconcileError::Trap {
             guest: manifest.name.clone(),
@@ -347,21 +423,14 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 impl NativeHost {
     /// The host of one call of `manifest`'s native guest, labelled `request` in logs and errors.
-    fn new(
-        manifest: &Arc<Manifest>,
-        cluster: &Arc<dyn ClusterAccess>,
-        metrics: Option<Arc<Metrics>>,
-        budgets: Arc<super::GuestBudgets>,
-        request: String,
-        read_only: bool,
-    ) -> Arc<NativeHost> {
+    fn new(call: &RunnerCall<'_>, request: String, read_only: bool) -> Arc<NativeHost> {
         let handle = Handle::current();
         Arc::new(NativeHost {
-            manifest: manifest.clone(),
-            cluster: cluster.clone(),
-            metrics,
-            budgets,
-            deadline: Instant::now() + manifest.spec.limits.timeout,
+            manifest: call.manifest.clone(),
+            cluster: call.cluster.clone(),
+            metrics: call.metrics.clone(),
+            budgets: call.budgets.clone(),
+            deadline: Instant::now() + call.manifest.spec.limits.timeout,
             request,
             on_worker: handle.runtime_flavor() == RuntimeFlavor::MultiThread,
             handle,
@@ -374,17 +443,15 @@ impl NativeHost {
 
 /// Answer one admission review with a native validator, as the guest's `validate` export would:
 /// reads served by the host's checks, writes refused, a panic a trap.
-pub(crate) async fn validate(
+async fn review(
     validate: NativeValidate,
-    manifest: &Arc<Manifest>,
-    cluster: &Arc<dyn ClusterAccess>,
-    metrics: Option<Arc<Metrics>>,
-    budgets: Arc<super::GuestBudgets>,
+    call: RunnerCall<'_>,
     label: String,
     request: WitAdmissionRequest,
 ) -> Result<WitVerdict, ReconcileError> {
     use krec_guest::native::{Review, ReviewOperation, ReviewUserInfo};
-    let host = NativeHost::new(manifest, cluster, metrics, budgets, label.clone(), true);
+    let manifest = call.manifest;
+    let host = NativeHost::new(&call, label.clone(), true);
     let review = Review {
         uid: request.uid,
         kind: krec_guest::native::WitGvk {
