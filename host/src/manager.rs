@@ -70,6 +70,53 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// Why a guest, or a new version of one, could not start; each names the manifest file, the
+/// module or the kind.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Code compiled into the host takes no configuration and has no `map` export.
+    #[error(
+        "{path}: guest {guest} runs code compiled into the host: spec.config and mapByGuest need a component"
+    )]
+    RunnerUnsupported {
+        /// The manifest file.
+        path: PathBuf,
+        /// The guest.
+        guest: String,
+    },
+    /// Loading the module panicked.
+    #[error("loading the module panicked: {0}")]
+    LoadPanicked(String),
+    /// The module could not be read, compiled or checked against the world.
+    #[error(transparent)]
+    Load(#[from] crate::guest::LoadError),
+    /// The module's first instance failed (a start function trapped, the configuration was
+    /// refused).
+    #[error(transparent)]
+    Instantiate(#[from] crate::guest::ReconcileError),
+    /// A kind it watches is not served, or its informer could not start.
+    #[error("cannot watch {gvk}: {source}")]
+    Watch {
+        /// The kind.
+        gvk: Gvk,
+        /// Why.
+        source: crate::vocab::AccessError,
+    },
+    /// A permission restricted to namespaces names a cluster-scoped kind.
+    #[error("{path}: spec.permissions[{index}].namespaces: {message}")]
+    ClusterScoped {
+        /// The manifest file.
+        path: PathBuf,
+        /// The permission's index.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// An informer did not sync in time.
+    #[error(transparent)]
+    Sync(crate::vocab::AccessError),
+}
+
 /// What a [`reload`](Manager::reload) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReloadReport {
@@ -237,7 +284,7 @@ impl Manager {
                 tracing::error!("guest {name} not started: {reason}");
                 manager.skip(Skipped {
                     guest: name,
-                    reason,
+                    reason: reason.to_string(),
                 });
             }
         }
@@ -273,7 +320,7 @@ impl Manager {
     }
 
     /// Load and instantiate `manifest`'s module on a blocking thread (compiling is CPU-bound).
-    async fn prepare(&self, manifest: Arc<Manifest>) -> Result<Prepared, String> {
+    async fn prepare(&self, manifest: Arc<Manifest>) -> Result<Prepared, StartError> {
         let inner = self.inner.clone();
         let loading = manifest.clone();
         let module = if let Some(runner) = inner.runners.get(&manifest.name) {
@@ -281,11 +328,10 @@ impl Manager {
             if manifest.spec.config.is_some()
                 || manifest.spec.watches.iter().any(|w| w.map_by_guest)
             {
-                return Err(format!(
-                    "{}: guest {} runs natively (compiled into the host): spec.config and mapByGuest need a component",
-                    manifest.path.display(),
-                    manifest.name
-                ));
+                return Err(StartError::RunnerUnsupported {
+                    path: manifest.path.clone(),
+                    guest: manifest.name.clone(),
+                });
             }
             GuestModule::with_runner(manifest.clone(), runner.clone())
         } else {
@@ -294,8 +340,7 @@ impl Manager {
                 GuestModule::load_cached(engine, linker, loading, &inner.module_cache)
             })
             .await
-            .map_err(|e| format!("loading the module panicked: {e}"))?
-            .map_err(|e| e.to_string())?
+            .map_err(|e| StartError::LoadPanicked(e.to_string()))??
         };
         let module = Arc::new(module.governed_by(&self.inner.governor));
         let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
@@ -307,8 +352,7 @@ impl Manager {
         // Instantiate once: a module whose start function traps is refused here.
         GuestWorker::new(module.clone(), cluster.clone())
             .warm_up()
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         Ok(Prepared { module, cluster })
     }
 
@@ -317,15 +361,16 @@ impl Manager {
     async fn wire(
         &self,
         manifest: &Manifest,
-    ) -> Result<(Vec<Arc<Informer>>, Vec<Arc<Informer>>), String> {
+    ) -> Result<(Vec<Arc<Informer>>, Vec<Arc<Informer>>), StartError> {
         let handlers = crate::controller::Handlers::from_manifest(manifest);
         let kinds = handlers.watched_kinds();
         let api = self.inner.cache.api();
         // Every kind must be served before anything is started.
         for gvk in &kinds {
-            api.resolve(gvk)
-                .await
-                .map_err(|err| format!("cannot watch {gvk}: {err}"))?;
+            api.resolve(gvk).await.map_err(|source| StartError::Watch {
+                gvk: gvk.clone(),
+                source,
+            })?;
         }
         // A namespace cannot restrict a cluster-scoped kind: refuse the guest rather than let
         // it believe its permission is narrower than it is.
@@ -337,11 +382,11 @@ impl Manager {
             if let Ok(resolved) = api.resolve(&gvk).await
                 && !resolved.namespaced
             {
-                return Err(format!(
-                    "{}: spec.permissions[{i}].namespaces: {}",
-                    manifest.path.display(),
-                    crate::manifest::cluster_scoped_namespaces(&gvk)
-                ));
+                return Err(StartError::ClusterScoped {
+                    path: manifest.path.clone(),
+                    index: i,
+                    message: crate::manifest::cluster_scoped_namespaces(&gvk),
+                });
             }
         }
         let for_kind: Option<Gvk> = manifest.spec.for_kind.as_ref().map(|k| k.gvk());
@@ -354,7 +399,10 @@ impl Manager {
                     .cache
                     .informer(gvk, scope.as_deref(), &manifest.name)
                     .await
-                    .map_err(|err| format!("cannot watch {gvk}: {err}"))?;
+                    .map_err(|source| StartError::Watch {
+                        gvk: gvk.clone(),
+                        source,
+                    })?;
                 if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
                     if for_kind.as_ref() == Some(gvk) {
                         for_informers.push(informer.clone());
@@ -374,7 +422,7 @@ impl Manager {
             informer
                 .wait_synced(SYNC_TIMEOUT)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(StartError::Sync)?;
         }
         Ok((informers, for_informers))
     }
@@ -383,7 +431,7 @@ impl Manager {
         &self,
         guests: &mut BTreeMap<String, Guest>,
         manifest: Manifest,
-    ) -> Result<(), String> {
+    ) -> Result<(), StartError> {
         let name = manifest.name.clone();
         let manifest = Arc::new(manifest);
         let prepared = self.prepare(manifest.clone()).await?;
@@ -434,7 +482,7 @@ impl Manager {
         Ok(())
     }
 
-    async fn swap_guest(&self, guest: &mut Guest, manifest: Manifest) -> Result<(), String> {
+    async fn swap_guest(&self, guest: &mut Guest, manifest: Manifest) -> Result<(), StartError> {
         let name = manifest.name.clone();
         let manifest = Arc::new(manifest);
         let prepared = self.prepare(manifest.clone()).await?;
@@ -544,7 +592,7 @@ impl Manager {
                         tracing::error!("guest {name} not started: {reason}");
                         report.rejected.push(Skipped {
                             guest: name,
-                            reason,
+                            reason: reason.to_string(),
                         });
                     }
                 },
@@ -565,7 +613,7 @@ impl Manager {
                             );
                             report.rejected.push(Skipped {
                                 guest: name,
-                                reason,
+                                reason: reason.to_string(),
                             });
                         }
                     }

@@ -102,20 +102,19 @@ impl ShardConfig {
     ///
     /// # Errors
     ///
-    /// A sentence naming the timings that do not fit.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The [`TimingError`] naming the timings that do not fit.
+    pub fn validate(&self) -> Result<(), TimingError> {
         if self.renew_deadline >= self.lease_duration {
-            return Err(format!(
-                "the renew deadline ({:?}) must be shorter than the lease duration ({:?}): \
-                 otherwise a replica that lost a guest could still write when another takes it",
-                self.renew_deadline, self.lease_duration
-            ));
+            return Err(TimingError::DeadlineNotShorter {
+                renew_deadline: self.renew_deadline,
+                lease_duration: self.lease_duration,
+            });
         }
         if self.retry_period >= self.renew_deadline {
-            return Err(format!(
-                "the retry period ({:?}) must be shorter than the renew deadline ({:?})",
-                self.retry_period, self.renew_deadline
-            ));
+            return Err(TimingError::RetryNotShorter {
+                retry_period: self.retry_period,
+                renew_deadline: self.renew_deadline,
+            });
         }
         Ok(())
     }
@@ -142,6 +141,33 @@ impl ShardConfig {
             .collect();
         format!("{}-replica-{}", self.group, identity.trim_matches('-'))
     }
+}
+
+/// Lease timings that cannot fence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TimingError {
+    /// A replica that lost a guest could still write when another takes it.
+    #[error(
+        "the renew deadline ({renew_deadline:?}) must be shorter than the lease duration \
+         ({lease_duration:?}): otherwise a replica that lost a guest could still write when \
+         another takes it"
+    )]
+    DeadlineNotShorter {
+        /// The renew deadline.
+        renew_deadline: Duration,
+        /// The lease duration.
+        lease_duration: Duration,
+    },
+    /// A holder would not renew before its deadline.
+    #[error(
+        "the retry period ({retry_period:?}) must be shorter than the renew deadline ({renew_deadline:?})"
+    )]
+    RetryNotShorter {
+        /// The retry period.
+        retry_period: Duration,
+        /// The renew deadline.
+        renew_deadline: Duration,
+    },
 }
 
 /// Rendezvous score of `member` for `guest`: FNV-1a over both names, then a 64-bit finaliser
@@ -790,6 +816,6 @@ mod tests {
         assert!(config.validate().is_ok(), "the defaults fence");
         config.renew_deadline = config.lease_duration;
         let err = config.validate().expect_err("deadline = duration");
-        assert!(err.contains("renew deadline"), "{err}");
+        assert!(err.to_string().contains("renew deadline"), "{err}");
     }
 }
