@@ -107,32 +107,45 @@ impl From<serde_json::Error> for Error {
     }
 }
 
-impl From<wit::Error> for Error {
-    fn from(err: wit::Error) -> Self {
-        match err {
-            wit::Error::NotFound(m) => Error::NotFound(m),
-            wit::Error::AlreadyExists(m) => Error::AlreadyExists(m),
-            wit::Error::Conflict(m) => Error::Conflict(m),
-            wit::Error::Forbidden(m) => Error::Forbidden(m),
-            wit::Error::Invalid(m) => Error::Invalid(m),
-            wit::Error::Timeout(m) => Error::Timeout(m),
-            wit::Error::Unavailable(m) => Error::Unavailable(m),
-            wit::Error::Other(m) => Error::Other(m),
+/// The conversions between [`Error`] and the WIT `error` variant, and each case's reason (as
+/// Kubernetes names it), from one list of the cases: adding a WIT error case means adding it to
+/// the enum above and to this list — nothing else in the SDK.
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        impl From<wit::Error> for Error {
+            fn from(err: wit::Error) -> Self {
+                match err {
+                    $(wit::Error::$case(m) => Error::$case(m),)*
+                }
+            }
         }
-    }
+
+        impl From<Error> for wit::Error {
+            fn from(err: Error) -> Self {
+                match err {
+                    $(Error::$case(m) => wit::Error::$case(m),)*
+                }
+            }
+        }
+
+        impl Error {
+            /// The case's name, as Kubernetes names the reason: `NotFound`, `Conflict`, ….
+            pub fn reason(&self) -> &'static str {
+                match self {
+                    $(Error::$case(_) => stringify!($case),)*
+                }
+            }
+        }
+    };
 }
 
-impl From<Error> for wit::Error {
-    fn from(err: Error) -> Self {
-        match err {
-            Error::NotFound(m) => wit::Error::NotFound(m),
-            Error::AlreadyExists(m) => wit::Error::AlreadyExists(m),
-            Error::Conflict(m) => wit::Error::Conflict(m),
-            Error::Forbidden(m) => wit::Error::Forbidden(m),
-            Error::Invalid(m) => wit::Error::Invalid(m),
-            Error::Timeout(m) => wit::Error::Timeout(m),
-            Error::Unavailable(m) => wit::Error::Unavailable(m),
-            Error::Other(m) => wit::Error::Other(m),
-        }
-    }
-}
+cases!(
+    NotFound,
+    AlreadyExists,
+    Conflict,
+    Forbidden,
+    Invalid,
+    Timeout,
+    Unavailable,
+    Other
+);

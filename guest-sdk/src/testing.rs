@@ -640,16 +640,7 @@ pub fn conformance(ctx: &crate::Context) -> Vec<(&'static str, String)> {
         match result {
             Ok(_) => "ok".into(),
             Err(err) => {
-                let kind = match &err {
-                    Error::NotFound(_) => "NotFound",
-                    Error::AlreadyExists(_) => "AlreadyExists",
-                    Error::Conflict(_) => "Conflict",
-                    Error::Forbidden(_) => "Forbidden",
-                    Error::Invalid(_) => "Invalid",
-                    Error::Timeout(_) => "Timeout",
-                    Error::Unavailable(_) => "Unavailable",
-                    Error::Other(_) => "Other",
-                };
+                let kind = err.reason();
                 let message = err.to_string();
                 let message = if uid.is_empty() {
                     message

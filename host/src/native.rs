@@ -155,34 +155,6 @@ fn wit_gvk(g: &GroupVersionKind) -> crate::bindings::WitGvk {
     }
 }
 
-fn sdk_error(err: AccessError) -> krec_guest::Error {
-    use krec_guest::Error;
-    match err {
-        AccessError::NotFound(m) => Error::NotFound(m),
-        AccessError::AlreadyExists(m) => Error::AlreadyExists(m),
-        AccessError::Conflict(m) => Error::Conflict(m),
-        AccessError::Forbidden(m) => Error::Forbidden(m),
-        AccessError::Invalid(m) => Error::Invalid(m),
-        AccessError::Timeout(m) => Error::Timeout(m),
-        AccessError::Unavailable(m) => Error::Unavailable(m),
-        AccessError::Other(m) => Error::Other(m),
-    }
-}
-
-fn access_error(err: krec_guest::Error) -> AccessError {
-    use krec_guest::Error;
-    match err {
-        Error::NotFound(m) => AccessError::NotFound(m),
-        Error::AlreadyExists(m) => AccessError::AlreadyExists(m),
-        Error::Conflict(m) => AccessError::Conflict(m),
-        Error::Forbidden(m) => AccessError::Forbidden(m),
-        Error::Invalid(m) => AccessError::Invalid(m),
-        Error::Timeout(m) => AccessError::Timeout(m),
-        Error::Unavailable(m) => AccessError::Unavailable(m),
-        Error::Other(m) => AccessError::Other(m),
-    }
-}
-
 impl NativeHost {
     fn calls(&self) -> Calls<'_> {
         Calls {
@@ -215,7 +187,7 @@ impl NativeHost {
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.host_nanos.fetch_add(nanos, Ordering::Relaxed);
         count_call(self.metrics.as_deref(), &self.manifest.name, verb, &result);
-        result.map_err(sdk_error)
+        result.map_err(krec_guest::Error::from)
     }
 }
 
@@ -271,12 +243,7 @@ impl Host for NativeHost {
         body: &str,
         status: bool,
     ) -> krec_guest::Result<String> {
-        let how = match patch_type {
-            PatchType::Merge => client::PatchType::Merge,
-            PatchType::Json => client::PatchType::Json,
-            PatchType::Strategic => client::PatchType::Strategic,
-            PatchType::Apply => client::PatchType::Apply,
-        };
+        let how = client::PatchType::from(patch_type);
         let calls = self.calls();
         self.run(
             "patch",
@@ -383,7 +350,7 @@ async fn run(
         Ok(Err(error)) => Err(ReconcileError::Guest {
             guest: manifest.name.clone(),
             request: shown,
-            error: bounded_error(access_error(error)),
+            error: bounded_error(AccessError::from(error)),
         }),
         Err(panic) => Err(ReconcileError::Trap {
             guest: manifest.name.clone(),

@@ -165,14 +165,8 @@ impl Calls<'_> {
         let body: Value = serde_json::from_str(body)
             .map_err(|e| AccessError::Invalid(format!("patch is not valid JSON: {e}")))?;
         self.throttle_write().await?;
-        let how = match how {
-            PatchType::Merge => vocab::PatchType::Merge,
-            PatchType::Json => vocab::PatchType::Json,
-            PatchType::Strategic => vocab::PatchType::Strategic,
-            PatchType::Apply => vocab::PatchType::Apply,
-        };
         let patched = cluster
-            .patch(&gvk, namespace, &name, how, body, status)
+            .patch(&gvk, namespace, &name, how.into(), body, status)
             .await?;
         to_json(&patched)
     }

@@ -46,36 +46,6 @@ impl From<WitGvk> for Gvk {
     }
 }
 
-impl From<AccessError> for WitError {
-    fn from(err: AccessError) -> Self {
-        match err {
-            AccessError::NotFound(m) => WitError::NotFound(m),
-            AccessError::AlreadyExists(m) => WitError::AlreadyExists(m),
-            AccessError::Conflict(m) => WitError::Conflict(m),
-            AccessError::Forbidden(m) => WitError::Forbidden(m),
-            AccessError::Invalid(m) => WitError::Invalid(m),
-            AccessError::Timeout(m) => WitError::Timeout(m),
-            AccessError::Unavailable(m) => WitError::Unavailable(m),
-            AccessError::Other(m) => WitError::Other(m),
-        }
-    }
-}
-
-impl From<WitError> for AccessError {
-    fn from(err: WitError) -> Self {
-        match err {
-            WitError::NotFound(m) => AccessError::NotFound(m),
-            WitError::AlreadyExists(m) => AccessError::AlreadyExists(m),
-            WitError::Conflict(m) => AccessError::Conflict(m),
-            WitError::Forbidden(m) => AccessError::Forbidden(m),
-            WitError::Invalid(m) => AccessError::Invalid(m),
-            WitError::Timeout(m) => AccessError::Timeout(m),
-            WitError::Unavailable(m) => AccessError::Unavailable(m),
-            WitError::Other(m) => AccessError::Other(m),
-        }
-    }
-}
-
 /// One guest's calls to the host, checked and carried out: bounds, the permission check and
 /// JSON in and out. The WIT host traits and the native host ([`crate::guest::native`]) both go
 /// through it, so a guest is treated the same whichever way it runs.
@@ -157,14 +127,7 @@ pub(crate) fn count_call<T>(
     };
     let outcome = match result {
         Ok(_) => "ok",
-        Err(AccessError::NotFound(_)) => "not_found",
-        Err(AccessError::AlreadyExists(_)) => "already_exists",
-        Err(AccessError::Conflict(_)) => "conflict",
-        Err(AccessError::Forbidden(_)) => "forbidden",
-        Err(AccessError::Invalid(_)) => "invalid",
-        Err(AccessError::Timeout(_)) => "timeout",
-        Err(AccessError::Unavailable(_)) => "unavailable",
-        Err(AccessError::Other(_)) => "other",
+        Err(err) => err.label(),
     };
     metrics
         .host_calls

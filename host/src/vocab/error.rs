@@ -3,6 +3,7 @@
 use krec_apiserver::ErrorKind;
 
 use super::record::cut;
+use crate::bindings::WitError;
 
 /// Why a cluster call failed; mirrors the WIT `error` variant and Kubernetes' status reasons.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -58,19 +59,76 @@ impl AccessError {
     /// The same error with its message cut at `max` bytes (marked `[truncated]`).
     #[must_use]
     pub fn truncated(mut self, max: usize) -> Self {
-        let message = match &mut self {
-            AccessError::NotFound(m)
-            | AccessError::AlreadyExists(m)
-            | AccessError::Conflict(m)
-            | AccessError::Forbidden(m)
-            | AccessError::Invalid(m)
-            | AccessError::Timeout(m)
-            | AccessError::Unavailable(m)
-            | AccessError::Other(m) => m,
-        };
+        let message = self.message_mut();
         if cut(message, max) {
             message.push_str(" [truncated]");
         }
         self
     }
+}
+
+/// The conversions between [`AccessError`] and the other enums with the same cases — the WIT
+/// `error` variant the guests see, and the guest SDK's `Error` (the native arm) — and each
+/// case's metrics label, from one list of the cases. Adding a WIT error case means adding it to
+/// the enum above and to this list: nothing else in the host.
+macro_rules! cases {
+    ($($case:ident => $label:literal),* $(,)?) => {
+        impl AccessError {
+            /// The case's label in `krec_host_calls_total{result}`.
+            pub fn label(&self) -> &'static str {
+                match self {
+                    $(AccessError::$case(_) => $label,)*
+                }
+            }
+
+            fn message_mut(&mut self) -> &mut String {
+                match self {
+                    $(AccessError::$case(m))|* => m,
+                }
+            }
+        }
+
+        impl From<AccessError> for WitError {
+            fn from(err: AccessError) -> Self {
+                match err {
+                    $(AccessError::$case(m) => WitError::$case(m),)*
+                }
+            }
+        }
+
+        impl From<WitError> for AccessError {
+            fn from(err: WitError) -> Self {
+                match err {
+                    $(WitError::$case(m) => AccessError::$case(m),)*
+                }
+            }
+        }
+
+        impl From<AccessError> for krec_guest::Error {
+            fn from(err: AccessError) -> Self {
+                match err {
+                    $(AccessError::$case(m) => krec_guest::Error::$case(m),)*
+                }
+            }
+        }
+
+        impl From<krec_guest::Error> for AccessError {
+            fn from(err: krec_guest::Error) -> Self {
+                match err {
+                    $(krec_guest::Error::$case(m) => AccessError::$case(m),)*
+                }
+            }
+        }
+    };
+}
+
+cases! {
+    NotFound => "not_found",
+    AlreadyExists => "already_exists",
+    Conflict => "conflict",
+    Forbidden => "forbidden",
+    Invalid => "invalid",
+    Timeout => "timeout",
+    Unavailable => "unavailable",
+    Other => "other",
 }

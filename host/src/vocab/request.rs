@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{AccessError, Gvk};
+use crate::bindings::krec::reconciler::client::PatchType as WitPatchType;
 
 /// `Kind ns/name` (or `Kind name`) of a JSON object, for log lines; `generateName` stands in for
 /// a name not yet given.
@@ -125,6 +126,31 @@ pub enum PatchType {
     /// Server-side apply.
     Apply,
 }
+
+/// The conversions between [`PatchType`] and the other enums with the same cases — the WIT
+/// `patch-type` the guests send, and the guest SDK's native `PatchType` (the native arm) — from
+/// one list of the cases.
+macro_rules! patch_cases {
+    ($($case:ident),* $(,)?) => {
+        impl From<WitPatchType> for PatchType {
+            fn from(how: WitPatchType) -> Self {
+                match how {
+                    $(WitPatchType::$case => PatchType::$case,)*
+                }
+            }
+        }
+
+        impl From<krec_guest::native::PatchType> for WitPatchType {
+            fn from(how: krec_guest::native::PatchType) -> Self {
+                match how {
+                    $(krec_guest::native::PatchType::$case => WitPatchType::$case,)*
+                }
+            }
+        }
+    };
+}
+
+patch_cases!(Merge, Json, Strategic, Apply);
 
 /// Preconditions of a delete.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
