@@ -184,15 +184,20 @@ fn bearer_token(value: &str) -> Option<&str> {
 /// Longest object name the trigger accepts: a DNS subdomain's 253 bytes.
 const MAX_TRIGGER_NAME: usize = 253;
 
+/// A trigger's namespace or name that no object could have.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadTrigger(String);
+
 /// Check a trigger's namespace and name: what an object could be called, one URL segment,
 /// nothing that could forge a log line.
-fn check_trigger_names(namespace: Option<&str>, name: &str) -> Result<(), String> {
+fn check_trigger_names(namespace: Option<&str>, name: &str) -> Result<(), BadTrigger> {
     if let Some(ns) = namespace
         && !krec_apiserver::selector::is_dns_label(ns)
     {
-        return Err(format!(
+        return Err(BadTrigger(format!(
             "{ns:?} is not a valid namespace (use `_` for a cluster-scoped object)"
-        ));
+        )));
     }
     let valid = !name.is_empty()
         && name.len() <= MAX_TRIGGER_NAME
@@ -202,10 +207,10 @@ fn check_trigger_names(namespace: Option<&str>, name: &str) -> Result<(), String
     if valid {
         Ok(())
     } else {
-        Err(format!(
+        Err(BadTrigger(format!(
             "{:?} is not a valid object name: 1-{MAX_TRIGGER_NAME} bytes, no `/`, `%` or control characters",
             name.chars().take(64).collect::<String>()
-        ))
+        )))
     }
 }
 

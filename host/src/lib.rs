@@ -6,7 +6,7 @@
 //! `client` calls ([`imports`]) → permission check against the [`manifest`] →
 //! [`cluster::ClusterAccess`].
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod admin;
 #[allow(missing_docs)]

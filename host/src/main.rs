@@ -158,7 +158,7 @@ enum Command {
 }
 
 /// Durations on the command line: `15s`, `500ms`, `2m`.
-fn duration(text: &str) -> Result<std::time::Duration, String> {
+fn duration(text: &str) -> Result<std::time::Duration, krec::manifest::UnitError> {
     krec::manifest::parse_duration(text)
 }
 
@@ -522,7 +522,9 @@ fn main() -> ExitCode {
             };
             let generated = krec::dev::load_manifests(&manifests)
                 .map_err(|e| format!("{e:#}"))
-                .and_then(|m| krec::rbac::generate(&m, Some(&manifests), &subject));
+                .and_then(|m| {
+                    krec::rbac::generate(&m, Some(&manifests), &subject).map_err(|e| e.to_string())
+                });
             match generated {
                 Ok(yaml) => {
                     print!("{yaml}");

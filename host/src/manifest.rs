@@ -695,8 +695,8 @@ impl Manifest {
             ));
         }
         let mut spec = raw.spec;
-        validate_spec(&spec).map_err(|(field, problem)| invalid(&field, problem))?;
-        configure(&mut spec).map_err(|(field, problem)| invalid(&field, problem))?;
+        validate_spec(&spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
+        configure(&mut spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         if spec.module.is_relative() {
             let dir = path.parent().unwrap_or(Path::new("."));
             spec.module = dir.join(&spec.module);
@@ -817,7 +817,12 @@ fn strip_location(message: &str) -> String {
     }
 }
 
-fn validate_kind(field: &str, kind: &KindRef) -> Result<(), (String, String)> {
+/// A field of a manifest's spec that is wrong (its path, e.g. `spec.limits.timeout`) and
+/// why; the manifest file is named when it becomes a [`ManifestError`].
+#[derive(Debug)]
+struct FieldProblem(String, String);
+
+fn validate_kind(field: &str, kind: &KindRef) -> Result<(), FieldProblem> {
     validate_api_version(field, &kind.api_version)?;
     if kind.kind.is_empty()
         || !kind
@@ -826,7 +831,7 @@ fn validate_kind(field: &str, kind: &KindRef) -> Result<(), (String, String)> {
             .next()
             .is_some_and(|c| c.is_ascii_uppercase())
     {
-        return Err((
+        return Err(FieldProblem(
             format!("{field}.kind"),
             format!("{:?} is not a CamelCase kind", kind.kind),
         ));
@@ -834,7 +839,7 @@ fn validate_kind(field: &str, kind: &KindRef) -> Result<(), (String, String)> {
     Ok(())
 }
 
-fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, String)> {
+fn validate_api_version(field: &str, api_version: &str) -> Result<(), FieldProblem> {
     let ok = match api_version.split_once('/') {
         Some((group, version)) => is_dns_subdomain(group) && is_dns_label(version),
         None => is_dns_label(api_version),
@@ -842,7 +847,7 @@ fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, S
     if ok {
         Ok(())
     } else {
-        Err((
+        Err(FieldProblem(
             format!("{field}.apiVersion"),
             format!("{api_version:?} is not of the form `v1` or `group/version`"),
         ))
@@ -851,11 +856,12 @@ fn validate_api_version(field: &str, api_version: &str) -> Result<(), (String, S
 
 /// The webhooks' fields, with the values kube-apiserver would accept in the configuration
 /// the host registers for them (so a mistake is reported here, naming the manifest's field).
-fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
+fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), FieldProblem> {
     let one_of = |field: String, value: &Option<String>, allowed: &[&str]| match value {
-        Some(v) if !allowed.contains(&v.as_str()) => {
-            Err((field, format!("{v:?} is not one of {}", allowed.join(", "))))
-        }
+        Some(v) if !allowed.contains(&v.as_str()) => Err(FieldProblem(
+            field,
+            format!("{v:?} is not one of {}", allowed.join(", ")),
+        )),
         _ => Ok(()),
     };
     let mut names = std::collections::HashSet::new();
@@ -864,7 +870,7 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
         if let Some(name) = &hook.name
             && (!is_dns_subdomain(name) || name.split('.').count() < 3)
         {
-            return Err((
+            return Err(FieldProblem(
                 format!("{field}.name"),
                 format!(
                     "{name:?} must be a domain of at least three labels, e.g. `foo.example.com`"
@@ -873,7 +879,7 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
         }
         // Unnamed webhooks are named after their type and guest: two of a type need names.
         if !names.insert(hook.name_for("GUEST")) {
-            return Err((
+            return Err(FieldProblem(
                 format!("{field}.name"),
                 match &hook.name {
                     Some(name) => format!("{name:?} is used twice"),
@@ -882,7 +888,7 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
             ));
         }
         if hook.rules.is_empty() {
-            return Err((
+            return Err(FieldProblem(
                 format!("{field}.rules"),
                 "at least one rule is required (apiGroups, apiVersions, resources, operations)"
                     .into(),
@@ -897,12 +903,15 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
                 ("operations", &rule.operations),
             ] {
                 if values.is_empty() {
-                    return Err((format!("{rule_field}.{key}"), "must not be empty".into()));
+                    return Err(FieldProblem(
+                        format!("{rule_field}.{key}"),
+                        "must not be empty".into(),
+                    ));
                 }
             }
             for op in &rule.operations {
                 if !["*", "CREATE", "UPDATE", "DELETE", "CONNECT"].contains(&op.as_str()) {
-                    return Err((
+                    return Err(FieldProblem(
                         format!("{rule_field}.operations"),
                         format!("{op:?} is not one of CREATE, UPDATE, DELETE, CONNECT, *"),
                     ));
@@ -935,7 +944,7 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
             &["Never", "IfNeeded"],
         )?;
         if hook.reinvocation_policy.is_some() && hook.kind == WebhookType::Validating {
-            return Err((
+            return Err(FieldProblem(
                 format!("{field}.reinvocationPolicy"),
                 "only mutating webhooks are reinvoked".into(),
             ));
@@ -943,7 +952,7 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
         if let Some(timeout) = hook.timeout_seconds
             && !(1..=30).contains(&timeout)
         {
-            return Err((
+            return Err(FieldProblem(
                 format!("{field}.timeoutSeconds"),
                 format!("{timeout} is not between 1 and 30"),
             ));
@@ -955,7 +964,7 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
             if let Some(selector) = selector
                 && !selector.is_object()
             {
-                return Err((
+                return Err(FieldProblem(
                     format!("{field}.{key}"),
                     "must be a label selector (matchLabels, matchExpressions)".into(),
                 ));
@@ -967,12 +976,12 @@ fn validate_webhooks(webhooks: &[WebhookSpec]) -> Result<(), (String, String)> {
 
 /// Check `spec.config` against `spec.configSchema`, filling in the schema's defaults (an absent
 /// config becomes `{}` with its defaults).
-fn configure(spec: &mut ReconcilerSpec) -> Result<(), (String, String)> {
+fn configure(spec: &mut ReconcilerSpec) -> Result<(), FieldProblem> {
     let Some(schema) = &spec.config_schema else {
         return Ok(());
     };
     if !schema.is_object() {
-        return Err((
+        return Err(FieldProblem(
             "spec.configSchema".into(),
             "must be an OpenAPI v3 schema (an object, e.g. {type: object, properties: …})".into(),
         ));
@@ -989,7 +998,7 @@ fn configure(spec: &mut ReconcilerSpec) -> Result<(), (String, String)> {
         }
     };
     if let Some(path) = undeclared(schema, config, String::new()) {
-        return Err((
+        return Err(FieldProblem(
             at(&path),
             "unknown field: spec.configSchema does not declare it".into(),
         ));
@@ -1003,7 +1012,10 @@ fn configure(spec: &mut ReconcilerSpec) -> Result<(), (String, String)> {
         } else {
             path
         };
-        return Err((at(&path), format!("{message} (spec.configSchema)")));
+        return Err(FieldProblem(
+            at(&path),
+            format!("{message} (spec.configSchema)"),
+        ));
     }
     Ok(())
 }
@@ -1061,8 +1073,8 @@ fn undeclared(
     }
 }
 
-fn validate_spec(spec: &ReconcilerSpec) -> Result<(), (String, String)> {
-    let problem = |field: &str, p: String| Err((field.to_owned(), p));
+fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
+    let problem = |field: &str, p: String| Err(FieldProblem(field.to_owned(), p));
     if spec.module.as_os_str().is_empty() {
         return problem(
             "spec.module",
@@ -1363,9 +1375,9 @@ pub fn cluster_scoped_namespaces(gvk: &Gvk) -> String {
     )
 }
 
-fn validate_request(field: &str, r: &RequestSpec) -> Result<(), (String, String)> {
+fn validate_request(field: &str, r: &RequestSpec) -> Result<(), FieldProblem> {
     if !is_dns_subdomain(&r.name) {
-        return Err((
+        return Err(FieldProblem(
             format!("{field}.name"),
             format!("{:?} is not a valid object name", r.name),
         ));
@@ -1373,7 +1385,7 @@ fn validate_request(field: &str, r: &RequestSpec) -> Result<(), (String, String)
     if let Some(ns) = &r.namespace
         && !is_dns_label(ns)
     {
-        return Err((
+        return Err(FieldProblem(
             format!("{field}.namespace"),
             format!("{ns:?} is not a valid namespace"),
         ));
@@ -1403,9 +1415,18 @@ fn de_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
+/// A duration or quantity that does not parse; says what was given and what is expected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnitError(String);
+
 /// Parse a Go-style duration: `300ms`, `5s`, `1m30s`, `1.5h`. Units: ns, us, µs, ms, s, m, h.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    krec_apiserver::duration::parse(text)
+///
+/// # Errors
+///
+/// A [`UnitError`] saying what is expected.
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
+    krec_apiserver::duration::parse(text).map_err(UnitError)
 }
 
 fn de_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -1422,8 +1443,16 @@ fn de_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 
 /// Parse a Kubernetes CPU quantity into cores: `500m`, `1`, `1.5`, `2000m`.
-pub fn parse_cpu(text: &str) -> Result<f64, String> {
-    let bad = || format!("invalid CPU quantity {text:?}: expected e.g. 500m, 1 or 1.5");
+///
+/// # Errors
+///
+/// A [`UnitError`] saying what is expected.
+pub fn parse_cpu(text: &str) -> Result<f64, UnitError> {
+    let bad = || {
+        UnitError(format!(
+            "invalid CPU quantity {text:?}: expected e.g. 500m, 1 or 1.5"
+        ))
+    };
     let t = text.trim();
     let (number, scale) = match t.strip_suffix('m') {
         Some(milli) => (milli, 1e-3),
@@ -1437,8 +1466,16 @@ pub fn parse_cpu(text: &str) -> Result<f64, String> {
 }
 
 /// Parse a Kubernetes quantity of bytes: `64Mi`, `1Gi`, `500M`, `1048576`.
-pub fn parse_quantity(text: &str) -> Result<u64, String> {
-    let bad = || format!("invalid quantity {text:?}: expected e.g. 64Mi, 1Gi or 500M");
+///
+/// # Errors
+///
+/// A [`UnitError`] saying what is expected.
+pub fn parse_quantity(text: &str) -> Result<u64, UnitError> {
+    let bad = || {
+        UnitError(format!(
+            "invalid quantity {text:?}: expected e.g. 64Mi, 1Gi or 500M"
+        ))
+    };
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, suffix) = t.split_at(split);

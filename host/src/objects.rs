@@ -3,11 +3,35 @@
 
 use std::path::{Path, PathBuf};
 
+/// An object file (or directory) that cannot be read, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct ObjectFileError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ObjectFileError {
+    /// The error of `path`: `message`.
+    pub fn new(path: &Path, message: impl std::fmt::Display) -> Self {
+        ObjectFileError {
+            path: path.to_owned(),
+            message: message.to_string(),
+        }
+    }
+}
+
 /// Every Kubernetes object in the YAML files under `dir` (recursively, sorted by path; several
 /// documents per file allowed), skipping krec `Reconciler` manifests and `target/`, `src/` and
 /// `rejected/` and `by-hand/` directories (examples of objects a webhook refuses, or to apply by
 /// hand once the guests run). Errors name the file.
-pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
+///
+/// # Errors
+///
+/// An [`ObjectFileError`] naming the file (or directory) and the problem.
+pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, ObjectFileError> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -32,15 +56,14 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
         // One manifest file given: the objects beside it in its folder are not meant.
         return Ok(Vec::new());
     }
-    walk(dir, &mut files).map_err(|e| format!("{}: {e}", dir.display()))?;
+    walk(dir, &mut files).map_err(|e| ObjectFileError::new(dir, e))?;
     files.sort();
     let mut objects = Vec::new();
     for file in files {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(&file).map_err(|e| ObjectFileError::new(&file, e))?;
         for document in serde_yaml_ng::Deserializer::from_str(&text) {
             let value = serde_json::Value::deserialize(document)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
+                .map_err(|e| ObjectFileError::new(&file, e))?;
             if value.is_null()
                 || value.get("kind").and_then(serde_json::Value::as_str)
                     == Some(crate::manifest::KIND)
@@ -48,9 +71,9 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, String> {
                 continue;
             }
             if value.get("apiVersion").is_none() || value.get("kind").is_none() {
-                return Err(format!(
-                    "{}: a document without apiVersion and kind",
-                    file.display()
+                return Err(ObjectFileError::new(
+                    &file,
+                    "a document without apiVersion and kind",
                 ));
             }
             objects.push(value);

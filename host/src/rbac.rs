@@ -55,6 +55,17 @@ fn plural(registry: &Registry, gvk: &Gvk) -> (String, bool) {
     }
 }
 
+/// Why the RBAC could not be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum RbacError {
+    /// A CRD beside the manifests cannot be read.
+    #[error(transparent)]
+    Crds(#[from] crate::objects::ObjectFileError),
+    /// The YAML could not be written.
+    #[error("writing the RBAC as YAML: {0}")]
+    Encode(serde_yaml_ng::Error),
+}
+
 /// The ClusterRole and ClusterRoleBinding for `manifests`, as YAML documents. CRDs under
 /// `crd_dir` (if given) name their kinds' resources.
 ///
@@ -65,16 +76,19 @@ pub fn generate(
     manifests: &[Manifest],
     crd_dir: Option<&Path>,
     subject: &Subject,
-) -> Result<String, String> {
+) -> Result<String, RbacError> {
     let registry = Registry::new();
     if let Some(dir) = crd_dir {
         for crd in crate::objects::read_objects(dir)?
             .into_iter()
             .filter(|o| o["kind"] == "CustomResourceDefinition")
         {
-            registry
-                .put_crd(&crd)
-                .map_err(|e| format!("CRD {}: {e}", crd["metadata"]["name"]))?;
+            registry.put_crd(&crd).map_err(|e| {
+                crate::objects::ObjectFileError::new(
+                    dir,
+                    format!("CRD {}: {e}", crd["metadata"]["name"]),
+                )
+            })?;
         }
     }
     let mut rules: BTreeMap<Resource, BTreeSet<&'static str>> = BTreeMap::new();
@@ -156,7 +170,7 @@ pub fn generate(
         if i > 0 {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml_ng::to_string(doc).map_err(|e| e.to_string())?);
+        out.push_str(&serde_yaml_ng::to_string(doc).map_err(RbacError::Encode)?);
     }
     Ok(out)
 }

@@ -453,7 +453,7 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
     };
     let request = match admission_request(&review) {
         Ok(request) => request,
-        Err(problem) => return failure(StatusCode::BAD_REQUEST, problem),
+        Err(problem) => return failure(StatusCode::BAD_REQUEST, problem.to_string()),
     };
     let uid = request.uid.clone();
     let object = request.object.clone();
@@ -476,7 +476,7 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
             })),
             Err(problem) => {
                 tracing::warn!(%guest, "{} answered an unusable verdict: {problem}", which.as_str());
-                failure(StatusCode::INTERNAL_SERVER_ERROR, problem)
+                failure(StatusCode::INTERNAL_SERVER_ERROR, problem.to_string())
             }
         },
         Err(err) => trapped(served, guest, &err),
@@ -499,13 +499,24 @@ fn trapped(served: &Served, guest: &str, err: &ReconcileError) -> Response {
     failure(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
 }
 
+/// An `AdmissionReview` the guest cannot be asked about, or a verdict that cannot be answered.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadReview(String);
+
+impl From<&str> for BadReview {
+    fn from(problem: &str) -> Self {
+        BadReview(problem.to_owned())
+    }
+}
+
 /// The WIT request of an `AdmissionReview`.
-fn admission_request(review: &Value) -> Result<WitAdmissionRequest, String> {
+fn admission_request(review: &Value) -> Result<WitAdmissionRequest, BadReview> {
     if review["kind"] != "AdmissionReview" {
-        return Err(format!(
+        return Err(BadReview(format!(
             "expected kind AdmissionReview, got {}",
             review["kind"]
-        ));
+        )));
     }
     let request = review
         .get("request")
@@ -517,7 +528,7 @@ fn admission_request(review: &Value) -> Result<WitAdmissionRequest, String> {
         Some("UPDATE") => WitOperation::Update,
         Some("DELETE") => WitOperation::Delete,
         Some("CONNECT") => WitOperation::Connect,
-        other => return Err(format!("unknown operation {other:?}")),
+        other => return Err(BadReview(format!("unknown operation {other:?}"))),
     };
     let kind = &request["kind"];
     let object = |key: &str| {
@@ -563,7 +574,7 @@ fn response(
     which: Review,
     object: Option<&str>,
     verdict: WitVerdict,
-) -> Result<Value, String> {
+) -> Result<Value, BadReview> {
     let mut response = json!({"uid": uid, "allowed": verdict.allowed});
     if !verdict.allowed || verdict.message.is_some() || verdict.code.is_some() {
         // Without a code, the API server answers 400 (kube-apiserver's `ToStatusErr`).
@@ -588,18 +599,20 @@ fn response(
     }
     if let Some(patched) = verdict.patched.filter(|_| verdict.allowed) {
         if which == Review::Validate {
-            return Err("validate returned a patched object: only mutate may".into());
+            return Err(BadReview(
+                "validate returned a patched object: only mutate may".into(),
+            ));
         }
         let original: Value = object
             .map(serde_json::from_str)
             .transpose()
-            .map_err(|e| format!("the request's object: {e}"))?
+            .map_err(|e| BadReview(format!("the request's object: {e}")))?
             .ok_or("a patched object, but the request has no object (a delete)")?;
         let patched: Value = serde_json::from_str(&patched)
-            .map_err(|e| format!("the patched object is not JSON: {e}"))?;
+            .map_err(|e| BadReview(format!("the patched object is not JSON: {e}")))?;
         let patch = json_patch::diff(&original, &patched);
         if !patch.0.is_empty() {
-            let text = serde_json::to_string(&patch).map_err(|e| e.to_string())?;
+            let text = serde_json::to_string(&patch).map_err(|e| BadReview(e.to_string()))?;
             response["patchType"] = json!("JSONPatch");
             response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(text));
         }
@@ -660,8 +673,8 @@ async fn convert(State(served): State<Served>, Path(guest): Path<String>, body: 
                     "result": {"status": "Failure", "message": format!("a converted object is not JSON: {err}")}}),
             }
         }
-        Ok(Err(message)) => json!({"uid": uid, "convertedObjects": [],
-            "result": {"status": "Failure", "message": message}}),
+        Ok(Err(refused)) => json!({"uid": uid, "convertedObjects": [],
+            "result": {"status": "Failure", "message": refused.0}}),
         Err(err) => return trapped(&served, &guest, &err),
     };
     json_response(

@@ -230,7 +230,7 @@ impl GuestModule {
         metrics: Option<Arc<crate::metrics::Metrics>>,
         objects: Vec<String>,
         desired_api_version: String,
-    ) -> Result<Result<Vec<String>, String>, ReconcileError> {
+    ) -> Result<Result<Vec<String>, ConversionRefused>, ReconcileError> {
         let label = format!("convert to {desired_api_version}");
         let guest = self.manifest.name.clone();
         self.run_admission(cluster, metrics, label.clone(), move |bindings, store| {
@@ -244,9 +244,15 @@ impl GuestModule {
             })
         })
         .await
+        .map(|converted| converted.map_err(ConversionRefused))
         .map_err(|(cause, message)| self.trap(label, cause, message))
     }
 }
+
+/// A guest's refusal to convert, with its message (the `ConversionReview`'s failure message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConversionRefused(pub String);
 
 impl GuestModule {
     /// Whether the component exports `map` (WIT 0.1.2).
