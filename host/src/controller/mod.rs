@@ -915,3 +915,187 @@ impl Controller {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, VecDeque};
+    use std::path::Path;
+
+    use tokio::time::Instant as Clock;
+
+    use super::*;
+    use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
+    use crate::cluster::MemoryCluster;
+    use crate::guest::{Runner, RunnerCall, Usage};
+    use crate::manifest::Manifest;
+    use crate::vocab::AccessError;
+
+    /// A guest that returns scripted results (then `done`) and records when each key came.
+    #[derive(Debug, Default)]
+    struct Script {
+        results: Mutex<VecDeque<Result<Action, ()>>>,
+        calls: Mutex<Vec<(String, Clock)>>,
+    }
+
+    impl Script {
+        fn new(results: Vec<Result<Action, ()>>) -> Arc<Self> {
+            Arc::new(Script {
+                results: Mutex::new(results.into()),
+                calls: Mutex::default(),
+            })
+        }
+
+        fn calls(&self) -> Vec<(String, Clock)> {
+            self.calls.lock().expect("calls").clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Runner for Script {
+        async fn reconcile(
+            &self,
+            call: RunnerCall<'_>,
+            _namespace: Option<&str>,
+            name: &str,
+        ) -> (Result<Action, ReconcileError>, Usage) {
+            self.calls
+                .lock()
+                .expect("calls")
+                .push((name.to_owned(), Clock::now()));
+            let next = self.results.lock().expect("results").pop_front();
+            let result = match next.unwrap_or(Ok(Action::Done)) {
+                Ok(action) => Ok(action),
+                Err(()) => Err(ReconcileError::Guest {
+                    guest: call.manifest.name.clone(),
+                    request: name.to_owned(),
+                    error: AccessError::Conflict("scripted".into()),
+                }),
+            };
+            let usage = Usage {
+                guest_time: Duration::ZERO,
+                memory_peak: 0,
+                entered: Instant::now(),
+                first_call: None,
+            };
+            (result, usage)
+        }
+
+        fn validates(&self) -> bool {
+            false
+        }
+
+        async fn validate(
+            &self,
+            call: RunnerCall<'_>,
+            label: String,
+            _request: WitAdmissionRequest,
+        ) -> Result<WitVerdict, ReconcileError> {
+            Err(ReconcileError::Guest {
+                guest: call.manifest.name.clone(),
+                request: label,
+                error: AccessError::Other("no validator".into()),
+            })
+        }
+    }
+
+    /// A started controller running `script`, its gate `gate`, with `extra` manifest spec lines.
+    fn controller(
+        script: &Arc<Script>,
+        gate: tokio::sync::watch::Receiver<bool>,
+        extra: &str,
+    ) -> Arc<Controller> {
+        let text = format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: t}}\nspec:\n  module: t.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  rateLimiter: {{baseDelay: 1s, maxDelay: 60s}}\n{extra}"
+        );
+        let manifest = Manifest::parse(Path::new("t.yaml"), &text).expect("manifest");
+        let runner: Arc<dyn Runner> = script.clone();
+        let module = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(MemoryCluster::new());
+        let controller = Controller::new(module, cluster, Arc::new(Metrics::new()), gate);
+        controller.start(Vec::new(), Vec::new());
+        controller
+    }
+
+    /// Let every task run that can, without moving the clock.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn open() -> tokio::sync::watch::Receiver<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(true);
+        std::mem::forget(tx);
+        rx
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requeue_after_should_reconcile_again_after_the_delay() {
+        let script = Script::new(vec![Ok(Action::RequeueAfter(Duration::from_secs(30)))]);
+        let controller = controller(&script, open(), "");
+        let started = Clock::now();
+        controller.trigger(Request::new(None, "a"));
+        settle().await;
+        assert_eq!(script.calls().len(), 1);
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        settle().await;
+        assert_eq!(script.calls().len(), 1, "not before the delay");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle().await;
+        let calls = script.calls();
+        assert_eq!(calls.len(), 2, "again after it");
+        assert!(calls[1].1 - started >= Duration::from_secs(30));
+        assert_eq!(controller.stats().done.load(Ordering::Relaxed), 1);
+        assert_eq!(controller.stats().requeued.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_should_be_retried_with_doubling_backoff() {
+        let script = Script::new(vec![Err(()), Err(()), Err(())]);
+        let controller = controller(&script, open(), "");
+        controller.trigger(Request::new(None, "a"));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let calls = script.calls();
+        assert_eq!(calls.len(), 4, "three failures, then done: {calls:?}");
+        let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].1 - w[0].1).collect();
+        assert_eq!(
+            gaps,
+            [1, 2, 4].map(Duration::from_secs),
+            "base delay 1 s, doubling"
+        );
+        assert_eq!(controller.stats().errors.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_gate_should_hold_work_and_opening_it_should_resync() {
+        let (gate, closed) = tokio::sync::watch::channel(false);
+        let script = Script::new(Vec::new());
+        let controller = controller(
+            &script,
+            closed,
+            "  tickers: [{every: 1h, request: {name: tick}}]\n",
+        );
+        controller.trigger(Request::new(None, "a"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(script.calls().is_empty(), "no reconcile while closed");
+        gate.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let keys: BTreeSet<String> = script.calls().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["a".to_owned(), "tick".to_owned()]),
+            "queued work, and the tickers' requests"
+        );
+        let ticks = |script: &Script| script.calls().iter().filter(|(k, _)| k == "tick").count();
+        let before = ticks(&script);
+        gate.send_replace(false);
+        settle().await;
+        gate.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            ticks(&script),
+            before + 1,
+            "each opening queues the tickers again"
+        );
+    }
+}
