@@ -52,5 +52,7 @@ mod test_support;
 
 pub use error::{ApiError, ErrorKind};
 pub use resources::{Registry, ResourceType};
-pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, serve_tls};
+pub use server::{
+    Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, in_process, serve_tls,
+};
 pub use store::Store;

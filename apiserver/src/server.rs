@@ -298,6 +298,38 @@ pub fn ensure_namespaces(store: &Store) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The API served in this process without a socket: a fresh in-memory store (with the initial
+/// namespaces) and a tower service answering HTTP requests to it, as the server does, for a
+/// client in the same process (e.g. `kube::Client::new(service, "default")`) — what tests on
+/// a paused clock use, where no socket may wait. No controllers run; watches end when the
+/// returned sender is dropped or set.
+///
+/// # Errors
+///
+/// When the initial namespaces cannot be created.
+pub fn in_process(
+    faults: Arc<Faults>,
+) -> Result<(Arc<Store>, axum::Router, tokio::sync::watch::Sender<bool>), ApiError> {
+    let store = Arc::new(Store::new(Arc::new(Registry::new())));
+    ensure_namespaces(&store)?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server = Arc::new(http::ApiServer {
+        admission: Arc::new(crate::admission::Admission::new(store.clone())),
+        metrics: Default::default(),
+        store: store.clone(),
+        address: "127.0.0.1:0".into(),
+        stopped,
+        bookmark_interval: http::BOOKMARK_INTERVAL,
+        openapi: Default::default(),
+        faults,
+        audit: None,
+    });
+    let app = axum::Router::new()
+        .fallback(http::handle)
+        .with_state(server);
+    Ok((store, app, stop))
+}
+
 /// Accept TLS connections until stopped; each connection is served by hyper (HTTP/1.1 or 2).
 async fn serve(
     listener: TcpListener,

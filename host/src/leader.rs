@@ -13,7 +13,7 @@
 //! has an answer, then whether this host leads. Only the leader runs workers; a standby keeps
 //! its caches warm.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -21,6 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Leader election settings; the defaults are controller-runtime's.
 #[derive(Clone, Debug)]
@@ -328,5 +329,108 @@ impl LeaderElector {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A client of an API server in this process (no socket: the clock may be paused).
+    fn cluster() -> (kube::Client, watch::Sender<bool>) {
+        let (_, app, stop) = krec_apiserver::in_process(Arc::default()).expect("api server");
+        (kube::Client::new(app, "default"), stop)
+    }
+
+    fn candidate(client: &kube::Client, identity: &str) -> LeaderElector {
+        let mut config = LeaderConfig::new("lease", "default");
+        config.identity = identity.to_owned();
+        LeaderElector::new(client.clone(), config)
+    }
+
+    async fn lease(client: &kube::Client) -> LeaseSpec {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+        leases
+            .get("lease")
+            .await
+            .expect("lease")
+            .spec
+            .expect("spec")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_candidate_should_take_the_lease_only_once_its_holder_stops_renewing() {
+        let (client, _stop) = cluster();
+        let (mut a, mut b) = (candidate(&client, "a"), candidate(&client, "b"));
+        assert!(a.try_acquire_or_renew().await.expect("a"), "free: taken");
+        assert!(!b.try_acquire_or_renew().await.expect("b"), "held");
+        tokio::time::advance(Duration::from_secs(14)).await;
+        assert!(
+            !b.try_acquire_or_renew().await.expect("b"),
+            "14 s unrenewed, on b's clock: still a's"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(b.try_acquire_or_renew().await.expect("b"), "15 s: b's");
+        let spec = lease(&client).await;
+        assert_eq!(spec.holder_identity.as_deref(), Some("b"));
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert!(
+            !a.try_acquire_or_renew().await.expect("a"),
+            "a sees b's fresh renewal"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewing_holder_should_keep_the_lease() {
+        let (client, _stop) = cluster();
+        let (mut a, mut b) = (candidate(&client, "a"), candidate(&client, "b"));
+        assert!(a.try_acquire_or_renew().await.expect("a"));
+        for _ in 0..20 {
+            tokio::time::advance(Duration::from_secs(2)).await;
+            assert!(a.try_acquire_or_renew().await.expect("a renews"));
+            assert!(!b.try_acquire_or_renew().await.expect("b waits"));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_lease_should_be_taken_at_once() {
+        let (client, _stop) = cluster();
+        let (mut a, mut b) = (candidate(&client, "a"), candidate(&client, "b"));
+        assert!(a.try_acquire_or_renew().await.expect("a"));
+        assert!(a.release().await, "released");
+        assert!(b.try_acquire_or_renew().await.expect("b"), "free at once");
+        assert!(a.release().await, "not a's any more: nothing to do");
+        assert_eq!(lease(&client).await.holder_identity.as_deref(), Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_duration_should_be_written_rounded_up() {
+        let (client, _stop) = cluster();
+        let mut config = LeaderConfig::new("lease", "default");
+        config.lease_duration = Duration::from_millis(2500);
+        let mut a = LeaderElector::new(client.clone(), config);
+        assert!(a.try_acquire_or_renew().await.expect("a"));
+        assert_eq!(lease(&client).await.lease_duration_seconds, Some(3));
+        assert_eq!(lease_seconds(Duration::from_millis(10)), 1);
+        assert_eq!(lease_seconds(Duration::from_secs(15)), 15);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_should_lead_until_stopped_then_release() {
+        let (client, _stop) = cluster();
+        let a = candidate(&client, "a");
+        let mut state = a.subscribe();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(a.run(async move {
+            let _ = stopped.await;
+        }));
+        state.wait_for(|s| *s == Some(true)).await.expect("leads");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(*state.borrow(), Some(true), "renewed all along");
+        let _ = stop.send(());
+        running.await.expect("run");
+        assert_eq!(lease(&client).await.holder_identity, None, "released");
     }
 }
