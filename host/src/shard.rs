@@ -743,6 +743,152 @@ fn lost_unless_fenced_open(name: &str, lease: &mut GuestLease, tenures: &Tenures
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::Runner;
+    use crate::guest::script::Script;
+    use crate::manager::ManagerOptions;
+    use crate::manifest::Manifest;
+
+    const GUESTS: [&str; 4] = ["g0", "g1", "g2", "g3"];
+
+    /// A replica: a manager running the four scripted guests and its shard loop, in this
+    /// process, against `client`'s API server.
+    struct Replica {
+        tenures: Arc<Tenures>,
+        manager: Manager,
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Replica {
+        async fn start(client: &kube::Client, identity: &str) -> Replica {
+            let tenures = Tenures::new();
+            let script: Arc<dyn Runner> = Script::new(Vec::new());
+            let manifests = GUESTS
+                .iter()
+                .map(|g| {
+                    let text = format!(
+                        "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {g}}}\nspec:\n  module: {g}.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [default]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch]}}\n"
+                    );
+                    Manifest::parse(std::path::Path::new("m.yaml"), &text).expect("manifest")
+                })
+                .collect();
+            let options = ManagerOptions {
+                tenures: Some(tenures.clone()),
+                runners: GUESTS
+                    .iter()
+                    .map(|g| ((*g).to_owned(), script.clone()))
+                    .collect(),
+                ..Default::default()
+            };
+            let manager = Manager::start_with(
+                crate::client::ApiClient::new(client.clone()),
+                manifests,
+                options,
+            )
+            .await
+            .expect("manager");
+            let mut config = ShardConfig::new("krec", "default");
+            config.identity = identity.to_owned();
+            let sharder = Sharder::new(
+                client.clone(),
+                config,
+                tenures.clone(),
+                manager.clone(),
+                Arc::new(Metrics::new()),
+            );
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(sharder.run(async move {
+                let _ = stopped.await;
+            }));
+            Replica {
+                tenures,
+                manager,
+                stop: Some(stop),
+                task,
+            }
+        }
+
+        fn running(&self) -> Vec<&'static str> {
+            GUESTS
+                .into_iter()
+                .filter(|g| self.tenures.is_running(g))
+                .collect()
+        }
+
+        /// Stop as a SIGKILL would: no handover, no release.
+        fn crash(self) {
+            self.task.abort();
+        }
+
+        /// Stop cleanly: hand over, release, leave.
+        async fn leave(mut self) {
+            if let Some(stop) = self.stop.take() {
+                let _ = stop.send(());
+            }
+            let _ = self.task.await;
+            self.manager.shutdown(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn cluster() -> (kube::Client, tokio::sync::watch::Sender<bool>) {
+        let (_, app, stop) = krec_apiserver::in_process(Arc::default()).expect("api server");
+        (kube::Client::new(app, "default"), stop)
+    }
+
+    /// Each guest runs in exactly one of `replicas`; their counts.
+    fn spread(replicas: &[&Replica]) -> Vec<usize> {
+        for guest in GUESTS {
+            let owners = replicas
+                .iter()
+                .filter(|r| r.tenures.is_running(guest))
+                .count();
+            assert!(owners <= 1, "{guest} runs in {owners} replicas");
+        }
+        replicas.iter().map(|r| r.running().len()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_replicas_should_share_the_guests_and_a_survivor_take_a_crashed_ones() {
+        let (client, _stop) = cluster();
+        let a = Replica::start(&client, "a").await;
+        let b = Replica::start(&client, "b").await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(spread(&[&a, &b]), [2, 2]);
+        let b_had = b.running();
+        b.crash();
+        // b's guest Leases stay held until a has seen them unrenewed for the lease duration
+        // (15 s), then a takes them at its next round (2 s).
+        tokio::time::sleep(Duration::from_secs(14)).await;
+        assert_eq!(a.running().len(), 2, "not before the lease duration");
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(a.running(), GUESTS, "b's guests {b_had:?} moved to a");
+        a.leave().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leaving_replica_should_hand_its_guests_over_at_once() {
+        let (client, _stop) = cluster();
+        let a = Replica::start(&client, "a").await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(a.running(), GUESTS, "alone: all four");
+        let b = Replica::start(&client, "b").await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(spread(&[&a, &b]), [2, 2], "rebalanced when b joined");
+        a.leave().await;
+        // Released, not expired: b takes them at its next rounds, well within a lease duration.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(b.running(), GUESTS);
+        b.leave().await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+        for lease in leases.list(&ListParams::default()).await.expect("leases") {
+            let spec = lease.spec.unwrap_or_default();
+            assert!(
+                spec.holder_identity.is_none(),
+                "{:?} still held after both left",
+                lease.metadata.name
+            );
+        }
+    }
 
     fn counts(assignment: &BTreeMap<&str, Vec<&str>>) -> Vec<usize> {
         assignment.values().map(Vec::len).collect()

@@ -918,85 +918,16 @@ impl Controller {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeSet, VecDeque};
+    use std::collections::BTreeSet;
     use std::path::Path;
 
     use tokio::time::Instant as Clock;
 
     use super::*;
-    use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
     use crate::cluster::MemoryCluster;
-    use crate::guest::{Runner, RunnerCall, Usage};
+    use crate::guest::Runner;
+    use crate::guest::script::Script;
     use crate::manifest::Manifest;
-    use crate::vocab::AccessError;
-
-    /// A guest that returns scripted results (then `done`) and records when each key came.
-    #[derive(Debug, Default)]
-    struct Script {
-        results: Mutex<VecDeque<Result<Action, ()>>>,
-        calls: Mutex<Vec<(String, Clock)>>,
-    }
-
-    impl Script {
-        fn new(results: Vec<Result<Action, ()>>) -> Arc<Self> {
-            Arc::new(Script {
-                results: Mutex::new(results.into()),
-                calls: Mutex::default(),
-            })
-        }
-
-        fn calls(&self) -> Vec<(String, Clock)> {
-            self.calls.lock().expect("calls").clone()
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Runner for Script {
-        async fn reconcile(
-            &self,
-            call: RunnerCall<'_>,
-            _namespace: Option<&str>,
-            name: &str,
-        ) -> (Result<Action, ReconcileError>, Usage) {
-            self.calls
-                .lock()
-                .expect("calls")
-                .push((name.to_owned(), Clock::now()));
-            let next = self.results.lock().expect("results").pop_front();
-            let result = match next.unwrap_or(Ok(Action::Done)) {
-                Ok(action) => Ok(action),
-                Err(()) => Err(ReconcileError::Guest {
-                    guest: call.manifest.name.clone(),
-                    request: name.to_owned(),
-                    error: AccessError::Conflict("scripted".into()),
-                }),
-            };
-            let usage = Usage {
-                guest_time: Duration::ZERO,
-                memory_peak: 0,
-                entered: Instant::now(),
-                first_call: None,
-            };
-            (result, usage)
-        }
-
-        fn validates(&self) -> bool {
-            false
-        }
-
-        async fn validate(
-            &self,
-            call: RunnerCall<'_>,
-            label: String,
-            _request: WitAdmissionRequest,
-        ) -> Result<WitVerdict, ReconcileError> {
-            Err(ReconcileError::Guest {
-                guest: call.manifest.name.clone(),
-                request: label,
-                error: AccessError::Other("no validator".into()),
-            })
-        }
-    }
 
     /// A started controller running `script`, its gate `gate`, with `extra` manifest spec lines.
     fn controller(

@@ -12,6 +12,8 @@ pub(crate) mod limits;
 pub(crate) mod log_budget;
 pub mod module_cache;
 mod output;
+#[cfg(test)]
+pub(crate) mod script;
 pub(crate) mod state;
 
 use std::fmt;
