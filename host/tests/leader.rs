@@ -86,8 +86,10 @@ async fn of_two_hosts_exactly_one_should_reconcile_and_a_killed_leader_be_replac
     wait_until("a leader", Duration::from_secs(30), || {
         hosts.iter().any(|h| leading(h))
     });
-    // Let the ticker run a while: only the leader reconciles.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Let the ticker run until the leader has reconciled twice: only the leader reconciles.
+    wait_until("two reconciles", Duration::from_secs(30), || {
+        hosts.iter().any(|h| reconciles(h) >= 2.0)
+    });
     let leaders: Vec<usize> = (0..2).filter(|&i| leading(hosts[i])).collect();
     assert_eq!(leaders.len(), 1, "exactly one leader");
     let (leader, standby) = (hosts[leaders[0]], hosts[1 - leaders[0]]);

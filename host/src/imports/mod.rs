@@ -166,3 +166,114 @@ impl HostState {
         result.map_err(WitError::from)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::cluster::{ClusterAccess, MemoryCluster};
+    use crate::guest::{CpuGovernor, GuestBudgets};
+    use crate::manifest::{Manifest, Verb};
+
+    /// A guest that may read and create ConfigMaps in `team-a` only.
+    fn manifest() -> Arc<Manifest> {
+        let text = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: g}\nspec:\n  module: g.wasm\n  for: {apiVersion: v1, kind: ConfigMap}\n  permissions:\n    - {apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, create], namespaces: [team-a]}\n";
+        Arc::new(Manifest::parse(Path::new("/guests/g.yaml"), text).expect("manifest"))
+    }
+
+    /// Run `f` with the calls of a reconcile of `manifest()` over a fresh in-memory cluster.
+    async fn with_calls<T>(read_only: bool, f: impl AsyncFnOnce(Calls<'_>) -> T) -> T {
+        let manifest = manifest();
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(MemoryCluster::new());
+        let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team-a"}});
+        cluster.create(namespace).await.expect("namespace");
+        let budgets = GuestBudgets::new(&manifest, &CpuGovernor::new());
+        let calls = Calls {
+            manifest: &manifest,
+            cluster: &cluster,
+            request: "team-a/x",
+            writes: &budgets.writes,
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(5),
+            read_only,
+        };
+        f(calls).await
+    }
+
+    fn config_map(namespace: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"x","namespace":"{namespace}"}}}}"#
+        )
+    }
+
+    #[tokio::test]
+    async fn calls_should_be_checked_against_the_manifest_before_they_reach_the_cluster() {
+        let cm = Gvk::new("", "v1", "ConfigMap");
+        with_calls(false, async |calls| {
+            assert!(calls.authorize(Verb::Get, &cm, Some("team-a")).is_ok());
+            let err = calls
+                .authorize(Verb::Delete, &cm, Some("team-a"))
+                .expect_err("no delete");
+            let message = err.to_string();
+            assert!(
+                matches!(err, AccessError::Forbidden(_))
+                    && message.contains("\"g\"")
+                    && message.contains("delete")
+                    && message.contains("/guests/g.yaml"),
+                "names the guest, the verb and the manifest: {message}"
+            );
+            let elsewhere = calls.authorize(Verb::Get, &cm, Some("team-b"));
+            assert!(
+                matches!(elsewhere, Err(AccessError::Forbidden(ref m)) if m.contains("team-b")),
+                "{elsewhere:?}"
+            );
+            let written = calls
+                .write(&config_map("team-a"), Verb::Create)
+                .await
+                .expect("create in team-a");
+            assert!(written.contains("resourceVersion"), "{written}");
+            let refused = calls.write(&config_map("team-b"), Verb::Create).await;
+            assert!(
+                matches!(refused, Err(AccessError::Forbidden(_))),
+                "{refused:?}"
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn bad_objects_should_be_refused_as_invalid_with_the_reason() {
+        with_calls(false, async |calls| {
+            let not_json = calls.write("{", Verb::Create).await;
+            assert!(
+                matches!(not_json, Err(AccessError::Invalid(ref m)) if m.contains("not valid JSON")),
+                "{not_json:?}"
+            );
+            let huge = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"x","namespace":"team-a"}},"data":{{"a":"{}"}}}}"#,
+                "x".repeat(MAX_OBJECT_BYTES)
+            );
+            let too_large = calls.write(&huge, Verb::Create).await;
+            assert!(
+                matches!(too_large, Err(AccessError::Invalid(ref m)) if m.contains("byte limit")),
+                "{too_large:?}"
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn an_admission_review_should_not_write() {
+        let cm = Gvk::new("", "v1", "ConfigMap");
+        with_calls(true, async |calls| {
+            assert!(calls.authorize(Verb::Get, &cm, Some("team-a")).is_ok());
+            let write = calls.write(&config_map("team-a"), Verb::Create).await;
+            assert!(
+                matches!(write, Err(AccessError::Forbidden(ref m)) if m.contains("admission review")),
+                "{write:?}"
+            );
+        })
+        .await;
+    }
+}
