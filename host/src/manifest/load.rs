@@ -1,0 +1,195 @@
+//! Reading manifests: one file, or every manifest under a directory.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::vocab::Gvk;
+use krec_apiserver::selector::is_dns_label;
+
+use super::types::*;
+use super::validate::{FieldProblem, configure, validate_spec};
+use super::{API_VERSION, KIND, ManifestError};
+
+impl Manifest {
+    /// Whether the manifest permits `verb` on `gvk` in `namespace` (`None`: cluster-scoped or
+    /// across all namespaces, which needs a permission without a namespace restriction).
+    pub fn allows(&self, verb: Verb, gvk: &Gvk, namespace: Option<&str>) -> bool {
+        self.spec.permissions.iter().any(|p| {
+            p.verbs.contains(&verb)
+                && Gvk::from_api_version(&p.api_version, &p.kind) == *gvk
+                && (p.namespaces.is_empty()
+                    || namespace.is_some_and(|ns| p.namespaces.iter().any(|n| n == ns)))
+        })
+    }
+
+    /// Whether `gvk` is read from the API server rather than the cache.
+    pub fn is_uncached(&self, gvk: &Gvk) -> bool {
+        self.spec.uncached.iter().any(|k| k.gvk() == *gvk)
+    }
+
+    /// Read and validate a manifest file.
+    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+        let text = read_manifest(path).map_err(|error| ManifestError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parse and validate manifest text; `path` names it in errors and anchors the module path.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ManifestError> {
+        let invalid = |field: &str, problem: String| ManifestError::Invalid {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            problem,
+        };
+        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+        let raw: RawManifest = serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let field = err.path().to_string();
+            let field = if field == "." { String::new() } else { field };
+            invalid(&field, strip_location(&err.inner().to_string()))
+        })?;
+        if raw.api_version != API_VERSION {
+            return Err(invalid(
+                "apiVersion",
+                format!("expected {API_VERSION:?}, found {:?}", raw.api_version),
+            ));
+        }
+        if raw.kind != KIND {
+            return Err(invalid(
+                "kind",
+                format!("expected {KIND:?}, found {:?}", raw.kind),
+            ));
+        }
+        if !is_dns_label(&raw.metadata.name) {
+            return Err(invalid(
+                "metadata.name",
+                format!(
+                    "{:?} is not a valid guest name: at most 63 lowercase letters, digits or '-', starting and ending alphanumeric",
+                    raw.metadata.name
+                ),
+            ));
+        }
+        let mut spec = raw.spec;
+        validate_spec(&spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
+        configure(&mut spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
+        if spec.module.is_relative() {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            spec.module = dir.join(&spec.module);
+        }
+        Ok(Manifest {
+            path: path.to_owned(),
+            name: raw.metadata.name,
+            spec,
+        })
+    }
+
+    /// Load every `*.yaml`/`*.yml` manifest under `dir` (recursively), sorted by path; fails on
+    /// the first invalid one. Files that parse and whose `kind` is not `Reconciler` (CRDs, example
+    /// objects) are skipped.
+    pub fn load_dir(dir: &Path) -> Result<Vec<Manifest>, ManifestError> {
+        Self::scan_dir(dir)?.into_iter().collect()
+    }
+
+    /// Like [`load_dir`](Self::load_dir), but with one result per manifest file, so that one bad
+    /// manifest does not hide the others. Two manifests naming the same guest: the later is an
+    /// error. Fails only if the directory cannot be read.
+    pub fn scan_dir(dir: &Path) -> Result<Vec<Result<Manifest, ManifestError>>, ManifestError> {
+        let mut files = Vec::new();
+        // A single manifest file is a directory of one.
+        if dir.is_file() {
+            files.push(dir.to_owned());
+        } else {
+            collect_yaml(dir, &mut files).map_err(|error| ManifestError::Read {
+                path: dir.to_owned(),
+                error,
+            })?;
+        }
+        files.sort();
+        let mut results: Vec<Result<Manifest, ManifestError>> = Vec::new();
+        for file in files {
+            let text = match read_manifest(&file) {
+                Ok(text) => text,
+                Err(source) => {
+                    results.push(Err(ManifestError::Read {
+                        path: file,
+                        error: source,
+                    }));
+                    continue;
+                }
+            };
+            if declares_other_kind(&text) {
+                continue;
+            }
+            let result = Self::parse(&file, &text).and_then(|manifest| {
+                let first = results.iter().flatten().find(|m| m.name == manifest.name);
+                match first {
+                    Some(first) => Err(ManifestError::Duplicate {
+                        path: file.clone(),
+                        name: manifest.name.clone(),
+                        first: first.path.clone(),
+                    }),
+                    None => Ok(manifest),
+                }
+            });
+            results.push(result);
+        }
+        Ok(results)
+    }
+}
+
+/// A manifest file's text: a regular file of at most [`MAX_MANIFEST_BYTES`].
+pub(super) fn read_manifest(path: &Path) -> std::io::Result<String> {
+    crate::files::read_bounded_text(path, MAX_MANIFEST_BYTES)
+}
+
+/// Whether a YAML file clearly declares some other `kind` (a CRD, example objects) in its first
+/// document. Files that do not parse, or have no `kind`, are treated as manifests so that their
+/// errors are reported.
+pub(super) fn declares_other_kind(text: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Head {
+        kind: Option<String>,
+    }
+    // The first document decides: example files hold several objects.
+    serde_yaml_ng::Deserializer::from_str(text)
+        .next()
+        .and_then(|first| Head::deserialize(first).ok())
+        .and_then(|h| h.kind)
+        .is_some_and(|k| k != KIND)
+}
+
+pub(super) fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        // `file_type` does not follow symlinks, so a link loop cannot recurse forever.
+        let file_type = entry.file_type()?;
+        if file_type.is_dir() {
+            // Build output is never a manifest and can be large.
+            if path
+                .file_name()
+                .is_some_and(|n| n == "target" || n == "src")
+            {
+                continue;
+            }
+            collect_yaml(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// serde_yaml_ng prefixes its own (coarser) path, `spec.limits: `; drop it, since the error
+/// already names the field, but keep its "at line X column Y", which helps.
+pub(super) fn strip_location(message: &str) -> String {
+    let message = message.trim();
+    match message.split_once(": ") {
+        Some((head, rest)) if !head.is_empty() && !head.contains(char::is_whitespace) => {
+            rest.to_owned()
+        }
+        _ => message.to_owned(),
+    }
+}
