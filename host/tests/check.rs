@@ -1,21 +1,15 @@
 //! `krec check`: one clear line naming the file and the problem, and a non-zero exit, for every
 //! kind of bad module or manifest.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn krec_check(paths: &[&Path]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .arg("check")
-        .args(paths)
-        .env("RUST_LOG", "off")
-        .output()
-        .expect("run krec");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut args = vec![std::ffi::OsStr::new("check")];
+    args.extend(paths.iter().map(|p| p.as_os_str()));
+    common::krec(args)
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {

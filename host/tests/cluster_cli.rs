@@ -1,30 +1,22 @@
 //! `krec cluster`: prints where the kubeconfig is and how to use it, binds loopback by default,
 //! and stops cleanly on Ctrl-C.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
+
+use std::process::Command;
 
 #[test]
 fn cluster_should_print_the_kubeconfig_and_stop_on_ctrl_c() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kc.yaml");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(["cluster", "--kubeconfig-out"])
-        .arg(&kubeconfig)
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start krec cluster");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut printed = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("line");
-        let done = line.starts_with("try: kubectl");
-        printed.push(line);
-        if done {
-            break;
-        }
-    }
+    let (mut child, printed, lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
     let text = printed.join("\n");
     assert!(
         text.contains("serving the Kubernetes API at https://127.0.0.1:"),
@@ -101,21 +93,15 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kc.yaml");
-    let mut child = Stopped(
-        Command::new(env!("CARGO_BIN_EXE_krec"))
-            .args(["cluster", "--kubeconfig-out"])
-            .arg(&kubeconfig)
-            .env("RUST_LOG", "off")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start krec cluster"),
+    let (child, _, _lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
     );
-    let mut lines = BufReader::new(child.0.stdout.take().expect("stdout")).lines();
-    for line in lines.by_ref() {
-        if line.expect("line").starts_with("try: kubectl") {
-            break;
-        }
-    }
+    let child = Stopped(child);
     let mut refused = Vec::new();
     // What earlier files created: a later file may extend it (`configured`).
     let mut applied: Vec<String> = Vec::new();

@@ -2,24 +2,14 @@
 //! bundle script makes manifests `krec check` accepts, and the Deployment uses flags that exist
 //! and probes the admin endpoints.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use common::repo;
 
 fn krec(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(args)
-        .env("RUST_LOG", "off")
-        .output()
-        .expect("run krec");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::krec(args)
 }
 
 #[test]

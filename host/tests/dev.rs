@@ -1,14 +1,13 @@
 //! `krec dev`: the embedded cluster, the sample objects and the sample guests, reconciling live;
 //! kubectl with the printed kubeconfig sees what the guests did.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use common::repo;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 fn kubectl_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("KREC_KUBECTL") {
@@ -60,26 +59,19 @@ fn start_dev(
     String,
     std::io::Lines<BufReader<std::process::ChildStdout>>,
 ) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(["dev", "--manifests"])
-        .arg(manifests)
-        .arg("--kubeconfig-out")
-        .arg(kubeconfig)
-        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start krec dev");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut printed = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("line");
-        let done = line.contains("reconciling");
-        printed.push(line);
-        if done {
-            break;
-        }
-    }
+    let (child, printed, lines) = common::spawn_until(
+        [
+            "dev".as_ref(),
+            "--manifests".as_ref(),
+            manifests.as_os_str(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+            "--admin-addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--no-module-cache".as_ref(),
+        ],
+        |line| line.contains("reconciling"),
+    );
     (child, printed.join("\n"), lines)
 }
 

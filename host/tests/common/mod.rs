@@ -1,5 +1,7 @@
-//! `krec run` as a child process, for the tests that need several hosts (leader election,
-//! sharding): start it, find its admin server, read its metrics, signal it.
+//! The host's integration tests' one harness: the repository's paths, the `krec` binary run to
+//! completion or until it prints a line, and `krec run` as a child process for the tests that
+//! need several hosts (leader election, sharding): start it, find its admin server, read its
+//! metrics, signal it.
 
 #![allow(dead_code)]
 
@@ -12,6 +14,52 @@ use std::time::{Duration, Instant};
 /// The repository's root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Run `krec` with `args` to its end (no log output): whether it succeeded, its stdout and its
+/// stderr.
+pub fn krec<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run krec");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Start `krec` with `args` (no log output) and read its stdout until a line for which `done`
+/// holds: the process, the lines read (that one included), and the rest of its stdout.
+pub fn spawn_until<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+    done: impl Fn(&str) -> bool,
+) -> (
+    Child,
+    Vec<String>,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start krec");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut printed = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        let found = done(&line);
+        printed.push(line);
+        if found {
+            break;
+        }
+    }
+    (child, printed, lines)
 }
 
 /// A built guest module of `target/wasm32-wasip2/release`.
