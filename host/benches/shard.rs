@@ -55,31 +55,11 @@ fn manifest_dir(dir: &Path) -> PathBuf {
 }
 
 fn replica(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {
-    Host::start(
-        manifests,
-        kubeconfig,
-        cache,
-        &[
-            "--shard",
-            "--leader-elect-lease-duration",
-            "2s",
-            "--leader-elect-renew-deadline",
-            "1500ms",
-            "--leader-elect-retry-period",
-            "200ms",
-        ],
-    )
+    Host::start(manifests, kubeconfig, cache, process::SHARD_ARGS)
 }
 
 fn owned(host: &Host) -> BTreeSet<String> {
-    host.metrics()
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.strip_prefix("krec_shard_guest_owned{guest=\""))
-        .filter_map(|l| l.split_once("\"} "))
-        .filter(|(_, v)| v.trim() == "1")
-        .map(|(g, _)| g.to_owned())
-        .collect()
+    host.owned().unwrap_or_default()
 }
 
 /// Every guest runs in exactly one of `hosts`, the counts differing by at most one.

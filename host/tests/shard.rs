@@ -41,33 +41,12 @@ fn manifest_dir(dir: &Path) -> PathBuf {
 }
 
 fn start(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {
-    Host::start(
-        manifests,
-        kubeconfig,
-        cache,
-        &[
-            "--shard",
-            "--leader-elect-lease-duration",
-            "2s",
-            "--leader-elect-renew-deadline",
-            "1500ms",
-            "--leader-elect-retry-period",
-            "200ms",
-        ],
-    )
+    Host::start(manifests, kubeconfig, cache, common::SHARD_ARGS)
 }
 
 /// The guests `host` says it runs now; `None` when it does not answer.
 fn owned(host: &Host) -> Option<BTreeSet<String>> {
-    let text = host.metrics()?;
-    Some(
-        text.lines()
-            .filter_map(|l| l.strip_prefix("krec_shard_guest_owned{guest=\""))
-            .filter_map(|l| l.split_once("\"} "))
-            .filter(|(_, v)| v.trim() == "1")
-            .map(|(g, _)| g.to_owned())
-            .collect(),
-    )
+    host.owned()
 }
 
 /// Owners of each guest in one pass over `hosts`.

@@ -73,6 +73,18 @@ pub fn module(file: &str) -> PathBuf {
     module
 }
 
+/// `krec run` arguments sharing the guests (`--shard`) with short Lease timings: 2 s lease,
+/// 1.5 s renew deadline, 200 ms retry period.
+pub const SHARD_ARGS: &[&str] = &[
+    "--shard",
+    "--leader-elect-lease-duration",
+    "2s",
+    "--leader-elect-renew-deadline",
+    "1500ms",
+    "--leader-elect-retry-period",
+    "200ms",
+];
+
 /// A running `krec run`.
 pub struct Host {
     /// The process.
@@ -147,6 +159,20 @@ impl Host {
         self.metrics()?
             .lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    }
+
+    /// The guests this host says it runs now (`krec_shard_guest_owned`); `None` when it does
+    /// not answer.
+    pub fn owned(&self) -> Option<std::collections::BTreeSet<String>> {
+        let text = self.metrics()?;
+        Some(
+            text.lines()
+                .filter_map(|l| l.strip_prefix("krec_shard_guest_owned{guest=\""))
+                .filter_map(|l| l.split_once("\"} "))
+                .filter(|(_, v)| v.trim() == "1")
+                .map(|(g, _)| g.to_owned())
+                .collect(),
+        )
     }
 
     /// Send `signal` (e.g. `-KILL`).
