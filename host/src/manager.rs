@@ -466,7 +466,7 @@ impl Manager {
         controller.start(informers.clone(), for_informers);
         tracing::info!(
             "guest {name} started: {} worker(s), watching {}",
-            manifest.spec.max_concurrent_reconciles.max(1),
+            manifest.spec.max_concurrent_reconciles.get(),
             describe_all(&informers)
         );
         guests.insert(

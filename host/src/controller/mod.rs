@@ -218,7 +218,7 @@ fn publish_version(metrics: &Metrics, guest: &str, old: Option<&Version>, new: &
         metrics.module_info.remove(&info(old));
     }
     metrics.module_info.get_or_create(&info(new)).set(1);
-    let concurrency = new.module.manifest().spec.max_concurrent_reconciles.max(1);
+    let concurrency = new.module.manifest().spec.max_concurrent_reconciles.get();
     metrics
         .max_concurrent
         .get_or_create(&ControllerLabel {
@@ -533,14 +533,14 @@ impl Controller {
 
     /// Spawn or retire workers to match the current manifest's `maxConcurrentReconciles`.
     fn scale_workers(self: &Arc<Self>) {
-        let concurrency = self
+        let wanted = self
             .version
             .load()
             .module
             .manifest()
             .spec
-            .max_concurrent_reconciles;
-        let wanted = usize::try_from(concurrency.max(1)).unwrap_or(1);
+            .max_concurrent_reconciles
+            .workers();
         self.workers_wanted.store(wanted, Ordering::SeqCst);
         // One slot per worker index: a retired worker's slot is refilled when more are wanted.
         let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());

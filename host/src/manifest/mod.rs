@@ -107,7 +107,7 @@ spec:
         let m = parse(GOOD).expect("valid manifest");
         assert_eq!(m.name, "pod-counter");
         assert_eq!(m.spec.module, Path::new("dir/../target/pod_counter.wasm"));
-        assert_eq!(m.spec.max_concurrent_reconciles, 2);
+        assert_eq!(m.spec.max_concurrent_reconciles.get(), 2);
         assert_eq!(m.spec.resync_period, Some(Duration::from_secs(600)));
         assert_eq!(m.spec.tickers[0].every, Duration::from_secs(90));
         assert_eq!(m.spec.limits.memory, 64 << 20);

@@ -61,8 +61,8 @@ pub struct ReconcilerSpec {
     #[serde(default)]
     pub namespaces: Vec<String>,
     /// Workers reconciling different keys at once.
-    #[serde(default = "default_concurrency")]
-    pub max_concurrent_reconciles: u32,
+    #[serde(default)]
+    pub max_concurrent_reconciles: Concurrency,
     /// Retry backoff and overall rate limit.
     #[serde(default)]
     pub rate_limiter: RateLimiterSpec,
@@ -200,8 +200,50 @@ impl WebhookSpec {
     }
 }
 
-pub(super) fn default_concurrency() -> u32 {
-    1
+/// `maxConcurrentReconciles`: between 1 and [`MAX_CONCURRENT_RECONCILES`], checked when the
+/// manifest is read, so a running guest never has zero (or absurdly many) workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Concurrency(std::num::NonZeroU32);
+
+impl Concurrency {
+    /// One worker: the default.
+    pub const ONE: Concurrency = Concurrency(std::num::NonZeroU32::MIN);
+
+    /// `workers`, if it is between 1 and [`MAX_CONCURRENT_RECONCILES`].
+    pub fn new(workers: u64) -> Option<Self> {
+        u32::try_from(workers)
+            .ok()
+            .filter(|w| *w <= MAX_CONCURRENT_RECONCILES)
+            .and_then(std::num::NonZeroU32::new)
+            .map(Concurrency)
+    }
+
+    /// The number of workers.
+    pub fn get(self) -> u32 {
+        self.0.get()
+    }
+
+    /// The number of workers, as a count of tasks.
+    pub fn workers(self) -> usize {
+        usize::try_from(self.0.get()).unwrap_or(1)
+    }
+}
+
+impl Default for Concurrency {
+    fn default() -> Self {
+        Concurrency::ONE
+    }
+}
+
+impl<'de> Deserialize<'de> for Concurrency {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let workers = u64::deserialize(deserializer)?;
+        Concurrency::new(workers).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "must be between 1 and {MAX_CONCURRENT_RECONCILES} (got {workers})"
+            ))
+        })
+    }
 }
 
 /// A kind, written as `{ apiVersion: apps/v1, kind: ReplicaSet }`.

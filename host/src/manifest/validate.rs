@@ -336,17 +336,6 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
             );
         }
     }
-    if spec.max_concurrent_reconciles == 0
-        || spec.max_concurrent_reconciles > MAX_CONCURRENT_RECONCILES
-    {
-        return problem(
-            "spec.maxConcurrentReconciles",
-            format!(
-                "must be between 1 and {MAX_CONCURRENT_RECONCILES} (got {})",
-                spec.max_concurrent_reconciles
-            ),
-        );
-    }
     let rl = &spec.rate_limiter;
     if rl.base_delay < Duration::from_millis(1) || rl.base_delay > rl.max_delay {
         return problem(
