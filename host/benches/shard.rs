@@ -38,20 +38,11 @@ const KILLS: usize = 10;
 const LEASE: Duration = Duration::from_secs(2);
 
 fn manifest_dir(dir: &Path) -> PathBuf {
-    let module = common::module("stamper_a.wasm");
-    let manifests = dir.join("manifests");
-    std::fs::create_dir_all(&manifests).expect("dir");
-    for i in 0..GUESTS {
-        std::fs::write(
-            manifests.join(format!("g{i}.yaml")),
-            format!(
-                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: g{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [shard-{i}]\n  maxConcurrentReconciles: 2\n  limits: {{writeQps: 100000, writeBurst: 100000}}\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}}\n",
-                module.display()
-            ),
-        )
-        .expect("manifest");
-    }
-    manifests
+    process::stamper_manifests(
+        dir,
+        GUESTS,
+        "  maxConcurrentReconciles: 2\n  limits: {writeQps: 100000, writeBurst: 100000}\n",
+    )
 }
 
 fn replica(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {

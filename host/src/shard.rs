@@ -719,24 +719,10 @@ async fn step(
                 lease.standing = Standing::Idle;
             }
         }
-        Ok(Err(err)) => {
-            tracing::warn!("renewing guest {name}'s Lease: {err}");
-            lost_unless_fenced_open(name, lease, tenures);
-        }
-        Err(_) => {
-            tracing::warn!("renewing guest {name}'s Lease timed out");
-            lost_unless_fenced_open(name, lease, tenures);
-        }
-    }
-}
-
-/// After a failed renewal: the guest stays while its fence is open (the renew deadline has
-/// not passed), and stops here once it has closed.
-fn lost_unless_fenced_open(name: &str, lease: &mut GuestLease, tenures: &Tenures) {
-    if lease.standing != Standing::Idle && !tenures.fence(name).is_open() {
-        tracing::warn!("stopping guest {name}: its Lease could not be renewed within the deadline");
-        tenures.revoke(name);
-        lease.standing = Standing::Idle;
+        // The guest stays while its fence is open; the watchdog and the round's end stop it
+        // once the fence has closed (`enforce_fences`).
+        Ok(Err(err)) => tracing::warn!("renewing guest {name}'s Lease: {err}"),
+        Err(_) => tracing::warn!("renewing guest {name}'s Lease timed out"),
     }
 }
 

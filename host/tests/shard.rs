@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Host, module, wait_until};
+use common::{Host, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -24,20 +24,7 @@ const RETRY: Duration = Duration::from_millis(200);
 
 /// Six manifests of the stamper guest, guest `g<i>` reconciling the ConfigMaps of `shard-<i>`.
 fn manifest_dir(dir: &Path) -> PathBuf {
-    let module = module("stamper_a.wasm");
-    let manifests = dir.join("manifests");
-    std::fs::create_dir_all(&manifests).expect("dir");
-    for i in 0..GUESTS {
-        std::fs::write(
-            manifests.join(format!("g{i}.yaml")),
-            format!(
-                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: g{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [shard-{i}]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}}\n",
-                module.display()
-            ),
-        )
-        .expect("manifest");
-    }
-    manifests
+    common::stamper_manifests(dir, GUESTS, "")
 }
 
 fn start(manifests: &Path, kubeconfig: &Path, cache: &Path) -> Host {

@@ -85,6 +85,26 @@ pub const SHARD_ARGS: &[&str] = &[
     "200ms",
 ];
 
+/// A manifest directory under `dir` with `guests` stamper guests (`tests/guests/stamper`),
+/// guest `g<i>` reconciling the ConfigMaps of namespace `shard-<i>`, each spec with `extra`
+/// lines (two-space indented) added.
+pub fn stamper_manifests(dir: &Path, guests: usize, extra: &str) -> PathBuf {
+    let module = module("stamper_a.wasm");
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("dir");
+    for i in 0..guests {
+        std::fs::write(
+            manifests.join(format!("g{i}.yaml")),
+            format!(
+                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: g{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [shard-{i}]\n{extra}  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}}\n",
+                module.display()
+            ),
+        )
+        .expect("manifest");
+    }
+    manifests
+}
+
 /// A running `krec run`.
 pub struct Host {
     /// The process.
