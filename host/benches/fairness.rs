@@ -349,7 +349,7 @@ async fn round(
 async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
     let cluster = common::ClusterProcess::start();
     let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+    let client = krec::connect::client_from_kubeconfig(&kubeconfig)
         .await
         .expect("client");
     let mut driver = common::Driver::start(&cluster.kubeconfig_path);

@@ -227,7 +227,7 @@ fn main() {
     runtime.block_on(async {
         let cluster = common::ClusterProcess::start();
         let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         let api = ApiClient::new(client.clone());

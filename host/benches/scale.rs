@@ -200,7 +200,7 @@ fn main() {
     ];
     let mut results = serde_json::Map::new();
     runtime.block_on(async {
-        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         let api = ApiClient::new(client.clone());

@@ -135,10 +135,11 @@ fn main() {
     let cache = dir.path().join("cache");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let client = runtime.block_on(async {
-        let client =
-            krec::dev::client_from_kubeconfig(&std::fs::read_to_string(&kubeconfig).expect("kc"))
-                .await
-                .expect("client");
+        let client = krec::connect::client_from_kubeconfig(
+            &std::fs::read_to_string(&kubeconfig).expect("kc"),
+        )
+        .await
+        .expect("client");
         for i in 0..GUESTS {
             let ns = serde_json::from_value(json!({"metadata": {"name": format!("shard-{i}")}}))
                 .expect("ns");

@@ -66,7 +66,7 @@ fn pod(namespace: &str, i: usize) -> Value {
 }
 
 async fn client(kubeconfig: &str) -> kube::Client {
-    krec::dev::client_from_kubeconfig(kubeconfig)
+    krec::connect::client_from_kubeconfig(kubeconfig)
         .await
         .expect("client from kubeconfig")
 }

@@ -1,10 +1,18 @@
 //! krec: a host that runs Kubernetes reconcilers compiled to WebAssembly components.
 //!
 //! The host owns everything generic a controller needs and calls guests through the
-//! `krec:reconciler` WIT world (`wit/`). The data flows
-//! `cluster` → `guest` (this crate's [`guest::GuestWorker`] runs one reconcile) → the guest's
-//! `client` calls ([`imports`]) → permission check against the [`manifest`] →
-//! [`cluster::ClusterAccess`].
+//! `krec:reconciler` WIT world (`wit/`). From the top down:
+//!
+//! - [`cli`]: one file per `krec` command; [`runtime`]: the one place that assembles a running
+//!   host (admin server, leader election or [`shard`]ing, the [`manager`], admission server,
+//!   manifest watcher).
+//! - [`manager`]: the guests by manifest, each a [`controller`] (workqueue, workers, handlers)
+//!   over the shared [`cache`].
+//! - [`guest`]: a [`guest::GuestWorker`] runs one reconcile in wasmtime; the guest's `client`
+//!   calls ([`imports`]) are checked against its [`manifest`] and go to
+//!   [`cluster::ClusterAccess`], whose live backend reads the [`cache`] and writes through the
+//!   API [`client`].
+//! - [`vocab`]: the words every stage shares (kinds, errors, requests), below everything.
 
 #![deny(missing_docs)]
 
@@ -12,10 +20,11 @@ pub mod admin;
 #[allow(missing_docs)]
 pub mod bindings;
 pub mod cache;
+pub mod cli;
 pub mod client;
 pub mod cluster;
+pub mod connect;
 pub mod controller;
-pub mod dev;
 pub mod engine;
 pub mod files;
 pub mod guest;
@@ -31,6 +40,7 @@ pub mod objects;
 pub mod progress;
 pub mod queue;
 pub mod rbac;
+pub mod runtime;
 pub mod scaffold;
 pub mod shard;
 pub mod tenure;

@@ -30,10 +30,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::cache::{Cache, EventSink, Informer, SYNC_TIMEOUT};
+use crate::cache::{Cache, EventSink, Informer, InformerUse, SYNC_TIMEOUT};
 use crate::client::ApiClient;
 use crate::cluster::ClusterAccess;
-use crate::cluster::live::LiveCluster;
+use crate::cluster::live::{LiveCluster, Reads};
 use crate::controller::Controller;
 use crate::guest::{CpuGovernor, Engines, GuestModule, GuestWorker, ModuleCache, Runner};
 use crate::manifest::{Manifest, ManifestError};
@@ -146,7 +146,10 @@ struct Guest {
     manifest: Arc<Manifest>,
     /// Digest of the module file it runs.
     digest: String,
-    informers: Vec<Arc<Informer>>,
+    /// Its uses of the informers it watches: dropped, they stop the watches no guest needs.
+    informers: Vec<InformerUse>,
+    /// The informers its reads go through, kept across its versions.
+    reads: Arc<Reads>,
 }
 
 /// Running guests over one shared cache. Cheap to clone; clones share the guests.
@@ -211,7 +214,7 @@ fn scopes(manifest: &Manifest) -> Vec<Option<String>> {
     }
 }
 
-fn describe_all(informers: &[Arc<Informer>]) -> String {
+fn describe_all(informers: &[InformerUse]) -> String {
     if informers.is_empty() {
         return "nothing (generic sources only)".into();
     }
@@ -220,6 +223,11 @@ fn describe_all(informers: &[Arc<Informer>]) -> String {
         .map(|i| i.describe())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The informers behind `uses`, as the controller holds them.
+fn shared(uses: &[InformerUse]) -> Vec<Arc<Informer>> {
+    uses.iter().map(|u| u.informer().clone()).collect()
 }
 
 /// A loaded, instantiated version of a guest, not yet running.
@@ -320,7 +328,11 @@ impl Manager {
     }
 
     /// Load and instantiate `manifest`'s module on a blocking thread (compiling is CPU-bound).
-    async fn prepare(&self, manifest: Arc<Manifest>) -> Result<Prepared, StartError> {
+    async fn prepare(
+        &self,
+        manifest: Arc<Manifest>,
+        reads: Arc<Reads>,
+    ) -> Result<Prepared, StartError> {
         let inner = self.inner.clone();
         let loading = manifest.clone();
         let module = if let Some(runner) = inner.runners.get(&manifest.name) {
@@ -344,6 +356,7 @@ impl Manager {
         };
         let module = Arc::new(module.governed_by(&self.inner.governor));
         let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
+            .with_reads(reads)
             .with_metrics(self.inner.metrics.clone());
         if let Some(tenures) = &self.inner.tenures {
             live = live.with_fence(tenures.fence(&manifest.name));
@@ -356,12 +369,13 @@ impl Manager {
         Ok(Prepared { module, cluster })
     }
 
-    /// The informers `manifest`'s guest watches (all, and those of its `for` kind), started if
-    /// needed and waited for until synced.
+    /// Uses of the informers `manifest`'s guest watches, and those of its `for` kind, started
+    /// if needed and waited for until synced. On an error the uses made are dropped, which
+    /// stops the watches no other guest needs.
     async fn wire(
         &self,
         manifest: &Manifest,
-    ) -> Result<(Vec<Arc<Informer>>, Vec<Arc<Informer>>), StartError> {
+    ) -> Result<(Vec<InformerUse>, Vec<Arc<Informer>>), StartError> {
         let handlers = crate::controller::Handlers::from_manifest(manifest);
         let kinds = handlers.watched_kinds();
         let api = self.inner.cache.api();
@@ -390,7 +404,7 @@ impl Manager {
             }
         }
         let for_kind: Option<Gvk> = manifest.spec.for_kind.as_ref().map(|k| k.gvk());
-        let mut informers: Vec<Arc<Informer>> = Vec::new();
+        let mut informers: Vec<InformerUse> = Vec::new();
         let mut for_informers = Vec::new();
         for gvk in &kinds {
             for scope in scopes(manifest) {
@@ -403,9 +417,12 @@ impl Manager {
                         gvk: gvk.clone(),
                         source,
                     })?;
-                if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
+                if !informers
+                    .iter()
+                    .any(|i| Arc::ptr_eq(i.informer(), informer.informer()))
+                {
                     if for_kind.as_ref() == Some(gvk) {
-                        for_informers.push(informer.clone());
+                        for_informers.push(informer.informer().clone());
                     }
                     informers.push(informer);
                 }
@@ -434,7 +451,8 @@ impl Manager {
     ) -> Result<(), StartError> {
         let name = manifest.name.clone();
         let manifest = Arc::new(manifest);
-        let prepared = self.prepare(manifest.clone()).await?;
+        let reads = Arc::new(Reads::default());
+        let prepared = self.prepare(manifest.clone(), reads.clone()).await?;
         let digest = prepared.module.digest().to_owned();
         tracing::info!(
             "loaded guest {name} ({digest}, {:?})",
@@ -454,7 +472,6 @@ impl Manager {
         let (informers, for_informers) = match self.wire(&manifest).await {
             Ok(wired) => wired,
             Err(reason) => {
-                self.inner.cache.release(&name, Some(&sink), &[]);
                 // It never ran: no series may say it is loaded.
                 controller.forget_metrics();
                 return Err(reason);
@@ -463,7 +480,7 @@ impl Manager {
         for informer in &informers {
             informer.subscribe(sink.clone());
         }
-        controller.start(informers.clone(), for_informers);
+        controller.start(shared(&informers), for_informers);
         tracing::info!(
             "guest {name} started: {} worker(s), watching {}",
             manifest.spec.max_concurrent_reconciles.get(),
@@ -476,6 +493,7 @@ impl Manager {
                 manifest,
                 digest,
                 informers,
+                reads,
             },
         );
         self.publish(guests);
@@ -485,15 +503,10 @@ impl Manager {
     async fn swap_guest(&self, guest: &mut Guest, manifest: Manifest) -> Result<(), StartError> {
         let name = manifest.name.clone();
         let manifest = Arc::new(manifest);
-        let prepared = self.prepare(manifest.clone()).await?;
-        let (informers, for_informers) = match self.wire(&manifest).await {
-            Ok(wired) => wired,
-            Err(reason) => {
-                // Stop what `wire` started for the refused version only.
-                self.inner.cache.release(&name, None, &guest.informers);
-                return Err(reason);
-            }
-        };
+        let prepared = self.prepare(manifest.clone(), guest.reads.clone()).await?;
+        // On an error, `wire` has dropped its uses: what it started for the refused version
+        // only is stopped again.
+        let (informers, for_informers) = self.wire(&manifest).await?;
         let controller = guest.controller.clone();
         let sink: Arc<dyn EventSink> = controller.clone();
         let digest = prepared.module.digest().to_owned();
@@ -501,19 +514,30 @@ impl Manager {
         let version = controller.swap(
             prepared.module,
             prepared.cluster,
-            informers.clone(),
+            shared(&informers),
             for_informers,
         );
         // Like a restarted controller, the new version sees every object: new subscriptions
         // replay theirs, kept ones are replayed here (the queue folds duplicates).
         for informer in &informers {
-            if guest.informers.iter().any(|i| Arc::ptr_eq(i, informer)) {
+            if guest
+                .informers
+                .iter()
+                .any(|i| Arc::ptr_eq(i.informer(), informer.informer()))
+            {
                 informer.replay(controller.as_ref());
             } else {
                 informer.subscribe(sink.clone());
             }
         }
-        self.inner.cache.release(&name, Some(&sink), &informers);
+        for old in &guest.informers {
+            if !informers
+                .iter()
+                .any(|i| Arc::ptr_eq(i.informer(), old.informer()))
+            {
+                old.unsubscribe(&sink);
+            }
+        }
         tracing::info!(
             "guest {name} swapped to version {} ({digest}), watching {}",
             version.number,
@@ -521,6 +545,7 @@ impl Manager {
         );
         guest.manifest = manifest;
         guest.digest = digest;
+        // The old uses go: watches only the old version needed stop.
         guest.informers = informers;
         Ok(())
     }
@@ -530,10 +555,12 @@ impl Manager {
         guest.controller.shutdown(SHUTDOWN_TIMEOUT).await;
         guest.controller.forget_metrics();
         let sink: Arc<dyn EventSink> = guest.controller.clone();
-        self.inner.cache.release(&name, Some(&sink), &[]);
-        self.inner
-            .cache
-            .release(&crate::cluster::live::reader_id(&name), None, &[]);
+        for informer in &guest.informers {
+            informer.unsubscribe(&sink);
+        }
+        // Its uses go with it: the watches no other guest needs stop.
+        guest.reads.clear();
+        drop(guest);
         tracing::info!("guest {name} stopped: its manifest is gone");
     }
 
@@ -816,5 +843,153 @@ impl Manager {
         futures::future::join_all(stops).await;
         guests.clear();
         self.inner.cache.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::Runner;
+    use crate::guest::script::Script;
+    use crate::vocab::ListOptions;
+
+    /// The manifest of guest `name` reconciling `for_kind` (a core kind), reading ConfigMaps.
+    fn manifest(name: &str, for_kind: &str) -> Manifest {
+        let text = format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {name}.wasm\n  for: {{apiVersion: v1, kind: {for_kind}}}\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch]}}\n    - {{apiVersion: v1, kind: {for_kind}, verbs: [get, list, watch]}}\n"
+        );
+        Manifest::parse(Path::new(&format!("{name}.yaml")), &text).expect("manifest")
+    }
+
+    /// A manager over an API server in this process, its guests `names` scripted.
+    async fn manager(names: &[&str], manifests: Vec<Manifest>) -> Manager {
+        let (_, app, stop) = krec_apiserver::in_process(Arc::default()).expect("api server");
+        // The server lives as long as the test.
+        std::mem::forget(stop);
+        let script: Arc<dyn Runner> = Script::new(Vec::new());
+        let options = ManagerOptions {
+            runners: names
+                .iter()
+                .map(|n| ((*n).to_owned(), script.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        let api = ApiClient::new(kube::Client::new(app, "default"));
+        Manager::start_with(api, manifests, options)
+            .await
+            .expect("manager")
+    }
+
+    /// Each informer as `Kind users… (subscribers)`.
+    fn informers(manager: &Manager) -> Vec<String> {
+        manager
+            .cache()
+            .inspect()
+            .into_iter()
+            .map(|i| format!("{} {} ({})", i.gvk.kind, i.users.join(","), i.subscribers))
+            .collect()
+    }
+
+    fn scanned(manifests: Vec<Manifest>) -> Vec<Result<Manifest, ManifestError>> {
+        manifests.into_iter().map(Ok).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_guest_should_hold_its_watches_until_it_goes_and_share_them_meanwhile() {
+        let manager = manager(
+            &["a", "b"],
+            vec![manifest("a", "ConfigMap"), manifest("b", "ConfigMap")],
+        )
+        .await;
+        assert_eq!(informers(&manager), ["ConfigMap a,b (2)"]);
+
+        let report = manager
+            .apply(scanned(vec![manifest("b", "ConfigMap")]))
+            .await;
+        assert_eq!(report.removed, ["a"]);
+        assert_eq!(informers(&manager), ["ConfigMap b (1)"], "b still needs it");
+
+        let report = manager.apply(Vec::new()).await;
+        assert_eq!(report.removed, ["b"]);
+        assert!(informers(&manager).is_empty(), "no guest: no watch");
+        manager.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_swap_should_move_the_subscriptions_and_keep_what_the_guest_reads() {
+        let manager = manager(&["a"], vec![manifest("a", "Secret")]).await;
+        let controller = manager.controller("a").expect("guest a");
+        // A read of ConfigMaps, as the guest's `list` makes it: the cache starts their watch.
+        let cluster = controller.version().cluster.clone();
+        cluster
+            .list(
+                &Gvk::new("", "v1", "ConfigMap"),
+                &ListOptions {
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("list");
+        assert_eq!(informers(&manager), ["ConfigMap a (0)", "Secret a (1)"]);
+
+        // The new version reconciles ConfigMaps: it subscribes to the same informer, and the
+        // Secret watch, which only the old version needed, stops.
+        let report = manager
+            .apply(scanned(vec![manifest("a", "ConfigMap")]))
+            .await;
+        assert_eq!(report.swapped, ["a"], "{report:?}");
+        assert_eq!(controller.version().number, 2);
+        assert_eq!(informers(&manager), ["ConfigMap a (1)"]);
+
+        // Back to Secrets: the ConfigMap watch stays, for the guest's reads.
+        let report = manager.apply(scanned(vec![manifest("a", "Secret")])).await;
+        assert_eq!(report.swapped, ["a"], "{report:?}");
+        assert_eq!(informers(&manager), ["ConfigMap a (0)", "Secret a (1)"]);
+
+        manager.apply(Vec::new()).await;
+        assert!(informers(&manager).is_empty(), "{:?}", informers(&manager));
+        drop(cluster);
+        manager.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_version_should_leave_the_running_one_and_no_watch_behind() {
+        let manager = manager(&["a"], vec![manifest("a", "ConfigMap")]).await;
+        let mut refused = manifest("a", "ConfigMap");
+        // A second watched kind that the server does not serve.
+        refused.spec.owns.push(crate::manifest::KindRef {
+            api_version: "example.com/v1".into(),
+            kind: "Missing".into(),
+        });
+        let report = manager.apply(scanned(vec![refused])).await;
+        assert_eq!(report.rejected.len(), 1, "{report:?}");
+        assert!(report.rejected[0].reason.contains("Missing"), "{report:?}");
+        let controller = manager.controller("a").expect("still running");
+        assert_eq!(controller.version().number, 1);
+        assert_eq!(informers(&manager), ["ConfigMap a (1)"]);
+        manager.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_guest_that_cannot_start_should_leave_no_watch_and_not_stop_the_others() {
+        let mut broken = manifest("b", "Secret");
+        broken.spec.owns.push(crate::manifest::KindRef {
+            api_version: "example.com/v1".into(),
+            kind: "Missing".into(),
+        });
+        let manager = manager(&["a", "b"], vec![manifest("a", "ConfigMap")]).await;
+        let report = manager
+            .apply(scanned(vec![manifest("a", "ConfigMap"), broken]))
+            .await;
+        assert_eq!(report.rejected.len(), 1, "{report:?}");
+        assert_eq!(report.rejected[0].guest, "b");
+        assert!(manager.controller("b").is_none());
+        assert_eq!(
+            informers(&manager),
+            ["ConfigMap a (1)"],
+            "b's Secret watch is gone"
+        );
+        manager.shutdown(Duration::from_secs(1)).await;
     }
 }

@@ -3,6 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
+use crate::client::ApiClient;
+use crate::vocab::{AccessError, describe};
+
 /// An object file (or directory) that cannot be read, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {message}", path.display())]
@@ -80,4 +85,55 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, ObjectFileErro
         }
     }
     Ok(objects)
+}
+
+/// Create `objects` through the API: CRDs first (so their kinds are served), then namespaces,
+/// then the rest in order. An object given more than once (a sample extending another's CRD) is
+/// created from its last definition. Objects that exist already are left as they are. Returns
+/// one line per object that could not be applied.
+pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> {
+    let rank = |o: &Value| match o.get("kind").and_then(Value::as_str) {
+        Some("CustomResourceDefinition") => 0,
+        Some("Namespace") => 1,
+        _ => 2,
+    };
+    let identity = |o: &Value| {
+        let text = |pointer: &str| {
+            o.pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let group = text("/apiVersion").map(|v| {
+            v.rsplit_once('/')
+                .map_or(String::new(), |(g, _)| g.to_owned())
+        });
+        Some((
+            group?,
+            text("/kind")?,
+            text("/metadata/namespace"),
+            text("/metadata/name")?,
+        ))
+    };
+    let mut last = std::collections::HashMap::new();
+    for (i, object) in objects.iter().enumerate() {
+        if let Some(id) = identity(object) {
+            last.insert(id, i);
+        }
+    }
+    let mut objects: Vec<Value> = objects
+        .into_iter()
+        .enumerate()
+        .filter(|(i, o)| identity(o).is_none_or(|id| last.get(&id) == Some(i)))
+        .map(|(_, o)| o)
+        .collect();
+    objects.sort_by_key(rank);
+    let mut problems = Vec::new();
+    for object in objects {
+        let what = describe(&object);
+        match api.create(&object, "krec-dev").await.map(drop) {
+            Ok(()) | Err(AccessError::AlreadyExists(_)) => tracing::info!("applied {what}"),
+            Err(err) => problems.push(format!("{what}: {err}")),
+        }
+    }
+    problems
 }

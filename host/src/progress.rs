@@ -1,5 +1,6 @@
-//! Progress of long start-up work (compiling guests, syncing caches): a progress line on a
-//! terminal, log lines otherwise.
+//! What krec tells the person running it: announcements on stdout ([`say`]) and the progress
+//! of long start-up work (compiling guests, syncing caches), a progress line on a terminal,
+//! log lines otherwise.
 
 use std::io::IsTerminal as _;
 
@@ -45,4 +46,12 @@ impl Progress {
             bar.finish_and_clear();
         }
     }
+}
+
+/// Print a line for the person running krec, on stdout. A long-running host must not die
+/// because nobody reads its stdout any more (a closed pipe, a detached terminal), so write
+/// errors are ignored.
+pub fn say(line: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }

@@ -153,7 +153,7 @@ impl Setup {
             .expect("server");
         let kubeconfig = dir.path().join("kc.yaml");
         cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-        let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+        let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
             .await
             .expect("client");
         for i in 0..GUESTS {

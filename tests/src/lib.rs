@@ -249,7 +249,7 @@ impl Live {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
         let (cluster, client, api) = local_cluster_on(builder).await;
-        let problems = krec::dev::apply_objects(&api, objects).await;
+        let problems = krec::objects::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
         let manager = krec::manager::Manager::start_with(api.clone(), manifests, options)
             .await
@@ -345,7 +345,7 @@ pub async fn local_cluster_on(
     Arc<krec::client::ApiClient>,
 ) {
     let cluster = builder.start().await.expect("embedded API server starts");
-    let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+    let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");
     let api = krec::client::ApiClient::new(client.clone());

@@ -48,12 +48,7 @@ async fn a_hundred_retries_should_count_into_one_event() {
         "warn-and-fail",
     ));
     live.eventually("100 failed reconciles", || async {
-        (controller
-            .stats()
-            .errors
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 100)
-            .then_some(())
+        (controller.stats().errors() >= 100).then_some(())
     })
     .await;
     let event = live

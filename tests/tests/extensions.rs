@@ -2,8 +2,6 @@
 //! watching Deployments mapped to their namespace) by its `map` export and by the declarative
 //! `mapToNamespace`, configured through `spec.config`.
 
-use std::sync::atomic::Ordering;
-
 use krec::manifest::Manifest;
 use krec::vocab::Gvk;
 use krec_tests::{Live, deployment_gvk, repo_root, sample_manifest};
@@ -98,7 +96,7 @@ async fn one_deployment_should_reconcile_only_its_namespace(manifest: Manifest) 
         team_b["metadata"]["resourceVersion"], team_b_after["metadata"]["resourceVersion"],
         "another namespace was not touched"
     );
-    assert_eq!(controller.stats().traps.load(Ordering::Relaxed), 0);
+    assert_eq!(controller.stats().traps(), 0);
 
     // Deleting it maps to the namespace too.
     live.api

@@ -231,12 +231,7 @@ async fn another_guests_cached_reads_should_not_make_a_namespaced_guest_lose_upd
     .await;
     let reader = live.controller("reader");
     live.eventually("the reader's first read", || async {
-        (reader
-            .stats()
-            .done
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0)
-        .then_some(())
+        (reader.stats().done() > 0).then_some(())
     })
     .await;
     let stamped = |value: String| {
@@ -336,12 +331,7 @@ async fn a_busy_loop_should_get_no_more_cpu_than_its_limit() {
 async fn a_key_that_keeps_trapping_should_be_quarantined() {
     let live = live_misbehave().await;
     let controller = live.controller("misbehave");
-    let traps = || {
-        controller
-            .stats()
-            .traps
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let traps = || controller.stats().traps();
     controller.trigger(Request::new(None, "panic"));
     // Backoff 5, 10, 20, 40 ms: five traps come quickly...
     live.eventually("five traps", || async {

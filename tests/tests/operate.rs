@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use krec::admin::{Admin, AdminError};
-use krec::dev::HostOptions;
 use krec::leader::LeaderConfig;
+use krec::runtime::HostOptions;
 use krec_tests::{Live, rs_gvk, sample_manifest};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -71,12 +71,7 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
     // The label is visible as soon as the guest's update lands, before its reconcile returns.
     let controller = live.controller("pod-counter");
     live.eventually("the labelling reconcile to finish", || async {
-        (controller
-            .stats()
-            .done
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 1)
-            .then_some(())
+        (controller.stats().done() >= 1).then_some(())
     })
     .await;
     let admin = Admin::start("127.0.0.1:0".parse().expect("addr"), None)
@@ -209,12 +204,12 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readiness_trigger_leadership_and_shutdown_through_serve() {
+async fn readiness_trigger_leadership_and_shutdown_through_the_runtime() {
     let cluster = krec_apiserver::Server::builder()
         .start()
         .await
         .expect("server");
-    let client = krec::dev::client_from_kubeconfig(cluster.kubeconfig())
+    let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");
     let store = cluster.store().clone();
@@ -234,23 +229,12 @@ async fn readiness_trigger_leadership_and_shutdown_through_serve() {
         leader: Some(leader),
         ..Default::default()
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let manifests_dir = manifest.path.parent().expect("dir").to_owned();
-    let serving = tokio::spawn(async move {
-        krec::dev::serve(
-            client,
-            &manifests_dir,
-            vec![manifest],
-            options,
-            move |manager, _| {
-                let _ = started_tx.send(manager.clone());
-            },
-            async move {
-                let _ = stop_rx.await;
-            },
-        )
-        .await
+    let starting = tokio::spawn(async move {
+        krec::runtime::Runtime::builder(client, &manifests_dir, vec![manifest])
+            .options(options)
+            .start()
+            .await
     });
     // Not ready while the guest compiles and the election is undecided, then ready.
     let mut saw_unready = false;
@@ -270,7 +254,8 @@ async fn readiness_trigger_leadership_and_shutdown_through_serve() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(saw_unready, "/readyz was 503 before the host was ready");
-    let manager = started_rx.await.expect("started");
+    let runtime = starting.await.expect("task").expect("started");
+    let manager = runtime.manager().clone();
     let (_, text) = http(addr, "GET", "/metrics", None).await;
     assert_eq!(
         series(&text, r#"leader_election_master_status{name="krec-test"}"#),
@@ -317,9 +302,8 @@ async fn readiness_trigger_leadership_and_shutdown_through_serve() {
         404
     );
 
-    // Graceful stop: serve returns, the Lease is released.
-    stop_tx.send(()).expect("stop");
-    serving.await.expect("task").expect("serve");
+    // Graceful stop: the runtime shuts down, the Lease is released.
+    runtime.shutdown().await;
     let leases = store
         .registry()
         .by_plural("coordination.k8s.io", "v1", "leases")

@@ -10,7 +10,7 @@ use support::{repo_root, start};
 async fn krec_rbac_and_the_deploy_manifests_should_apply_cleanly() {
     let (_cluster, dir, kubectl) = start().await;
     let samples = repo_root().join("sample-guests");
-    let manifests = krec::dev::load_manifests(&samples).expect("sample manifests");
+    let manifests = krec::manifest::Manifest::load_valid(&samples).expect("sample manifests");
     let subject = krec::rbac::Subject {
         name: "krec".into(),
         namespace: "krec-system".into(),

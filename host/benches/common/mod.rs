@@ -342,7 +342,7 @@ where
         .expect("runtime");
     let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
     runtime.block_on(async {
-        let client = krec::dev::client_from_kubeconfig(&kubeconfig)
+        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         for line in std::io::stdin().lock().lines() {

@@ -16,7 +16,7 @@
 //!   (like `AddEventHandler` on a running informer).
 //! - Reads see the store after every event delivered so far; writes never go through the cache.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -144,7 +144,8 @@ pub struct Informer {
     seen: tokio::sync::watch::Sender<u64>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// Guests that subscribed to or read through this informer: it runs while any remain.
-    users: Mutex<BTreeSet<String>>,
+    /// The guests holding an [`InformerUse`] of it, with how many each holds.
+    users: Mutex<BTreeMap<String, usize>>,
 }
 
 impl std::fmt::Debug for Informer {
@@ -228,7 +229,7 @@ impl Informer {
             synced: tokio::sync::watch::channel(true).0,
             seen: tokio::sync::watch::channel(seen).0,
             task: Mutex::new(None),
-            users: Mutex::new(BTreeSet::new()),
+            users: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -396,17 +397,32 @@ impl Informer {
             .retain(|s| !Arc::ptr_eq(s, sink));
     }
 
-    pub(crate) fn add_user(&self, user: &str) {
-        self.users
+    /// One more use by `user`; the caller holds the cache's lock.
+    fn add_user(&self, user: &str) {
+        *self
+            .users
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(user.to_owned());
+            .entry(user.to_owned())
+            .or_insert(0) += 1;
+    }
+
+    /// One use by `user` fewer; whether any use is left. The caller holds the cache's lock.
+    fn remove_user(&self, user: &str) -> bool {
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = users.get_mut(user) {
+            *count -= 1;
+            if *count == 0 {
+                users.remove(user);
+            }
+        }
+        !users.is_empty()
     }
 
     /// The guests using this informer.
     pub fn users(&self) -> Vec<String> {
         let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
-        users.iter().cloned().collect()
+        users.keys().cloned().collect()
     }
 
     fn stop(&self) {
@@ -582,6 +598,78 @@ impl Informer {
     }
 }
 
+/// A guest's use of a shared informer: the informer watches while any use of it is held, and
+/// dropping the last one stops its watch and removes it from the cache. Events reach a guest
+/// only through its [subscription](Informer::subscribe), which is separate.
+pub struct InformerUse {
+    informer: Arc<Informer>,
+    cache: std::sync::Weak<Cache>,
+    user: String,
+}
+
+impl InformerUse {
+    /// A new use of `informer` by `user`; called with the cache's lock held.
+    fn new(cache: &Arc<Cache>, informer: Arc<Informer>, user: &str) -> Self {
+        informer.add_user(user);
+        InformerUse {
+            informer,
+            cache: Arc::downgrade(cache),
+            user: user.to_owned(),
+        }
+    }
+
+    /// The informer.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl std::ops::Deref for InformerUse {
+    type Target = Arc<Informer>;
+
+    fn deref(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl std::fmt::Debug for InformerUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerUse")
+            .field("informer", &self.informer.describe())
+            .field("user", &self.user)
+            .finish()
+    }
+}
+
+impl Drop for InformerUse {
+    fn drop(&mut self) {
+        let Some(cache) = self.cache.upgrade() else {
+            // The cache is gone and has stopped every watch.
+            self.informer.remove_user(&self.user);
+            return;
+        };
+        // Under the cache's lock, so that no new use of this informer can be handed out
+        // between the count reaching zero and the informer's removal.
+        let mut informers = cache.informers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.informer.remove_user(&self.user) {
+            return;
+        }
+        let key = (self.informer.gvk.clone(), self.informer.namespace.clone());
+        if informers
+            .get(&key)
+            .is_some_and(|i| Arc::ptr_eq(i, &self.informer))
+        {
+            informers.remove(&key);
+        }
+        drop(informers);
+        tracing::debug!(
+            "no guest needs {} any more: watch stopped",
+            self.informer.describe()
+        );
+        self.informer.stop();
+    }
+}
+
 /// The informers of one host, keyed by kind and namespace scope.
 pub struct Cache {
     api: Arc<ApiClient>,
@@ -625,9 +713,10 @@ impl Cache {
         &self.api
     }
 
-    /// The informer of `gvk` in `namespace` (`None`: all namespaces) on behalf of the guest
-    /// `user`, started if none runs yet. A cluster-scoped kind is always watched cluster-wide.
-    /// The informer runs until every guest that used it is [released](Self::release).
+    /// A use of the informer of `gvk` in `namespace` (`None`: all namespaces) on behalf of the
+    /// guest `user`, started if none runs yet. A cluster-scoped kind is always watched
+    /// cluster-wide. The informer runs while any [`InformerUse`] of it is held: dropping the
+    /// last one stops its watch.
     ///
     /// # Errors
     ///
@@ -637,14 +726,13 @@ impl Cache {
         gvk: &Gvk,
         namespace: Option<&str>,
         user: &str,
-    ) -> Result<Arc<Informer>, AccessError> {
+    ) -> Result<InformerUse, AccessError> {
         let resolved = self.api.resolve(gvk).await?;
         let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
         let key = (gvk.clone(), namespace.clone());
         let mut informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(found) = informers.get(&key) {
-            found.add_user(user);
-            return Ok(found.clone());
+            return Ok(InformerUse::new(self, found.clone(), user));
         }
         let informer = Arc::new(Informer {
             gvk: gvk.clone(),
@@ -655,14 +743,13 @@ impl Cache {
             synced: tokio::sync::watch::channel(false).0,
             seen: tokio::sync::watch::channel(0).0,
             task: Mutex::new(None),
-            users: Mutex::new(BTreeSet::new()),
+            users: Mutex::new(BTreeMap::new()),
         });
         let task = tokio::spawn(run(self.api.clone(), informer.clone()));
         *informer.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         tracing::debug!("watching {}", informer.describe());
-        informer.add_user(user);
         informers.insert(key, informer.clone());
-        Ok(informer)
+        Ok(InformerUse::new(self, informer, user))
     }
 
     /// An informer already running for `gvk` in exactly this scope.
@@ -690,32 +777,6 @@ impl Cache {
             .collect();
         out.sort_by(|a, b| (&a.gvk, &a.namespace).cmp(&(&b.gvk, &b.namespace)));
         out
-    }
-
-    /// The guest `user` no longer needs any informer but those in `keep`: it is unsubscribed
-    /// from the others, and informers no guest uses any more are stopped (their watches end).
-    pub fn release(&self, user: &str, sink: Option<&Arc<dyn EventSink>>, keep: &[Arc<Informer>]) {
-        let mut informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
-        informers.retain(|_, informer| {
-            if keep.iter().any(|k| Arc::ptr_eq(k, informer)) {
-                return true;
-            }
-            if let Some(sink) = sink {
-                informer.unsubscribe(sink);
-            }
-            let mut users = informer.users.lock().unwrap_or_else(|e| e.into_inner());
-            users.remove(user);
-            if !users.is_empty() {
-                return true;
-            }
-            drop(users);
-            tracing::debug!(
-                "no guest needs {} any more: watch stopped",
-                informer.describe()
-            );
-            informer.stop();
-            false
-        });
     }
 
     /// Stop every watch.

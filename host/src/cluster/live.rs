@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::ClusterAccess;
-use crate::cache::{Cache, Informer, SYNC_TIMEOUT};
+use crate::cache::{Cache, Informer, InformerUse, SYNC_TIMEOUT};
 use crate::client::ApiClient;
 use crate::manifest::Manifest;
 use crate::vocab::{
@@ -42,17 +42,37 @@ pub fn field_manager(guest: &str) -> String {
     format!("krec-{guest}")
 }
 
-/// The cache user a guest's reads are attributed to: distinct from its subscriptions, so that
-/// swapping its watches does not stop the informers it reads through.
-pub fn reader_id(guest: &str) -> String {
-    format!("{guest}#reads")
+/// The informers a guest's cached reads go through, by kind and namespace asked: a use of each
+/// is taken on the first read and held, apart from the uses its subscriptions hold, so that
+/// swapping its watches does not stop what it reads through. Shared by the versions of one
+/// guest ([`LiveCluster::with_reads`]); [cleared](Self::clear) when the guest goes.
+#[derive(Debug, Default)]
+pub struct Reads(Mutex<HashMap<(Gvk, Option<String>), InformerUse>>);
+
+impl Reads {
+    fn held(&self, key: &(Gvk, Option<String>)) -> Option<Arc<Informer>> {
+        let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(key).map(|u| u.informer().clone())
+    }
+
+    /// Keep `taken` for `key` (two first reads at once: the first kept, the other dropped).
+    fn keep(&self, key: (Gvk, Option<String>), taken: InformerUse) -> Arc<Informer> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.entry(key).or_insert(taken).informer().clone()
+    }
+
+    /// Let every informer go: those no other guest uses stop watching.
+    pub fn clear(&self) {
+        let released = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(released);
+    }
 }
 
 /// A guest's cluster access over the shared cache and the API server.
 pub struct LiveCluster {
     guest: String,
-    /// The cache user its reads are attributed to (see [`reader_id`]).
-    reader: String,
+    /// The informers its cached reads go through (see [`Reads`]).
+    reads: Arc<Reads>,
     cache: Arc<Cache>,
     api: Arc<ApiClient>,
     field_manager: String,
@@ -163,7 +183,7 @@ impl LiveCluster {
     /// The access of the guest `manifest` describes.
     pub fn new(cache: Arc<Cache>, manifest: &Manifest) -> Self {
         LiveCluster {
-            reader: reader_id(&manifest.name),
+            reads: Arc::default(),
             guest: manifest.name.clone(),
             api: cache.api().clone(),
             cache,
@@ -179,6 +199,12 @@ impl LiveCluster {
             metrics: None,
             fence: None,
         }
+    }
+
+    /// Read through `reads`, shared with the guest's other versions, instead of a set of its own.
+    pub fn with_reads(mut self, reads: Arc<Reads>) -> Self {
+        self.reads = reads;
+        self
     }
 
     /// Send writes only while `fence` is open (guests sharded across replicas).
@@ -358,6 +384,20 @@ impl LiveCluster {
         caught_up
     }
 
+    /// The informer of `gvk` in `namespace` for the guest's reads, its use taken on the first.
+    async fn read_through(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+    ) -> Result<Arc<Informer>, AccessError> {
+        let key = (gvk.clone(), namespace.map(str::to_owned));
+        if let Some(held) = self.reads.held(&key) {
+            return Ok(held);
+        }
+        let taken = self.cache.informer(gvk, namespace, &self.guest).await?;
+        Ok(self.reads.keep(key, taken))
+    }
+
     /// The informers that answer a read of `gvk` in `namespace` (`None`: every namespace the
     /// guest sees), or `None` when the read must go to the API server.
     async fn readers(
@@ -373,7 +413,7 @@ impl LiveCluster {
         // its own pace, so a reconcile triggered by an event could read an object older than
         // that event there, return `done`, and the change would never be reconciled.
         let informers = if self.namespaces.is_empty() {
-            vec![self.cache.informer(gvk, None, &self.reader).await?]
+            vec![self.read_through(gvk, None).await?]
         } else {
             let wanted: Vec<&str> = match namespace {
                 Some(ns) if self.namespaces.iter().any(|n| n == ns) => vec![ns],
@@ -383,7 +423,7 @@ impl LiveCluster {
             };
             let mut informers = Vec::new();
             for ns in wanted {
-                let informer = self.cache.informer(gvk, Some(ns), &self.reader).await?;
+                let informer = self.read_through(gvk, Some(ns)).await?;
                 // A cluster-scoped kind has one informer whatever the namespace asked.
                 if !informers.iter().any(|i| Arc::ptr_eq(i, &informer)) {
                     informers.push(informer);

@@ -49,6 +49,7 @@ use crate::metrics::{
 use crate::queue::{RateLimit, WorkQueue};
 use crate::vocab::Gvk;
 use map_backlog::MapBacklog;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
 impl std::fmt::Display for Request {
@@ -80,31 +81,134 @@ fn action_after(action: Action) -> Action {
     }
 }
 
-/// Counters of one controller's reconciles.
-#[derive(Debug, Default)]
+/// How one reconcile ended, as counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// `done` (and `requeue-after(0)`).
+    Done,
+    /// `requeue`.
+    Requeue,
+    /// `requeue-after(d)`.
+    RequeueAfter,
+    /// The guest returned an error (or its configuration was refused).
+    Error,
+    /// The guest trapped.
+    Trap(TrapCause),
+}
+
+/// One controller's reconciles: what is running now, and how those that ended ended.
+///
+/// The outcomes are counted once, in the controller's Prometheus series
+/// (`controller_runtime_reconcile_total{result}`, `controller_runtime_reconcile_errors_total`,
+/// `krec_guest_traps_total{cause}`); the accessors read those same counters.
+#[derive(Debug)]
 pub struct Stats {
-    /// Reconciles that returned `done`.
-    pub done: AtomicU64,
-    /// Reconciles that returned `requeue` or `requeue-after`.
-    pub requeued: AtomicU64,
-    /// Reconciles that returned an error.
-    pub errors: AtomicU64,
-    /// Reconciles that trapped.
-    pub traps: AtomicU64,
+    success: Counter,
+    requeue: Counter,
+    requeue_after: Counter,
+    error: Counter,
+    /// `reconcile_errors_total`: errors and traps.
+    errors_total: Counter,
+    /// The trap counters by cause, made on a cause's first trap.
+    traps: Mutex<std::collections::BTreeMap<&'static str, Counter>>,
+    trap_family: prometheus_client::metrics::family::Family<TrapLabels, Counter>,
+    guest: String,
     /// Times a key was handed to a worker while another worker was reconciling it. The
     /// workqueue guarantees this stays zero; it is counted, not assumed.
     pub overlaps: AtomicU64,
     active: Mutex<HashSet<Request>>,
-    traps_by_cause: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl Stats {
+    /// The counters of guest `name` in `metrics`.
+    fn new(metrics: &Metrics, name: &str) -> Self {
+        let result = |result: &str| {
+            metrics
+                .reconcile_total
+                .get_or_create(&ResultLabels {
+                    controller: name.to_owned(),
+                    result: result.to_owned(),
+                })
+                .clone()
+        };
+        Stats {
+            success: result("success"),
+            requeue: result("requeue"),
+            requeue_after: result("requeue_after"),
+            error: result("error"),
+            errors_total: metrics
+                .reconcile_errors
+                .get_or_create(&ControllerLabel {
+                    controller: name.to_owned(),
+                })
+                .clone(),
+            traps: Mutex::default(),
+            trap_family: metrics.traps.clone(),
+            guest: name.to_owned(),
+            overlaps: AtomicU64::new(0),
+            active: Mutex::default(),
+        }
+    }
+
+    /// Count one reconcile's `outcome`: the one place outcomes are counted.
+    fn record(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Done => {
+                self.success.inc();
+            }
+            Outcome::Requeue => {
+                self.requeue.inc();
+            }
+            Outcome::RequeueAfter => {
+                self.requeue_after.inc();
+            }
+            Outcome::Error => {
+                self.error.inc();
+                self.errors_total.inc();
+            }
+            Outcome::Trap(cause) => {
+                self.error.inc();
+                self.errors_total.inc();
+                self.traps
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(cause.as_str())
+                    .or_insert_with(|| {
+                        self.trap_family
+                            .get_or_create(&TrapLabels {
+                                guest: self.guest.clone(),
+                                cause: cause.as_str().to_owned(),
+                            })
+                            .clone()
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    /// Reconciles that returned `done`.
+    pub fn done(&self) -> u64 {
+        self.success.get()
+    }
+
+    /// Reconciles that returned `requeue` or `requeue-after`.
+    pub fn requeued(&self) -> u64 {
+        self.requeue.get() + self.requeue_after.get()
+    }
+
+    /// Reconciles that trapped.
+    pub fn traps(&self) -> u64 {
+        self.traps_by_cause().values().sum()
+    }
+
+    /// Reconciles that returned an error (traps aside).
+    pub fn errors(&self) -> u64 {
+        self.error.get().saturating_sub(self.traps())
+    }
+
     /// All reconciles so far, whatever their result.
     pub fn total(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
-            + self.requeued.load(Ordering::Relaxed)
-            + self.errors.load(Ordering::Relaxed)
-            + self.traps.load(Ordering::Relaxed)
+        self.done() + self.requeued() + self.error.get()
     }
 
     /// Keys being reconciled right now.
@@ -114,19 +218,12 @@ impl Stats {
 
     /// Traps so far, by cause (`timeout`, `out_of_memory`, `panic`, ...).
     pub fn traps_by_cause(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.traps_by_cause
+        self.traps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn count_trap(&self, cause: TrapCause) {
-        *self
-            .traps_by_cause
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(cause.as_str())
-            .or_insert(0) += 1;
+            .iter()
+            .map(|(cause, counter)| (*cause, counter.get()))
+            .collect()
     }
 
     fn begin(&self, request: &Request) {
@@ -341,6 +438,7 @@ impl Controller {
         let version = Version::new(module, cluster);
         publish_version(&metrics, &name, None, &version);
         init_series(&metrics, &name);
+        let stats = Arc::new(Stats::new(&metrics, &name));
         Arc::new(Controller {
             stages: metrics.stages(&name),
             map_backlog: Arc::default(),
@@ -351,7 +449,7 @@ impl Controller {
             gate,
             version: ArcSwap::from_pointee(version),
             queue: Arc::new(queue),
-            stats: Arc::new(Stats::default()),
+            stats,
             workers_wanted: AtomicUsize::new(0),
             workers: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
@@ -774,16 +872,6 @@ impl Controller {
         }
     }
 
-    fn count(&self, result: &str) {
-        self.metrics
-            .reconcile_total
-            .get_or_create(&ResultLabels {
-                controller: self.name.clone(),
-                result: result.to_owned(),
-            })
-            .inc();
-    }
-
     /// Update the series read at scrape time: queue depth, unfinished work, longest processor.
     pub fn refresh_metrics(&self) {
         let name = NameLabel {
@@ -815,46 +903,26 @@ impl Controller {
         let quarantined = self.trap_streak(request, trapped);
         match result.map(action_after) {
             Ok(Action::Done) => {
-                self.stats.done.fetch_add(1, Ordering::Relaxed);
-                self.count("success");
+                self.stats.record(Outcome::Done);
                 self.queue.forget(request);
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"done", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::Requeue) => {
-                self.stats.requeued.fetch_add(1, Ordering::Relaxed);
-                self.count("requeue");
+                self.stats.record(Outcome::Requeue);
                 self.queue.add_rate_limited(request.clone());
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"requeue", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::RequeueAfter(after)) => {
-                self.stats.requeued.fetch_add(1, Ordering::Relaxed);
-                self.count("requeue_after");
+                self.stats.record(Outcome::RequeueAfter);
                 self.queue.forget(request);
                 self.queue.add_after(request.clone(), after);
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %format_args!("requeue_after({after:?})"), duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Err(err) => {
-                self.count("error");
-                self.metrics
-                    .reconcile_errors
-                    .get_or_create(&self.controller_label())
-                    .inc();
-                match &err {
-                    ReconcileError::Trap { cause, .. } => {
-                        self.stats.traps.fetch_add(1, Ordering::Relaxed);
-                        self.stats.count_trap(*cause);
-                        self.metrics
-                            .traps
-                            .get_or_create(&TrapLabels {
-                                guest: self.name.clone(),
-                                cause: cause.as_str().to_owned(),
-                            })
-                            .inc();
-                    }
-                    ReconcileError::Guest { .. } | ReconcileError::Config { .. } => {
-                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                self.stats.record(match &err {
+                    ReconcileError::Trap { cause, .. } => Outcome::Trap(*cause),
+                    ReconcileError::Guest { .. } | ReconcileError::Config { .. } => Outcome::Error,
+                });
                 if quarantined {
                     self.queue
                         .add_rate_limited_at_least(request.clone(), QUARANTINE_DELAY);
@@ -976,8 +1044,8 @@ mod tests {
         let calls = script.calls();
         assert_eq!(calls.len(), 2, "again after it");
         assert!(calls[1].1 - started >= Duration::from_secs(30));
-        assert_eq!(controller.stats().done.load(Ordering::Relaxed), 1);
-        assert_eq!(controller.stats().requeued.load(Ordering::Relaxed), 1);
+        assert_eq!(controller.stats().done(), 1);
+        assert_eq!(controller.stats().requeued(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -994,7 +1062,7 @@ mod tests {
             [1, 2, 4].map(Duration::from_secs),
             "base delay 1 s, doubling"
         );
-        assert_eq!(controller.stats().errors.load(Ordering::Relaxed), 3);
+        assert_eq!(controller.stats().errors(), 3);
     }
 
     #[tokio::test(start_paused = true)]

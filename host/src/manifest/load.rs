@@ -92,6 +92,31 @@ impl Manifest {
         Self::scan_dir(dir)?.into_iter().collect()
     }
 
+    /// Every valid manifest under `dir` (or the one file `dir` names), as a host starts them:
+    /// a bad manifest is logged, naming its file, and skipped.
+    ///
+    /// # Errors
+    ///
+    /// When `dir` cannot be read or holds no manifest at all.
+    pub fn load_valid(dir: &Path) -> Result<Vec<Manifest>, ManifestError> {
+        let scanned = Self::scan_dir(dir)?;
+        if scanned.is_empty() {
+            return Err(ManifestError::Invalid {
+                path: dir.to_owned(),
+                field: String::new(),
+                problem: "no Reconciler manifests found".to_owned(),
+            });
+        }
+        let mut manifests = Vec::new();
+        for result in scanned {
+            match result {
+                Ok(manifest) => manifests.push(manifest),
+                Err(err) => tracing::error!("skipping a manifest: {err}"),
+            }
+        }
+        Ok(manifests)
+    }
+
     /// Like [`load_dir`](Self::load_dir), but with one result per manifest file, so that one bad
     /// manifest does not hide the others. Two manifests naming the same guest: the later is an
     /// error. Fails only if the directory cannot be read.

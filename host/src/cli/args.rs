@@ -1,0 +1,202 @@
+//! The argument groups several commands share: the local cluster's simulation, how the host
+//! runs, the module cache.
+
+use std::path::PathBuf;
+
+use crate::runtime::HostOptions;
+
+/// Durations on the command line: `15s`, `500ms`, `2m`.
+pub(super) fn duration(text: &str) -> Result<std::time::Duration, crate::manifest::UnitError> {
+    crate::manifest::parse_duration(text)
+}
+
+/// The local cluster's built-in controllers and simulated nodes.
+#[derive(clap::Args)]
+pub(super) struct SimulationArgs {
+    /// Built-in controllers to run: all, none, or a comma-separated list of deployment,
+    /// replicaset, statefulset, daemonset, job, scheduler, kubelet, endpoints, serviceaccount.
+    #[arg(long, default_value = "all", value_parser = parse_selection)]
+    controllers: krec_apiserver::controllers::Selection,
+    /// Simulated nodes (krec-node-0, …) the scheduler binds Pods to (at most 250).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=250))]
+    nodes: u16,
+    /// How long a bound Pod stays Pending before it runs (e.g. 500ms, 2s).
+    #[arg(long, default_value = "500ms", value_parser = duration)]
+    pod_start_delay: std::time::Duration,
+    /// How long a Job's Pod runs before it succeeds.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    job_duration: std::time::Duration,
+    /// Inject faults from this YAML file (conflicts, throttling, errors, latency, cut watches;
+    /// see the README's "Fault injection").
+    #[arg(long)]
+    faults: Option<PathBuf>,
+}
+
+impl SimulationArgs {
+    pub(super) fn config(&self) -> krec_apiserver::controllers::Config {
+        krec_apiserver::controllers::Config {
+            controllers: self.controllers.clone(),
+            nodes: self.nodes.into(),
+            pod_start: self.pod_start_delay,
+            job_duration: self.job_duration,
+            root_ca: None,
+        }
+    }
+
+    /// The fault rules of `--faults`, or none.
+    pub(super) fn faults(&self) -> anyhow::Result<std::sync::Arc<krec_apiserver::faults::Faults>> {
+        let faults = match &self.faults {
+            Some(path) => krec_apiserver::faults::Faults::load(path).map_err(anyhow::Error::msg)?,
+            None => Default::default(),
+        };
+        Ok(std::sync::Arc::new(faults))
+    }
+}
+
+fn parse_selection(text: &str) -> Result<krec_apiserver::controllers::Selection, String> {
+    text.parse()
+}
+
+/// How the host runs: module cache, admin server, leader election, shutdown.
+#[derive(clap::Args)]
+pub(super) struct HostArgs {
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Admin server address (metrics, probes, manual trigger); port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    admin_addr: std::net::SocketAddr,
+    /// Bearer token required by the manual trigger; needed when --admin-addr is not loopback.
+    #[arg(long, env = "KREC_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// File holding the bearer token (e.g. a mounted Secret).
+    #[arg(long, conflicts_with = "admin_token")]
+    admin_token_file: Option<PathBuf>,
+    /// Run workers only while holding a coordination.k8s.io/v1 Lease.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "krec")]
+    leader_elect_lease_name: String,
+    /// The Lease's namespace.
+    #[arg(long, default_value = "default")]
+    leader_elect_namespace: String,
+    /// How long a Lease is valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew before it steps down.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// How often candidates try to acquire the Lease and the leader renews it.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    leader_elect_retry_period: std::time::Duration,
+    /// Share the guests with the other replicas of the same --shard-group: each guest runs in
+    /// exactly one replica, through a Lease of its own (`<group>-<guest>`); replicas find each
+    /// other through membership Leases and rebalance when one joins or leaves. Uses the
+    /// --leader-elect-namespace and timings.
+    #[arg(long, conflicts_with = "leader_elect")]
+    shard: bool,
+    /// The shard group: the prefix of its Leases' names.
+    #[arg(long, default_value = "krec")]
+    shard_group: String,
+    /// How long running reconciles get to finish on SIGTERM or Ctrl-C.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    shutdown_timeout: std::time::Duration,
+    /// Address of the HTTPS admission server for guests with `webhooks` (a certificate for
+    /// localhost and this address is generated). `krec dev` serves them on loopback anyway.
+    #[arg(long)]
+    webhook_addr: Option<std::net::SocketAddr>,
+    /// The admission server's certificate chain (PEM, e.g. a mounted `kubernetes.io/tls`
+    /// Secret's tls.crt) instead of a generated one; needs --webhook-key-file.
+    #[arg(long, requires = "webhook_key_file")]
+    webhook_cert_file: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "webhook_cert_file")]
+    webhook_key_file: Option<PathBuf>,
+}
+
+impl HostArgs {
+    pub(super) fn options(self) -> anyhow::Result<HostOptions> {
+        use anyhow::Context as _;
+        let admin_token = match &self.admin_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --admin-token-file {}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => self.admin_token.clone(),
+        };
+        let leader = self.leader_elect.then(|| {
+            let mut config = crate::leader::LeaderConfig::new(
+                &self.leader_elect_lease_name,
+                &self.leader_elect_namespace,
+            );
+            config.lease_duration = self.leader_elect_lease_duration;
+            config.renew_deadline = self.leader_elect_renew_deadline;
+            config.retry_period = self.leader_elect_retry_period;
+            config
+        });
+        let shard = if self.shard {
+            let mut config =
+                crate::shard::ShardConfig::new(&self.shard_group, &self.leader_elect_namespace);
+            config.lease_duration = self.leader_elect_lease_duration;
+            config.renew_deadline = self.leader_elect_renew_deadline;
+            config.retry_period = self.leader_elect_retry_period;
+            config
+                .validate()
+                .map_err(|e| anyhow::anyhow!("--shard: {e}"))?;
+            Some(config)
+        } else {
+            None
+        };
+        Ok(HostOptions {
+            module_cache: self.cache.open(),
+            admin_addr: Some(self.admin_addr),
+            admin_token,
+            leader,
+            shard,
+            shutdown_timeout: self.shutdown_timeout,
+            webhook_addr: self.webhook_addr,
+            webhook_tls: self
+                .webhook_cert_file
+                .zip(self.webhook_key_file)
+                .map(|(cert, key)| crate::webhooks::TlsFiles { cert, key }),
+            register_webhooks: false,
+        })
+    }
+}
+
+/// Where compiled guest modules are kept between runs.
+#[derive(clap::Args)]
+pub(super) struct CacheArgs {
+    /// Directory of compiled modules (default: $XDG_CACHE_HOME/krec/modules or
+    /// ~/.cache/krec/modules). Must be writable only by this user.
+    #[arg(long)]
+    module_cache: Option<PathBuf>,
+    /// Compile every module at every load.
+    #[arg(long, conflicts_with = "module_cache")]
+    no_module_cache: bool,
+}
+
+impl CacheArgs {
+    fn open(&self) -> crate::guest::ModuleCache {
+        use crate::guest::ModuleCache;
+        if self.no_module_cache {
+            return ModuleCache::disabled();
+        }
+        let Some(dir) = self.module_cache.clone().or_else(ModuleCache::default_dir) else {
+            tracing::warn!("no HOME or XDG_CACHE_HOME: compiled modules are not cached");
+            return ModuleCache::disabled();
+        };
+        match ModuleCache::new(&dir) {
+            Ok(cache) => cache,
+            Err(err) => {
+                tracing::warn!(
+                    "module cache {} unusable, compiling every load: {err}",
+                    dir.display()
+                );
+                ModuleCache::disabled()
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! `krec cluster`: serve the embedded Kubernetes API server until Ctrl-C or SIGTERM.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use super::args::SimulationArgs;
+use crate::progress::say;
+
+/// The arguments of `krec cluster`.
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    addr: std::net::SocketAddr,
+    /// Where to write the kubeconfig.
+    #[arg(long, default_value = "krec-kubeconfig.yaml")]
+    kubeconfig_out: PathBuf,
+    /// Keep objects in this directory across restarts (default: in memory only).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Append one audit.k8s.io/v1 Event per write request (create, update, patch, delete)
+    /// to this file, as JSON lines — kube-apiserver's flag of the same name.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+    #[command(flatten)]
+    simulation: SimulationArgs,
+}
+
+/// Serve until Ctrl-C or SIGTERM.
+pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
+    let Args {
+        addr,
+        kubeconfig_out,
+        data_dir,
+        audit_log_path,
+        simulation,
+    } = args;
+    // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
+    let stop = super::shutdown_signal();
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
+        );
+    }
+    let mut server = krec_apiserver::Server::builder()
+        .addr(addr)
+        .simulation(simulation.config())
+        .faults(simulation.faults()?);
+    if let Some(dir) = &data_dir {
+        server = server.data_dir(dir);
+    }
+    if let Some(path) = &audit_log_path {
+        let log = krec_apiserver::audit::AuditLog::to_file(path)
+            .with_context(|| format!("opening the audit log {}", path.display()))?;
+        server = server.audit(std::sync::Arc::new(log));
+    }
+    let cluster = server.start().await?;
+    cluster
+        .write_kubeconfig(&kubeconfig_out)
+        .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_out.display()))?;
+    let shown = std::fs::canonicalize(&kubeconfig_out).unwrap_or(kubeconfig_out);
+    say(format_args!(
+        "krec cluster: serving the Kubernetes API at https://{}",
+        cluster.addr()
+    ));
+    match &data_dir {
+        Some(dir) => say(format_args!("objects persist in {}", dir.display())),
+        None => say("objects are kept in memory (use --data-dir to keep them)"),
+    }
+    say(format_args!("kubeconfig: {}", shown.display()));
+    say(format_args!(
+        "try: kubectl --kubeconfig {} get namespaces",
+        shown.display()
+    ));
+    stop.await;
+    say("krec cluster: stopping");
+    cluster.shutdown().await;
+    Ok(())
+}

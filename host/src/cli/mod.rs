@@ -1,0 +1,214 @@
+//! The `krec` command line, one file per command: `krec new`, `krec check`, `krec cluster`,
+//! `krec dev`, `krec run`, `krec rbac` and `krec webhooks`. The binary's `main` is [`main`].
+
+mod args;
+mod check;
+mod cluster;
+pub mod dev;
+mod new;
+mod rbac;
+pub mod run;
+mod webhooks;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::progress::say;
+
+/// krec runs Kubernetes reconcilers compiled to WebAssembly components.
+#[derive(Parser)]
+#[command(name = "krec", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a guest crate: a reconciler with a configuration, its manifest, an example object,
+    /// a unit test on the fake cluster and an integration test in the real host.
+    ///
+    /// Then, in the new folder: `cargo build-guest` (the wasm32-wasip2 build), `cargo test`,
+    /// `krec dev --manifests .`.
+    New(new::Args),
+    /// Validate manifests (and the modules they name) or bare `.wasm` modules.
+    ///
+    /// Prints one line per file: `ok` with the module digest, or what is wrong. Exits non-zero if
+    /// any file is invalid.
+    Check(check::Args),
+    /// Serve the embedded Kubernetes API server, for kubectl and kube clients.
+    ///
+    /// HTTPS with a generated CA; the kubeconfig trusting it is written to --kubeconfig-out.
+    /// There is no authentication: it binds loopback unless told otherwise. Ctrl-C stops it.
+    Cluster(cluster::Args),
+    /// Start the embedded API server, apply example objects and reconcile them with the guests.
+    ///
+    /// Writes a kubeconfig so kubectl can watch the guests work, and logs every reconcile until
+    /// Ctrl-C.
+    Dev(dev::Args),
+    /// Print the least-privilege ClusterRole and binding for the guests in a directory: their
+    /// permissions plus what the host needs (watches, leases, events).
+    Rbac(rbac::Args),
+    /// Print what registers the guests' webhooks in a cluster: a Mutating- and a
+    /// ValidatingWebhookConfiguration per guest with `webhooks`, and the `spec.conversion` of
+    /// each CRD a guest converts (apply with `kubectl apply --server-side --force-conflicts`).
+    ///
+    /// The API server reaches the host through --service (the default, as deploy/ creates it)
+    /// or at --url; it trusts the CA of --ca-file, or of the certificates --generate-certs
+    /// writes (ca.crt, and tls.crt/tls.key for `kubectl create secret tls`).
+    Webhooks(webhooks::Args),
+    /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
+    Run(run::Args),
+}
+
+/// Parse the command line and run the command; what `krec` exits with.
+pub fn main() -> ExitCode {
+    tune_allocator();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::New(args) => {
+            init_logging("info", cli.log_format);
+            new::execute(args)
+        }
+        Command::Check(args) => {
+            // Warnings only: a guest's own log lines from `init` would break "one line per file".
+            init_logging("warn", cli.log_format);
+            check::execute(args)
+        }
+        Command::Cluster(args) => {
+            init_logging("info", cli.log_format);
+            block_on("cluster", cluster::execute(args))
+        }
+        Command::Dev(args) => {
+            init_logging(LIVE_LOG, cli.log_format);
+            block_on("dev", dev::execute(args))
+        }
+        Command::Run(args) => {
+            init_logging(LIVE_LOG, cli.log_format);
+            block_on("run", run::execute(args))
+        }
+        Command::Rbac(args) => {
+            init_logging("warn", cli.log_format);
+            rbac::execute(args)
+        }
+        Command::Webhooks(args) => {
+            init_logging("warn", cli.log_format);
+            webhooks::execute(args)
+        }
+    }
+}
+
+/// Print where the admin server is.
+fn announce_admin(command: &str, admin: Option<std::net::SocketAddr>) {
+    if let Some(addr) = admin {
+        say(format_args!(
+            "krec {command}: admin server at http://{addr} (/metrics, /healthz, /readyz, POST /reconcile/GUEST/NAMESPACE/NAME)"
+        ));
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Logs to stderr; `RUST_LOG` overrides `default` (e.g. `RUST_LOG=debug`).
+fn init_logging(default: &str, format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    // kube's client logs every failed request as an ERROR of its own, without saying whose;
+    // krec reports each failure where it matters (the guest's call, the watch), so by default
+    // that line is off — when the API server goes away first it was the only thing printed.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default},kube_client::client::builder=off")));
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
+const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::client=debug";
+
+/// Tunes glibc's allocator for a server that keeps many small objects and grows steadily:
+/// each arena's heap is made writable in one step and kept when memory is freed, instead of
+/// being extended by one `mprotect` per allocation that crosses its end and trimmed again (a
+/// fifth of the embedded API server's CPU on writes went to growing and trimming heaps).
+/// Untouched pages stay virtual, so resident memory does not change. A `GLIBC_TUNABLES`
+/// setting in the environment wins: nothing is changed then.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("GLIBC_TUNABLES").is_none() {
+        const MIB: libc::c_int = 1 << 20;
+        // SAFETY: mallopt only sets allocator parameters; it is called before any thread starts.
+        #[allow(unsafe_code)] // mallopt(3) has no safe wrapper
+        unsafe {
+            libc::mallopt(libc::M_TOP_PAD, 64 * MIB);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * MIB);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * MIB);
+        }
+    }
+}
+
+/// Run `future` on a new multi-threaded runtime; report its error as `krec <command>: ...`.
+fn block_on(
+    command: &str,
+    future: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("krec: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("krec {command}: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+///
+/// The handlers are installed when this is called, not when the future is first polled: a host
+/// polls it only once its guests run, and a SIGTERM before that must not kill it outright.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

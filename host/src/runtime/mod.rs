@@ -1,0 +1,365 @@
+//! The host assembled: one place that starts, in order, the admin server, leader election or
+//! sharding, the [`Manager`] (cluster access, shared cache, guests), the admission server and
+//! the manifest watcher — and stops them in reverse. `krec dev` and `krec run` (and the tests)
+//! build a [`Runtime`] and differ only in where the client and the manifests come from.
+//!
+//! ```text
+//! Runtime::builder(client, manifests_dir, manifests).options(..).start()
+//!   admin (probes answer during start-up)
+//!   leader election  | sharding tenures
+//!   Manager::start_with (cache, guests, their controllers)
+//!   sharder (Leases per guest)
+//!   admission server (+ registrations, krec dev)
+//!   manifest watcher
+//! Runtime::shutdown: not ready → watcher → webhooks → hand guests over → drain → Leases
+//! ```
+
+mod webhooks;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::client::ApiClient;
+use crate::guest::ModuleCache;
+use crate::leader::{LeaderConfig, LeaderElector};
+use crate::manager::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT, Watcher};
+use crate::manifest::Manifest;
+use crate::metrics::{Metrics, NameLabel};
+use crate::shard::{ShardConfig, Sharder};
+
+/// How the host runs, for `krec dev` and `krec run`.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Where compiled modules are kept.
+    pub module_cache: ModuleCache,
+    /// Address of the admin server (metrics, probes, trigger); `None`: no admin server.
+    pub admin_addr: Option<std::net::SocketAddr>,
+    /// Bearer token for the trigger (required beyond loopback).
+    pub admin_token: Option<String>,
+    /// Leader election on a Lease; `None`: this host always reconciles.
+    pub leader: Option<LeaderConfig>,
+    /// Guests sharded across replicas by Leases (see [`crate::shard`]); excludes `leader`.
+    pub shard: Option<ShardConfig>,
+    /// How long running reconciles get to finish at shutdown.
+    pub shutdown_timeout: std::time::Duration,
+    /// Address of the admission server, for guests that declare `webhooks`; `None`: only
+    /// when [`register_webhooks`](Self::register_webhooks) asks for one (on loopback).
+    pub webhook_addr: Option<std::net::SocketAddr>,
+    /// The admission server's certificate files; `None`: a certificate is generated.
+    pub webhook_tls: Option<crate::webhooks::TlsFiles>,
+    /// Create (or replace) the webhook configurations of the guests that declare webhooks in
+    /// the cluster, pointing at the admission server (`krec dev`).
+    pub register_webhooks: bool,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            module_cache: ModuleCache::disabled(),
+            admin_addr: None,
+            admin_token: None,
+            leader: None,
+            shard: None,
+            shutdown_timeout: SHUTDOWN_TIMEOUT,
+            webhook_addr: None,
+            webhook_tls: None,
+            register_webhooks: false,
+        }
+    }
+}
+
+impl HostOptions {
+    /// The identity this host's requests carry in their `User-Agent` (see
+    /// [`crate::connect::user_agent`]): its replica identity under sharding or leader election.
+    pub fn identity(&self) -> Option<&str> {
+        match (&self.shard, &self.leader) {
+            (Some(shard), _) => Some(shard.identity.as_str()),
+            (None, Some(leader)) => Some(leader.identity.as_str()),
+            (None, None) => None,
+        }
+    }
+}
+
+/// What a [`Runtime`] is started from: the client, the manifests and the options.
+#[must_use = "a builder does nothing until started"]
+pub struct RuntimeBuilder {
+    client: kube::Client,
+    manifests_dir: PathBuf,
+    manifests: Vec<Manifest>,
+    options: HostOptions,
+}
+
+impl RuntimeBuilder {
+    /// How the host runs (default: [`HostOptions::default`]).
+    pub fn options(mut self, options: HostOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Start everything, in the [module docs](self)' order. Returns once the guests run and,
+    /// with an admin server, once it reports ready (caches synced, leadership or shard
+    /// assignment decided).
+    ///
+    /// # Errors
+    ///
+    /// When the admin server or the admission server cannot start, or no guest can be started;
+    /// whatever had started is stopped again.
+    pub async fn start(self) -> anyhow::Result<Runtime> {
+        let RuntimeBuilder {
+            client,
+            manifests_dir,
+            manifests,
+            options,
+        } = self;
+        let admin = match options.admin_addr {
+            Some(addr) => Some(Admin::start(addr, options.admin_token.clone()).await?),
+            None => None,
+        };
+        let metrics = Arc::new(Metrics::new());
+        let election = options
+            .leader
+            .clone()
+            .map(|config| Election::start(client.clone(), config, metrics.clone()));
+        let tenures = options
+            .shard
+            .as_ref()
+            .map(|_| crate::tenure::Tenures::new());
+        let api = ApiClient::new(client.clone());
+        let started = Manager::start_with(
+            api.clone(),
+            manifests,
+            ManagerOptions {
+                module_cache: options.module_cache.clone(),
+                // Without an election the manager's gate is always open.
+                gate: election.as_ref().map(|e| e.gate.clone()),
+                tenures: tenures.clone(),
+                metrics: Some(metrics.clone()),
+                ..Default::default()
+            },
+        )
+        .await;
+        let manager = match started {
+            Ok(manager) if !manager.controllers().is_empty() => manager,
+            other => {
+                if let Some(election) = election {
+                    election.stop().await;
+                }
+                return Err(match other {
+                    Ok(_) => anyhow::anyhow!("no guest could be started"),
+                    Err(err) => err,
+                });
+            }
+        };
+        let sharding = match (options.shard.clone(), tenures) {
+            (Some(config), Some(tenures)) => Some(Sharding::start(Sharder::new(
+                client,
+                config,
+                tenures,
+                manager.clone(),
+                metrics,
+            ))),
+            _ => None,
+        };
+        let webhooks = match webhooks::start(&manager, &api, &options).await {
+            Ok(webhooks) => webhooks,
+            Err(err) => {
+                let runtime = Runtime {
+                    manager,
+                    admin,
+                    election,
+                    sharding,
+                    webhooks: None,
+                    watcher: None,
+                    shutdown_timeout: options.shutdown_timeout,
+                };
+                runtime.shutdown().await;
+                return Err(err);
+            }
+        };
+        let watcher = manager.watch(manifests_dir);
+        if let Some(admin) = &admin {
+            admin.set_manager(manager.clone());
+            // Ready once the caches have synced (they have: `start_with` waited) and the
+            // election or the shard assignment has an answer.
+            if let Some(election) = &election {
+                let _ = election.decided.clone().wait_for(|d| *d).await;
+            }
+            if let Some(sharding) = &sharding {
+                let _ = sharding.decided.clone().wait_for(|d| *d).await;
+            }
+            admin.set_ready(true);
+        }
+        Ok(Runtime {
+            manager,
+            admin,
+            election,
+            sharding,
+            webhooks,
+            watcher: Some(watcher),
+            shutdown_timeout: options.shutdown_timeout,
+        })
+    }
+}
+
+/// The host running: its guests, admin server, election or sharding, admission server and
+/// manifest watcher. Stop it with [`shutdown`](Self::shutdown); dropped, its tasks are left to
+/// the async runtime's end.
+pub struct Runtime {
+    manager: Manager,
+    admin: Option<Admin>,
+    election: Option<Election>,
+    sharding: Option<Sharding>,
+    webhooks: Option<webhooks::Webhooks>,
+    watcher: Option<Watcher>,
+    shutdown_timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("guests", &self.manager.controllers().len())
+            .field("admin", &self.admin_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime for the guests of `manifests` (read from `manifests_dir`, which is watched
+    /// for changes), against the cluster of `client`.
+    pub fn builder(
+        client: kube::Client,
+        manifests_dir: &Path,
+        manifests: Vec<Manifest>,
+    ) -> RuntimeBuilder {
+        RuntimeBuilder {
+            client,
+            manifests_dir: manifests_dir.to_owned(),
+            manifests,
+            options: HostOptions::default(),
+        }
+    }
+
+    /// The guests.
+    pub fn manager(&self) -> &Manager {
+        &self.manager
+    }
+
+    /// Where the admin server listens, if there is one.
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin.as_ref().map(Admin::addr)
+    }
+
+    /// Stop gracefully: not ready any more, no manifest reloads, the webhook registrations
+    /// removed, no new work; sharded guests handed over as their reconciles finish, running
+    /// reconciles given the shutdown timeout, then the Leases released.
+    pub async fn shutdown(self) {
+        tracing::info!(target: "krec::host", "stopping: no new work, waiting for running reconciles");
+        if let Some(admin) = &self.admin {
+            admin.set_ready(false);
+        }
+        if let Some(watcher) = self.watcher {
+            watcher.stop().await;
+        }
+        if let Some(webhooks) = self.webhooks {
+            // A configuration left behind would send the cluster's requests to a server that
+            // is gone (failing them under `failurePolicy: Fail`).
+            webhooks.stop().await;
+        }
+        if let Some(sharding) = &self.sharding {
+            // Each guest goes to another replica as soon as its running reconciles finish.
+            sharding.leaving.send_replace(true);
+        }
+        self.manager.shutdown(self.shutdown_timeout).await;
+        if let Some(sharding) = self.sharding {
+            // The workers have stopped: the guests' Leases can go to the other replicas.
+            sharding.stop().await;
+        }
+        if let Some(election) = self.election {
+            election.stop().await;
+        }
+    }
+}
+
+/// Leader election on a Lease: the gate it opens for the workers and whether it has decided.
+struct Election {
+    gate: watch::Receiver<bool>,
+    decided: watch::Receiver<bool>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+    follower: JoinHandle<()>,
+}
+
+impl Election {
+    /// Campaign for `config`'s Lease; `leader_election_master_status` follows the outcome.
+    fn start(client: kube::Client, config: LeaderConfig, metrics: Arc<Metrics>) -> Self {
+        let (gate_tx, gate) = watch::channel(false);
+        let (decided_tx, decided) = watch::channel(false);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let lease = NameLabel {
+            name: config.lease_name.clone(),
+        };
+        let elector = LeaderElector::new(client, config);
+        let mut state = elector.subscribe();
+        let follower = tokio::spawn(async move {
+            while state.changed().await.is_ok() {
+                if let Some(leading) = *state.borrow_and_update() {
+                    gate_tx.send_replace(leading);
+                    decided_tx.send_replace(true);
+                    metrics.leader.get_or_create(&lease).set(i64::from(leading));
+                }
+            }
+        });
+        let task = tokio::spawn(elector.run(async move {
+            let _ = stopped.await;
+        }));
+        Election {
+            gate,
+            decided,
+            stop,
+            task,
+            follower,
+        }
+    }
+
+    /// Step down and release the Lease.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+        let _ = self.follower.await;
+    }
+}
+
+/// The sharder's task and the signals the runtime reads and sends.
+struct Sharding {
+    decided: watch::Receiver<bool>,
+    leaving: watch::Sender<bool>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Sharding {
+    fn start(sharder: Sharder) -> Self {
+        let decided = sharder.decided();
+        let leaving = sharder.leaving();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(sharder.run(async move {
+            let _ = stopped.await;
+        }));
+        Sharding {
+            decided,
+            leaving,
+            stop,
+            task,
+        }
+    }
+
+    /// Release every guest's Lease and the membership Lease.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}

@@ -1,0 +1,216 @@
+//! The admission server of a running host and, for `krec dev`, the task that keeps the
+//! cluster's webhook registrations those of the guests running.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::HostOptions;
+use crate::client::ApiClient;
+use crate::manager::Manager;
+use crate::progress::say;
+use crate::vocab::AccessError;
+
+/// The admission server and, with `register_webhooks`, the task keeping the cluster's webhook
+/// registrations in line with the guests running.
+pub(super) struct Webhooks {
+    server: crate::webhooks::WebhookServer,
+    sync: Option<(
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    )>,
+}
+
+impl Webhooks {
+    /// Stop registering, remove every registration made, stop serving.
+    pub(super) async fn stop(self) {
+        if let Some((stop, task)) = self.sync {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
+        self.server.stop().await;
+    }
+}
+
+/// The admission server, when a running guest declares webhooks or a conversion, an address
+/// is given, or `register_webhooks` asks (krec dev: a guest with webhooks may come later), and
+/// with `register_webhooks` the task that registers the running guests' webhooks.
+pub(super) async fn start(
+    manager: &Manager,
+    api: &Arc<ApiClient>,
+    options: &HostOptions,
+) -> anyhow::Result<Option<Webhooks>> {
+    let serving: Vec<String> = manager
+        .controllers()
+        .values()
+        .map(|c| c.module().manifest().clone())
+        .filter(|m| !m.spec.webhooks.is_empty() || m.spec.conversion.is_some())
+        .map(|m| m.name.clone())
+        .collect();
+    let addr = match options.webhook_addr {
+        Some(addr) => addr,
+        None if options.register_webhooks || !serving.is_empty() => {
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+        None => return Ok(None),
+    };
+    let server = crate::webhooks::WebhookServer::start_with(
+        manager.clone(),
+        addr,
+        options.webhook_tls.as_ref(),
+    )
+    .await?;
+    say(format_args!(
+        "admission webhooks served at {} for {}",
+        server.url(),
+        if serving.is_empty() {
+            "no guest yet".to_owned()
+        } else {
+            serving.join(", ")
+        }
+    ));
+    let mut sync = None;
+    if options.register_webhooks {
+        let mut registrar = Registrar {
+            api: api.clone(),
+            reach: crate::webhooks::Reach::Url(server.url()),
+            ca_pem: server.ca_pem().to_owned(),
+            configurations: BTreeMap::new(),
+            conversions: BTreeMap::new(),
+        };
+        // Registered before the guests are announced; later reloads are followed.
+        let mut changes = manager.changes();
+        changes.mark_unchanged();
+        registrar.sync(manager).await;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let manager = manager.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    _ = stopped.changed() => break,
+                }
+                changes.mark_unchanged();
+                registrar.sync(&manager).await;
+            }
+            registrar.clear().await;
+        });
+        sync = Some((stop, task));
+    }
+    Ok(Some(Webhooks { server, sync }))
+}
+
+/// Keeps the cluster's webhook registrations those of the guests running: each guest's
+/// webhook configurations, and the conversion of each CRD a guest converts.
+struct Registrar {
+    api: Arc<ApiClient>,
+    reach: crate::webhooks::Reach,
+    ca_pem: String,
+    /// Registered configurations: (kind, name) → as registered.
+    configurations: BTreeMap<(String, String), Value>,
+    /// CRDs pointed at a guest: name → their `spec.conversion`.
+    conversions: BTreeMap<String, Value>,
+}
+
+impl Registrar {
+    /// Register what the running guests declare and is not registered yet (or differs), and
+    /// remove what no running guest declares any more.
+    async fn sync(&mut self, manager: &Manager) {
+        let manifests: Vec<_> = manager
+            .controllers()
+            .values()
+            .map(|c| c.module().manifest().clone())
+            .collect();
+        let mut configurations = BTreeMap::new();
+        let mut conversions = BTreeMap::new();
+        for manifest in &manifests {
+            for configuration in
+                crate::webhooks::configurations(manifest, &self.reach, &self.ca_pem)
+            {
+                let text = |key: &str| configuration.pointer(key).and_then(Value::as_str);
+                let id = (
+                    text("/kind").unwrap_or_default().to_owned(),
+                    text("/metadata/name").unwrap_or_default().to_owned(),
+                );
+                configurations.insert(id, (manifest.name.clone(), configuration));
+            }
+            if let Some((crd, conversion)) =
+                crate::webhooks::conversion(manifest, &self.reach, &self.ca_pem)
+            {
+                conversions.insert(crd, (manifest.name.clone(), conversion));
+            }
+        }
+        self.apply(configurations, conversions).await;
+    }
+
+    /// Remove every registration.
+    async fn clear(&mut self) {
+        self.apply(BTreeMap::new(), BTreeMap::new()).await;
+    }
+
+    async fn apply(
+        &mut self,
+        configurations: BTreeMap<(String, String), (String, Value)>,
+        conversions: BTreeMap<String, (String, Value)>,
+    ) {
+        let gone: Vec<_> = self
+            .configurations
+            .keys()
+            .filter(|id| !configurations.contains_key(*id))
+            .cloned()
+            .collect();
+        for (kind, name) in gone {
+            let gvk = crate::vocab::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
+            match self.api.delete(&gvk, None, &name, None).await {
+                Ok(_) | Err(AccessError::NotFound(_)) => {
+                    self.configurations.remove(&(kind, name));
+                }
+                Err(err) => tracing::warn!("removing the {kind} {name}: {err}"),
+            }
+        }
+        for (id, (guest, configuration)) in configurations {
+            if self.configurations.get(&id) == Some(&configuration) {
+                continue;
+            }
+            match crate::webhooks::register(&self.api, configuration.clone()).await {
+                Ok(()) => {
+                    tracing::info!(%guest, "registered the {} {}", id.0, id.1);
+                    self.configurations.insert(id, configuration);
+                }
+                Err(err) => tracing::error!(%guest, "registering its webhooks: {err}"),
+            }
+        }
+        let gone: Vec<_> = self
+            .conversions
+            .keys()
+            .filter(|crd| !conversions.contains_key(*crd))
+            .cloned()
+            .collect();
+        for crd in gone {
+            match crate::webhooks::set_conversion(&self.api, &crd, None).await {
+                Ok(()) | Err(AccessError::NotFound(_)) => {
+                    self.conversions.remove(&crd);
+                }
+                Err(err) => {
+                    tracing::warn!("removing the conversion webhook of the CRD {crd}: {err}");
+                }
+            }
+        }
+        for (crd, (guest, conversion)) in conversions {
+            if self.conversions.get(&crd) == Some(&conversion) {
+                continue;
+            }
+            match crate::webhooks::set_conversion(&self.api, &crd, Some(conversion.clone())).await {
+                Ok(()) => {
+                    tracing::info!(%guest, "pointed the CRD {crd} at its conversion webhook");
+                    self.conversions.insert(crd, conversion);
+                }
+                Err(err) => tracing::error!(
+                    %guest,
+                    "pointing the CRD {crd} at its conversion webhook: {err}"
+                ),
+            }
+        }
+    }
+}
