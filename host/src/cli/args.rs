@@ -15,7 +15,7 @@ pub(super) fn duration(text: &str) -> Result<std::time::Duration, crate::manifes
 pub(super) struct SimulationArgs {
     /// Built-in controllers to run: all, none, or a comma-separated list of deployment,
     /// replicaset, statefulset, daemonset, job, scheduler, kubelet, endpoints, serviceaccount.
-    #[arg(long, default_value = "all", value_parser = parse_selection)]
+    #[arg(long, default_value = "all")]
     controllers: krec_apiserver::controllers::Selection,
     /// Simulated nodes (krec-node-0, …) the scheduler binds Pods to (at most 250).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(0..=250))]
@@ -51,10 +51,6 @@ impl SimulationArgs {
         };
         Ok(std::sync::Arc::new(faults))
     }
-}
-
-fn parse_selection(text: &str) -> Result<krec_apiserver::controllers::Selection, String> {
-    text.parse()
 }
 
 /// How the host runs: module cache, admin server, leader election, shutdown.

@@ -1,11 +1,12 @@
 //! `krec check`: validate manifests (and the modules they name) or bare `.wasm` modules,
 //! one line per file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use crate::guest::{self, GuestModule};
-use crate::manifest::Manifest;
+use crate::guest::{self, GuestModule, LoadError, ReconcileError};
+use crate::manifest::{Manifest, ManifestError};
 
 /// The arguments of `krec check`.
 #[derive(clap::Args)]
@@ -15,111 +16,142 @@ pub(super) struct Args {
     paths: Vec<PathBuf>,
 }
 
-/// Check one parsed manifest and the module it names, and start the guest as the host would:
-/// instantiated, its `init` given `spec.config` (against an empty in-memory cluster, so a
-/// guest that reads the cluster in `init` sees nothing).
-fn check_manifest(
-    engine: &wasmtime::Engine,
-    linker: &wasmtime::component::Linker<guest::HostState>,
-    runtime: &tokio::runtime::Runtime,
-    manifest: Result<Manifest, crate::manifest::ManifestError>,
-) -> Result<String, String> {
-    let manifest = manifest.map_err(|e| e.to_string())?;
-    let shown = manifest.path.display().to_string();
-    let name = manifest.name.clone();
-    let module = GuestModule::load(engine, linker, manifest.into())
-        .map_err(|e| format!("{shown}: guest {name}: {e}"))?;
-    let module = std::sync::Arc::new(module);
-    let cluster: std::sync::Arc<dyn crate::cluster::ClusterAccess> =
-        std::sync::Arc::new(crate::cluster::MemoryCluster::new());
-    runtime
-        .block_on(guest::GuestWorker::new(module.clone(), cluster).warm_up())
-        .map_err(|err| match err {
-            // Names the file already.
-            guest::ReconcileError::Config { .. } => err.to_string(),
-            err => format!("{shown}: {err}"),
-        })?;
-    Ok(format!("{shown}: ok, guest {name} ({})", module.digest()))
+/// Why a file does not pass; each names the file.
+#[derive(Debug, thiserror::Error)]
+enum Problem {
+    /// The manifest (or the directory) cannot be read or is invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A bare module that is not a krec component.
+    #[error(transparent)]
+    Module(LoadError),
+    /// The module a manifest names cannot be loaded.
+    #[error("{path}: guest {guest}: {source}")]
+    Load {
+        path: String,
+        guest: String,
+        source: LoadError,
+    },
+    /// The guest's `init` refused its configuration (the error names the file).
+    #[error(transparent)]
+    Config(ReconcileError),
+    /// The guest could not be started.
+    #[error("{path}: {source}")]
+    Start {
+        path: String,
+        source: ReconcileError,
+    },
+}
+
+/// What the check needs: an engine, a linker and a runtime for the guests' `init`.
+struct Checker {
+    engine: wasmtime::Engine,
+    linker: wasmtime::component::Linker<guest::HostState>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Checker {
+    fn new() -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let engine = crate::engine::new_engine()
+            .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
+        let linker = guest::new_linker(&engine)
+            .map_err(|e| anyhow::anyhow!("cannot link the host interfaces: {e:#}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        Ok(Checker {
+            engine,
+            linker,
+            runtime,
+        })
+    }
+
+    /// One line per file under `path`: a `.wasm` module, a manifest, or a directory of them.
+    fn check(&self, path: &Path) -> Vec<Result<String, Problem>> {
+        if path.extension().is_some_and(|e| e == "wasm") {
+            return vec![self.module(path)];
+        }
+        if !path.is_dir() {
+            return vec![self.manifest(Manifest::load(path))];
+        }
+        match Manifest::scan_dir(path) {
+            Ok(results) if results.is_empty() => vec![Err(ManifestError::Invalid {
+                path: path.to_owned(),
+                field: String::new(),
+                problem: "no Reconciler manifests found".to_owned(),
+            }
+            .into())],
+            Ok(results) => results.into_iter().map(|m| self.manifest(m)).collect(),
+            Err(err) => vec![Err(err.into())],
+        }
+    }
+
+    /// A bare component: does it implement the world, and which version of it.
+    fn module(&self, path: &Path) -> Result<String, Problem> {
+        let (digest, admission) =
+            guest::check_module(&self.engine, &self.linker, path).map_err(Problem::Module)?;
+        Ok(format!(
+            "{}: ok, a krec:reconciler@0.1 component: {} ({digest})",
+            path.display(),
+            if admission {
+                "reconciler and admission webhooks"
+            } else {
+                "reconciler (WIT 0.1.0: no admission exports)"
+            }
+        ))
+    }
+
+    /// One parsed manifest and the module it names, the guest started as the host would:
+    /// instantiated, its `init` given `spec.config` (against an empty in-memory cluster, so a
+    /// guest that reads the cluster in `init` sees nothing).
+    fn manifest(&self, manifest: Result<Manifest, ManifestError>) -> Result<String, Problem> {
+        let manifest = manifest?;
+        let path = manifest.path.display().to_string();
+        let guest = manifest.name.clone();
+        let module =
+            GuestModule::load(&self.engine, &self.linker, manifest.into()).map_err(|source| {
+                Problem::Load {
+                    path: path.clone(),
+                    guest: guest.clone(),
+                    source,
+                }
+            })?;
+        let module = Arc::new(module);
+        let cluster: Arc<dyn crate::cluster::ClusterAccess> =
+            Arc::new(crate::cluster::MemoryCluster::new());
+        self.runtime
+            .block_on(guest::GuestWorker::new(module.clone(), cluster).warm_up())
+            .map_err(|source| match source {
+                ReconcileError::Config { .. } => Problem::Config(source),
+                source => Problem::Start {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+        Ok(format!("{path}: ok, guest {guest} ({})", module.digest()))
+    }
 }
 
 /// `krec check`: one line per file, non-zero exit if any is bad.
 pub(super) fn execute(args: Args) -> ExitCode {
-    let paths = &args.paths;
-    let engine = match crate::engine::new_engine() {
-        Ok(engine) => engine,
+    let checker = match Checker::new() {
+        Ok(checker) => checker,
         Err(err) => {
-            eprintln!("krec: cannot create the Wasm engine: {err:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let linker = match guest::new_linker(&engine) {
-        Ok(linker) => linker,
-        Err(err) => {
-            eprintln!("krec: cannot link the host interfaces: {err:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("krec: cannot start the async runtime: {err}");
+            eprintln!("krec: {err:#}");
             return ExitCode::FAILURE;
         }
     };
     let mut failed = false;
-    for path in paths {
-        let is_module = path.extension().is_some_and(|e| e == "wasm");
-        let outcome = if is_module {
-            guest::check_module(&engine, &linker, path)
-                .map(|(digest, admission)| {
-                    format!(
-                        "{}: ok, a krec:reconciler@0.1 component: {} ({digest})",
-                        path.display(),
-                        if admission {
-                            "reconciler and admission webhooks"
-                        } else {
-                            "reconciler (WIT 0.1.0: no admission exports)"
-                        }
-                    )
-                })
-                .map_err(|e| e.to_string())
-        } else {
-            let results = if path.is_dir() {
-                match Manifest::scan_dir(path) {
-                    Ok(results) if results.is_empty() => {
-                        Err(format!("{}: no Reconciler manifests found", path.display()))
-                    }
-                    Ok(results) => Ok(results),
-                    Err(err) => Err(err.to_string()),
+    for path in &args.paths {
+        for line in checker.check(path) {
+            match line {
+                Ok(line) => println!("{line}"),
+                Err(problem) => {
+                    eprintln!("{problem}");
+                    failed = true;
                 }
-            } else {
-                Ok(vec![Manifest::load(path)])
-            };
-            match results {
-                Err(line) => Err(line),
-                Ok(results) => {
-                    // One line per manifest file, good or bad.
-                    for result in results {
-                        match check_manifest(&engine, &linker, &runtime, result) {
-                            Ok(line) => println!("{line}"),
-                            Err(line) => {
-                                eprintln!("{line}");
-                                failed = true;
-                            }
-                        }
-                    }
-                    continue;
-                }
-            }
-        };
-        match outcome {
-            Ok(line) => println!("{line}"),
-            Err(line) => {
-                eprintln!("{line}");
-                failed = true;
             }
         }
     }
