@@ -2,8 +2,8 @@
 """Instructions the embedded API server executes per write request, counted by callgrind.
 
 Starts `krec cluster` (the binary given, default target/release/krec) under
-`valgrind --tool=callgrind` with collection off, sends WARMUP requests of each kind, switches
-collection on for COUNT sequential requests of one kind on one keep-alive connection, off
+`valgrind --tool=callgrind` with instrumentation off, sends WARMUP requests of each kind, switches
+instrumentation on for COUNT sequential requests of one kind on one keep-alive connection, off
 again, and prints the instructions per request. Repeatable to the instruction for the same
 binary and load, whatever else the machine does.
 
@@ -58,7 +58,7 @@ def start(binary, workdir):
     out = os.path.join(workdir, "callgrind.out")
     server = subprocess.Popen(
         [
-            "valgrind", "--tool=callgrind", "--collect-atstart=no",
+            "valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={out}", binary, "cluster", "--controllers", "none",
             "--nodes", "0", "--kubeconfig-out", kubeconfig,
         ],
@@ -84,9 +84,9 @@ def instructions(pid, out):
         if name.startswith(os.path.basename(out)):
             with open(os.path.join(os.path.dirname(out), name)) as f:
                 for line in f:
-                    if line.startswith("summary:") or line.startswith("totals:"):
+                    # `summary:` may stay 0 when instrumentation is switched on later.
+                    if line.startswith("totals:"):
                         total += int(line.split()[1])
-                        break
             os.remove(os.path.join(os.path.dirname(out), name))
     return total
 
