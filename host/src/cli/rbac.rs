@@ -30,10 +30,8 @@ pub(super) fn execute(args: Args) -> ExitCode {
         service_account: args.service_account,
     };
     let generated = Manifest::load_valid(&args.manifests)
-        .map_err(|e| e.to_string())
-        .and_then(|m| {
-            crate::rbac::generate(&m, Some(&args.manifests), &subject).map_err(|e| e.to_string())
-        });
+        .map_err(anyhow::Error::from)
+        .and_then(|m| Ok(crate::rbac::generate(&m, Some(&args.manifests), &subject)?));
     match generated {
         Ok(yaml) => {
             print!("{yaml}");

@@ -51,7 +51,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
     }
 }
 
-/// `krec webhooks`: the YAML registering the guests' webhooks (see [`Command::Webhooks`]).
+/// `krec webhooks`: the YAML registering the guests' webhooks (see `krec webhooks --help`).
 fn registrations(args: Args) -> anyhow::Result<String> {
     let Args {
         manifests,

@@ -98,29 +98,42 @@ enum Outcome {
 
 /// One controller's reconciles: what is running now, and how those that ended ended.
 ///
-/// The outcomes are counted once, in the controller's Prometheus series
+/// Outcomes are counted in one place, [`record`](Self::record), into two sinks: this
+/// controller's own tallies (what the accessors read: this controller's reconciles only, from
+/// zero, whatever else the guest's name was counted for) and the guest's Prometheus series
 /// (`controller_runtime_reconcile_total{result}`, `controller_runtime_reconcile_errors_total`,
-/// `krec_guest_traps_total{cause}`); the accessors read those same counters.
+/// `krec_guest_traps_total{cause}`, which also count admission traps and span re-adds).
 #[derive(Debug)]
 pub struct Stats {
-    success: Counter,
-    requeue: Counter,
-    requeue_after: Counter,
-    error: Counter,
-    /// `reconcile_errors_total`: errors and traps.
-    errors_total: Counter,
-    /// The trap counters by cause, made on a cause's first trap.
-    traps: Mutex<std::collections::BTreeMap<&'static str, Counter>>,
-    trap_family: prometheus_client::metrics::family::Family<TrapLabels, Counter>,
-    guest: String,
+    done: AtomicU64,
+    requeue: AtomicU64,
+    requeue_after: AtomicU64,
+    /// Errors the guest returned (traps aside).
+    errors: AtomicU64,
+    /// Reconcile traps by cause.
+    traps: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    series: OutcomeSeries,
     /// Times a key was handed to a worker while another worker was reconciling it. The
     /// workqueue guarantees this stays zero; it is counted, not assumed.
     pub overlaps: AtomicU64,
     active: Mutex<HashSet<Request>>,
 }
 
+/// The Prometheus series a guest's outcomes are counted in.
+#[derive(Debug)]
+struct OutcomeSeries {
+    success: Counter,
+    requeue: Counter,
+    requeue_after: Counter,
+    error: Counter,
+    /// `reconcile_errors_total`: errors and traps.
+    errors_total: Counter,
+    traps: prometheus_client::metrics::family::Family<TrapLabels, Counter>,
+    guest: String,
+}
+
 impl Stats {
-    /// The counters of guest `name` in `metrics`.
+    /// Tallies from zero, counted also in guest `name`'s series in `metrics`.
     fn new(metrics: &Metrics, name: &str) -> Self {
         let result = |result: &str| {
             metrics
@@ -132,19 +145,25 @@ impl Stats {
                 .clone()
         };
         Stats {
-            success: result("success"),
-            requeue: result("requeue"),
-            requeue_after: result("requeue_after"),
-            error: result("error"),
-            errors_total: metrics
-                .reconcile_errors
-                .get_or_create(&ControllerLabel {
-                    controller: name.to_owned(),
-                })
-                .clone(),
+            done: AtomicU64::new(0),
+            requeue: AtomicU64::new(0),
+            requeue_after: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
             traps: Mutex::default(),
-            trap_family: metrics.traps.clone(),
-            guest: name.to_owned(),
+            series: OutcomeSeries {
+                success: result("success"),
+                requeue: result("requeue"),
+                requeue_after: result("requeue_after"),
+                error: result("error"),
+                errors_total: metrics
+                    .reconcile_errors
+                    .get_or_create(&ControllerLabel {
+                        controller: name.to_owned(),
+                    })
+                    .clone(),
+                traps: metrics.traps.clone(),
+                guest: name.to_owned(),
+            },
             overlaps: AtomicU64::new(0),
             active: Mutex::default(),
         }
@@ -152,48 +171,46 @@ impl Stats {
 
     /// Count one reconcile's `outcome`: the one place outcomes are counted.
     fn record(&self, outcome: Outcome) {
-        match outcome {
-            Outcome::Done => {
-                self.success.inc();
-            }
-            Outcome::Requeue => {
-                self.requeue.inc();
-            }
-            Outcome::RequeueAfter => {
-                self.requeue_after.inc();
-            }
+        let series = &self.series;
+        let (tally, counter) = match outcome {
+            Outcome::Done => (&self.done, &series.success),
+            Outcome::Requeue => (&self.requeue, &series.requeue),
+            Outcome::RequeueAfter => (&self.requeue_after, &series.requeue_after),
             Outcome::Error => {
-                self.error.inc();
-                self.errors_total.inc();
+                series.errors_total.inc();
+                (&self.errors, &series.error)
             }
             Outcome::Trap(cause) => {
-                self.error.inc();
-                self.errors_total.inc();
-                self.traps
+                *self
+                    .traps
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .entry(cause.as_str())
-                    .or_insert_with(|| {
-                        self.trap_family
-                            .get_or_create(&TrapLabels {
-                                guest: self.guest.clone(),
-                                cause: cause.as_str().to_owned(),
-                            })
-                            .clone()
+                    .or_insert(0) += 1;
+                series
+                    .traps
+                    .get_or_create(&TrapLabels {
+                        guest: series.guest.clone(),
+                        cause: cause.as_str().to_owned(),
                     })
                     .inc();
+                series.errors_total.inc();
+                series.error.inc();
+                return;
             }
-        }
+        };
+        tally.fetch_add(1, Ordering::Relaxed);
+        counter.inc();
     }
 
     /// Reconciles that returned `done`.
     pub fn done(&self) -> u64 {
-        self.success.get()
+        self.done.load(Ordering::Relaxed)
     }
 
     /// Reconciles that returned `requeue` or `requeue-after`.
     pub fn requeued(&self) -> u64 {
-        self.requeue.get() + self.requeue_after.get()
+        self.requeue.load(Ordering::Relaxed) + self.requeue_after.load(Ordering::Relaxed)
     }
 
     /// Reconciles that trapped.
@@ -203,12 +220,12 @@ impl Stats {
 
     /// Reconciles that returned an error (traps aside).
     pub fn errors(&self) -> u64 {
-        self.error.get().saturating_sub(self.traps())
+        self.errors.load(Ordering::Relaxed)
     }
 
     /// All reconciles so far, whatever their result.
     pub fn total(&self) -> u64 {
-        self.done() + self.requeued() + self.error.get()
+        self.done() + self.requeued() + self.errors() + self.traps()
     }
 
     /// Keys being reconciled right now.
@@ -218,12 +235,7 @@ impl Stats {
 
     /// Traps so far, by cause (`timeout`, `out_of_memory`, `panic`, ...).
     pub fn traps_by_cause(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.traps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(cause, counter)| (*cause, counter.get()))
-            .collect()
+        self.traps.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn begin(&self, request: &Request) {
@@ -1026,6 +1038,76 @@ mod tests {
         let (tx, rx) = tokio::sync::watch::channel(true);
         std::mem::forget(tx);
         rx
+    }
+
+    #[test]
+    fn outcomes_should_be_counted_once_per_controller_and_in_the_guests_series() {
+        let metrics = Metrics::new();
+        let series = |result: &str| {
+            metrics
+                .reconcile_total
+                .get_or_create(&ResultLabels {
+                    controller: "g".into(),
+                    result: result.into(),
+                })
+                .get()
+        };
+        let timeouts = || {
+            metrics
+                .traps
+                .get_or_create(&TrapLabels {
+                    guest: "g".into(),
+                    cause: TrapCause::Timeout.as_str().into(),
+                })
+                .get()
+        };
+        let stats = Stats::new(&metrics, "g");
+        stats.record(Outcome::Done);
+        stats.record(Outcome::RequeueAfter);
+        stats.record(Outcome::Error);
+        stats.record(Outcome::Trap(TrapCause::Timeout));
+        // An admission review of the same guest trapped: its series count it, its reconciles
+        // do not.
+        metrics
+            .traps
+            .get_or_create(&TrapLabels {
+                guest: "g".into(),
+                cause: TrapCause::Timeout.as_str().into(),
+            })
+            .inc();
+        assert_eq!(
+            (
+                stats.done(),
+                stats.requeued(),
+                stats.errors(),
+                stats.traps()
+            ),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(stats.total(), 4);
+        assert_eq!(stats.traps_by_cause(), [("timeout", 1)].into());
+        assert_eq!(
+            (series("success"), series("requeue_after"), series("error")),
+            (1, 1, 2),
+            "a trap is an error in controller-runtime's series"
+        );
+        assert_eq!(
+            metrics
+                .reconcile_errors
+                .get_or_create(&ControllerLabel {
+                    controller: "g".into()
+                })
+                .get(),
+            2
+        );
+        assert_eq!(timeouts(), 2);
+
+        // The guest removed and added again: the new controller counts from zero, the
+        // guest's series go on.
+        let again = Stats::new(&metrics, "g");
+        assert_eq!(again.total(), 0);
+        again.record(Outcome::Done);
+        assert_eq!((again.done(), series("success")), (1, 2));
     }
 
     #[tokio::test(start_paused = true)]

@@ -206,8 +206,10 @@ impl RuntimeBuilder {
 }
 
 /// The host running: its guests, admin server, election or sharding, admission server and
-/// manifest watcher. Stop it with [`shutdown`](Self::shutdown); dropped, its tasks are left to
-/// the async runtime's end.
+/// manifest watcher. Stop it with [`shutdown`](Self::shutdown). Dropped without it, the admin
+/// server stops and the Leases and webhook registrations are released as their tasks see their
+/// stop signals gone, but running reconciles are not waited for and the guests' workers live
+/// until the async runtime ends.
 pub struct Runtime {
     manager: Manager,
     admin: Option<Admin>,
