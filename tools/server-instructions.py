@@ -56,11 +56,14 @@ CONFIGMAP = {
 def start(binary, workdir):
     kubeconfig = os.path.join(workdir, "kubeconfig.yaml")
     out = os.path.join(workdir, "callgrind.out")
+    # Builds from before the simulated cluster (the issue-11 baseline) have no controllers.
+    help_text = subprocess.run([binary, "cluster", "--help"], capture_output=True, text=True).stdout
+    quiet = ["--controllers", "none", "--nodes", "0"] if "--controllers" in help_text else []
     server = subprocess.Popen(
         [
             "valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={out}", binary, "cluster", "--controllers", "none",
-            "--nodes", "0", "--kubeconfig-out", kubeconfig,
+            f"--callgrind-out-file={out}", binary, "cluster", *quiet,
+            "--kubeconfig-out", kubeconfig,
         ],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
