@@ -37,12 +37,7 @@ fn cluster_should_print_the_kubeconfig_and_stop_on_ctrl_c() {
     );
 
     // Ctrl-C: SIGINT to the process.
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = child.wait().expect("wait");
+    let exit = common::stop(&mut child, "-INT");
     assert!(exit.success(), "exit status {exit:?}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::repo;
+use common::{repo, stop};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -181,12 +181,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         |out| !out.contains("old-cache") && out.contains("session-cache"),
     );
 
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = child.wait().expect("wait");
+    let exit = stop(&mut child, "-INT");
     assert!(exit.success(), "exit status {exit:?}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");
@@ -271,12 +266,7 @@ fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_af
         String::from_utf8_lossy(&admitted.stderr)
     );
 
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    assert!(child.wait().expect("wait").success());
+    assert!(stop(&mut child, "-INT").success());
 }
 
 /// Run `program args` in `dir`, failing the test with its output unless it succeeds.

@@ -1,5 +1,7 @@
 //! `krec run`: the guests against the cluster of a kubeconfig, until SIGTERM.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,12 +62,7 @@ async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigter
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = child.wait().expect("wait");
+    let exit = common::stop(&mut child, "-TERM");
     assert!(exit.success(), "exit status {exit:?}");
 }
 

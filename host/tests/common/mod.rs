@@ -11,6 +11,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Send `signal` (`-TERM`, `-INT`, `-KILL`, …) to `child`.
+pub fn send_signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {}", child.id());
+}
+
+/// Stop `child` with `signal` and wait for it: its exit status.
+pub fn stop(child: &mut Child, signal: &str) -> std::process::ExitStatus {
+    send_signal(child, signal);
+    child.wait().expect("wait")
+}
+
 /// The repository's root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -197,11 +212,7 @@ impl Host {
 
     /// Send `signal` (e.g. `-KILL`).
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        send_signal(&self.child, signal);
     }
 
     /// The log lines so far.
