@@ -62,7 +62,11 @@ fn child<'a>(parent: &'a mut Value, key: &str) -> &'a mut Value {
     if !parent.get(key).is_some_and(Value::is_object) {
         parent[key] = json!({});
     }
-    &mut parent[key]
+    // Not `&mut parent[key]`, which allocates the key to look it up.
+    match parent.get_mut(key) {
+        Some(found) => found,
+        None => unreachable!("`{key}` was just set"),
+    }
 }
 
 /// Whether `parent.key` is unset: absent, `null` or `""`.

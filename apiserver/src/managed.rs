@@ -536,7 +536,11 @@ fn write_v1(value: &Value, node: Option<&Value>, schema: Schema<'_>, out: &mut S
                     let mut fields = String::new();
                     let body =
                         if write_v1(item, item_schema, schema, &mut fields) && fields.len() > 2 {
-                            format!("{{\".\":{{}},{}", &fields[1..])
+                            // `{".":{},` then the fields without their opening brace.
+                            let mut body = String::with_capacity(fields.len() + 7);
+                            body.push_str("{\".\":{},");
+                            body.push_str(&fields[1..]);
+                            body
                         } else {
                             "{}".to_owned()
                         };

@@ -64,7 +64,7 @@ impl ResourceType {
         if self.group.is_empty() {
             self.version.clone()
         } else {
-            format!("{}/{}", self.group, self.version)
+            joined(&self.group, &self.version)
         }
     }
 
@@ -82,13 +82,22 @@ impl ResourceType {
 
     /// The storage key prefix, shared by all versions of a resource: `group/plural`.
     pub fn storage_key(&self) -> String {
-        format!("{}/{}", self.group, self.plural)
+        joined(&self.group, &self.plural)
     }
 
     /// `group/version`, or `version` for core (the discovery `groupVersion`).
     pub fn group_version(&self) -> String {
         self.api_version()
     }
+}
+
+/// `a/b`, without `format!`'s machinery: every request builds a few of these.
+fn joined(a: &str, b: &str) -> String {
+    let mut out = String::with_capacity(a.len() + 1 + b.len());
+    out.push_str(a);
+    out.push('/');
+    out.push_str(b);
+    out
 }
 
 /// Verbs every served resource supports.

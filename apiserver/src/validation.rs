@@ -302,11 +302,12 @@ fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
             .flatten()
             .enumerate()
         {
-            let at = format!("{path}.{list}[{i}]");
+            // The item's path, written only for a problem found.
+            let at = || format!("{path}.{list}[{i}]");
             match c.get("name").and_then(Value::as_str) {
-                None | Some("") => causes.push((format!("{at}.name"), "Required value".into())),
+                None | Some("") => causes.push((format!("{}.name", at()), "Required value".into())),
                 Some(name) if !crate::selector::is_dns_label(name) => causes.push((
-                    format!("{at}.name"),
+                    format!("{}.name", at()),
                     format!("Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
                 )),
                 Some(_) => {}
@@ -316,7 +317,7 @@ fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
                     .and_then(Value::as_str)
                     .is_none_or(str::is_empty)
             {
-                causes.push((format!("{at}.image"), "Required value".into()));
+                causes.push((format!("{}.image", at()), "Required value".into()));
             }
         }
     }

@@ -111,10 +111,13 @@ fn check_string_maps(rt: &ResourceType, object: &Value) -> Result<(), ApiError> 
             Value::Object(_) => "object",
             _ => "string",
         };
-        let path = if parent.is_empty() {
-            format!("{}.{field}", rt.kind)
-        } else {
-            format!("{}.{parent}.{field}", rt.kind)
+        // The field's path, written only for a problem found.
+        let path = || {
+            if parent.is_empty() {
+                format!("{}.{field}", rt.kind)
+            } else {
+                format!("{}.{parent}.{field}", rt.kind)
+            }
         };
         let problem = match value {
             Value::Null => None,
@@ -123,13 +126,15 @@ fn check_string_maps(rt: &ResourceType, object: &Value) -> Result<(), ApiError> 
                 .find(|v| !v.is_string() && !v.is_null())
                 .map(|v| {
                     format!(
-                        "cannot unmarshal {} into Go struct field {path} of type string",
-                        go_type(v)
+                        "cannot unmarshal {} into Go struct field {} of type string",
+                        go_type(v),
+                        path()
                     )
                 }),
             other => Some(format!(
-                "cannot unmarshal {} into Go struct field {path} of type map[string]string",
-                go_type(other)
+                "cannot unmarshal {} into Go struct field {} of type map[string]string",
+                go_type(other),
+                path()
             )),
         };
         if let Some(problem) = problem {

@@ -100,9 +100,11 @@ impl Store {
         if state.objects.contains_key(&key) {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
+        let api_version = rt.api_version();
+        let now = now_rfc3339();
         {
             let map = object.as_object_mut().expect("checked above");
-            map.insert("apiVersion".into(), json!(rt.api_version()));
+            map.insert("apiVersion".into(), json!(api_version));
             map.insert("kind".into(), json!(rt.kind));
             if rt.status_subresource && rt.kind != "CustomResourceDefinition" {
                 map.remove("status");
@@ -121,7 +123,7 @@ impl Store {
             meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
         }
         if !keep(meta, "creationTimestamp") {
-            meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+            meta.insert("creationTimestamp".into(), json!(now));
         }
         for field in [
             "deletionTimestamp",
@@ -152,9 +154,9 @@ impl Store {
                 Schema::of(rt),
                 &managed::Write {
                     manager: &options.manager,
-                    api_version: &rt.api_version(),
+                    api_version: &api_version,
                     subresource: None,
-                    time: &now_rfc3339(),
+                    time: &now,
                 },
             );
         }
