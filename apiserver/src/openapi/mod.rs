@@ -73,7 +73,13 @@ struct Builtin {
     /// The same definitions by name, with a fast hash: `$ref`s are followed for every field of
     /// every write, and neither the sorted map (long shared prefixes, `io.k8s.api.core.v1.`) nor
     /// SipHash is cheap on names this long.
-    by_name: FxHashMap<&'static str, Definition>,
+    by_name: &'static FxHashMap<&'static str, Definition>,
+    /// Every schema node of the definitions, by address, with the definition its `$ref` names
+    /// (`None`: it references none): field ownership and the field check follow references
+    /// for every field of every write, and a node's address is cheaper to hash than its
+    /// `$ref` is to find and the name to hash. The definitions are leaked, so no other value
+    /// can ever have one of these addresses.
+    refs: FxHashMap<usize, Option<&'static Definition>>,
     /// Definitions by the kind they describe: kind → (group, version, definition name), looked
     /// up on every write without building a key.
     by_kind: FxHashMap<&'static str, Vec<(&'static str, &'static str, &'static str)>>,
@@ -86,13 +92,19 @@ fn builtin() -> &'static Builtin {
         let definitions: Map<String, Value> = serde_json::from_str(DEFINITIONS).unwrap_or_default();
         // Parsed once and kept for the life of the process, so references into it are 'static.
         let definitions: &'static Map<String, Value> = Box::leak(Box::new(definitions));
-        let by_name = definitions
-            .iter()
-            .map(|(name, schema)| {
-                let members = OnceLock::new();
-                (name.as_str(), Definition { schema, members })
-            })
-            .collect();
+        let by_name: &'static FxHashMap<&'static str, Definition> = Box::leak(Box::new(
+            definitions
+                .iter()
+                .map(|(name, schema)| {
+                    let members = OnceLock::new();
+                    (name.as_str(), Definition { schema, members })
+                })
+                .collect(),
+        ));
+        let mut refs = FxHashMap::default();
+        for schema in definitions.values() {
+            index_nodes(schema, by_name, &mut refs);
+        }
         let mut by_kind: FxHashMap<&'static str, Vec<_>> = FxHashMap::default();
         for (name, schema) in definitions {
             for gvk in schema["x-kubernetes-group-version-kind"]
@@ -111,6 +123,7 @@ fn builtin() -> &'static Builtin {
         Builtin {
             definitions,
             by_name,
+            refs,
             by_kind,
         }
     })
@@ -136,13 +149,54 @@ pub fn resolve(schema: &Value) -> &Value {
     referenced(schema).map_or(schema, |d| d.schema)
 }
 
-/// The built-in definition `schema` references (`$ref`), if it references one.
-fn referenced(schema: &Value) -> Option<&'static Definition> {
+/// The address of a schema node, its key in [`Builtin::refs`].
+fn address(node: &Value) -> usize {
+    std::ptr::from_ref(node) as usize
+}
+
+/// Every object node under `node` into `refs`, with the definition its `$ref` names.
+fn index_nodes(
+    node: &'static Value,
+    by_name: &'static FxHashMap<&'static str, Definition>,
+    refs: &mut FxHashMap<usize, Option<&'static Definition>>,
+) {
+    match node {
+        Value::Object(map) => {
+            refs.insert(address(node), referenced_in(node, by_name));
+            for child in map.values() {
+                index_nodes(child, by_name, refs);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                index_nodes(item, by_name, refs);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The definition of `by_name` that `schema`'s `$ref` names, if it has one.
+fn referenced_in(
+    schema: &Value,
+    by_name: &'static FxHashMap<&'static str, Definition>,
+) -> Option<&'static Definition> {
     schema
         .get("$ref")
         .and_then(Value::as_str)
         .and_then(|r| r.strip_prefix("#/definitions/"))
-        .and_then(|name| builtin().by_name.get(name))
+        .and_then(|name| by_name.get(name))
+}
+
+/// The built-in definition `schema` references (`$ref`), if it references one: found by the
+/// node's address when it is one of the built-in definitions' nodes, else (a custom resource's
+/// schema, a copy) by its `$ref`.
+fn referenced(schema: &Value) -> Option<&'static Definition> {
+    let builtin = builtin();
+    match builtin.refs.get(&address(schema)) {
+        Some(found) => *found,
+        None => referenced_in(schema, builtin.by_name),
+    }
 }
 
 /// A built-in definition, and its members indexed on first use.

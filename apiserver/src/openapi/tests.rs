@@ -368,3 +368,29 @@ proptest::proptest! {
         proptest::prop_assert!(!gnostic::encode(&v2).is_empty());
     }
 }
+
+#[test]
+fn references_should_resolve_alike_by_address_and_by_name() {
+    let builtin = builtin();
+    let mut nodes = 0;
+    let mut with_ref = 0;
+    let mut stack: Vec<&'static Value> = builtin.definitions.values().collect();
+    while let Some(node) = stack.pop() {
+        match node {
+            Value::Object(map) => {
+                nodes += 1;
+                let by_address = referenced(node).map(|d| d.schema as *const Value);
+                // A copy is no node of the definitions: found by its `$ref`.
+                let copy = node.clone();
+                let by_name = referenced(&copy).map(|d| d.schema as *const Value);
+                assert_eq!(by_address, by_name, "{node}");
+                with_ref += usize::from(by_address.is_some());
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    assert!(nodes > 1_000 && with_ref > 100, "{nodes} nodes, {with_ref} references");
+    assert_eq!(builtin.refs.len(), nodes);
+}
