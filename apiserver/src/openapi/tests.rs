@@ -391,6 +391,9 @@ fn references_should_resolve_alike_by_address_and_by_name() {
             _ => {}
         }
     }
-    assert!(nodes > 1_000 && with_ref > 100, "{nodes} nodes, {with_ref} references");
+    assert!(
+        nodes > 1_000 && with_ref > 100,
+        "{nodes} nodes, {with_ref} references"
+    );
     assert_eq!(builtin.refs.len(), nodes);
 }
