@@ -172,15 +172,20 @@ impl Stats {
     /// Count one reconcile's `outcome`: the one place outcomes are counted.
     fn record(&self, outcome: Outcome) {
         let series = &self.series;
-        let (tally, counter) = match outcome {
-            Outcome::Done => (&self.done, &series.success),
-            Outcome::Requeue => (&self.requeue, &series.requeue),
-            Outcome::RequeueAfter => (&self.requeue_after, &series.requeue_after),
+        let count = |tally: &AtomicU64, counter: &Counter| {
+            tally.fetch_add(1, Ordering::Relaxed);
+            counter.inc();
+        };
+        match outcome {
+            Outcome::Done => count(&self.done, &series.success),
+            Outcome::Requeue => count(&self.requeue, &series.requeue),
+            Outcome::RequeueAfter => count(&self.requeue_after, &series.requeue_after),
             Outcome::Error => {
+                count(&self.errors, &series.error);
                 series.errors_total.inc();
-                (&self.errors, &series.error)
             }
             Outcome::Trap(cause) => {
+                // A trap is an error in controller-runtime's series, not in the tallies.
                 *self
                     .traps
                     .lock()
@@ -194,13 +199,10 @@ impl Stats {
                         cause: cause.as_str().to_owned(),
                     })
                     .inc();
-                series.errors_total.inc();
                 series.error.inc();
-                return;
+                series.errors_total.inc();
             }
-        };
-        tally.fetch_add(1, Ordering::Relaxed);
-        counter.inc();
+        }
     }
 
     /// Reconciles that returned `done`.
@@ -300,13 +302,7 @@ fn init_series(metrics: &Metrics, guest: &str) {
     let controller = ControllerLabel {
         controller: guest.to_owned(),
     };
-    for result in ["success", "error", "requeue", "requeue_after"] {
-        let _ = metrics.reconcile_total.get_or_create(&ResultLabels {
-            controller: guest.to_owned(),
-            result: result.to_owned(),
-        });
-    }
-    let _ = metrics.reconcile_errors.get_or_create(&controller);
+    // The outcome series (`reconcile_total`, `reconcile_errors`) are made by `Stats::new`.
     let _ = metrics.active_workers.get_or_create(&controller);
     let name = NameLabel {
         name: guest.to_owned(),
