@@ -143,8 +143,8 @@ pub struct Informer {
     /// with that version or an older one is in (see [`wait_for_version`](Self::wait_for_version)).
     seen: tokio::sync::watch::Sender<u64>,
     task: Mutex<Option<JoinHandle<()>>>,
-    /// Guests that subscribed to or read through this informer: it runs while any remain.
-    /// The guests holding an [`InformerUse`] of it, with how many each holds.
+    /// The guests holding an [`InformerUse`] of it (for their subscriptions or their reads),
+    /// with how many each holds: it runs while any remain.
     users: Mutex<BTreeMap<String, usize>>,
 }
 

@@ -47,18 +47,46 @@ pub fn field_manager(guest: &str) -> String {
 /// swapping its watches does not stop what it reads through. Shared by the versions of one
 /// guest ([`LiveCluster::with_reads`]); [cleared](Self::clear) when the guest goes.
 #[derive(Debug, Default)]
-pub struct Reads(Mutex<HashMap<(Gvk, Option<String>), InformerUse>>);
+pub struct Reads(Mutex<Vec<ReadThrough>>);
+
+/// One informer a guest reads through: what was asked, and the use held.
+#[derive(Debug)]
+struct ReadThrough {
+    gvk: Gvk,
+    namespace: Option<String>,
+    informer: InformerUse,
+}
+
+impl ReadThrough {
+    fn answers(&self, gvk: &Gvk, namespace: Option<&str>) -> bool {
+        self.gvk == *gvk && self.namespace.as_deref() == namespace
+    }
+}
 
 impl Reads {
-    fn held(&self, key: &(Gvk, Option<String>)) -> Option<Arc<Informer>> {
+    /// The informer held for reads of `gvk` in `namespace`: a scan of the few a guest reads,
+    /// without building a key (this runs for every cached read).
+    fn held(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Arc<Informer>> {
         let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        held.get(key).map(|u| u.informer().clone())
+        held.iter()
+            .find(|r| r.answers(gvk, namespace))
+            .map(|r| r.informer.informer().clone())
     }
 
-    /// Keep `taken` for `key` (two first reads at once: the first kept, the other dropped).
-    fn keep(&self, key: (Gvk, Option<String>), taken: InformerUse) -> Arc<Informer> {
+    /// Keep `taken` for reads of `gvk` in `namespace` (two first reads at once: the first kept,
+    /// the other dropped).
+    fn keep(&self, gvk: &Gvk, namespace: Option<&str>, taken: InformerUse) -> Arc<Informer> {
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        held.entry(key).or_insert(taken).informer().clone()
+        if let Some(kept) = held.iter().find(|r| r.answers(gvk, namespace)) {
+            return kept.informer.informer().clone();
+        }
+        let informer = taken.informer().clone();
+        held.push(ReadThrough {
+            gvk: gvk.clone(),
+            namespace: namespace.map(str::to_owned),
+            informer: taken,
+        });
+        informer
     }
 
     /// Let every informer go: those no other guest uses stop watching.
@@ -390,12 +418,11 @@ impl LiveCluster {
         gvk: &Gvk,
         namespace: Option<&str>,
     ) -> Result<Arc<Informer>, AccessError> {
-        let key = (gvk.clone(), namespace.map(str::to_owned));
-        if let Some(held) = self.reads.held(&key) {
+        if let Some(held) = self.reads.held(gvk, namespace) {
             return Ok(held);
         }
         let taken = self.cache.informer(gvk, namespace, &self.guest).await?;
-        Ok(self.reads.keep(key, taken))
+        Ok(self.reads.keep(gvk, namespace, taken))
     }
 
     /// The informers that answer a read of `gvk` in `namespace` (`None`: every namespace the
