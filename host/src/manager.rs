@@ -225,6 +225,11 @@ fn describe_all(informers: &[InformerUse]) -> String {
         .join(", ")
 }
 
+/// Whether `uses` holds a use of `informer`.
+fn holds(uses: &[InformerUse], informer: &Arc<Informer>) -> bool {
+    uses.iter().any(|u| Arc::ptr_eq(u.informer(), informer))
+}
+
 /// The informers behind `uses`, as the controller holds them.
 fn shared(uses: &[InformerUse]) -> Vec<Arc<Informer>> {
     uses.iter().map(|u| u.informer().clone()).collect()
@@ -417,10 +422,7 @@ impl Manager {
                         gvk: gvk.clone(),
                         source,
                     })?;
-                if !informers
-                    .iter()
-                    .any(|i| Arc::ptr_eq(i.informer(), informer.informer()))
-                {
+                if !holds(&informers, informer.informer()) {
                     if for_kind.as_ref() == Some(gvk) {
                         for_informers.push(informer.informer().clone());
                     }
@@ -520,21 +522,14 @@ impl Manager {
         // Like a restarted controller, the new version sees every object: new subscriptions
         // replay theirs, kept ones are replayed here (the queue folds duplicates).
         for informer in &informers {
-            if guest
-                .informers
-                .iter()
-                .any(|i| Arc::ptr_eq(i.informer(), informer.informer()))
-            {
+            if holds(&guest.informers, informer.informer()) {
                 informer.replay(controller.as_ref());
             } else {
                 informer.subscribe(sink.clone());
             }
         }
         for old in &guest.informers {
-            if !informers
-                .iter()
-                .any(|i| Arc::ptr_eq(i.informer(), old.informer()))
-            {
+            if !holds(&informers, old.informer()) {
                 old.unsubscribe(&sink);
             }
         }
