@@ -286,12 +286,38 @@ impl Runtime {
     }
 }
 
+/// A task that runs until told to stop: leader election's, the sharder's.
+struct Background {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Background {
+    /// Spawn `run`, given the future that resolves when [`stop`](Self::stop) is called (or
+    /// this is dropped).
+    fn spawn<F>(run: impl FnOnce(futures::future::BoxFuture<'static, ()>) -> F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run(Box::pin(async move {
+            let _ = stopped.await;
+        })));
+        Background { stop, task }
+    }
+
+    /// Tell the task to stop and wait until it has.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// Leader election on a Lease: the gate it opens for the workers and whether it has decided.
 struct Election {
     gate: watch::Receiver<bool>,
     decided: watch::Receiver<bool>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+    elector: Background,
     follower: JoinHandle<()>,
 }
 
@@ -300,7 +326,6 @@ impl Election {
     fn start(client: kube::Client, config: LeaderConfig, metrics: Arc<Metrics>) -> Self {
         let (gate_tx, gate) = watch::channel(false);
         let (decided_tx, decided) = watch::channel(false);
-        let (stop, stopped) = oneshot::channel::<()>();
         let lease = NameLabel {
             name: config.lease_name.clone(),
         };
@@ -315,22 +340,17 @@ impl Election {
                 }
             }
         });
-        let task = tokio::spawn(elector.run(async move {
-            let _ = stopped.await;
-        }));
         Election {
             gate,
             decided,
-            stop,
-            task,
+            elector: Background::spawn(|stopped| elector.run(stopped)),
             follower,
         }
     }
 
     /// Step down and release the Lease.
     async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
+        self.elector.stop().await;
         let _ = self.follower.await;
     }
 }
@@ -339,29 +359,20 @@ impl Election {
 struct Sharding {
     decided: watch::Receiver<bool>,
     leaving: watch::Sender<bool>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+    sharder: Background,
 }
 
 impl Sharding {
     fn start(sharder: Sharder) -> Self {
-        let decided = sharder.decided();
-        let leaving = sharder.leaving();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(sharder.run(async move {
-            let _ = stopped.await;
-        }));
         Sharding {
-            decided,
-            leaving,
-            stop,
-            task,
+            decided: sharder.decided(),
+            leaving: sharder.leaving(),
+            sharder: Background::spawn(|stopped| sharder.run(stopped)),
         }
     }
 
     /// Release every guest's Lease and the membership Lease.
     async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
+        self.sharder.stop().await;
     }
 }
