@@ -132,25 +132,23 @@ pub async fn dev(
             resources.join(",")
         ));
     }
-    let started = Runtime::builder(client, &options.manifests, manifests)
-        .options(options.host)
-        .start()
-        .await;
-    let served = match started {
-        Ok(runtime) => {
-            super::announce_admin("dev", runtime.admin_addr());
-            let names: Vec<String> = runtime.manager().controllers().keys().cloned().collect();
-            say(format_args!(
-                "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
-                names.len(),
-                names.join(", ")
-            ));
-            stop.await;
-            runtime.shutdown().await;
-            Ok(())
-        }
-        Err(err) => Err(err),
-    };
+    let served = async {
+        let runtime = Runtime::builder(client, &options.manifests, manifests)
+            .options(options.host)
+            .start()
+            .await?;
+        super::announce_admin("dev", runtime.admin_addr());
+        let names: Vec<String> = runtime.manager().controllers().keys().cloned().collect();
+        say(format_args!(
+            "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
+            names.len(),
+            names.join(", ")
+        ));
+        stop.await;
+        runtime.shutdown().await;
+        anyhow::Ok(())
+    }
+    .await;
     say("krec dev: stopping");
     cluster.shutdown().await;
     served

@@ -65,40 +65,31 @@ enum Command {
     Run(run::Args),
 }
 
+impl Command {
+    /// What the command logs unless `RUST_LOG` says otherwise.
+    fn default_log(&self) -> &'static str {
+        match self {
+            Command::New(_) | Command::Cluster(_) => "info",
+            // `krec check`: a guest's own log lines from `init` would break "one line per file".
+            Command::Check(_) | Command::Rbac(_) | Command::Webhooks(_) => "warn",
+            Command::Dev(_) | Command::Run(_) => LIVE_LOG,
+        }
+    }
+}
+
 /// Parse the command line and run the command; what `krec` exits with.
 pub fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
+    init_logging(cli.command.default_log(), cli.log_format);
     match cli.command {
-        Command::New(args) => {
-            init_logging("info", cli.log_format);
-            new::execute(args)
-        }
-        Command::Check(args) => {
-            // Warnings only: a guest's own log lines from `init` would break "one line per file".
-            init_logging("warn", cli.log_format);
-            check::execute(args)
-        }
-        Command::Cluster(args) => {
-            init_logging("info", cli.log_format);
-            block_on("cluster", cluster::execute(args))
-        }
-        Command::Dev(args) => {
-            init_logging(LIVE_LOG, cli.log_format);
-            block_on("dev", dev::execute(args))
-        }
-        Command::Run(args) => {
-            init_logging(LIVE_LOG, cli.log_format);
-            block_on("run", run::execute(args))
-        }
-        Command::Rbac(args) => {
-            init_logging("warn", cli.log_format);
-            rbac::execute(args)
-        }
-        Command::Webhooks(args) => {
-            init_logging("warn", cli.log_format);
-            webhooks::execute(args)
-        }
+        Command::New(args) => new::execute(args),
+        Command::Check(args) => check::execute(args),
+        Command::Cluster(args) => block_on("cluster", cluster::execute(args)),
+        Command::Dev(args) => block_on("dev", dev::execute(args)),
+        Command::Run(args) => block_on("run", run::execute(args)),
+        Command::Rbac(args) => rbac::execute(args),
+        Command::Webhooks(args) => webhooks::execute(args),
     }
 }
 
