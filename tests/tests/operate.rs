@@ -70,8 +70,13 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
     .await;
     // The label is visible as soon as the guest's update lands, before its reconcile returns.
     let controller = live.controller("pod-counter");
-    live.eventually("the labelling reconcile to finish", || async {
-        (controller.stats().done() >= 1).then_some(())
+    // Its own update triggers another reconcile: wait until that one has finished too, so
+    // that no worker is active when the series are read.
+    live.eventually("the guest to be idle after its reconciles", || async {
+        (controller.stats().done() >= 1
+            && controller.queue().is_empty()
+            && controller.stats().active() == 0)
+            .then_some(())
     })
     .await;
     let admin = Admin::start("127.0.0.1:0".parse().expect("addr"), None)
