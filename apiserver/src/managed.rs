@@ -477,7 +477,7 @@ fn push_member_key(out: &mut String, first: &mut bool, prefix: &str, key: &str) 
 
 /// Append `text` escaped as the inside of a JSON string (as `serde_json` escapes it).
 fn push_escaped(out: &mut String, text: &str) {
-    if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+    if crate::json::first_escape(text.as_bytes()).is_none() {
         out.push_str(text);
         return;
     }

@@ -1,13 +1,14 @@
 //! Giving the memory a burst freed back to the operating system.
 //!
-//! glibc keeps freed heap memory for later allocations (and `krec`'s allocator settings keep
-//! each arena's top as well, see `tune_allocator` in `main.rs`). After an initial list or a
-//! resync has queued every object of a kind for every guest, the megabytes those workqueues
-//! held would stay resident for the life of the process — about 2.5 MiB per guest for 10 000
-//! objects. [`release_soon`] asks for one `malloc_trim(0)` a moment later, which returns every
-//! whole free page of every arena; queues that drain together share one trim.
+//! Allocators keep freed memory for later allocations. After an initial list or a resync has
+//! queued every object of a kind for every guest, the megabytes those workqueues held would stay
+//! resident for the life of the process — about 2.5 MiB per guest for 10 000 objects.
+//! [`release_soon`] asks for one collection a moment later, which returns every whole free page
+//! to the operating system: mimalloc's (the `krec` binary's allocator, see `main.rs`) and glibc's
+//! (the allocator of programs that link the library with the system's, such as the tests and
+//! the benchmarks); queues that drain together share one.
 //!
-//! Elsewhere than on glibc it does nothing.
+//! Elsewhere than on Linux it does nothing.
 
 use std::time::Duration;
 
@@ -18,12 +19,12 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Ask for the heap's free pages to be returned to the operating system shortly (once, however
 /// many callers ask meanwhile). Cheap to call: it only flags the request.
 pub fn release_soon() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    glibc::request();
+    #[cfg(target_os = "linux")]
+    trimmer::request();
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-mod glibc {
+#[cfg(target_os = "linux")]
+mod trimmer {
     use std::sync::{Condvar, Mutex, OnceLock};
 
     /// The trimming thread's mailbox: whether a trim is wanted.
@@ -78,6 +79,16 @@ mod glibc {
     }
 
     fn trim() {
+        // mimalloc: free pages of every heap and arena back to the system now (a no-op when
+        // the process allocates with the system's allocator instead).
+        // SAFETY: mi_collect only releases memory mimalloc holds free; it may be called from
+        // any thread at any time.
+        #[allow(unsafe_code)] // mi_collect has no safe wrapper
+        unsafe {
+            libmimalloc_sys::mi_collect(true);
+        }
+        // glibc: every whole free page of every arena.
+        #[cfg(target_env = "gnu")]
         // SAFETY: malloc_trim(3) only returns free pages of the allocator's own arenas; it
         // takes the arenas' locks like any allocation.
         #[allow(unsafe_code)] // malloc_trim(3) has no safe wrapper

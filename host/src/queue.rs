@@ -149,7 +149,7 @@ const RELEASE_AFTER: usize = 64 << 10;
 impl<K: Eq + Hash + Ord> State<K> {
     /// Release the memory a burst left: a resync or an initial list enqueues every key at once
     /// (10 000 Pods leave a queue and a set sized for 10 000, about 2 MiB, for the life of the
-    /// controller — per guest), and hash maps and deques never shrink by themselves. glibc
+    /// controller — per guest), and hash maps and deques never shrink by themselves. The allocator
     /// keeps what is freed for the next allocations: past [`RELEASE_AFTER`], the queue asks
     /// for it to be returned.
     fn shrink_if_sparse(&mut self) {

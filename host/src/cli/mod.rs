@@ -79,7 +79,6 @@ impl Command {
 
 /// Parse the command line and run the command; what `krec` exits with.
 pub fn main() -> ExitCode {
-    tune_allocator();
     let cli = Cli::parse();
     init_logging(cli.command.default_log(), cli.log_format);
     match cli.command {
@@ -132,26 +131,6 @@ fn init_logging(default: &str, format: LogFormat) {
 
 /// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
 const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::client=debug";
-
-/// Tunes glibc's allocator for a server that keeps many small objects and grows steadily:
-/// each arena's heap is made writable in one step and kept when memory is freed, instead of
-/// being extended by one `mprotect` per allocation that crosses its end and trimmed again (a
-/// fifth of the embedded API server's CPU on writes went to growing and trimming heaps).
-/// Untouched pages stay virtual, so resident memory does not change. A `GLIBC_TUNABLES`
-/// setting in the environment wins: nothing is changed then.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("GLIBC_TUNABLES").is_none() {
-        const MIB: libc::c_int = 1 << 20;
-        // SAFETY: mallopt only sets allocator parameters; it is called before any thread starts.
-        #[allow(unsafe_code)] // mallopt(3) has no safe wrapper
-        unsafe {
-            libc::mallopt(libc::M_TOP_PAD, 64 * MIB);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * MIB);
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * MIB);
-        }
-    }
-}
 
 /// Run `future` on a new multi-threaded runtime; report its error as `krec <command>: ...`.
 fn block_on(
