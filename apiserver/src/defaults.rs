@@ -71,17 +71,30 @@ fn child<'a>(parent: &'a mut Value, key: &str) -> &'a mut Value {
 
 /// Whether `parent.key` is unset: absent, `null` or `""`.
 fn unset(parent: &Value, key: &str) -> bool {
-    match parent.get(key) {
-        None | Some(Value::Null) => true,
-        Some(Value::String(s)) => s.is_empty(),
-        Some(_) => false,
+    parent.get(key).is_none_or(is_unset)
+}
+
+/// Whether a present value counts as unset: `null` or `""`.
+fn is_unset(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        _ => false,
     }
 }
 
 /// Set `parent.key` to `value` when it is unset.
 fn set(parent: &mut Value, key: &str, value: Value) {
-    if parent.is_object() && unset(parent, key) {
-        parent[key] = value;
+    let Some(map) = parent.as_object_mut() else {
+        return;
+    };
+    // One lookup for a field that is there; the key is allocated only when it is not.
+    match map.get_mut(key) {
+        Some(slot) if is_unset(slot) => *slot = value,
+        Some(_) => {}
+        None => {
+            map.insert(key.to_owned(), value);
+        }
     }
 }
 

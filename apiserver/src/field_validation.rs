@@ -252,11 +252,11 @@ fn undeclared<'a>(
     path: &mut FieldPath<'a>,
     out: &mut Vec<Vec<Step<'static>>>,
 ) {
-    // A built-in definition's members are indexed once; an inline schema is read as it is.
-    let members = openapi::referenced_members(schema);
-    let schema = members.map_or(schema, |_| openapi::resolve(schema));
     match value {
         Value::Object(given) => {
+            // A built-in definition's members are indexed once; an inline schema is read as it
+            // is. (Scalars, most of the values, need no schema: looked up only here.)
+            let members = openapi::referenced_members(schema);
             let (properties, values) = match members {
                 Some(_) => (None, None),
                 None => (
@@ -288,7 +288,7 @@ fn undeclared<'a>(
             }
         }
         Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
+            if let Some(item_schema) = openapi::resolve(schema).get("items") {
                 for (i, item) in items.iter().enumerate() {
                     path.under(Step::Item(i), |path| {
                         undeclared(item, item_schema, path, out);

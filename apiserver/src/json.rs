@@ -14,13 +14,31 @@ pub trait Pointer {
 
 impl Pointer for Value {
     fn at(&self, pointer: &str) -> Option<&Value> {
-        match plain_steps(pointer) {
-            Some(mut steps) => steps.try_fold(self, |at, token| match at {
-                Value::Object(map) => map.get(token),
-                Value::Array(items) => index(token).and_then(|i| items.get(i)),
-                _ => None,
-            }),
-            None => self.pointer(pointer),
+        let Some(mut rest) = pointer.strip_prefix('/') else {
+            return self.pointer(pointer);
+        };
+        // One pass over the pointer: each step found and looked up as it is read; a step with
+        // an escape hands the whole pointer to `Value::pointer` (which finds the same values).
+        let mut at = self;
+        loop {
+            let bytes = rest.as_bytes();
+            let mut end = 0;
+            while end < bytes.len() && bytes[end] != b'/' {
+                if bytes[end] == b'~' {
+                    return self.pointer(pointer);
+                }
+                end += 1;
+            }
+            let token = &rest[..end];
+            at = match at {
+                Value::Object(map) => map.get(token)?,
+                Value::Array(items) => items.get(index(token)?)?,
+                _ => return None,
+            };
+            if end == bytes.len() {
+                return Some(at);
+            }
+            rest = &rest[end + 1..];
         }
     }
 
