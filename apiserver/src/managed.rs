@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::json::Pointer;
-use crate::openapi;
+use crate::openapi::{self, ListType};
 
 /// A set of fields: the members under each path element, and whether the node itself is a
 /// member (`.`, for list items and empty objects).
@@ -157,17 +157,6 @@ impl FieldSet {
     }
 }
 
-/// How a list's items are identified.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum ListType {
-    /// Items are maps identified by these keys.
-    Map(Vec<String>),
-    /// Items are scalars, each a member.
-    Set,
-    /// The list is one value.
-    Atomic,
-}
-
 /// Where list types come from, as structured-merge-diff reads them: the kind's schema
 /// (kube-apiserver's definition of a built-in kind, a CRD version's schema), its `metadata`
 /// being `ObjectMeta` for both.
@@ -193,34 +182,9 @@ impl<'a> Schema<'a> {
     }
 
     /// A list's type: `x-kubernetes-list-type` (and its map keys); lacking one, the patch
-    /// strategy (`merge` with a key is a map, without a set); else atomic.
-    fn list_type(&self, schema: Option<&Value>) -> ListType {
-        let Some(schema) = schema else {
-            return ListType::Atomic;
-        };
-        let text = |key: &str| schema.get(key).and_then(Value::as_str);
-        match text("x-kubernetes-list-type") {
-            Some("map") => ListType::Map(
-                schema["x-kubernetes-list-map-keys"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect(),
-            ),
-            Some("set") => ListType::Set,
-            Some(_) => ListType::Atomic,
-            None => {
-                let merge = text("x-kubernetes-patch-strategy")
-                    .is_some_and(|s| s.split(',').any(|s| s.trim() == "merge"));
-                match text("x-kubernetes-patch-merge-key") {
-                    Some(key) if merge => ListType::Map(vec![key.to_owned()]),
-                    None if merge => ListType::Set,
-                    _ => ListType::Atomic,
-                }
-            }
-        }
+    /// strategy (`merge` with a key is a map, without one a set); else atomic.
+    fn list_type<'s>(&self, schema: Option<&'s Value>) -> ListType<'s> {
+        schema.map_or(ListType::Atomic, openapi::list_type)
     }
 
     /// The schema of `field` under `schema` (a property, or the values of a map).
@@ -238,14 +202,11 @@ impl<'a> Schema<'a> {
         let Some(node) = schema else {
             return Fields::default();
         };
-        let atomic_here = || {
-            node.get("x-kubernetes-map-type")
-                .is_some_and(|t| t == "atomic")
-        };
-        if let Some(members) = openapi::referenced_members(node) {
+        let (members, atomic_here) = openapi::members_and_atomic(node);
+        if let Some(members) = members {
             return Fields {
                 members: Some(members),
-                atomic: members.atomic || atomic_here(),
+                atomic: members.atomic || atomic_here,
                 ..Fields::default()
             };
         }
@@ -255,7 +216,7 @@ impl<'a> Schema<'a> {
             members: None,
             properties: node.get("properties").and_then(Value::as_object),
             additional: node.get("additionalProperties").filter(|a| a.is_object()),
-            atomic: atomic_here(),
+            atomic: atomic_here,
         }
     }
 
@@ -327,7 +288,7 @@ const SERVER_FIELDS: &[&str] = &[
 ///
 /// Written straight as text (no map of the key fields built first): this runs for every item
 /// of every keyed list of every write, twice per item in a merge.
-fn item_key(item: &Value, keys: &[String], item_schema: Option<&Value>) -> String {
+fn item_key(item: &Value, keys: &[&str], item_schema: Option<&Value>) -> String {
     static TCP: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| Value::from("TCP"));
     let schema = item_schema.map(openapi::resolve);
     let default = |key: &str| -> Option<&Value> {
@@ -339,9 +300,9 @@ fn item_key(item: &Value, keys: &[String], item_schema: Option<&Value>) -> Strin
     };
     let mut fields: Vec<(&str, &Value)> = keys
         .iter()
-        .filter_map(|key| {
-            let value = item.get(key.as_str()).or_else(|| default(key))?;
-            Some((key.as_str(), value))
+        .filter_map(|&key| {
+            let value = item.get(key).or_else(|| default(key))?;
+            Some((key, value))
         })
         .collect();
     fields.sort_unstable_by(|a, b| a.0.cmp(b.0));

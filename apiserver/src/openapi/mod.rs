@@ -20,6 +20,7 @@
 
 mod gnostic;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -79,7 +80,10 @@ struct Builtin {
     /// for every field of every write, and a node's address is cheaper to hash than its
     /// `$ref` is to find and the name to hash. The definitions are leaked, so no other value
     /// can ever have one of these addresses.
-    refs: FxHashMap<usize, Option<&'static Definition>>,
+    refs: FxHashMap<usize, Node>,
+    /// How the items of each list node (`type: array`) of the definitions are identified, worked
+    /// out once ([`list_type`] reads four extensions of a node by name otherwise).
+    lists: FxHashMap<usize, ListType<'static>>,
     /// Definitions by the kind they describe: kind → (group, version, definition name), looked
     /// up on every write without building a key.
     by_kind: FxHashMap<&'static str, Vec<(&'static str, &'static str, &'static str)>>,
@@ -101,9 +105,9 @@ fn builtin() -> &'static Builtin {
                 })
                 .collect(),
         ));
-        let mut refs = FxHashMap::default();
+        let (mut refs, mut lists) = (FxHashMap::default(), FxHashMap::default());
         for schema in definitions.values() {
-            index_nodes(schema, by_name, &mut refs);
+            index_nodes(schema, by_name, &mut refs, &mut lists);
         }
         let mut by_kind: FxHashMap<&'static str, Vec<_>> = FxHashMap::default();
         for (name, schema) in definitions {
@@ -124,6 +128,7 @@ fn builtin() -> &'static Builtin {
             definitions,
             by_name,
             refs,
+            lists,
             by_kind,
         }
     })
@@ -154,25 +159,97 @@ fn address(node: &Value) -> usize {
     std::ptr::from_ref(node) as usize
 }
 
-/// Every object node under `node` into `refs`, with the definition its `$ref` names.
+/// What the write path asks of one object node of the built-in definitions, by address.
+#[derive(Clone, Copy)]
+struct Node {
+    /// The definition its `$ref` names.
+    definition: Option<&'static Definition>,
+    /// `x-kubernetes-map-type: atomic` on the node itself.
+    atomic: bool,
+}
+
+/// Every object node under `node` into `refs`, with the definition its `$ref` names, and every
+/// list node's type into `lists`.
 fn index_nodes(
     node: &'static Value,
     by_name: &'static FxHashMap<&'static str, Definition>,
-    refs: &mut FxHashMap<usize, Option<&'static Definition>>,
+    refs: &mut FxHashMap<usize, Node>,
+    lists: &mut FxHashMap<usize, ListType<'static>>,
 ) {
     match node {
         Value::Object(map) => {
-            refs.insert(address(node), referenced_in(node, by_name));
+            let facts = Node {
+                definition: referenced_in(node, by_name),
+                atomic: atomic_map(node),
+            };
+            refs.insert(address(node), facts);
+            if map.get("type").and_then(Value::as_str) == Some("array") {
+                lists.insert(address(node), list_type_of(node));
+            }
             for child in map.values() {
-                index_nodes(child, by_name, refs);
+                index_nodes(child, by_name, refs, lists);
             }
         }
         Value::Array(items) => {
             for item in items {
-                index_nodes(item, by_name, refs);
+                index_nodes(item, by_name, refs, lists);
             }
         }
         _ => {}
+    }
+}
+
+/// Whether a schema node says `x-kubernetes-map-type: atomic` (the map is one value).
+fn atomic_map(node: &Value) -> bool {
+    node.get("x-kubernetes-map-type")
+        .is_some_and(|t| t == "atomic")
+}
+
+/// How a list's items are identified, as structured-merge-diff reads a schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListType<'s> {
+    /// Items are maps identified by these keys.
+    Map(Cow<'s, [&'s str]>),
+    /// Items are scalars, each a member.
+    Set,
+    /// The list is one value.
+    Atomic,
+}
+
+/// The type of the list `node` describes: `x-kubernetes-list-type` (and its map keys); lacking
+/// one, the patch strategy (`merge` with a key is a map, without one a set); else atomic.
+/// Built-in definitions' list nodes are read once per process.
+pub fn list_type(node: &Value) -> ListType<'_> {
+    match builtin().lists.get(&address(node)) {
+        Some(ListType::Map(keys)) => ListType::Map(Cow::Borrowed(keys.as_ref())),
+        Some(ListType::Set) => ListType::Set,
+        Some(ListType::Atomic) => ListType::Atomic,
+        None => list_type_of(node),
+    }
+}
+
+fn list_type_of(node: &Value) -> ListType<'_> {
+    let text = |key: &str| node.get(key).and_then(Value::as_str);
+    match text("x-kubernetes-list-type") {
+        Some("map") => ListType::Map(Cow::Owned(
+            node.get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect(),
+        )),
+        Some("set") => ListType::Set,
+        Some(_) => ListType::Atomic,
+        None => {
+            let merge = text("x-kubernetes-patch-strategy")
+                .is_some_and(|s| s.split(',').any(|s| s.trim() == "merge"));
+            match text("x-kubernetes-patch-merge-key") {
+                Some(key) if merge => ListType::Map(Cow::Owned(vec![key])),
+                None if merge => ListType::Set,
+                _ => ListType::Atomic,
+            }
+        }
     }
 }
 
@@ -194,9 +271,26 @@ fn referenced_in(
 fn referenced(schema: &Value) -> Option<&'static Definition> {
     let builtin = builtin();
     match builtin.refs.get(&address(schema)) {
-        Some(found) => *found,
+        Some(found) => found.definition,
         None => referenced_in(schema, builtin.by_name),
     }
+}
+
+/// The members of the built-in definition `schema` references (as [`referenced_members`]), and
+/// whether `schema` itself says its map is atomic: one lookup for a built-in definition's node.
+pub fn members_and_atomic(schema: &Value) -> (Option<&'static Members>, bool) {
+    let builtin = builtin();
+    let node = match builtin.refs.get(&address(schema)) {
+        Some(found) => *found,
+        None => Node {
+            definition: referenced_in(schema, builtin.by_name),
+            atomic: atomic_map(schema),
+        },
+    };
+    let members = node
+        .definition
+        .map(|d| d.members.get_or_init(|| Members::of(d.schema)));
+    (members, node.atomic)
 }
 
 /// A built-in definition, and its members indexed on first use.
@@ -238,9 +332,7 @@ impl Members {
                 .map(|(name, property)| (name.as_str(), property))
                 .collect(),
             additional: schema.get("additionalProperties").filter(|a| a.is_object()),
-            atomic: schema
-                .get("x-kubernetes-map-type")
-                .is_some_and(|t| t == "atomic"),
+            atomic: atomic_map(schema),
         }
     }
 }

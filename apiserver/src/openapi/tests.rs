@@ -374,6 +374,7 @@ fn references_should_resolve_alike_by_address_and_by_name() {
     let builtin = builtin();
     let mut nodes = 0;
     let mut with_ref = 0;
+    let (mut lists, mut keyed_or_set) = (0, 0);
     let mut stack: Vec<&'static Value> = builtin.definitions.values().collect();
     while let Some(node) = stack.pop() {
         match node {
@@ -384,6 +385,13 @@ fn references_should_resolve_alike_by_address_and_by_name() {
                 let copy = node.clone();
                 let by_name = referenced(&copy).map(|d| d.schema as *const Value);
                 assert_eq!(by_address, by_name, "{node}");
+                // The facts kept by address are the ones the node's text gives.
+                assert_eq!(members_and_atomic(node).1, atomic_map(&copy), "{node}");
+                assert_eq!(list_type(node), list_type(&copy), "{node}");
+                lists += usize::from(builtin.lists.contains_key(&address(node)));
+                if list_type(node) != ListType::Atomic {
+                    keyed_or_set += 1;
+                }
                 with_ref += usize::from(by_address.is_some());
                 stack.extend(map.values());
             }
@@ -396,4 +404,8 @@ fn references_should_resolve_alike_by_address_and_by_name() {
         "{nodes} nodes, {with_ref} references"
     );
     assert_eq!(builtin.refs.len(), nodes);
+    assert!(
+        lists > 100 && keyed_or_set > 50,
+        "{lists} list nodes, {keyed_or_set} keyed or sets"
+    );
 }
