@@ -352,7 +352,7 @@ fn valid_string_end(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
@@ -379,7 +379,7 @@ mod tests {
 
     /// Strings of every byte class the writer treats apart: plain ASCII, the escaped ones, other
     /// control characters, DEL and multi-byte UTF-8, at every offset of an eight-byte word.
-    fn awkward_string() -> impl Strategy<Value = String> {
+    pub(crate) fn awkward_string() -> impl Strategy<Value = String> {
         proptest::collection::vec(
             prop_oneof![
                 4 => proptest::char::range('a', 'z'),

@@ -438,26 +438,28 @@ fn push_member_key(out: &mut String, first: &mut bool, prefix: &str, key: &str) 
 
 /// Append `text` escaped as the inside of a JSON string (as `serde_json` escapes it).
 fn push_escaped(out: &mut String, text: &str) {
-    if crate::json::first_escape(text.as_bytes()).is_none() {
-        out.push_str(text);
-        return;
-    }
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
+    let mut rest = text;
+    // Runs that need no escape copied whole (`k:{"name":"web"}` keys have a few quotes).
+    while let Some(at) = crate::json::first_escape(rest.as_bytes()) {
+        out.push_str(&rest[..at]);
+        // The byte found is ASCII: a quote, a backslash or a control character.
+        let byte = rest.as_bytes()[at];
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
                 use std::fmt::Write as _;
-                let _ = write!(out, "\\u{:04x}", c as u32);
+                let _ = write!(out, "\\u{byte:04x}");
             }
-            c => out.push(c),
         }
+        rest = &rest[at + 1..];
     }
+    out.push_str(rest);
 }
 
 /// [`walk`] written as `FieldsV1` text onto `out`; `false` (with `out` to be cut back by the

@@ -1,8 +1,10 @@
 //! The embedded API server before and after issue 11 (its own crate, protobuf, defaulting,
 //! validation, field ownership with `managedFields`, field validation, OpenAPI): the same load,
 //! through `kube` over HTTPS, against `krec cluster` of the baseline commit and of this build,
-//! each in its own process, interleaved round by round in one run (the order alternating), so
-//! both meet the same machine. Figures are this build's over the baseline's.
+//! each in its own process, in one run. Writes are interleaved slice by slice (50 writes to one
+//! server, then 50 to the other, the order alternating), so the two rates of each pair meet the
+//! same machine; a figure is the median of the pairs' ratios. Figures are this build's over the
+//! baseline's.
 //!
 //! The baseline binary is `KREC_BASELINE_BIN`, else `.tools/krec-baseline` (`make
 //! bench-baseline` builds it from commit 98e0e9c, the last before issue 11).
@@ -116,97 +118,202 @@ async fn raw(client: &Client, method: http::Method, uri: String, content_type: &
     client.request_text(request).await.expect("raw write");
 }
 
-/// Operations per second of `n` sequential calls of `op`.
-async fn rate<F, Fut>(n: usize, op: F) -> f64
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let started = Instant::now();
-    for i in 0..n {
-        op(i).await;
-    }
-    n as f64 / started.elapsed().as_secs_f64()
+/// The writes measured, each the `i`-th of its kind in a round's namespace.
+#[derive(Clone, Copy)]
+enum Write {
+    CreateConfigMap,
+    CreateDeployment,
+    MergePatchDeployment,
+    ApplyDeployment,
+    RawCreateConfigMap,
+    RawCreateDeployment,
+    RawMergePatchDeployment,
+    RawApplyDeployment,
 }
 
-async fn round(
-    client: &Client,
-    server_pid: u32,
-    round: usize,
-    load: &Load,
-) -> Vec<(&'static str, f64)> {
-    let ns = format!("round-{round}");
-    namespace(client, &ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+impl Write {
+    const ALL: [Write; 8] = [
+        Write::CreateConfigMap,
+        Write::CreateDeployment,
+        Write::MergePatchDeployment,
+        Write::ApplyDeployment,
+        Write::RawCreateConfigMap,
+        Write::RawCreateDeployment,
+        Write::RawMergePatchDeployment,
+        Write::RawApplyDeployment,
+    ];
+
+    fn figure(self) -> &'static str {
+        match self {
+            Write::CreateConfigMap => "create_configmap_per_s",
+            Write::CreateDeployment => "create_deployment_per_s",
+            Write::MergePatchDeployment => "merge_patch_deployment_per_s",
+            Write::ApplyDeployment => "apply_deployment_per_s",
+            Write::RawCreateConfigMap => "raw_create_configmap_per_s",
+            Write::RawCreateDeployment => "raw_create_deployment_per_s",
+            Write::RawMergePatchDeployment => "raw_merge_patch_deployment_per_s",
+            Write::RawApplyDeployment => "raw_apply_deployment_per_s",
+        }
+    }
+
+    /// Typed writes go through kube's `Api` and decode the answer; raw ones read it as text.
+    fn typed(self) -> bool {
+        matches!(
+            self,
+            Write::CreateConfigMap
+                | Write::CreateDeployment
+                | Write::MergePatchDeployment
+                | Write::ApplyDeployment
+        )
+    }
+
+    /// Send write `i` of this kind to the server behind `client`, in namespace `ns`.
+    async fn send(self, client: &Client, ns: &str, i: usize) {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+        let raw_cms = format!("/api/v1/namespaces/{ns}/configmaps");
+        let raw_deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+        let renamed = |i: usize| {
+            let mut object = deployment(i);
+            object["metadata"]["name"] = json!(format!("raw-{i:04}"));
+            object
+        };
+        let patch = json!({"metadata": {"labels": {"round": "x"}}, "spec": {"replicas": 3}});
+        match self {
+            Write::CreateConfigMap => {
+                cms.create(&PostParams::default(), &configmap(i))
+                    .await
+                    .expect("create configmap");
+            }
+            Write::CreateDeployment => {
+                let object: Deployment = serde_json::from_value(deployment(i)).expect("deployment");
+                deployments
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .expect("create deployment");
+            }
+            Write::MergePatchDeployment => {
+                deployments
+                    .patch(
+                        &format!("web-{i:04}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .expect("patch deployment");
+            }
+            Write::ApplyDeployment => {
+                let mut config = deployment(i);
+                config["spec"]["replicas"] = json!(4);
+                deployments
+                    .patch(
+                        &format!("web-{i:04}"),
+                        &PatchParams::apply("bench").force(),
+                        &Patch::Apply(config),
+                    )
+                    .await
+                    .expect("apply deployment");
+            }
+            Write::RawCreateConfigMap => {
+                let mut object = serde_json::to_value(configmap(i)).expect("configmap");
+                object["metadata"]["name"] = json!(format!("raw-{i:05}"));
+                raw(
+                    client,
+                    http::Method::POST,
+                    raw_cms,
+                    "application/json",
+                    &object,
+                )
+                .await;
+            }
+            Write::RawCreateDeployment => {
+                let object = renamed(i);
+                raw(
+                    client,
+                    http::Method::POST,
+                    raw_deployments,
+                    "application/json",
+                    &object,
+                )
+                .await;
+            }
+            Write::RawMergePatchDeployment => {
+                let uri = format!("{raw_deployments}/raw-{i:04}");
+                raw(
+                    client,
+                    http::Method::PATCH,
+                    uri,
+                    "application/merge-patch+json",
+                    &patch,
+                )
+                .await;
+            }
+            Write::RawApplyDeployment => {
+                let uri = format!("{raw_deployments}/raw-{i:04}?fieldManager=bench&force=true");
+                let mut config = renamed(i);
+                config["spec"]["replicas"] = json!(4);
+                raw(
+                    client,
+                    http::Method::PATCH,
+                    uri,
+                    "application/apply-patch+yaml",
+                    &config,
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// Writes per slice: each server sends this many of a kind, then the other does, so the two
+/// rates of a pair are measured tens of milliseconds apart, on the same machine (this VM's
+/// speed drifts by a third within minutes, far more than the differences measured).
+const SLICE: usize = 50;
+
+/// What one round's writes measured: per figure, each slice's rate on both servers.
+#[derive(Default)]
+struct Rates {
+    /// (figure, baseline rate, current rate) per slice.
+    slices: Vec<(&'static str, f64, f64)>,
+    /// CPU seconds the server spent on all the round's writes, per server.
+    server_cpu: [f64; 2],
+    /// CPU seconds this process spent on the typed writes to each server.
+    client_cpu: [f64; 2],
+}
+
+/// Every write kind of a round, sent to both servers slice by slice, the order alternating.
+async fn paired_writes(clients: &[Client; 2], pids: [u32; 2], ns: &str, load: &Load) -> Rates {
+    let mut rates = Rates::default();
+    let server_cpu = pids.map(cpu_seconds_of);
+    for write in Write::ALL {
+        for slice in 0..load.writes.div_ceil(SLICE) {
+            let order = if slice % 2 == 0 { [0, 1] } else { [1, 0] };
+            let mut rate = [0.0; 2];
+            for s in order {
+                let client_cpu = common::process_cpu_seconds();
+                let started = Instant::now();
+                let from = slice * SLICE;
+                let to = (from + SLICE).min(load.writes);
+                for i in from..to {
+                    write.send(&clients[s], ns, i).await;
+                }
+                rate[s] = (to - from) as f64 / started.elapsed().as_secs_f64();
+                if write.typed() {
+                    rates.client_cpu[s] += common::process_cpu_seconds() - client_cpu;
+                }
+            }
+            rates.slices.push((write.figure(), rate[0], rate[1]));
+        }
+    }
+    for s in 0..2 {
+        rates.server_cpu[s] = cpu_seconds_of(pids[s]) - server_cpu[s];
+    }
+    rates
+}
+
+/// A server's list and watch figures for a round.
+async fn reads(client: &Client, ns: &str, load: &Load) -> Vec<(&'static str, f64)> {
     let mut figures = Vec::new();
-
-    let (server_cpu, client_cpu) = (cpu_seconds_of(server_pid), common::process_cpu_seconds());
-    let create_cm = rate(load.writes, |i| {
-        let cms = cms.clone();
-        async move {
-            cms.create(&PostParams::default(), &configmap(i))
-                .await
-                .expect("create configmap");
-        }
-    })
-    .await;
-    figures.push(("create_configmap_per_s", create_cm));
-
-    let create_deploy = rate(load.writes, |i| {
-        let deployments = deployments.clone();
-        async move {
-            let object: Deployment = serde_json::from_value(deployment(i)).expect("deployment");
-            deployments
-                .create(&PostParams::default(), &object)
-                .await
-                .expect("create deployment");
-        }
-    })
-    .await;
-    figures.push(("create_deployment_per_s", create_deploy));
-
-    let patch_deploy = rate(load.writes, |i| {
-        let deployments = deployments.clone();
-        async move {
-            let patch = json!({"metadata": {"labels": {"round": "x"}}, "spec": {"replicas": 3}});
-            deployments
-                .patch(
-                    &format!("web-{i:04}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
-                .await
-                .expect("patch deployment");
-        }
-    })
-    .await;
-    figures.push(("merge_patch_deployment_per_s", patch_deploy));
-
-    let apply_deploy = rate(load.writes, |i| {
-        let deployments = deployments.clone();
-        async move {
-            let mut config = deployment(i);
-            config["spec"]["replicas"] = json!(4);
-            deployments
-                .patch(
-                    &format!("web-{i:04}"),
-                    &PatchParams::apply("bench").force(),
-                    &Patch::Apply(config),
-                )
-                .await
-                .expect("apply deployment");
-        }
-    })
-    .await;
-    figures.push(("apply_deployment_per_s", apply_deploy));
-    let client_us = (common::process_cpu_seconds() - client_cpu) * 1e6 / (4 * load.writes) as f64;
-    figures.extend(raw_writes(client, &ns, load).await);
-    let writes = (8 * load.writes) as f64;
-    let server_us = (cpu_seconds_of(server_pid) - server_cpu) * 1e6 / writes;
-    figures.push(("server_cpu_us_per_write", server_us));
-    figures.push(("client_cpu_us_per_write", client_us));
-
     let all: Api<ConfigMap> = Api::namespaced(client.clone(), "listed");
     let mut lists = Vec::new();
     for _ in 0..load.lists {
@@ -217,71 +324,11 @@ async fn round(
     }
     figures.push(("list_5k_configmaps_ms", median_min_max(lists).0));
 
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let (p50, p99, delivered) = watch_fanout(&cms).await;
     figures.push(("watch_latency_p50_us", p50));
     figures.push(("watch_latency_p99_us", p99));
     figures.push(("watch_delivered_ratio", delivered));
-    figures
-}
-
-/// The four writes of [`round`] again, under other names, as raw requests whose answers are
-/// not decoded: rates per second.
-async fn raw_writes(client: &Client, ns: &str, load: &Load) -> Vec<(&'static str, f64)> {
-    let cms = format!("/api/v1/namespaces/{ns}/configmaps");
-    let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
-    let renamed = |i: usize| {
-        let mut object = deployment(i);
-        object["metadata"]["name"] = json!(format!("raw-{i:04}"));
-        object
-    };
-    let mut figures = Vec::new();
-    let create_cm = rate(load.writes, |i| {
-        let mut object = serde_json::to_value(configmap(i)).expect("configmap");
-        object["metadata"]["name"] = json!(format!("raw-{i:05}"));
-        let uri = cms.clone();
-        async move { raw(client, http::Method::POST, uri, "application/json", &object).await }
-    })
-    .await;
-    figures.push(("raw_create_configmap_per_s", create_cm));
-    let create = rate(load.writes, |i| {
-        let (uri, object) = (deployments.clone(), renamed(i));
-        async move { raw(client, http::Method::POST, uri, "application/json", &object).await }
-    })
-    .await;
-    figures.push(("raw_create_deployment_per_s", create));
-    let patch = rate(load.writes, |i| {
-        let uri = format!("{deployments}/raw-{i:04}");
-        let patch = json!({"metadata": {"labels": {"round": "x"}}, "spec": {"replicas": 3}});
-        async move {
-            raw(
-                client,
-                http::Method::PATCH,
-                uri,
-                "application/merge-patch+json",
-                &patch,
-            )
-            .await
-        }
-    })
-    .await;
-    figures.push(("raw_merge_patch_deployment_per_s", patch));
-    let apply = rate(load.writes, |i| {
-        let uri = format!("{deployments}/raw-{i:04}?fieldManager=bench&force=true");
-        let mut config = renamed(i);
-        config["spec"]["replicas"] = json!(4);
-        async move {
-            raw(
-                client,
-                http::Method::PATCH,
-                uri,
-                "application/apply-patch+yaml",
-                &config,
-            )
-            .await
-        }
-    })
-    .await;
-    figures.push(("raw_apply_deployment_per_s", apply));
     figures
 }
 
@@ -339,24 +386,50 @@ fn main() {
             fill_list_namespace(&client).await;
             clients.push(client);
         }
+        let clients: [Client; 2] = [clients[0].clone(), clients[1].clone()];
+        let pids = [servers[0].1.pid(), servers[1].1.pid()];
+        let mut record = |name: &'static str, before: f64, after: f64| {
+            let slot = match results.iter_mut().position(|(n, ..)| *n == name) {
+                Some(i) => &mut results[i],
+                None => {
+                    results.push((name, Vec::new(), Vec::new(), Vec::new()));
+                    results.last_mut().expect("just pushed")
+                }
+            };
+            slot.1.push(before);
+            slot.2.push(after);
+            slot.3.push(after / before);
+        };
         for r in 0..load.rounds {
-            // Alternate which server goes first, so neither always meets a warmer machine.
+            let ns = format!("round-{r}");
+            for client in &clients {
+                namespace(client, &ns).await;
+            }
+            let rates = paired_writes(&clients, pids, &ns, &load).await;
+            for (name, before, after) in rates.slices {
+                record(name, before, after);
+            }
+            let per_write = |cpu: f64, writes: usize| cpu * 1e6 / writes as f64;
+            let all_writes = Write::ALL.len() * load.writes;
+            let typed_writes = Write::ALL.iter().filter(|w| w.typed()).count() * load.writes;
+            record(
+                "server_cpu_us_per_write",
+                per_write(rates.server_cpu[0], all_writes),
+                per_write(rates.server_cpu[1], all_writes),
+            );
+            record(
+                "client_cpu_us_per_write",
+                per_write(rates.client_cpu[0], typed_writes),
+                per_write(rates.client_cpu[1], typed_writes),
+            );
+            // Reads, one server after the other (the order alternating).
             let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
             let mut by_server: [Vec<(&'static str, f64)>; 2] = [Vec::new(), Vec::new()];
             for s in order {
-                by_server[s] = round(&clients[s], servers[s].1.pid(), r, &load).await;
+                by_server[s] = reads(&clients[s], &ns, &load).await;
             }
             for ((name, before), (_, after)) in by_server[0].iter().zip(&by_server[1]) {
-                let slot = match results.iter_mut().position(|(n, ..)| n == name) {
-                    Some(i) => &mut results[i],
-                    None => {
-                        results.push((name, Vec::new(), Vec::new(), Vec::new()));
-                        results.last_mut().expect("just pushed")
-                    }
-                };
-                slot.1.push(*before);
-                slot.2.push(*after);
-                slot.3.push(after / before);
+                record(name, *before, *after);
             }
         }
     });
@@ -375,7 +448,9 @@ fn main() {
         json.insert(format!("server_versions_{name}_ratio"), json!(rm));
     }
     println!(
-        "({} rounds of {} writes each; per-second figures: higher is better; ms and µs: lower)",
+        "({} rounds of {} writes of each kind per server, sent in slices of {SLICE} to one \
+         server then the other; per-second figures and their ratios are per slice pair, the \
+         others per round; per-second figures: higher is better; ms and µs: lower)",
         load.rounds, load.writes
     );
     common::write_results(json);

@@ -488,3 +488,19 @@ proptest::proptest! {
         proptest::prop_assert_eq!(crate::json::object_to_vec(&spec), serde_json::to_vec(&spec).expect("json"));
     }
 }
+
+proptest::proptest! {
+    /// Keys and item keys are escaped as `serde_json` escapes them.
+    #[test]
+    fn keys_should_be_escaped_as_serde_json_escapes_them(
+        text in crate::json::tests::awkward_string(),
+    ) {
+        let mut out = String::from("[");
+        push_escaped(&mut out, &text);
+        let quoted = serde_json::to_string(&text).expect("json");
+        proptest::prop_assert_eq!(&out[1..], &quoted[1..quoted.len() - 1]);
+        let mut out = String::from("k:");
+        push_json(&mut out, &json!({"name": text, "port": 80}));
+        proptest::prop_assert_eq!(out, format!("k:{}", json!({"name": text, "port": 80})));
+    }
+}
