@@ -156,6 +156,20 @@ impl Write {
         }
     }
 
+    /// The server's CPU per write of this kind (clock ticks summed over the slices).
+    fn server_cpu_figure(self) -> &'static str {
+        match self {
+            Write::CreateConfigMap => "server_cpu_us_per_create_configmap",
+            Write::CreateDeployment => "server_cpu_us_per_create_deployment",
+            Write::MergePatchDeployment => "server_cpu_us_per_merge_patch_deployment",
+            Write::ApplyDeployment => "server_cpu_us_per_apply_deployment",
+            Write::RawCreateConfigMap => "server_cpu_us_per_raw_create_configmap",
+            Write::RawCreateDeployment => "server_cpu_us_per_raw_create_deployment",
+            Write::RawMergePatchDeployment => "server_cpu_us_per_raw_merge_patch_deployment",
+            Write::RawApplyDeployment => "server_cpu_us_per_raw_apply_deployment",
+        }
+    }
+
     /// Typed writes go through kube's `Api` and decode the answer; raw ones read it as text.
     fn typed(self) -> bool {
         matches!(
@@ -277,6 +291,8 @@ struct Rates {
     slices: Vec<(&'static str, f64, f64)>,
     /// CPU seconds the server spent on all the round's writes, per server.
     server_cpu: [f64; 2],
+    /// CPU seconds each server spent on each kind of write (summed over its slices).
+    server_cpu_by_kind: Vec<(&'static str, [f64; 2])>,
     /// CPU seconds this process spent on the typed writes to each server.
     client_cpu: [f64; 2],
 }
@@ -286,11 +302,13 @@ async fn paired_writes(clients: &[Client; 2], pids: [u32; 2], ns: &str, load: &L
     let mut rates = Rates::default();
     let server_cpu = pids.map(cpu_seconds_of);
     for write in Write::ALL {
+        let mut by_kind = [0.0; 2];
         for slice in 0..load.writes.div_ceil(SLICE) {
             let order = if slice % 2 == 0 { [0, 1] } else { [1, 0] };
             let mut rate = [0.0; 2];
             for s in order {
                 let client_cpu = common::process_cpu_seconds();
+                let server_before = cpu_seconds_of(pids[s]);
                 let started = Instant::now();
                 let from = slice * SLICE;
                 let to = (from + SLICE).min(load.writes);
@@ -298,12 +316,16 @@ async fn paired_writes(clients: &[Client; 2], pids: [u32; 2], ns: &str, load: &L
                     write.send(&clients[s], ns, i).await;
                 }
                 rate[s] = (to - from) as f64 / started.elapsed().as_secs_f64();
+                by_kind[s] += cpu_seconds_of(pids[s]) - server_before;
                 if write.typed() {
                     rates.client_cpu[s] += common::process_cpu_seconds() - client_cpu;
                 }
             }
             rates.slices.push((write.figure(), rate[0], rate[1]));
         }
+        rates
+            .server_cpu_by_kind
+            .push((write.server_cpu_figure(), by_kind));
     }
     for s in 0..2 {
         rates.server_cpu[s] = cpu_seconds_of(pids[s]) - server_cpu[s];
@@ -417,6 +439,13 @@ fn main() {
                 per_write(rates.server_cpu[0], all_writes),
                 per_write(rates.server_cpu[1], all_writes),
             );
+            for (name, cpu) in rates.server_cpu_by_kind {
+                record(
+                    name,
+                    per_write(cpu[0], load.writes),
+                    per_write(cpu[1], load.writes),
+                );
+            }
             record(
                 "client_cpu_us_per_write",
                 per_write(rates.client_cpu[0], typed_writes),

@@ -295,9 +295,31 @@ fn has_finalizers(object: &Value) -> bool {
 
 /// Now, in RFC 3339 at second precision (as `metav1.Time` marshals).
 pub(crate) fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    rfc3339(jiff::Timestamp::now())
+}
+
+/// `at` in RFC 3339 at second precision, UTC (`2026-11-25T18:40:00Z`), written digit by digit:
+/// every create stamps its object and its `managedFields` entry, and `strftime` parses its
+/// format each time.
+fn rfc3339(at: jiff::Timestamp) -> String {
+    let t = jiff::tz::Offset::UTC.to_datetime(at);
+    let mut out = String::with_capacity(20);
+    let mut push = |n: i32, width: u32, then: Option<char>| {
+        for place in (0..width).rev() {
+            let digit = (n / 10i32.pow(place)) % 10;
+            out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+        }
+        if let Some(separator) = then {
+            out.push(separator);
+        }
+    };
+    push(i32::from(t.year()), 4, Some('-'));
+    push(i32::from(t.month()), 2, Some('-'));
+    push(i32::from(t.day()), 2, Some('T'));
+    push(i32::from(t.hour()), 2, Some(':'));
+    push(i32::from(t.minute()), 2, Some(':'));
+    push(i32::from(t.second()), 2, Some('Z'));
+    out
 }
 
 impl Store {
@@ -485,4 +507,18 @@ impl Store {
 
 fn is_crd_type(rt: &ResourceType) -> bool {
     rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Written as `strftime` writes it, for every second from 1970 to 9999.
+        #[test]
+        fn timestamps_should_be_written_as_strftime_writes_them(seconds in 0i64..253_402_300_799) {
+            let at = jiff::Timestamp::from_second(seconds).expect("in range");
+            proptest::prop_assert_eq!(rfc3339(at), at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        }
+    }
 }
