@@ -294,6 +294,12 @@ fn validate_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `key: value` is a valid label (the key as [`validate_key`], the value empty or a
+/// label name), checked without building anything.
+pub fn is_label(key: &str, value: &str) -> bool {
+    validate_key(key).is_ok() && validate_value(value).is_ok()
+}
+
 fn validate_value(value: &str) -> Result<(), String> {
     if value.is_empty() || is_label_name(value) {
         Ok(())
@@ -507,6 +513,25 @@ impl FieldSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_should_be_checked_as_kube_apiserver_checks_them() {
+        for (key, value) in [("app", "web"), ("example.com/tier", ""), ("a", "a.b-c_d")] {
+            assert!(is_label(key, value), "{key}: {value}");
+        }
+        for (key, value) in [
+            ("", "x"),
+            (" app", "web"),
+            ("app", " web"),
+            ("app", "-web"),
+            ("a=b", "c"),
+            ("app", "b=c"),
+            ("Example.com/app", "x"),
+            ("app", &"x".repeat(64)),
+        ] {
+            assert!(!is_label(key, value), "{key}: {value}");
+        }
+    }
     use proptest::strategy::Strategy as _;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

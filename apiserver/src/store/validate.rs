@@ -45,8 +45,7 @@ impl Store {
         check_string_maps(rt, object)?;
         if let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) {
             for (k, v) in labels {
-                let text = format!("{k}={}", v.as_str().unwrap_or("\u{0}"));
-                if LabelSelector::parse(&text).is_err() || !v.is_string() {
+                if !v.as_str().is_some_and(|v| crate::selector::is_label(k, v)) {
                     return Err(invalid(
                         &format!("metadata.labels[{k}]"),
                         format!("Invalid value: {v}: not a valid label"),
