@@ -55,7 +55,7 @@ impl Pointer for Value {
 }
 
 /// The steps of a pointer that needs no unescaping; `None` for one with escapes, without its
-/// leading `/` or empty, which [`Value::pointer`] handles (at no cost for the last two).
+/// leading `/` or empty, which [`Value::pointer_mut`] handles (at no cost for the last two).
 fn plain_steps(pointer: &str) -> Option<PlainSteps<'_>> {
     let rest = pointer.strip_prefix('/')?;
     // A plain byte loop: pointers are a few dozen bytes, shorter than `memchr`'s set-up pays for.

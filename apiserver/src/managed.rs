@@ -438,28 +438,16 @@ fn push_member_key(out: &mut String, first: &mut bool, prefix: &str, key: &str) 
 
 /// Append `text` escaped as the inside of a JSON string (as `serde_json` escapes it).
 fn push_escaped(out: &mut String, text: &str) {
-    let mut rest = text;
-    // Runs that need no escape copied whole (`k:{"name":"web"}` keys have a few quotes).
-    while let Some(at) = crate::json::first_escape(rest.as_bytes()) {
-        out.push_str(&rest[..at]);
-        // The byte found is ASCII: a quote, a backslash or a control character.
-        let byte = rest.as_bytes()[at];
-        match byte {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            0x08 => out.push_str("\\b"),
-            0x0c => out.push_str("\\f"),
-            _ => {
-                use std::fmt::Write as _;
-                let _ = write!(out, "\\u{byte:04x}");
-            }
-        }
-        rest = &rest[at + 1..];
+    if crate::json::first_escape(text.as_bytes()).is_none() {
+        out.push_str(text);
+        return;
     }
-    out.push_str(rest);
+    // Few keys need an escape (`k:{"name":"web"}`): the JSON writer escapes them.
+    let mut quoted = Vec::with_capacity(text.len() + 8);
+    crate::json::write_str(&mut quoted, text);
+    let inside = quoted.get(1..quoted.len() - 1).unwrap_or_default();
+    // The writer only appends valid UTF-8 (the text's own runs, ASCII escapes).
+    out.push_str(std::str::from_utf8(inside).unwrap_or_default());
 }
 
 /// [`walk`] written as `FieldsV1` text onto `out`; `false` (with `out` to be cut back by the

@@ -156,7 +156,7 @@ impl Write {
         }
     }
 
-    /// The server's CPU per write of this kind (clock ticks summed over the slices).
+    /// The server's CPU per write of this kind (its CPU-time clock, summed over the slices).
     fn server_cpu_figure(self) -> &'static str {
         match self {
             Write::CreateConfigMap => "server_cpu_us_per_create_configmap",
@@ -289,7 +289,8 @@ const SLICE: usize = 50;
 struct Rates {
     /// (figure, baseline rate, current rate) per slice.
     slices: Vec<(&'static str, f64, f64)>,
-    /// CPU seconds the server spent on all the round's writes, per server.
+    /// CPU seconds each server spent from the round's first write to its last (including
+    /// while the other server's slices ran: idle, watch and timer work), per server.
     server_cpu: [f64; 2],
     /// CPU seconds each server spent on each kind of write (summed over its slices).
     server_cpu_by_kind: Vec<(&'static str, [f64; 2])>,

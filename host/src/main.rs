@@ -3,8 +3,8 @@
 /// mimalloc instead of glibc's allocator: the embedded API server allocates and frees hundreds of
 /// small values per request (decoded bodies, defaults, field sets), and mimalloc's thread-local
 /// free lists do that in a sixth fewer instructions per write (BENCHMARKS.md, "Embedded API
-/// server before and after issue 11"). Built with `no_thp`: the process opts out of transparent
-/// huge pages, whose first touch zeroes 2 MiB at a time as the store grows.
+/// server before and after issue 11"). The process opts out of transparent huge pages at start
+/// (`krec::cli::main`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

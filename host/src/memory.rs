@@ -3,10 +3,13 @@
 //! Allocators keep freed memory for later allocations. After an initial list or a resync has
 //! queued every object of a kind for every guest, the megabytes those workqueues held would stay
 //! resident for the life of the process — about 2.5 MiB per guest for 10 000 objects.
-//! [`release_soon`] asks for one collection a moment later, which returns every whole free page
-//! to the operating system: mimalloc's (the `krec` binary's allocator, see `main.rs`) and glibc's
-//! (the allocator of programs that link the library with the system's, such as the tests and
-//! the benchmarks); queues that drain together share one.
+//! [`release_soon`] asks for one collection a moment later. With mimalloc (the `krec` binary's
+//! allocator, see `main.rs`) that returns the free memory of its arenas — where pages go once a
+//! thread has freed all of their blocks, as a drained queue's buffers are — to the operating
+//! system at once instead of after its purge delay (pages a worker thread still holds in its own
+//! heap stay until that thread frees or reuses them); with glibc (programs that link the library
+//! with the system's allocator, such as the tests and the benchmarks) every whole free page of
+//! every arena. Queues that drain together share one collection.
 //!
 //! Elsewhere than on Linux it does nothing.
 
@@ -79,8 +82,9 @@ mod trimmer {
     }
 
     fn trim() {
-        // mimalloc: free pages of every heap and arena back to the system now (a no-op when
-        // the process allocates with the system's allocator instead).
+        // mimalloc: this thread's heap collected, and the free memory of every arena returned
+        // to the system now (nothing to return when the process allocates with the system's
+        // allocator instead).
         // SAFETY: mi_collect only releases memory mimalloc holds free; it may be called from
         // any thread at any time.
         #[allow(unsafe_code)] // mi_collect has no safe wrapper

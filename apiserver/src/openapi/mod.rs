@@ -76,7 +76,8 @@ struct Builtin {
     /// SipHash is cheap on names this long.
     by_name: &'static FxHashMap<&'static str, Definition>,
     /// Every schema node of the definitions, by address, with the definition its `$ref` names
-    /// (`None`: it references none): field ownership and the field check follow references
+    /// (`None`: it references none) and whether it is an atomic map: field ownership and the
+    /// field check follow references
     /// for every field of every write, and a node's address is cheaper to hash than its
     /// `$ref` is to find and the name to hash. The definitions are leaked, so no other value
     /// can ever have one of these addresses.
