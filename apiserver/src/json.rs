@@ -14,31 +14,13 @@ pub trait Pointer {
 
 impl Pointer for Value {
     fn at(&self, pointer: &str) -> Option<&Value> {
-        let Some(mut rest) = pointer.strip_prefix('/') else {
-            return self.pointer(pointer);
-        };
-        // One pass over the pointer: each step found and looked up as it is read; a step with
-        // an escape hands the whole pointer to `Value::pointer` (which finds the same values).
-        let mut at = self;
-        loop {
-            let bytes = rest.as_bytes();
-            let mut end = 0;
-            while end < bytes.len() && bytes[end] != b'/' {
-                if bytes[end] == b'~' {
-                    return self.pointer(pointer);
-                }
-                end += 1;
-            }
-            let token = &rest[..end];
-            at = match at {
-                Value::Object(map) => map.get(token)?,
-                Value::Array(items) => items.get(index(token)?)?,
-                _ => return None,
-            };
-            if end == bytes.len() {
-                return Some(at);
-            }
-            rest = &rest[end + 1..];
+        match plain_steps(pointer) {
+            Some(mut steps) => steps.try_fold(self, |at, token| match at {
+                Value::Object(map) => map.get(token),
+                Value::Array(items) => index(token).and_then(|i| items.get(i)),
+                _ => None,
+            }),
+            None => self.pointer(pointer),
         }
     }
 
@@ -55,7 +37,7 @@ impl Pointer for Value {
 }
 
 /// The steps of a pointer that needs no unescaping; `None` for one with escapes, without its
-/// leading `/` or empty, which [`Value::pointer_mut`] handles (at no cost for the last two).
+/// leading `/` or empty, which [`Value::pointer`] handles (at no cost for the last two).
 fn plain_steps(pointer: &str) -> Option<PlainSteps<'_>> {
     let rest = pointer.strip_prefix('/')?;
     // A plain byte loop: pointers are a few dozen bytes, shorter than `memchr`'s set-up pays for.
@@ -328,9 +310,10 @@ pub fn is_object_of_objects(text: &str) -> bool {
 /// characters).
 fn valid_string_end(bytes: &[u8], from: usize) -> Option<usize> {
     let mut i = from + 1;
-    while i < bytes.len() {
-        // Runs of plain bytes skipped eight at a time.
-        i += first_escape(&bytes[i..])?;
+    loop {
+        // Runs of plain bytes skipped eight at a time, to a quote, a backslash or a control
+        // character (none: the string never closes).
+        i += first_escape(bytes.get(i..)?)?;
         match bytes[i] {
             b'"' => return Some(i + 1),
             b'\\' => match bytes.get(i + 1)? {
@@ -344,11 +327,10 @@ fn valid_string_end(bytes: &[u8], from: usize) -> Option<usize> {
                 }
                 _ => return None,
             },
-            0..=0x1f => return None,
-            _ => i += 1,
+            // A control character.
+            _ => return None,
         }
     }
-    None
 }
 
 #[cfg(test)]

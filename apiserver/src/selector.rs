@@ -513,6 +513,7 @@ impl FieldSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn labels_should_be_checked_as_kube_apiserver_checks_them() {
@@ -532,7 +533,6 @@ mod tests {
             assert!(!is_label(key, value), "{key}: {value}");
         }
     }
-    use proptest::strategy::Strategy as _;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

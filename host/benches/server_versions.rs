@@ -118,163 +118,156 @@ async fn raw(client: &Client, method: http::Method, uri: String, content_type: &
     client.request_text(request).await.expect("raw write");
 }
 
-/// The writes measured, each the `i`-th of its kind in a round's namespace.
+/// The operations measured, each the `i`-th of its kind in a round's namespace.
 #[derive(Clone, Copy)]
-enum Write {
+enum Op {
     CreateConfigMap,
     CreateDeployment,
     MergePatchDeployment,
     ApplyDeployment,
-    RawCreateConfigMap,
-    RawCreateDeployment,
-    RawMergePatchDeployment,
-    RawApplyDeployment,
+}
+
+impl Op {
+    const ALL: [Op; 4] = [
+        Op::CreateConfigMap,
+        Op::CreateDeployment,
+        Op::MergePatchDeployment,
+        Op::ApplyDeployment,
+    ];
+
+    /// The operation's part of its figures' names.
+    fn name(self) -> &'static str {
+        match self {
+            Op::CreateConfigMap => "create_configmap",
+            Op::CreateDeployment => "create_deployment",
+            Op::MergePatchDeployment => "merge_patch_deployment",
+            Op::ApplyDeployment => "apply_deployment",
+        }
+    }
+}
+
+/// One kind of write: an operation sent typed (through kube's `Api`, the answer decoded, as a
+/// controller does) or raw (the answer read as text: the server and the transport alone).
+#[derive(Clone, Copy)]
+struct Write {
+    op: Op,
+    raw: bool,
+}
+
+/// Every kind of write: the operations typed, then raw.
+fn writes() -> impl Iterator<Item = Write> {
+    [false, true]
+        .into_iter()
+        .flat_map(|raw| Op::ALL.map(|op| Write { op, raw }))
+}
+
+/// The merge patch both ways send.
+fn merge_patch() -> Value {
+    json!({"metadata": {"labels": {"round": "x"}}, "spec": {"replicas": 3}})
+}
+
+/// The applied configuration of Deployment `i` (its replicas changed).
+fn applied(i: usize) -> Value {
+    let mut config = deployment(i);
+    config["spec"]["replicas"] = json!(4);
+    config
 }
 
 impl Write {
-    const ALL: [Write; 8] = [
-        Write::CreateConfigMap,
-        Write::CreateDeployment,
-        Write::MergePatchDeployment,
-        Write::ApplyDeployment,
-        Write::RawCreateConfigMap,
-        Write::RawCreateDeployment,
-        Write::RawMergePatchDeployment,
-        Write::RawApplyDeployment,
-    ];
-
-    fn figure(self) -> &'static str {
-        match self {
-            Write::CreateConfigMap => "create_configmap_per_s",
-            Write::CreateDeployment => "create_deployment_per_s",
-            Write::MergePatchDeployment => "merge_patch_deployment_per_s",
-            Write::ApplyDeployment => "apply_deployment_per_s",
-            Write::RawCreateConfigMap => "raw_create_configmap_per_s",
-            Write::RawCreateDeployment => "raw_create_deployment_per_s",
-            Write::RawMergePatchDeployment => "raw_merge_patch_deployment_per_s",
-            Write::RawApplyDeployment => "raw_apply_deployment_per_s",
-        }
+    fn prefix(self) -> &'static str {
+        if self.raw { "raw_" } else { "" }
     }
 
-    /// The server's CPU per write of this kind (its CPU-time clock, summed over the slices).
-    fn server_cpu_figure(self) -> &'static str {
-        match self {
-            Write::CreateConfigMap => "server_cpu_us_per_create_configmap",
-            Write::CreateDeployment => "server_cpu_us_per_create_deployment",
-            Write::MergePatchDeployment => "server_cpu_us_per_merge_patch_deployment",
-            Write::ApplyDeployment => "server_cpu_us_per_apply_deployment",
-            Write::RawCreateConfigMap => "server_cpu_us_per_raw_create_configmap",
-            Write::RawCreateDeployment => "server_cpu_us_per_raw_create_deployment",
-            Write::RawMergePatchDeployment => "server_cpu_us_per_raw_merge_patch_deployment",
-            Write::RawApplyDeployment => "server_cpu_us_per_raw_apply_deployment",
-        }
+    /// Its rate's figure: `create_deployment_per_s`, `raw_create_deployment_per_s`.
+    fn figure(self) -> String {
+        format!("{}{}_per_s", self.prefix(), self.op.name())
     }
 
-    /// Typed writes go through kube's `Api` and decode the answer; raw ones read it as text.
-    fn typed(self) -> bool {
-        matches!(
-            self,
-            Write::CreateConfigMap
-                | Write::CreateDeployment
-                | Write::MergePatchDeployment
-                | Write::ApplyDeployment
-        )
+    /// The server's CPU per write of this kind: `server_cpu_us_per_raw_create_deployment`.
+    fn server_cpu_figure(self) -> String {
+        format!("server_cpu_us_per_{}{}", self.prefix(), self.op.name())
     }
 
     /// Send write `i` of this kind to the server behind `client`, in namespace `ns`.
     async fn send(self, client: &Client, ns: &str, i: usize) {
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        if self.raw {
+            let (method, uri, content_type, body) = self.op.raw_request(ns, i);
+            raw(client, method, uri, content_type, &body).await;
+        } else {
+            self.op.send_typed(client, ns, i).await;
+        }
+    }
+}
+
+impl Op {
+    /// Write `i` through kube's typed `Api`.
+    async fn send_typed(self, client: &Client, ns: &str, i: usize) {
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        let raw_cms = format!("/api/v1/namespaces/{ns}/configmaps");
-        let raw_deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
-        let renamed = |i: usize| {
-            let mut object = deployment(i);
-            object["metadata"]["name"] = json!(format!("raw-{i:04}"));
-            object
-        };
-        let patch = json!({"metadata": {"labels": {"round": "x"}}, "spec": {"replicas": 3}});
+        let name = format!("web-{i:04}");
         match self {
-            Write::CreateConfigMap => {
+            Op::CreateConfigMap => {
+                let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
                 cms.create(&PostParams::default(), &configmap(i))
                     .await
                     .expect("create configmap");
             }
-            Write::CreateDeployment => {
+            Op::CreateDeployment => {
                 let object: Deployment = serde_json::from_value(deployment(i)).expect("deployment");
                 deployments
                     .create(&PostParams::default(), &object)
                     .await
                     .expect("create deployment");
             }
-            Write::MergePatchDeployment => {
+            Op::MergePatchDeployment => {
+                let patch = Patch::Merge(merge_patch());
                 deployments
-                    .patch(
-                        &format!("web-{i:04}"),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
+                    .patch(&name, &PatchParams::default(), &patch)
                     .await
                     .expect("patch deployment");
             }
-            Write::ApplyDeployment => {
-                let mut config = deployment(i);
-                config["spec"]["replicas"] = json!(4);
+            Op::ApplyDeployment => {
+                let patch = Patch::Apply(applied(i));
                 deployments
-                    .patch(
-                        &format!("web-{i:04}"),
-                        &PatchParams::apply("bench").force(),
-                        &Patch::Apply(config),
-                    )
+                    .patch(&name, &PatchParams::apply("bench").force(), &patch)
                     .await
                     .expect("apply deployment");
             }
-            Write::RawCreateConfigMap => {
+        }
+    }
+
+    /// Write `i` as a raw request (method, URI, content type, body), on objects named `raw-…`
+    /// beside the typed writes' ones.
+    fn raw_request(self, ns: &str, i: usize) -> (http::Method, String, &'static str, Value) {
+        let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+        let renamed = |mut object: Value| {
+            object["metadata"]["name"] = json!(format!("raw-{i:04}"));
+            object
+        };
+        match self {
+            Op::CreateConfigMap => {
                 let mut object = serde_json::to_value(configmap(i)).expect("configmap");
                 object["metadata"]["name"] = json!(format!("raw-{i:05}"));
-                raw(
-                    client,
-                    http::Method::POST,
-                    raw_cms,
-                    "application/json",
-                    &object,
-                )
-                .await;
+                let uri = format!("/api/v1/namespaces/{ns}/configmaps");
+                (http::Method::POST, uri, "application/json", object)
             }
-            Write::RawCreateDeployment => {
-                let object = renamed(i);
-                raw(
-                    client,
-                    http::Method::POST,
-                    raw_deployments,
-                    "application/json",
-                    &object,
-                )
-                .await;
-            }
-            Write::RawMergePatchDeployment => {
-                let uri = format!("{raw_deployments}/raw-{i:04}");
-                raw(
-                    client,
-                    http::Method::PATCH,
-                    uri,
-                    "application/merge-patch+json",
-                    &patch,
-                )
-                .await;
-            }
-            Write::RawApplyDeployment => {
-                let uri = format!("{raw_deployments}/raw-{i:04}?fieldManager=bench&force=true");
-                let mut config = renamed(i);
-                config["spec"]["replicas"] = json!(4);
-                raw(
-                    client,
-                    http::Method::PATCH,
-                    uri,
-                    "application/apply-patch+yaml",
-                    &config,
-                )
-                .await;
-            }
+            Op::CreateDeployment => (
+                http::Method::POST,
+                deployments,
+                "application/json",
+                renamed(deployment(i)),
+            ),
+            Op::MergePatchDeployment => (
+                http::Method::PATCH,
+                format!("{deployments}/raw-{i:04}"),
+                "application/merge-patch+json",
+                merge_patch(),
+            ),
+            Op::ApplyDeployment => (
+                http::Method::PATCH,
+                format!("{deployments}/raw-{i:04}?fieldManager=bench&force=true"),
+                "application/apply-patch+yaml",
+                renamed(applied(i)),
+            ),
         }
     }
 }
@@ -288,12 +281,12 @@ const SLICE: usize = 50;
 #[derive(Default)]
 struct Rates {
     /// (figure, baseline rate, current rate) per slice.
-    slices: Vec<(&'static str, f64, f64)>,
+    slices: Vec<(String, f64, f64)>,
     /// CPU seconds each server spent from the round's first write to its last (including
     /// while the other server's slices ran: idle, watch and timer work), per server.
     server_cpu: [f64; 2],
     /// CPU seconds each server spent on each kind of write (summed over its slices).
-    server_cpu_by_kind: Vec<(&'static str, [f64; 2])>,
+    server_cpu_by_kind: Vec<(String, [f64; 2])>,
     /// CPU seconds this process spent on the typed writes to each server.
     client_cpu: [f64; 2],
 }
@@ -302,7 +295,7 @@ struct Rates {
 async fn paired_writes(clients: &[Client; 2], pids: [u32; 2], ns: &str, load: &Load) -> Rates {
     let mut rates = Rates::default();
     let server_cpu = pids.map(cpu_seconds_of);
-    for write in Write::ALL {
+    for write in writes() {
         let mut by_kind = [0.0; 2];
         for slice in 0..load.writes.div_ceil(SLICE) {
             let order = if slice % 2 == 0 { [0, 1] } else { [1, 0] };
@@ -318,7 +311,7 @@ async fn paired_writes(clients: &[Client; 2], pids: [u32; 2], ns: &str, load: &L
                 }
                 rate[s] = (to - from) as f64 / started.elapsed().as_secs_f64();
                 by_kind[s] += cpu_seconds_of(pids[s]) - server_before;
-                if write.typed() {
+                if !write.raw {
                     rates.client_cpu[s] += common::process_cpu_seconds() - client_cpu;
                 }
             }
@@ -389,7 +382,7 @@ async fn fill_list_namespace(client: &Client) {
 }
 
 /// One figure over the rounds: its name, the baseline's values, this build's, and their ratios.
-type Figure = (&'static str, Vec<f64>, Vec<f64>, Vec<f64>);
+type Figure = (String, Vec<f64>, Vec<f64>, Vec<f64>);
 
 fn main() {
     let load = load();
@@ -411,11 +404,11 @@ fn main() {
         }
         let clients: [Client; 2] = [clients[0].clone(), clients[1].clone()];
         let pids = [servers[0].1.pid(), servers[1].1.pid()];
-        let mut record = |name: &'static str, before: f64, after: f64| {
-            let slot = match results.iter_mut().position(|(n, ..)| *n == name) {
+        let mut record = |name: &str, before: f64, after: f64| {
+            let slot = match results.iter_mut().position(|(n, ..)| n == name) {
                 Some(i) => &mut results[i],
                 None => {
-                    results.push((name, Vec::new(), Vec::new(), Vec::new()));
+                    results.push((name.to_owned(), Vec::new(), Vec::new(), Vec::new()));
                     results.last_mut().expect("just pushed")
                 }
             };
@@ -430,11 +423,11 @@ fn main() {
             }
             let rates = paired_writes(&clients, pids, &ns, &load).await;
             for (name, before, after) in rates.slices {
-                record(name, before, after);
+                record(&name, before, after);
             }
             let per_write = |cpu: f64, writes: usize| cpu * 1e6 / writes as f64;
-            let all_writes = Write::ALL.len() * load.writes;
-            let typed_writes = Write::ALL.iter().filter(|w| w.typed()).count() * load.writes;
+            let all_writes = writes().count() * load.writes;
+            let typed_writes = writes().filter(|w| !w.raw).count() * load.writes;
             record(
                 "server_cpu_us_per_write",
                 per_write(rates.server_cpu[0], all_writes),
@@ -442,7 +435,7 @@ fn main() {
             );
             for (name, cpu) in rates.server_cpu_by_kind {
                 record(
-                    name,
+                    &name,
                     per_write(cpu[0], load.writes),
                     per_write(cpu[1], load.writes),
                 );

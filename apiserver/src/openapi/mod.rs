@@ -77,10 +77,9 @@ struct Builtin {
     by_name: &'static FxHashMap<&'static str, Definition>,
     /// Every schema node of the definitions, by address, with the definition its `$ref` names
     /// (`None`: it references none) and whether it is an atomic map: field ownership and the
-    /// field check follow references
-    /// for every field of every write, and a node's address is cheaper to hash than its
-    /// `$ref` is to find and the name to hash. The definitions are leaked, so no other value
-    /// can ever have one of these addresses.
+    /// field check follow references for every field of every write, and a node's address is
+    /// cheaper to hash than its `$ref` is to find and the name to hash. The definitions are
+    /// leaked, so no other value can ever have one of these addresses.
     refs: FxHashMap<usize, Node>,
     /// How the items of each list node (`type: array`) of the definitions are identified, worked
     /// out once ([`list_type`] reads four extensions of a node by name otherwise).
@@ -270,34 +269,42 @@ fn referenced_in(
 /// node's address when it is one of the built-in definitions' nodes, else (a custom resource's
 /// schema, a copy) by its `$ref`.
 fn referenced(schema: &Value) -> Option<&'static Definition> {
-    let builtin = builtin();
-    match builtin.refs.get(&address(schema)) {
-        Some(found) => found.definition,
-        None => referenced_in(schema, builtin.by_name),
+    Node::of(schema).definition
+}
+
+impl Node {
+    /// What `schema` says: looked up by address for a node of the built-in definitions, read
+    /// from the node otherwise.
+    fn of(schema: &Value) -> Node {
+        let builtin = builtin();
+        match builtin.refs.get(&address(schema)) {
+            Some(found) => *found,
+            None => Node {
+                definition: referenced_in(schema, builtin.by_name),
+                atomic: atomic_map(schema),
+            },
+        }
     }
 }
 
 /// The members of the built-in definition `schema` references (as [`referenced_members`]), and
 /// whether `schema` itself says its map is atomic: one lookup for a built-in definition's node.
 pub fn members_and_atomic(schema: &Value) -> (Option<&'static Members>, bool) {
-    let builtin = builtin();
-    let node = match builtin.refs.get(&address(schema)) {
-        Some(found) => *found,
-        None => Node {
-            definition: referenced_in(schema, builtin.by_name),
-            atomic: atomic_map(schema),
-        },
-    };
-    let members = node
-        .definition
-        .map(|d| d.members.get_or_init(|| Members::of(d.schema)));
-    (members, node.atomic)
+    let node = Node::of(schema);
+    (node.definition.map(Definition::members), node.atomic)
 }
 
 /// A built-in definition, and its members indexed on first use.
 struct Definition {
     schema: &'static Value,
     members: OnceLock<Members>,
+}
+
+impl Definition {
+    /// Its members, indexed on first use.
+    fn members(&'static self) -> &'static Members {
+        self.members.get_or_init(|| Members::of(self.schema))
+    }
 }
 
 /// The members of a built-in struct or map definition, indexed once for the life of the
@@ -340,7 +347,7 @@ impl Members {
 
 /// The members of the built-in definition `schema` references (`$ref`), indexed.
 pub fn referenced_members(schema: &Value) -> Option<&'static Members> {
-    referenced(schema).map(|d| d.members.get_or_init(|| Members::of(d.schema)))
+    referenced(schema).map(Definition::members)
 }
 
 impl Builtin {

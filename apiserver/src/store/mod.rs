@@ -304,21 +304,21 @@ pub(crate) fn now_rfc3339() -> String {
 fn rfc3339(at: jiff::Timestamp) -> String {
     let t = jiff::tz::Offset::UTC.to_datetime(at);
     let mut out = String::with_capacity(20);
-    let mut push = |n: i32, width: u32, then: Option<char>| {
+    let parts = [
+        (i32::from(t.year()), 4, '-'),
+        (i32::from(t.month()), 2, '-'),
+        (i32::from(t.day()), 2, 'T'),
+        (i32::from(t.hour()), 2, ':'),
+        (i32::from(t.minute()), 2, ':'),
+        (i32::from(t.second()), 2, 'Z'),
+    ];
+    for (n, width, separator) in parts {
         for place in (0..width).rev() {
-            let digit = (n / 10i32.pow(place)) % 10;
-            out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+            let digit = u32::try_from(n / 10i32.pow(place) % 10).unwrap_or(0);
+            out.push(char::from_digit(digit, 10).unwrap_or('0'));
         }
-        if let Some(separator) = then {
-            out.push(separator);
-        }
-    };
-    push(i32::from(t.year()), 4, Some('-'));
-    push(i32::from(t.month()), 2, Some('-'));
-    push(i32::from(t.day()), 2, Some('T'));
-    push(i32::from(t.hour()), 2, Some(':'));
-    push(i32::from(t.minute()), 2, Some(':'));
-    push(i32::from(t.second()), 2, Some('Z'));
+        out.push(separator);
+    }
     out
 }
 
