@@ -357,7 +357,7 @@ impl Faults {
 
     /// Rules from YAML text (see the [module docs](self)); errors name the rule.
     pub fn from_yaml(text: &str) -> Result<Self, String> {
-        let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        let file: File = crate::yaml::from_slice(text.as_bytes()).map_err(|e| e.to_string())?;
         let faults = match file.seed {
             Some(seed) => Self::with_seed(seed),
             None => Self::default(),

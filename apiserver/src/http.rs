@@ -402,7 +402,7 @@ async fn route(
         in_written_version(&server, &target).await?;
     }
     if scale {
-        return scale_subresource(&server, &target, method, &params, headers, &body);
+        return scale_subresource(&server, &target, method, &params, headers, &body).await;
     }
     match (method.clone(), target.name.is_some()) {
         (Method::GET, true) => {
@@ -422,7 +422,7 @@ async fn route(
         }
         (Method::GET, false) => list(&server, &target, &params, table).await,
         (Method::POST, false) => {
-            let (mut object, duplicates) = decode_body(&body, headers)?;
+            let (mut object, duplicates) = decode_body(&body, headers).await?;
             let warnings = check_fields(&target.rt, &mut object, duplicates, &params)?;
             let created = server
                 .admission
@@ -439,7 +439,7 @@ async fn route(
             Ok(with_warnings(respond(201, &object), &warnings))
         }
         (Method::PUT, true) => {
-            let (mut object, duplicates) = decode_body(&body, headers)?;
+            let (mut object, duplicates) = decode_body(&body, headers).await?;
             let warnings = check_fields(&target.rt, &mut object, duplicates, &params)?;
             let name = target.name.as_deref().unwrap_or_default();
             let updated = server
@@ -614,7 +614,7 @@ fn openapi_v2_response(
 
 /// A request body as a value, with the fields its JSON text set twice (none for YAML or
 /// protobuf, which cannot be scanned for them).
-fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<(Value, Vec<String>), ApiError> {
+async fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<(Value, Vec<String>), ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -633,6 +633,7 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<(Value, Vec<String>)
         (protobuf::decode(body)?, Vec::new())
     } else if media_type == "application/yaml" {
         yaml_or_json(body)
+            .await
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else {
         field_validation::decode_json(body)
@@ -647,14 +648,41 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<(Value, Vec<String>)
 /// A YAML body, read as JSON when it is JSON (what kube and client-go send for server-side
 /// apply, under the YAML media type): JSON is YAML, and the JSON parser is many times faster —
 /// and finds the fields set twice as it parses.
-fn yaml_or_json(body: &[u8]) -> Result<(Value, Vec<String>), serde_yaml_ng::Error> {
+///
+/// YAML is first checked for its nesting ([`crate::yaml::check_depth`]); a body larger than
+/// [`INLINE_YAML_BYTES`] is decoded on a blocking thread, at most [`YAML_DECODERS`] at once, so
+/// that a few large bodies cannot hold the threads every other request is served on.
+async fn yaml_or_json(body: &Bytes) -> Result<(Value, Vec<String>), crate::yaml::YamlError> {
     if looks_like_json_object(body)
         && let Ok(decoded) = field_validation::decode_json(body)
     {
         return Ok(decoded);
     }
-    Ok((serde_yaml_ng::from_slice(body)?, Vec::new()))
+    if body.len() <= INLINE_YAML_BYTES {
+        return Ok((crate::yaml::from_slice(body)?, Vec::new()));
+    }
+    static DECODERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(YAML_DECODERS);
+    let permit = DECODERS.acquire().await;
+    let body = body.clone();
+    let decoded = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        crate::yaml::from_slice(&body)
+    })
+    .await;
+    match decoded {
+        Ok(decoded) => Ok((decoded?, Vec::new())),
+        // The decoder panicked: report it as unreadable rather than take the server down.
+        Err(err) => Err(crate::yaml::YamlError::Syntax(serde::de::Error::custom(
+            format!("decoding failed: {err}"),
+        ))),
+    }
 }
+
+/// Largest YAML body decoded on the request's own task (a few milliseconds of parsing at most).
+const INLINE_YAML_BYTES: usize = 64 << 10;
+
+/// Larger YAML bodies decoded at once, each on a blocking thread.
+const YAML_DECODERS: usize = 2;
 
 /// Whether a body's first non-blank character opens a JSON object.
 fn looks_like_json_object(body: &[u8]) -> bool {
@@ -805,7 +833,7 @@ async fn in_written_version(server: &ApiServer, target: &Target) -> Result<(), A
 type ScaleChange<'a> = dyn Fn(&Value) -> Result<Value, ApiError> + 'a;
 
 /// `GET`, `PUT` and `PATCH` of `…/{name}/scale`: the object's `Scale`, and writes of its replicas.
-fn scale_subresource(
+async fn scale_subresource(
     server: &ApiServer,
     target: &Target,
     method: &Method,
@@ -825,7 +853,7 @@ fn scale_subresource(
             return Ok(respond(200, &scale::scale_of(paths, &object)));
         }
         Method::PUT => {
-            let (asked, _) = decode_body(body, headers)?;
+            let (asked, _) = decode_body(body, headers).await?;
             if asked.get("kind").and_then(Value::as_str) != Some("Scale") {
                 return Err(ApiError::bad_request(format!(
                     "{} cannot be handled as a Scale",
@@ -898,7 +926,7 @@ async fn patch(
         ))
     })?;
     let (patch, duplicates) = if kind == PatchKind::Apply {
-        yaml_or_json(body).map_err(|e| {
+        yaml_or_json(body).await.map_err(|e| {
             ApiError::bad_request(format!("the apply body is not valid YAML or JSON: {e}"))
         })?
     } else {
@@ -994,12 +1022,11 @@ fn check_fields(
 }
 
 /// A response with a `Warning: 299 - "…"` header per warning, as kube-apiserver sends them.
+/// `response` with `warnings` as `Warning` headers, deduplicated and truncated as
+/// kube-apiserver sends them ([`crate::warnings`]).
 fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
-    for warning in warnings {
-        let text = format!("299 - {}", serde_json::Value::String(warning.clone()));
-        if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
-            response.headers_mut().append(header::WARNING, value);
-        }
+    for value in crate::warnings::headers(warnings) {
+        response.headers_mut().append(header::WARNING, value);
     }
     response
 }

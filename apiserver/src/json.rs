@@ -333,6 +333,38 @@ fn valid_string_end(bytes: &[u8], from: usize) -> Option<usize> {
     }
 }
 
+/// Length of `value`'s compact JSON text, counted from its structure without writing it (a
+/// string's escapes are counted as one byte each: close enough for a budget, and never more
+/// than the text).
+pub fn encoded_len(value: &Value) -> usize {
+    match value {
+        Value::Null => 4,
+        Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => digits(u),
+            (None, Some(i)) => 1 + digits(i.unsigned_abs()),
+            _ => n.to_string().len(),
+        },
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(encoded_len).sum::<usize>()
+        }
+        Value::Object(map) => {
+            2 + map.len().saturating_sub(1)
+                + map
+                    .iter()
+                    .map(|(k, v)| k.len() + 3 + encoded_len(v))
+                    .sum::<usize>()
+        }
+    }
+}
+
+/// Decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -21,6 +21,7 @@
 pub mod admission;
 pub mod admissionregistration;
 pub mod audit;
+pub mod connections;
 pub mod controllers;
 pub mod conversion;
 pub mod defaults;
@@ -45,14 +46,14 @@ pub mod server;
 pub mod store;
 pub mod tls;
 pub mod validation;
+pub mod warnings;
 pub mod webhook;
+pub mod yaml;
 
 #[cfg(test)]
 mod test_support;
 
 pub use error::{ApiError, ErrorKind};
 pub use resources::{Registry, ResourceType};
-pub use server::{
-    Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, in_process, serve_tls,
-};
+pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, in_process};
 pub use store::Store;

@@ -5,14 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::audit::AuditLog;
+use crate::connections::{self, Limits, Transport};
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::resources::Registry;
@@ -30,6 +28,7 @@ pub struct Builder {
     simulation: controllers::Config,
     faults: Arc<Faults>,
     audit: Option<Arc<AuditLog>>,
+    limits: Option<Limits>,
 }
 
 impl Default for Builder {
@@ -42,6 +41,7 @@ impl Default for Builder {
             simulation: controllers::Config::default(),
             faults: Arc::new(Faults::default()),
             audit: None,
+            limits: None,
         }
     }
 }
@@ -100,6 +100,13 @@ impl Builder {
     /// Record every write request in `log` (see [`crate::audit`]).
     pub fn audit(mut self, log: Arc<AuditLog>) -> Self {
         self.audit = Some(log);
+        self
+    }
+
+    /// How connections are bounded (default: kube-apiserver's timeouts, and a cap that leaves
+    /// this process's file descriptors room: [`Limits::for_this_process`]).
+    pub fn connection_limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
         self
     }
 
@@ -204,7 +211,14 @@ impl Server {
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());
         let controllers = controllers::spawn(admission.clone(), simulation, stopped.clone());
-        let task = tokio::spawn(serve(listener, certs.server_config, server, stopped));
+        let limits = config.limits.unwrap_or_else(Limits::for_this_process);
+        let task = tokio::spawn(serve(
+            listener,
+            certs.server_config,
+            server,
+            limits,
+            stopped,
+        ));
         Ok(Server {
             addr,
             kubeconfig,
@@ -330,63 +344,24 @@ pub fn in_process(
     Ok((store, app, stop))
 }
 
-/// Accept TLS connections until stopped; each connection is served by hyper (HTTP/1.1 or 2).
+/// Serve the API over TLS until stopped, under the connection [`Limits`] kube-apiserver has.
 async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     server: Arc<http::ApiServer>,
+    limits: Limits,
     stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let app = axum::Router::new()
         .fallback(http::handle)
         .with_state(server);
-    serve_tls(listener, tls, app, stopped).await;
-}
-
-/// Serve `app` over TLS on `listener` until `stopped` flips: each connection is served by hyper
-/// (HTTP/1.1 or 2, as ALPN says). Also what the host's admission server runs on.
-pub async fn serve_tls(
-    listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
-    app: axum::Router,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = stopped.changed() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    tracing::warn!("accepting a connection: {err}");
-                    continue;
-                }
-            },
-        };
-        // As Go's net/http (so kube-apiserver) does: without it, Nagle's algorithm meeting the
-        // client's delayed ACK stalls small responses by 40 ms.
-        if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, "setting TCP_NODELAY: {err}");
-        }
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        connections.spawn(async move {
-            let tls = match acceptor.accept(stream).await {
-                Ok(tls) => tls,
-                Err(err) => {
-                    tracing::debug!(%peer, "TLS handshake failed: {err}");
-                    return;
-                }
-            };
-            if let Err(err) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection_with_upgrades(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, "connection ended: {err}");
-            }
-        });
-        // Reap finished connections so the set does not grow.
-        while connections.try_join_next().is_some() {}
-    }
+    connections::serve(
+        "API server",
+        listener,
+        Transport::Tls(tls),
+        app,
+        limits,
+        stopped,
+    )
+    .await;
 }

@@ -19,6 +19,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 
+#[path = "support/raw.rs"]
+mod raw;
+
 /// Reviews the test webhook received: (path, request).
 type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 
@@ -45,6 +48,20 @@ async fn answer(path: &str, review: &Value) -> Value {
                     "status": {"code": 422, "reason": "Invalid", "message": format!("data.bad is set: {why}")}}),
                 None => json!({"uid": uid, "allowed": true}),
             }
+        }
+        "/copy-bomb" => {
+            // 25 operations, each doubling what the last copied: 64 bytes × 2^24.
+            let mut ops = vec![json!({"op": "add", "path": "/data",
+                "value": {"seed": "0123456789012345678901234567890123456789012345678901234567890123"}})];
+            for k in 0..24 {
+                ops.push(json!({"op": "copy", "from": "/data", "path": format!("/data/k{k}")}));
+            }
+            json!({"uid": uid, "allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(Value::Array(ops).to_string())})
+        }
+        "/warn" => {
+            let warnings: Vec<String> = (0..2000).map(|i| format!("warning number {i}")).collect();
+            json!({"uid": uid, "allowed": true, "warnings": warnings})
         }
         "/convert" | "/convert-renaming" => {
             return json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
@@ -110,7 +127,15 @@ async fn webhook_server() -> (SocketAddr, String, Seen) {
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _stop = _stop;
-        krec_apiserver::serve_tls(listener, certs.server_config, app, stopped).await;
+        krec_apiserver::connections::serve(
+            "test webhook",
+            listener,
+            krec_apiserver::connections::Transport::Tls(certs.server_config),
+            app,
+            krec_apiserver::connections::Limits::default(),
+            stopped,
+        )
+        .await;
     });
     (addr, certs.ca_pem, seen)
 }
@@ -606,4 +631,89 @@ async fn conversion_webhooks_should_convert_reads_writes_and_watches() {
     .await;
     assert!(ended.is_ok(), "the watch from before the CRD change ended");
     cluster.shutdown().await;
+}
+
+/// Peak resident memory of this process so far, in bytes (Linux).
+fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhooks_copy_bomb_should_be_refused_and_its_warnings_bounded() {
+    let (addr, ca, _seen) = webhook_server().await;
+    let cluster = Server::builder().start().await.expect("start");
+    let client = client(&cluster).await;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let base = format!("https://{addr}");
+    let configuration = |name: &str, path: &str, policy: &str| {
+        serde_json::from_value::<MutatingWebhookConfiguration>(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [webhook(&format!("{name}.test.krec.dev"), format!("{base}{path}"), &ca,
+                "configmaps", json!({"failurePolicy": policy,
+                    "objectSelector": {"matchLabels": {"hook": name}}}))],
+        }))
+        .expect("configuration")
+    };
+    for (name, path) in [("bomb", "/copy-bomb"), ("warn", "/warn")] {
+        mutating
+            .create(&PostParams::default(), &configuration(name, path, "Ignore"))
+            .await
+            .expect("configuration");
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let labelled = |name: &str, hook: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"hook": hook}}}))
+            .expect("configmap")
+    };
+    let before = peak_rss();
+    // failurePolicy Ignore does not apply: the webhook answered, its patch is what fails.
+    let err = cms
+        .create(&PostParams::default(), &labelled("bombed", "bomb"))
+        .await
+        .expect_err("a patch copying 1 GB is refused");
+    let (code, _, message) = status_of(err);
+    assert_eq!(code, 500, "{message}");
+    assert!(
+        message.contains("Unable to complete the copy"),
+        "kube's message: {message}"
+    );
+    let grown = peak_rss().saturating_sub(before);
+    assert!(
+        grown < 256 << 20,
+        "the bomb grew the process by {} MiB",
+        grown >> 20
+    );
+    assert!(cms.get_opt("bombed").await.expect("read").is_none());
+
+    // 2 000 warnings: deduplicated and truncated as kube-apiserver does, the write made.
+    let body = serde_json::to_vec(&labelled("warned", "warn")).expect("body");
+    let mut request = format!(
+        "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+    let (status, headers) = raw::raw_exchange(&cluster, &request)
+        .await
+        .expect("the write is answered");
+    assert!(status.starts_with("HTTP/1.1 201"), "{status}");
+    let warnings: Vec<&String> = headers
+        .iter()
+        .filter(|h| h.to_ascii_lowercase().starts_with("warning:"))
+        .collect();
+    let bytes: usize = warnings.iter().map(|w| w.len()).sum();
+    assert!(
+        warnings.len() < 300 && bytes < 16 << 10,
+        "{} warnings, {bytes} bytes",
+        warnings.len()
+    );
+    assert!(cms.get_opt("warned").await.expect("read").is_some());
 }

@@ -21,7 +21,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::controller::Request;
+use krec_apiserver::connections::{self, Limits, Transport};
+
+use crate::controller::{BadRequestName, Request};
 use crate::manager::Manager;
 
 /// What the admin endpoints read.
@@ -46,6 +48,8 @@ pub struct Admin {
     addr: SocketAddr,
     state: Arc<AdminState>,
     task: tokio::task::JoinHandle<()>,
+    /// Dropped with the server: the accept loop stops.
+    _stop: tokio::sync::watch::Sender<bool>,
 }
 
 /// Why the admin server could not start.
@@ -93,12 +97,21 @@ impl Admin {
             .route("/readyz", get(readyz))
             .route("/reconcile/{guest}/{namespace}/{name}", post(trigger))
             .with_state(state.clone());
-        let task = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                tracing::error!("admin server stopped: {err}");
-            }
-        });
-        Ok(Admin { addr, state, task })
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(connections::serve(
+            "admin server",
+            listener,
+            Transport::Plain,
+            app,
+            Limits::for_this_process(),
+            stopped,
+        ));
+        Ok(Admin {
+            addr,
+            state,
+            task,
+            _stop: stop,
+        })
     }
 
     /// The bound address.
@@ -181,39 +194,6 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then(|| token.trim_start())
 }
 
-/// Longest object name the trigger accepts: a DNS subdomain's 253 bytes.
-const MAX_TRIGGER_NAME: usize = 253;
-
-/// A trigger's namespace or name that no object could have.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct BadTrigger(String);
-
-/// Check a trigger's namespace and name: what an object could be called, one URL segment,
-/// nothing that could forge a log line.
-fn check_trigger_names(namespace: Option<&str>, name: &str) -> Result<(), BadTrigger> {
-    if let Some(ns) = namespace
-        && !krec_apiserver::selector::is_dns_label(ns)
-    {
-        return Err(BadTrigger(format!(
-            "{ns:?} is not a valid namespace (use `_` for a cluster-scoped object)"
-        )));
-    }
-    let valid = !name.is_empty()
-        && name.len() <= MAX_TRIGGER_NAME
-        && name != "."
-        && name != ".."
-        && !name.chars().any(|c| c.is_control() || c == '/' || c == '%');
-    if valid {
-        Ok(())
-    } else {
-        Err(BadTrigger(format!(
-            "{:?} is not a valid object name: 1-{MAX_TRIGGER_NAME} bytes, no `/`, `%` or control characters",
-            name.chars().take(64).collect::<String>()
-        )))
-    }
-}
-
 async fn trigger(
     State(state): State<Arc<AdminState>>,
     Path((guest, namespace, name)): Path<(String, String, String)>,
@@ -237,10 +217,17 @@ async fn trigger(
         return (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")).into_response();
     };
     let namespace = (namespace != "_").then_some(namespace);
-    if let Err(problem) = check_trigger_names(namespace.as_deref(), &name) {
-        return (StatusCode::BAD_REQUEST, format!("{problem}\n")).into_response();
-    }
-    let request = Request::new(namespace.as_deref(), &name);
+    let request = match Request::checked(namespace.as_deref(), &name) {
+        Ok(request) => request,
+        Err(problem) => {
+            let hint = if matches!(problem, BadRequestName::Namespace(_)) {
+                " (use `_` for a cluster-scoped object)"
+            } else {
+                ""
+            };
+            return (StatusCode::BAD_REQUEST, format!("{problem}{hint}\n")).into_response();
+        }
+    };
     tracing::info!(guest = %guest, request = %request, "manual trigger");
     controller.trigger(request.clone());
     (

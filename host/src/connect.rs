@@ -28,7 +28,46 @@ pub fn client_from_config(
     let agent = http::HeaderValue::from_str(&user_agent(identity))
         .with_context(|| format!("the identity {identity:?} cannot be sent as a User-Agent"))?;
     config.headers.push((http::header::USER_AGENT, agent));
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    if config.proxy_url.is_some() {
+        // kube's own stack knows proxies; it reads at most 100 response headers.
+        return kube::Client::try_from(config).context("creating the Kubernetes client");
+    }
+    build_client(config).context("creating the Kubernetes client")
+}
+
+/// Most response headers read. kube-apiserver sends a `Warning` header per distinct warning of
+/// a write (up to about 4 KiB of text in all, as many as 4 096 headers of one character): a
+/// client that stops at hyper's default of 100 would report a write the server made as failed,
+/// inviting a duplicate on retry.
+pub const MAX_RESPONSE_HEADERS: usize = 8_192;
+
+/// kube's client stack as `kube::Client::try_from` builds it — base URI, retries of 429/503/504,
+/// authentication, extra headers, connect and read timeouts — over a hyper client that reads
+/// up to [`MAX_RESPONSE_HEADERS`] headers.
+fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt as _;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http1_max_headers(MAX_RESPONSE_HEADERS)
+        .build::<_, kube::client::Body>(connector);
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(tower::BoxError::from)
+        .service(client);
+    Ok(kube::Client::new(service, config.default_namespace))
 }
 
 /// A kube client for the kubeconfig text `yaml`.

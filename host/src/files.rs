@@ -9,6 +9,10 @@ use std::path::Path;
 /// Largest guest module (`.wasm`) read: reconcilers are a few MiB; this leaves ample room.
 pub const MAX_MODULE_BYTES: u64 = 128 << 20;
 
+/// Largest object file (`krec dev --apply`, the CRDs `krec rbac` reads): many objects, each at
+/// most the API server's 1.5 MiB.
+pub const MAX_OBJECT_FILE_BYTES: u64 = 64 << 20;
+
 /// Read the whole of `path`, which must be a regular file (symlinks followed) of at most
 /// `max` bytes.
 ///

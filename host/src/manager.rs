@@ -35,7 +35,9 @@ use crate::client::ApiClient;
 use crate::cluster::ClusterAccess;
 use crate::cluster::live::{LiveCluster, Reads};
 use crate::controller::Controller;
-use crate::guest::{CpuGovernor, Engines, GuestModule, GuestWorker, ModuleCache, Runner};
+use crate::guest::{
+    CpuGovernor, Engines, GuestModule, GuestWorker, MemoryPool, ModuleCache, Runner,
+};
 use crate::manifest::{Manifest, ManifestError};
 use crate::metrics::Metrics;
 use crate::vocab::Gvk;
@@ -174,6 +176,9 @@ pub struct ManagerOptions {
     /// reconciler in place of the module its manifest names, with the same cache, queue, client
     /// and permission checks. No sandbox (see [`Runner`]): for benchmarks and tests.
     pub runners: BTreeMap<String, Arc<dyn Runner>>,
+    /// Most linear memory all guests' instances hold together, in bytes; `None`:
+    /// [`crate::memory::default_guest_memory`].
+    pub guest_memory: Option<u64>,
 }
 
 struct Inner {
@@ -187,6 +192,8 @@ struct Inner {
     runners: BTreeMap<String, Arc<dyn Runner>>,
     /// Shares the host's CPU between its guests.
     governor: Arc<CpuGovernor>,
+    /// Bounds the linear memory of all guests' instances together.
+    host_memory: Arc<MemoryPool>,
     cache: Arc<Cache>,
     /// The guests; the lock also serialises reloads.
     guests: tokio::sync::Mutex<BTreeMap<String, Guest>>,
@@ -241,6 +248,85 @@ struct Prepared {
     cluster: Arc<dyn ClusterAccess>,
 }
 
+/// A version of a guest ready to run: loaded, instantiated, its watches started and synced.
+struct Version {
+    manifest: Arc<Manifest>,
+    prepared: Prepared,
+    informers: Vec<InformerUse>,
+    for_informers: Vec<Arc<Informer>>,
+    reads: Arc<Reads>,
+}
+
+/// Guests loaded at once, at start and on a reload: each compiles on a blocking thread and
+/// may take up to its `limits.timeout` in `init`, so one slow guest delays no other; the
+/// bound keeps the memory of compiling many large components at once in check.
+pub const LOADS_AT_ONCE: usize = 4;
+
+/// First wait before a refused reload is retried without a change to its files (a kind not
+/// served yet may be by then); doubled after every refusal up to [`MAX_RELOAD_RETRY`].
+pub const FIRST_RELOAD_RETRY: Duration = Duration::from_secs(1);
+/// Longest wait between retries of a refused reload.
+pub const MAX_RELOAD_RETRY: Duration = Duration::from_secs(300);
+
+/// When a reload that refused something is tried again: after a delay that doubles with every
+/// refusal (a change to the files reloads at once, and a reload that refuses nothing resets it).
+#[derive(Default)]
+struct Retry {
+    delay: Duration,
+    at: Option<tokio::time::Instant>,
+}
+
+impl Retry {
+    /// Schedule the next retry after a reload (`refused`: it refused something), or none.
+    fn after(&mut self, refused: bool) {
+        if !refused {
+            *self = Retry::default();
+            return;
+        }
+        self.delay = if self.delay.is_zero() {
+            FIRST_RELOAD_RETRY
+        } else {
+            (self.delay * 2).min(MAX_RELOAD_RETRY)
+        };
+        self.at = Some(tokio::time::Instant::now() + self.delay);
+    }
+
+    /// Resolves when the retry is due; never when none is scheduled.
+    async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The manifest files of a directory and the module files they name, as the file system
+/// describes them (size, modification time, inode) without opening them: two are equal when
+/// no file was written, replaced, added or removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Fingerprint(BTreeMap<PathBuf, Option<(u64, Option<std::time::SystemTime>, u64)>>);
+
+impl Fingerprint {
+    fn of(dir: &Path, modules: &[PathBuf]) -> Self {
+        let files = Manifest::files(dir).unwrap_or_default();
+        let stat = |path: &Path| {
+            let meta = std::fs::metadata(path).ok()?;
+            #[cfg(unix)]
+            let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+            #[cfg(not(unix))]
+            let inode = 0;
+            Some((meta.len(), meta.modified().ok(), inode))
+        };
+        Fingerprint(
+            files
+                .iter()
+                .chain(modules)
+                .map(|path| (path.clone(), stat(path)))
+                .collect(),
+        )
+    }
+}
+
 impl Manager {
     /// Load `manifests`, start their informers, wait for the caches to sync and start the
     /// workers. Guests that cannot start are logged and listed in [`skipped`](Self::skipped).
@@ -281,6 +367,15 @@ impl Manager {
                 module_cache,
                 runners: options.runners,
                 governor: CpuGovernor::new(),
+                host_memory: MemoryPool::new(
+                    "--guest-memory (all guests' instances)",
+                    usize::try_from(
+                        options
+                            .guest_memory
+                            .unwrap_or_else(crate::memory::default_guest_memory),
+                    )
+                    .unwrap_or(usize::MAX),
+                ),
                 cache: Cache::new(api),
                 guests: tokio::sync::Mutex::new(BTreeMap::new()),
                 controllers: RwLock::new(BTreeMap::new()),
@@ -290,20 +385,77 @@ impl Manager {
         };
         let mut guests = manager.inner.guests.lock().await;
         let progress = crate::progress::Progress::new("starting guests", manifests.len());
-        for (index, manifest) in manifests.into_iter().enumerate() {
-            let name = manifest.name.clone();
-            progress.working(index, &format!("{name}: compiling and syncing caches"));
-            if let Err(reason) = manager.start_guest(&mut guests, manifest).await {
-                tracing::error!("guest {name} not started: {reason}");
-                manager.skip(Skipped {
-                    guest: name,
-                    reason: reason.to_string(),
-                });
+        let loads = manifests.into_iter().map(|manifest| (manifest, None));
+        let mut done = 0;
+        let loaded = manager
+            .load_versions(loads, |name| {
+                progress.working(done, &format!("{name}: loaded"));
+                done += 1;
+            })
+            .await;
+        for (name, version) in loaded {
+            match version {
+                Ok(version) => manager.start_guest(&mut guests, version),
+                Err(reason) => {
+                    tracing::error!("guest {name} not started: {reason}");
+                    manager.skip(Skipped {
+                        guest: name,
+                        reason: reason.to_string(),
+                    });
+                }
             }
         }
+        manager.publish(&guests);
         progress.finish();
         drop(guests);
         Ok(manager)
+    }
+
+    /// Load each manifest's version ([`LOADS_AT_ONCE`] at a time), with the guest's read set
+    /// when it runs already (a swap) or a new one; `loaded` is told each guest's name as it is
+    /// done. Results come back in the order given.
+    async fn load_versions(
+        &self,
+        manifests: impl IntoIterator<Item = (Manifest, Option<Arc<Reads>>)>,
+        mut loaded: impl FnMut(&str),
+    ) -> Vec<(String, Result<Version, StartError>)> {
+        use futures::StreamExt as _;
+        let mut results: Vec<(usize, String, Result<Version, StartError>)> =
+            futures::stream::iter(manifests.into_iter().enumerate())
+                .map(|(index, (manifest, reads))| async move {
+                    let name = manifest.name.clone();
+                    let reads = reads.unwrap_or_default();
+                    (index, name, self.load_version(manifest, reads).await)
+                })
+                .buffer_unordered(LOADS_AT_ONCE)
+                .inspect(|(_, name, _)| loaded(name))
+                .collect()
+                .await;
+        results.sort_by_key(|(index, _, _)| *index);
+        results
+            .into_iter()
+            .map(|(_, name, result)| (name, result))
+            .collect()
+    }
+
+    /// Load and instantiate `manifest`'s module and start (and sync) the watches it needs.
+    async fn load_version(
+        &self,
+        manifest: Manifest,
+        reads: Arc<Reads>,
+    ) -> Result<Version, StartError> {
+        let manifest = Arc::new(manifest);
+        let prepared = self.prepare(manifest.clone(), reads.clone()).await?;
+        // On an error, `wire` has dropped its uses: what it started for this version only is
+        // stopped again.
+        let (informers, for_informers) = self.wire(&manifest).await?;
+        Ok(Version {
+            manifest,
+            prepared,
+            informers,
+            for_informers,
+            reads,
+        })
     }
 
     fn skip(&self, skipped: Skipped) {
@@ -359,7 +511,7 @@ impl Manager {
             .await
             .map_err(|e| StartError::LoadPanicked(e.to_string()))??
         };
-        let module = Arc::new(module.governed_by(&self.inner.governor));
+        let module = Arc::new(module.governed_by(&self.inner.governor, &self.inner.host_memory));
         let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
             .with_reads(reads)
             .with_metrics(self.inner.metrics.clone());
@@ -446,15 +598,16 @@ impl Manager {
         Ok((informers, for_informers))
     }
 
-    async fn start_guest(
-        &self,
-        guests: &mut BTreeMap<String, Guest>,
-        manifest: Manifest,
-    ) -> Result<(), StartError> {
+    /// Run `version` as a new guest.
+    fn start_guest(&self, guests: &mut BTreeMap<String, Guest>, version: Version) {
+        let Version {
+            manifest,
+            prepared,
+            informers,
+            for_informers,
+            reads,
+        } = version;
         let name = manifest.name.clone();
-        let manifest = Arc::new(manifest);
-        let reads = Arc::new(Reads::default());
-        let prepared = self.prepare(manifest.clone(), reads.clone()).await?;
         let digest = prepared.module.digest().to_owned();
         tracing::info!(
             "loaded guest {name} ({digest}, {:?})",
@@ -471,14 +624,6 @@ impl Manager {
             gate,
         );
         let sink: Arc<dyn EventSink> = controller.clone();
-        let (informers, for_informers) = match self.wire(&manifest).await {
-            Ok(wired) => wired,
-            Err(reason) => {
-                // It never ran: no series may say it is loaded.
-                controller.forget_metrics();
-                return Err(reason);
-            }
-        };
         for informer in &informers {
             informer.subscribe(sink.clone());
         }
@@ -498,17 +643,18 @@ impl Manager {
                 reads,
             },
         );
-        self.publish(guests);
-        Ok(())
     }
 
-    async fn swap_guest(&self, guest: &mut Guest, manifest: Manifest) -> Result<(), StartError> {
+    /// Run `version` in place of `guest`'s running one.
+    fn swap_guest(&self, guest: &mut Guest, version: Version) {
+        let Version {
+            manifest,
+            prepared,
+            informers,
+            for_informers,
+            ..
+        } = version;
         let name = manifest.name.clone();
-        let manifest = Arc::new(manifest);
-        let prepared = self.prepare(manifest.clone(), guest.reads.clone()).await?;
-        // On an error, `wire` has dropped its uses: what it started for the refused version
-        // only is stopped again.
-        let (informers, for_informers) = self.wire(&manifest).await?;
         let controller = guest.controller.clone();
         let sink: Arc<dyn EventSink> = controller.clone();
         let digest = prepared.module.digest().to_owned();
@@ -542,7 +688,6 @@ impl Manager {
         guest.digest = digest;
         // The old uses go: watches only the old version needed stop.
         guest.informers = informers;
-        Ok(())
     }
 
     async fn remove_guest(&self, guest: Guest) {
@@ -606,10 +751,29 @@ impl Manager {
             }
         }
         self.publish(&guests);
+        // New guests and changed versions load together; each then starts or swaps in, in
+        // name order.
+        let mut loads = Vec::new();
         for (name, manifest) in wanted {
-            match guests.get_mut(&name) {
-                None => match self.start_guest(&mut guests, manifest).await {
-                    Ok(()) => report.started.push(name),
+            match guests.get(&name) {
+                None => loads.push((manifest, None)),
+                Some(guest) => {
+                    let digest = crate::guest::read_module(&manifest.spec.module)
+                        .map(|b| crate::guest::module_cache::digest(&b))
+                        .unwrap_or_default();
+                    if *guest.manifest != manifest || guest.digest != digest {
+                        loads.push((manifest, Some(guest.reads.clone())));
+                    }
+                }
+            }
+        }
+        for (name, version) in self.load_versions(loads, |_| {}).await {
+            let Some(guest) = guests.get_mut(&name) else {
+                match version {
+                    Ok(version) => {
+                        self.start_guest(&mut guests, version);
+                        report.started.push(name);
+                    }
                     Err(reason) => {
                         tracing::error!("guest {name} not started: {reason}");
                         report.rejected.push(Skipped {
@@ -617,28 +781,24 @@ impl Manager {
                             reason: reason.to_string(),
                         });
                     }
-                },
-                Some(guest) => {
-                    let digest = crate::guest::read_module(&manifest.spec.module)
-                        .map(|b| crate::guest::module_cache::digest(&b))
-                        .unwrap_or_default();
-                    if *guest.manifest == manifest && guest.digest == digest {
-                        continue;
-                    }
-                    match self.swap_guest(guest, manifest).await {
-                        Ok(()) => report.swapped.push(name),
-                        Err(reason) => {
-                            tracing::error!(
-                                "guest {name}: new version rejected, version {} ({}) keeps running: {reason}",
-                                guest.controller.version().number,
-                                guest.digest
-                            );
-                            report.rejected.push(Skipped {
-                                guest: name,
-                                reason: reason.to_string(),
-                            });
-                        }
-                    }
+                }
+                continue;
+            };
+            match version {
+                Ok(version) => {
+                    self.swap_guest(guest, version);
+                    report.swapped.push(name);
+                }
+                Err(reason) => {
+                    tracing::error!(
+                        "guest {name}: new version rejected, version {} ({}) keeps running: {reason}",
+                        guest.controller.version().number,
+                        guest.digest
+                    );
+                    report.rejected.push(Skipped {
+                        guest: name,
+                        reason: reason.to_string(),
+                    });
                 }
             }
         }
@@ -715,10 +875,15 @@ impl Manager {
                 paths.extend(absolute);
                 *relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
             };
-        refresh(&mut debouncer, self.module_paths().await);
+        let mut modules = self.module_paths(&dir).await;
+        refresh(&mut debouncer, modules.clone());
         #[cfg(unix)]
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        // What the files looked like at the last reload, told from their metadata alone:
+        // opening them (as a reload does) is itself an event, which must not start another.
+        let mut seen = Fingerprint::of(&dir, &modules);
+        let mut retry = Retry::default();
         loop {
             #[cfg(unix)]
             let hup = async {
@@ -735,12 +900,26 @@ impl Manager {
             // reloads.
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return,
-                changed = rx.recv() => if changed.is_none() { return },
+                changed = rx.recv() => {
+                    if changed.is_none() {
+                        return;
+                    }
+                    if Fingerprint::of(&dir, &modules) == seen {
+                        continue;
+                    }
+                }
                 () = hup => tracing::info!("SIGHUP: reloading {}", dir.display()),
+                () = retry.due() => tracing::info!(
+                    "retrying the changes refused {:?} ago",
+                    retry.delay
+                ),
             }
             while rx.try_recv().is_ok() {}
-            self.reload_logged(&dir).await;
-            refresh(&mut debouncer, self.module_paths().await);
+            modules = self.module_paths(&dir).await;
+            seen = Fingerprint::of(&dir, &modules);
+            let refused = self.reload_logged(&dir).await;
+            retry.after(refused);
+            refresh(&mut debouncer, modules.clone());
         }
     }
 
@@ -755,34 +934,48 @@ impl Manager {
                     _ = stopped.wait_for(|s| *s) => return,
                     signal = hangup.recv() => if signal.is_none() { return },
                 }
-                self.reload_logged(&dir).await;
+                let _ = self.reload_logged(&dir).await;
             }
         }
         #[cfg(not(unix))]
         let _ = (dir, stopped.wait_for(|s| *s).await);
     }
 
-    async fn reload_logged(&self, dir: &Path) {
+    /// Reload and log what changed; whether anything was refused.
+    async fn reload_logged(&self, dir: &Path) -> bool {
         match self.reload(dir).await {
-            Ok(report) if report.is_empty() => {}
-            Ok(report) => tracing::info!(
-                "reloaded {}: started {:?}, swapped {:?}, removed {:?}, rejected {}",
-                dir.display(),
-                report.started,
-                report.swapped,
-                report.removed,
-                report.rejected.len()
-            ),
-            Err(err) => tracing::error!("reloading {}: {err}; nothing changed", dir.display()),
+            Ok(report) if report.is_empty() => false,
+            Ok(report) => {
+                tracing::info!(
+                    "reloaded {}: started {:?}, swapped {:?}, removed {:?}, rejected {}",
+                    dir.display(),
+                    report.started,
+                    report.swapped,
+                    report.removed,
+                    report.rejected.len()
+                );
+                !report.rejected.is_empty()
+            }
+            Err(err) => {
+                tracing::error!("reloading {}: {err}; nothing changed", dir.display());
+                true
+            }
         }
     }
 
-    async fn module_paths(&self) -> Vec<PathBuf> {
+    /// The module files that matter to a reload of `dir`: those the running guests run and
+    /// those the manifests in `dir` name now (a guest refused so far starts when its module
+    /// is rebuilt).
+    async fn module_paths(&self, dir: &Path) -> Vec<PathBuf> {
+        let mut paths: BTreeSet<PathBuf> = Manifest::scan_dir(dir)
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .map(|m| m.spec.module)
+            .collect();
         let guests = self.inner.guests.lock().await;
-        guests
-            .values()
-            .map(|g| g.manifest.spec.module.clone())
-            .collect()
+        paths.extend(guests.values().map(|g| g.manifest.spec.module.clone()));
+        paths.into_iter().collect()
     }
 
     /// The running guest named `name`.

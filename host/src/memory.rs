@@ -15,6 +15,28 @@
 
 use std::time::Duration;
 
+/// The default budget of all guests' linear memory together (`--guest-memory`): half of the
+/// machine's memory (`MemTotal`, or a cgroup's `memory.max` when lower), or 8 GiB where
+/// neither can be read.
+pub fn default_guest_memory() -> u64 {
+    const FALLBACK: u64 = 8 << 30;
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib.saturating_mul(1024))
+        });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|max| max.trim().parse::<u64>().ok());
+    match (total, cgroup) {
+        (Some(total), Some(cgroup)) => total.min(cgroup) / 2,
+        (Some(only), None) | (None, Some(only)) => only / 2,
+        (None, None) => FALLBACK,
+    }
+}
+
 /// How long a request waits for others to join it (queues of many guests drain within
 /// milliseconds of each other after a list).
 const SETTLE: Duration = Duration::from_millis(200);

@@ -65,8 +65,11 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, ObjectFileErro
     files.sort();
     let mut objects = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|e| ObjectFileError::new(&file, e))?;
-        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let text = crate::files::read_bounded_text(&file, crate::files::MAX_OBJECT_FILE_BYTES)
+            .map_err(|e| ObjectFileError::new(&file, e))?;
+        let documents =
+            krec_apiserver::yaml::documents(&text).map_err(|e| ObjectFileError::new(&file, e))?;
+        for document in documents {
             let value = serde_json::Value::deserialize(document)
                 .map_err(|e| ObjectFileError::new(&file, e))?;
             if value.is_null()

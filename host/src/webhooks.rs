@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use krec_apiserver::connections::{self, Limits, Transport};
 use serde_json::{Value, json};
 
 use crate::bindings::WitGvk;
@@ -35,13 +36,71 @@ const MAX_REVIEW_BYTES: usize = 3 << 20;
 /// limit): more wait, so a flood of requests cannot make the host allocate without bound.
 pub const MAX_CONCURRENT_REVIEWS: usize = 32;
 
-/// What the admission server needs: the running guests, where to count, and the bound on
+/// Reviews of one guest run at once, at most: its share of [`MAX_CONCURRENT_REVIEWS`]. A guest
+/// whose reviews are slow (or a flood of requests for one guest) waits within its share, and
+/// the other guests' reviews go on.
+pub const MAX_CONCURRENT_REVIEWS_PER_GUEST: usize = crate::manifest::KEPT_REVIEW_INSTANCES as usize;
+
+/// What the admission server needs: the running guests, where to count, and the bounds on
 /// concurrent reviews.
 #[derive(Clone)]
 struct Served {
     manager: Manager,
     metrics: Arc<Metrics>,
     permits: Arc<tokio::sync::Semaphore>,
+    /// Each guest's share, made when the guest is first asked for.
+    shares: Arc<std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Semaphore>>>>,
+}
+
+/// A review's places: one of its guest's share, one of the host's.
+type Slot = (
+    tokio::sync::OwnedSemaphorePermit,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+impl Served {
+    /// Wait for a place in `guest`'s share and then in the host's, until `deadline`: `None`
+    /// when it passes first (or the server stops).
+    async fn slot(&self, guest: &str, deadline: Option<tokio::time::Instant>) -> Option<Slot> {
+        let share = self
+            .shares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(guest.to_owned())
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    MAX_CONCURRENT_REVIEWS_PER_GUEST,
+                ))
+            })
+            .clone();
+        let both = async {
+            let own = share.acquire_owned().await.ok()?;
+            let host = self.permits.clone().acquire_owned().await.ok()?;
+            Some((own, host))
+        };
+        match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, both).await.ok().flatten(),
+            None => both.await,
+        }
+    }
+}
+
+/// When the API server stops waiting for a review: the `timeout` it sends (`?timeout=10s`, as
+/// client-go's `Request.Timeout` does for a webhook's `timeoutSeconds`), from `received`.
+fn deadline_of(query: Option<&str>, received: Instant) -> Option<tokio::time::Instant> {
+    let timeout = form_urlencoded::parse(query?.as_bytes())
+        .find(|(key, _)| key == "timeout")
+        .and_then(|(_, value)| krec_apiserver::duration::parse(&value).ok())?;
+    Some(tokio::time::Instant::from_std(received) + timeout)
+}
+
+/// The answer to a review the API server has stopped waiting for (its timeout passed while
+/// the review waited or ran): nobody reads it, but it is counted.
+fn abandoned() -> Response {
+    failure(
+        StatusCode::GATEWAY_TIMEOUT,
+        "the API server's timeout for this review passed: abandoned".into(),
+    )
 }
 
 /// Decrements the in-flight gauge when the request ends, answered or abandoned.
@@ -60,16 +119,16 @@ pub fn router(manager: Manager) -> axum::Router {
         .route(
             "/validate/{guest}",
             axum::routing::post(
-                |state: State<Served>, guest: Path<String>, body: Bytes| async move {
-                    review(state, guest, Review::Validate, body).await
+                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Bytes| async move {
+                    review(state, guest, query, Review::Validate, body).await
                 },
             ),
         )
         .route(
             "/mutate/{guest}",
             axum::routing::post(
-                |state: State<Served>, guest: Path<String>, body: Bytes| async move {
-                    review(state, guest, Review::Mutate, body).await
+                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Bytes| async move {
+                    review(state, guest, query, Review::Mutate, body).await
                 },
             ),
         )
@@ -79,6 +138,7 @@ pub fn router(manager: Manager) -> axum::Router {
             manager,
             metrics,
             permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_REVIEWS)),
+            shares: Arc::default(),
         })
 }
 
@@ -147,10 +207,12 @@ impl WebhookServer {
         };
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let app = router(manager);
-        let task = tokio::spawn(krec_apiserver::serve_tls(
+        let task = tokio::spawn(connections::serve(
+            "admission server",
             listener,
-            server_config,
+            Transport::Tls(server_config),
             app,
+            Limits::for_this_process(),
             stopped,
         ));
         Ok(WebhookServer {
@@ -393,6 +455,7 @@ fn json_response(body: &Value) -> Response {
 async fn review(
     State(served): State<Served>,
     Path(guest): Path<String>,
+    RawQuery(query): RawQuery,
     which: Review,
     body: Bytes,
 ) -> Response {
@@ -415,10 +478,19 @@ async fn review(
     gauge.inc();
     let _in_flight = InFlight(gauge);
     let started = Instant::now();
-    let Ok(_permit) = served.permits.acquire().await else {
-        return failure(StatusCode::SERVICE_UNAVAILABLE, "shutting down".into());
+    let deadline = deadline_of(query.as_deref(), started);
+    let response = match served.slot(&guest, deadline).await {
+        None => abandoned(),
+        Some(_slot) => {
+            let answered = answer(&served, &guest, which, &body);
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, answered)
+                    .await
+                    .unwrap_or_else(|_| abandoned()),
+                None => answered.await,
+            }
+        }
     };
-    let response = answer(&served, &guest, which, &body).await;
     served
         .metrics
         .webhook_latency
@@ -621,7 +693,29 @@ fn response(
 }
 
 /// One `ConversionReview` (a CRD's `conversion.strategy: Webhook`).
-async fn convert(State(served): State<Served>, Path(guest): Path<String>, body: Bytes) -> Response {
+async fn convert(
+    State(served): State<Served>,
+    Path(guest): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let deadline = deadline_of(query.as_deref(), Instant::now());
+    let converted = convert_review(&served, &guest, deadline, &body);
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, converted)
+            .await
+            .unwrap_or_else(|_| abandoned()),
+        None => converted.await,
+    }
+}
+
+/// [`convert`]'s answer.
+async fn convert_review(
+    served: &Served,
+    guest: &str,
+    deadline: Option<tokio::time::Instant>,
+    body: &[u8],
+) -> Response {
     let Some(controller) = served.manager.controller(&guest) else {
         return failure(
             StatusCode::NOT_FOUND,
@@ -649,8 +743,8 @@ async fn convert(State(served): State<Served>, Path(guest): Path<String>, body: 
         .flatten()
         .map(Value::to_string)
         .collect();
-    let Ok(_permit) = served.permits.acquire().await else {
-        return failure(StatusCode::SERVICE_UNAVAILABLE, "shutting down".into());
+    let Some(_slot) = served.slot(guest, deadline).await else {
+        return abandoned();
     };
     let version = controller.version();
     let converted = version

@@ -37,7 +37,11 @@ pub async fn call(hook: &Hook, review: &Review) -> Result<Verdict, CallError> {
     let body =
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
     let url = hook.client.url()?;
-    let answer = tokio::time::timeout(hook.timeout, post(url, &hook.client.ca_bundle, &body))
+    // As client-go's `Request.Timeout` sends it: the webhook can stop when the caller has
+    // given up.
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let timed = format!("{url}{separator}timeout={}s", hook.timeout.as_secs());
+    let answer = tokio::time::timeout(hook.timeout, post(&timed, &hook.client.ca_bundle, &body))
         .await
         .map_err(|_| {
             CallError(format!(

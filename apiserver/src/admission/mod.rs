@@ -683,18 +683,15 @@ async fn mutate(
     };
     warnings.extend(verdict.warnings);
     if let Some(patch) = verdict.patch {
-        let patch: json_patch::Patch = serde_json::from_value(patch).map_err(|e| {
-            ApiError::internal(format!(
-                "Internal error occurred: webhook \"{}\" returned an invalid JSON patch: {e}",
-                hook.name
-            ))
-        })?;
+        // Bounded as a PATCH request's is: a few `copy` operations would otherwise double the
+        // object each, whatever the webhook's failurePolicy.
         let mut patched = object.clone();
-        json_patch::patch(&mut patched, &patch).map_err(|e| {
-            ApiError::internal(format!(
-                "Internal error occurred: JSON Patch of webhook \"{}\": {e}",
+        crate::patch::apply_json_patch(&mut patched, &patch).map_err(|err| match err {
+            crate::patch::JsonPatchError::Invalid(_) => ApiError::internal(format!(
+                "Internal error occurred: webhook \"{}\" returned an {err}",
                 hook.name
-            ))
+            )),
+            _ => ApiError::internal(format!("Internal error occurred: {err}")),
         })?;
         *object = patched;
     }

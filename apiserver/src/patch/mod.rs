@@ -121,81 +121,77 @@ fn reaches_managed_fields(body: &Value) -> bool {
     })
 }
 
+/// Why a JSON patch was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonPatchError {
+    /// More than [`MAX_JSON_PATCH_OPERATIONS`] operations.
+    #[error(
+        "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {0}"
+    )]
+    TooManyOperations(usize),
+    /// Its `copy` operations would add more than [`MAX_JSON_PATCH_COPY_BYTES`].
+    #[error(
+        "Unable to complete the copy, the accumulated size increase of copy is {0}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+    )]
+    CopyTooLarge(usize),
+    /// Not an RFC 6902 patch.
+    #[error("invalid JSON patch: {0}")]
+    Invalid(String),
+    /// An operation failed (a path that does not exist, a failed `test`).
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Apply the RFC 6902 patch `body` to `target` within kube-apiserver's bounds: at most
-/// [`MAX_JSON_PATCH_OPERATIONS`] operations (413) and [`MAX_JSON_PATCH_COPY_BYTES`] copied
-/// (422). Operations apply one at a time, so the size of what each `copy` duplicates is known
+/// [`MAX_JSON_PATCH_OPERATIONS`] operations and [`MAX_JSON_PATCH_COPY_BYTES`] copied (kube's
+/// `JSONPatchMaxCopyBytes`, which bounds a PATCH request's patch and a mutating webhook's
+/// alike). Operations apply one at a time, so the size of what each `copy` duplicates is known
 /// before it is made; on an error `target` is half-patched and must be discarded (callers patch
 /// a copy).
-fn json_patch_bounded(target: &mut Value, body: &Value) -> Result<(), ApiError> {
-    let ops = body.as_array().ok_or_else(|| {
-        ApiError::bad_request("invalid JSON patch: the body must be a JSON array")
-    })?;
+///
+/// # Errors
+///
+/// [`JsonPatchError`].
+pub fn apply_json_patch(target: &mut Value, body: &Value) -> Result<(), JsonPatchError> {
+    let ops = body
+        .as_array()
+        .ok_or_else(|| JsonPatchError::Invalid("the body must be a JSON array".into()))?;
     if ops.len() > MAX_JSON_PATCH_OPERATIONS {
-        return Err(ApiError::too_large_message(format!(
-            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
-            ops.len()
-        )));
+        return Err(JsonPatchError::TooManyOperations(ops.len()));
     }
-    let ops: json_patch::Patch = serde_json::from_value(body.clone())
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-    let failed = |message: String| {
-        ApiError::invalid(
-            "",
-            "",
-            "",
-            vec![(
-                "patch".into(),
-                format!("the JSON patch could not be applied: {message}"),
-            )],
-        )
-    };
+    let ops: json_patch::Patch =
+        serde_json::from_value(body.clone()).map_err(|e| JsonPatchError::Invalid(e.to_string()))?;
     let mut copied = 0usize;
     for op in ops.0 {
         if let json_patch::PatchOperation::Copy(copy) = &op
             && let Some(value) = target.pointer(copy.from.as_str())
         {
-            copied = copied.saturating_add(json_len(value));
+            copied = copied.saturating_add(crate::json::encoded_len(value));
             if copied > MAX_JSON_PATCH_COPY_BYTES {
-                return Err(failed(format!(
-                    "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
-                )));
+                return Err(JsonPatchError::CopyTooLarge(copied));
             }
         }
-        json_patch::patch(target, &[op]).map_err(|e| failed(e.to_string()))?;
+        json_patch::patch(target, &[op]).map_err(|e| JsonPatchError::Failed(e.to_string()))?;
     }
     Ok(())
 }
 
-/// Decimal digits of `n`.
-fn digits(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |d| d as usize + 1)
-}
-
-/// Length of `value`'s compact JSON text, counted from its structure without writing it (a
-/// string's escapes are counted as one byte each: close enough for a budget, and never more
-/// than the text).
-fn json_len(value: &Value) -> usize {
-    match value {
-        Value::Null => 4,
-        Value::Bool(true) => 4,
-        Value::Bool(false) => 5,
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(u), _) => digits(u),
-            (None, Some(i)) => 1 + digits(i.unsigned_abs()),
-            _ => n.to_string().len(),
-        },
-        Value::String(s) => s.len() + 2,
-        Value::Array(items) => {
-            2 + items.len().saturating_sub(1) + items.iter().map(json_len).sum::<usize>()
-        }
-        Value::Object(map) => {
-            2 + map.len().saturating_sub(1)
-                + map
-                    .iter()
-                    .map(|(k, v)| k.len() + 3 + json_len(v))
-                    .sum::<usize>()
-        }
-    }
+/// [`apply_json_patch`] for a PATCH request: too many operations is a 413, a patch that is not
+/// one a 400, one that cannot be applied a 422, as on kube-apiserver.
+fn json_patch_bounded(target: &mut Value, body: &Value) -> Result<(), ApiError> {
+    apply_json_patch(target, body).map_err(|err| match err {
+        JsonPatchError::TooManyOperations(_) => ApiError::too_large_message(err.to_string()),
+        JsonPatchError::Invalid(_) => ApiError::bad_request(err.to_string()),
+        JsonPatchError::CopyTooLarge(_) | JsonPatchError::Failed(_) => ApiError::invalid(
+            "",
+            "",
+            "",
+            vec![(
+                "patch".into(),
+                format!("the JSON patch could not be applied: {err}"),
+            )],
+        ),
+    })
 }
 
 fn require_object(body: &Value) -> Result<(), ApiError> {

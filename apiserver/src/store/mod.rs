@@ -39,6 +39,12 @@ pub const DEFAULT_HISTORY: usize = 10_000;
 /// 410 Gone and its client relists.
 pub const WATCH_BUFFER: usize = 4_096;
 
+/// Largest object stored, as its JSON text: etcd's default `--max-request-bytes` (1.5 MiB),
+/// which kube-apiserver's writes meet after decoding, defaulting, patching and admission. A
+/// larger object is refused as kube-apiserver refuses what etcd does not take, so no watcher or
+/// informer ever carries one.
+pub const MAX_OBJECT_BYTES: usize = 3 << 19;
+
 /// Where an object lives: its resource (`group/plural`, shared by all versions), namespace
 /// (`""` for cluster-scoped) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -453,6 +459,11 @@ impl Store {
         let old = state.objects.get(&key).cloned();
         let (change, object) = match write {
             Write::Put(mut object) => {
+                if crate::json::encoded_len(&object) > MAX_OBJECT_BYTES {
+                    return Err(ApiError::too_large_message(
+                        "etcdserver: request is too large",
+                    ));
+                }
                 metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
                 let change = if old.is_some() {
                     ChangeType::Modified

@@ -10,6 +10,11 @@ pub(super) fn duration(text: &str) -> Result<std::time::Duration, crate::manifes
     crate::manifest::parse_duration(text)
 }
 
+/// Byte quantities on the command line: `4Gi`, `512Mi`.
+pub(super) fn quantity(text: &str) -> Result<u64, crate::manifest::UnitError> {
+    crate::manifest::parse_quantity(text)
+}
+
 /// The local cluster's built-in controllers and simulated nodes.
 #[derive(clap::Args)]
 pub(super) struct SimulationArgs {
@@ -108,6 +113,11 @@ pub(super) struct HostArgs {
     /// The certificate's private key (PEM).
     #[arg(long, requires = "webhook_cert_file")]
     webhook_key_file: Option<PathBuf>,
+    /// Most linear memory all guests' instances may hold together, a Kubernetes quantity
+    /// (`4Gi`); a guest growing past it traps out-of-memory (default: half of the machine's
+    /// memory or cgroup limit).
+    #[arg(long, value_parser = quantity)]
+    guest_memory: Option<u64>,
 }
 
 impl HostArgs {
@@ -158,6 +168,7 @@ impl HostArgs {
                 .zip(self.webhook_key_file)
                 .map(|(cert, key)| crate::webhooks::TlsFiles { cert, key }),
             register_webhooks: false,
+            guest_memory: self.guest_memory,
         })
     }
 }

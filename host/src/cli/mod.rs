@@ -80,6 +80,7 @@ impl Command {
 /// Parse the command line and run the command; what `krec` exits with.
 pub fn main() -> ExitCode {
     disable_transparent_huge_pages();
+    raise_open_files_limit();
     let cli = Cli::parse();
     init_logging(cli.command.default_log(), cli.log_format);
     match cli.command {
@@ -144,6 +145,28 @@ fn disable_transparent_huge_pages() {
     #[allow(unsafe_code)] // prctl(2) has no safe wrapper
     unsafe {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does for every Go
+/// server (kube-apiserver among them): the API server and the admission server hold a file
+/// descriptor per connection, and the connection cap ([`krec_apiserver::connections::Limits`])
+/// is sized from the soft limit, which shells often leave at 1 024.
+fn raise_open_files_limit() {
+    #[cfg(unix)]
+    // SAFETY: getrlimit and setrlimit read and write this process's limits through a struct
+    // owned here.
+    #[allow(unsafe_code)] // getrlimit(2) and setrlimit(2) have no safe wrapper
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }
 

@@ -42,6 +42,46 @@ impl Request {
             name: name.to_owned(),
         }
     }
+
+    /// A request for `name` in `namespace` from outside the cache (the manual trigger, a
+    /// guest's `map`): checked to be what an object could be called, so that it can be one URL
+    /// segment and cannot forge a log line.
+    ///
+    /// # Errors
+    ///
+    /// [`BadRequestName`] saying what is wrong.
+    pub fn checked(namespace: Option<&str>, name: &str) -> Result<Self, BadRequestName> {
+        if let Some(ns) = namespace
+            && !krec_apiserver::selector::is_dns_label(ns)
+        {
+            return Err(BadRequestName::Namespace(ns.chars().take(64).collect()));
+        }
+        let valid = !name.is_empty()
+            && name.len() <= MAX_REQUEST_NAME
+            && name != "."
+            && name != ".."
+            && !name.chars().any(|c| c.is_control() || c == '/' || c == '%');
+        if !valid {
+            return Err(BadRequestName::Name(name.chars().take(64).collect()));
+        }
+        Ok(Request::new(namespace, name))
+    }
+}
+
+/// Longest object name a request from outside the cache may have: a DNS subdomain's 253 bytes.
+pub const MAX_REQUEST_NAME: usize = 253;
+
+/// A namespace or name no object could have (its first 64 characters).
+#[derive(Debug, thiserror::Error)]
+pub enum BadRequestName {
+    /// Not a DNS label.
+    #[error("{0:?} is not a valid namespace")]
+    Namespace(String),
+    /// Empty, too long, `.`, `..`, or with `/`, `%` or control characters.
+    #[error(
+        "{0:?} is not a valid object name: 1-{MAX_REQUEST_NAME} bytes, not `.` or `..`, no `/`, `%` or control characters"
+    )]
+    Name(String),
 }
 
 /// A metadata field a change predicate compares.

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
-pub use handlers::{Handlers, Request};
+pub use handlers::{BadRequestName, Handlers, MAX_REQUEST_NAME, Request};
 
 use crate::cache::{Event, EventSink, Informer};
 use crate::cluster::ClusterAccess;
@@ -601,10 +601,15 @@ impl Controller {
         match result {
             Ok(requests) => {
                 for request in requests {
-                    self.queue.add(Request {
-                        namespace: request.namespace,
-                        name: request.name,
-                    });
+                    match Request::checked(request.namespace.as_deref(), &request.name) {
+                        Ok(request) => self.queue.add(request),
+                        Err(problem) => tracing::warn!(
+                            target: "krec::reconcile",
+                            guest = %self.name,
+                            kind = %gvk,
+                            "map returned an unusable request, dropped: {problem}"
+                        ),
+                    }
                 }
             }
             Err(err) => {

@@ -15,9 +15,9 @@ use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
 use crate::cluster::ClusterAccess;
 use crate::manifest::Isolation;
 
-/// Instances kept for later reviews, per module (more than the admission server runs at once
-/// would never be used).
-const MAX_POOLED: usize = 32;
+/// Instances kept for later reviews, per module: as many as the admission server runs at once
+/// for one guest (more would never be used, and would hold the guest's memory budget).
+const MAX_POOLED: usize = crate::manifest::KEPT_REVIEW_INSTANCES as usize;
 
 /// An instance with its store, kept between reviews and map calls.
 pub(crate) struct AdmissionInstance {
@@ -184,6 +184,7 @@ impl GuestModule {
                     let bindings = started
                         .await
                         .map_err(|err| (instantiate_cause(&err), one_line(&err)))?;
+                    store.data_mut().limits.mark_ready();
                     AdmissionInstance { store, bindings }
                 }
             };
@@ -201,7 +202,7 @@ impl GuestModule {
             let _ = instance.store.data_mut().charge_cpu(false);
             // An instance that trapped may be mid-way through anything: it is dropped.
             let value = result.map_err(|err| (classify(&err), one_line(&err)))?;
-            if reuse {
+            if reuse && instance.store.data().limits.worth_keeping() {
                 let mut pool = self.pool();
                 if pool.len() < MAX_POOLED {
                     pool.push(instance);

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::LogBudget;
+use super::limits::MemoryPool;
 use crate::manifest::Manifest;
 use crate::vocab::AccessError;
 
@@ -321,16 +322,29 @@ pub struct GuestBudgets {
     pub cpu: Arc<CpuAccount>,
     /// Its writes to the API server.
     pub writes: WriteLimiter,
+    /// The linear memory of all its instances (`limits.totalMemory`), then of all guests'
+    /// (the host's `--guest-memory`): the pools an instance's memory is drawn from.
+    pub memory: Vec<Arc<MemoryPool>>,
 }
 
 impl GuestBudgets {
-    /// The budgets `manifest`'s limits give, its CPU governed by `governor`.
-    pub fn new(manifest: &Manifest, governor: &Arc<CpuGovernor>) -> Self {
+    /// The budgets `manifest`'s limits give, its CPU governed by `governor`, its memory drawn
+    /// from `host_memory` too.
+    pub fn new(
+        manifest: &Manifest,
+        governor: &Arc<CpuGovernor>,
+        host_memory: &Arc<MemoryPool>,
+    ) -> Self {
         let limits = &manifest.spec.limits;
+        let total = usize::try_from(manifest.spec.total_memory()).unwrap_or(usize::MAX);
         GuestBudgets {
             log: LogBudget::new(&manifest.name),
             cpu: governor.account(limits.cpu),
             writes: WriteLimiter::new(limits.write_qps, limits.write_burst),
+            memory: vec![
+                MemoryPool::new("limits.totalMemory (all the guest's instances)", total),
+                host_memory.clone(),
+            ],
         }
     }
 }

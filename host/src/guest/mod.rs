@@ -28,7 +28,8 @@ use wasmtime_wasi::WasiCtxBuilder;
 pub use admission::{ConversionRefused, Review};
 pub use budget::{CPU_BURST, CpuAccount, CpuGovernor, GuestBudgets, MAX_CPU_PAUSE, WriteLimiter};
 pub use limits::{
-    GuestLimiter, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES,
+    GuestLimiter, IDLE_GROWTH_ALLOWANCE, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES,
+    MAX_TABLE_ELEMENTS, MAX_TABLES, MemoryPool,
 };
 pub use log_budget::{LogBudget, MAX_LOG_BYTES_PER_SECOND, MAX_LOG_LINES_PER_SECOND};
 pub use module_cache::{ModuleCache, Origin};
@@ -285,7 +286,11 @@ impl GuestModule {
         let (wasm, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
         needs_exports(&manifest, &path, &wasm)?;
         Ok(GuestModule {
-            budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
+            budgets: Arc::new(GuestBudgets::new(
+                &manifest,
+                &CpuGovernor::new(),
+                &MemoryPool::unlimited(),
+            )),
             manifest,
             body: Body::Wasm(Box::new(wasm)),
             digest,
@@ -306,7 +311,11 @@ impl GuestModule {
             prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
         needs_exports(&manifest, path, &wasm)?;
         Ok(GuestModule {
-            budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
+            budgets: Arc::new(GuestBudgets::new(
+                &manifest,
+                &CpuGovernor::new(),
+                &MemoryPool::unlimited(),
+            )),
             manifest,
             body: Body::Wasm(Box::new(wasm)),
             digest,
@@ -320,7 +329,11 @@ impl GuestModule {
     pub fn with_runner(manifest: Arc<Manifest>, runner: Arc<dyn Runner>) -> Self {
         let digest = format!("native:{}", manifest.name);
         GuestModule {
-            budgets: Arc::new(GuestBudgets::new(&manifest, &CpuGovernor::new())),
+            budgets: Arc::new(GuestBudgets::new(
+                &manifest,
+                &CpuGovernor::new(),
+                &MemoryPool::unlimited(),
+            )),
             manifest,
             body: Body::Runner(runner),
             digest,
@@ -352,8 +365,12 @@ impl GuestModule {
     /// Govern the guest's CPU with `governor` (the host's, shared by all its guests) rather
     /// than a governor of its own. Call before the module is shared.
     #[must_use]
-    pub fn governed_by(mut self, governor: &Arc<CpuGovernor>) -> Self {
-        self.budgets = Arc::new(GuestBudgets::new(&self.manifest, governor));
+    pub fn governed_by(
+        mut self,
+        governor: &Arc<CpuGovernor>,
+        host_memory: &Arc<MemoryPool>,
+    ) -> Self {
+        self.budgets = Arc::new(GuestBudgets::new(&self.manifest, governor, host_memory));
         self
     }
 
@@ -458,6 +475,7 @@ impl GuestModule {
             let bindings = extensions.load(&mut *store, &instance)?;
             if let Err(message) = bindings.call_init(&mut *store, &config).await? {
                 let message: String = message.chars().take(MAX_ERROR_MESSAGE_BYTES).collect();
+                let message = crate::vocab::printable(&message).into_owned();
                 return Err(ConfigRefused(message).into());
             }
         }
@@ -664,8 +682,10 @@ fn new_store(
         .allow_udp(false)
         .allow_ip_name_lookup(false)
         .build();
-    let limits =
-        GuestLimiter::new(usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX));
+    let limits = GuestLimiter::new(
+        usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX),
+        module.budgets.memory.clone(),
+    );
     let state = HostState {
         manifest: manifest.clone(),
         cluster: cluster.clone(),
@@ -778,6 +798,7 @@ impl GuestWorker {
         let mut store = new_store(module, wasm.pre.engine(), cluster, metrics);
         let instance = module.start_instance(&mut store).await?;
         let bindings = wasm.reconciler.load(&mut store, &instance)?;
+        store.data_mut().limits.mark_ready();
         Ok(Instance { store, bindings })
     }
 
@@ -792,7 +813,20 @@ impl GuestWorker {
             return Ok(());
         }
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
-        match Self::instantiate(&module, &cluster, self.metrics.clone()).await {
+        // `init` runs under the reconcile's limits: epochs stop a loop; a guest blocked in a
+        // host call (sleeping through WASI, a hung API server) is abandoned at the outer bound,
+        // so it cannot hold up `krec check`, the host's start or a reload.
+        let timeout = module.manifest.spec.limits.timeout;
+        let started = tokio::time::timeout(
+            timeout.saturating_add(HOST_CALL_GRACE),
+            Self::instantiate(&module, &cluster, self.metrics.clone()),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(wasmtime::Error::from(DeadlineExceeded(timeout))
+                .context("init blocked in a host call"))
+        });
+        match started {
             Ok(instance) => {
                 if module.manifest.spec.isolation == Isolation::Reuse {
                     self.instance = Some(instance);
@@ -927,7 +961,10 @@ impl GuestWorker {
             }
         };
         self.last_usage = Some(usage);
-        if self.module.manifest.spec.isolation == Isolation::Reuse {
+        // An instance a burst grew is dropped, giving its memory back, rather than kept idle.
+        if self.module.manifest.spec.isolation == Isolation::Reuse
+            && instance.store.data().limits.worth_keeping()
+        {
             self.instance = Some(instance);
         }
         match result {

@@ -69,6 +69,7 @@ impl Sink {
             return;
         }
         let text = String::from_utf8_lossy(line);
+        let text = crate::vocab::printable(&text);
         let more = if truncated { " [truncated]" } else { "" };
         tracing::info!(guest = %self.guest, stream = self.stream, "{text}{more}");
     }

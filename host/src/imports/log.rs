@@ -6,7 +6,8 @@ use crate::guest::log_budget::LogBudget;
 use crate::guest::state::HostState;
 
 /// Write a line `guest` logged while reconciling `request` into the host's log (target
-/// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`], if the guest's `budget` allows it.
+/// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`] and its control characters escaped (one
+/// line, which cannot pose as a host line), if the guest's `budget` allows it.
 pub(crate) fn guest_log(
     guest: &str,
     request: &str,
@@ -20,6 +21,7 @@ pub(crate) fn guest_log(
     if !budget.admit(message.len()) {
         return;
     }
+    let message = crate::vocab::printable(&message);
     match level {
         Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),
         Level::Debug => tracing::debug!(target: "krec::guest", guest, request, "{message}"),

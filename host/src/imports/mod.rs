@@ -189,7 +189,11 @@ mod tests {
         let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "team-a"}});
         cluster.create(namespace).await.expect("namespace");
-        let budgets = GuestBudgets::new(&manifest, &CpuGovernor::new());
+        let budgets = GuestBudgets::new(
+            &manifest,
+            &CpuGovernor::new(),
+            &crate::guest::MemoryPool::unlimited(),
+        );
         let calls = Calls {
             manifest: &manifest,
             cluster: &cluster,

@@ -44,7 +44,8 @@ impl Manifest {
             field: field.to_owned(),
             problem,
         };
-        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+        let deserializer =
+            krec_apiserver::yaml::documents(text).map_err(|err| invalid("", err.to_string()))?;
         let raw: RawManifest = serde_path_to_error::deserialize(deserializer).map_err(|err| {
             let field = err.path().to_string();
             let field = if field == "." { String::new() } else { field };
@@ -121,17 +122,10 @@ impl Manifest {
     /// manifest does not hide the others. Two manifests naming the same guest: the later is an
     /// error. Fails only if the directory cannot be read.
     pub fn scan_dir(dir: &Path) -> Result<Vec<Result<Manifest, ManifestError>>, ManifestError> {
-        let mut files = Vec::new();
-        // A single manifest file is a directory of one.
-        if dir.is_file() {
-            files.push(dir.to_owned());
-        } else {
-            collect_yaml(dir, &mut files).map_err(|error| ManifestError::Read {
-                path: dir.to_owned(),
-                error,
-            })?;
-        }
-        files.sort();
+        let files = Self::files(dir).map_err(|error| ManifestError::Read {
+            path: dir.to_owned(),
+            error,
+        })?;
         let mut results: Vec<Result<Manifest, ManifestError>> = Vec::new();
         for file in files {
             let text = match read_manifest(&file) {
@@ -178,11 +172,33 @@ pub(super) fn declares_other_kind(text: &str) -> bool {
         kind: Option<String>,
     }
     // The first document decides: example files hold several objects.
-    serde_yaml_ng::Deserializer::from_str(text)
+    krec_apiserver::yaml::documents(text)
+        .into_iter()
+        .flatten()
         .next()
         .and_then(|first| Head::deserialize(first).ok())
         .and_then(|h| h.kind)
         .is_some_and(|k| k != KIND)
+}
+
+impl Manifest {
+    /// The YAML files [`scan_dir`](Self::scan_dir) reads in `dir` (or `dir` itself, a single
+    /// manifest file), sorted.
+    ///
+    /// # Errors
+    ///
+    /// When `dir` cannot be read.
+    pub fn files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        // A single manifest file is a directory of one.
+        if dir.is_file() {
+            files.push(dir.to_owned());
+        } else {
+            collect_yaml(dir, &mut files)?;
+        }
+        files.sort();
+        Ok(files)
+    }
 }
 
 pub(super) fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::vocab::{EventKind, Gvk};
 
-use super::units::{de_cpu, de_duration, de_opt_duration, de_quantity};
+use super::units::{de_cpu, de_duration, de_opt_duration, de_opt_quantity, de_quantity};
 
 /// A validated manifest, with its module path resolved against the manifest's directory.
 #[derive(Clone, Debug, PartialEq)]
@@ -460,6 +460,11 @@ pub struct Limits {
     /// `64Mi`).
     #[serde(default = "default_memory", deserialize_with = "de_quantity")]
     pub memory: u64,
+    /// Most linear memory all the guest's instances hold at once — its workers', its kept
+    /// review and map instances' — in bytes (a Kubernetes quantity). A growth past it traps
+    /// out-of-memory, as one past `memory` does. Unset: see [`ReconcilerSpec::total_memory`].
+    #[serde(default, deserialize_with = "de_opt_quantity")]
+    pub total_memory: Option<u64>,
     /// Most CPU the guest's code may use, in cores (a Kubernetes CPU quantity: `500m`, `1`),
     /// over all its workers. When guests compete for the host's CPU each gets at most an equal
     /// share of it; see [`crate::guest::CpuGovernor`].
@@ -545,11 +550,38 @@ pub(super) fn default_write_burst() -> u32 {
     DEFAULT_WRITE_BURST
 }
 
+impl ReconcilerSpec {
+    /// The budget of all the guest's instances together: `limits.totalMemory`, or
+    /// [`TOTAL_MEMORY_INSTANCES`] instances at `limits.memory` — at least
+    /// [`MEMORY_PER_INSTANCE`] for each worker and each kept review instance.
+    pub fn total_memory(&self) -> u64 {
+        self.limits.total_memory.unwrap_or_else(|| {
+            let instances = u64::from(self.max_concurrent_reconciles.get()) + KEPT_REVIEW_INSTANCES;
+            self.limits
+                .memory
+                .saturating_mul(TOTAL_MEMORY_INSTANCES)
+                .max(instances.saturating_mul(MEMORY_PER_INSTANCE))
+        })
+    }
+}
+
+/// How many instances at `limits.memory` a guest's instances may hold together when
+/// `limits.totalMemory` is not set.
+pub const TOTAL_MEMORY_INSTANCES: u64 = 4;
+/// What the default `limits.totalMemory` leaves at least for each instance a guest keeps (a
+/// Rust guest idles at 1–3 MiB).
+pub const MEMORY_PER_INSTANCE: u64 = 8 << 20;
+/// Review and map instances a guest keeps between calls, at most.
+pub const KEPT_REVIEW_INSTANCES: u64 = 8;
+/// Largest `limits.totalMemory`.
+pub const MAX_TOTAL_MEMORY: u64 = 64 << 30;
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             timeout: DEFAULT_TIMEOUT,
             memory: DEFAULT_MEMORY,
+            total_memory: None,
             cpu: DEFAULT_CPU,
             write_qps: DEFAULT_WRITE_QPS,
             write_burst: DEFAULT_WRITE_BURST,

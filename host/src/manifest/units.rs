@@ -15,6 +15,10 @@ pub(super) fn de_opt_duration<'de, D: Deserializer<'de>>(
     de_duration(d).map(Some)
 }
 
+pub(super) fn de_opt_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_quantity(d).map(Some)
+}
+
 pub(super) fn de_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]

@@ -432,6 +432,14 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
             "must be between 1Mi and 4Gi (a wasm32 guest addresses at most 4Gi)".into(),
         );
     }
+    if let Some(total) = spec.limits.total_memory
+        && !(spec.limits.memory..=MAX_TOTAL_MEMORY).contains(&total)
+    {
+        return problem(
+            "spec.limits.totalMemory",
+            "must be at least spec.limits.memory (one instance's) and at most 64Gi".into(),
+        );
+    }
     if !(MIN_CPU..=MAX_CPU).contains(&spec.limits.cpu) {
         return problem(
             "spec.limits.cpu",

@@ -54,6 +54,9 @@ pub struct HostOptions {
     /// Create (or replace) the webhook configurations of the guests that declare webhooks in
     /// the cluster, pointing at the admission server (`krec dev`).
     pub register_webhooks: bool,
+    /// Most linear memory all guests' instances hold together, in bytes; `None`: half of the
+    /// machine's ([`crate::memory::default_guest_memory`]).
+    pub guest_memory: Option<u64>,
 }
 
 impl Default for HostOptions {
@@ -68,6 +71,7 @@ impl Default for HostOptions {
             webhook_addr: None,
             webhook_tls: None,
             register_webhooks: false,
+            guest_memory: None,
         }
     }
 }
@@ -138,6 +142,7 @@ impl RuntimeBuilder {
                 gate: election.as_ref().map(|e| e.gate.clone()),
                 tenures: tenures.clone(),
                 metrics: Some(metrics.clone()),
+                guest_memory: options.guest_memory,
                 ..Default::default()
             },
         )

@@ -56,12 +56,17 @@ impl AccessError {
         }
     }
 
-    /// The same error with its message cut at `max` bytes (marked `[truncated]`).
+    /// The same error with its message cut at `max` bytes (marked `[truncated]`) and its
+    /// control characters escaped ([`printable`](super::printable)): what a guest's error may
+    /// carry into the host's log.
     #[must_use]
     pub fn truncated(mut self, max: usize) -> Self {
         let message = self.message_mut();
         if cut(message, max) {
             message.push_str(" [truncated]");
+        }
+        if let std::borrow::Cow::Owned(escaped) = super::printable(message) {
+            *message = escaped;
         }
         self
     }

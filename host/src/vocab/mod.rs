@@ -12,7 +12,7 @@ mod watch;
 
 pub use error::AccessError;
 pub use gvk::Gvk;
-pub use record::{EventRecord, EventType, ObjectReference, cut};
+pub use record::{EventRecord, EventType, ObjectReference, cut, printable};
 pub use request::{
     ListOptions, ObjectHead, PatchType, Preconditions, WriteKind, describe, json_text,
 };

@@ -1,4 +1,5 @@
-//! Kubernetes Events a guest records, and cutting text to a size.
+//! Kubernetes Events a guest records, and text a guest supplies: cut to a size, made safe to
+//! print.
 
 use super::Gvk;
 
@@ -60,4 +61,51 @@ pub fn cut(text: &mut String, max: usize) -> bool {
     }
     text.truncate(end);
     true
+}
+
+/// `text` with every control character escaped (`\n`, `\r`, `\u{1b}`, …), and the Unicode
+/// direction overrides that can make a line read other than it is, so that text a guest
+/// supplies (a log message, an error, a name) stays on its own line in the host's log and
+/// cannot forge another. Borrowed when there is nothing to escape (the common case).
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_should_escape_what_could_forge_a_line() {
+        assert!(matches!(
+            printable("plain é\ttab"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let forged =
+            "ok\n2026-01-01T00:00:00Z ERROR krec::host: guest healthy stopped\r\u{1b}[2K\u{202e}";
+        let shown = printable(forged);
+        assert!(
+            !shown.chars().any(|c| c.is_control() && c != '\t'),
+            "{shown}"
+        );
+        assert_eq!(
+            shown,
+            "ok\\n2026-01-01T00:00:00Z ERROR krec::host: guest healthy stopped\\r\\u{1b}[2K\\u{202e}"
+        );
+    }
 }

@@ -4,8 +4,30 @@ use krec_guest::bindings::krec::reconciler::{client, types};
 use krec_guest::k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use krec_guest::prelude::*;
 
-#[derive(Default)]
 struct Misbehave;
+
+/// `spec.config`: how `init` misbehaves (`{init: sleep}`, `{init: loop}`), if at all.
+#[derive(Default, serde::Deserialize)]
+struct Settings {
+    #[serde(default)]
+    init: Option<String>,
+}
+
+impl FromConfig for Misbehave {
+    type Config = Option<Settings>;
+
+    fn from_config(config: Option<Settings>) -> Result<Self> {
+        match config.and_then(|c| c.init).as_deref() {
+            // Blocks in a WASI host call, where epoch interruption cannot reach.
+            Some("sleep") => std::thread::sleep(std::time::Duration::from_secs(3600)),
+            Some("loop") => loop {
+                std::hint::black_box(());
+            },
+            _ => {}
+        }
+        Ok(Misbehave)
+    }
+}
 
 fn namespace_gvk() -> types::Gvk {
     types::Gvk {

@@ -1,0 +1,78 @@
+//! Raw HTTP/1.1 over TLS to an embedded API server, for what a client library hides: status
+//! lines of early answers, every header, connections that say nothing (included with `#[path]`).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use krec_apiserver::Server;
+use rustls::pki_types::pem::PemObject as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A TLS connection to `cluster`, trusting its CA, speaking HTTP/1.1.
+pub async fn tls_connection(
+    cluster: &Server,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
+    let ca = kubeconfig.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.certificate_authority_data.clone())
+        .expect("the kubeconfig carries its CA");
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(ca)
+        .expect("base64 CA");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&ca) {
+        roots.add(cert.expect("a certificate")).expect("a root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(cluster.addr())
+        .await
+        .expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// Send `request` (its head and body as bytes) over a fresh TLS connection; the answer's
+/// status line and header lines, or what went wrong reading them.
+pub async fn raw_exchange(
+    cluster: &Server,
+    request: &[u8],
+) -> Result<(String, Vec<String>), std::io::Error> {
+    let mut tls = tls_connection(cluster).await;
+    // Written while the server may already answer: a reset here is the bug being tested for.
+    let _ = tls.write_all(request).await;
+    let _ = tls.flush().await;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                answer.extend_from_slice(&buf[..n]);
+                if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            Ok(Err(err)) if answer.is_empty() => return Err(err),
+            Ok(Err(_)) => break,
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    let mut lines = text.lines().map(str::to_owned);
+    let status = lines.next().unwrap_or_default();
+    Ok((status, lines.take_while(|l| !l.is_empty()).collect()))
+}
