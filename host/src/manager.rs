@@ -943,7 +943,20 @@ impl Manager {
 
     /// Reload and log what changed; whether anything was refused.
     async fn reload_logged(&self, dir: &Path) -> bool {
-        match self.reload(dir).await {
+        let result = self.reload(dir).await;
+        let counted = match &result {
+            Ok(report) if report.is_empty() => "unchanged",
+            Ok(report) if report.rejected.is_empty() => "changed",
+            _ => "refused",
+        };
+        self.inner
+            .metrics
+            .reloads
+            .get_or_create(&crate::metrics::ReloadLabels {
+                result: counted.into(),
+            })
+            .inc();
+        match result {
             Ok(report) if report.is_empty() => false,
             Ok(report) => {
                 tracing::info!(

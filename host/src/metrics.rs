@@ -157,6 +157,14 @@ pub struct CallLabels {
     pub result: String,
 }
 
+/// Labels of `krec_manifest_reloads_total`: what a reload did.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `changed` (a guest started, swapped or stopped, nothing refused), `unchanged`, or
+    /// `refused` (something was refused, or the directory could not be read).
+    pub result: String,
+}
+
 /// Labels of the webhook series: which webhook.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabel {
@@ -273,6 +281,8 @@ pub struct Metrics {
     pub webhook_latency: HistogramFamily<WebhookLabel>,
     /// `controller_runtime_webhook_requests_in_flight`.
     pub webhook_in_flight: Family<WebhookLabel, Gauge>,
+    /// `krec_manifest_reloads_total`: reloads of the manifest directory, by result.
+    pub reloads: Family<ReloadLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -323,6 +333,7 @@ impl Metrics {
             webhook_requests: Family::default(),
             webhook_latency: Family::new_with_constructor(webhook_buckets),
             webhook_in_flight: Family::default(),
+            reloads: Family::default(),
             registry: Registry::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
@@ -460,6 +471,11 @@ impl Metrics {
             "krec_guest_quarantined_keys",
             "Times a key was quarantined after trapping again and again",
             m.quarantined.clone(),
+        );
+        registry.register(
+            "krec_manifest_reloads",
+            "Reloads of the manifest directory (a file changed, SIGHUP, or a retry of what was refused), by result: changed, unchanged or refused",
+            m.reloads.clone(),
         );
         registry.register(
             "krec_guest_map_calls",

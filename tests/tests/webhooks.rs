@@ -542,3 +542,91 @@ async fn a_conversion_guest_should_serve_both_versions_of_a_crd() {
         "{alpha_table}"
     );
 }
+
+/// An `AdmissionReview` of a ConfigMap create whose `data.misbehave` is `misbehave`.
+fn config_map_review(misbehave: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b1c2d3e-0000-4000-8000-000000000000",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "x",
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "admin"},
+            "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x", "namespace": "default"},
+                "data": {"misbehave": misbehave}},
+            "oldObject": null,
+            "dryRun": false
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_guests_slow_reviews_should_not_delay_another_guests() {
+    let (_live, server) = start(vec![misbehaving_webhook("Ignore")]).await;
+    let ca = trusting(server.ca_pem());
+    let post = |path: String, body: Value| {
+        let url = format!("{}{path}", server.url());
+        let ca = ca.clone();
+        async move { https_post(&ca, &url, &body).await }
+    };
+    // 40 reviews that sleep until cut (300 ms limit + 1 s for time blocked in host calls):
+    // eight at a time, the guest's share, about 6.5 s in all.
+    let slow_done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut slow = tokio::task::JoinSet::new();
+    for _ in 0..40 {
+        let (done, review) = (
+            slow_done.clone(),
+            post("/validate/misbehave".into(), config_map_review("sleep")),
+        );
+        slow.spawn(async move {
+            let answered = review.await;
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            answered
+        });
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Another guest's review is answered at once, long before the slow ones are through.
+    let (status, answer) = post(
+        "/validate/foo-validator".into(),
+        documented_review("good-name"),
+    )
+    .await;
+    let finished = slow_done.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        (status, &answer["response"]["allowed"]),
+        (200, &json!(true)),
+        "{answer}"
+    );
+    assert_eq!(
+        finished, 0,
+        "another guest's review waited for {finished} of the slow guest's to finish"
+    );
+    while let Some(answered) = slow.join_next().await {
+        let (status, _) = answered.expect("a slow review");
+        assert_eq!(status, 500, "cut at the guest's limit");
+    }
+
+    // A review the API server gave up on is abandoned, not run: with kube-apiserver's
+    // `?timeout=1s`, the reviews still queued after a second are answered 504 at once.
+    let mut timed = tokio::task::JoinSet::new();
+    for _ in 0..24 {
+        timed.spawn(post(
+            "/validate/misbehave?timeout=1s".into(),
+            config_map_review("sleep"),
+        ));
+    }
+    let mut codes = Vec::new();
+    while let Some(answered) = timed.join_next().await {
+        codes.push(answered.expect("a review").0);
+    }
+    codes.sort_unstable();
+    assert!(
+        codes.iter().all(|c| *c == 504),
+        "each passes its 1 s timeout, running or waiting: {codes:?}"
+    );
+}

@@ -54,6 +54,7 @@ pub struct MemoryPool {
     name: &'static str,
     budget: usize,
     used: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 impl MemoryPool {
@@ -63,6 +64,7 @@ impl MemoryPool {
             name,
             budget,
             used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         })
     }
 
@@ -74,6 +76,11 @@ impl MemoryPool {
     /// Bytes held now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
+    }
+
+    /// Most bytes held at once so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
     }
 
     /// The budget in bytes.
@@ -97,7 +104,10 @@ impl MemoryPool {
                 .used
                 .compare_exchange_weak(used, wanted, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    self.peak.fetch_max(wanted, Ordering::AcqRel);
+                    return Ok(());
+                }
                 Err(now) => used = now,
             }
         }

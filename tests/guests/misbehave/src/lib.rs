@@ -72,6 +72,12 @@ impl Reconciler for Misbehave {
                 Ok(Action::done())
             }
             "panic" => panic!("misbehave was asked to panic"),
+            "grow" => {
+                // 40 MiB used and freed: the instance's memory stays grown.
+                let hoard = vec![1u8; 40 << 20];
+                std::hint::black_box(&hoard);
+                Ok(Action::done())
+            }
             "slow" => {
                 // A slow but well-behaved reconcile, for graceful shutdown tests.
                 std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -218,6 +224,11 @@ impl Validator for MisbehaveValidator {
                 std::hint::black_box(0);
             },
             "panic" => panic!("misbehave's validator was asked to panic"),
+            "sleep" => {
+                // Blocks in a WASI host call: cut at the outer deadline.
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                Verdict::allow()
+            }
             "write" => {
                 let cm: ConfigMap =
                     krec_guest::serde_json::from_value(krec_guest::serde_json::json!(
