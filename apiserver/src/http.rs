@@ -147,32 +147,65 @@ impl Params {
 /// kube-apiserver's watch cache, 3 s) before failing.
 const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
-/// How much of an over-size body is read and discarded before the 413 answer, so that the
-/// client, still sending, reads a `Status` rather than a reset stream or connection.
-const MAX_DRAINED_BYTES: usize = 64 << 20;
-
-/// The request body, at most [`MAX_BODY_BYTES`]; a larger one is a 413 `Status`.
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+/// The request body, at most [`MAX_BODY_BYTES`]; a larger one is refused as soon as it is
+/// known to be (its `Content-Length`, or the byte past the limit), the rest left to drain.
+async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, Unread> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let mut stream = body.into_data_stream();
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return Err(Unread(ApiError::too_large(MAX_BODY_BYTES), Some(stream)));
+    }
     let mut kept: Vec<u8> = Vec::new();
-    let mut total = 0usize;
     while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
-        total = total.saturating_add(chunk.len());
-        if total > MAX_BODY_BYTES {
-            kept = Vec::new();
-            if total > MAX_DRAINED_BYTES {
-                break;
-            }
-            continue;
+        let chunk = chunk.map_err(|e| {
+            Unread(
+                ApiError::bad_request(format!("reading the request body: {e}")),
+                None,
+            )
+        })?;
+        if kept.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(Unread(ApiError::too_large(MAX_BODY_BYTES), Some(stream)));
         }
         kept.extend_from_slice(&chunk);
     }
-    if total > MAX_BODY_BYTES {
-        return Err(ApiError::too_large(MAX_BODY_BYTES));
-    }
     Ok(Bytes::from(kept))
+}
+
+/// A body that could not be read, and what is left of it.
+struct Unread(ApiError, Option<axum::body::BodyDataStream>);
+
+/// How much of the unread rest of an over-size body is read and discarded after the 413 is
+/// sent, and for how long at most: a client that sends its whole body before it reads (curl
+/// over HTTP/2, most HTTP/1.1 clients) then reads the `Status` rather than a reset stream. A
+/// body larger still, or slower, is cut.
+const MAX_DRAINED_BYTES: usize = 256 << 20;
+/// See [`MAX_DRAINED_BYTES`].
+const MAX_DRAIN_TIME: Duration = Duration::from_secs(30);
+
+impl IntoResponse for Unread {
+    /// The error's answer, sent at once; the unread rest of the request is drained meanwhile
+    /// (see [`MAX_DRAINED_BYTES`]).
+    fn into_response(self) -> Response {
+        let Unread(err, rest) = self;
+        if let Some(mut rest) = rest {
+            tokio::spawn(async move {
+                let drain = async {
+                    let mut drained = 0usize;
+                    while let Some(Ok(chunk)) = rest.next().await {
+                        drained += chunk.len();
+                        if drained > MAX_DRAINED_BYTES {
+                            break;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(MAX_DRAIN_TIME, drain).await;
+            });
+        }
+        err.into_response()
+    }
 }
 
 /// Entry point: every request.
@@ -183,7 +216,7 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match read_body(body).await {
+    let body = match read_body(body, &headers).await {
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };

@@ -248,3 +248,31 @@ async fn oversized_headers_should_be_answered_431() {
     .expect("answer");
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_limit_should_be_answered_413_over_http2() {
+    let cluster = Server::builder().start().await.expect("start");
+    let tls = raw::tls_connection_speaking(&cluster, b"h2").await;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("HTTP/2");
+    tokio::spawn(connection);
+    // 70 MiB, streamed without a Content-Length, as a client copying a file does.
+    let chunks = (0..70).map(|_| Ok::<_, std::io::Error>(bytes_of(1 << 20)));
+    let request = http::Request::post("/api/v1/namespaces/default/configmaps")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from_stream(futures::stream::iter(chunks)))
+        .expect("request");
+    let response = sender
+        .send_request(request)
+        .await
+        .expect("an answer, not a reset stream");
+    assert_eq!(response.status(), 413);
+}
+
+fn bytes_of(len: usize) -> axum::body::Bytes {
+    axum::body::Bytes::from(vec![b' '; len])
+}

@@ -21,6 +21,8 @@
 //! Encoding is the inverse, for clients that accept protobuf only. Custom resources are JSON
 //! only, as on kube-apiserver.
 
+mod elements;
+
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -308,6 +310,13 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         Some(Proto::Bytes(raw)) => raw.clone(),
         _ => Default::default(),
     };
+    // Counted before it is decoded: decoding costs tens of bytes per value.
+    elements::count(&descriptor, &raw).map_err(|e| match e {
+        elements::CountError::TooMany => ApiError::too_large_message(format!(
+            "the protobuf body could not be decoded: {kind}: {e}"
+        )),
+        elements::CountError::Malformed(_) => bad(format!("{kind}: {e}")),
+    })?;
     let message =
         DynamicMessage::decode(descriptor, raw).map_err(|e| bad(format!("{kind}: {e}")))?;
     let mut object = Map::new();

@@ -227,3 +227,31 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_body_of_packed_numbers_should_be_refused_before_it_is_decoded() {
+    let pod = |groups: usize| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                "securityContext": {"supplementalGroups": vec![1; groups]}}})
+    };
+    // Two bytes a number (a packed list spends one): 300 000 of them in 600 KB, which would
+    // decode to ~45 MB.
+    let body = encode(&pod(300_000)).expect("a Pod").expect("encodes");
+    assert!(body.len() < 1 << 20, "{} bytes", body.len());
+    let err = decode(&body).expect_err("too many values");
+    assert_eq!(err.code, 413, "{}", err.message);
+    assert!(
+        err.message.contains("more than 250000 values"),
+        "{}",
+        err.message
+    );
+    // An ordinary list decodes.
+    let decoded = decode(&encode(&pod(1000)).expect("a Pod").expect("encodes")).expect("decodes");
+    assert_eq!(
+        decoded["spec"]["securityContext"]["supplementalGroups"]
+            .as_array()
+            .map(Vec::len),
+        Some(1000)
+    );
+}

@@ -14,6 +14,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub async fn tls_connection(
     cluster: &Server,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    tls_connection_speaking(cluster, b"http/1.1").await
+}
+
+/// A TLS connection to `cluster`, trusting its CA, offering `alpn` (`h2`, `http/1.1`).
+pub async fn tls_connection_speaking(
+    cluster: &Server,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let kubeconfig =
         kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
     let ca = kubeconfig.clusters[0]
@@ -34,7 +42,7 @@ pub async fn tls_connection(
         .expect("protocol versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     let tcp = tokio::net::TcpStream::connect(cluster.addr())
         .await
         .expect("connect");
