@@ -225,7 +225,8 @@ impl AcceptErrors {
             self.unlogged += 1;
             return;
         }
-        tracing::warn!("{}", what(self.unlogged));
+        let message = what(self.unlogged);
+        tracing::warn!("{message}");
         self.last_logged = Some(now);
         self.unlogged = 0;
     }
@@ -593,5 +594,76 @@ impl AsyncWrite for Lingering {
 
     fn is_write_vectored(&self) -> bool {
         self.0.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max: usize, per_peer: usize) -> Limits {
+        Limits {
+            max_connections: max,
+            max_per_peer: per_peer,
+            ..Limits::default()
+        }
+    }
+
+    fn peer(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    #[test]
+    fn accept_errors_should_back_off_to_a_second_and_be_logged_once_a_period() {
+        let mut errors = AcceptErrors::default();
+        let pauses: Vec<Duration> = (0..10).map(|_| errors.next_backoff()).collect();
+        assert_eq!(pauses[0], MIN_ACCEPT_BACKOFF);
+        assert_eq!(pauses[1], MIN_ACCEPT_BACKOFF * 2);
+        assert_eq!(pauses[9], MAX_ACCEPT_BACKOFF);
+        let mut logged = 0;
+        for _ in 0..1000 {
+            errors.log(|_| {
+                logged += 1;
+                String::new()
+            });
+        }
+        assert_eq!(logged, 1, "one line, the rest counted");
+        assert_eq!(errors.unlogged, 999);
+    }
+
+    #[tokio::test]
+    async fn the_cap_should_close_the_idlest_connection_and_refuse_only_when_all_are_busy() {
+        let table = Arc::new(Table::new(limits(2, 2)));
+        let first = table.admit(peer(1)).expect("room");
+        let second = table.admit(peer(1)).expect("room");
+        // The first has served a request and gone idle after the second: the second is idlest.
+        drop(InFlight::begin(&first, &table));
+        second.idle_since.store(0, Ordering::Relaxed);
+        first.idle_since.store(5, Ordering::Relaxed);
+        let third = table.admit(peer(2));
+        assert!(third.is_some(), "room made");
+        let told = tokio::time::timeout(Duration::from_millis(10), second.close.notified()).await;
+        assert!(told.is_ok(), "the idlest connection was told to close");
+        // Every connection busy: no room.
+        table.remove(&second);
+        let _first_busy = InFlight::begin(&first, &table);
+        let _third_busy = InFlight::begin(third.as_ref().expect("third"), &table);
+        assert!(table.admit(peer(3)).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_peers_cap_should_make_room_among_its_own_connections() {
+        let table = Arc::new(Table::new(limits(10, 1)));
+        let mine = table.admit(peer(1)).expect("room");
+        let theirs = table.admit(peer(2)).expect("another peer");
+        assert!(table.admit(peer(1)).is_some(), "my idle one goes");
+        let told = tokio::time::timeout(Duration::from_millis(10), mine.close.notified()).await;
+        assert!(told.is_ok());
+        let untouched =
+            tokio::time::timeout(Duration::from_millis(10), theirs.close.notified()).await;
+        assert!(
+            untouched.is_err(),
+            "another peer's connection is not closed"
+        );
     }
 }

@@ -183,6 +183,12 @@ impl Server {
             addr: config.addr,
             source,
         })?;
+        if !addr.ip().is_loopback() {
+            // `krec cluster` and `krec dev` alike: said where every user of the address sees it.
+            tracing::warn!(
+                "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
+            );
+        }
         let certs = tls::generate(&addr, config.data_dir.as_deref())?;
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()

@@ -38,11 +38,6 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
     } = args;
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
     let stop = super::shutdown_signal();
-    if !addr.ip().is_loopback() {
-        tracing::warn!(
-            "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
-        );
-    }
     let mut server = krec_apiserver::Server::builder()
         .addr(addr)
         .simulation(simulation.config())
