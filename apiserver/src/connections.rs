@@ -16,9 +16,12 @@
 //!   [`Limits::first_request_timeout`] since it was accepted (TLS handshake included), or none
 //!   for [`Limits::idle_timeout`] since its last response ended, is closed. A connection
 //!   serving a request (a long watch included) is never idle.
-//! - At the connection cap (global or per peer), the connection idle the longest is closed to
-//!   make room; only when every connection is serving a request is the new one refused (closed
-//!   at once). So idle connections, however many, never keep a client with a request out.
+//! - At the connection cap (the server's, per peer, or the process's: every server of the
+//!   process shares its file descriptors), the connection idle the longest is closed to make
+//!   room; only when every connection is serving a request is the new one refused (closed at
+//!   once). So idle connections, however many, never keep a client with a request out.
+//! - Accepted connections have TCP keepalive (probes after 3 minutes idle, as Go's listeners),
+//!   so a vanished peer's long request (a watch) does not hold its place forever.
 //! - Accept errors back off from 5 ms to 1 s (freeing an idle connection when descriptors ran
 //!   out) and are logged at most once a minute, with the count of those not logged.
 //! - A connection closed while its client is still sending (a 431 or 413 answered early) is
@@ -78,6 +81,16 @@ impl Default for Limits {
 const RESERVED_DESCRIPTORS: usize = 256;
 
 impl Limits {
+    /// For a port few clients use (the admin port: Prometheus, probes, the trigger): 256
+    /// connections.
+    pub fn small() -> Self {
+        Limits {
+            max_connections: 256,
+            max_per_peer: 256,
+            ..Limits::default()
+        }
+    }
+
     /// The defaults, with the connection cap lowered to what this process's file-descriptor
     /// limit leaves room for (Linux; elsewhere the defaults).
     pub fn for_this_process() -> Self {
@@ -106,6 +119,10 @@ pub enum Transport {
     /// Plain TCP (the admin port).
     Plain,
 }
+
+/// Idle time before TCP keepalive probes start on an accepted connection (Go's default for
+/// the listeners of `net/http`, kube-apiserver's among them).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(180);
 
 /// Most headers of an HTTP/1.1 request (hyper's default is 100; Go, so kube-apiserver, bounds
 /// only their bytes).
@@ -176,6 +193,12 @@ pub async fn serve(
         // client's delayed ACK stalls small responses by 40 ms.
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(%peer, "setting TCP_NODELAY: {err}");
+        }
+        // As Go's listener does for kube-apiserver: a peer that vanished (its machine gone, a
+        // network cut) is found out, so its watch does not hold a connection forever.
+        let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+        if let Err(err) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
+            tracing::debug!(%peer, "setting TCP keepalive: {err}");
         }
         let connection = Connection {
             table: table.clone(),
@@ -273,6 +296,8 @@ struct Slot {
     idle_since: AtomicU64,
     /// Whether it has had a request yet.
     used: std::sync::atomic::AtomicBool,
+    /// Whether it has been told to close (it is not chosen again).
+    closing: std::sync::atomic::AtomicBool,
     /// Told to close (to make room for another).
     close: tokio::sync::Notify,
 }
@@ -297,9 +322,12 @@ impl Table {
         let from_peer = open.per_peer.get(&peer).copied().unwrap_or(0);
         if from_peer >= self.limits.max_per_peer {
             self.evict_locked(&open, Some(peer))?;
-        } else if open.slots.len() >= self.limits.max_connections {
+        } else if open.slots.len() >= self.limits.max_connections
+            || IN_PROCESS.load(Ordering::Acquire) >= process_room()
+        {
             self.evict_locked(&open, None)?;
         }
+        IN_PROCESS.fetch_add(1, Ordering::AcqRel);
         open.next_id += 1;
         let slot = Arc::new(Slot {
             id: open.next_id,
@@ -307,6 +335,7 @@ impl Table {
             busy: AtomicUsize::new(0),
             idle_since: AtomicU64::new(self.now_ms()),
             used: false.into(),
+            closing: false.into(),
             close: tokio::sync::Notify::new(),
         });
         open.slots.insert(slot.id, slot.clone());
@@ -324,23 +353,58 @@ impl Table {
         let idlest = open
             .slots
             .values()
-            .filter(|s| peer.is_none_or(|p| s.peer == p) && s.busy.load(Ordering::Acquire) == 0)
+            .filter(|s| {
+                peer.is_none_or(|p| s.peer == p)
+                    && s.busy.load(Ordering::Acquire) == 0
+                    && !s.closing.load(Ordering::Acquire)
+            })
             .min_by_key(|s| s.idle_since.load(Ordering::Relaxed))?;
         // Told once, it closes at its next poll; the slot itself goes when its task ends, so
-        // the count stays honest meanwhile (the new connection is let in regardless).
+        // the count stays honest meanwhile (the new connection is let in regardless, and a
+        // burst of them each closes another).
+        idlest.closing.store(true, Ordering::Release);
         idlest.close.notify_one();
         Some(())
     }
 
     fn remove(&self, slot: &Slot) {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.slots.remove(&slot.id);
+        if open.slots.remove(&slot.id).is_none() {
+            return;
+        }
+        IN_PROCESS.fetch_sub(1, Ordering::AcqRel);
         if let Some(count) = open.per_peer.get_mut(&slot.peer) {
             *count -= 1;
             if *count == 0 {
                 open.per_peer.remove(&slot.peer);
             }
         }
+    }
+}
+
+/// Connections open in this process, over every server in it (`krec dev` runs the API server,
+/// the admission server and the admin port in one process, sharing its file descriptors).
+static IN_PROCESS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many connections this process's open-files limit leaves room for, over all its servers.
+fn process_room() -> usize {
+    static ROOM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROOM.get_or_init(|| {
+        open_files_limit().map_or(usize::MAX, |open| {
+            open.saturating_sub(RESERVED_DESCRIPTORS).max(16)
+        })
+    })
+}
+
+/// Removes its slot from the table when the connection's task ends, however it ends.
+struct Admitted {
+    table: Arc<Table>,
+    slot: Arc<Slot>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.table.remove(&self.slot);
     }
 }
 
@@ -414,6 +478,10 @@ impl Connection {
             http,
             app,
         } = self;
+        let _admitted = Admitted {
+            table: table.clone(),
+            slot: slot.clone(),
+        };
         let service = {
             let (table, slot) = (table.clone(), slot.clone());
             hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -451,7 +519,6 @@ impl Connection {
             () = served => {}
             () = slot.close.notified() => tracing::debug!(%peer, "closing an idle connection to make room"),
         }
-        table.remove(&slot);
     }
 }
 
@@ -487,9 +554,10 @@ async fn serve_connection<I, S>(
         );
         let busy = slot.busy.load(Ordering::Acquire) > 0;
         if !busy && idle_for >= limit {
-            // Idle past its limit: HTTP/1 closes at once, HTTP/2 says GOAWAY first.
+            // Idle past its limit: HTTP/1 closes at once, HTTP/2 says GOAWAY first; a request
+            // that arrived meanwhile is served to its end.
             connection.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(LINGER, connection.as_mut()).await;
+            let _ = connection.as_mut().await;
             return;
         }
         let check_in = if busy { limit } else { limit - idle_for };

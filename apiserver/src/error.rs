@@ -233,6 +233,15 @@ impl ApiError {
         Self::new(413, "RequestEntityTooLarge", message.into())
     }
 
+    /// 504 Timeout: the request did not complete in time (kube-apiserver's timeout filter).
+    pub fn timeout() -> Self {
+        Self::new(
+            504,
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout".into(),
+        )
+    }
+
     /// 504 Timeout: a watch or list asked for a resourceVersion the server has not reached
     /// (kube-apiserver's `NewTooLargeResourceVersionError`, retry after one second).
     pub fn too_large_resource_version(asked: u64, current: u64) -> Self {

@@ -156,22 +156,45 @@ async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, Unread> {
         .and_then(|v| v.parse::<u64>().ok());
     let mut stream = body.into_data_stream();
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return Err(Unread(ApiError::too_large(MAX_BODY_BYTES), Some(stream)));
+        let rest = drainable(headers, stream);
+        return Err(Unread(ApiError::too_large(MAX_BODY_BYTES), rest));
     }
     let mut kept: Vec<u8> = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            Unread(
-                ApiError::bad_request(format!("reading the request body: {e}")),
-                None,
-            )
-        })?;
-        if kept.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(Unread(ApiError::too_large(MAX_BODY_BYTES), Some(stream)));
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk
+                .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+            if kept.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(ApiError::too_large(MAX_BODY_BYTES));
+            }
+            kept.extend_from_slice(&chunk);
         }
-        kept.extend_from_slice(&chunk);
+        Ok(())
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(())) => Ok(Bytes::from(kept)),
+        Ok(Err(err)) if err.code == 413 => Err(Unread(err, drainable(headers, stream))),
+        Ok(Err(err)) => Err(Unread(err, None)),
+        Err(_) => Err(Unread(ApiError::timeout(), None)),
     }
-    Ok(Bytes::from(kept))
+}
+
+/// How long a request body may take to arrive: kube-apiserver's timeout for requests that are
+/// not watches (`--request-timeout`, 60 s). A client trickling its body cannot hold a
+/// connection (and its place under the cap) longer.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The unread rest of a body, to drain — unless the client waits for `100 Continue` before it
+/// sends: draining would ask it for the body nobody wants.
+fn drainable(
+    headers: &HeaderMap,
+    rest: axum::body::BodyDataStream,
+) -> Option<axum::body::BodyDataStream> {
+    let waits = headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    (!waits).then_some(rest)
 }
 
 /// A body that could not be read, and what is left of it.
@@ -1438,6 +1461,17 @@ mod tests {
 
     use super::*;
     use crate::{Registry, ensure_namespaces};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_ends_should_time_out_rather_than_hold_its_connection() {
+        let body = Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>());
+        let request = Request::post("/api/v1/namespaces/default/configmaps")
+            .header("content-type", "application/json")
+            .body(body)
+            .expect("request");
+        let response = app().oneshot(request).await.expect("answered");
+        assert_eq!(response.status(), 504);
+    }
 
     fn app() -> axum::Router {
         let store = Arc::new(Store::new(Arc::new(Registry::new())));

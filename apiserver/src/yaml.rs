@@ -5,11 +5,14 @@
 //! collection and re-checks all of them on every token, so `x: [[[[…]]]]` costs O(depth²) before
 //! serde's recursion limit (128 levels) is ever reached: 160 KB of brackets took 15 s of one
 //! core. kube-apiserver's YAML decoder was fixed the same way after CVE-2019-11253 (a flow depth
-//! cap and linear simple-key bookkeeping). [`check_depth`] scans the text once, counting flow
-//! collections as a YAML scanner opens them, and refuses text nested deeper than
-//! [`MAX_FLOW_DEPTH`]: with it, libyaml's work per token is bounded and a 3 MiB body parses in
-//! linear time. Nothing that could be decoded is refused: a value nested deeper than serde's
-//! recursion limit fails to decode anyway.
+//! cap and linear simple-key bookkeeping). [`check_depth`] runs libyaml's own scanner — the one
+//! the parse will run, so quotes, comments, plain and block scalars are told apart exactly as
+//! they will be — over the text, counting flow collections as its tokens open and close them,
+//! and stops at the first one deeper than [`MAX_FLOW_DEPTH`]. Its tokens come out at most
+//! 1 024 characters behind the text it has read (that is how long a simple key stays possible),
+//! so it stops within about 1 200 characters of a deep run, and a text within the limit costs
+//! at most [`MAX_FLOW_DEPTH`] checks per token. Nothing that could be decoded is refused: a
+//! value nested deeper than serde's recursion limit fails to decode anyway.
 
 use serde::de::DeserializeOwned;
 
@@ -31,77 +34,70 @@ pub enum YamlError {
     Syntax(#[from] serde_yaml_ng::Error),
 }
 
-/// Refuse `text` when its flow collections nest deeper than [`MAX_FLOW_DEPTH`].
-///
-/// The count follows the scanner's rules closely enough to never undercount: comments and quoted
-/// scalars are skipped; in block context a bracket opens a collection only where a token can
-/// start (after blank space or at a line's start), so `name: a[0` is a plain scalar; inside a
-/// flow collection every bracket counts. Brackets in block scalars (`|`, `>`) are counted as if
-/// they were flow, which can only overcount text that is unbalanced by more than the limit.
+/// Refuse `text` when its flow collections nest deeper than [`MAX_FLOW_DEPTH`], as libyaml's
+/// scanner reads them. Text the scanner cannot read is let through: the parse that follows
+/// reports the error in its own words.
 ///
 /// # Errors
 ///
 /// [`YamlError::TooDeep`] with the line where the limit was passed.
 pub fn check_depth(text: &[u8]) -> Result<(), YamlError> {
-    let mut depth = 0usize;
-    let mut line = 1usize;
-    let mut i = 0usize;
-    // Whether a token may start here: at the start, after blank space, and (in flow context)
-    // after an indicator.
-    let mut token_start = true;
-    while i < text.len() {
-        let byte = text[i];
-        let starts = token_start;
-        token_start = false;
-        match byte {
-            b'\n' => {
-                line += 1;
-                token_start = true;
-            }
-            b' ' | b'\t' | b'\r' => token_start = true,
-            b'#' if starts => {
-                while i < text.len() && text[i] != b'\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            b'"' if starts => {
-                i += 1;
-                while i < text.len() && text[i] != b'"' {
-                    match text[i] {
-                        b'\\' => i += 1,
-                        b'\n' => line += 1,
-                        _ => {}
-                    }
-                    i += 1;
-                }
-            }
-            b'\'' if starts => {
-                i += 1;
-                while i < text.len() {
-                    match text[i] {
-                        b'\'' if text.get(i + 1) == Some(&b'\'') => i += 1,
-                        b'\'' => break,
-                        b'\n' => line += 1,
-                        _ => {}
-                    }
-                    i += 1;
-                }
-            }
-            b'[' | b'{' if starts || depth > 0 => {
-                depth += 1;
-                if depth > MAX_FLOW_DEPTH {
-                    return Err(YamlError::TooDeep { line });
-                }
-                token_start = true;
-            }
-            b']' | b'}' if depth > 0 => depth -= 1,
-            b',' | b':' if depth > 0 => token_start = true,
-            _ => {}
-        }
-        i += 1;
+    match deepest_line(text) {
+        Some(line) => Err(YamlError::TooDeep { line }),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The 1-based line of the first flow collection deeper than [`MAX_FLOW_DEPTH`], if any.
+#[allow(unsafe_code)] // libyaml's scanner is a C API translated to Rust: raw pointers only
+fn deepest_line(text: &[u8]) -> Option<usize> {
+    use std::mem::MaybeUninit;
+    use unsafe_libyaml as libyaml;
+    // SAFETY: the parser and each token live on this stack frame; the parser is initialised
+    // before use and deleted once, every token the scanner produced is deleted once, and the
+    // input slice outlives the parser (both end with this call).
+    unsafe {
+        let mut parser = MaybeUninit::<libyaml::yaml_parser_t>::uninit();
+        if !libyaml::yaml_parser_initialize(parser.as_mut_ptr()).ok {
+            return None;
+        }
+        let parser = parser.as_mut_ptr();
+        libyaml::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
+        let mut depth = 0usize;
+        let mut found = None;
+        loop {
+            let mut token = MaybeUninit::<libyaml::yaml_token_t>::uninit();
+            if !libyaml::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
+                break;
+            }
+            let token = token.as_mut_ptr();
+            let kind = (*token).type_;
+            let line = (*token).start_mark.line;
+            libyaml::yaml_token_delete(token);
+            match kind {
+                libyaml::YAML_FLOW_SEQUENCE_START_TOKEN
+                | libyaml::YAML_FLOW_MAPPING_START_TOKEN => {
+                    depth += 1;
+                }
+                libyaml::YAML_FLOW_SEQUENCE_END_TOKEN | libyaml::YAML_FLOW_MAPPING_END_TOKEN => {
+                    depth = depth.saturating_sub(1);
+                }
+                // The end, or nothing more (a scanner error leaves an empty token).
+                libyaml::YAML_STREAM_END_TOKEN | libyaml::YAML_NO_TOKEN => break,
+                _ => {}
+            }
+            if depth > MAX_FLOW_DEPTH {
+                found = Some(
+                    usize::try_from(line)
+                        .unwrap_or(usize::MAX)
+                        .saturating_add(1),
+                );
+                break;
+            }
+        }
+        libyaml::yaml_parser_delete(parser);
+        found
+    }
 }
 
 /// Decode one YAML document, after [`check_depth`].
@@ -143,10 +139,10 @@ mod tests {
     }
 
     #[test]
-    fn check_depth_should_skip_quoted_text_comments_and_plain_scalars() {
+    fn check_depth_should_read_quotes_comments_and_scalars_as_libyaml_does() {
         let brackets = "[".repeat(1000);
         let text = format!(
-            "a: \"{brackets}\"\nb: '{brackets}''{brackets}'\n# {brackets}\nc: x{brackets}\nd: [\"]]]\", '}}}}', [1]]\n"
+            "a: \"{brackets}\"\nb: '{brackets}''{brackets}'\n# {brackets}\nc: x{brackets}\nd: [\"]]]\", '}}}}', [1]]\ne: |\n  {brackets}\n"
         );
         check_depth(text.as_bytes()).expect("nothing deep");
         let value: serde_json::Value = from_slice(text.as_bytes()).expect("decodes");
@@ -154,10 +150,22 @@ mod tests {
     }
 
     #[test]
-    fn check_depth_should_count_every_bracket_inside_flow_collections() {
-        // Inside a flow collection a bracket after any character opens a collection.
-        let text = format!("a: [x,{}]\n", "[".repeat(MAX_FLOW_DEPTH));
-        assert!(check_depth(text.as_bytes()).is_err());
+    fn check_depth_should_not_be_fooled_by_what_only_looks_like_a_string_or_a_comment() {
+        // Each hides a deep run from a scanner that takes a quote or `#` for more than libyaml
+        // does: a quote inside a plain scalar, `#` inside a flow scalar, a quote after `?`, a
+        // quote inside a block scalar closed further down.
+        let deep = format!("{}{}", "[".repeat(600), "]".repeat(600));
+        for text in [
+            format!("a: don 't\nb: {deep}\nc: x'\n"),
+            format!("x: [a:#, {deep}]\n"),
+            format!("x: [?\"]\",{deep}]\n"),
+            format!("a: |\n  say \"\nb: {deep}\nc: x\"\n"),
+        ] {
+            assert!(
+                matches!(check_depth(text.as_bytes()), Err(YamlError::TooDeep { .. })),
+                "{text:.40}"
+            );
+        }
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! reconciler) alone, and beside every misbehaving guest of the test suite at once — one guest
 //! per attack of `tests/guests/misbehave` (busy loops, memory bombs, panics, deep recursion,
 //! sleeping in host calls, stdout and log floods, huge errors, `requeue_after(0)` and 1 ms hot
-//! loops, write floods, JSON-patch copy bombs, forbidden and malformed calls), each ticking
-//! every 100 ms. Rounds alternate the two arms in one run.
+//! loops, write floods, JSON-patch copy bombs, forbidden and malformed calls, memory bursts,
+//! forged log lines, an `init` that sleeps), each ticking every 100 ms, while a process of its
+//! own attacks the API server's port (1 000 silent connections, nested YAML, objects over
+//! 1.5 MiB, protobuf bodies of 300 000 numbers, each every 100 ms). Rounds alternate the two
+//! arms in one run.
 //!
 //! Figures (ratios attacked / alone, medians and min–max over rounds):
 //!
@@ -62,6 +65,10 @@ const ATTACKS: &[&str] = &[
     "bad-json",
     "huge",
     "delete-victim",
+    // Issue 35's: a memory burst across instances, forged log lines, an `init` that sleeps.
+    "grow",
+    "forge",
+    "init-sleep",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -74,9 +81,92 @@ fn driver_main(kubeconfig_path: &str) {
             ["setup"] => setup(&client).await,
             ["burst", generation] => burst(&client, generation).await,
             ["latency", first] => latency(&client, first.parse().expect("first")).await,
+            ["attack", "start", addr] => network_attacks(&client, addr.parse().expect("address")),
+            ["attack", "stop"] => {
+                for task in ATTACKING.lock().expect("tasks").drain(..) {
+                    task.abort();
+                }
+                "ok".into()
+            }
             other => format!("error unknown command {other:?}"),
         }
     });
+}
+
+/// The network attacks running in this (attacker) process.
+static ATTACKING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Silent connections held open to the API server (reopened as it closes them).
+const SILENT_CONNECTIONS: usize = 1000;
+
+/// Attacks on the API server from anyone who reaches its port (issue 35), each repeated every
+/// 100 ms until `attack stop`: silent connections, nested YAML, an object over 1.5 MiB, a
+/// protobuf body of 300 000 numbers.
+fn network_attacks(client: &kube::Client, addr: std::net::SocketAddr) -> String {
+    let mut tasks = ATTACKING.lock().expect("tasks");
+    tasks.push(tokio::spawn(async move {
+        let mut held: Vec<tokio::net::TcpStream> = Vec::new();
+        loop {
+            // Keep those the server has not closed (nothing to read yet), open new ones.
+            held.retain(|s| {
+                let mut probe = [0u8; 1];
+                matches!(s.try_read(&mut probe), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            });
+            while held.len() < SILENT_CONNECTIONS {
+                match tokio::net::TcpStream::connect(addr).await {
+                    Ok(stream) => held.push(stream),
+                    Err(_) => break,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }));
+    let bodies: Vec<(&'static str, &'static str, Vec<u8>)> = vec![
+        (
+            "/api/v1/namespaces/default/configmaps",
+            "application/yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: {}{}\n",
+                "[".repeat(80_000),
+                "]".repeat(80_000)
+            )
+            .into_bytes(),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/controllerrevisions",
+            "application/json",
+            json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                "metadata": {"name": "big"}, "revision": 1,
+                "data": {"blob": "x".repeat(2_000_000)}})
+            .to_string()
+            .into_bytes(),
+        ),
+        (
+            "/api/v1/namespaces/default/pods",
+            krec_apiserver::protobuf::MEDIA_TYPE,
+            krec_apiserver::protobuf::encode(&json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "groups"},
+                "spec": {"containers": [{"name": "c", "image": "i"}],
+                    "securityContext": {"supplementalGroups": vec![1; 300_000]}}}))
+            .expect("a Pod")
+            .expect("encodes"),
+        ),
+    ];
+    for (path, media_type, body) in bodies {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let request = http::Request::post(path)
+                    .header("content-type", media_type)
+                    .body(body.clone())
+                    .expect("request");
+                let _ = client.request_text(request).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+    "ok".into()
 }
 
 async fn setup(client: &kube::Client) -> String {
@@ -231,11 +321,16 @@ fn attackers(dir: &Path) -> Vec<Manifest> {
         .iter()
         .map(|attack| {
             let name = format!("attack-{attack}");
+            // `init-sleep` sleeps in its `init`: refused at its timeout, beside the others.
+            let config = match *attack {
+                "init-sleep" => "  config: {init: sleep}\n",
+                _ => "",
+            };
             write_manifest(
                 dir,
                 &name,
                 &format!(
-                    "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {}\n  tickers: [{{every: 100ms, request: {{name: {attack}}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, create, update, patch]}}\n    - {{apiVersion: v1, kind: Namespace, verbs: [get]}}\n",
+                    "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {}\n  tickers: [{{every: 100ms, request: {{name: {attack}}}}}]\n{config}  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, create, update, patch]}}\n    - {{apiVersion: v1, kind: Namespace, verbs: [get]}}\n",
                     module.display()
                 ),
             )
@@ -354,6 +449,15 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
         .expect("client");
     let mut driver = common::Driver::start(&cluster.kubeconfig_path);
     assert_eq!(driver.ask("setup".into()).await, "ok");
+    // The network attacks come from a process of their own, as a client on the network would.
+    let mut attacker = common::Driver::start(&cluster.kubeconfig_path);
+    let api_addr = kube::config::Kubeconfig::from_yaml(&kubeconfig)
+        .ok()
+        .and_then(|k| k.clusters.into_iter().next())
+        .and_then(|c| c.cluster)
+        .and_then(|c| c.server)
+        .and_then(|url| url.strip_prefix("https://").map(str::to_owned))
+        .expect("the API server's address");
     let dir = tempfile::tempdir().expect("tempdir");
     let rounds = if quick() { 1 } else { 3 };
     let mut generation = 0u64;
@@ -372,7 +476,9 @@ async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
         );
         let mut all = attackers(dir.path());
         all.push(healthy(dir.path()));
+        assert_eq!(attacker.ask(format!("attack start {api_addr}")).await, "ok");
         attacked.push(round(&mut driver, &client, all, &mut generation, &cluster_pid).await);
+        assert_eq!(attacker.ask("attack stop".into()).await, "ok");
     }
     let ratios = |f: fn(&Round) -> f64| -> Vec<f64> {
         alone

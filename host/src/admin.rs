@@ -103,7 +103,7 @@ impl Admin {
             listener,
             Transport::Plain,
             app,
-            Limits::for_this_process(),
+            Limits::small(),
             stopped,
         ));
         Ok(Admin {

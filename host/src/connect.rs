@@ -41,6 +41,9 @@ pub fn client_from_config(
 /// inviting a duplicate on retry.
 pub const MAX_RESPONSE_HEADERS: usize = 8_192;
 
+/// How long an idle connection stays in the client's pool.
+const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(55);
+
 /// kube's client stack as `kube::Client::try_from` builds it — base URI, retries of 429/503/504,
 /// authentication, extra headers, connect and read timeouts — over a hyper client that reads
 /// up to [`MAX_RESPONSE_HEADERS`] headers.
@@ -56,6 +59,9 @@ fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http1_max_headers(MAX_RESPONSE_HEADERS)
+        // Below the server's 90 s idle timeout (kube-apiserver's, and the embedded one's), so
+        // a pooled connection is not reused just as the server closes it.
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .build::<_, kube::client::Body>(connector);
     let retry = config
         .default_retry

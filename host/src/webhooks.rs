@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -61,7 +61,7 @@ type Slot = (
 impl Served {
     /// Wait for a place in `guest`'s share and then in the host's, until `deadline`: `None`
     /// when it passes first (or the server stops).
-    async fn slot(&self, guest: &str, deadline: Option<tokio::time::Instant>) -> Option<Slot> {
+    async fn slot(&self, guest: &str, deadline: tokio::time::Instant) -> Option<Slot> {
         let share = self
             .shares
             .lock()
@@ -78,20 +78,40 @@ impl Served {
             let host = self.permits.clone().acquire_owned().await.ok()?;
             Some((own, host))
         };
-        match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, both).await.ok().flatten(),
-            None => both.await,
-        }
+        tokio::time::timeout_at(deadline, both).await.ok().flatten()
     }
 }
 
-/// When the API server stops waiting for a review: the `timeout` it sends (`?timeout=10s`, as
-/// client-go's `Request.Timeout` does for a webhook's `timeoutSeconds`), from `received`.
-fn deadline_of(query: Option<&str>, received: Instant) -> Option<tokio::time::Instant> {
-    let timeout = form_urlencoded::parse(query?.as_bytes())
-        .find(|(key, _)| key == "timeout")
-        .and_then(|(_, value)| krec_apiserver::duration::parse(&value).ok())?;
-    Some(tokio::time::Instant::from_std(received) + timeout)
+/// Longest a review may take, body included: kube-apiserver's bound on a webhook's
+/// `timeoutSeconds`, and what a review is given when its caller names no timeout.
+pub const MAX_REVIEW_TIME: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// When the caller stops waiting for a review: the `timeout` kube-apiserver sends
+/// (`?timeout=10s`, as client-go's `Request.Timeout` does for a webhook's `timeoutSeconds`),
+/// at most [`MAX_REVIEW_TIME`] (also without one), from `received`.
+fn deadline_of(query: Option<&str>, received: Instant) -> tokio::time::Instant {
+    let asked = query.and_then(|query| {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(key, _)| key == "timeout")
+            .and_then(|(_, value)| krec_apiserver::duration::parse(&value).ok())
+    });
+    let timeout = asked.map_or(MAX_REVIEW_TIME, |t| t.min(MAX_REVIEW_TIME));
+    tokio::time::Instant::from_std(received) + timeout
+}
+
+/// The request body, at most [`MAX_REVIEW_BYTES`], read by `deadline`.
+async fn read_review(
+    body: axum::body::Body,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, Response> {
+    match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, MAX_REVIEW_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(err)) => Err(failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("reading the review: {err}"),
+        )),
+        Err(_) => Err(abandoned()),
+    }
 }
 
 /// The answer to a review the API server has stopped waiting for (its timeout passed while
@@ -119,7 +139,7 @@ pub fn router(manager: Manager) -> axum::Router {
         .route(
             "/validate/{guest}",
             axum::routing::post(
-                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Bytes| async move {
+                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Body| async move {
                     review(state, guest, query, Review::Validate, body).await
                 },
             ),
@@ -127,7 +147,7 @@ pub fn router(manager: Manager) -> axum::Router {
         .route(
             "/mutate/{guest}",
             axum::routing::post(
-                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Bytes| async move {
+                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Body| async move {
                     review(state, guest, query, Review::Mutate, body).await
                 },
             ),
@@ -457,7 +477,7 @@ async fn review(
     Path(guest): Path<String>,
     RawQuery(query): RawQuery,
     which: Review,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     // Series only for guests that run: a request for any other name must not grow the
     // metrics without bound.
@@ -479,18 +499,17 @@ async fn review(
     let _in_flight = InFlight(gauge);
     let started = Instant::now();
     let deadline = deadline_of(query.as_deref(), started);
-    let response = match served.slot(&guest, deadline).await {
-        None => abandoned(),
-        Some(_slot) => {
-            let answered = answer(&served, &guest, which, &body);
-            match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, answered)
-                    .await
-                    .unwrap_or_else(|_| abandoned()),
-                None => answered.await,
-            }
-        }
+    let answered = async {
+        let body = read_review(body, deadline).await?;
+        let Some(_slot) = served.slot(&guest, deadline).await else {
+            return Err(abandoned());
+        };
+        Ok(answer(&served, &guest, which, &body).await)
     };
+    let response = tokio::time::timeout_at(deadline, answered)
+        .await
+        .unwrap_or_else(|_| Err(abandoned()))
+        .unwrap_or_else(|refused| refused);
     served
         .metrics
         .webhook_latency
@@ -697,23 +716,26 @@ async fn convert(
     State(served): State<Served>,
     Path(guest): Path<String>,
     RawQuery(query): RawQuery,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let deadline = deadline_of(query.as_deref(), Instant::now());
-    let converted = convert_review(&served, &guest, deadline, &body);
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, converted)
-            .await
-            .unwrap_or_else(|_| abandoned()),
-        None => converted.await,
-    }
+    let converted = async {
+        let body = match read_review(body, deadline).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
+        };
+        convert_review(&served, &guest, deadline, &body).await
+    };
+    tokio::time::timeout_at(deadline, converted)
+        .await
+        .unwrap_or_else(|_| abandoned())
 }
 
 /// [`convert`]'s answer.
 async fn convert_review(
     served: &Served,
     guest: &str,
-    deadline: Option<tokio::time::Instant>,
+    deadline: tokio::time::Instant,
     body: &[u8],
 ) -> Response {
     let Some(controller) = served.manager.controller(&guest) else {
@@ -775,4 +797,21 @@ async fn convert_review(
         &json!({"apiVersion": review["apiVersion"].as_str().unwrap_or("apiextensions.k8s.io/v1"),
         "kind": "ConversionReview", "response": result}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reviews_deadline_should_be_the_callers_timeout_at_most_thirty_seconds() {
+        let now = Instant::now();
+        let at =
+            |query: Option<&str>| deadline_of(query, now) - tokio::time::Instant::from_std(now);
+        assert_eq!(at(Some("timeout=10s")), std::time::Duration::from_secs(10));
+        assert_eq!(at(None), MAX_REVIEW_TIME);
+        assert_eq!(at(Some("timeout=nonsense")), MAX_REVIEW_TIME);
+        // Far past any clock: capped, not an overflow.
+        assert_eq!(at(Some("timeout=2562047788015216h")), MAX_REVIEW_TIME);
+    }
 }

@@ -137,10 +137,19 @@ pub enum JsonPatchError {
     /// Not an RFC 6902 patch.
     #[error("invalid JSON patch: {0}")]
     Invalid(String),
+    /// An operation would nest the object deeper than [`MAX_PATCHED_DEPTH`].
+    #[error("the patched object would be nested deeper than {MAX_PATCHED_DEPTH} levels")]
+    TooDeep,
     /// An operation failed (a path that does not exist, a failed `test`).
     #[error("{0}")]
     Failed(String),
 }
+
+/// Deepest nesting a JSON patch may give an object: the depth of any object a client can send
+/// (the JSON decoder's recursion limit). Without it, `add` and `move` operations could nest an
+/// object a hundred thousand levels deep — past what the recursive code that stores, serializes
+/// and drops it has stack for.
+pub const MAX_PATCHED_DEPTH: usize = 128;
 
 /// Apply the RFC 6902 patch `body` to `target` within kube-apiserver's bounds: at most
 /// [`MAX_JSON_PATCH_OPERATIONS`] operations and [`MAX_JSON_PATCH_COPY_BYTES`] copied (kube's
@@ -171,9 +180,44 @@ pub fn apply_json_patch(target: &mut Value, body: &Value) -> Result<(), JsonPatc
                 return Err(JsonPatchError::CopyTooLarge(copied));
             }
         }
+        // What an operation places sits at its path's depth, plus its own: checked before it
+        // is placed, so the object is never deeper than the bound (and every walk of it stays
+        // shallow).
+        let placed = match &op {
+            json_patch::PatchOperation::Add(add) => Some((&add.path, depth(&add.value))),
+            json_patch::PatchOperation::Replace(replace) => {
+                Some((&replace.path, depth(&replace.value)))
+            }
+            json_patch::PatchOperation::Move(op) => {
+                Some((&op.path, pointed_depth(target, &op.from)))
+            }
+            json_patch::PatchOperation::Copy(op) => {
+                Some((&op.path, pointed_depth(target, &op.from)))
+            }
+            _ => None,
+        };
+        if let Some((path, value_depth)) = placed
+            && path.as_str().split('/').count().saturating_sub(1) + value_depth > MAX_PATCHED_DEPTH
+        {
+            return Err(JsonPatchError::TooDeep);
+        }
         json_patch::patch(target, &[op]).map_err(|e| JsonPatchError::Failed(e.to_string()))?;
     }
     Ok(())
+}
+
+/// The depth of the value `pointer` names in `target` (0 when there is none).
+fn pointed_depth(target: &Value, pointer: &json_patch::jsonptr::PointerBuf) -> usize {
+    target.pointer(pointer.as_str()).map_or(0, depth)
+}
+
+/// How deeply `value` nests: 0 for a scalar, 1 for an array or object of scalars, …
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// [`apply_json_patch`] for a PATCH request: too many operations is a 413, a patch that is not
@@ -182,15 +226,17 @@ fn json_patch_bounded(target: &mut Value, body: &Value) -> Result<(), ApiError> 
     apply_json_patch(target, body).map_err(|err| match err {
         JsonPatchError::TooManyOperations(_) => ApiError::too_large_message(err.to_string()),
         JsonPatchError::Invalid(_) => ApiError::bad_request(err.to_string()),
-        JsonPatchError::CopyTooLarge(_) | JsonPatchError::Failed(_) => ApiError::invalid(
-            "",
-            "",
-            "",
-            vec![(
-                "patch".into(),
-                format!("the JSON patch could not be applied: {err}"),
-            )],
-        ),
+        JsonPatchError::CopyTooLarge(_) | JsonPatchError::TooDeep | JsonPatchError::Failed(_) => {
+            ApiError::invalid(
+                "",
+                "",
+                "",
+                vec![(
+                    "patch".into(),
+                    format!("the JSON patch could not be applied: {err}"),
+                )],
+            )
+        }
     })
 }
 
@@ -209,6 +255,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_patch_nesting_the_object_ever_deeper_should_be_refused() {
+        // Each round adds a 100-deep value and moves what was built into its leaf: 10 000
+        // operations would nest it 500 000 deep, past any recursive walk's stack.
+        let deep = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!({ "n": inner }));
+        let leaf = format!("/b{}", "/n".repeat(99));
+        let mut ops = vec![json!({"op": "add", "path": "/a", "value": deep(100)})];
+        for _ in 0..50 {
+            ops.push(json!({"op": "add", "path": "/b", "value": deep(100)}));
+            ops.push(json!({"op": "move", "from": "/a", "path": leaf}));
+            ops.push(json!({"op": "move", "from": "/b", "path": "/a"}));
+        }
+        let mut target = json!({});
+        let err = apply_json_patch(&mut target, &Value::Array(ops)).expect_err("too deep");
+        assert!(matches!(err, JsonPatchError::TooDeep), "{err}");
+        // A patch within the bound applies.
+        let mut target = json!({});
+        let ops = json!([{"op": "add", "path": "/a", "value": deep(100)}]);
+        apply_json_patch(&mut target, &ops).expect("100 deep");
+    }
 
     #[test]
     fn copy_amplification_should_be_refused_within_the_copy_budget() {

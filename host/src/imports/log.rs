@@ -12,16 +12,17 @@ pub(crate) fn guest_log(
     guest: &str,
     request: &str,
     level: Level,
-    mut message: String,
+    message: String,
     budget: &LogBudget,
 ) {
+    // Escaped first: the line written is what is cut and charged to the budget.
+    let mut message = crate::vocab::printable(&message).into_owned();
     if crate::vocab::cut(&mut message, MAX_LOG_LINE_BYTES) {
         message.push_str(" [truncated]");
     }
     if !budget.admit(message.len()) {
         return;
     }
-    let message = crate::vocab::printable(&message);
     match level {
         Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),
         Level::Debug => tracing::debug!(target: "krec::guest", guest, request, "{message}"),

@@ -103,6 +103,39 @@ spec:
     }
 
     #[test]
+    fn deeply_nested_yaml_should_be_refused_before_it_is_parsed() {
+        // 600 KB of brackets: over a minute of libyaml's quadratic scan before the check.
+        let text = format!(
+            "{GOOD}  config: {}{}\n",
+            "[".repeat(300_000),
+            "]".repeat(300_000)
+        );
+        let err = parse(&text).expect_err("too deep");
+        assert!(
+            err.to_string().contains("exceeded max depth of 128"),
+            "{err}"
+        );
+        assert!(!super::load::declares_other_kind(&text));
+    }
+
+    #[test]
+    fn total_memory_should_default_to_four_instances_and_be_checked() {
+        let m = parse(GOOD).expect("valid manifest");
+        // Four instances at 64Mi; two workers and eight review instances at 8 MiB are fewer.
+        assert_eq!(m.spec.total_memory(), 256 << 20);
+        let many = GOOD.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 200");
+        assert_eq!(
+            parse(&many).expect("valid").spec.total_memory(),
+            208 * (8 << 20)
+        );
+        let set = GOOD.replace("memory: 64Mi,", "memory: 64Mi, totalMemory: 1Gi,");
+        assert_eq!(parse(&set).expect("valid").spec.total_memory(), 1 << 30);
+        let small = GOOD.replace("memory: 64Mi,", "memory: 64Mi, totalMemory: 32Mi,");
+        let err = parse(&small).expect_err("below one instance");
+        assert!(err.to_string().contains("spec.limits.totalMemory"), "{err}");
+    }
+
+    #[test]
     fn parse_should_accept_every_documented_field() {
         let m = parse(GOOD).expect("valid manifest");
         assert_eq!(m.name, "pod-counter");

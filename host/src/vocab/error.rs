@@ -56,17 +56,18 @@ impl AccessError {
         }
     }
 
-    /// The same error with its message cut at `max` bytes (marked `[truncated]`) and its
-    /// control characters escaped ([`printable`](super::printable)): what a guest's error may
+    /// The same error with its control characters escaped ([`printable`](super::printable))
+    /// and its message then cut at `max` bytes (marked `[truncated]`): what a guest's error may
     /// carry into the host's log.
     #[must_use]
     pub fn truncated(mut self, max: usize) -> Self {
         let message = self.message_mut();
-        if cut(message, max) {
-            message.push_str(" [truncated]");
-        }
+        // Escaped first, so that what is kept is at most `max` bytes as written.
         if let std::borrow::Cow::Owned(escaped) = super::printable(message) {
             *message = escaped;
+        }
+        if cut(message, max) {
+            message.push_str(" [truncated]");
         }
         self
     }

@@ -72,6 +72,13 @@ impl Reconciler for Misbehave {
                 Ok(Action::done())
             }
             "panic" => panic!("misbehave was asked to panic"),
+            "forge" => {
+                // A log line, stdout and an error that try to pass for host lines.
+                let forged = "ok\n2026-01-01T00:00:00.000000Z ERROR krec::host: guest healthy stopped\r\u{1b}[2K";
+                error!("{forged}");
+                println!("{forged}");
+                Err(Error::Other(forged.into()))
+            }
             "grow" => {
                 // 40 MiB used and freed: the instance's memory stays grown.
                 let hoard = vec![1u8; 40 << 20];
