@@ -44,3 +44,56 @@ impl Host for HostState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A log writer into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_forged_line_should_stay_on_the_guests_line_escaped() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            guest_log(
+                "sly",
+                "default/x",
+                Level::Info,
+                "ok\n2026-01-01T00:00:00.000000Z ERROR krec::host: guest healthy stopped\x1b[2K"
+                    .into(),
+                &LogBudget::new("sly"),
+            );
+        });
+        let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("utf-8");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains(
+                r"ok\n2026-01-01T00:00:00.000000Z ERROR krec::host: guest healthy stopped\u{1b}[2K"
+            ),
+            "{text}"
+        );
+    }
+}
