@@ -104,8 +104,15 @@ const SILENT_CONNECTIONS: usize = 1000;
 /// 100 ms until `attack stop`: silent connections, nested YAML, an object over 1.5 MiB, a
 /// protobuf body of 300 000 numbers.
 fn network_attacks(client: &kube::Client, addr: std::net::SocketAddr) -> String {
+    // `KREC_FAIRNESS_NETWORK=silent,yaml,big,protobuf` (or `none`) runs only those named.
+    let only = std::env::var("KREC_FAIRNESS_NETWORK").ok();
+    let chosen = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == name))
+    };
     let mut tasks = ATTACKING.lock().expect("tasks");
-    tasks.push(tokio::spawn(async move {
+    if chosen("silent") {
+        tasks.push(tokio::spawn(async move {
         let mut held: Vec<tokio::net::TcpStream> = Vec::new();
         loop {
             // Keep those the server has not closed (nothing to read yet), open new ones.
@@ -122,8 +129,10 @@ fn network_attacks(client: &kube::Client, addr: std::net::SocketAddr) -> String 
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }));
-    let bodies: Vec<(&'static str, &'static str, Vec<u8>)> = vec![
+    }
+    let bodies: Vec<(&'static str, &'static str, &'static str, Vec<u8>)> = vec![
         (
+            "yaml",
             "/api/v1/namespaces/default/configmaps",
             "application/yaml",
             format!(
@@ -134,6 +143,7 @@ fn network_attacks(client: &kube::Client, addr: std::net::SocketAddr) -> String 
             .into_bytes(),
         ),
         (
+            "big",
             "/apis/apps/v1/namespaces/default/controllerrevisions",
             "application/json",
             json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
@@ -143,6 +153,7 @@ fn network_attacks(client: &kube::Client, addr: std::net::SocketAddr) -> String 
             .into_bytes(),
         ),
         (
+            "protobuf",
             "/api/v1/namespaces/default/pods",
             krec_apiserver::protobuf::MEDIA_TYPE,
             krec_apiserver::protobuf::encode(&json!({"apiVersion": "v1", "kind": "Pod",
@@ -153,7 +164,10 @@ fn network_attacks(client: &kube::Client, addr: std::net::SocketAddr) -> String 
             .expect("encodes"),
         ),
     ];
-    for (path, media_type, body) in bodies {
+    for (name, path, media_type, body) in bodies {
+        if !chosen(name) {
+            continue;
+        }
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
             loop {

@@ -158,11 +158,13 @@ async fn a_memory_burst_should_stay_within_the_guests_budget_and_be_given_back()
     assert!(grown >= 1 && refused >= 1, "{results:?}");
     assert_eq!(grown + refused, 8, "{results:?}");
     assert!(pool.peak() <= 100 << 20, "peak {} MiB", pool.peak() >> 20);
-    // Whatever grew was not kept: idle, the guest holds what its kept instances started with.
-    assert!(
-        workers.iter().all(|w| !w.has_instance()),
-        "instances grown past the allowance are dropped"
-    );
+    // Busy workers keep what grew (growing it again each time would cost page faults); idle,
+    // they give it back (the controller does after `GROWN_INSTANCE_IDLE`).
+    assert!(workers.iter().any(GuestWorker::holds_grown_instance));
+    for worker in &mut workers {
+        worker.release_grown_instance();
+    }
+    assert!(workers.iter().all(|w| !w.has_instance()));
     assert_eq!(pool.used(), 0, "all memory given back");
     let after = resident();
     assert!(

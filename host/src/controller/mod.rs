@@ -71,6 +71,10 @@ pub const MIN_REQUEUE_AFTER: Duration = Duration::from_millis(100);
 pub const QUARANTINE_AFTER: u32 = 5;
 /// Shortest wait between retries of a quarantined key.
 pub const QUARANTINE_DELAY: Duration = Duration::from_secs(30);
+/// How long a worker whose kept instance has grown past
+/// [`IDLE_GROWTH_ALLOWANCE`](crate::guest::IDLE_GROWTH_ALLOWANCE) waits for its next key before
+/// it gives the instance back (see [`GuestWorker::release_grown_instance`]).
+pub const GROWN_INSTANCE_IDLE: Duration = Duration::from_secs(5);
 
 /// What the queue does with a reconcile's result (errors aside): the [module docs](self)' table.
 fn action_after(action: Action) -> Action {
@@ -731,6 +735,7 @@ impl Controller {
     }
 
     /// Worker `index`: take a key, reconcile it on the current version, act on the result;
+    /// give back an instance a burst grew once idle for [`GROWN_INSTANCE_IDLE`];
     /// until shutdown, or until fewer workers are wanted.
     async fn work(self: Arc<Self>, index: usize) {
         let mut worker: Option<GuestWorker> = None;
@@ -746,6 +751,17 @@ impl Controller {
                     std::future::pending::<()>().await;
                 }
             };
+            // An instance a burst grew is given back once the worker has been idle a while.
+            let grown = worker
+                .as_ref()
+                .is_some_and(GuestWorker::holds_grown_instance);
+            let idle = async {
+                if grown {
+                    tokio::time::sleep(GROWN_INSTANCE_IDLE).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
             let request = tokio::select! {
                 request = self.queue.get_caused() => match request {
                     Some(request) => request,
@@ -753,6 +769,12 @@ impl Controller {
                 },
                 // `get` is cancel-safe: a key is only taken in the poll that returns it.
                 () = closing => continue,
+                () = idle => {
+                    if let Some(guest) = worker.as_mut() {
+                        guest.release_grown_instance();
+                    }
+                    continue;
+                }
             };
             let (request, origin) = request;
             let taken = std::time::Instant::now();

@@ -4,8 +4,10 @@
 //! - **CPU** ([`CpuGovernor`], [`CpuAccount`]): each guest's code may use at most its
 //!   `limits.cpu`, and while two or more guests together want more than a quarter of the
 //!   host's cores ([`GUEST_CORES`]), a max-min fair share of that quarter (guests using less
-//!   than an equal share keep what they use; the heavy ones share the rest equally). The other
-//!   three quarters stay with the host's own work and with the light guests' bursts. Usage is charged while the guest runs (at every epoch tick and when a reconcile
+//!   than an equal share keep what they use; the heavy ones share the rest equally) — or, while
+//!   the machine has idle cores, of what they use plus what is idle, less a quarter kept free:
+//!   nobody is held back while cores idle. The rest stays with the host's own work and with the
+//!   light guests' bursts. Usage is charged while the guest runs (at every epoch tick and when a reconcile
 //!   ends) against a token bucket; a guest in debt is held back — its code yields to the
 //!   runtime for the time that repays the debt, and its next reconcile waits before it starts —
 //!   like a CFS quota.
@@ -49,6 +51,9 @@ const RECOUNT: Duration = Duration::from_millis(50);
 pub struct CpuGovernor {
     /// The guests' part of the host's cores.
     pool: f64,
+    /// The machine's CPU counters at the last recount and its idle cores since (`f64` bits,
+    /// smoothed), when `/proc/stat` can be read.
+    idle: Mutex<IdleCores>,
     started: Instant,
     accounts: Mutex<Vec<Weak<CpuAccount>>>,
     /// The fair level in cores (`f64` bits; infinite while guests fit in the pool).
@@ -58,16 +63,27 @@ pub struct CpuGovernor {
 }
 
 impl CpuGovernor {
-    /// A governor of this machine's cores (its available parallelism).
+    /// A governor of this machine's cores (its available parallelism), sharing what is idle
+    /// on it too.
     pub fn new() -> Arc<Self> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Self::with_cores(cores as f64)
+        Self::build(cores as f64, true)
     }
 
-    /// A governor of `cores` cores.
+    /// A governor of `cores` cores whose guests share their fixed part only, whatever the
+    /// machine is doing.
     pub fn with_cores(cores: f64) -> Arc<Self> {
+        Self::build(cores, false)
+    }
+
+    fn build(cores: f64, measure_idle: bool) -> Arc<Self> {
         Arc::new(CpuGovernor {
             pool: (cores * GUEST_CORES).max(0.01),
+            idle: Mutex::new(IdleCores {
+                cores,
+                measure: measure_idle,
+                ..IdleCores::default()
+            }),
             started: Instant::now(),
             accounts: Mutex::new(Vec::new()),
             level: AtomicU64::new(f64::INFINITY.to_bits()),
@@ -114,8 +130,16 @@ impl CpuGovernor {
                 .filter_map(Weak::upgrade)
                 .map(|a| a.usage(at))
                 .collect();
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let pool = match idle.update() {
+                Some(cores_idle) => {
+                    expanded_pool(self.pool, idle.cores, usages.iter().sum(), cores_idle)
+                }
+                None => self.pool,
+            };
+            drop(idle);
             self.level
-                .store(water_level(usages, self.pool).to_bits(), Ordering::Relaxed);
+                .store(water_level(usages, pool).to_bits(), Ordering::Relaxed);
         }
         f64::from_bits(self.level.load(Ordering::Relaxed))
     }
@@ -123,6 +147,65 @@ impl CpuGovernor {
 
 /// Usage below which a guest does not count as competing (cores).
 const IDLE_USAGE: f64 = 0.01;
+
+/// What the guests may share now: their part of the host (`base`), or, while the machine has
+/// idle cores, what they use now plus what is idle less `base` kept free — work-conserving, as
+/// CFS shares are: a guest is held to its fair share only while the CPU is actually wanted, not
+/// while cores idle. [`HEADROOM`] of the machine is kept free.
+fn expanded_pool(base: f64, cores: f64, guests_usage: f64, idle_cores: f64) -> f64 {
+    let headroom = cores * HEADROOM;
+    if idle_cores <= headroom {
+        return base;
+    }
+    base.max((guests_usage + idle_cores - headroom).min(cores - headroom))
+}
+
+/// The part of the machine's cores the guests leave idle when they grow into idle cores: kept
+/// for the host's own work (the cache, the queue, the client) and for latency.
+const HEADROOM: f64 = 0.25;
+
+/// The machine's idle cores, read from `/proc/stat` at each recount (Linux; elsewhere none,
+/// and the guests share their fixed part).
+#[derive(Debug, Default)]
+struct IdleCores {
+    /// The machine's cores.
+    cores: f64,
+    /// Whether to read the machine's counters at all.
+    measure: bool,
+    /// Idle and total jiffies at the last reading.
+    last: Option<(u64, u64)>,
+    /// Idle cores, smoothed over recounts.
+    smoothed: f64,
+}
+
+impl IdleCores {
+    /// Read the counters; the idle cores since the last reading, smoothed (`None` when they
+    /// are not measured or cannot be read).
+    fn update(&mut self) -> Option<f64> {
+        let (idle, total) = cpu_jiffies().filter(|_| self.measure)?;
+        if let Some((last_idle, last_total)) = self.last
+            && total > last_total
+        {
+            let fraction = idle.saturating_sub(last_idle) as f64 / (total - last_total) as f64;
+            // Half of each reading: the 50 ms windows hold a few jiffies each.
+            self.smoothed = 0.5 * self.smoothed + 0.5 * fraction * self.cores;
+        }
+        self.last = Some((idle, total));
+        Some(self.smoothed)
+    }
+}
+
+/// The machine's idle (idle + iowait) and total jiffies over all its CPUs, from `/proc/stat`.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+    Some((idle, fields.iter().sum()))
+}
 
 /// Max-min fair level for `usages` sharing `pool`: the guests using less keep what they use,
 /// the others get the level; infinite when everything fits, or when one guest alone is busy
@@ -362,6 +445,26 @@ mod tests {
         let level = water_level(vec![0.05, 0.15, 1.0, 1.0, 1.0], 1.0);
         assert!((level - 0.8 / 3.0).abs() < 1e-9, "{level}");
         assert_eq!(water_level(vec![], 1.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn the_pool_should_grow_into_idle_cores_and_keep_its_headroom() {
+        // Half a core for guests on two, half a core kept free; 1.2 cores idle while they
+        // use 0.4: they may use 1.1.
+        assert!((expanded_pool(0.5, 2.0, 0.4, 1.2) - 1.1).abs() < 1e-9);
+        // Never more than the machine less the headroom.
+        assert_eq!(expanded_pool(0.5, 2.0, 1.0, 1.9), 1.5);
+        // A busy machine (less idle than the headroom): their part.
+        assert_eq!(expanded_pool(0.5, 2.0, 1.5, 0.4), 0.5);
+        let mut idle = IdleCores {
+            cores: 2.0,
+            measure: true,
+            ..IdleCores::default()
+        };
+        idle.update();
+        if let Some(now) = idle.update() {
+            assert!((0.0..=2.0).contains(&now), "{now}");
+        }
     }
 
     #[test]

@@ -784,6 +784,24 @@ impl GuestWorker {
         self.instance.is_some()
     }
 
+    /// Whether the instance it keeps has grown more than [`IDLE_GROWTH_ALLOWANCE`] past its
+    /// size when new: one to give back once the worker has been idle a while
+    /// ([`release_grown_instance`](Self::release_grown_instance)).
+    pub fn holds_grown_instance(&self) -> bool {
+        self.instance
+            .as_ref()
+            .is_some_and(|i| !i.store.data().limits.worth_keeping())
+    }
+
+    /// Drop a kept instance that has grown past the allowance, giving its memory back (the
+    /// next reconcile starts a fresh one). A busy worker keeps its grown instance — growing it
+    /// again every time would cost page faults — and an idle one gives it back.
+    pub fn release_grown_instance(&mut self) {
+        if self.holds_grown_instance() {
+            self.instance = None;
+        }
+    }
+
     async fn instantiate(
         module: &GuestModule,
         cluster: &Arc<dyn ClusterAccess>,
@@ -961,10 +979,7 @@ impl GuestWorker {
             }
         };
         self.last_usage = Some(usage);
-        // An instance a burst grew is dropped, giving its memory back, rather than kept idle.
-        if self.module.manifest.spec.isolation == Isolation::Reuse
-            && instance.store.data().limits.worth_keeping()
-        {
+        if self.module.manifest.spec.isolation == Isolation::Reuse {
             self.instance = Some(instance);
         }
         match result {
