@@ -65,11 +65,11 @@ impl Sink {
     }
 
     fn emit(&self, line: &[u8], truncated: bool) {
-        let text = String::from_utf8_lossy(line);
-        let text = crate::vocab::printable(&text);
-        if !self.budgets.log.admit(text.len()) {
+        if !self.budgets.log.admit(line.len()) {
             return;
         }
+        let text = String::from_utf8_lossy(line);
+        let text = crate::vocab::printable(&text);
         let more = if truncated { " [truncated]" } else { "" };
         tracing::info!(guest = %self.guest, stream = self.stream, "{text}{more}");
     }

@@ -15,13 +15,14 @@ pub(crate) fn guest_log(
     message: String,
     budget: &LogBudget,
 ) {
-    // Escaped first: the line written is what is cut and charged to the budget.
+    // Charged before anything is copied (a flood is dropped cheaply), at most the line's cut
+    // length; then escaped, and cut as written.
+    if !budget.admit(message.len().min(MAX_LOG_LINE_BYTES)) {
+        return;
+    }
     let mut message = crate::vocab::printable(&message).into_owned();
     if crate::vocab::cut(&mut message, MAX_LOG_LINE_BYTES) {
         message.push_str(" [truncated]");
-    }
-    if !budget.admit(message.len()) {
-        return;
     }
     match level {
         Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),

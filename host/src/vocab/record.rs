@@ -68,6 +68,13 @@ pub fn cut(text: &mut String, max: usize) -> bool {
 /// supplies (a log message, an error, a name) stays on its own line in the host's log and
 /// cannot forge another. Borrowed when there is nothing to escape (the common case).
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    // Printable ASCII and tabs, the common case, need no look at characters.
+    if text
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
     let unsafe_char = |c: char| {
         (c.is_control() && c != '\t')
             || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
