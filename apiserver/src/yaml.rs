@@ -52,38 +52,39 @@ pub fn check_depth(text: &[u8]) -> Result<(), YamlError> {
 #[allow(unsafe_code)] // libyaml's scanner is a C API translated to Rust: raw pointers only
 fn deepest_line(text: &[u8]) -> Option<usize> {
     use std::mem::MaybeUninit;
-    use unsafe_libyaml as libyaml;
+    use unsafe_libyaml as unsafe_yaml;
     // SAFETY: the parser and each token live on this stack frame; the parser is initialised
     // before use and deleted once, every token the scanner produced is deleted once, and the
     // input slice outlives the parser (both end with this call).
     unsafe {
-        let mut parser = MaybeUninit::<libyaml::yaml_parser_t>::uninit();
-        if !libyaml::yaml_parser_initialize(parser.as_mut_ptr()).ok {
+        let mut parser = MaybeUninit::<unsafe_yaml::yaml_parser_t>::uninit();
+        if !unsafe_yaml::yaml_parser_initialize(parser.as_mut_ptr()).ok {
             return None;
         }
         let parser = parser.as_mut_ptr();
-        libyaml::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
+        unsafe_yaml::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
         let mut depth = 0usize;
         let mut found = None;
         loop {
-            let mut token = MaybeUninit::<libyaml::yaml_token_t>::uninit();
-            if !libyaml::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
+            let mut token = MaybeUninit::<unsafe_yaml::yaml_token_t>::uninit();
+            if !unsafe_yaml::yaml_parser_scan(parser, token.as_mut_ptr()).ok {
                 break;
             }
             let token = token.as_mut_ptr();
             let kind = (*token).type_;
             let line = (*token).start_mark.line;
-            libyaml::yaml_token_delete(token);
+            unsafe_yaml::yaml_token_delete(token);
             match kind {
-                libyaml::YAML_FLOW_SEQUENCE_START_TOKEN
-                | libyaml::YAML_FLOW_MAPPING_START_TOKEN => {
+                unsafe_yaml::YAML_FLOW_SEQUENCE_START_TOKEN
+                | unsafe_yaml::YAML_FLOW_MAPPING_START_TOKEN => {
                     depth += 1;
                 }
-                libyaml::YAML_FLOW_SEQUENCE_END_TOKEN | libyaml::YAML_FLOW_MAPPING_END_TOKEN => {
+                unsafe_yaml::YAML_FLOW_SEQUENCE_END_TOKEN
+                | unsafe_yaml::YAML_FLOW_MAPPING_END_TOKEN => {
                     depth = depth.saturating_sub(1);
                 }
                 // The end, or nothing more (a scanner error leaves an empty token).
-                libyaml::YAML_STREAM_END_TOKEN | libyaml::YAML_NO_TOKEN => break,
+                unsafe_yaml::YAML_STREAM_END_TOKEN | unsafe_yaml::YAML_NO_TOKEN => break,
                 _ => {}
             }
             if depth > MAX_FLOW_DEPTH {
@@ -95,7 +96,7 @@ fn deepest_line(text: &[u8]) -> Option<usize> {
                 break;
             }
         }
-        libyaml::yaml_parser_delete(parser);
+        unsafe_yaml::yaml_parser_delete(parser);
         found
     }
 }

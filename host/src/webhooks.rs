@@ -99,18 +99,18 @@ fn deadline_of(query: Option<&str>, received: Instant) -> tokio::time::Instant {
     tokio::time::Instant::from_std(received) + timeout
 }
 
-/// The request body, at most [`MAX_REVIEW_BYTES`], read by `deadline`.
+/// The request body, at most [`MAX_REVIEW_BYTES`], read by `deadline`; else the answer.
 async fn read_review(
     body: axum::body::Body,
     deadline: tokio::time::Instant,
-) -> Result<Bytes, Response> {
+) -> Result<Bytes, Box<Response>> {
     match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, MAX_REVIEW_BYTES)).await {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(err)) => Err(failure(
+        Ok(Err(err)) => Err(Box::new(failure(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("reading the review: {err}"),
-        )),
-        Err(_) => Err(abandoned()),
+        ))),
+        Err(_) => Err(Box::new(abandoned())),
     }
 }
 
@@ -500,16 +500,18 @@ async fn review(
     let started = Instant::now();
     let deadline = deadline_of(query.as_deref(), started);
     let answered = async {
-        let body = read_review(body, deadline).await?;
-        let Some(_slot) = served.slot(&guest, deadline).await else {
-            return Err(abandoned());
+        let body = match read_review(body, deadline).await {
+            Ok(body) => body,
+            Err(refused) => return *refused,
         };
-        Ok(answer(&served, &guest, which, &body).await)
+        match served.slot(&guest, deadline).await {
+            Some(_slot) => answer(&served, &guest, which, &body).await,
+            None => abandoned(),
+        }
     };
     let response = tokio::time::timeout_at(deadline, answered)
         .await
-        .unwrap_or_else(|_| Err(abandoned()))
-        .unwrap_or_else(|refused| refused);
+        .unwrap_or_else(|_| abandoned());
     served
         .metrics
         .webhook_latency
@@ -722,7 +724,7 @@ async fn convert(
     let converted = async {
         let body = match read_review(body, deadline).await {
             Ok(body) => body,
-            Err(refused) => return refused,
+            Err(refused) => return *refused,
         };
         convert_review(&served, &guest, deadline, &body).await
     };
@@ -738,13 +740,13 @@ async fn convert_review(
     deadline: tokio::time::Instant,
     body: &[u8],
 ) -> Response {
-    let Some(controller) = served.manager.controller(&guest) else {
+    let Some(controller) = served.manager.controller(guest) else {
         return failure(
             StatusCode::NOT_FOUND,
             format!("no guest {guest:?} runs on this host"),
         );
     };
-    let review: Value = match serde_json::from_slice(&body) {
+    let review: Value = match serde_json::from_slice(body) {
         Ok(review) => review,
         Err(err) => {
             return failure(
@@ -791,7 +793,7 @@ async fn convert_review(
         }
         Ok(Err(refused)) => json!({"uid": uid, "convertedObjects": [],
             "result": {"status": "Failure", "message": refused.0}}),
-        Err(err) => return trapped(&served, &guest, &err),
+        Err(err) => return trapped(served, guest, &err),
     };
     json_response(
         &json!({"apiVersion": review["apiVersion"].as_str().unwrap_or("apiextensions.k8s.io/v1"),

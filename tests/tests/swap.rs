@@ -249,7 +249,11 @@ async fn manifests_added_changed_and_removed_should_start_rewire_and_stop_guests
     assert_eq!(report.started, ["pod-counter"], "{report:?}");
     assert!(Arc::ptr_eq(&live.controller("stamper"), &stamper));
     assert_eq!(stamper.version().number, 1, "the other guest is untouched");
-    assert_eq!(store.watches_started("", "pods"), 1);
+    // Synced after its initial list: the watch request follows it.
+    live.eventually("pod-counter's Pod watch", || async {
+        (store.watches_started("", "pods") == 1).then_some(())
+    })
+    .await;
 
     // A changed `for`: the stamper now reconciles Secrets; its ConfigMap watch is released.
     let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
