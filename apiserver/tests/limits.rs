@@ -9,22 +9,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use krec_apiserver::Server;
 use krec_apiserver::connections::Limits;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[path = "support/raw.rs"]
 mod raw;
-use raw::{raw_exchange, tls_connection};
-
-async fn client_for(cluster: &Server) -> Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    Client::try_from(config).expect("client")
-}
+use raw::{client_for, raw_exchange, tls_connection};
 
 /// A ConfigMap create sent as YAML, raw; the API's answer (its status code and text).
 async fn create_yaml(client: &Client, body: String) -> (u16, String) {

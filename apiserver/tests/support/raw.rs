@@ -10,6 +10,16 @@ use krec_apiserver::Server;
 use rustls::pki_types::pem::PemObject as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A kube client for `cluster`, from its kubeconfig.
+pub async fn client_for(cluster: &Server) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kube config");
+    kube::Client::try_from(config).expect("client")
+}
+
 /// A TLS connection to `cluster`, trusting its CA, speaking HTTP/1.1.
 pub async fn tls_connection(
     cluster: &Server,
