@@ -148,10 +148,10 @@ impl CpuGovernor {
 /// Usage below which a guest does not count as competing (cores).
 const IDLE_USAGE: f64 = 0.01;
 
-/// What the guests may share now: their part of the host (`base`), or, while the machine has
-/// idle cores, what they use now plus what is idle less `base` kept free — work-conserving, as
-/// CFS shares are: a guest is held to its fair share only while the CPU is actually wanted, not
-/// while cores idle. [`HEADROOM`] of the machine is kept free.
+/// What the guests may share now: their part of the host (`base`), or, while more than
+/// [`HEADROOM`] of the machine idles, what they use now plus what is idle less that headroom —
+/// work-conserving, as CFS shares are: a guest is held to its fair share only while the CPU is
+/// actually wanted, not while cores idle.
 fn expanded_pool(base: f64, cores: f64, guests_usage: f64, idle_cores: f64) -> f64 {
     let headroom = cores * HEADROOM;
     if idle_cores <= headroom {

@@ -12,8 +12,9 @@
 //! and given back when the instance is dropped: a burst of concurrent reconciles and reviews
 //! that would hold more than the guest's budget traps out-of-memory instead, and the host's
 //! budget bounds all guests together. An instance kept between calls that has grown well
-//! beyond what it held when new ([`IDLE_GROWTH_ALLOWANCE`]) is dropped after its call rather
-//! than kept, so what a burst grew is given back when it ends.
+//! beyond what it held when new ([`IDLE_GROWTH_ALLOWANCE`]) gives its memory back: a review
+//! or map instance is dropped after its call, a worker's once the worker has been idle a while
+//! (`controller::GROWN_INSTANCE_IDLE`), so what a burst grew does not stay held.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
