@@ -66,7 +66,14 @@ fn respond(code: u16, body: &Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-impl IntoResponse for ApiError {
+/// An [`ApiError`] as the response kube-apiserver gives: its code and its `Status` (axum's
+/// `IntoResponse` cannot be implemented here for the vocabulary's type).
+pub(crate) trait ErrorResponse {
+    /// The response.
+    fn into_response(self) -> Response;
+}
+
+impl ErrorResponse for ApiError {
     fn into_response(self) -> Response {
         respond(self.code, &self.status())
     }

@@ -21,16 +21,12 @@
 pub mod admission;
 pub mod admissionregistration;
 pub mod audit;
-pub mod connections;
 pub mod controllers;
 pub mod conversion;
 pub mod defaults;
-pub mod duration;
-pub mod error;
 pub mod faults;
 pub mod field_validation;
 pub mod http;
-pub mod json;
 pub mod local;
 pub mod managed;
 pub mod metrics;
@@ -40,20 +36,17 @@ pub mod printers;
 pub mod protobuf;
 pub mod resources;
 pub mod scale;
-pub mod schema;
-pub mod selector;
 pub mod server;
 pub mod store;
-pub mod tls;
 pub mod validation;
 pub mod warnings;
 pub mod webhook;
-pub mod yaml;
 
-#[cfg(test)]
-mod test_support;
+// The vocabulary the server shares with the host and the SDK (`crate::json`, … inside).
+use krec_core::{duration, error, json, schema, selector, yaml};
+use krec_net::{connections, tls};
 
-pub use error::{ApiError, ErrorKind};
+pub use krec_core::{ApiError, ErrorKind};
 pub use resources::{Registry, ResourceType};
 pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, in_process};
 pub use store::Store;

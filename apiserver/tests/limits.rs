@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ConfigMap;
 use krec_apiserver::Server;
-use krec_apiserver::connections::Limits;
+use krec_net::connections::Limits;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;

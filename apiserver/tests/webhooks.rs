@@ -13,8 +13,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use krec_apiserver::Server;
 use krec_apiserver::controllers::Selection;
-use krec_apiserver::{Server, tls};
+use krec_net::tls;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
 use serde_json::{Value, json};
@@ -127,12 +128,12 @@ async fn webhook_server() -> (SocketAddr, String, Seen) {
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _stop = _stop;
-        krec_apiserver::connections::serve(
+        krec_net::connections::serve(
             "test webhook",
             listener,
-            krec_apiserver::connections::Transport::Tls(certs.server_config),
+            krec_net::connections::Transport::Tls(certs.server_config),
             app,
-            krec_apiserver::connections::Limits::default(),
+            krec_net::connections::Limits::default(),
             stopped,
         )
         .await;

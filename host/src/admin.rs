@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use krec_apiserver::connections::{self, Limits, Transport};
+use krec_net::connections::{self, Limits, Transport};
 
 use crate::controller::{BadRequestName, Request};
 use crate::manager::Manager;

@@ -68,7 +68,7 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, ObjectFileErro
         let text = crate::files::read_bounded_text(&file, crate::files::MAX_OBJECT_FILE_BYTES)
             .map_err(|e| ObjectFileError::new(&file, e))?;
         let documents =
-            krec_apiserver::yaml::documents(&text).map_err(|e| ObjectFileError::new(&file, e))?;
+            krec_core::yaml::documents(&text).map_err(|e| ObjectFileError::new(&file, e))?;
         for document in documents {
             let value = serde_json::Value::deserialize(document)
                 .map_err(|e| ObjectFileError::new(&file, e))?;

@@ -21,7 +21,6 @@ use serde_json::{Value, json};
 
 use crate::manifest::{Manifest, Verb};
 use crate::vocab::Gvk;
-use krec_apiserver::Registry;
 
 /// One rule's key: API group and resource (with `/status` for the subresource).
 type Resource = (String, String);
@@ -37,10 +36,17 @@ pub struct Subject {
     pub service_account: String,
 }
 
-/// The resource (plural) of `gvk`, and whether it was guessed.
-fn plural(registry: &Registry, gvk: &Gvk) -> (String, bool) {
-    match registry.by_kind(&gvk.group, &gvk.version, &gvk.kind) {
-        Some(rt) => (rt.plural, false),
+/// The resources that CRDs beside the manifests define: group and kind → plural.
+type CrdPlurals = BTreeMap<(String, String), String>;
+
+/// The resource (plural) of `gvk` — a built-in kind's, a CRD's or a guess — and whether it was
+/// guessed.
+fn plural(crds: &CrdPlurals, gvk: &Gvk) -> (String, bool) {
+    if let Some(builtin) = krec_core::kinds::builtin(&gvk.group, &gvk.kind) {
+        return (builtin.plural.to_owned(), false);
+    }
+    match crds.get(&(gvk.group.clone(), gvk.kind.clone())) {
+        Some(plural) => (plural.clone(), false),
         None => {
             let lower = gvk.kind.to_lowercase();
             let guess = if lower.ends_with('s') {
@@ -77,24 +83,34 @@ pub fn generate(
     crd_dir: Option<&Path>,
     subject: &Subject,
 ) -> Result<String, RbacError> {
-    let registry = Registry::new();
+    let mut crds = CrdPlurals::new();
     if let Some(dir) = crd_dir {
         for crd in crate::objects::read_objects(dir)?
             .into_iter()
             .filter(|o| o["kind"] == "CustomResourceDefinition")
         {
-            registry.put_crd(&crd).map_err(|e| {
-                crate::objects::ObjectFileError::new(
+            let field = |pointer: &str| crd.pointer(pointer).and_then(Value::as_str);
+            let (Some(group), Some(kind), Some(plural)) = (
+                field("/spec/group"),
+                field("/spec/names/kind"),
+                field("/spec/names/plural"),
+            ) else {
+                return Err(crate::objects::ObjectFileError::new(
                     dir,
-                    format!("CRD {}: {e}", crd["metadata"]["name"]),
+                    format!(
+                        "CRD {}: spec.group, spec.names.kind and spec.names.plural are required",
+                        crd["metadata"]["name"]
+                    ),
                 )
-            })?;
+                .into());
+            };
+            crds.insert((group.to_owned(), kind.to_owned()), plural.to_owned());
         }
     }
     let mut rules: BTreeMap<Resource, BTreeSet<&'static str>> = BTreeMap::new();
     let mut guessed: BTreeSet<String> = BTreeSet::new();
     let mut add = |gvk: &Gvk, sub: &str, verbs: &[&'static str]| {
-        let (resource, guess) = plural(&registry, gvk);
+        let (resource, guess) = plural(&crds, gvk);
         if guess {
             guessed.insert(format!("{gvk} -> {resource}"));
         }

@@ -243,7 +243,7 @@ fn find_kind(text: &str) -> Result<&'static Known, NewError> {
 ///
 /// A bad name or kind, an existing folder, or a failed write, each naming what.
 pub fn scaffold(dir: &Path, new: &NewGuest) -> Result<Vec<PathBuf>, NewError> {
-    if !krec_apiserver::selector::is_dns_label(&new.name)
+    if !krec_core::selector::is_dns_label(&new.name)
         || !new.name.starts_with(|c: char| c.is_ascii_lowercase())
     {
         return Err(NewError::Name(new.name.clone()));

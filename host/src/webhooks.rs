@@ -19,7 +19,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use krec_apiserver::connections::{self, Limits, Transport};
+use krec_net::connections::{self, Limits, Transport};
 use serde_json::{Value, json};
 
 use crate::bindings::WitGvk;
@@ -93,7 +93,7 @@ fn deadline_of(query: Option<&str>, received: Instant) -> tokio::time::Instant {
     let asked = query.and_then(|query| {
         form_urlencoded::parse(query.as_bytes())
             .find(|(key, _)| key == "timeout")
-            .and_then(|(_, value)| krec_apiserver::duration::parse(&value).ok())
+            .and_then(|(_, value)| krec_core::duration::parse(&value).ok())
     });
     let timeout = asked.map_or(MAX_REVIEW_TIME, |t| t.min(MAX_REVIEW_TIME));
     tokio::time::Instant::from_std(received) + timeout
@@ -209,7 +209,7 @@ impl WebhookServer {
         let addr = listener.local_addr()?;
         let (server_config, ca_pem) = match tls {
             None => {
-                let certs = krec_apiserver::tls::generate(&addr, None)?;
+                let certs = krec_net::tls::generate(&addr, None)?;
                 (certs.server_config, certs.ca_pem)
             }
             Some(files) => {
@@ -218,8 +218,8 @@ impl WebhookServer {
                         .with_context(|| format!("reading {}", path.display()))
                 };
                 let cert = read(&files.cert)?;
-                let config = krec_apiserver::tls::server_config(&cert, &read(&files.key)?)
-                    .with_context(|| {
+                let config =
+                    krec_net::tls::server_config(&cert, &read(&files.key)?).with_context(|| {
                         format!("{} and {}", files.cert.display(), files.key.display())
                     })?;
                 (config, cert)
@@ -652,7 +652,7 @@ fn admission_request(review: &Value) -> Result<WitAdmissionRequest, BadReview> {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned(),
-            groups: krec_apiserver::json::strings(request.pointer("/userInfo/groups")),
+            groups: krec_core::json::strings(request.pointer("/userInfo/groups")),
         },
         object: object("object"),
         old_object: object("oldObject"),

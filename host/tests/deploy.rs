@@ -91,7 +91,7 @@ async fn krec_webhooks_should_register_the_guests_behind_the_deployments_service
         .collect();
     let read = |file: &str| std::fs::read_to_string(certs.join(file)).expect("generated file");
     let bundle = base64::engine::general_purpose::STANDARD.encode(read("ca.crt"));
-    krec_apiserver::tls::server_config(&read("tls.crt"), &read("tls.key"))
+    krec_net::tls::server_config(&read("tls.crt"), &read("tls.key"))
         .expect("the generated certificate serves");
     let client_configs: Vec<(&str, &serde_json::Value)> = docs
         .iter()

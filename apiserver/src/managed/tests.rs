@@ -360,7 +360,7 @@ proptest::proptest! {
     #[test]
     fn in_place_updates_should_record_what_decoded_entries_did(
         specs in proptest::collection::vec(
-            crate::test_support::json_with(&["replicas", "paused", "template", "containers", "name", "image"], &["web", "x"]),
+            krec_core::testing::json_with(&["replicas", "paused", "template", "containers", "name", "image"], &["web", "x"]),
             3..4),
         managers in proptest::collection::vec(proptest::sample::select(vec!["one", "two"]), 3..4),
     ) {
@@ -386,7 +386,7 @@ proptest::proptest! {
     /// The one-walk `FieldsV1` text of an object is what its field set encodes to.
     #[test]
     fn fields_v1_of_should_encode_fields_of(
-        spec in crate::test_support::json_with(
+        spec in krec_core::testing::json_with(
             &["replicas", "template", "spec", "containers", "ports", "finalizers", "selector", "name", "containerPort"],
             &["web", "x"]),
         finalizers in proptest::collection::vec(proptest::sample::select(vec!["a", "b"]), 0..3),
@@ -472,7 +472,7 @@ proptest::proptest! {
     #[test]
     fn stored_objects_should_be_written_as_clients_see_them(
         a in field_set(),
-        spec in crate::test_support::json_with(&["fieldsV1", "managedFields", "metadata"], &["x", "{}"]),
+        spec in krec_core::testing::json_with(&["fieldsV1", "managedFields", "metadata"], &["x", "{}"]),
     ) {
         let fields = a.to_fields_v1();
         let object = json!({"metadata": {"name": "x", "managedFields": [
@@ -493,7 +493,7 @@ proptest::proptest! {
     /// Keys and item keys are escaped as `serde_json` escapes them.
     #[test]
     fn keys_should_be_escaped_as_serde_json_escapes_them(
-        text in crate::json::tests::awkward_string(),
+        text in krec_core::testing::awkward_string(),
     ) {
         let mut out = String::from("[");
         push_escaped(&mut out, &text);

@@ -317,7 +317,7 @@ fn the_v2_document_should_encode_as_gnostic_protobuf() {
 
 /// JSON a CRD's `openAPIV3Schema` could hold, valid or not.
 fn schema_value() -> impl proptest::strategy::Strategy<Value = Value> {
-    crate::test_support::json_with(
+    krec_core::testing::json_with(
         &[
             "type",
             "properties",

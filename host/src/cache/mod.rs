@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 use crate::client::{ApiClient, Resolved};
 use crate::vocab::EventKind;
 use crate::vocab::{AccessError, Gvk};
-use krec_apiserver::selector::{FieldSelector, LabelSelector};
+use krec_core::selector::{FieldSelector, LabelSelector};
 
 pub use object::CachedObject;
 

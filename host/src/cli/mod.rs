@@ -150,7 +150,7 @@ fn disable_transparent_huge_pages() {
 
 /// Raises the soft limit on open files to the hard limit, as Go's runtime does for every Go
 /// server (kube-apiserver among them): the API server and the admission server hold a file
-/// descriptor per connection, and the connection cap ([`krec_apiserver::connections::Limits`])
+/// descriptor per connection, and the connection cap ([`krec_net::connections::Limits`])
 /// is sized from the soft limit, which shells often leave at 1 024.
 fn raise_open_files_limit() {
     #[cfg(unix)]

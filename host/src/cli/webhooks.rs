@@ -100,7 +100,7 @@ fn registrations(args: Args) -> anyhow::Result<String> {
                 ],
                 Reach::Url(url) => url_host(url).map(str::to_owned).into_iter().collect(),
             };
-            let issued = krec_apiserver::tls::issue("krec-webhooks", names)?;
+            let issued = krec_net::tls::issue("krec-webhooks", names)?;
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             for (file, text) in [
                 ("ca.crt", &issued.ca_pem),

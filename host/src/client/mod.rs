@@ -9,7 +9,7 @@ pub mod events;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use krec_apiserver::ErrorKind;
+use krec_core::ErrorKind;
 use kube::Client;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;

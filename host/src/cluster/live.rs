@@ -35,7 +35,7 @@ use crate::vocab::{
     AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
     json_text,
 };
-use krec_apiserver::selector::{FieldSelector, LabelSelector};
+use krec_core::selector::{FieldSelector, LabelSelector};
 
 /// The field manager a guest's writes are attributed to: `krec-<guest>`.
 pub fn field_manager(guest: &str) -> String {
@@ -550,7 +550,7 @@ impl ClusterAccess for LiveCluster {
         Err(match self.api.resolve(gvk).await {
             Ok(resolved) => {
                 let resource = &resolved.resource;
-                krec_apiserver::ApiError::not_found(&resource.group, &resource.plural, name).into()
+                krec_core::ApiError::not_found(&resource.group, &resource.plural, name).into()
             }
             Err(_) => {
                 AccessError::NotFound(format!("{} {name:?} not found", gvk.kind.to_lowercase()))

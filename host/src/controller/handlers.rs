@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::cache::Event;
 use crate::manifest::{Manifest, Predicate};
 use crate::vocab::{EventKind, Gvk};
-use krec_apiserver::selector::LabelSelector;
+use krec_core::selector::LabelSelector;
 
 /// The labels of an object without any.
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -52,7 +52,7 @@ impl Request {
     /// [`BadRequestName`] saying what is wrong.
     pub fn checked(namespace: Option<&str>, name: &str) -> Result<Self, BadRequestName> {
         if let Some(ns) = namespace
-            && !krec_apiserver::selector::is_dns_label(ns)
+            && !krec_core::selector::is_dns_label(ns)
         {
             return Err(BadRequestName::Namespace(ns.chars().take(64).collect()));
         }
@@ -211,12 +211,8 @@ impl Handlers {
                     let kind = owner.gvk();
                     // Kubernetes' own cluster-scoped kinds are known here; a custom resource
                     // owner is taken to be namespaced, as a namespaced object's owner usually is.
-                    let cluster_scoped = krec_apiserver::resources::builtins().iter().any(|t| {
-                        t.group == kind.group
-                            && t.version == kind.version
-                            && t.kind == kind.kind
-                            && !t.namespaced
-                    });
+                    let cluster_scoped =
+                        krec_core::kinds::is_builtin_cluster_scoped(&kind.group, &kind.kind);
                     Mapping::Owner {
                         kind,
                         cluster_scoped,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::vocab::Gvk;
-use krec_apiserver::selector::is_dns_label;
+use krec_core::selector::is_dns_label;
 
 use super::types::*;
 use super::validate::{FieldProblem, configure, validate_spec};
@@ -45,7 +45,7 @@ impl Manifest {
             problem,
         };
         let deserializer =
-            krec_apiserver::yaml::documents(text).map_err(|err| invalid("", err.to_string()))?;
+            krec_core::yaml::documents(text).map_err(|err| invalid("", err.to_string()))?;
         let raw: RawManifest = serde_path_to_error::deserialize(deserializer).map_err(|err| {
             let field = err.path().to_string();
             let field = if field == "." { String::new() } else { field };
@@ -172,7 +172,7 @@ pub(super) fn declares_other_kind(text: &str) -> bool {
         kind: Option<String>,
     }
     // The first document decides: example files hold several objects.
-    krec_apiserver::yaml::documents(text)
+    krec_core::yaml::documents(text)
         .into_iter()
         .flatten()
         .next()

@@ -43,7 +43,7 @@ pub struct UnitError(String);
 ///
 /// A [`UnitError`] saying what is expected.
 pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
-    krec_apiserver::duration::parse(text).map_err(UnitError)
+    krec_core::duration::parse(text).map_err(UnitError)
 }
 
 pub(super) fn de_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::vocab::Gvk;
-use krec_apiserver::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
+use krec_core::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
 
 use super::types::*;
 
@@ -179,7 +179,7 @@ pub(super) fn configure(spec: &mut ReconcilerSpec) -> Result<(), FieldProblem> {
     let config = spec
         .config
         .get_or_insert_with(|| serde_json::Value::Object(Default::default()));
-    krec_apiserver::schema::apply_defaults(schema, config);
+    krec_core::schema::apply_defaults(schema, config);
     let at = |path: &str| {
         if path.is_empty() {
             "spec.config".to_owned()
@@ -193,7 +193,7 @@ pub(super) fn configure(spec: &mut ReconcilerSpec) -> Result<(), FieldProblem> {
             "unknown field: spec.configSchema does not declare it".into(),
         ));
     }
-    if let Some((path, message)) = krec_apiserver::schema::validate(schema, config)
+    if let Some((path, message)) = krec_core::schema::validate(schema, config)
         .into_iter()
         .next()
     {
@@ -499,58 +499,11 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
     Ok(())
 }
 
-/// Group and kind of the cluster-scoped kinds Kubernetes serves itself (any version). A
+/// Whether `gvk` is one of Kubernetes' own cluster-scoped kinds ([`krec_core::kinds`]). A
 /// permission's `namespaces` cannot restrict them; custom resources are checked against
 /// discovery when the guest starts.
-pub(super) const CLUSTER_SCOPED_BUILTINS: &[(&str, &str)] = &[
-    ("", "Namespace"),
-    ("", "Node"),
-    ("", "PersistentVolume"),
-    ("", "ComponentStatus"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"),
-    ("apiregistration.k8s.io", "APIService"),
-    (
-        "admissionregistration.k8s.io",
-        "MutatingWebhookConfiguration",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingWebhookConfiguration",
-    ),
-    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingAdmissionPolicyBinding",
-    ),
-    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
-    (
-        "admissionregistration.k8s.io",
-        "MutatingAdmissionPolicyBinding",
-    ),
-    ("storage.k8s.io", "StorageClass"),
-    ("storage.k8s.io", "CSIDriver"),
-    ("storage.k8s.io", "CSINode"),
-    ("storage.k8s.io", "VolumeAttachment"),
-    ("storage.k8s.io", "VolumeAttributesClass"),
-    ("scheduling.k8s.io", "PriorityClass"),
-    ("node.k8s.io", "RuntimeClass"),
-    ("networking.k8s.io", "IngressClass"),
-    ("networking.k8s.io", "IPAddress"),
-    ("networking.k8s.io", "ServiceCIDR"),
-    ("certificates.k8s.io", "CertificateSigningRequest"),
-    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
-    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
-    ("resource.k8s.io", "DeviceClass"),
-    ("resource.k8s.io", "ResourceSlice"),
-];
-
-/// Whether `gvk` is one of Kubernetes' own cluster-scoped kinds.
 pub fn is_builtin_cluster_scoped(gvk: &Gvk) -> bool {
-    CLUSTER_SCOPED_BUILTINS
-        .iter()
-        .any(|(group, kind)| gvk.group == *group && gvk.kind == *kind)
+    krec_core::kinds::is_builtin_cluster_scoped(&gvk.group, &gvk.kind)
 }
 
 /// The problem with `namespaces` on a permission for the cluster-scoped kind `gvk`.

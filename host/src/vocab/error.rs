@@ -1,6 +1,6 @@
 //! [`AccessError`]: why a cluster call failed.
 
-use krec_apiserver::ErrorKind;
+use krec_core::ErrorKind;
 
 use super::record::cut;
 use crate::bindings::WitError;
@@ -34,9 +34,15 @@ pub enum AccessError {
     Other(String),
 }
 
-impl From<krec_apiserver::ApiError> for AccessError {
-    fn from(err: krec_apiserver::ApiError) -> Self {
+impl From<krec_core::ApiError> for AccessError {
+    fn from(err: krec_core::ApiError) -> Self {
         AccessError::of(err.kind(), err.code, err.reason, err.message)
+    }
+}
+
+impl From<krec_core::MissingField> for AccessError {
+    fn from(err: krec_core::MissingField) -> Self {
+        AccessError::Invalid(err.to_string())
     }
 }
 

@@ -5,13 +5,12 @@
 //! happened ([`EventKind`]). Nothing here depends on any other module of the host.
 
 mod error;
-mod gvk;
 mod record;
 mod request;
 mod watch;
 
 pub use error::AccessError;
-pub use gvk::Gvk;
+pub use krec_core::Gvk;
 pub use record::{EventRecord, EventType, ObjectReference, cut, printable};
 pub use request::{
     ListOptions, ObjectHead, PatchType, Preconditions, WriteKind, describe, json_text,

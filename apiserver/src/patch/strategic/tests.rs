@@ -187,7 +187,7 @@ fn malformed_patches_should_be_refused_with_apimachinerys_messages() {
 
 /// JSON a strategic merge patch could hold: fields of a Pod, directives, and nonsense.
 fn patch_value() -> impl proptest::strategy::Strategy<Value = Value> {
-    crate::test_support::json_with(
+    krec_core::testing::json_with(
         &[
             "metadata",
             "spec",

@@ -1,4 +1,4 @@
-//! What the crate's property tests share.
+//! Property-test strategies the workspace's crates share (feature `testing`).
 
 use proptest::prelude::*;
 use serde_json::Value;
@@ -25,4 +25,18 @@ pub fn json_with(
             ),
         ]
     })
+}
+
+/// Strings of every byte class the writer treats apart: plain ASCII, the escaped ones, other
+/// control characters, DEL and multi-byte UTF-8, at every offset of an eight-byte word.
+pub fn awkward_string() -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![
+            4 => proptest::char::range('a', 'z'),
+            1 => proptest::sample::select(vec!['"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}',
+                '\u{0}', '\u{1f}', ' ', '!', '#', '[', ']', '\u{7f}', 'é', '€', '😀']),
+        ],
+        0..40,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
 }

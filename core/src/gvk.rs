@@ -4,8 +4,6 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::AccessError;
-
 /// A Kubernetes group/version/kind. The core group is `""`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Gvk {
@@ -45,17 +43,26 @@ impl Gvk {
     }
 
     /// The GVK of a JSON object from its `apiVersion` and `kind` fields.
-    pub fn of_object(object: &Value) -> Result<Self, AccessError> {
-        let field = |name: &str| {
+    ///
+    /// # Errors
+    ///
+    /// [`MissingField`] naming the first of the two that is absent or empty.
+    pub fn of_object(object: &Value) -> Result<Self, MissingField> {
+        let field = |name: &'static str| {
             object
                 .get(name)
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
-                .ok_or_else(|| AccessError::Invalid(format!("object has no {name}")))
+                .ok_or(MissingField(name))
         };
         Ok(Gvk::from_api_version(field("apiVersion")?, field("kind")?))
     }
 }
+
+/// An object without `apiVersion` or `kind` (the field named).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("object has no {0}")]
+pub struct MissingField(pub &'static str);
 
 impl fmt::Display for Gvk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

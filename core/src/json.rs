@@ -366,8 +366,9 @@ fn digits(n: u64) -> usize {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::testing::awkward_string;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -375,7 +376,7 @@ pub(crate) mod tests {
         /// Every pointer finds what `Value::pointer` finds, mutable or not.
         #[test]
         fn at_should_agree_with_pointer(
-            value in crate::test_support::json_with(&["a", "b", "a/b", "m~n", "0", ""], &["x"]),
+            value in crate::testing::json_with(&["a", "b", "a/b", "m~n", "0", ""], &["x"]),
             steps in proptest::collection::vec(proptest::sample::select(vec!["a", "b", "a~1b", "m~0n", "0", "1", "01", "", "-", "+1"]), 0..4),
             leading_slash in any::<bool>(),
         ) {
@@ -391,27 +392,13 @@ pub(crate) mod tests {
         }
     }
 
-    /// Strings of every byte class the writer treats apart: plain ASCII, the escaped ones, other
-    /// control characters, DEL and multi-byte UTF-8, at every offset of an eight-byte word.
-    pub(crate) fn awkward_string() -> impl Strategy<Value = String> {
-        proptest::collection::vec(
-            prop_oneof![
-                4 => proptest::char::range('a', 'z'),
-                1 => proptest::sample::select(vec!['"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}',
-                    '\u{0}', '\u{1f}', ' ', '!', '#', '[', ']', '\u{7f}', 'é', '€', '😀']),
-            ],
-            0..40,
-        )
-        .prop_map(|chars| chars.into_iter().collect())
-    }
-
     proptest! {
         /// The writer's bytes are `serde_json`'s, for strings, keys and whole values.
         #[test]
         fn write_should_match_serde_json(
             text in awkward_string(),
             key in awkward_string(),
-            value in crate::test_support::json_with(&["a", "b\"c", "ключ"], &["x", "a\nb", "\u{1}"]),
+            value in crate::testing::json_with(&["a", "b\"c", "ключ"], &["x", "a\nb", "\u{1}"]),
             number in any::<f64>(),
         ) {
             let mut out = Vec::new();

@@ -1,5 +1,6 @@
-//! The embedded API server's TLS: a self-signed CA generated at start-up, a serving certificate
-//! for `localhost` and the bound address signed by it, and the kubeconfig that trusts the CA.
+//! TLS for krec's servers: a self-signed CA generated at start-up, a serving certificate for
+//! `localhost` and the bound address signed by it, the kubeconfig that trusts the CA (the
+//! embedded API server), and serving configurations from files (the admission server).
 
 use std::net::SocketAddr;
 use std::path::Path;
