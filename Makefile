@@ -3,6 +3,8 @@
 # themselves: the wasm32-wasip2 target, rustfmt, clippy and kubectl.
 
 CARGO ?= cargo
+# Where cargo builds (the host built without the API server is kept there as krec-no-server).
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 GUEST_WORKSPACES := sample-guests tests/guests
 # The guests' own unit tests run natively (their workspaces build for wasm32-wasip2 by default).
 HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
@@ -40,8 +42,11 @@ build: setup
 	$(CARGO) build -p krec
 
 ## Run every test: host unit tests, CLI tests, the guests in the host, the embedded API server
-## with kube and kubectl, SDK doctests.
+## with kube and kubectl, SDK doctests — and the host built without the embedded API server
+## (`krec-no-server`, which a test runs against `krec cluster`).
 test: guests tools
+	$(CARGO) build -p krec --no-default-features
+	cp $(TARGET_DIR)/debug/krec $(TARGET_DIR)/debug/krec-no-server
 	$(CARGO) test --workspace
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) test --target $(HOST_TRIPLE)) || exit 1; done
 
@@ -50,6 +55,7 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all -- --check) || exit 1; done
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p krec --no-default-features -- -D warnings
 	$(CARGO) clippy -p krec-guest -p pod-stamper --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 

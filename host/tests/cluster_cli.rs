@@ -96,7 +96,7 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         ],
         |line| line.starts_with("try: kubectl"),
     );
-    let child = Stopped(child);
+    let child = common::Stopped(child);
     let mut refused = Vec::new();
     // What earlier files created: a later file may extend it (`configured`).
     let mut applied: Vec<String> = Vec::new();
@@ -149,14 +149,4 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
     }
     drop(child);
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
-}
-
-/// A child process killed when dropped, so a failing assertion leaves no server behind.
-struct Stopped(std::process::Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

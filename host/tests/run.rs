@@ -87,3 +87,82 @@ fn run_without_a_usable_kubeconfig_should_say_so_and_fail() {
         "{stderr}"
     );
 }
+
+/// The host built without the embedded API server (`cargo build -p krec --no-default-features`,
+/// which `make test` builds first and keeps beside `krec` as `krec-no-server`): it has no
+/// `cluster` or `dev` command, and its `krec run` reconciles a sample guest against
+/// `krec cluster`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_the_embedded_api_server_should_run_the_sample_guests() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_krec")).with_file_name("krec-no-server");
+    assert!(
+        binary.exists(),
+        "{} is missing: `make test` builds it (cargo build -p krec --no-default-features, then \
+         copies target/debug/krec there)",
+        binary.display()
+    );
+    let help = Command::new(&binary).arg("--help").output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("  run ") && !help.contains("  cluster ") && !help.contains("  dev "));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let (cluster, _, _lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            // No ReplicaSet controller: the guest counts the Pods the test made (none).
+            "--controllers".as_ref(),
+            "none".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
+    let mut cluster = common::Stopped(cluster);
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("config");
+    let client = kube::Client::try_from(config).expect("client");
+    let replicasets: kube::Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+        kube::Api::namespaced(client, "default");
+    let rs = serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
+    .expect("rs");
+    replicasets
+        .create(&Default::default(), &rs)
+        .await
+        .expect("create rs");
+
+    let manifests = common::repo().join("sample-guests/pod-counter");
+    let host = Command::new(&binary)
+        .args(["run", "--manifests"])
+        .arg(&manifests)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start krec-no-server run");
+    let mut host = common::Stopped(host);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rs = replicasets.get("web").await.expect("get rs");
+        if rs.metadata.labels.unwrap_or_default().get("pod-count") == Some(&"0".to_owned()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "krec-no-server run never labelled the ReplicaSet"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let exit = common::stop(&mut host.0, "-TERM");
+    assert!(exit.success(), "exit status {exit:?}");
+    common::stop(&mut cluster.0, "-TERM");
+}

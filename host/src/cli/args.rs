@@ -16,6 +16,7 @@ pub(super) fn quantity(text: &str) -> Result<u64, crate::manifest::UnitError> {
 }
 
 /// The local cluster's built-in controllers and simulated nodes.
+#[cfg(feature = "embedded-apiserver")]
 #[derive(clap::Args)]
 pub(super) struct SimulationArgs {
     /// Built-in controllers to run: all, none, or a comma-separated list of deployment,
@@ -37,6 +38,7 @@ pub(super) struct SimulationArgs {
     faults: Option<PathBuf>,
 }
 
+#[cfg(feature = "embedded-apiserver")]
 impl SimulationArgs {
     pub(super) fn config(&self) -> krec_apiserver::controllers::Config {
         krec_apiserver::controllers::Config {

@@ -119,8 +119,12 @@ impl Checker {
                 }
             })?;
         let module = Arc::new(module);
+        #[cfg(feature = "embedded-apiserver")]
         let cluster: Arc<dyn crate::cluster::ClusterAccess> =
             Arc::new(crate::cluster::MemoryCluster::new());
+        #[cfg(not(feature = "embedded-apiserver"))]
+        let cluster: Arc<dyn crate::cluster::ClusterAccess> =
+            Arc::new(crate::cluster::EmptyCluster::new());
         self.runtime
             .block_on(guest::GuestWorker::new(module.clone(), cluster).warm_up())
             .map_err(|source| match source {

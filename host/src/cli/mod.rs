@@ -3,7 +3,9 @@
 
 mod args;
 mod check;
+#[cfg(feature = "embedded-apiserver")]
 mod cluster;
+#[cfg(feature = "embedded-apiserver")]
 pub mod dev;
 mod new;
 mod rbac;
@@ -44,11 +46,13 @@ enum Command {
     ///
     /// HTTPS with a generated CA; the kubeconfig trusting it is written to --kubeconfig-out.
     /// There is no authentication: it binds loopback unless told otherwise. Ctrl-C stops it.
+    #[cfg(feature = "embedded-apiserver")]
     Cluster(cluster::Args),
     /// Start the embedded API server, apply example objects and reconcile them with the guests.
     ///
     /// Writes a kubeconfig so kubectl can watch the guests work, and logs every reconcile until
     /// Ctrl-C.
+    #[cfg(feature = "embedded-apiserver")]
     Dev(dev::Args),
     /// Print the least-privilege ClusterRole and binding for the guests in a directory: their
     /// permissions plus what the host needs (watches, leases, events).
@@ -69,10 +73,14 @@ impl Command {
     /// What the command logs unless `RUST_LOG` says otherwise.
     fn default_log(&self) -> &'static str {
         match self {
-            Command::New(_) | Command::Cluster(_) => "info",
+            Command::New(_) => "info",
+            #[cfg(feature = "embedded-apiserver")]
+            Command::Cluster(_) => "info",
             // `krec check`: a guest's own log lines from `init` would break "one line per file".
             Command::Check(_) | Command::Rbac(_) | Command::Webhooks(_) => "warn",
-            Command::Dev(_) | Command::Run(_) => LIVE_LOG,
+            #[cfg(feature = "embedded-apiserver")]
+            Command::Dev(_) => LIVE_LOG,
+            Command::Run(_) => LIVE_LOG,
         }
     }
 }
@@ -86,7 +94,9 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::New(args) => new::execute(args),
         Command::Check(args) => check::execute(args),
+        #[cfg(feature = "embedded-apiserver")]
         Command::Cluster(args) => block_on("cluster", cluster::execute(args)),
+        #[cfg(feature = "embedded-apiserver")]
         Command::Dev(args) => block_on("dev", dev::execute(args)),
         Command::Run(args) => block_on("run", run::execute(args)),
         Command::Rbac(args) => rbac::execute(args),

@@ -1,14 +1,18 @@
 //! Cluster access: the one seam between the guest plumbing and wherever objects live.
 //!
 //! The host side of the WIT `client` and `events` interfaces calls a [`ClusterAccess`] after
-//! checking the guest's permissions. Its backends: [`MemoryCluster`] (an in-memory object set
-//! for tests and the demo) and [`live::LiveCluster`] (reads from the shared cache, writes to the
+//! checking the guest's permissions. Its backends: `MemoryCluster` (an in-memory object set
+//! for tests and `krec check`, on the embedded API server's store; without the
+//! `embedded-apiserver` feature, `EmptyCluster` in its place) and [`live::LiveCluster`] (reads from the shared cache, writes to the
 //! API server through [`crate::client::ApiClient`], each write within the guest's
 //! [`fence`] when guests are sharded). The words they share live in [`crate::vocab`].
 
 pub mod fence;
 pub mod live;
+#[cfg(feature = "embedded-apiserver")]
 mod memory;
+#[cfg(not(feature = "embedded-apiserver"))]
+mod empty;
 
 use std::sync::Arc;
 
@@ -20,6 +24,9 @@ use crate::vocab::{
     json_text,
 };
 
+#[cfg(not(feature = "embedded-apiserver"))]
+pub use empty::EmptyCluster;
+#[cfg(feature = "embedded-apiserver")]
 pub use memory::{MAX_EVENTS, MemoryCluster, RecordedEvent};
 
 /// Where guests' reads and writes go. Objects are JSON values with `apiVersion` and `kind`.

@@ -116,6 +116,7 @@ macro_rules! cases {
             }
         }
 
+        #[cfg(feature = "native")]
         impl From<AccessError> for krec_guest::Error {
             fn from(err: AccessError) -> Self {
                 match err {
@@ -124,6 +125,7 @@ macro_rules! cases {
             }
         }
 
+        #[cfg(feature = "native")]
         impl From<krec_guest::Error> for AccessError {
             fn from(err: krec_guest::Error) -> Self {
                 match err {

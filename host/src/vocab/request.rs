@@ -140,6 +140,7 @@ macro_rules! patch_cases {
             }
         }
 
+        #[cfg(feature = "native")]
         impl From<krec_guest::native::PatchType> for WitPatchType {
             fn from(how: krec_guest::native::PatchType) -> Self {
                 match how {

@@ -26,6 +26,16 @@ pub fn stop(child: &mut Child, signal: &str) -> std::process::ExitStatus {
     child.wait().expect("wait")
 }
 
+/// A child process killed and reaped when dropped (a failed assertion included).
+pub struct Stopped(pub Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The repository's root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
