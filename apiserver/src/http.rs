@@ -21,7 +21,7 @@ use crate::field_validation;
 use crate::json::Pointer;
 use crate::managed;
 use crate::openapi;
-use crate::patch::{PatchKind, PatchMeta, patched};
+use crate::patch::{PatchMeta, PatchType, patched};
 use crate::printers;
 use crate::protobuf;
 use crate::resources::ResourceType;
@@ -935,8 +935,8 @@ async fn scale_subresource(
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            let kind = PatchKind::from_content_type(content_type)
-                .filter(|k| *k != PatchKind::Apply)
+            let kind = PatchType::from_content_type(content_type)
+                .filter(|k| *k != PatchType::Apply)
                 .ok_or_else(|| {
                     ApiError::unsupported_media_type(format!(
                         "the body of the request was in an unknown format ({content_type:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
@@ -983,12 +983,12 @@ async fn patch(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let kind = PatchKind::from_content_type(content_type).ok_or_else(|| {
+    let kind = PatchType::from_content_type(content_type).ok_or_else(|| {
         ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format ({content_type:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
         ))
     })?;
-    let (patch, duplicates) = if kind == PatchKind::Apply {
+    let (patch, duplicates) = if kind == PatchType::Apply {
         yaml_or_json(body).await.map_err(|e| {
             ApiError::bad_request(format!("the apply body is not valid YAML or JSON: {e}"))
         })?
@@ -997,7 +997,7 @@ async fn patch(
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
         (patch, Vec::new())
     };
-    if kind == PatchKind::Apply && params.get("fieldManager").is_none() {
+    if kind == PatchType::Apply && params.get("fieldManager").is_none() {
         return Err(ApiError::bad_request(
             "PATCH with apply requires a fieldManager",
         ));
@@ -1008,7 +1008,7 @@ async fn patch(
         .contains(&target.rt, target.namespace.as_deref(), name);
     let mut options = params.write_options(headers);
     let mut warnings = Vec::new();
-    let stored = if kind == PatchKind::Apply {
+    let stored = if kind == PatchType::Apply {
         options.applied = true;
         let rt = &target.rt;
         let schema = managed::Schema::of(rt);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::patch::{PatchKind, PatchMeta, patched};
+use crate::patch::{PatchMeta, PatchType, patched};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, WriteOptions};
 use crate::{ApiError, ResourceType, Store};
@@ -215,7 +215,7 @@ impl LocalClient {
         rt: &ResourceType,
         namespace: Option<&str>,
         name: &str,
-        kind: PatchKind,
+        kind: PatchType,
         body: &Value,
         status: bool,
     ) -> Result<Arc<Value>, ApiError> {
@@ -280,7 +280,7 @@ mod tests {
                 &rt,
                 Some("default"),
                 "a",
-                PatchKind::Merge,
+                PatchType::Merge,
                 &json!({"data": {"j": "w"}}),
                 false,
             )

@@ -21,10 +21,50 @@ impl ObjectKey {
         }
     }
 
+    /// The key of `name` in `namespace` from outside the cache (a manual trigger, a guest's
+    /// `map`): checked to be what an object could be called, so that it can be one URL segment
+    /// and cannot forge a log line.
+    ///
+    /// # Errors
+    ///
+    /// [`BadObjectName`] saying what is wrong.
+    pub fn checked(namespace: Option<&str>, name: &str) -> Result<Self, BadObjectName> {
+        if let Some(ns) = namespace
+            && !crate::selector::is_dns_label(ns)
+        {
+            return Err(BadObjectName::Namespace(ns.chars().take(64).collect()));
+        }
+        let valid = !name.is_empty()
+            && name.len() <= MAX_NAME
+            && name != "."
+            && name != ".."
+            && !name.chars().any(|c| c.is_control() || c == '/' || c == '%');
+        if !valid {
+            return Err(BadObjectName::Name(name.chars().take(64).collect()));
+        }
+        Ok(ObjectKey::new(namespace, name))
+    }
+
     /// The namespace, borrowed.
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
     }
+}
+
+/// Longest object name a key from outside the cache may have: a DNS subdomain's 253 bytes.
+pub const MAX_NAME: usize = 253;
+
+/// A namespace or name no object could have (its first 64 characters).
+#[derive(Debug, thiserror::Error)]
+pub enum BadObjectName {
+    /// Not a DNS label.
+    #[error("{0:?} is not a valid namespace")]
+    Namespace(String),
+    /// Empty, too long, `.`, `..`, or with `/`, `%` or control characters.
+    #[error(
+        "{0:?} is not a valid object name: 1-{MAX_NAME} bytes, not `.` or `..`, no `/`, `%` or control characters"
+    )]
+    Name(String),
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object (client-go's `MetaNamespaceKeyFunc`).

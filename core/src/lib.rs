@@ -4,24 +4,31 @@
 //! errors and schemas alike.
 //!
 //! - which object: [`Gvk`], [`ObjectKey`], the facts of the built-in kinds ([`kinds`]);
-//! - what a request names: label and field [`selector`]s, DNS names, [`duration`]s;
+//! - what a request names: label and field [`selector`]s, DNS names, [`duration`]s, the
+//!   [`PatchType`] of a patch;
 //! - how a request fails: [`ApiError`] and its [`ErrorKind`]s, the `Status` kube-apiserver
-//!   returns;
+//!   returns; [`CallError`], the cases a guest's call fails with;
 //! - what a body holds: JSON pointer lookups and the API-object writer ([`json`]), structural
 //!   schemas ([`schema`]), YAML bounded before it is parsed ([`yaml`]).
 
+mod call_error;
 pub mod duration;
 pub mod error;
 mod gvk;
 pub mod json;
 mod key;
 pub mod kinds;
+mod patch;
+#[cfg(feature = "schema")]
 pub mod schema;
 pub mod selector;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(feature = "yaml")]
 pub mod yaml;
 
+pub use call_error::CallError;
 pub use error::{ApiError, ErrorKind};
 pub use gvk::{Gvk, MissingField};
-pub use key::ObjectKey;
+pub use key::{BadObjectName, MAX_NAME, ObjectKey};
+pub use patch::PatchType;

@@ -102,18 +102,8 @@ use crate::{
     Action, Context, Error, EventType, FromConfig, ListParams, Preconditions, Reconciler, Request,
 };
 
-/// Format of a patch body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatchType {
-    /// JSON merge patch (RFC 7386).
-    Merge,
-    /// JSON patch (RFC 6902).
-    Json,
-    /// Strategic merge patch.
-    Strategic,
-    /// Server-side apply.
-    Apply,
-}
+/// Format of a patch body: the workspace's one list of patch types.
+pub use krec_core::PatchType;
 
 /// Severity of a guest's log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

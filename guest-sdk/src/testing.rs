@@ -54,7 +54,6 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use krec_apiserver::local::LocalClient;
-use krec_apiserver::patch::PatchKind;
 use krec_apiserver::{ApiError, ErrorKind, Registry, ResourceType, Store, ensure_namespaces};
 
 use crate::native::{self, Host, Level, ObjectReference, PatchType};
@@ -392,17 +391,11 @@ impl Host for Inner {
     ) -> Result<String> {
         let rt = self.resolve(gvk)?;
         let body: Value = serde_json::from_str(body)?;
-        let kind = match patch_type {
-            PatchType::Merge => PatchKind::Merge,
-            PatchType::Json => PatchKind::Json,
-            PatchType::Strategic => PatchKind::Strategic,
-            PatchType::Apply => PatchKind::Apply,
-        };
         let verb = if status { "patch-status" } else { "patch" };
         self.write(verb, &gvk.kind, namespace, name)?;
         let patched = self
             .client
-            .patch(&rt, namespace, name, kind, &body, status)
+            .patch(&rt, namespace, name, patch_type, &body, status)
             .map_err(error)?;
         text(&patched)
     }

@@ -23,8 +23,9 @@ use axum::routing::{get, post};
 
 use krec_net::connections::{self, Limits, Transport};
 
-use crate::controller::{BadRequestName, Request};
+use crate::controller::Request;
 use crate::manager::Manager;
+use krec_core::BadObjectName;
 
 /// What the admin endpoints read.
 #[derive(Default)]
@@ -220,7 +221,7 @@ async fn trigger(
     let request = match Request::checked(namespace.as_deref(), &name) {
         Ok(request) => request,
         Err(problem) => {
-            let hint = if matches!(problem, BadRequestName::Namespace(_)) {
+            let hint = if matches!(problem, BadObjectName::Namespace(_)) {
                 " (use `_` for a cluster-scoped object)"
             } else {
                 ""

@@ -187,7 +187,7 @@ impl NativeHost {
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.host_nanos.fetch_add(nanos, Ordering::Relaxed);
         count_call(self.metrics.as_deref(), &self.manifest.name, verb, &result);
-        result.map_err(krec_guest::Error::from)
+        result
     }
 }
 
@@ -350,7 +350,7 @@ async fn run(
         Ok(Err(error)) => Err(ReconcileError::Guest {
             guest: manifest.name.clone(),
             request: shown,
-            error: bounded_error(AccessError::from(error)),
+            error: bounded_error(error),
         }),
         Err(panic) => Err(ReconcileError::Trap {
             guest: manifest.name.clone(),

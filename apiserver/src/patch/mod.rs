@@ -20,49 +20,23 @@ pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 /// grow it exponentially.
 pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 << 20;
 
-/// How a patch body is to be applied, from its `Content-Type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatchKind {
-    /// `application/merge-patch+json`.
-    Merge,
-    /// `application/json-patch+json`.
-    Json,
-    /// `application/strategic-merge-patch+json`.
-    Strategic,
-    /// `application/apply-patch+yaml`.
-    Apply,
-}
-
-impl PatchKind {
-    /// The patch kind of a `Content-Type` header.
-    pub fn from_content_type(content_type: &str) -> Option<Self> {
-        match content_type.split(';').next().unwrap_or("").trim() {
-            "application/merge-patch+json" => Some(PatchKind::Merge),
-            "application/json-patch+json" => Some(PatchKind::Json),
-            "application/strategic-merge-patch+json" => Some(PatchKind::Strategic),
-            "application/apply-patch+yaml" | "application/apply-patch+json" => {
-                Some(PatchKind::Apply)
-            }
-            _ => None,
-        }
-    }
-}
+pub use krec_core::PatchType;
 
 /// Apply `body` (already decoded) to `target`. `meta` holds a built-in kind's patch strategies;
 /// `None` (custom resources) refuses strategic merge, as kube-apiserver does.
 pub fn apply_patch(
-    kind: PatchKind,
+    kind: PatchType,
     target: &mut Value,
     body: &Value,
     meta: Option<PatchMeta>,
 ) -> Result<(), ApiError> {
     match kind {
-        PatchKind::Merge => {
+        PatchType::Merge => {
             require_object(body)?;
             json_patch::merge(target, body);
         }
-        PatchKind::Json => json_patch_bounded(target, body)?,
-        PatchKind::Strategic => {
+        PatchType::Json => json_patch_bounded(target, body)?,
+        PatchType::Strategic => {
             let Some(meta) = meta else {
                 return Err(ApiError::unsupported_media_type(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
@@ -71,7 +45,7 @@ pub fn apply_patch(
             require_object(body)?;
             strategic_merge(target, body, meta)?;
         }
-        PatchKind::Apply => {
+        PatchType::Apply => {
             require_object(body)?;
             match meta {
                 Some(meta) => strategic_merge(target, body, meta)?,
@@ -85,7 +59,7 @@ pub fn apply_patch(
 /// What a patch request stores: the current object with `body` applied or, when the object does
 /// not exist, `body` itself for server-side apply (which creates) and nothing for other patches.
 pub fn patched(
-    kind: PatchKind,
+    kind: PatchType,
     body: &Value,
     meta: Option<PatchMeta>,
     current: Option<&Value>,
@@ -95,13 +69,13 @@ pub fn patched(
             let mut patched = current.clone();
             // A JSON patch that reads or moves `managedFields` sees each `fieldsV1` as JSON,
             // as on kube-apiserver, not as the text stored objects keep.
-            if kind == PatchKind::Json && reaches_managed_fields(body) {
+            if kind == PatchType::Json && reaches_managed_fields(body) {
                 crate::managed::expand(&mut patched);
             }
             apply_patch(kind, &mut patched, body, meta)?;
             Ok(Some(patched))
         }
-        None if kind == PatchKind::Apply => Ok(Some(body.clone())),
+        None if kind == PatchType::Apply => Ok(Some(body.clone())),
         None => Ok(None),
     }
 }
@@ -286,7 +260,7 @@ mod tests {
             ops.push(json!({"op": "copy", "from": "/d", "path": format!("/d/k{k}")}));
         }
         let mut target = json!({"metadata": {"name": "x"}});
-        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), None)
+        let err = apply_patch(PatchType::Json, &mut target, &Value::Array(ops), None)
             .expect_err("amplification refused");
         assert_eq!(err.code, 422);
         assert!(
@@ -296,7 +270,7 @@ mod tests {
         // Honest copies within the budget still work.
         let mut target = json!({"a": {"b": 1}});
         let ops = json!([{"op": "copy", "from": "/a", "path": "/c"}]);
-        apply_patch(PatchKind::Json, &mut target, &ops, None).expect("copy");
+        apply_patch(PatchType::Json, &mut target, &ops, None).expect("copy");
         assert_eq!(target, json!({"a": {"b": 1}, "c": {"b": 1}}));
     }
 
@@ -306,7 +280,7 @@ mod tests {
             .map(|_| json!({"op": "test", "path": "/a", "value": 1}))
             .collect();
         let mut target = json!({"a": 1});
-        let err = apply_patch(PatchKind::Json, &mut target, &Value::Array(ops), None)
+        let err = apply_patch(PatchType::Json, &mut target, &Value::Array(ops), None)
             .expect_err("too many operations");
         assert_eq!(err.code, 413);
         assert_eq!(
@@ -318,7 +292,7 @@ mod tests {
     #[test]
     fn strategic_patches_should_be_refused_for_custom_resources() {
         let mut obj = json!({});
-        let err = apply_patch(PatchKind::Strategic, &mut obj, &json!({}), None).expect_err("415");
+        let err = apply_patch(PatchType::Strategic, &mut obj, &json!({}), None).expect_err("415");
         assert_eq!(err.code, 415);
     }
 }

@@ -24,6 +24,7 @@ mod object;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use krec_core::ObjectKey;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
@@ -70,9 +71,6 @@ pub trait EventSink: Send + Sync {
 /// Key of an informer: the kind and the namespace scope (`None`: all namespaces).
 type Scope = (Gvk, Option<String>);
 
-/// Key of an object in one informer: namespace (none for cluster-scoped) and name.
-type ObjectKey = (Option<String>, String);
-
 #[derive(Default)]
 struct Indexes {
     by_namespace: HashMap<String, BTreeSet<String>>,
@@ -81,20 +79,20 @@ struct Indexes {
 
 fn key_of(object: &CachedObject) -> ObjectKey {
     let meta = object.metadata();
-    (
-        meta.namespace.clone(),
-        meta.name.clone().unwrap_or_default(),
-    )
+    ObjectKey {
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
 }
 
 impl Indexes {
     fn insert(&mut self, object: &CachedObject) {
         let key = key_of(object);
-        if let Some(ns) = &key.0 {
+        if let Some(ns) = &key.namespace {
             self.by_namespace
                 .entry(ns.clone())
                 .or_default()
-                .insert(key.1.clone());
+                .insert(key.name.clone());
         }
         if let Some(uid) = object.controller_uid() {
             self.by_owner.entry(uid.to_owned()).or_default().insert(key);
@@ -103,10 +101,10 @@ impl Indexes {
 
     fn remove(&mut self, object: &CachedObject) {
         let key = key_of(object);
-        if let Some(ns) = &key.0
+        if let Some(ns) = &key.namespace
             && let Some(names) = self.by_namespace.get_mut(ns)
         {
-            names.remove(&key.1);
+            names.remove(&key.name);
             if names.is_empty() {
                 self.by_namespace.remove(ns);
             }
@@ -319,7 +317,7 @@ impl Informer {
                     .get(ns)
                     .into_iter()
                     .flatten()
-                    .filter_map(|name| store.objects.get(&(Some(ns.to_owned()), name.clone())))
+                    .filter_map(|name| store.objects.get(&ObjectKey::new(Some(ns), name)))
                     .cloned()
                     .collect()
             }
@@ -341,7 +339,7 @@ impl Informer {
     }
 
     /// The namespace and name of every cached object, sorted.
-    pub fn keys(&self) -> Vec<(Option<String>, String)> {
+    pub fn keys(&self) -> Vec<ObjectKey> {
         let mut keys: Vec<ObjectKey> = self.read_store().objects.keys().cloned().collect();
         keys.sort();
         keys
@@ -589,12 +587,7 @@ impl Informer {
 
     /// The store key of `namespace`/`name`: no namespace for a cluster-scoped kind.
     fn key(&self, namespace: Option<&str>, name: &str) -> ObjectKey {
-        (
-            namespace
-                .filter(|_| self.resolved.namespaced)
-                .map(str::to_owned),
-            name.to_owned(),
-        )
+        ObjectKey::new(namespace.filter(|_| self.resolved.namespaced), name)
     }
 }
 

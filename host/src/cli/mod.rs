@@ -29,6 +29,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Start a guest crate: a reconciler with a configuration, its manifest, an example object,

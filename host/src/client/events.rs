@@ -69,7 +69,7 @@ impl Default for Limits {
 /// One distinct Event: what makes two records repeats of each other.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct EventKey {
-    object: ObjectKey,
+    object: Subject,
     event_type: &'static str,
     reason: String,
     message: String,
@@ -77,7 +77,7 @@ struct EventKey {
 
 /// A reporter and the object it reports about: what the rate limit is kept for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ObjectKey {
+struct Subject {
     reporter: String,
     api_version: String,
     kind: String,
@@ -116,7 +116,7 @@ struct State {
     /// latest is stale.
     order: VecDeque<(u64, EventKey)>,
     tick: u64,
-    buckets: HashMap<ObjectKey, Bucket>,
+    buckets: HashMap<Subject, Bucket>,
 }
 
 /// Records Events through an [`EventWriter`], aggregating repeats and rate limiting writes.
@@ -177,7 +177,7 @@ impl EventRecorder {
     /// The API server's refusal of a create or patch (the count stays recorded).
     pub async fn record(&self, event: &EventRecord) -> Result<Recorded, AccessError> {
         let r = &event.regarding;
-        let object = ObjectKey {
+        let object = Subject {
             reporter: event.reporter.clone(),
             api_version: r.gvk.api_version(),
             kind: r.gvk.kind.clone(),
@@ -252,7 +252,7 @@ impl EventRecorder {
         }
         // Buckets of objects no Event is remembered for go with them.
         if state.buckets.len() > tracked {
-            let live: std::collections::HashSet<ObjectKey> =
+            let live: std::collections::HashSet<Subject> =
                 state.events.keys().map(|k| k.object.clone()).collect();
             state.buckets.retain(|k, _| live.contains(k));
         }
@@ -260,7 +260,7 @@ impl EventRecorder {
     }
 
     /// Take a write token for `object`, if one is free.
-    fn take_token(&self, object: &ObjectKey) -> bool {
+    fn take_token(&self, object: &Subject) -> bool {
         let mut state = self.state();
         let now = Instant::now();
         let burst = f64::from(self.limits.burst.max(1));
@@ -281,7 +281,7 @@ impl EventRecorder {
     }
 
     /// When `object`'s next token is free.
-    fn next_token_in(&self, object: &ObjectKey) -> Duration {
+    fn next_token_in(&self, object: &Subject) -> Duration {
         let state = self.state();
         let Some(bucket) = state.buckets.get(object) else {
             return Duration::ZERO;
@@ -298,7 +298,7 @@ impl EventRecorder {
     /// meanwhile; a failed write is tried again with the next token, a few times.
     fn flush_later(
         &self,
-        object: ObjectKey,
+        object: Subject,
         seen: Arc<tokio::sync::Mutex<Seen>>,
         event: EventRecord,
     ) {

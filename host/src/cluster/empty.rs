@@ -31,7 +31,10 @@ fn nowhere() -> AccessError {
 #[async_trait]
 impl ClusterAccess for EmptyCluster {
     async fn get(&self, gvk: &Gvk, _: Option<&str>, name: &str) -> Result<Value, AccessError> {
-        Err(AccessError::NotFound(format!("{} {name:?} not found", gvk.kind)))
+        Err(AccessError::NotFound(format!(
+            "{} {name:?} not found",
+            gvk.kind
+        )))
     }
 
     async fn list(&self, _: &Gvk, _: &ListOptions) -> Result<Vec<Value>, AccessError> {
@@ -39,7 +42,9 @@ impl ClusterAccess for EmptyCluster {
     }
 
     async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
-        Ok(!krec_core::kinds::is_builtin_cluster_scoped(&gvk.group, &gvk.kind))
+        Ok(!krec_core::kinds::is_builtin_cluster_scoped(
+            &gvk.group, &gvk.kind,
+        ))
     }
 
     async fn create(&self, _: Value) -> Result<Value, AccessError> {

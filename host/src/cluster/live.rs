@@ -35,6 +35,7 @@ use crate::vocab::{
     AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
     json_text,
 };
+use krec_core::ObjectKey;
 use krec_core::selector::{FieldSelector, LabelSelector};
 
 /// The field manager a guest's writes are attributed to: `krec-<guest>`.
@@ -133,8 +134,8 @@ const PRUNE_AT: usize = 1024;
 struct Writes {
     /// The highest version written, by namespace (`None`: cluster-scoped).
     by_namespace: HashMap<Option<String>, u64>,
-    /// The version written, by object (namespace, name), until the cache reflects it.
-    by_object: HashMap<(Option<String>, String), u64>,
+    /// The version written, by object, until the cache reflects it.
+    by_object: HashMap<ObjectKey, u64>,
     /// By namespace, the highest version of object entries dropped before the cache was seen to
     /// reflect them (no informer known to ask): every get there waits for it.
     floor: HashMap<Option<String>, u64>,
@@ -149,8 +150,8 @@ impl Writes {
         };
         match object {
             Some((namespace, name)) => {
-                let key = (namespace.map(str::to_owned), name.to_owned());
-                let floor = self.floor.get(&key.0).copied().unwrap_or(0);
+                let key = ObjectKey::new(namespace, name);
+                let floor = self.floor.get(&key.namespace).copied().unwrap_or(0);
                 self.by_object.get(&key).copied().unwrap_or(0).max(floor)
             }
             None => self
@@ -167,21 +168,22 @@ impl Writes {
     /// answers for raise their namespace's floor instead.
     fn prune(&mut self, informers: &[Arc<Informer>]) {
         let floor = &mut self.floor;
-        self.by_object.retain(|(namespace, _), version| {
-            let seen = informers
-                .iter()
-                .filter(|i| i.namespace().is_none() || i.namespace() == namespace.as_deref())
-                .map(|i| i.seen_version())
-                .max();
-            match seen {
-                Some(seen) => seen < *version,
-                None => {
-                    let f = floor.entry(namespace.clone()).or_insert(0);
-                    *f = (*f).max(*version);
-                    false
+        self.by_object
+            .retain(|ObjectKey { namespace, .. }, version| {
+                let seen = informers
+                    .iter()
+                    .filter(|i| i.namespace().is_none() || i.namespace() == namespace.as_deref())
+                    .map(|i| i.seen_version())
+                    .max();
+                match seen {
+                    Some(seen) => seen < *version,
+                    None => {
+                        let f = floor.entry(namespace.clone()).or_insert(0);
+                        *f = (*f).max(*version);
+                        false
+                    }
                 }
-            }
-        });
+            });
     }
 }
 
@@ -309,7 +311,7 @@ impl LiveCluster {
         if let Some(name) = name {
             let entry = writes
                 .by_object
-                .entry((namespace.map(str::to_owned), name.to_owned()))
+                .entry(ObjectKey::new(namespace, name))
                 .or_insert(0);
             *entry = (*entry).max(version);
         }
@@ -738,8 +740,8 @@ impl ClusterAccess for LiveCluster {
 mod tests {
     use super::*;
 
-    fn key(ns: &str, name: &str) -> (Option<String>, String) {
-        (Some(ns.to_owned()), name.to_owned())
+    fn key(ns: &str, name: &str) -> ObjectKey {
+        ObjectKey::new(Some(ns), name)
     }
 
     #[test]

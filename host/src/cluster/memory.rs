@@ -15,7 +15,6 @@ use serde_json::Value;
 use super::ClusterAccess;
 use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 use krec_apiserver::local::LocalClient;
-use krec_apiserver::patch::PatchKind;
 use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};
 
 /// An Event recorded through [`ClusterAccess::record_event`].
@@ -134,15 +133,9 @@ impl ClusterAccess for MemoryCluster {
         status: bool,
     ) -> Result<Value, AccessError> {
         let rt = self.resolve(gvk)?;
-        let kind = match patch_type {
-            PatchType::Merge => PatchKind::Merge,
-            PatchType::Json => PatchKind::Json,
-            PatchType::Strategic => PatchKind::Strategic,
-            PatchType::Apply => PatchKind::Apply,
-        };
         let patched = self
             .client
-            .patch(&rt, namespace, name, kind, &body, status)?;
+            .patch(&rt, namespace, name, patch_type, &body, status)?;
         Ok(Arc::unwrap_or_clone(patched))
     }
 

@@ -7,12 +7,12 @@
 //! API server through [`crate::client::ApiClient`], each write within the guest's
 //! [`fence`] when guests are sharded). The words they share live in [`crate::vocab`].
 
+#[cfg(not(feature = "embedded-apiserver"))]
+mod empty;
 pub mod fence;
 pub mod live;
 #[cfg(feature = "embedded-apiserver")]
 mod memory;
-#[cfg(not(feature = "embedded-apiserver"))]
-mod empty;
 
 use std::sync::Arc;
 

@@ -25,64 +25,8 @@ fn labels(meta: &ObjectMeta) -> &BTreeMap<String, String> {
     meta.labels.as_ref().unwrap_or(&NO_LABELS)
 }
 
-/// The key of an object to reconcile.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Request {
-    /// Namespace; `None` for cluster-scoped objects and namespace-less requests.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl Request {
-    /// A request for `name` in `namespace`.
-    pub fn new(namespace: Option<&str>, name: &str) -> Self {
-        Request {
-            namespace: namespace.map(str::to_owned),
-            name: name.to_owned(),
-        }
-    }
-
-    /// A request for `name` in `namespace` from outside the cache (the manual trigger, a
-    /// guest's `map`): checked to be what an object could be called, so that it can be one URL
-    /// segment and cannot forge a log line.
-    ///
-    /// # Errors
-    ///
-    /// [`BadRequestName`] saying what is wrong.
-    pub fn checked(namespace: Option<&str>, name: &str) -> Result<Self, BadRequestName> {
-        if let Some(ns) = namespace
-            && !krec_core::selector::is_dns_label(ns)
-        {
-            return Err(BadRequestName::Namespace(ns.chars().take(64).collect()));
-        }
-        let valid = !name.is_empty()
-            && name.len() <= MAX_REQUEST_NAME
-            && name != "."
-            && name != ".."
-            && !name.chars().any(|c| c.is_control() || c == '/' || c == '%');
-        if !valid {
-            return Err(BadRequestName::Name(name.chars().take(64).collect()));
-        }
-        Ok(Request::new(namespace, name))
-    }
-}
-
-/// Longest object name a request from outside the cache may have: a DNS subdomain's 253 bytes.
-pub const MAX_REQUEST_NAME: usize = 253;
-
-/// A namespace or name no object could have (its first 64 characters).
-#[derive(Debug, thiserror::Error)]
-pub enum BadRequestName {
-    /// Not a DNS label.
-    #[error("{0:?} is not a valid namespace")]
-    Namespace(String),
-    /// Empty, too long, `.`, `..`, or with `/`, `%` or control characters.
-    #[error(
-        "{0:?} is not a valid object name: 1-{MAX_REQUEST_NAME} bytes, not `.` or `..`, no `/`, `%` or control characters"
-    )]
-    Name(String),
-}
+/// The key of an object to reconcile: the workspace's one object key.
+pub type Request = krec_core::ObjectKey;
 
 /// A metadata field a change predicate compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

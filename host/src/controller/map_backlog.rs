@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use krec_core::ObjectKey;
+
 use crate::vocab::Gvk;
 
-/// Which object: kind, namespace, name.
-type ObjectKey = (Gvk, Option<String>, String);
+/// Which object: its kind and its key.
+type Key = (Gvk, ObjectKey);
 
 /// The states of one object to map.
 #[derive(Debug)]
@@ -38,8 +40,8 @@ struct Pending {
 
 #[derive(Default)]
 struct Inner {
-    order: VecDeque<ObjectKey>,
-    pending: HashMap<ObjectKey, Pending>,
+    order: VecDeque<Key>,
+    pending: HashMap<Key, Pending>,
 }
 
 /// The backlog: [`push`](Self::push) from event handlers, [`next`](Self::next) from the task
@@ -61,7 +63,7 @@ impl MapBacklog {
         object: &Arc<str>,
         old: Option<&Arc<str>>,
     ) {
-        let key = (gvk.clone(), namespace.map(str::to_owned), name.to_owned());
+        let key = (gvk.clone(), ObjectKey::new(namespace, name));
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Inner { order, pending } = &mut *inner;
         match pending.entry(key) {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
-pub use handlers::{BadRequestName, Handlers, MAX_REQUEST_NAME, Request};
+pub use handlers::{Handlers, Request};
 
 use crate::cache::{Event, EventSink, Informer};
 use crate::cluster::ClusterAccess;
@@ -51,15 +51,6 @@ use crate::vocab::Gvk;
 use map_backlog::MapBacklog;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
-
-impl std::fmt::Display for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{ns}/{}", self.name),
-            None => f.write_str(&self.name),
-        }
-    }
-}
 
 /// Shortest delay a `requeue-after` is honoured with; shorter ones wait this long. Without a
 /// floor, `requeue_after(1ms)` would reconcile one key a thousand times a second, outside both
@@ -725,8 +716,8 @@ impl Controller {
                 loop {
                     interval.tick().await;
                     for informer in &for_informers {
-                        for (namespace, name) in informer.keys() {
-                            queue.add(Request::new(namespace.as_deref(), &name));
+                        for key in informer.keys() {
+                            queue.add(key);
                         }
                     }
                 }

@@ -518,7 +518,7 @@ pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
 
 /// A guest's error with its message cut at [`MAX_ERROR_MESSAGE_BYTES`].
 pub(crate) fn bounded_error(error: AccessError) -> AccessError {
-    error.truncated(MAX_ERROR_MESSAGE_BYTES)
+    crate::vocab::truncated(error, MAX_ERROR_MESSAGE_BYTES)
 }
 
 /// What a reconcile asks the host to do next.
@@ -894,10 +894,7 @@ impl GuestWorker {
             self.last_usage = Some(usage);
             return result;
         }
-        let request = match namespace {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name.to_owned(),
-        };
+        let request = krec_core::ObjectKey::new(namespace, name).to_string();
         let guest = self.module.manifest.name.clone();
         let trap = |cause, err: &wasmtime::Error| ReconcileError::Trap {
             guest: guest.clone(),

@@ -9,7 +9,7 @@ mod record;
 mod request;
 mod watch;
 
-pub use error::AccessError;
+pub use error::{AccessError, truncated};
 pub use krec_core::Gvk;
 pub use record::{EventRecord, EventType, ObjectReference, cut, printable};
 pub use request::{

@@ -114,18 +114,7 @@ pub struct ListOptions {
     pub uncached: bool,
 }
 
-/// Format of a patch body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatchType {
-    /// RFC 7386 JSON merge patch.
-    Merge,
-    /// RFC 6902 JSON patch.
-    Json,
-    /// Kubernetes strategic merge patch.
-    Strategic,
-    /// Server-side apply.
-    Apply,
-}
+pub use krec_core::PatchType;
 
 /// The conversions between [`PatchType`] and the other enums with the same cases — the WIT
 /// `patch-type` the guests send, and the guest SDK's native `PatchType` (the native arm) — from
