@@ -34,6 +34,7 @@ pub mod openapi;
 pub mod patch;
 pub mod printers;
 pub mod protobuf;
+pub mod registry;
 pub mod resources;
 pub mod scale;
 pub mod server;

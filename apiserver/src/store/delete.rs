@@ -76,8 +76,7 @@ impl Store {
         current: &Arc<Value>,
         grace: Option<i64>,
     ) -> Result<Option<Arc<Value>>, ApiError> {
-        let is_pod = rt.group.is_empty() && rt.kind == "Pod";
-        if !is_pod
+        if registry::strategy(rt).deletion() != Deletion::Graceful
             || !self
                 .graceful_pods
                 .load(std::sync::atomic::Ordering::Relaxed)
@@ -281,34 +280,27 @@ impl Store {
             .get(key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &key.name))?;
-        let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
-        let is_crd = is_crd_type(rt);
-        if !(has_finalizers(&current) || is_namespace || is_crd) {
+        let strategy = registry::strategy(rt);
+        let held = matches!(
+            strategy.deletion(),
+            Deletion::AfterContents | Deletion::AfterInstances
+        );
+        if !(has_finalizers(&current) || held) {
             return self.remove_locked(state, rt, key);
         }
         // Held: a namespace until its contents are gone, a CRD until its custom resources are,
         // anything else until its finalizers are removed.
         let marked = if current.at("/metadata/deletionTimestamp").is_none() {
             let mut marked = mark_deleting(&current);
-            if is_namespace {
-                marked["status"] = json!({"phase": "Terminating"});
-            }
-            if is_crd
-                && let Some(conditions) = marked
-                    .at_mut("/status/conditions")
-                    .and_then(Value::as_array_mut)
-            {
-                conditions.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now_rfc3339(),
-                    "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
-            }
+            strategy.mark_deleting(&mut marked);
             self.write(state, key.clone(), Write::Put(marked))?
         } else {
             current
         };
-        if is_namespace {
-            self.finalize_namespace(state, &key.name)?;
-        } else if is_crd {
-            self.finalize_crd(state, &key.name)?;
+        match strategy.deletion() {
+            Deletion::AfterContents => self.finalize_namespace(state, &key.name)?,
+            Deletion::AfterInstances => self.finalize_crd(state, &key.name)?,
+            Deletion::Finalizers | Deletion::Graceful => {}
         }
         Ok(state.objects.get(key).cloned().unwrap_or(marked))
     }
@@ -353,10 +345,9 @@ impl Store {
         key: &Key,
     ) -> Result<Arc<Value>, ApiError> {
         let removed = self.write(state, key.clone(), Write::Remove)?;
-        if is_crd_type(rt) {
-            // Removed outright (not through finalize_crd): stop serving its types.
-            self.registry.remove_crd(&key.name);
-        } else if rt.schema.is_some() {
+        // Removed outright (a CRD not through finalize_crd: its types stop).
+        registry::strategy(rt).after_remove(&self.registry, &key.name);
+        if rt.schema.is_some() {
             // The last custom resource of a terminating CRD lets the CRD go.
             let crd_name = format!("{}.{}", rt.plural, rt.group);
             let crd_key = Key {

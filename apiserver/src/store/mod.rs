@@ -19,6 +19,7 @@ use tokio::sync::broadcast;
 use crate::error::ApiError;
 use crate::json::Pointer;
 use crate::managed::{self, Schema};
+use crate::registry::{self, Deletion};
 use crate::resources::{Registry, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
 use crate::{defaults, schema, validation};
@@ -514,10 +515,6 @@ impl Store {
         let _ = self.feed.send(change);
         Ok(object)
     }
-}
-
-fn is_crd_type(rt: &ResourceType) -> bool {
-    rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition"
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ impl Store {
                 rt.plural, rt.kind
             )));
         }
-        let name_ok = if rt.kind == "Namespace" {
+        let strategy = registry::strategy(rt);
+        let name_ok = if strategy.name_is_label() {
             is_dns_label(name)
         } else {
             is_dns_subdomain(name)
@@ -34,7 +35,7 @@ impl Store {
                 "metadata.name",
                 format!(
                     "Invalid value: {name:?}: a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                    if rt.kind == "Namespace" {
+                    if strategy.name_is_label() {
                         "label"
                     } else {
                         "subdomain"
@@ -42,7 +43,7 @@ impl Store {
                 ),
             ));
         }
-        check_string_maps(rt, object)?;
+        check_string_maps(rt, strategy.string_maps(), object)?;
         if let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) {
             for (k, v) in labels {
                 if !v.as_str().is_some_and(|v| crate::selector::is_label(k, v)) {
@@ -54,10 +55,7 @@ impl Store {
             }
         }
         let mut causes = validation::owner_references(object);
-        if is_crd_type(rt) {
-            causes.extend(validation::crd_api_approval(object, old));
-            causes.extend(crate::conversion::validate_crd(object));
-        }
+        causes.extend(strategy.validate(object, old));
         if rt.schema.is_none() {
             causes.extend(validation::builtin(&rt.group, &rt.kind, object, old));
         }
@@ -70,30 +68,22 @@ impl Store {
                 return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
             }
         }
-        if is_crd_type(rt) {
-            crate::resources::types_from_crd(object).map_err(|e| invalid("spec", e.0))?;
-        }
+        strategy
+            .validate_servable(object)
+            .map_err(|e| invalid("spec", e))?;
         Ok(())
     }
 }
 
-/// The fields of built-in kinds that are maps of strings (Go `map[string]string` or
-/// `map[string][]byte`, which is base64 text in JSON), by group and kind.
-const STRING_MAPS: &[(&str, &str, &[&str])] = &[
-    ("", "ConfigMap", &["data", "binaryData"]),
-    ("", "Secret", &["data", "stringData"]),
-];
-
 /// Refuse a non-string value in a field that is a map of strings, as kube-apiserver's decoder
 /// does (400, "cannot be handled as a ConfigMap").
-fn check_string_maps(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+fn check_string_maps(
+    rt: &ResourceType,
+    own: &[&'static str],
+    object: &Value,
+) -> Result<(), ApiError> {
     let mut fields: Vec<(&str, &str)> = vec![("metadata", "annotations"), ("metadata", "labels")];
-    if let Some((_, _, own)) = STRING_MAPS
-        .iter()
-        .find(|(group, kind, _)| rt.group == *group && rt.kind == *kind)
-    {
-        fields.extend(own.iter().map(|f| ("", *f)));
-    }
+    fields.extend(own.iter().map(|f| ("", *f)));
     for (parent, field) in fields {
         let holder = if parent.is_empty() {
             Some(object)

@@ -102,11 +102,12 @@ impl Store {
         }
         let api_version = rt.api_version();
         let now = now_rfc3339();
+        let strategy = registry::strategy(rt);
         {
             let map = object.as_object_mut().expect("checked above");
             map.insert("apiVersion".into(), json!(api_version));
             map.insert("kind".into(), json!(rt.kind));
-            if rt.status_subresource && rt.kind != "CustomResourceDefinition" {
+            if rt.status_subresource && !strategy.keeps_status_on_create() {
                 map.remove("status");
             }
         }
@@ -143,10 +144,12 @@ impl Store {
         }
         Self::default_new(rt, &mut object);
         self.validate(rt, &object, &name, None)?;
-        self.prepare_special(rt, &mut object)?;
-        if rt.group.is_empty() && rt.kind == "Service" {
-            allocate_service_addresses(&state, &mut object);
-        }
+        let mut siblings = state
+            .objects
+            .iter()
+            .filter(|(k, _)| k.resource == key.resource)
+            .map(|(_, o)| &**o);
+        strategy.prepare_for_create(&mut object, &mut siblings);
         if !options.applied {
             managed::record_update(
                 &Value::Null,
@@ -177,62 +180,14 @@ impl Store {
             schema::prune(schema, object);
         } else {
             defaults::apply(&rt.group, &rt.kind, object);
-            if rt.group.is_empty() && rt.kind == "Pod" {
-                defaults::pod_on_create(object);
-            }
+            registry::strategy(rt).default_on_create(object);
         }
     }
 
-    /// Kind-specific preparation: namespaces get `status.phase`, CRDs their accepted status.
-    pub(super) fn prepare_special(
-        &self,
-        rt: &ResourceType,
-        object: &mut Value,
-    ) -> Result<(), ApiError> {
-        if rt.group.is_empty() && rt.kind == "Namespace" && object.at("/status/phase").is_none() {
-            object["status"] = json!({"phase": "Active"});
-        }
-        if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
-            let names = object.at("/spec/names").cloned().unwrap_or_default();
-            let stored: Vec<Value> = object
-                .at("/spec/versions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-                .filter_map(|v| v.get("name").cloned())
-                .collect();
-            let now = now_rfc3339();
-            let condition = |t: &str, reason: &str, message: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
-            let mut conditions = vec![
-                condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-                condition(
-                    "Established",
-                    "InitialNamesAccepted",
-                    "the initial names have been accepted",
-                ),
-            ];
-            conditions.extend(validation::crd_api_approval_condition(object, &now));
-            object["status"] = json!({
-                "acceptedNames": names,
-                "storedVersions": stored,
-                "conditions": conditions,
-            });
-        }
-        Ok(())
-    }
-
-    /// Side effects of a stored object: CRDs serve their types.
+    /// What a stored object sets off in the server, by its kind's strategy (CRDs serve their
+    /// types).
     pub(super) fn after_write(&self, rt: &ResourceType, stored: &Value) {
-        if rt.group == "apiextensions.k8s.io"
-            && rt.kind == "CustomResourceDefinition"
-            && let Err(err) = self.registry.put_crd(stored)
-        {
-            tracing::warn!(
-                "CRD {} is not servable: {err}",
-                meta_str(stored, "name").unwrap_or("?")
-            );
-        }
+        registry::strategy(rt).after_write(&self.registry, stored);
     }
 
     /// Replace an object (`status`: through the status subresource).
@@ -419,42 +374,10 @@ impl Store {
             defaults::apply(&rt.group, &rt.kind, &mut new);
         }
         self.validate(rt, &new, name, Some(&old))?;
-        if is_crd_type(rt) && !status {
-            let old_scope = old.at("/spec/scope");
-            if old_scope.is_some() && old_scope != new.at("/spec/scope") {
-                return Err(ApiError::invalid(
-                    &rt.kind,
-                    &rt.group,
-                    name,
-                    vec![(
-                        "spec.scope".into(),
-                        format!(
-                            "Invalid value: {}: field is immutable",
-                            new.at("/spec/scope").unwrap_or(&Value::Null)
-                        ),
-                    )],
-                ));
-            }
-            if old.at("/metadata/deletionTimestamp").is_none() {
-                self.prepare_special(rt, &mut new)?;
-                // storedVersions only grows: objects may still be stored in an older version.
-                let mut stored: Vec<Value> = old
-                    .at("/status/storedVersions")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                for v in new
-                    .at("/status/storedVersions")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-                {
-                    if !stored.contains(&v) {
-                        stored.push(v);
-                    }
-                }
-                new["status"]["storedVersions"] = json!(stored);
-            }
+        if !status {
+            registry::strategy(rt)
+                .prepare_for_update(&old, &mut new)
+                .map_err(|causes| registry::invalid(rt, name, causes))?;
         }
         if !options.applied {
             managed::record_update(
@@ -476,7 +399,7 @@ impl Store {
         if options.dry_run {
             return Ok(Arc::new(new));
         }
-        let is_namespace = rt.group.is_empty() && rt.kind == "Namespace";
+        let held = registry::strategy(rt).deletion() == Deletion::AfterContents;
         // `ShouldDeleteDuringUpdate`: an update removing the last finalizer of an object marked
         // for deletion removes it — unless it is still in its grace period (a terminating Pod),
         // which only its kubelet's delete ends.
@@ -486,7 +409,7 @@ impl Store {
             .is_some_and(|grace| grace > 0);
         if new.at("/metadata/deletionTimestamp").is_some()
             && !has_finalizers(&new)
-            && !is_namespace
+            && !held
             && !in_grace
         {
             let stored = self.write(state, key.clone(), Write::Put(new))?;
@@ -661,91 +584,4 @@ fn qualified_plural(rt: &ResourceType) -> String {
     } else {
         format!("{}.{}", rt.plural, rt.group)
     }
-}
-
-/// The service IP range (kube-apiserver's default `--service-cluster-ip-range`).
-const SERVICE_CIDR_BASE: u32 = u32::from_be_bytes([10, 96, 0, 0]);
-/// Addresses in the range (a /12).
-const SERVICE_CIDR_SIZE: u32 = 1 << 20;
-/// kube-apiserver's default `--service-node-port-range`.
-const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
-
-/// What kube-apiserver's service allocators give a new Service: a free cluster IP (unless it is
-/// headless, `clusterIP: None`, or an `ExternalName`), and a free node port for each port of a
-/// `NodePort` or `LoadBalancer` service that names none.
-fn allocate_service_addresses(state: &State, service: &mut Value) {
-    let services = state
-        .objects
-        .iter()
-        .filter(|(k, _)| k.resource == "/services");
-    let mut used_ips = HashSet::new();
-    let mut used_ports = HashSet::new();
-    for (_, other) in services {
-        if let Some(ip) = other.at("/spec/clusterIP").and_then(Value::as_str) {
-            used_ips.insert(ip.to_owned());
-        }
-        for port in other
-            .at("/spec/ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(n) = port["nodePort"].as_i64() {
-                used_ports.insert(n);
-            }
-        }
-    }
-    let kind = service
-        .at("/spec/type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP")
-        .to_owned();
-    let Some(spec) = service.get_mut("spec").filter(|s| s.is_object()) else {
-        return;
-    };
-    let unset_ip = spec
-        .get("clusterIP")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty);
-    if kind != "ExternalName" && unset_ip {
-        // 10.96.0.1 is the `kubernetes` service's; the rest are handed out in order.
-        let free = (10..SERVICE_CIDR_SIZE - 1)
-            .map(|n| std::net::Ipv4Addr::from(SERVICE_CIDR_BASE + n).to_string())
-            .find(|ip| !used_ips.contains(ip));
-        if let Some(ip) = free {
-            spec["clusterIP"] = json!(ip);
-            spec["clusterIPs"] = json!([ip]);
-        }
-    } else if let Some(ip) = spec
-        .get("clusterIP")
-        .cloned()
-        .filter(|_| unset_ip_list(spec))
-    {
-        spec["clusterIPs"] = json!([ip]);
-    }
-    if matches!(kind.as_str(), "NodePort" | "LoadBalancer") {
-        for port in spec
-            .get_mut("ports")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if port
-                .get("nodePort")
-                .and_then(Value::as_i64)
-                .is_none_or(|n| n == 0)
-                && let Some(free) = NODE_PORTS.clone().find(|p| !used_ports.contains(p))
-            {
-                used_ports.insert(free);
-                port["nodePort"] = json!(free);
-            }
-        }
-    }
-}
-
-/// Whether a service spec has no `clusterIPs` yet.
-fn unset_ip_list(spec: &Value) -> bool {
-    spec.get("clusterIPs")
-        .and_then(Value::as_array)
-        .is_none_or(Vec::is_empty)
 }
