@@ -35,6 +35,32 @@ pub enum CallError {
     Other(String),
 }
 
+/// Calls `$callback!(NotFound, AlreadyExists, …)` with the cases of [`CallError`], in order:
+/// how a crate maps them to its own bindings of the WIT `error` variant without listing them
+/// again.
+///
+/// ```
+/// macro_rules! count {
+///     ($($case:ident),*) => { [$(stringify!($case)),*].len() };
+/// }
+/// assert_eq!(krec_core::with_call_error_cases!(count), 8);
+/// ```
+#[macro_export]
+macro_rules! with_call_error_cases {
+    ($callback:ident) => {
+        $callback! {
+            NotFound,
+            AlreadyExists,
+            Conflict,
+            Forbidden,
+            Invalid,
+            Timeout,
+            Unavailable,
+            Other
+        }
+    };
+}
+
 /// The cases with their reason (as Kubernetes names it) and their metrics label, from one list.
 macro_rules! cases {
     ($($case:ident => $label:literal),* $(,)?) => {

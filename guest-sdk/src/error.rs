@@ -76,13 +76,4 @@ macro_rules! cases {
     };
 }
 
-cases!(
-    NotFound,
-    AlreadyExists,
-    Conflict,
-    Forbidden,
-    Invalid,
-    Timeout,
-    Unavailable,
-    Other
-);
+krec_core::with_call_error_cases!(cases);

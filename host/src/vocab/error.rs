@@ -46,13 +46,4 @@ macro_rules! cases {
     };
 }
 
-cases!(
-    NotFound,
-    AlreadyExists,
-    Conflict,
-    Forbidden,
-    Invalid,
-    Timeout,
-    Unavailable,
-    Other
-);
+krec_core::with_call_error_cases!(cases);
