@@ -540,13 +540,17 @@ async fn route(
         }
         (Method::DELETE, false) => {
             let (labels, fields) = params.selectors(&target.rt)?;
-            let items = server.store.delete_collection(
-                &target.rt,
-                target.namespace.as_deref(),
-                &labels,
-                &fields,
-                params.dry_run(),
-            )?;
+            let options = delete_options(&params, headers, &body)?;
+            let items = server
+                .admission
+                .delete_collection(
+                    &target.rt,
+                    target.namespace.as_deref(),
+                    (&labels, &fields),
+                    &options,
+                    &UserInfo::admin(),
+                )
+                .await?;
             let items = conversion::to_version(&target.rt, items).await?;
             Ok(respond(
                 200,

@@ -27,7 +27,8 @@ mod raw;
 type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 
 /// Answer a review: `/mutate` labels Pods and sets requests; `/validate` denies ConfigMaps
-/// with `data.bad`; `/slow` never answers in time.
+/// with `data.bad`; `/validate-delete` denies deleting those with `data.keep`; `/slow` never
+/// answers in time.
 async fn answer(path: &str, review: &Value) -> Value {
     let request = &review["request"];
     let uid = request["uid"].clone();
@@ -50,6 +51,11 @@ async fn answer(path: &str, review: &Value) -> Value {
                 None => json!({"uid": uid, "allowed": true}),
             }
         }
+        "/validate-delete" => match request["oldObject"]["data"]["keep"].as_str() {
+            Some(why) => json!({"uid": uid, "allowed": false,
+                "status": {"code": 403, "message": format!("data.keep is set: {why}")}}),
+            None => json!({"uid": uid, "allowed": true}),
+        },
         "/copy-bomb" => {
             // 25 operations, each doubling what the last copied: 64 bytes × 2^24.
             let mut ops = vec![json!({"op": "add", "path": "/data",
@@ -717,4 +723,87 @@ async fn a_webhooks_copy_bomb_should_be_refused_and_its_warnings_bounded() {
         warnings.len()
     );
     assert!(cms.get_opt("warned").await.expect("read").is_some());
+}
+
+/// `DELETE` of a collection is admitted item by item, as kube-apiserver's `DeleteCollection`
+/// admits each item it deletes (the item as `oldObject`, the request's namespace, no name): a
+/// validating webhook's refusal of one item ends the request with its error, and the items it
+/// kept stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_delete_should_be_admitted_item_by_item() {
+    let (addr, ca, seen) = webhook_server().await;
+    let cluster = Server::builder().start().await.expect("server");
+    let client = client(&cluster).await;
+    let hooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let hook = webhook(
+        "keep.test.krec.dev",
+        format!("https://{addr}/validate-delete"),
+        &ca,
+        "configmaps",
+        json!({"rules": [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"],
+            "resources": ["configmaps"]}]}),
+    );
+    let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "keep"}, "webhooks": [hook]}))
+    .expect("configuration");
+    hooks
+        .create(&PostParams::default(), &configuration)
+        .await
+        .expect("webhook configuration");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for (name, data) in [
+        ("a", json!({})),
+        ("b", json!({"keep": "audit"})),
+        ("c", json!({})),
+    ] {
+        let cm = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"app": "x"}}, "data": data}))
+        .expect("configmap");
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+
+    let err = cms
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app=x"),
+        )
+        .await
+        .expect_err("the webhook keeps b");
+    let (code, _, message) = status_of(err);
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("keep.test.krec.dev") && message.contains("data.keep is set: audit"),
+        "{message}"
+    );
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .filter_map(|cm| cm.metadata.name)
+        .collect();
+    assert_eq!(left, ["b", "c"], "a went before the refusal; b and c stay");
+    let reviews: Vec<Value> = seen
+        .lock()
+        .expect("seen")
+        .iter()
+        .filter(|(path, _)| path == "/validate-delete")
+        .map(|(_, request)| request.clone())
+        .collect();
+    assert_eq!(reviews.len(), 2, "{reviews:#?}");
+    for (review, name) in reviews.iter().zip(["a", "b"]) {
+        assert_eq!(review["operation"], "DELETE");
+        assert_eq!(review["namespace"], "default");
+        // `name` is `omitempty` in an AdmissionRequest: absent, as kube-apiserver sends it.
+        assert_eq!(
+            review.get("name"),
+            None,
+            "a collection's items are admitted without a name"
+        );
+        assert_eq!(review["oldObject"]["metadata"]["name"], name);
+    }
 }

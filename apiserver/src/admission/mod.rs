@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::json::Pointer;
 use crate::resources::ResourceType;
-use crate::selector::object_labels;
+use crate::selector::{FieldSelector, LabelSelector, object_labels};
 use crate::store::{DeleteOptions, Propagation, Store, WriteOptions};
 
 use crate::admissionregistration;
@@ -504,6 +504,64 @@ impl Admission {
                 .map(Admitted::plain);
         }
         let old = self.store.get(rt, namespace, name)?;
+        let warnings = self
+            .admit_delete(rt, namespace, name, options, user, &old)
+            .await?;
+        let object = self.store.delete(rt, namespace, name, options)?;
+        Ok(Admitted { object, warnings })
+    }
+
+    /// Delete the objects of `rt` in `namespace` (`None`: all) that the selectors match, each
+    /// through the webhooks as kube-apiserver's `DeleteCollection` does: every item is admitted
+    /// as a delete (with the item as `oldObject`, the request's namespace and no name) and then
+    /// deleted with `options`; the first refusal ends the request with its error, the items
+    /// deleted before it staying deleted. The deleted (or, held by finalizers, marked) objects.
+    ///
+    /// # Errors
+    ///
+    /// A bad selector's, a webhook's refusal, or a failed delete's.
+    pub async fn delete_collection(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        selectors: (&LabelSelector, &FieldSelector),
+        options: &DeleteOptions,
+        user: &UserInfo,
+    ) -> Result<Vec<Arc<Value>>, ApiError> {
+        let (labels, fields) = selectors;
+        let page = self.store.list(rt, namespace, labels, fields, None, None)?;
+        let mut deleted = Vec::with_capacity(page.items.len());
+        for item in page.items {
+            if self.configured() {
+                self.admit_delete(rt, namespace, "", options, user, &item)
+                    .await?;
+            }
+            let name = item
+                .at("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let item_namespace = item.at("/metadata/namespace").and_then(Value::as_str);
+            match self.store.delete(rt, item_namespace, name, options) {
+                Ok(object) => deleted.push(object),
+                // Gone meanwhile (a garbage collector, a finished Pod): nothing to delete.
+                Err(err) if err.code == 404 => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The webhooks' verdict on deleting `old` (its `name` as the request names it): their
+    /// warnings.
+    async fn admit_delete(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+        user: &UserInfo,
+        old: &Value,
+    ) -> Result<Vec<String>, ApiError> {
         let mut delete_options = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
         "propagationPolicy": match options.propagation {
             Propagation::Orphan => "Orphan",
@@ -526,20 +584,19 @@ impl Admission {
             user,
             options: delete_options,
         };
-        let hooks = self.matching(&Self::request(&attributes, None, Some(&old)), namespace);
+        let hooks = self.matching(&Self::request(&attributes, None, Some(old)), namespace);
         let mut warnings = Vec::new();
         if !hooks.is_empty() {
             // Mutating webhooks are called for deletes too; there is no object to patch.
             for hook in &hooks.mutating {
-                let review = review(&attributes, None, Some(&old));
+                let review = review(&attributes, None, Some(old));
                 if let Some(verdict) = consult(hook, &review).await? {
                     warnings.extend(verdict.warnings);
                 }
             }
-            warnings.extend(validate(&attributes, &hooks.validating, None, Some(&old)).await?);
+            warnings.extend(validate(&attributes, &hooks.validating, None, Some(old)).await?);
         }
-        let object = self.store.delete(rt, namespace, name, options)?;
-        Ok(Admitted { object, warnings })
+        Ok(warnings)
     }
 
     /// Mutating webhooks on `object`, then `revalidate` (the server's defaulting and

@@ -239,35 +239,6 @@ impl Store {
         }
     }
 
-    /// Delete every object of `rt` in `namespace` matching the selectors.
-    pub fn delete_collection(
-        &self,
-        rt: &ResourceType,
-        namespace: Option<&str>,
-        labels: &LabelSelector,
-        fields: &FieldSelector,
-        dry_run: bool,
-    ) -> Result<Vec<Arc<Value>>, ApiError> {
-        let page = self.list(rt, namespace, labels, fields, None, None)?;
-        if dry_run {
-            return Ok(page.items);
-        }
-        let mut state = self.lock();
-        let mut deleted = Vec::new();
-        for item in page.items {
-            let key = Key::new(
-                rt,
-                meta_str(&item, "namespace"),
-                meta_str(&item, "name").unwrap_or_default(),
-            );
-            if state.objects.contains_key(&key) {
-                let removed = self.delete_locked(&mut state, rt, &key)?;
-                deleted.push(Self::served(rt, &removed));
-            }
-        }
-        Ok(deleted)
-    }
-
     /// Delete under the lock: mark if finalizers hold the object, else remove it.
     pub(super) fn delete_locked(
         &self,
