@@ -50,12 +50,14 @@ test: guests tools
 	$(CARGO) test --workspace
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) test --target $(HOST_TRIPLE)) || exit 1; done
 
-## Formatting and clippy, for the host workspace and for the guests' wasm32-wasip2 target.
+## Formatting, clippy and the API docs' links, for the host workspace and for the guests'
+## wasm32-wasip2 target.
 lint: setup
 	$(CARGO) fmt --all -- --check
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all -- --check) || exit 1; done
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p krec --no-default-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
 	$(CARGO) clippy -p krec-guest -p pod-stamper --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 

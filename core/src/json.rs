@@ -180,7 +180,7 @@ pub fn first_escape(bytes: &[u8]) -> Option<usize> {
         .map(|at| done + at)
 }
 
-/// Append an API object as compact JSON: as [`write`], except for its
+/// Append an API object as compact JSON: as [`write()`], except for its
 /// `metadata.managedFields[].fieldsV1`, which stored objects keep as its JSON text (the field
 /// ownership module writes it) and which is written as the JSON it holds. A text that is not
 /// `FieldsV1` (never one the server wrote) stays a string, so the output is always valid JSON.

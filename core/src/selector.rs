@@ -294,7 +294,7 @@ fn validate_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `key: value` is a valid label (the key as [`validate_key`], the value empty or a
+/// Whether `key: value` is a valid label (the key as `validate_key`, the value empty or a
 /// label name), checked without building anything.
 pub fn is_label(key: &str, value: &str) -> bool {
     validate_key(key).is_ok() && validate_value(value).is_ok()

@@ -116,7 +116,7 @@ pub use reconciler::{Action, FromConfig, NoConfig, Reconciler, Request};
 
 /// The `k8s-openapi` crate the SDK is built with: typed Kubernetes objects.
 pub use k8s_openapi;
-/// The `kube-core` crate the SDK is built with: [`Resource`](kube_core::Resource),
+/// The `kube-core` crate the SDK is built with: [`Resource`],
 /// [`DynamicObject`], [`GroupVersionKind`].
 pub use kube_core;
 /// Untyped Kubernetes object, for kinds without a Rust type.

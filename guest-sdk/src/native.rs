@@ -1,7 +1,7 @@
 //! Running a reconciler natively, outside WebAssembly: the same crate, compiled for the host's
-//! target, with its [`Context`](crate::Context) calls served by a [`Host`] you provide.
+//! target, with its [`Context`] calls served by a [`Host`] you provide.
 //!
-//! In a component, every [`Context`](crate::Context) call and every log line is a WIT import the
+//! In a component, every [`Context`] call and every log line is a WIT import the
 //! krec host serves. Compiled for any other target, they go to the [`Host`] installed by
 //! [`reconcile`] for the duration of one call. That is how krec's benchmarks run one reconciler
 //! both as a Wasm guest and natively in the same host, and how a guest author can unit-test a
@@ -14,7 +14,7 @@
 //! # Caveats
 //!
 //! A native reconciler is ordinary code in the caller's process: no sandbox, no time or memory
-//! limit. Outside [`reconcile`], [`Context`](crate::Context) calls fail with
+//! limit. Outside [`reconcile`], [`Context`] calls fail with
 //! [`Error::Unavailable`] and log lines go to standard error.
 //!
 //! # Example: a reconciler under `cargo test`
@@ -133,7 +133,7 @@ pub struct ObjectReference {
     pub uid: Option<String>,
 }
 
-/// What a natively running reconciler's [`Context`](crate::Context) calls: the host side of the
+/// What a natively running reconciler's [`Context`] calls: the host side of the
 /// WIT `client`, `events` and `log` interfaces, one method each. Objects are JSON text with
 /// `apiVersion` and `kind`; errors are the SDK's [`Error`].
 pub trait Host: Send + Sync {
@@ -190,7 +190,7 @@ impl Drop for Installed {
     }
 }
 
-/// Run `R`'s reconcile of `request` natively, its [`Context`](crate::Context) calls and log
+/// Run `R`'s reconcile of `request` natively, its [`Context`] calls and log
 /// lines served by `host`, on an `R` built without configuration (a fresh one per call; see
 /// [`reconcile_with`] for one you built).
 ///
@@ -206,7 +206,7 @@ pub fn reconcile<R: Reconciler + FromConfig>(
     reconcile_with(&reconciler, host, request)
 }
 
-/// Run `reconciler`'s reconcile of `request` natively, its [`Context`](crate::Context) calls
+/// Run `reconciler`'s reconcile of `request` natively, its [`Context`] calls
 /// and log lines served by `host`.
 ///
 /// # Errors
@@ -241,7 +241,7 @@ pub use crate::bindings::krec::reconciler::admission_types::{
 /// A kind as the WIT `types` interface declares it (a [`Review`]'s `kind`).
 pub use crate::bindings::krec::reconciler::types::Gvk as WitGvk;
 
-/// Run `V`'s validate natively on `review`, its [`Context`](crate::Context) reads and log
+/// Run `V`'s validate natively on `review`, its [`Context`] reads and log
 /// lines served by `host` — what the guest's `validate` export does in a component.
 pub fn validate<V: crate::Validator>(host: Arc<dyn Host>, review: Review) -> ReviewVerdict {
     let previous = HOST.with(|slot| slot.borrow_mut().replace(host));

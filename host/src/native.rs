@@ -2,8 +2,8 @@
 //! and run in place of a guest's module.
 //!
 //! The SDK compiled for the host's target routes a reconciler's [`Context`](krec_guest::Context)
-//! calls to a [`krec_guest::native::Host`]; [`NativeHost`] here serves them through the very
-//! checks and conversions the WIT host traits use ([`Calls`]), so one reconciler can run as a Wasm
+//! calls to a [`krec_guest::native::Host`]; `NativeHost` here serves them through the very
+//! checks and conversions the WIT host traits use (`Calls`), so one reconciler can run as a Wasm
 //! guest and natively in the same host, on the same path: that is how the benchmarks measure
 //! what the sandbox costs. A [`NativeRunner`] is the guest's [`Runner`]: register one with
 //! [`ManagerOptions::runners`](crate::manager::ManagerOptions::runners), or build a module with

@@ -6,7 +6,7 @@
 //!   of everything they reference. `kubectl explain`, kubectl's check for server-side field
 //!   validation and its client-side `apply` (patch strategies of built-in kinds) read these.
 //! - `/openapi/v2`: one Swagger 2.0 document of every served kind, as JSON or as gnostic's
-//!   protobuf ([`gnostic`]), which kubectl asks for when it validates a `List` file.
+//!   protobuf (`gnostic`), which kubectl asks for when it validates a `List` file.
 //!
 //! Built-in kinds' schemas are kube-apiserver's own definitions (`kubernetes-definitions.json`,
 //! extracted from the Kubernetes release's published `swagger.json` by

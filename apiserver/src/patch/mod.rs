@@ -1,6 +1,6 @@
 //! Patch formats: JSON merge patch, JSON patch, strategic merge patch and server-side apply.
 //!
-//! Strategic merge patch ([`strategic`]) follows the patch strategies of kube-apiserver's
+//! Strategic merge patch (`strategic`) follows the patch strategies of kube-apiserver's
 //! definitions of the built-in kinds; custom resources refuse it, as on kube-apiserver.
 //! Server-side apply, with field ownership, is [`crate::managed`]'s.
 

@@ -10,8 +10,8 @@
 //! types' JSON marshalling writes:
 //!
 //! - fields under their names (Kubernetes names proto fields after their JSON names), bar the
-//!   few [`json_name`] lists, and Go's embedded structs (`VolumeSource` in `Volume`,
-//!   `LocalObjectReference` in `ConfigMapKeySelector`, …) inlined ([`INLINE`]);
+//!   few `json_name` lists, and Go's embedded structs (`VolumeSource` in `Volume`,
+//!   `LocalObjectReference` in `ConfigMapKeySelector`, …) inlined (`INLINE`);
 //! - `Time` and `MicroTime` as RFC 3339, `Duration` as a Go duration, `Quantity` as its string,
 //!   `IntOrString` as a number or a string, `bytes` as base64, `RawExtension`/`JSON`/`FieldsV1`
 //!   as the JSON they hold, and the `JSONSchemaPropsOr…` unions as their marshallers write them;

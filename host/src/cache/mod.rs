@@ -1,4 +1,4 @@
-//! The shared informer cache: one kube [`watcher`] and one store per (kind, namespace scope),
+//! The shared informer cache: one kube [`watcher`](mod@kube::runtime::watcher) and one store per (kind, namespace scope),
 //! shared by every guest that needs that kind.
 //!
 //! An [`Informer`] keeps the store (each object as a [`CachedObject`]: its JSON text and parsed

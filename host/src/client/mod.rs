@@ -417,7 +417,7 @@ impl ApiClient {
     }
 
     /// Record an Event, aggregated with its repeats and rate limited per reporter and object
-    /// (see [`events`](events)).
+    /// (see [`events`]).
     ///
     /// # Errors
     ///

@@ -27,7 +27,7 @@ pub const MAX_EVENTS: usize = 10_000;
 /// The field manager writes are recorded under.
 const FIELD_MANAGER: &str = "krec";
 
-/// The embedded API server's store behind [`ClusterAccess`]. See the [module docs](self).
+/// The embedded API server's store behind [`ClusterAccess`]. See the module's docs.
 pub struct MemoryCluster {
     client: LocalClient,
     events: Mutex<VecDeque<RecordedEvent>>,

@@ -93,7 +93,7 @@ enum Outcome {
 
 /// One controller's reconciles: what is running now, and how those that ended ended.
 ///
-/// Outcomes are counted in one place, [`record`](Self::record), into two sinks: this
+/// Outcomes are counted in one place, `record`, into two sinks: this
 /// controller's own tallies (what the accessors read: this controller's reconciles only, from
 /// zero, whatever else the guest's name was counted for) and the guest's Prometheus series
 /// (`controller_runtime_reconcile_total{result}`, `controller_runtime_reconcile_errors_total`,

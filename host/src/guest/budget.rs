@@ -43,10 +43,10 @@ const RECOUNT: Duration = Duration::from_millis(50);
 
 /// The host's CPU, shared fairly between the guests that compete for it: max-min fairness
 /// over their recent usage. While all guests together use less than their part of the host
-/// ([`GUEST_CORES`] of its cores), or one alone is busy, each may use up to its own
+/// (`GUEST_CORES` of its cores), or one alone is busy, each may use up to its own
 /// `limits.cpu`; beyond that, the
 /// guests using less than an equal share keep what they use, and the rest share what is left
-/// equally (the water level). See the [module docs](self).
+/// equally (the water level). See the module's docs.
 #[derive(Debug)]
 pub struct CpuGovernor {
     /// The guests' part of the host's cores.
@@ -325,7 +325,7 @@ impl CpuAccount {
 }
 
 /// A guest's client-side write rate limit (client-go's token bucket). See the
-/// [module docs](self).
+/// module's docs.
 #[derive(Debug)]
 pub struct WriteLimiter {
     qps: f64,

@@ -119,7 +119,7 @@ impl MemoryPool {
     }
 }
 
-/// A store's resource budget. See the [module docs](self).
+/// A store's resource budget. See the module's docs.
 #[derive(Debug)]
 pub struct GuestLimiter {
     memory_limit: usize,

@@ -14,7 +14,7 @@ pub const MAX_LOG_LINES_PER_SECOND: u32 = 100;
 /// Most log bytes per second from one guest, over all its channels.
 pub const MAX_LOG_BYTES_PER_SECOND: usize = 64 << 10;
 
-/// One guest's log budget. See the [module docs](self).
+/// One guest's log budget. See the module's docs.
 #[derive(Debug)]
 pub struct LogBudget {
     guest: String,

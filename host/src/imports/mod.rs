@@ -1,7 +1,7 @@
 //! The host side of the interfaces a guest imports: `client`, `events` and `log`.
 //!
 //! Each call is checked against the guest's manifest before it reaches the
-//! [`ClusterAccess`](crate::cluster::ClusterAccess); a refused call returns `forbidden` to the
+//! [`ClusterAccess`]; a refused call returns `forbidden` to the
 //! guest and logs a line, and the object is untouched. Sizes the guest controls are bounded by
 //! the `MAX_*` constants here.
 
