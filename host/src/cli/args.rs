@@ -33,7 +33,7 @@ pub(super) struct SimulationArgs {
     #[arg(long, default_value = "2s", value_parser = duration)]
     job_duration: std::time::Duration,
     /// Inject faults from this YAML file (conflicts, throttling, errors, latency, cut watches;
-    /// see the README's "Fault injection").
+    /// see docs/apiserver.md, "Fault injection").
     #[arg(long)]
     faults: Option<PathBuf>,
 }
