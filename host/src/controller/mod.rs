@@ -28,9 +28,12 @@
 
 pub mod handlers;
 mod map_backlog;
+mod series;
+mod sources;
+mod stats;
+mod worker;
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -38,19 +41,15 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 pub use handlers::{Handlers, Request};
+pub use stats::Stats;
 
 use crate::cache::{Event, EventSink, Informer};
 use crate::cluster::ClusterAccess;
-use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError, TrapCause};
-use crate::metrics::{
-    ControllerLabel, GuestLabel, Metrics, ModuleLabels, NameLabel, ResultLabels, StageSeries,
-    TrapLabels,
-};
+use crate::guest::{Action, GuestModule};
+use crate::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
 use crate::queue::{RateLimit, WorkQueue};
 use crate::vocab::Gvk;
 use map_backlog::MapBacklog;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
 
 /// Shortest delay a `requeue-after` is honoured with; shorter ones wait this long. Without a
 /// floor, `requeue_after(1ms)` would reconcile one key a thousand times a second, outside both
@@ -73,180 +72,6 @@ fn action_after(action: Action) -> Action {
         Action::RequeueAfter(after) if after.is_zero() => Action::Done,
         Action::RequeueAfter(after) => Action::RequeueAfter(after.max(MIN_REQUEUE_AFTER)),
         other => other,
-    }
-}
-
-/// How one reconcile ended, as counted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    /// `done` (and `requeue-after(0)`).
-    Done,
-    /// `requeue`.
-    Requeue,
-    /// `requeue-after(d)`.
-    RequeueAfter,
-    /// The guest returned an error (or its configuration was refused).
-    Error,
-    /// The guest trapped.
-    Trap(TrapCause),
-}
-
-/// One controller's reconciles: what is running now, and how those that ended ended.
-///
-/// Outcomes are counted in one place, `record`, into two sinks: this
-/// controller's own tallies (what the accessors read: this controller's reconciles only, from
-/// zero, whatever else the guest's name was counted for) and the guest's Prometheus series
-/// (`controller_runtime_reconcile_total{result}`, `controller_runtime_reconcile_errors_total`,
-/// `krec_guest_traps_total{cause}`, which also count admission traps and span re-adds).
-#[derive(Debug)]
-pub struct Stats {
-    done: AtomicU64,
-    requeue: AtomicU64,
-    requeue_after: AtomicU64,
-    /// Errors the guest returned (traps aside).
-    errors: AtomicU64,
-    /// Reconcile traps by cause.
-    traps: Mutex<std::collections::BTreeMap<&'static str, u64>>,
-    series: OutcomeSeries,
-    /// Times a key was handed to a worker while another worker was reconciling it. The
-    /// workqueue guarantees this stays zero; it is counted, not assumed.
-    pub overlaps: AtomicU64,
-    active: Mutex<HashSet<Request>>,
-}
-
-/// The Prometheus series a guest's outcomes are counted in.
-#[derive(Debug)]
-struct OutcomeSeries {
-    success: Counter,
-    requeue: Counter,
-    requeue_after: Counter,
-    error: Counter,
-    /// `reconcile_errors_total`: errors and traps.
-    errors_total: Counter,
-    traps: prometheus_client::metrics::family::Family<TrapLabels, Counter>,
-    guest: String,
-}
-
-impl Stats {
-    /// Tallies from zero, counted also in guest `name`'s series in `metrics`.
-    fn new(metrics: &Metrics, name: &str) -> Self {
-        let result = |result: &str| {
-            metrics
-                .reconcile_total
-                .get_or_create(&ResultLabels {
-                    controller: name.to_owned(),
-                    result: result.to_owned(),
-                })
-                .clone()
-        };
-        Stats {
-            done: AtomicU64::new(0),
-            requeue: AtomicU64::new(0),
-            requeue_after: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            traps: Mutex::default(),
-            series: OutcomeSeries {
-                success: result("success"),
-                requeue: result("requeue"),
-                requeue_after: result("requeue_after"),
-                error: result("error"),
-                errors_total: metrics
-                    .reconcile_errors
-                    .get_or_create(&ControllerLabel {
-                        controller: name.to_owned(),
-                    })
-                    .clone(),
-                traps: metrics.traps.clone(),
-                guest: name.to_owned(),
-            },
-            overlaps: AtomicU64::new(0),
-            active: Mutex::default(),
-        }
-    }
-
-    /// Count one reconcile's `outcome`: the one place outcomes are counted.
-    fn record(&self, outcome: Outcome) {
-        let series = &self.series;
-        let count = |tally: &AtomicU64, counter: &Counter| {
-            tally.fetch_add(1, Ordering::Relaxed);
-            counter.inc();
-        };
-        match outcome {
-            Outcome::Done => count(&self.done, &series.success),
-            Outcome::Requeue => count(&self.requeue, &series.requeue),
-            Outcome::RequeueAfter => count(&self.requeue_after, &series.requeue_after),
-            Outcome::Error => {
-                count(&self.errors, &series.error);
-                series.errors_total.inc();
-            }
-            Outcome::Trap(cause) => {
-                // A trap is an error in controller-runtime's series, not in the tallies.
-                *self
-                    .traps
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(cause.as_str())
-                    .or_insert(0) += 1;
-                series
-                    .traps
-                    .get_or_create(&TrapLabels {
-                        guest: series.guest.clone(),
-                        cause: cause.as_str().to_owned(),
-                    })
-                    .inc();
-                series.error.inc();
-                series.errors_total.inc();
-            }
-        }
-    }
-
-    /// Reconciles that returned `done`.
-    pub fn done(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
-    }
-
-    /// Reconciles that returned `requeue` or `requeue-after`.
-    pub fn requeued(&self) -> u64 {
-        self.requeue.load(Ordering::Relaxed) + self.requeue_after.load(Ordering::Relaxed)
-    }
-
-    /// Reconciles that trapped.
-    pub fn traps(&self) -> u64 {
-        self.traps_by_cause().values().sum()
-    }
-
-    /// Reconciles that returned an error (traps aside).
-    pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
-    }
-
-    /// All reconciles so far, whatever their result.
-    pub fn total(&self) -> u64 {
-        self.done() + self.requeued() + self.errors() + self.traps()
-    }
-
-    /// Keys being reconciled right now.
-    pub fn active(&self) -> usize {
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Traps so far, by cause (`timeout`, `out_of_memory`, `panic`, ...).
-    pub fn traps_by_cause(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.traps.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn begin(&self, request: &Request) {
-        let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-        if !active.insert(request.clone()) {
-            self.overlaps.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn end(&self, request: &Request) {
-        self.active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(request);
     }
 }
 
@@ -358,6 +183,8 @@ pub struct Controller {
     trap_streaks: Mutex<std::collections::HashMap<Request, u32>>,
     /// This controller's `krec_event_stage_seconds` series.
     stages: StageSeries,
+    /// Its other series, bound once.
+    series: series::GuestSeries,
     /// Objects waiting for the guest's `map` export (watches with `mapByGuest`), each once.
     map_backlog: Arc<MapBacklog>,
     mapper: Mutex<Option<JoinHandle<()>>>,
@@ -444,6 +271,7 @@ impl Controller {
         let stats = Arc::new(Stats::new(&metrics, &name));
         Arc::new(Controller {
             stages: metrics.stages(&name),
+            series: series::GuestSeries::new(metrics.clone(), &name),
             map_backlog: Arc::default(),
             mapper: Mutex::new(None),
             opener: Mutex::new(None),
@@ -512,107 +340,6 @@ impl Controller {
         self.start_opener();
     }
 
-    /// Start the task that queues every key each time the gate opens after being closed.
-    fn start_opener(self: &Arc<Self>) {
-        let mut opener = self.opener.lock().unwrap_or_else(|e| e.into_inner());
-        if opener.is_some() {
-            return;
-        }
-        let this = Arc::downgrade(self);
-        let mut gate = self.gate.clone();
-        // Open now: the informers' initial events have queued every key already. Closed now:
-        // they were dropped, and the first opening resyncs (read here, not at the task's first
-        // poll, so that an opening in between is not missed).
-        let mut closed = !*gate.borrow_and_update();
-        *opener = Some(tokio::spawn(async move {
-            loop {
-                if !closed && gate.wait_for(|open| !*open).await.is_err() {
-                    return;
-                }
-                closed = false;
-                if gate.wait_for(|open| *open).await.is_err() {
-                    return;
-                }
-                match this.upgrade() {
-                    Some(controller) => controller.resync_all(),
-                    None => return,
-                }
-            }
-        }));
-    }
-
-    /// Start the task that runs the guest's `map` export for the objects of `mapByGuest`
-    /// watches, one call per state in the [backlog](MapBacklog) (which coalesces a burst of
-    /// events on one object), and enqueues what it returns. Its failures are logged and
-    /// counted (`krec_guest_map_calls_total{result="error"|"trap"}`); that state's requests are
-    /// lost, as when a controller-runtime map function returns none.
-    fn start_mapper(self: &Arc<Self>) {
-        let mut mapper = self.mapper.lock().unwrap_or_else(|e| e.into_inner());
-        if mapper.is_some() {
-            return;
-        }
-        let this = Arc::downgrade(self);
-        let backlog = self.map_backlog.clone();
-        *mapper = Some(tokio::spawn(async move {
-            loop {
-                let job = backlog.next().await;
-                let Some(controller) = this.upgrade() else {
-                    return;
-                };
-                for object in job.objects {
-                    controller.map(&job.gvk, object).await;
-                }
-            }
-        }));
-    }
-
-    async fn map(&self, gvk: &Gvk, object: Arc<str>) {
-        let version = self.version.load_full();
-        // A version swapped in meanwhile may not map this kind any more.
-        if !version.handlers.maps_by_guest(gvk) {
-            return;
-        }
-        let kind = crate::bindings::WitGvk {
-            group: gvk.group.clone(),
-            version: gvk.version.clone(),
-            kind: gvk.kind.clone(),
-        };
-        let result = version
-            .module
-            .map(&version.cluster, Some(self.metrics.clone()), kind, object)
-            .await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(ReconcileError::Trap { .. }) => "trap",
-            Err(_) => "error",
-        };
-        self.metrics
-            .map_calls
-            .get_or_create(&ResultLabels {
-                controller: self.name.clone(),
-                result: outcome.to_owned(),
-            })
-            .inc();
-        match result {
-            Ok(requests) => {
-                for request in requests {
-                    match Request::checked(request.namespace.as_deref(), &request.name) {
-                        Ok(request) => self.queue.add(request),
-                        Err(problem) => tracing::warn!(
-                            target: "krec::reconcile",
-                            guest = %self.name,
-                            kind = %gvk,
-                            "map returned an unusable request, dropped: {problem}"
-                        ),
-                    }
-                }
-            }
-            Err(err) => {
-                tracing::warn!(target: "krec::reconcile", guest = %self.name, kind = %gvk, "{err}; the event's requests are dropped");
-            }
-        }
-    }
-
     /// Install `module` (with `cluster`) as the new version. Running reconciles finish on the
     /// old one; every later reconcile runs the new one. The queue and its backoff state stay;
     /// worker count, rate limits, tickers and resync follow the new manifest.
@@ -660,244 +387,6 @@ impl Controller {
         }
     }
 
-    /// Queue every key the guest would see: every cached object of every kind it watches goes
-    /// through its handlers again (as a create, as to a new subscriber: `for` objects, owners,
-    /// mapped targets, `mapByGuest` calls alike), and each ticker's request is queued. What a
-    /// replica that takes a guest over does first (sharded hosts, a new leader), so that no
-    /// change the previous owner had queued is lost.
-    pub fn resync_all(&self) {
-        let informers = self
-            .informers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for informer in &informers {
-            informer.replay(self);
-        }
-        for ticker in &self.version.load().module.manifest().spec.tickers {
-            let request = &ticker.request;
-            self.queue
-                .add(Request::new(request.namespace.as_deref(), &request.name));
-        }
-    }
-
-    /// (Re)start the tickers and the resync of the current manifest.
-    fn restart_sources(&self) {
-        let spec = self.version.load().module.manifest().spec.clone();
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-        for task in sources.drain(..) {
-            task.abort();
-        }
-        for ticker in &spec.tickers {
-            let request = Request::new(ticker.request.namespace.as_deref(), &ticker.request.name);
-            let queue = self.queue.clone();
-            let every = ticker.every;
-            // A ticker fires when the guest starts, then every period.
-            sources.push(tokio::spawn(async move {
-                let mut interval = tokio::time::interval(every);
-                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    interval.tick().await;
-                    queue.add(request.clone());
-                }
-            }));
-        }
-        if let Some(period) = spec.resync_period {
-            let queue = self.queue.clone();
-            let for_informers = self
-                .for_informers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            sources.push(tokio::spawn(async move {
-                let start = tokio::time::Instant::now() + period;
-                let mut interval = tokio::time::interval_at(start, period);
-                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    interval.tick().await;
-                    for informer in &for_informers {
-                        for key in informer.keys() {
-                            queue.add(key);
-                        }
-                    }
-                }
-            }));
-        }
-    }
-
-    /// Worker `index`: take a key, reconcile it on the current version, act on the result;
-    /// give back an instance a burst grew once idle for [`GROWN_INSTANCE_IDLE`];
-    /// until shutdown, or until fewer workers are wanted.
-    async fn work(self: Arc<Self>, index: usize) {
-        let mut worker: Option<GuestWorker> = None;
-        let mut gate = self.gate.clone();
-        while index < self.workers_wanted.load(Ordering::SeqCst) {
-            // Only the leader (the guest's owner) reconciles.
-            if gate.wait_for(|open| *open).await.is_err() {
-                break;
-            }
-            let closing = async {
-                // A gate whose sender is gone never closes (and must not spin).
-                if gate.wait_for(|open| !*open).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            // An instance a burst grew is given back once the worker has been idle a while.
-            let grown = worker
-                .as_ref()
-                .is_some_and(GuestWorker::holds_grown_instance);
-            let idle = async {
-                if grown {
-                    tokio::time::sleep(GROWN_INSTANCE_IDLE).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            };
-            let request = tokio::select! {
-                request = self.queue.get_caused() => match request {
-                    Some(request) => request,
-                    None => break,
-                },
-                // `get` is cancel-safe: a key is only taken in the poll that returns it.
-                () = closing => continue,
-                () = idle => {
-                    if let Some(guest) = worker.as_mut() {
-                        guest.release_grown_instance();
-                    }
-                    continue;
-                }
-            };
-            let (request, origin) = request;
-            let taken = std::time::Instant::now();
-            let version = self.version.load_full();
-            let current = worker
-                .as_ref()
-                .is_some_and(|w| Arc::ptr_eq(w.module(), &version.module));
-            if !current {
-                // A new version: the old instance is dropped with the old worker.
-                worker = Some(
-                    GuestWorker::new(version.module.clone(), version.cluster.clone())
-                        .with_metrics(self.metrics.clone()),
-                );
-            }
-            let Some(guest) = worker.as_mut() else {
-                break;
-            };
-            self.stats.begin(&request);
-            let label = self.controller_label();
-            self.metrics.active_workers.get_or_create(&label).inc();
-            let started = Instant::now();
-            let _ = version.first_reconcile.set(started);
-            let result = guest
-                .reconcile(request.namespace.as_deref(), &request.name)
-                .await;
-            self.metrics.active_workers.get_or_create(&label).dec();
-            self.stats.end(&request);
-            let guest_label = GuestLabel {
-                guest: self.name.clone(),
-            };
-            self.count_budgets(&version.module, &guest_label);
-            if let Some(usage) = guest.last_usage() {
-                self.observe_stages(origin, taken, &usage);
-                self.metrics
-                    .guest_cpu
-                    .get_or_create(&guest_label)
-                    .inc_by(usage.guest_time.as_secs_f64());
-                let peak = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
-                let gauge = self.metrics.guest_memory_peak.get_or_create(&guest_label);
-                if gauge.get() < peak {
-                    gauge.set(peak);
-                }
-            }
-            self.finish(&request, result, started.elapsed());
-            self.queue.done(&request);
-        }
-    }
-
-    /// The stages of one reconcile in `krec_event_stage_seconds`: from `taken` (a worker took
-    /// the key) to the guest entered, to its first host call, to its return (now); and from
-    /// `origin` (the watch event that caused it was received, if one did) to the guest entered.
-    fn observe_stages(
-        &self,
-        origin: crate::queue::Origin,
-        taken: std::time::Instant,
-        usage: &crate::guest::Usage,
-    ) {
-        let observe = |series: &Histogram, took: Duration| series.observe(took.as_secs_f64());
-        let stages = &self.stages;
-        if let Some(origin) = origin {
-            observe(
-                &stages.event_to_guest,
-                usage.entered.saturating_duration_since(origin),
-            );
-        }
-        observe(
-            &stages.start,
-            usage.entered.saturating_duration_since(taken),
-        );
-        if let Some(first_call) = usage.first_call {
-            observe(
-                &stages.first_call,
-                first_call.saturating_duration_since(usage.entered),
-            );
-        }
-        observe(&stages.guest, usage.entered.elapsed());
-    }
-
-    /// Add what the guest's budgets held back since the last reconcile to the metrics.
-    fn count_budgets(&self, module: &GuestModule, label: &GuestLabel) {
-        let budgets = module.budgets();
-        let dropped = budgets.log.take_dropped();
-        if dropped > 0 {
-            self.metrics
-                .log_dropped
-                .get_or_create(label)
-                .inc_by(dropped);
-        }
-        for (held, series) in [
-            (budgets.cpu.take_throttled(), &self.metrics.cpu_throttled),
-            (budgets.writes.take_waited(), &self.metrics.write_throttled),
-        ] {
-            if !held.is_zero() {
-                series.get_or_create(label).inc_by(held.as_secs_f64());
-            }
-        }
-    }
-
-    /// Track `request`'s traps in a row; whether it is (now) quarantined. Entering quarantine
-    /// is logged once and counted; leaving it is logged.
-    fn trap_streak(&self, request: &Request, trapped: bool) -> bool {
-        let mut streaks = self.trap_streaks.lock().unwrap_or_else(|e| e.into_inner());
-        if !trapped {
-            if streaks.remove(request).unwrap_or(0) >= QUARANTINE_AFTER {
-                tracing::info!(guest = %self.name, key = %request, "key released from quarantine: its reconcile no longer traps");
-            }
-            return false;
-        }
-        let streak = streaks.entry(request.clone()).or_insert(0);
-        *streak = streak.saturating_add(1);
-        if *streak == QUARANTINE_AFTER {
-            tracing::warn!(
-                guest = %self.name,
-                key = %request,
-                "key quarantined after {QUARANTINE_AFTER} traps in a row: retried at most every {QUARANTINE_DELAY:?} until a reconcile of it does not trap"
-            );
-            self.metrics
-                .quarantined
-                .get_or_create(&GuestLabel {
-                    guest: self.name.clone(),
-                })
-                .inc();
-        }
-        *streak >= QUARANTINE_AFTER
-    }
-
-    fn controller_label(&self) -> ControllerLabel {
-        ControllerLabel {
-            controller: self.name.clone(),
-        }
-    }
-
     /// Update the series read at scrape time: queue depth, unfinished work, longest processor.
     pub fn refresh_metrics(&self) {
         let name = NameLabel {
@@ -916,49 +405,6 @@ impl Controller {
             .longest_running
             .get_or_create(&name)
             .set(longest);
-    }
-
-    fn finish(&self, request: &Request, result: Result<Action, ReconcileError>, took: Duration) {
-        let guest = self.name();
-        let ms = took.as_secs_f64() * 1000.0;
-        self.metrics
-            .reconcile_time
-            .get_or_create(&self.controller_label())
-            .observe(took.as_secs_f64());
-        let trapped = matches!(result, Err(ReconcileError::Trap { .. }));
-        let quarantined = self.trap_streak(request, trapped);
-        match result.map(action_after) {
-            Ok(Action::Done) => {
-                self.stats.record(Outcome::Done);
-                self.queue.forget(request);
-                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"done", duration_ms = %format_args!("{ms:.1}"), "reconciled");
-            }
-            Ok(Action::Requeue) => {
-                self.stats.record(Outcome::Requeue);
-                self.queue.add_rate_limited(request.clone());
-                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"requeue", duration_ms = %format_args!("{ms:.1}"), "reconciled");
-            }
-            Ok(Action::RequeueAfter(after)) => {
-                self.stats.record(Outcome::RequeueAfter);
-                self.queue.forget(request);
-                self.queue.add_after(request.clone(), after);
-                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %format_args!("requeue_after({after:?})"), duration_ms = %format_args!("{ms:.1}"), "reconciled");
-            }
-            Err(err) => {
-                self.stats.record(match &err {
-                    ReconcileError::Trap { cause, .. } => Outcome::Trap(*cause),
-                    ReconcileError::Guest { .. } | ReconcileError::Config { .. } => Outcome::Error,
-                });
-                if quarantined {
-                    self.queue
-                        .add_rate_limited_at_least(request.clone(), QUARANTINE_DELAY);
-                } else {
-                    self.queue.add_rate_limited(request.clone());
-                }
-                let retries = self.queue.num_requeues(request);
-                tracing::warn!(target: "krec::reconcile", guest = %guest, key = %request, result = %"error", duration_ms = %format_args!("{ms:.1}"), retries, "{err}; retrying with backoff");
-            }
-        }
     }
 
     /// Drop this guest's series that describe what it runs (its module info), when it is
@@ -1017,11 +463,14 @@ mod tests {
 
     use tokio::time::Instant as Clock;
 
+    use super::stats::Outcome;
     use super::*;
     use crate::cluster::MemoryCluster;
     use crate::guest::Runner;
+    use crate::guest::TrapCause;
     use crate::guest::script::Script;
     use crate::manifest::Manifest;
+    use crate::metrics::{ResultLabels, TrapLabels};
 
     /// A started controller running `script`, its gate `gate`, with `extra` manifest spec lines.
     fn controller(

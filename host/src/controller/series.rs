@@ -1,0 +1,161 @@
+//! [`GuestSeries`]: one guest's Prometheus series, each bound the first time it is used and kept
+//! — so that a reconcile builds no label and looks up no family, and a series appears in
+//! `/metrics` when it first has something to say, as before.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::metrics::{ControllerLabel, GuestLabel, Metrics, ResultLabels};
+
+/// A float counter (seconds).
+type Seconds = Counter<f64, AtomicU64>;
+
+/// One guest's series outside its outcome tallies (see `Stats`) and event stages.
+#[derive(Debug)]
+pub(super) struct GuestSeries {
+    metrics: Arc<Metrics>,
+    guest: String,
+    active_workers: OnceLock<Gauge>,
+    reconcile_time: OnceLock<Histogram>,
+    cpu: OnceLock<Seconds>,
+    memory_peak: OnceLock<Gauge>,
+    log_dropped: OnceLock<Counter>,
+    cpu_throttled: OnceLock<Seconds>,
+    write_throttled: OnceLock<Seconds>,
+    quarantined: OnceLock<Counter>,
+    /// `krec_guest_map_calls_total` by result: `ok`, `trap`, `error`.
+    map_calls: [OnceLock<Counter>; 3],
+}
+
+/// The results a `map` call is counted under, in [`GuestSeries::map_call`]'s order.
+const MAP_RESULTS: [&str; 3] = ["ok", "trap", "error"];
+
+impl GuestSeries {
+    /// The series of guest `guest` in `metrics`, none bound yet.
+    pub(super) fn new(metrics: Arc<Metrics>, guest: &str) -> Self {
+        GuestSeries {
+            metrics,
+            guest: guest.to_owned(),
+            active_workers: OnceLock::new(),
+            reconcile_time: OnceLock::new(),
+            cpu: OnceLock::new(),
+            memory_peak: OnceLock::new(),
+            log_dropped: OnceLock::new(),
+            cpu_throttled: OnceLock::new(),
+            write_throttled: OnceLock::new(),
+            quarantined: OnceLock::new(),
+            map_calls: Default::default(),
+        }
+    }
+
+    fn controller(&self) -> ControllerLabel {
+        ControllerLabel {
+            controller: self.guest.clone(),
+        }
+    }
+
+    fn guest(&self) -> GuestLabel {
+        GuestLabel {
+            guest: self.guest.clone(),
+        }
+    }
+
+    /// `controller_runtime_active_workers`.
+    pub(super) fn active_workers(&self) -> &Gauge {
+        self.active_workers.get_or_init(|| {
+            self.metrics
+                .active_workers
+                .get_or_create(&self.controller())
+                .clone()
+        })
+    }
+
+    /// `controller_runtime_reconcile_time_seconds`.
+    pub(super) fn reconcile_time(&self) -> &Histogram {
+        self.reconcile_time.get_or_init(|| {
+            self.metrics
+                .reconcile_time
+                .get_or_create(&self.controller())
+                .clone()
+        })
+    }
+
+    /// `krec_guest_cpu_seconds_total`.
+    pub(super) fn cpu(&self) -> &Seconds {
+        self.cpu
+            .get_or_init(|| self.metrics.guest_cpu.get_or_create(&self.guest()).clone())
+    }
+
+    /// `krec_guest_memory_peak_bytes`.
+    pub(super) fn memory_peak(&self) -> &Gauge {
+        self.memory_peak.get_or_init(|| {
+            self.metrics
+                .guest_memory_peak
+                .get_or_create(&self.guest())
+                .clone()
+        })
+    }
+
+    /// `krec_guest_log_dropped_lines_total`.
+    pub(super) fn log_dropped(&self) -> &Counter {
+        self.log_dropped.get_or_init(|| {
+            self.metrics
+                .log_dropped
+                .get_or_create(&self.guest())
+                .clone()
+        })
+    }
+
+    /// `krec_guest_cpu_throttled_seconds_total`.
+    pub(super) fn cpu_throttled(&self) -> &Seconds {
+        self.cpu_throttled.get_or_init(|| {
+            self.metrics
+                .cpu_throttled
+                .get_or_create(&self.guest())
+                .clone()
+        })
+    }
+
+    /// `krec_guest_write_throttled_seconds_total`.
+    pub(super) fn write_throttled(&self) -> &Seconds {
+        self.write_throttled.get_or_init(|| {
+            self.metrics
+                .write_throttled
+                .get_or_create(&self.guest())
+                .clone()
+        })
+    }
+
+    /// `krec_guest_quarantined_keys_total`.
+    pub(super) fn quarantined(&self) -> &Counter {
+        self.quarantined.get_or_init(|| {
+            self.metrics
+                .quarantined
+                .get_or_create(&self.guest())
+                .clone()
+        })
+    }
+
+    /// `krec_guest_map_calls_total{result}` of a `map` call that returned (`trapped`: trapped;
+    /// `failed`: returned an error).
+    pub(super) fn map_call(&self, trapped: bool, failed: bool) -> &Counter {
+        let index = match (trapped, failed) {
+            (true, _) => 1,
+            (false, true) => 2,
+            (false, false) => 0,
+        };
+        self.map_calls[index].get_or_init(|| {
+            self.metrics
+                .map_calls
+                .get_or_create(&ResultLabels {
+                    controller: self.guest.clone(),
+                    result: MAP_RESULTS[index].to_owned(),
+                })
+                .clone()
+        })
+    }
+}

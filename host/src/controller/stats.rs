@@ -1,0 +1,186 @@
+//! [`Stats`]: how one controller's reconciles ended, counted once into its own tallies and the
+//! guest's outcome series.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::metrics::counter::Counter;
+
+use super::Request;
+use crate::guest::TrapCause;
+use crate::metrics::{ControllerLabel, Metrics, ResultLabels, TrapLabels};
+
+/// How one reconcile ended, as counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// `done` (and `requeue-after(0)`).
+    Done,
+    /// `requeue`.
+    Requeue,
+    /// `requeue-after(d)`.
+    RequeueAfter,
+    /// The guest returned an error (or its configuration was refused).
+    Error,
+    /// The guest trapped.
+    Trap(TrapCause),
+}
+
+/// One controller's reconciles: what is running now, and how those that ended ended.
+///
+/// Outcomes are counted in one place, `record`, into two sinks: this
+/// controller's own tallies (what the accessors read: this controller's reconciles only, from
+/// zero, whatever else the guest's name was counted for) and the guest's Prometheus series
+/// (`controller_runtime_reconcile_total{result}`, `controller_runtime_reconcile_errors_total`,
+/// `krec_guest_traps_total{cause}`, which also count admission traps and span re-adds).
+#[derive(Debug)]
+pub struct Stats {
+    done: AtomicU64,
+    requeue: AtomicU64,
+    requeue_after: AtomicU64,
+    /// Errors the guest returned (traps aside).
+    errors: AtomicU64,
+    /// Reconcile traps by cause.
+    traps: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    series: OutcomeSeries,
+    /// Times a key was handed to a worker while another worker was reconciling it. The
+    /// workqueue guarantees this stays zero; it is counted, not assumed.
+    pub overlaps: AtomicU64,
+    active: Mutex<HashSet<Request>>,
+}
+
+/// The Prometheus series a guest's outcomes are counted in.
+#[derive(Debug)]
+struct OutcomeSeries {
+    success: Counter,
+    requeue: Counter,
+    requeue_after: Counter,
+    error: Counter,
+    /// `reconcile_errors_total`: errors and traps.
+    errors_total: Counter,
+    traps: prometheus_client::metrics::family::Family<TrapLabels, Counter>,
+    guest: String,
+}
+
+impl Stats {
+    /// Tallies from zero, counted also in guest `name`'s series in `metrics`.
+    pub(super) fn new(metrics: &Metrics, name: &str) -> Self {
+        let result = |result: &str| {
+            metrics
+                .reconcile_total
+                .get_or_create(&ResultLabels {
+                    controller: name.to_owned(),
+                    result: result.to_owned(),
+                })
+                .clone()
+        };
+        Stats {
+            done: AtomicU64::new(0),
+            requeue: AtomicU64::new(0),
+            requeue_after: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            traps: Mutex::default(),
+            series: OutcomeSeries {
+                success: result("success"),
+                requeue: result("requeue"),
+                requeue_after: result("requeue_after"),
+                error: result("error"),
+                errors_total: metrics
+                    .reconcile_errors
+                    .get_or_create(&ControllerLabel {
+                        controller: name.to_owned(),
+                    })
+                    .clone(),
+                traps: metrics.traps.clone(),
+                guest: name.to_owned(),
+            },
+            overlaps: AtomicU64::new(0),
+            active: Mutex::default(),
+        }
+    }
+
+    /// Count one reconcile's `outcome`: the one place outcomes are counted.
+    pub(super) fn record(&self, outcome: Outcome) {
+        let series = &self.series;
+        let count = |tally: &AtomicU64, counter: &Counter| {
+            tally.fetch_add(1, Ordering::Relaxed);
+            counter.inc();
+        };
+        match outcome {
+            Outcome::Done => count(&self.done, &series.success),
+            Outcome::Requeue => count(&self.requeue, &series.requeue),
+            Outcome::RequeueAfter => count(&self.requeue_after, &series.requeue_after),
+            Outcome::Error => {
+                count(&self.errors, &series.error);
+                series.errors_total.inc();
+            }
+            Outcome::Trap(cause) => {
+                // A trap is an error in controller-runtime's series, not in the tallies.
+                *self
+                    .traps
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(cause.as_str())
+                    .or_insert(0) += 1;
+                series
+                    .traps
+                    .get_or_create(&TrapLabels {
+                        guest: series.guest.clone(),
+                        cause: cause.as_str().to_owned(),
+                    })
+                    .inc();
+                series.error.inc();
+                series.errors_total.inc();
+            }
+        }
+    }
+
+    /// Reconciles that returned `done`.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Reconciles that returned `requeue` or `requeue-after`.
+    pub fn requeued(&self) -> u64 {
+        self.requeue.load(Ordering::Relaxed) + self.requeue_after.load(Ordering::Relaxed)
+    }
+
+    /// Reconciles that trapped.
+    pub fn traps(&self) -> u64 {
+        self.traps_by_cause().values().sum()
+    }
+
+    /// Reconciles that returned an error (traps aside).
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// All reconciles so far, whatever their result.
+    pub fn total(&self) -> u64 {
+        self.done() + self.requeued() + self.errors() + self.traps()
+    }
+
+    /// Keys being reconciled right now.
+    pub fn active(&self) -> usize {
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Traps so far, by cause (`timeout`, `out_of_memory`, `panic`, ...).
+    pub fn traps_by_cause(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.traps.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(super) fn begin(&self, request: &Request) {
+        let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        if !active.insert(request.clone()) {
+            self.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn end(&self, request: &Request) {
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(request);
+    }
+}

@@ -1,0 +1,209 @@
+//! A controller's workers: each takes a key from the queue, reconciles it in the guest on the
+//! current version, counts what happened and acts on the result (the table in the
+//! [module docs](super)), quarantining keys that keep trapping.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::histogram::Histogram;
+
+use super::stats::Outcome;
+use super::{
+    Controller, GROWN_INSTANCE_IDLE, QUARANTINE_AFTER, QUARANTINE_DELAY, Request, action_after,
+};
+use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError};
+
+impl Controller {
+    /// Worker `index`: take a key, reconcile it on the current version, act on the result;
+    /// give back an instance a burst grew once idle for [`GROWN_INSTANCE_IDLE`];
+    /// until shutdown, or until fewer workers are wanted.
+    pub(super) async fn work(self: Arc<Self>, index: usize) {
+        let mut worker: Option<GuestWorker> = None;
+        let mut gate = self.gate.clone();
+        while index < self.workers_wanted.load(Ordering::SeqCst) {
+            // Only the leader (the guest's owner) reconciles.
+            if gate.wait_for(|open| *open).await.is_err() {
+                break;
+            }
+            let closing = async {
+                // A gate whose sender is gone never closes (and must not spin).
+                if gate.wait_for(|open| !*open).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            // An instance a burst grew is given back once the worker has been idle a while.
+            let grown = worker
+                .as_ref()
+                .is_some_and(GuestWorker::holds_grown_instance);
+            let idle = async {
+                if grown {
+                    tokio::time::sleep(GROWN_INSTANCE_IDLE).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let request = tokio::select! {
+                request = self.queue.get_caused() => match request {
+                    Some(request) => request,
+                    None => break,
+                },
+                // `get` is cancel-safe: a key is only taken in the poll that returns it.
+                () = closing => continue,
+                () = idle => {
+                    if let Some(guest) = worker.as_mut() {
+                        guest.release_grown_instance();
+                    }
+                    continue;
+                }
+            };
+            let (request, origin) = request;
+            let taken = std::time::Instant::now();
+            let version = self.version.load_full();
+            let current = worker
+                .as_ref()
+                .is_some_and(|w| Arc::ptr_eq(w.module(), &version.module));
+            if !current {
+                // A new version: the old instance is dropped with the old worker.
+                worker = Some(
+                    GuestWorker::new(version.module.clone(), version.cluster.clone())
+                        .with_metrics(self.metrics.clone()),
+                );
+            }
+            let Some(guest) = worker.as_mut() else {
+                break;
+            };
+            self.stats.begin(&request);
+            self.series.active_workers().inc();
+            let started = Instant::now();
+            let _ = version.first_reconcile.set(started);
+            let result = guest
+                .reconcile(request.namespace.as_deref(), &request.name)
+                .await;
+            self.series.active_workers().dec();
+            self.stats.end(&request);
+            self.count_budgets(&version.module);
+            if let Some(usage) = guest.last_usage() {
+                self.observe_stages(origin, taken, &usage);
+                self.series.cpu().inc_by(usage.guest_time.as_secs_f64());
+                let peak = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
+                let gauge = self.series.memory_peak();
+                if gauge.get() < peak {
+                    gauge.set(peak);
+                }
+            }
+            self.finish(&request, result, started.elapsed());
+            self.queue.done(&request);
+        }
+    }
+
+    /// The stages of one reconcile in `krec_event_stage_seconds`: from `taken` (a worker took
+    /// the key) to the guest entered, to its first host call, to its return (now); and from
+    /// `origin` (the watch event that caused it was received, if one did) to the guest entered.
+    fn observe_stages(
+        &self,
+        origin: crate::queue::Origin,
+        taken: std::time::Instant,
+        usage: &crate::guest::Usage,
+    ) {
+        let observe = |series: &Histogram, took: Duration| series.observe(took.as_secs_f64());
+        let stages = &self.stages;
+        if let Some(origin) = origin {
+            observe(
+                &stages.event_to_guest,
+                usage.entered.saturating_duration_since(origin),
+            );
+        }
+        observe(
+            &stages.start,
+            usage.entered.saturating_duration_since(taken),
+        );
+        if let Some(first_call) = usage.first_call {
+            observe(
+                &stages.first_call,
+                first_call.saturating_duration_since(usage.entered),
+            );
+        }
+        observe(&stages.guest, usage.entered.elapsed());
+    }
+
+    /// Add what the guest's budgets held back since the last reconcile to the metrics.
+    fn count_budgets(&self, module: &GuestModule) {
+        let budgets = module.budgets();
+        let dropped = budgets.log.take_dropped();
+        if dropped > 0 {
+            self.series.log_dropped().inc_by(dropped);
+        }
+        let cpu = budgets.cpu.take_throttled();
+        if !cpu.is_zero() {
+            self.series.cpu_throttled().inc_by(cpu.as_secs_f64());
+        }
+        let writes = budgets.writes.take_waited();
+        if !writes.is_zero() {
+            self.series.write_throttled().inc_by(writes.as_secs_f64());
+        }
+    }
+
+    /// Track `request`'s traps in a row; whether it is (now) quarantined. Entering quarantine
+    /// is logged once and counted; leaving it is logged.
+    fn trap_streak(&self, request: &Request, trapped: bool) -> bool {
+        let mut streaks = self.trap_streaks.lock().unwrap_or_else(|e| e.into_inner());
+        if !trapped {
+            if streaks.remove(request).unwrap_or(0) >= QUARANTINE_AFTER {
+                tracing::info!(guest = %self.name, key = %request, "key released from quarantine: its reconcile no longer traps");
+            }
+            return false;
+        }
+        let streak = streaks.entry(request.clone()).or_insert(0);
+        *streak = streak.saturating_add(1);
+        if *streak == QUARANTINE_AFTER {
+            tracing::warn!(
+                guest = %self.name,
+                key = %request,
+                "key quarantined after {QUARANTINE_AFTER} traps in a row: retried at most every {QUARANTINE_DELAY:?} until a reconcile of it does not trap"
+            );
+            self.series.quarantined().inc();
+        }
+        *streak >= QUARANTINE_AFTER
+    }
+
+    fn finish(&self, request: &Request, result: Result<Action, ReconcileError>, took: Duration) {
+        let guest = self.name();
+        let ms = took.as_secs_f64() * 1000.0;
+        self.series.reconcile_time().observe(took.as_secs_f64());
+        let trapped = matches!(result, Err(ReconcileError::Trap { .. }));
+        let quarantined = self.trap_streak(request, trapped);
+        match result.map(action_after) {
+            Ok(Action::Done) => {
+                self.stats.record(Outcome::Done);
+                self.queue.forget(request);
+                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"done", duration_ms = %format_args!("{ms:.1}"), "reconciled");
+            }
+            Ok(Action::Requeue) => {
+                self.stats.record(Outcome::Requeue);
+                self.queue.add_rate_limited(request.clone());
+                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"requeue", duration_ms = %format_args!("{ms:.1}"), "reconciled");
+            }
+            Ok(Action::RequeueAfter(after)) => {
+                self.stats.record(Outcome::RequeueAfter);
+                self.queue.forget(request);
+                self.queue.add_after(request.clone(), after);
+                tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %format_args!("requeue_after({after:?})"), duration_ms = %format_args!("{ms:.1}"), "reconciled");
+            }
+            Err(err) => {
+                self.stats.record(match &err {
+                    ReconcileError::Trap { cause, .. } => Outcome::Trap(*cause),
+                    ReconcileError::Guest { .. } | ReconcileError::Config { .. } => Outcome::Error,
+                });
+                if quarantined {
+                    self.queue
+                        .add_rate_limited_at_least(request.clone(), QUARANTINE_DELAY);
+                } else {
+                    self.queue.add_rate_limited(request.clone());
+                }
+                let retries = self.queue.num_requeues(request);
+                tracing::warn!(target: "krec::reconcile", guest = %guest, key = %request, result = %"error", duration_ms = %format_args!("{ms:.1}"), retries, "{err}; retrying with backoff");
+            }
+        }
+    }
+}
