@@ -39,6 +39,7 @@ pub mod resources;
 pub mod scale;
 pub mod server;
 pub mod store;
+pub mod timestamp;
 pub mod validation;
 pub mod warnings;
 pub mod webhook;

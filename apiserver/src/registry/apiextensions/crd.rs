@@ -8,7 +8,7 @@ use crate::error::Cause;
 use crate::json::Pointer;
 use crate::registry::{Deletion, Strategy};
 use crate::resources::Registry;
-use crate::{conversion, resources, store, validation};
+use crate::{conversion, resources, timestamp, validation};
 
 /// The CustomResourceDefinition strategy.
 pub struct CrdStrategy;
@@ -81,7 +81,7 @@ impl Strategy for CrdStrategy {
             .and_then(Value::as_array_mut)
         {
             conditions.push(json!({"type": "Terminating", "status": "True",
-                "lastTransitionTime": store::now_rfc3339(),
+                "lastTransitionTime": timestamp::now_rfc3339(),
                 "reason": "InstanceDeletionInProgress",
                 "message": "CustomResource deletion is in progress"}));
         }
@@ -114,7 +114,7 @@ fn accept(object: &mut Value) {
         .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
         .filter_map(|v| v.get("name").cloned())
         .collect();
-    let now = store::now_rfc3339();
+    let now = timestamp::now_rfc3339();
     let condition = |t: &str, reason: &str, message: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
     let mut conditions = vec![
         condition("NamesAccepted", "NoConflicts", "no conflicts found"),
