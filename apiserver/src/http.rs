@@ -16,6 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::admission::UserInfo;
 use crate::conversion;
+use crate::endpoints::router::{Route, Subresource};
 use crate::error::ApiError;
 use crate::field_validation;
 use crate::json::Pointer;
@@ -338,11 +339,6 @@ async fn route(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let path = uri.path();
-    let segments: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
     let registry = server.store.registry();
     let get_only = |value: Value| -> Result<Response, ApiError> {
         if method == Method::GET {
@@ -353,16 +349,18 @@ async fn route(
             )))
         }
     };
-    let (group, version, rest) = match segments.as_slice() {
-        ["version"] => {
+    let (group, version, namespace, plural, name, subresource) = match Route::of(path)
+        .ok_or_else(|| ApiError::no_route(path))?
+    {
+        Route::Version => {
             let (major, minor) = KUBERNETES_VERSION;
             return get_only(
                 json!({"major": major, "minor": minor, "gitVersion": version_string(),
-                "gitCommit": "krec", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
-                "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"}),
+                    "gitCommit": "krec", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                    "goVersion": "n/a", "compiler": "rustc", "platform": "linux/amd64"}),
             );
         }
-        ["metrics"] if method == Method::GET => {
+        Route::Metrics if method == Method::GET => {
             return Ok((
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -370,35 +368,31 @@ async fn route(
             )
                 .into_response());
         }
-        ["healthz" | "readyz" | "livez", ..] => {
+        Route::Metrics => return Err(ApiError::no_route(path)),
+        Route::Health => {
             return Ok(
                 (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
             );
         }
-        ["api"] => {
+        Route::CoreVersions => {
             return get_only(json!({"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server.address}]}));
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server.address}]}));
         }
-        ["apis"] => return get_only(registry.group_list()),
-        ["openapi", "v2"] => {
+        Route::Groups => return get_only(registry.group_list()),
+        Route::OpenApiV2 => {
             if method != Method::GET {
                 return get_only(Value::Null);
             }
             let (json, proto) = server.openapi.v2(registry);
             return openapi_v2_response(headers, json, proto);
         }
-        ["openapi", "v3"] => return get_only(server.openapi.v3_root(registry)),
-        ["openapi", "v3", "api", version] => {
-            let doc = server.openapi.v3(registry, "", version);
-            let doc = doc.ok_or_else(|| ApiError::no_route(path))?;
-            return get_v3_document(method, uri, headers, doc);
-        }
-        ["openapi", "v3", "apis", group, version] => {
+        Route::OpenApiV3Root => return get_only(server.openapi.v3_root(registry)),
+        Route::OpenApiV3 { group, version } => {
             let doc = server.openapi.v3(registry, group, version);
             let doc = doc.ok_or_else(|| ApiError::no_route(path))?;
             return get_v3_document(method, uri, headers, doc);
         }
-        ["apis", group] => {
+        Route::Group(group) => {
             let list = registry.group_list();
             let found = list["groups"]
                 .as_array()
@@ -415,33 +409,28 @@ async fn route(
                 None => Err(ApiError::no_route(path)),
             };
         }
-        ["api", version, rest @ ..] => ("", *version, rest),
-        ["apis", group, version, rest @ ..] => (*group, *version, rest),
-        _ => return Err(ApiError::no_route(path)),
+        Route::Resources { group, version } => {
+            if !registry.serves_group_version(group, version) {
+                return Err(ApiError::no_route(path));
+            }
+            return get_only(registry.resource_list(group, version));
+        }
+        Route::Resource {
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            subresource,
+        } => (group, version, namespace, plural, name, subresource),
     };
     if !registry.serves_group_version(group, version) {
         return Err(ApiError::no_route(path));
     }
-    if rest.is_empty() {
-        return get_only(registry.resource_list(group, version));
-    }
-    let (namespace, rest) = match rest {
-        ["namespaces", ns, plural, rest @ ..] if *plural != "status" && *plural != "finalize" => {
-            (Some(*ns), {
-                let mut r = vec![*plural];
-                r.extend_from_slice(rest);
-                r
-            })
-        }
-        other => (None, other.to_vec()),
-    };
-    let (plural, name, status, scale) = match rest.as_slice() {
-        [plural] => (*plural, None, false, false),
-        [plural, name] => (*plural, Some(*name), false, false),
-        [plural, name, "status"] => (*plural, Some(*name), true, false),
-        [plural, name, "scale"] => (*plural, Some(*name), false, true),
-        _ => return Err(ApiError::no_route(path)),
-    };
+    let (status, scale) = (
+        subresource == Subresource::Status,
+        subresource == Subresource::Scale,
+    );
     let rt = registry
         .by_plural(group, version, plural)
         .ok_or_else(|| ApiError::no_route(path))?;

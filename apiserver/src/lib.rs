@@ -24,6 +24,7 @@ pub mod audit;
 pub mod controllers;
 pub mod conversion;
 pub mod defaults;
+pub mod endpoints;
 pub mod faults;
 pub mod field_validation;
 pub mod http;
