@@ -29,6 +29,7 @@ mod delete;
 mod owners;
 pub mod persist;
 mod read;
+mod update;
 mod validate;
 mod write;
 

@@ -216,157 +216,18 @@ impl Store {
         status: bool,
         options: &WriteOptions,
     ) -> Result<Arc<Value>, ApiError> {
-        if !new.is_object() {
-            return Err(ApiError::bad_request("the body must be a JSON object"));
-        }
-        if status && !rt.status_subresource {
-            return Err(ApiError::no_route(&format!("{}/{name}/status", rt.plural)));
-        }
-        Self::check_type(rt, &new)?;
-        if let Some(body_name) = meta_str(&new, "name")
-            && body_name != name
-        {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        if rt.namespaced
-            && let (Some(url), Some(body)) = (namespace, meta_str(&new, "namespace"))
-            && url != body
-        {
-            return Err(ApiError::bad_request(format!(
-                "the namespace of the provided object ({body}) does not match the namespace sent on the request ({url})"
-            )));
-        }
+        update::check_target(rt, namespace, name, &new, status)?;
         let key = Key::new(rt, namespace, name);
         let old = state
             .objects
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        // Written in another version than the one stored: `reencode` came first, so the object
-        // was written again in between — as kube-apiserver's storage would, a conflict.
-        if rt.conversion.is_some() && !Self::in_version(rt, &old) {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-        }
-        match meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty()) {
-            Some(rv) if Some(rv) != meta_str(&old, "resourceVersion") => {
-                return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-            }
-            None if rt.schema.is_some() => {
-                return Err(ApiError::invalid(
-                    &rt.kind,
-                    &rt.group,
-                    name,
-                    vec![(
-                        "metadata.resourceVersion".into(),
-                        "Invalid value: 0x0: must be specified for an update".into(),
-                    )],
-                ));
-            }
-            _ => {}
-        }
-        if rt.status_subresource {
-            if status {
-                // Like kube-apiserver's status strategies: only status changes; spec and
-                // metadata stay as stored (bar the resourceVersion checked above).
-                let new_status = new.get("status").cloned();
-                new = (*old).clone();
-                match new_status {
-                    Some(s) => new["status"] = s,
-                    None => {
-                        new.as_object_mut().map(|m| m.remove("status"));
-                    }
-                }
-            } else {
-                match old.get("status") {
-                    Some(s) => new["status"] = s.clone(),
-                    None => {
-                        new.as_object_mut().map(|m| m.remove("status"));
-                    }
-                }
-            }
-        }
-        {
-            let map = new.as_object_mut().expect("checked above");
-            map.insert("apiVersion".into(), json!(rt.api_version()));
-            map.insert("kind".into(), json!(rt.kind));
-        }
-        // The client never sets generation: it is carried over and bumped here.
-        let generation = old.at("/metadata/generation").and_then(Value::as_i64);
-        let spec_changed = spec_changed(rt, &old, &new);
-        let no_meta = Map::new();
-        let old_meta = old
-            .get("metadata")
-            .and_then(Value::as_object)
-            .unwrap_or(&no_meta);
-        let meta = metadata_mut(&mut new);
-        for field in [
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "namespace",
-            "name",
-        ] {
-            match old_meta.get(field) {
-                Some(v) => meta.insert(field.into(), v.clone()),
-                None => meta.remove(field),
-            };
-        }
-        if !options.applied {
-            // The entries are the stored ones (kept as they are when the body carried them back
-            // unchanged, as a patch does), for `record_update` to change.
-            let stored = old_meta.get("managedFields");
-            if meta.get("managedFields") != stored {
-                match stored {
-                    Some(entries) => meta.insert("managedFields".into(), entries.clone()),
-                    None => meta.remove("managedFields"),
-                };
-            }
-        }
-        match generation {
-            Some(generation) => {
-                let next = if spec_changed {
-                    generation.saturating_add(1)
-                } else {
-                    generation
-                };
-                meta.insert("generation".into(), json!(next));
-            }
-            None => {
-                meta.remove("generation");
-            }
-        }
-        // A terminating object cannot gain finalizers.
-        if old_meta.get("deletionTimestamp").is_some() {
-            let old_finalizers: HashSet<String> = old
-                .at("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|f| f.as_str().map(str::to_owned))
-                .collect();
-            let added = new
-                .at("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .any(|f| !old_finalizers.contains(f));
-            if added {
-                return Err(ApiError::invalid(
-                    &rt.kind,
-                    &rt.group,
-                    name,
-                    vec![(
-                        "metadata.finalizers".into(),
-                        "Forbidden: no new finalizers can be added if the object is being deleted"
-                            .into(),
-                    )],
-                ));
-            }
-        }
+        update::check_precondition(rt, name, &old, &new)?;
+        update::status_strategy(rt, status, &old, &mut new);
+        update::carry_system_fields(rt, &old, &mut new, options.applied);
+        update::next_generation(rt, &old, &mut new);
+        update::check_finalizers(rt, name, &old, &new)?;
         if let Some(schema) = &rt.schema {
             schema::apply_defaults(schema, &mut new);
             schema::prune(schema, &mut new);
@@ -547,7 +408,7 @@ const MAX_PATCH_ATTEMPTS: u32 = 5;
 
 /// Whether what `generation` tracks changed: everything but `metadata`, and but `status` when
 /// the kind has a status subresource (compared in place: objects are large, copies are not free).
-fn spec_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
+pub(super) fn spec_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
     let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
         return old != new;
     };
