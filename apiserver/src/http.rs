@@ -530,7 +530,7 @@ async fn route(
         (Method::DELETE, false) => {
             let (labels, fields) = params.selectors(&target.rt)?;
             let options = delete_options(&params, headers, &body)?;
-            let items = server
+            let (items, warnings) = server
                 .admission
                 .delete_collection(
                     &target.rt,
@@ -541,11 +541,9 @@ async fn route(
                 )
                 .await?;
             let items = conversion::to_version(&target.rt, items).await?;
-            Ok(respond(
-                200,
-                &json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(),
-                "metadata": {"resourceVersion": server.store.resource_version().to_string()}, "items": items}),
-            ))
+            let list = json!({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(),
+                "metadata": {"resourceVersion": server.store.resource_version().to_string()}, "items": items});
+            Ok(with_warnings(respond(200, &list), &warnings))
         }
         _ => Err(ApiError::method_not_allowed(format!(
             "{method} is not supported on {path}"

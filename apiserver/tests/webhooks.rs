@@ -740,8 +740,11 @@ async fn a_collection_delete_should_be_admitted_item_by_item() {
         format!("https://{addr}/validate-delete"),
         &ca,
         "configmaps",
+        // A namespace selector: a request across all namespaces still matches (kube-apiserver's
+        // `MatchNamespaceSelector` exempts nothing without a namespace).
         json!({"rules": [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"],
-            "resources": ["configmaps"]}]}),
+            "resources": ["configmaps"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "default"}}}),
     );
     let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -795,6 +798,24 @@ async fn a_collection_delete_should_be_admitted_item_by_item() {
         .map(|(_, request)| request.clone())
         .collect();
     assert_eq!(reviews.len(), 2, "{reviews:#?}");
+    // Across all namespaces: the namespace-selecting webhook is asked too.
+    let everywhere: Api<ConfigMap> = Api::all(client.clone());
+    let err = everywhere
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app=x"),
+        )
+        .await
+        .expect_err("the webhook keeps b, asked across all namespaces");
+    assert_eq!(status_of(err).0, 403);
+    assert_eq!(
+        cms.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        2
+    );
     for (review, name) in reviews.iter().zip(["a", "b"]) {
         assert_eq!(review["operation"], "DELETE");
         assert_eq!(review["namespace"], "default");

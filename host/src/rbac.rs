@@ -104,6 +104,18 @@ pub fn generate(
                 )
                 .into());
             };
+            let name = crd.pointer("/metadata/name").and_then(Value::as_str);
+            if name != Some(format!("{plural}.{group}").as_str()) {
+                return Err(crate::objects::ObjectFileError::new(
+                    dir,
+                    format!(
+                        "CRD {}: metadata.name must be spec.names.plural + \".\" + spec.group \
+                         ({plural}.{group})",
+                        crd["metadata"]["name"]
+                    ),
+                )
+                .into());
+            }
             crds.insert((group.to_owned(), kind.to_owned()), plural.to_owned());
         }
     }

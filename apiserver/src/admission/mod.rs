@@ -170,8 +170,10 @@ impl Admission {
                     if hook.has_namespace_selector() {
                         let labels = namespace_labels
                             .get_or_insert_with(|| self.namespace_labels(request, namespace));
-                        // A cluster-scoped object other than a Namespace always matches.
-                        let scoped = request.namespaced
+                        // A request without a namespace other than of a Namespace always
+                        // matches (kube-apiserver's `MatchNamespaceSelector`): a cluster-scoped
+                        // object, or a collection request across all namespaces.
+                        let scoped = (request.namespaced && namespace.is_some())
                             || (request.group.is_empty() && request.resource == "namespaces");
                         if scoped && !hook.selects_namespace(labels) {
                             continue;
@@ -515,7 +517,8 @@ impl Admission {
     /// through the webhooks as kube-apiserver's `DeleteCollection` does: every item is admitted
     /// as a delete (with the item as `oldObject`, the request's namespace and no name) and then
     /// deleted with `options`; the first refusal ends the request with its error, the items
-    /// deleted before it staying deleted. The deleted (or, held by finalizers, marked) objects.
+    /// deleted before it staying deleted. The deleted (or, held by finalizers, marked) objects
+    /// and the webhooks' warnings.
     ///
     /// # Errors
     ///
@@ -527,14 +530,17 @@ impl Admission {
         selectors: (&LabelSelector, &FieldSelector),
         options: &DeleteOptions,
         user: &UserInfo,
-    ) -> Result<Vec<Arc<Value>>, ApiError> {
+    ) -> Result<(Vec<Arc<Value>>, Vec<String>), ApiError> {
         let (labels, fields) = selectors;
         let page = self.store.list(rt, namespace, labels, fields, None, None)?;
         let mut deleted = Vec::with_capacity(page.items.len());
+        let mut warnings = Vec::new();
         for item in page.items {
             if self.configured() {
-                self.admit_delete(rt, namespace, "", options, user, &item)
-                    .await?;
+                warnings.extend(
+                    self.admit_delete(rt, namespace, "", options, user, &item)
+                        .await?,
+                );
             }
             let name = item
                 .at("/metadata/name")
@@ -548,7 +554,7 @@ impl Admission {
                 Err(err) => return Err(err),
             }
         }
-        Ok(deleted)
+        Ok((deleted, warnings))
     }
 
     /// The webhooks' verdict on deleting `old` (its `name` as the request names it): their
