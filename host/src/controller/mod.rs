@@ -63,7 +63,7 @@ pub const QUARANTINE_AFTER: u32 = 5;
 pub const QUARANTINE_DELAY: Duration = Duration::from_secs(30);
 /// How long a worker whose kept instance has grown past
 /// [`IDLE_GROWTH_ALLOWANCE`](crate::guest::IDLE_GROWTH_ALLOWANCE) waits for its next key before
-/// it gives the instance back (see [`GuestWorker::release_grown_instance`]).
+/// it gives the instance back (see [`GuestWorker::release_grown_instance`](crate::guest::GuestWorker::release_grown_instance)).
 pub const GROWN_INSTANCE_IDLE: Duration = Duration::from_secs(5);
 
 /// What the queue does with a reconcile's result (errors aside): the [module docs](self)' table.
