@@ -79,13 +79,6 @@ macro_rules! cases {
                 }
             }
 
-            /// The message.
-            pub fn message(&self) -> &str {
-                match self {
-                    $(CallError::$case(m))|* => m,
-                }
-            }
-
             /// The message, to change in place.
             pub fn message_mut(&mut self) -> &mut String {
                 match self {

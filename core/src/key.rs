@@ -70,9 +70,30 @@ pub enum BadObjectName {
 /// `namespace/name`, or `name` for a cluster-scoped object (client-go's `MetaNamespaceKeyFunc`).
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
+        KeyRef {
+            namespace: self.namespace.as_deref(),
+            name: &self.name,
+        }
+        .fmt(f)
+    }
+}
+
+/// An object's key borrowed from where its parts already are, to print as an [`ObjectKey`]
+/// prints without copying them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyRef<'a> {
+    /// The namespace; `None` for a cluster-scoped object.
+    pub namespace: Option<&'a str>,
+    /// The name.
+    pub name: &'a str,
+}
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+impl fmt::Display for KeyRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.namespace {
             Some(ns) => write!(f, "{ns}/{}", self.name),
-            None => f.write_str(&self.name),
+            None => f.write_str(self.name),
         }
     }
 }

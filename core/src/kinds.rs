@@ -39,15 +39,6 @@ pub struct BuiltinKind {
 }
 
 impl BuiltinKind {
-    /// The `apiVersion` of its objects: `version` for core, `group/version` otherwise.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_owned()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
     /// Whether its objects live in a namespace.
     pub fn namespaced(&self) -> bool {
         self.scope == Scope::Namespaced
@@ -375,8 +366,8 @@ mod tests {
         }
         let pod = builtin("", "Pod").expect("Pod");
         assert_eq!(
-            (pod.api_version(), pod.plural, pod.namespaced()),
-            ("v1".into(), "pods", true)
+            (pod.version, pod.plural, pod.namespaced()),
+            ("v1", "pods", true)
         );
         assert!(builtin("apps", "Deployment").is_some_and(|d| d.scale && d.status && d.in_all));
         assert!(is_builtin_cluster_scoped("", "Namespace"));

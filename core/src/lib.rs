@@ -30,5 +30,5 @@ pub mod yaml;
 pub use call_error::CallError;
 pub use error::{ApiError, ErrorKind};
 pub use gvk::{Gvk, MissingField};
-pub use key::{BadObjectName, MAX_NAME, ObjectKey};
+pub use key::{BadObjectName, KeyRef, MAX_NAME, ObjectKey};
 pub use patch::PatchType;

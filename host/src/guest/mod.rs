@@ -894,7 +894,7 @@ impl GuestWorker {
             self.last_usage = Some(usage);
             return result;
         }
-        let request = krec_core::ObjectKey::new(namespace, name).to_string();
+        let request = krec_core::KeyRef { namespace, name }.to_string();
         let guest = self.module.manifest.name.clone();
         let trap = |cause, err: &wasmtime::Error| ReconcileError::Trap {
             guest: guest.clone(),
