@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -66,77 +67,55 @@ impl GuestSeries {
 
     /// `controller_runtime_active_workers`.
     pub(super) fn active_workers(&self) -> &Gauge {
-        self.active_workers.get_or_init(|| {
-            self.metrics
-                .active_workers
-                .get_or_create(&self.controller())
-                .clone()
+        bound(&self.active_workers, &self.metrics.active_workers, || {
+            self.controller()
         })
     }
 
     /// `controller_runtime_reconcile_time_seconds`.
     pub(super) fn reconcile_time(&self) -> &Histogram {
-        self.reconcile_time.get_or_init(|| {
-            self.metrics
-                .reconcile_time
-                .get_or_create(&self.controller())
-                .clone()
+        bound(&self.reconcile_time, &self.metrics.reconcile_time, || {
+            self.controller()
         })
     }
 
     /// `krec_guest_cpu_seconds_total`.
     pub(super) fn cpu(&self) -> &Seconds {
-        self.cpu
-            .get_or_init(|| self.metrics.guest_cpu.get_or_create(&self.guest()).clone())
+        bound(&self.cpu, &self.metrics.guest_cpu, || self.guest())
     }
 
     /// `krec_guest_memory_peak_bytes`.
     pub(super) fn memory_peak(&self) -> &Gauge {
-        self.memory_peak.get_or_init(|| {
-            self.metrics
-                .guest_memory_peak
-                .get_or_create(&self.guest())
-                .clone()
+        bound(&self.memory_peak, &self.metrics.guest_memory_peak, || {
+            self.guest()
         })
     }
 
     /// `krec_guest_log_dropped_lines_total`.
     pub(super) fn log_dropped(&self) -> &Counter {
-        self.log_dropped.get_or_init(|| {
-            self.metrics
-                .log_dropped
-                .get_or_create(&self.guest())
-                .clone()
+        bound(&self.log_dropped, &self.metrics.log_dropped, || {
+            self.guest()
         })
     }
 
     /// `krec_guest_cpu_throttled_seconds_total`.
     pub(super) fn cpu_throttled(&self) -> &Seconds {
-        self.cpu_throttled.get_or_init(|| {
-            self.metrics
-                .cpu_throttled
-                .get_or_create(&self.guest())
-                .clone()
+        bound(&self.cpu_throttled, &self.metrics.cpu_throttled, || {
+            self.guest()
         })
     }
 
     /// `krec_guest_write_throttled_seconds_total`.
     pub(super) fn write_throttled(&self) -> &Seconds {
-        self.write_throttled.get_or_init(|| {
-            self.metrics
-                .write_throttled
-                .get_or_create(&self.guest())
-                .clone()
+        bound(&self.write_throttled, &self.metrics.write_throttled, || {
+            self.guest()
         })
     }
 
     /// `krec_guest_quarantined_keys_total`.
     pub(super) fn quarantined(&self) -> &Counter {
-        self.quarantined.get_or_init(|| {
-            self.metrics
-                .quarantined
-                .get_or_create(&self.guest())
-                .clone()
+        bound(&self.quarantined, &self.metrics.quarantined, || {
+            self.guest()
         })
     }
 
@@ -148,14 +127,26 @@ impl GuestSeries {
             (false, true) => 2,
             (false, false) => 0,
         };
-        self.map_calls[index].get_or_init(|| {
-            self.metrics
-                .map_calls
-                .get_or_create(&ResultLabels {
-                    controller: self.guest.clone(),
-                    result: MAP_RESULTS[index].to_owned(),
-                })
-                .clone()
+        bound(&self.map_calls[index], &self.metrics.map_calls, || {
+            ResultLabels {
+                controller: self.guest.clone(),
+                result: MAP_RESULTS[index].to_owned(),
+            }
         })
     }
+}
+
+/// The handle in `cell`, bound to `family`'s series of the labels `labels` builds the first
+/// time it is asked for.
+fn bound<'a, L, M, C>(
+    cell: &'a OnceLock<M>,
+    family: &Family<L, M, C>,
+    labels: impl FnOnce() -> L,
+) -> &'a M
+where
+    L: Clone + std::hash::Hash + Eq,
+    M: Clone,
+    C: MetricConstructor<M>,
+{
+    cell.get_or_init(|| family.get_or_create(&labels()).clone())
 }
