@@ -16,7 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::admission::UserInfo;
 use crate::conversion;
-use crate::endpoints::router::{Route, Subresource};
+use crate::endpoints::router::{ResourcePath, Route, Subresource};
 use crate::error::ApiError;
 use crate::field_validation;
 use crate::json::Pointer;
@@ -349,9 +349,7 @@ async fn route(
             )))
         }
     };
-    let (group, version, namespace, plural, name, subresource) = match Route::of(path)
-        .ok_or_else(|| ApiError::no_route(path))?
-    {
+    let resource = match Route::of(path).ok_or_else(|| ApiError::no_route(path))? {
         Route::Version => {
             let (major, minor) = KUBERNETES_VERSION;
             return get_only(
@@ -415,15 +413,16 @@ async fn route(
             }
             return get_only(registry.resource_list(group, version));
         }
-        Route::Resource {
-            group,
-            version,
-            namespace,
-            plural,
-            name,
-            subresource,
-        } => (group, version, namespace, plural, name, subresource),
+        Route::Resource(resource) => resource,
     };
+    let ResourcePath {
+        group,
+        version,
+        namespace,
+        plural,
+        name,
+        subresource,
+    } = resource;
     if !registry.serves_group_version(group, version) {
         return Err(ApiError::no_route(path));
     }

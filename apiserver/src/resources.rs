@@ -138,6 +138,15 @@ fn builtin(facts: &BuiltinKind) -> ResourceType {
     }
 }
 
+/// The served type of the built-in kind `kind` of `group` (tests' shorthand).
+#[cfg(test)]
+pub(crate) fn builtin_type(group: &str, kind: &str) -> ResourceType {
+    builtins()
+        .into_iter()
+        .find(|rt| rt.group == group && rt.kind == kind)
+        .unwrap_or_else(|| panic!("{group} {kind} is not a served built-in kind"))
+}
+
 /// The built-in resource types the server serves ([`krec_core::kinds`]).
 pub fn builtins() -> Vec<ResourceType> {
     BUILTIN_KINDS

@@ -32,19 +32,7 @@ async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigter
         )
         .expect("create rs");
 
-    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-guests/pod-counter");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(["run", "--manifests"])
-        .arg(&manifests)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start krec run");
-    // Nobody reads its stdout: a long-running host must not die of a broken pipe.
-    drop(child.stdout.take());
+    let mut child = run_pod_counter(Path::new(env!("CARGO_BIN_EXE_krec")), &kubeconfig);
 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -64,6 +52,23 @@ async fn run_should_reconcile_against_the_kubeconfigs_cluster_and_stop_on_sigter
 
     let exit = common::stop(&mut child, "-TERM");
     assert!(exit.success(), "exit status {exit:?}");
+}
+
+/// `binary run` with the pod-counter sample against the cluster of `kubeconfig`.
+fn run_pod_counter(binary: &Path, kubeconfig: &Path) -> std::process::Child {
+    let mut child = Command::new(binary)
+        .args(["run", "--manifests"])
+        .arg(common::repo().join("sample-guests/pod-counter"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start krec run");
+    // Nobody reads its stdout: a long-running host must not die of a broken pipe.
+    drop(child.stdout.take());
+    child
 }
 
 #[test]
@@ -138,18 +143,7 @@ async fn a_host_without_the_embedded_api_server_should_run_the_sample_guests() {
         .await
         .expect("create rs");
 
-    let manifests = common::repo().join("sample-guests/pod-counter");
-    let host = Command::new(&binary)
-        .args(["run", "--manifests"])
-        .arg(&manifests)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start krec-no-server run");
-    let mut host = common::Stopped(host);
+    let mut host = common::Stopped(run_pod_counter(&binary, &kubeconfig));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let rs = replicasets.get("web").await.expect("get rs");

@@ -47,20 +47,24 @@ pub enum Route<'a> {
         version: &'a str,
     },
     /// A collection or an object (or its subresource) of a resource.
-    Resource {
-        /// API group, `""` for core.
-        group: &'a str,
-        /// Version.
-        version: &'a str,
-        /// From `/namespaces/{namespace}/…`; `None` for a cluster-scoped path.
-        namespace: Option<&'a str>,
-        /// The resource, e.g. `deployments`.
-        plural: &'a str,
-        /// The object; `None` for the collection.
-        name: Option<&'a str>,
-        /// Which part of the object.
-        subresource: Subresource,
-    },
+    Resource(ResourcePath<'a>),
+}
+
+/// What a path to a resource names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourcePath<'a> {
+    /// API group, `""` for core.
+    pub group: &'a str,
+    /// Version.
+    pub version: &'a str,
+    /// From `/namespaces/{namespace}/…`; `None` for a cluster-scoped path.
+    pub namespace: Option<&'a str>,
+    /// The resource, e.g. `deployments`.
+    pub plural: &'a str,
+    /// The object; `None` for the collection.
+    pub name: Option<&'a str>,
+    /// Which part of the object.
+    pub subresource: Subresource,
 }
 
 impl<'a> Route<'a> {
@@ -108,14 +112,14 @@ impl<'a> Route<'a> {
             [plural, name, "scale"] => (*plural, Some(*name), Subresource::Scale),
             _ => return None,
         };
-        Some(Route::Resource {
+        Some(Route::Resource(ResourcePath {
             group,
             version,
             namespace,
             plural,
             name,
             subresource,
-        })
+        }))
     }
 }
 
@@ -131,14 +135,14 @@ mod tests {
         name: Option<&'a str>,
         subresource: Subresource,
     ) -> Option<Route<'a>> {
-        Some(Route::Resource {
+        Some(Route::Resource(ResourcePath {
             group,
             version,
             namespace,
             plural,
             name,
             subresource,
-        })
+        }))
     }
 
     #[test]

@@ -127,13 +127,7 @@ mod tests {
 
     use super::*;
     use crate::json::Pointer;
-
-    fn kind(group: &str, kind: &str) -> ResourceType {
-        crate::resources::builtins()
-            .into_iter()
-            .find(|rt| rt.group == group && rt.kind == kind)
-            .expect("a built-in kind")
-    }
+    use crate::resources::builtin_type as kind;
 
     #[test]
     fn each_kind_should_find_its_own_strategy() {

@@ -226,15 +226,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::Registry;
+    use crate::resources::{Registry, builtin_type as kind};
     use crate::store::{Store, WriteOptions};
-
-    fn kind(group: &str, kind: &str) -> ResourceType {
-        crate::resources::builtins()
-            .into_iter()
-            .find(|rt| rt.group == group && rt.kind == kind)
-            .expect("a built-in kind")
-    }
 
     #[test]
     fn the_target_should_be_the_urls_kind_name_and_namespace() {
