@@ -27,7 +27,7 @@ use crate::printers;
 use crate::protobuf;
 use crate::resources::ResourceType;
 use crate::scale;
-use crate::selector::{FieldSelector, LabelSelector, field_labels};
+use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom, WriteOptions};
 
 /// Largest request body accepted, as kube-apiserver's default (3 MiB).
@@ -144,7 +144,7 @@ impl Params {
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
         let fields = FieldSelector::parse_for(
             self.get("fieldSelector").unwrap_or(""),
-            field_labels(&rt.group, &rt.kind),
+            crate::registry::strategy(rt).field_labels(),
         )
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok((labels, fields))

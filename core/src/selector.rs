@@ -365,68 +365,6 @@ const METADATA_LABELS: &[FieldLabel] = &[
     ("metadata.namespace", "/metadata/namespace", ""),
 ];
 
-/// The field labels kube-apiserver supports for `group`/`kind` besides `metadata.name` and
-/// `metadata.namespace` (its registries' `GetAttrs` and field label conversions).
-pub fn field_labels(group: &str, kind: &str) -> &'static [FieldLabel] {
-    match (group, kind) {
-        ("", "Pod") => &[
-            ("spec.nodeName", "/spec/nodeName", ""),
-            ("spec.restartPolicy", "/spec/restartPolicy", ""),
-            ("spec.schedulerName", "/spec/schedulerName", ""),
-            ("spec.serviceAccountName", "/spec/serviceAccountName", ""),
-            ("spec.hostNetwork", "/spec/hostNetwork", "false"),
-            ("status.phase", "/status/phase", ""),
-            ("status.podIP", "/status/podIP", ""),
-            ("status.nominatedNodeName", "/status/nominatedNodeName", ""),
-        ],
-        ("", "Event") => &[
-            ("involvedObject.kind", "/involvedObject/kind", ""),
-            ("involvedObject.namespace", "/involvedObject/namespace", ""),
-            ("involvedObject.name", "/involvedObject/name", ""),
-            ("involvedObject.uid", "/involvedObject/uid", ""),
-            (
-                "involvedObject.apiVersion",
-                "/involvedObject/apiVersion",
-                "",
-            ),
-            (
-                "involvedObject.resourceVersion",
-                "/involvedObject/resourceVersion",
-                "",
-            ),
-            ("involvedObject.fieldPath", "/involvedObject/fieldPath", ""),
-            ("reason", "/reason", ""),
-            ("reportingComponent", "/reportingComponent", ""),
-            ("source", "/source/component", ""),
-            ("type", "/type", ""),
-        ],
-        ("events.k8s.io", "Event") => &[
-            ("regarding.kind", "/regarding/kind", ""),
-            ("regarding.namespace", "/regarding/namespace", ""),
-            ("regarding.name", "/regarding/name", ""),
-            ("regarding.uid", "/regarding/uid", ""),
-            ("regarding.apiVersion", "/regarding/apiVersion", ""),
-            (
-                "regarding.resourceVersion",
-                "/regarding/resourceVersion",
-                "",
-            ),
-            ("regarding.fieldPath", "/regarding/fieldPath", ""),
-            ("reason", "/reason", ""),
-            ("reportingController", "/reportingController", ""),
-            ("type", "/type", ""),
-        ],
-        ("", "Secret") => &[("type", "/type", "")],
-        ("", "Namespace") => &[("status.phase", "/status/phase", "")],
-        ("", "Node") => &[("spec.unschedulable", "/spec/unschedulable", "false")],
-        ("", "ReplicationController") | ("apps", "ReplicaSet") => {
-            &[("status.replicas", "/status/replicas", "0")]
-        }
-        ("batch", "Job") => &[("status.successful", "/status/succeeded", "0")],
-        _ => &[],
-    }
-}
-
 /// A parsed field selector.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FieldSelector {
@@ -441,7 +379,7 @@ impl FieldSelector {
         Self::parse_for(text, &[])
     }
 
-    /// Parse selector text on the metadata labels and `labels` (see [`field_labels`]).
+    /// Parse selector text on the metadata labels and `labels` (a kind's field labels).
     pub fn parse_for(text: &str, labels: &[FieldLabel]) -> Result<Self, SelectorError> {
         let err = |problem: String| SelectorError {
             selector: text.to_owned(),

@@ -7,10 +7,19 @@
 use serde_json::Value;
 
 use crate::error::{ApiError, Cause};
+use crate::printers::{Column, NAME_AGE, Row};
 use crate::resources::{Registry, ResourceType};
+use crate::selector::FieldLabel;
 
+pub mod admissionregistration;
 pub mod apiextensions;
+pub mod apps;
+pub mod batch;
+pub mod coordination;
 pub mod core;
+pub mod discovery;
+pub mod rbac;
+mod workload;
 
 /// How a kind's objects are deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,9 +36,16 @@ pub enum Deletion {
 }
 
 /// A kind's behaviour beyond the generic store's (kube-apiserver's `RESTCreateStrategy`,
-/// `RESTUpdateStrategy` and `RESTDeleteStrategy` hooks). Every method has the generic kind's
-/// answer as its default.
+/// `RESTUpdateStrategy` and `RESTDeleteStrategy` hooks, its defaulters, its table convertor and
+/// its field label conversion). Every method has the generic kind's answer as its default.
 pub trait Strategy: Send + Sync {
+    /// Fill in the values kube-apiserver's defaulters (`SetDefaults_*` of
+    /// `pkg/apis/<group>/v1`) give an object of the kind: applied to every write's body
+    /// (create, update, and the result of a patch), as kube-apiserver applies them when it
+    /// decodes a request. A field counts as unset when it is absent, `null`, or the Go zero
+    /// value of a value field (`""`); pointers set to zero are kept.
+    fn default(&self, _object: &mut Value) {}
+
     /// Whether its names are DNS labels (63 characters, no dots) rather than subdomains.
     fn name_is_label(&self) -> bool {
         false
@@ -65,7 +81,8 @@ pub trait Strategy: Send + Sync {
         Ok(())
     }
 
-    /// The kind's own validation of a written object (`old`: the stored one of an update).
+    /// The kind's own validation of a written object (`old`: the stored one of an update), with
+    /// the field paths and messages kube-apiserver gives.
     fn validate(&self, _object: &Value, _old: Option<&Value>) -> Vec<Cause> {
         Vec::new()
     }
@@ -93,6 +110,23 @@ pub trait Strategy: Send + Sync {
 
     /// What removing the object named `name` for good sets off (a CRD's types stop).
     fn after_remove(&self, _registry: &Registry, _name: &str) {}
+
+    /// The columns of the kind's Table (`pkg/printers/internalversion`), what `kubectl get`
+    /// shows.
+    fn columns(&self) -> &'static [Column] {
+        NAME_AGE
+    }
+
+    /// The cells of `row`'s object, one per [column](Self::columns).
+    fn cells(&self, row: &Row<'_>) -> Vec<Value> {
+        vec![row.name(), row.age()]
+    }
+
+    /// The field labels the kind can be selected by besides `metadata.name` and
+    /// `metadata.namespace` (its registry's `GetAttrs` and field label conversion).
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        &[]
+    }
 }
 
 /// The strategy of every kind without behaviour of its own.
@@ -111,7 +145,30 @@ pub fn strategy(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "Service") => &core::service::STRATEGY,
         ("", "ConfigMap") => &core::configmap::STRATEGY,
         ("", "Secret") => &core::secret::STRATEGY,
+        ("", "ReplicationController") => &core::replicationcontroller::STRATEGY,
+        ("", "Endpoints") => &core::endpoints::STRATEGY,
+        ("", "Node") => &core::node::STRATEGY,
+        ("", "Event") => &core::event::STRATEGY,
+        ("events.k8s.io", "Event") => &core::event::EVENTS_STRATEGY,
+        ("apps", "Deployment") => &apps::deployment::STRATEGY,
+        ("apps", "ReplicaSet") => &apps::replicaset::STRATEGY,
+        ("apps", "StatefulSet") => &apps::statefulset::STRATEGY,
+        ("apps", "DaemonSet") => &apps::daemonset::STRATEGY,
+        ("batch", "Job") => &batch::job::STRATEGY,
+        ("batch", "CronJob") => &batch::cronjob::STRATEGY,
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => &rbac::role::STRATEGY,
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            &rbac::rolebinding::STRATEGY
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            &admissionregistration::webhookconfiguration::VALIDATING
+        }
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            &admissionregistration::webhookconfiguration::MUTATING
+        }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &apiextensions::crd::STRATEGY,
+        ("discovery.k8s.io", "EndpointSlice") => &discovery::endpointslice::STRATEGY,
+        ("coordination.k8s.io", "Lease") => &coordination::lease::STRATEGY,
         _ => &GENERIC,
     }
 }
@@ -144,9 +201,25 @@ mod tests {
             strategy(&kind("", "Secret")).string_maps(),
             &["data", "stringData"]
         );
-        let generic = strategy(&kind("apps", "Deployment"));
+        let generic = strategy(&kind("", "ServiceAccount"));
         assert_eq!(generic.deletion(), Deletion::Finalizers);
         assert!(!generic.name_is_label() && generic.string_maps().is_empty());
+        assert_eq!(generic.columns(), crate::printers::NAME_AGE);
+        assert!(generic.field_labels().is_empty());
+    }
+
+    #[test]
+    fn every_kinds_row_should_have_a_cell_for_each_column() {
+        let now = jiff::Timestamp::now();
+        let object = json!({"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"completions": 1}});
+        for rt in crate::resources::builtins() {
+            let strategy = strategy(&rt);
+            let cells = strategy.cells(&Row { object: &object, now });
+            assert_eq!(cells.len(), strategy.columns().len(), "{}", rt.kind);
+            let names = strategy.columns().iter().filter(|c| c.name == "Name").count();
+            assert_eq!(names, 1, "{}: one Name column", rt.kind);
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::registry::{self, Deletion};
 use crate::resources::{Registry, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
 pub(crate) use crate::timestamp::now_rfc3339;
-use crate::{defaults, schema, validation};
+use crate::{schema, validation};
 
 mod delete;
 mod owners;

@@ -55,10 +55,10 @@ impl Store {
             }
         }
         let mut causes = validation::owner_references(object);
-        causes.extend(strategy.validate(object, old));
         if rt.schema.is_none() {
-            causes.extend(validation::builtin(&rt.group, &rt.kind, object, old));
+            causes.extend(validation::annotations(object));
         }
+        causes.extend(strategy.validate(object, old));
         if !causes.is_empty() {
             return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
         }

@@ -179,8 +179,9 @@ impl Store {
             schema::apply_defaults(schema, object);
             schema::prune(schema, object);
         } else {
-            defaults::apply(&rt.group, &rt.kind, object);
-            registry::strategy(rt).default_on_create(object);
+            let strategy = registry::strategy(rt);
+            strategy.default(object);
+            strategy.default_on_create(object);
         }
     }
 
@@ -232,7 +233,7 @@ impl Store {
             schema::apply_defaults(schema, &mut new);
             schema::prune(schema, &mut new);
         } else {
-            defaults::apply(&rt.group, &rt.kind, &mut new);
+            registry::strategy(rt).default(&mut new);
         }
         self.validate(rt, &new, name, Some(&old))?;
         if !status {

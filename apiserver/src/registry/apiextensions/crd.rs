@@ -4,11 +4,14 @@
 
 use serde_json::{Value, json};
 
+use super::approval;
+use crate::defaults::{child, set};
 use crate::error::Cause;
 use crate::json::Pointer;
+use crate::printers::{Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
 use crate::resources::Registry;
-use crate::{conversion, resources, timestamp, validation};
+use crate::{conversion, resources, timestamp};
 
 /// The CustomResourceDefinition strategy.
 pub struct CrdStrategy;
@@ -17,6 +20,26 @@ pub struct CrdStrategy;
 pub static STRATEGY: CrdStrategy = CrdStrategy;
 
 impl Strategy for CrdStrategy {
+    /// `SetDefaults_CustomResourceDefinitionSpec`'s conversion: `strategy: None`, and port 443
+    /// for a conversion webhook reached through a Service.
+    fn default(&self, crd: &mut Value) {
+        let conversion = child(child(crd, "spec"), "conversion");
+        set(conversion, "strategy", json!("None"));
+        if let Some(service) = conversion.pointer_mut("/webhook/clientConfig/service")
+            && service.is_object()
+        {
+            set(service, "port", json!(443));
+        }
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        CREATED_AT
+    }
+
+    fn cells(&self, row: &Row<'_>) -> Vec<Value> {
+        created_at(row)
+    }
+
     fn keeps_status_on_create(&self) -> bool {
         true
     }
@@ -60,7 +83,7 @@ impl Strategy for CrdStrategy {
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = validation::crd_api_approval(object, old);
+        let mut causes = approval::validate(object, old);
         causes.extend(conversion::validate_crd(object));
         causes
     }
@@ -124,10 +147,18 @@ fn accept(object: &mut Value) {
             "the initial names have been accepted",
         ),
     ];
-    conditions.extend(validation::crd_api_approval_condition(object, &now));
+    conditions.extend(approval::condition(object, &now));
     object["status"] = json!({
         "acceptedNames": names,
         "storedVersions": stored,
         "conditions": conditions,
     });
+}
+
+/// The Table of kinds printed with their creation time (CRDs, Roles, ClusterRoles).
+pub(crate) const CREATED_AT: &[Column] = &[NAME, Column::text("Created At")];
+
+/// The cells of [`CREATED_AT`].
+pub(crate) fn created_at(row: &Row<'_>) -> Vec<Value> {
+    vec![row.name(), json!(row.str("/metadata/creationTimestamp"))]
 }

@@ -1,3 +1,4 @@
 //! `apiextensions.k8s.io`: CustomResourceDefinitions.
 
+mod approval;
 pub mod crd;

@@ -1,11 +1,13 @@
-//! Services: a new Service gets a cluster IP and node ports, as kube-apiserver's allocators give
-//! them.
+//! Services: `SetDefaults_Service`, a cluster IP and node ports for a new Service as
+//! kube-apiserver's allocators give them, and `printService`'s row.
 
 use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
+use crate::defaults::{each, set};
 use crate::json::Pointer;
+use crate::printers::{AGE, Column, NAME, Row, map_text};
 use crate::registry::Strategy;
 
 /// The Service strategy.
@@ -15,8 +17,53 @@ pub struct ServiceStrategy;
 pub static STRATEGY: ServiceStrategy = ServiceStrategy;
 
 impl Strategy for ServiceStrategy {
+    /// `SetDefaults_Service` (ports' protocol and target port, session affinity, type, traffic
+    /// policies, IP families).
+    fn default(&self, object: &mut Value) {
+        let Some(spec) = object.get_mut("spec") else {
+            return;
+        };
+        if !spec.is_object() {
+            return;
+        }
+        set(spec, "type", json!("ClusterIP"));
+        set(spec, "sessionAffinity", json!("None"));
+        let kind = spec["type"].as_str().unwrap_or("ClusterIP").to_owned();
+        for port in each(spec, "ports") {
+            set(port, "protocol", json!("TCP"));
+            if let Some(number) = port.get("port").cloned() {
+                set(port, "targetPort", number);
+            }
+        }
+        if kind != "ExternalName" {
+            set(spec, "internalTrafficPolicy", json!("Cluster"));
+            set(spec, "ipFamilyPolicy", json!("SingleStack"));
+            set(spec, "ipFamilies", json!(["IPv4"]));
+        }
+        if matches!(kind.as_str(), "NodePort" | "LoadBalancer") {
+            set(spec, "externalTrafficPolicy", json!("Cluster"));
+        }
+    }
+
     fn prepare_for_create(&self, object: &mut Value, siblings: &mut dyn Iterator<Item = &Value>) {
         allocate_addresses(object, siblings);
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        const COLUMNS: &[Column] = &[
+            NAME,
+            Column::text("Type"),
+            Column::text("Cluster-IP"),
+            Column::text("External-IP"),
+            Column::text("Port(s)"),
+            AGE,
+            Column::text("Selector").wide(),
+        ];
+        COLUMNS
+    }
+
+    fn cells(&self, row: &Row<'_>) -> Vec<Value> {
+        cells(row)
     }
 }
 
@@ -101,4 +148,96 @@ fn unset_ip_list(spec: &Value) -> bool {
     spec.get("clusterIPs")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty)
+}
+
+/// TYPE, CLUSTER-IP, EXTERNAL-IP and PORT(S) of a service, as `printService`.
+fn cells(row: &Row<'_>) -> Vec<Value> {
+    let o = row.object;
+    let kind = o
+        .at("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP");
+    let cluster_ip = o
+        .at("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .filter(|ip| !ip.is_empty())
+        .unwrap_or("<none>");
+    let external = match kind {
+        "ExternalName" => o
+            .at("/spec/externalName")
+            .and_then(Value::as_str)
+            .unwrap_or("<none>")
+            .to_owned(),
+        _ => o
+            .at("/spec/externalIPs")
+            .and_then(Value::as_array)
+            .filter(|ips| !ips.is_empty())
+            .map(|ips| {
+                ips.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_else(|| {
+                if kind == "LoadBalancer" {
+                    "<pending>".into()
+                } else {
+                    "<none>".into()
+                }
+            }),
+    };
+    let ports: Vec<String> = o
+        .at("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let protocol = p["protocol"].as_str().unwrap_or("TCP");
+            match p["nodePort"].as_i64().filter(|n| *n > 0) {
+                Some(node) => format!("{}:{node}/{protocol}", p["port"]),
+                None => format!("{}/{protocol}", p["port"]),
+            }
+        })
+        .collect();
+    let selector = map_text(o.at("/spec/selector"));
+    vec![
+        row.name(),
+        json!(kind),
+        json!(cluster_ip),
+        json!(external),
+        json!(if ports.is_empty() {
+            "<none>".into()
+        } else {
+            ports.join(",")
+        }),
+        row.age(),
+        json!(selector),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_should_be_defaulted_and_show_its_ports() {
+        let mut svc = json!({"spec": {"ports": [{"port": 80}]}});
+        STRATEGY.default(&mut svc);
+        assert_eq!(
+            svc["spec"]["ports"][0],
+            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
+        );
+        assert_eq!(svc["spec"]["type"], "ClusterIP");
+        assert_eq!(svc["spec"]["sessionAffinity"], "None");
+
+        let svc = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.10",
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]}});
+        let cells = STRATEGY.cells(&Row {
+            object: &svc,
+            now: jiff::Timestamp::now(),
+        });
+        assert_eq!(cells[1], "NodePort");
+        assert_eq!(cells[2], "10.96.0.10");
+        assert_eq!(cells[4], "80:30080/TCP,53/UDP");
+    }
 }

@@ -1,0 +1,3 @@
+//! `admissionregistration.k8s.io`: webhook configurations.
+
+pub mod webhookconfiguration;

@@ -1,0 +1,4 @@
+//! `batch`: Jobs and CronJobs.
+
+pub mod cronjob;
+pub mod job;

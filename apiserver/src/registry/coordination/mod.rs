@@ -1,0 +1,3 @@
+//! `coordination.k8s.io`: Leases.
+
+pub mod lease;
