@@ -57,6 +57,11 @@ lint: setup
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all -- --check) || exit 1; done
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p krec --no-default-features -- -D warnings
+	$(CARGO) clippy -p krec-apiserver --no-default-features --all-targets -- -D warnings
+	$(CARGO) clippy -p krec-guest --features testing --all-targets -- -D warnings
+	@# The SDK's fake cluster is the server's store alone: no HTTP, TLS, webhook or database crates.
+	@if $(CARGO) tree -p krec-guest --features testing -e normal --prefix none | grep -E '^(axum|hyper|rustls|tokio-rustls|redb|prost|tower) '; then \
+		echo "krec-guest's testing feature pulls in the API server's HTTP stack" >&2; exit 1; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
 	$(CARGO) clippy -p krec-guest -p pod-stamper --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done

@@ -17,61 +17,13 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::error::Cause;
 use crate::json::Pointer;
 use crate::resources::ResourceType;
 use crate::schema;
-use crate::webhook::{post, review_response, validate_client_config, validate_review_versions};
+use crate::webhook::{post, review_response};
 
 /// How long a conversion may take (kube-apiserver's webhook client's default timeout).
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Validate a CRD's `spec.conversion` as `apiextensions` validation does.
-pub fn validate_crd(crd: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let Some(conversion) = crd.at("/spec/conversion").filter(|c| !c.is_null()) else {
-        return causes;
-    };
-    let webhook = conversion.get("webhook").filter(|w| !w.is_null());
-    match conversion.get("strategy").and_then(Value::as_str) {
-        Some("None") => {
-            if webhook.is_some() {
-                causes.push((
-                    "spec.conversion.webhook".into(),
-                    "Forbidden: should be empty if strategy is not set to Webhook".into(),
-                ));
-            }
-        }
-        Some("Webhook") => match webhook {
-            None => causes.push((
-                "spec.conversion.webhook".into(),
-                "Required value: required when strategy is set to Webhook".into(),
-            )),
-            Some(webhook) => {
-                let path = "spec.conversion.webhook";
-                validate_client_config(webhook.get("clientConfig"), path, &mut causes);
-                validate_review_versions(
-                    webhook.get("conversionReviewVersions"),
-                    &format!("{path}.conversionReviewVersions"),
-                    "apiextensions.k8s.io",
-                    &mut causes,
-                );
-                if crd.at("/spec/preserveUnknownFields") == Some(&json!(true)) {
-                    causes.push((
-                        "spec.conversion.strategy".into(),
-                        "Invalid value: \"Webhook\": must be None if spec.preserveUnknownFields is true".into(),
-                    ));
-                }
-            }
-        },
-        Some(other) => causes.push((
-            "spec.conversion.strategy".into(),
-            format!("Unsupported value: {other:?}: supported values: \"None\", \"Webhook\""),
-        )),
-        None => causes.push(("spec.conversion.strategy".into(), "Required value".into())),
-    }
-    causes
-}
 
 /// `objects` of `rt`'s resource as answered in `rt`'s version: those already in it pass
 /// through; the others are converted by `rt`'s conversion webhook in one review and given the
@@ -315,42 +267,6 @@ mod tests {
                 &answer(json!({"uid": "u", "result": {"status": "Failure", "message": "no"}}))
             ),
             Err("no".into())
-        );
-    }
-
-    #[test]
-    fn crd_conversion_should_be_validated() {
-        let crd = |conversion: Value| json!({"spec": {"conversion": conversion}});
-        assert!(validate_crd(&crd(json!({"strategy": "None"}))).is_empty());
-        assert!(
-            validate_crd(&crd(json!({"strategy": "Webhook", "webhook": {
-                "clientConfig": {"url": "https://127.0.0.1:9443/convert"},
-                "conversionReviewVersions": ["v1"]}})))
-            .is_empty()
-        );
-        let fields = |conversion: Value| -> Vec<String> {
-            validate_crd(&crd(conversion))
-                .into_iter()
-                .map(|(f, _)| f)
-                .collect()
-        };
-        assert_eq!(
-            fields(json!({"strategy": "Webhook"})),
-            ["spec.conversion.webhook"]
-        );
-        assert_eq!(
-            fields(
-                json!({"strategy": "Webhook", "webhook": {"clientConfig": {"url": "http://x/"},
-                "conversionReviewVersions": ["v1beta1"]}})
-            ),
-            [
-                "spec.conversion.webhook.clientConfig.url",
-                "spec.conversion.webhook.conversionReviewVersions"
-            ]
-        );
-        assert_eq!(
-            fields(json!({"strategy": "Other"})),
-            ["spec.conversion.strategy"]
         );
     }
 }

@@ -18,38 +18,54 @@
 //!   are converted on the way out — by the CRD's conversion webhook ([`conversion`]), or, without
 //!   one, by changing only `apiVersion`.
 
+#[cfg(feature = "server")]
 pub mod admission;
 pub mod admissionregistration;
+#[cfg(feature = "server")]
 pub mod audit;
+#[cfg(feature = "server")]
 pub mod controllers;
+#[cfg(feature = "server")]
 pub mod conversion;
 pub mod defaults;
+#[cfg(feature = "server")]
 pub mod endpoints;
+#[cfg(feature = "server")]
 pub mod faults;
+#[cfg(feature = "server")]
 pub mod field_validation;
+#[cfg(feature = "server")]
 pub mod http;
 pub mod local;
 pub mod managed;
+#[cfg(feature = "server")]
 pub mod metrics;
 pub mod openapi;
 pub mod patch;
 pub mod printers;
+#[cfg(feature = "server")]
 pub mod protobuf;
 pub mod registry;
 pub mod resources;
 pub mod scale;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod store;
 pub mod timestamp;
 pub mod validation;
+#[cfg(feature = "server")]
 pub mod warnings;
 pub mod webhook;
 
 // The vocabulary the server shares with the host and the SDK (`crate::json`, … inside).
-use krec_core::{duration, error, json, schema, selector, yaml};
+#[cfg(feature = "server")]
+use krec_core::{duration, yaml};
+use krec_core::{error, json, schema, selector};
+#[cfg(feature = "server")]
 use krec_net::{connections, tls};
 
 pub use krec_core::{ApiError, ErrorKind};
 pub use resources::{Registry, ResourceType};
-pub use server::{Builder, INITIAL_NAMESPACES, Server, StartError, ensure_namespaces, in_process};
-pub use store::Store;
+#[cfg(feature = "server")]
+pub use server::{Builder, Server, StartError, in_process};
+pub use store::{INITIAL_NAMESPACES, Store, ensure_namespaces};

@@ -261,7 +261,7 @@ mod tests {
     #[test]
     fn objects_should_read_with_field_ownership_as_json() {
         let store = Arc::new(Store::new(Arc::new(Registry::new())));
-        crate::server::ensure_namespaces(&store).expect("namespaces");
+        crate::store::ensure_namespaces(&store).expect("namespaces");
         let client = LocalClient::new(store, "tests");
         let created = client
             .create(json!({"apiVersion": "v1", "kind": "ConfigMap",

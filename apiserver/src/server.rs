@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -15,7 +14,7 @@ use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::resources::Registry;
 use crate::store::persist;
-use crate::store::{self, Store};
+use crate::store::{self, Store, ensure_namespaces};
 use crate::{controllers, http, tls};
 
 /// How to start a [`Server`]: `Server::builder().addr(…).data_dir(…).start().await`.
@@ -151,10 +150,6 @@ pub struct Server {
     controllers: Option<JoinHandle<()>>,
     faults: Arc<Faults>,
 }
-
-/// Namespaces every cluster starts with.
-pub const INITIAL_NAMESPACES: &[&str] =
-    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 impl Server {
     /// A builder for a server on `127.0.0.1` with a free port, objects in memory.
@@ -296,26 +291,6 @@ impl Drop for Server {
         }
         self.store.close();
     }
-}
-
-/// Create the [`INITIAL_NAMESPACES`] that do not exist yet.
-pub fn ensure_namespaces(store: &Store) -> Result<(), ApiError> {
-    let Some(rt) = store.registry().by_plural("", "v1", "namespaces") else {
-        return Err(ApiError::internal(
-            "the namespaces resource is not registered",
-        ));
-    };
-    for ns in INITIAL_NAMESPACES {
-        if store.get(&rt, None, ns).is_err() {
-            store.create(
-                &rt,
-                None,
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-                false,
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// The API served in this process without a socket: a fresh in-memory store (with the initial

@@ -18,7 +18,9 @@
 //! `KREC_BENCH_QUICK=1`: one round per replica count, three kills.
 
 mod common;
-#[path = "../tests/common/mod.rs"]
+// The host tests' harness: this benchmark uses part of it.
+#[path = "../tests/all/common.rs"]
+#[allow(dead_code)]
 mod process;
 
 use std::collections::BTreeSet;

@@ -310,10 +310,10 @@ fn files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
     };
     let sdk_testing = match &new.sdk_path {
         Some(path) => format!(
-            "{{ path = {}, version = \"={version}\", features = [\"testing\"] }}",
+            "{{ path = {}, version = \"={version}\", features = [\"envtest\"] }}",
             toml_string(&path.display().to_string())
         ),
-        None => format!("{{ version = \"={version}\", features = [\"testing\"] }}"),
+        None => format!("{{ version = \"={version}\", features = [\"envtest\"] }}"),
     };
     let api_version = if kind.group.is_empty() {
         kind.version.to_owned()

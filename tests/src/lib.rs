@@ -1,5 +1,5 @@
 //! Test harness for krec's integration tests: load a guest's real `.wasm` into the host against an
-//! in-memory object set. The tests themselves are in `tests/tests/`, one file per topic.
+//! in-memory object set. The tests themselves are in `tests/tests/all/`, one module per topic, in one binary.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

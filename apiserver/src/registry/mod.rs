@@ -215,9 +215,16 @@ mod tests {
             "spec": {"completions": 1}});
         for rt in crate::resources::builtins() {
             let strategy = strategy(&rt);
-            let cells = strategy.cells(&Row { object: &object, now });
+            let cells = strategy.cells(&Row {
+                object: &object,
+                now,
+            });
             assert_eq!(cells.len(), strategy.columns().len(), "{}", rt.kind);
-            let names = strategy.columns().iter().filter(|c| c.name == "Name").count();
+            let names = strategy
+                .columns()
+                .iter()
+                .filter(|c| c.name == "Name")
+                .count();
             assert_eq!(names, 1, "{}: one Name column", rt.kind);
         }
     }

@@ -26,13 +26,17 @@ pub(crate) use crate::timestamp::now_rfc3339;
 use crate::{schema, validation};
 
 mod delete;
+mod namespaces;
 mod owners;
+#[cfg(feature = "server")]
 pub mod persist;
 mod read;
 mod update;
 mod validate;
 mod write;
 
+pub use namespaces::{INITIAL_NAMESPACES, ensure_namespaces};
+#[cfg(feature = "server")]
 pub use persist::Persistence;
 
 /// Watch events kept for watches that resume from a resourceVersion; older ones are compacted
@@ -256,9 +260,18 @@ struct State {
     compacted: u64,
     /// Where writes are saved, if anywhere. Inside the lock, so closing the store releases the
     /// database even while requests still hold the store.
-    persistence: Option<Persistence>,
+    persistence: Option<Box<dyn Durable>>,
     /// Set by [`Store::close`]: writes fail from then on.
     closed: bool,
+}
+
+/// Where a store saves each write before acknowledging it (`--data-dir`'s database).
+pub(crate) trait Durable: Send {
+    /// Save `object` at `key`, written at resourceVersion `rv`.
+    fn put(&self, key: &Key, object: &Value, rv: u64) -> Result<(), ApiError>;
+
+    /// Forget the object at `key`, removed at resourceVersion `rv`.
+    fn remove(&self, key: &Key, rv: u64) -> Result<(), ApiError>;
 }
 
 /// The object store. See the [module docs](self).
@@ -332,8 +345,10 @@ impl Store {
     /// A store backed by `persistence`: its objects are loaded (CRDs first, so their types are
     /// served) and every write is saved before it is acknowledged. Watches cannot resume from
     /// before the restart; they get 410 Gone and relist.
+    #[cfg(feature = "server")]
     pub fn open(registry: Arc<Registry>, persistence: Persistence) -> Result<Self, ApiError> {
         let (rv, objects) = persistence.load()?;
+        let persistence: Box<dyn Durable> = Box::new(persistence);
         let mut store = Self::new(registry);
         {
             let state = store.state.get_mut().unwrap_or_else(|e| e.into_inner());

@@ -9,7 +9,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::store::Key;
+use crate::store::{Durable, Key};
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -112,14 +112,14 @@ impl Persistence {
         }
         txn.commit().map_err(|e| storage_error("commit", e))
     }
+}
 
-    /// Store `object` under `key` at resourceVersion `rv`.
-    pub fn put(&self, key: &Key, object: &Value, rv: u64) -> Result<(), ApiError> {
+impl Durable for Persistence {
+    fn put(&self, key: &Key, object: &Value, rv: u64) -> Result<(), ApiError> {
         self.commit(key, Some(object), rv)
     }
 
-    /// Remove `key` at resourceVersion `rv`.
-    pub fn remove(&self, key: &Key, rv: u64) -> Result<(), ApiError> {
+    fn remove(&self, key: &Key, rv: u64) -> Result<(), ApiError> {
         self.commit(key, None, rv)
     }
 }

@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn an_update_on_the_store_should_run_every_step() {
         let store = Store::new(Arc::new(Registry::new()));
-        crate::server::ensure_namespaces(&store).expect("namespaces");
+        crate::store::ensure_namespaces(&store).expect("namespaces");
         let deployments = kind("apps", "Deployment");
         let created = store
             .create(

@@ -4,14 +4,14 @@
 
 use serde_json::{Value, json};
 
-use super::approval;
+use super::{approval, conversion};
 use crate::defaults::{child, set};
 use crate::error::Cause;
 use crate::json::Pointer;
 use crate::printers::{Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
 use crate::resources::Registry;
-use crate::{conversion, resources, timestamp};
+use crate::{resources, timestamp};
 
 /// The CustomResourceDefinition strategy.
 pub struct CrdStrategy;
@@ -84,7 +84,7 @@ impl Strategy for CrdStrategy {
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = approval::validate(object, old);
-        causes.extend(conversion::validate_crd(object));
+        causes.extend(conversion::validate(object));
         causes
     }
 

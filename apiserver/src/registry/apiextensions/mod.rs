@@ -1,4 +1,5 @@
 //! `apiextensions.k8s.io`: CustomResourceDefinitions.
 
 mod approval;
+mod conversion;
 pub mod crd;

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use krec_apiserver::Server;
 use krec_apiserver::controllers::{Config, Selection};
 
-#[path = "support/kubectl.rs"]
-mod support;
-use support::{Kubectl, start_with};
+use crate::support::kubectl::{Kubectl, start_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_should_see_workloads_come_alive() {

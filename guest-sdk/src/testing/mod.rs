@@ -8,9 +8,11 @@
 //! reconciler wrote, the Events it recorded and what it logged are kept for assertions, and the
 //! next write can be made to fail.
 //!
-//! [`TestCluster`] is krec's envtest: the embedded API server in the test's process (with the
-//! built-in controllers and simulated nodes of `krec dev`) and the real krec host running the
-//! guest's built `.wasm` from its manifest — nothing to download, no Docker.
+//! [`TestCluster`] (feature `envtest`) is krec's envtest: the embedded API server in the test's
+//! process (with the built-in controllers and simulated nodes of `krec dev`) and the real krec
+//! host running the guest's built `.wasm` from its manifest — nothing to download, no Docker.
+//! `testing` alone builds the fake cluster from the server's object store, without its HTTP,
+//! TLS, webhook or persistence stack.
 //!
 //! ```
 //! use krec_guest::prelude::*;
@@ -55,6 +57,11 @@ use serde_json::Value;
 
 use krec_apiserver::local::LocalClient;
 use krec_apiserver::{ApiError, ErrorKind, Registry, ResourceType, Store, ensure_namespaces};
+
+#[cfg(feature = "envtest")]
+mod envtest;
+#[cfg(feature = "envtest")]
+pub use envtest::{EVENTUALLY, TestCluster};
 
 use crate::native::{self, Host, Level, ObjectReference, PatchType};
 use crate::{
@@ -153,7 +160,7 @@ impl FakeCluster {
     }
 
     /// The objects of `store` (a running server's), through this cluster's methods.
-    fn on(store: Arc<Store>) -> Self {
+    pub(crate) fn on(store: Arc<Store>) -> Self {
         FakeCluster {
             inner: Arc::new(Inner {
                 client: LocalClient::new(store, FIELD_MANAGER),
@@ -438,183 +445,6 @@ impl Host for Inner {
 
     fn log(&self, level: Level, message: &str) {
         self.log().lines.push((level, message.to_owned()));
-    }
-}
-
-/// How long [`TestCluster::eventually`] waits.
-pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// krec's envtest: the embedded API server in this process and the krec host running guests
-/// from their manifests — the built `.wasm`, in the real sandbox, against a cluster whose
-/// Deployments roll out and whose Pods run on simulated nodes.
-///
-/// The host is the `krec` binary: `$KREC` (which `krec new` sets in the crate's
-/// `.cargo/config.toml`), else `krec` on `PATH`. Its log goes to the test's standard error.
-///
-/// ```no_run
-/// use krec_guest::testing::TestCluster;
-/// use krec_guest::k8s_openapi::api::core::v1::ConfigMap;
-///
-/// let cluster = TestCluster::start().expect("cluster");
-/// cluster.run_guests("manifest.yaml").expect("host");
-/// let mut cm = ConfigMap::default();
-/// cm.metadata.name = Some("a".into());
-/// cm.metadata.namespace = Some("default".into());
-/// cluster.objects().add(&cm).expect("created");
-/// cluster.eventually("the guest to label it", || {
-///     let cm: ConfigMap = cluster.objects().get(Some("default"), "a")?;
-///     cm.metadata.labels?.get("seen").cloned()
-/// });
-/// ```
-pub struct TestCluster {
-    runtime: tokio::runtime::Runtime,
-    server: Option<krec_apiserver::Server>,
-    kubeconfig: std::path::PathBuf,
-    hosts: Mutex<Vec<std::process::Child>>,
-}
-
-impl std::fmt::Debug for TestCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestCluster")
-            .field("kubeconfig", &self.kubeconfig)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TestCluster {
-    /// Start the embedded API server on a free loopback port, with `krec dev`'s built-in
-    /// controllers and three simulated nodes (Pods start after 100 ms).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] when the server cannot start or its kubeconfig cannot be written.
-    pub fn start() -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Unavailable(format!("starting a runtime: {e}")))?;
-        let simulation = krec_apiserver::controllers::Config {
-            controllers: krec_apiserver::controllers::Selection::all(),
-            pod_start: std::time::Duration::from_millis(100),
-            ..Default::default()
-        };
-        let server = runtime
-            .block_on(
-                krec_apiserver::Server::builder()
-                    .simulation(simulation)
-                    .start(),
-            )
-            .map_err(|e| Error::Unavailable(format!("starting the API server: {e}")))?;
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let kubeconfig = std::env::temp_dir().join(format!(
-            "krec-test-{}-{}.kubeconfig",
-            std::process::id(),
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        server
-            .write_kubeconfig(&kubeconfig)
-            .map_err(|e| Error::Unavailable(format!("writing {}: {e}", kubeconfig.display())))?;
-        Ok(TestCluster {
-            runtime,
-            server: Some(server),
-            kubeconfig,
-            hosts: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// The kubeconfig of the cluster (for kubectl or a kube client).
-    pub fn kubeconfig(&self) -> &std::path::Path {
-        &self.kubeconfig
-    }
-
-    /// Read and write the cluster's objects (not counted as the guest's writes).
-    pub fn objects(&self) -> FakeCluster {
-        match &self.server {
-            Some(server) => FakeCluster::on(server.store().clone()),
-            None => FakeCluster::new(),
-        }
-    }
-
-    /// Run the guests of `manifests` (a manifest file, or a directory of them) in a krec host
-    /// against this cluster, until the cluster is dropped. Their modules must be built.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unavailable`] when the `krec` binary cannot be started.
-    pub fn run_guests(&self, manifests: impl AsRef<std::path::Path>) -> Result<()> {
-        let manifests = manifests.as_ref();
-        let krec = std::env::var_os("KREC").unwrap_or_else(|| "krec".into());
-        let child = std::process::Command::new(&krec)
-            .arg("run")
-            .arg("--manifests")
-            .arg(manifests)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["--admin-addr", "127.0.0.1:0"])
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                Error::Unavailable(format!(
-                    "starting {} (set KREC to the krec binary, or put krec on PATH): {e}",
-                    std::path::Path::new(&krec).display()
-                ))
-            })?;
-        self.hosts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(child);
-        Ok(())
-    }
-
-    /// Wait until `check` returns something (polling every 50 ms), and return it.
-    ///
-    /// # Panics
-    ///
-    /// After [`EVENTUALLY`], naming `what`; or when a host started by
-    /// [`run_guests`](Self::run_guests) exited.
-    pub fn eventually<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-        let deadline = std::time::Instant::now() + EVENTUALLY;
-        loop {
-            if let Some(found) = check() {
-                return found;
-            }
-            for host in self
-                .hosts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter_mut()
-            {
-                if let Ok(Some(status)) = host.try_wait() {
-                    panic!(
-                        "the krec host exited ({status}) while waiting for {what}: see its log above"
-                    );
-                }
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out after {EVENTUALLY:?} waiting for {what}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        for host in self
-            .hosts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter_mut()
-        {
-            let _ = host.kill();
-            let _ = host.wait();
-        }
-        if let Some(server) = self.server.take() {
-            self.runtime.block_on(server.shutdown());
-        }
-        let _ = std::fs::remove_file(&self.kubeconfig);
     }
 }
 

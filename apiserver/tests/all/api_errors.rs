@@ -1,5 +1,5 @@
 //! Bad requests get the `Status` errors kube-apiserver returns; watches end and bookmark as asked.
-//! (`krec cluster` itself is tested in `host/tests/cluster_cli.rs`.)
+//! (`krec cluster` itself is tested in `host/tests/all/cluster_cli.rs`.)
 
 use std::time::Duration;
 

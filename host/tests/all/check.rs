@@ -1,7 +1,7 @@
 //! `krec check`: one clear line naming the file and the problem, and a non-zero exit, for every
 //! kind of bad module or manifest.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

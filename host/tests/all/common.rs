@@ -3,8 +3,6 @@
 //! need several hosts (leader election, sharding): start it, find its admin server, read its
 //! metrics, signal it.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -20,8 +20,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 
-#[path = "support/raw.rs"]
-mod raw;
+use crate::support::raw;
 
 /// Reviews the test webhook received: (path, request).
 type Seen = Arc<Mutex<Vec<(String, Value)>>>;
@@ -443,8 +442,7 @@ async fn webhooks_should_mutate_and_validate_writes_as_kube_apiserver_calls_them
     cluster.shutdown().await;
 }
 
-#[path = "support/kubectl.rs"]
-mod support;
+use crate::support::kubectl as support;
 
 /// What a user types: `kubectl apply` of a configuration, then commands the webhook judges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,13 +5,13 @@
 //! Retry-After, 2 % of its requests answered 200 ms late). Every update ends up reflected (each ConfigMap stamped with its
 //! last value) and the host's memory stays bounded (reported).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Host, module};
+use crate::common::{Host, module};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use krec_apiserver::faults::{Fault, Faults, Rule};
 use kube::Api;

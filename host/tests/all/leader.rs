@@ -2,12 +2,10 @@
 //! host reconciles, a killed leader is replaced within the lease duration, and SIGTERM during a
 //! slow reconcile lets it finish, releases the Lease and exits 0.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Host, module, wait_until};
+use crate::common::{Host, module, wait_until};
 use krec_apiserver::{Server, Store};
 use serde_json::{Value, json};
 

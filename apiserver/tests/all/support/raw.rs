@@ -1,6 +1,5 @@
 //! Raw HTTP/1.1 over TLS to an embedded API server, for what a client library hides: status
-//! lines of early answers, every header, connections that say nothing (included with `#[path]`).
-#![allow(dead_code)]
+//! lines of early answers, every header, connections that say nothing.
 
 use std::sync::Arc;
 use std::time::Duration;

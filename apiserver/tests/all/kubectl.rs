@@ -6,9 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-#[path = "support/kubectl.rs"]
-mod support;
-use support::{Kubectl, repo_root, start};
+use crate::support::kubectl::{Kubectl, repo_root, start};
 
 fn sample(path: &str) -> String {
     repo_root()

@@ -1,7 +1,6 @@
 //! `krec rbac` and `deploy/` applied with a real kubectl to the embedded API server.
 
-#[path = "../../apiserver/tests/support/kubectl.rs"]
-mod support;
+use crate::kubectl as support;
 use support::{repo_root, start};
 
 /// `krec rbac`'s output and the deployment manifests in `deploy/` apply cleanly, as they would to

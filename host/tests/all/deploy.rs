@@ -2,11 +2,11 @@
 //! bundle script makes manifests `krec check` accepts, and the Deployment uses flags that exist
 //! and probes the admin endpoints.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
-use common::repo;
+use crate::common::repo;
 
 fn krec(args: &[&str]) -> (bool, String, String) {
     common::krec(args)

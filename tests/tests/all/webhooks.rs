@@ -5,8 +5,7 @@
 //! a plain HTTPS client gets answers to the `AdmissionReview` kube-apiserver sends; a conversion
 //! guest serves the Foo CRD's two versions to kube clients, kubectl and a reconciler.
 
-#[path = "../../apiserver/tests/support/kubectl.rs"]
-mod kubectl;
+use crate::kubectl;
 
 use std::sync::Arc;
 

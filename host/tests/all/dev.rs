@@ -1,9 +1,9 @@
 //! `krec dev`: the embedded cluster, the sample objects and the sample guests, reconciling live;
 //! kubectl with the printed kubeconfig sees what the guests did.
 
-mod common;
+use crate::common;
 
-use common::{repo, stop};
+use crate::common::{repo, stop};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;

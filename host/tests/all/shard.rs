@@ -3,7 +3,7 @@
 //! within the lease duration and a renewal round; a process added back takes its share; and the
 //! API server's audit log shows no guest ever written for by two replicas at once.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Host, wait_until};
+use crate::common::{Host, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};

@@ -1,6 +1,6 @@
 //! `krec run`: the guests against the cluster of a kubeconfig, until SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! `krec cluster`: prints where the kubeconfig is and how to use it, binds loopback by default,
 //! and stops cleanly on Ctrl-C.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -13,9 +13,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[path = "support/raw.rs"]
-mod raw;
-use raw::{client_for, raw_exchange, tls_connection};
+use crate::support::raw::{self, client_for, raw_exchange, tls_connection};
 
 /// A ConfigMap create sent as YAML, raw; the API's answer (its status code and text).
 async fn create_yaml(client: &Client, body: String) -> (u16, String) {

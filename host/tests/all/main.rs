@@ -1,0 +1,15 @@
+//! The host's integration tests, one binary (one link) with a module per area: `krec check`,
+//! `krec cluster`, the deployment manifests, `krec dev` and `krec new`, leader election, the
+//! native admission arm, `krec run`, sharding and the soak test; `common` is their harness. Run
+//! one area with `cargo test -p krec --test all -- shard::`.
+
+mod check;
+mod cluster_cli;
+mod common;
+mod deploy;
+mod dev;
+mod leader;
+mod native_admission;
+mod run;
+mod shard;
+mod soak;

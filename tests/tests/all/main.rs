@@ -1,0 +1,24 @@
+//! The workspace's integration tests (the sample guests in the real host, on the embedded API
+//! server), one binary (one link) with a module per area; their harness is this crate's library
+//! (`krec_tests`), and `kubectl` is the API server's kubectl harness. Run one area with
+//! `cargo test -p krec-tests --test all -- swap::`.
+
+#[path = "../../../apiserver/tests/all/support/kubectl.rs"]
+mod kubectl;
+
+mod attacks;
+mod consistency;
+mod contained;
+mod containment;
+mod events;
+mod extensions;
+mod fake_cluster;
+mod faults;
+mod hostile;
+mod live;
+mod operate;
+mod rbac;
+mod readme;
+mod samples;
+mod swap;
+mod webhooks;
