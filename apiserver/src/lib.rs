@@ -34,8 +34,6 @@ pub mod endpoints;
 pub mod faults;
 #[cfg(feature = "server")]
 pub mod field_validation;
-#[cfg(feature = "server")]
-pub mod http;
 pub mod local;
 pub mod managed;
 #[cfg(feature = "server")]

@@ -15,7 +15,7 @@ use crate::faults::Faults;
 use crate::resources::Registry;
 use crate::store::persist;
 use crate::store::{self, Store, ensure_namespaces};
-use crate::{controllers, http, tls};
+use crate::{controllers, endpoints, tls};
 
 /// How to start a [`Server`]: `Server::builder().addr(…).data_dir(…).start().await`.
 #[derive(Clone, Debug)]
@@ -36,7 +36,7 @@ impl Default for Builder {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             watch_history: store::DEFAULT_HISTORY,
-            bookmark_interval: http::BOOKMARK_INTERVAL,
+            bookmark_interval: endpoints::BOOKMARK_INTERVAL,
             simulation: controllers::Config::default(),
             faults: Arc::new(Faults::default()),
             audit: None,
@@ -198,7 +198,7 @@ impl Server {
         let kubeconfig = tls::kubeconfig(&url, &certs.ca_pem);
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let admission = Arc::new(crate::admission::Admission::new(store.clone()));
-        let server = Arc::new(http::ApiServer {
+        let server = Arc::new(endpoints::ApiServer {
             store: store.clone(),
             address: addr.to_string(),
             stopped: stopped.clone(),
@@ -308,19 +308,19 @@ pub fn in_process(
     let store = Arc::new(Store::new(Arc::new(Registry::new())));
     ensure_namespaces(&store)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let server = Arc::new(http::ApiServer {
+    let server = Arc::new(endpoints::ApiServer {
         admission: Arc::new(crate::admission::Admission::new(store.clone())),
         metrics: Default::default(),
         store: store.clone(),
         address: "127.0.0.1:0".into(),
         stopped,
-        bookmark_interval: http::BOOKMARK_INTERVAL,
+        bookmark_interval: endpoints::BOOKMARK_INTERVAL,
         openapi: Default::default(),
         faults,
         audit: None,
     });
     let app = axum::Router::new()
-        .fallback(http::handle)
+        .fallback(endpoints::handle)
         .with_state(server);
     Ok((store, app, stop))
 }
@@ -329,12 +329,12 @@ pub fn in_process(
 async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    server: Arc<http::ApiServer>,
+    server: Arc<endpoints::ApiServer>,
     limits: Limits,
     stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let app = axum::Router::new()
-        .fallback(http::handle)
+        .fallback(endpoints::handle)
         .with_state(server);
     connections::serve(
         "API server",

@@ -1,4 +1,405 @@
-//! The API server's endpoints, as kube-apiserver's `pkg/endpoints`: what a path names
-//! ([`router`]). The handlers per verb are in `http.rs` for now.
+//! The Kubernetes REST API over HTTP, laid out as kube-apiserver's `pkg/endpoints`: what a path
+//! names ([`router`]), discovery and the OpenAPI documents, one handler per verb (`get` and
+//! `list`, `create`, `update`, `patch`, `delete`, `watch`, and the scale subresource), content
+//! negotiation (JSON, YAML, protobuf, Table), and `Status` errors. Every write handler passes
+//! through one admission step ([`crate::admission::Admission`]), a collection delete included.
 
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::admission::UserInfo;
+use crate::conversion;
+use crate::error::ApiError;
+use crate::field_validation;
+use crate::json::Pointer;
+use crate::managed;
+use crate::openapi;
+use crate::patch::{PatchMeta, PatchType, patched};
+use crate::printers;
+use crate::protobuf;
+use crate::resources::ResourceType;
+use crate::scale;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom, WriteOptions};
+use router::{ResourcePath, Route, Subresource};
+
+mod create;
+mod delete;
+mod discovery;
+mod documents;
+mod get;
+mod negotiation;
+mod patch;
 pub mod router;
+mod scale_subresource;
+mod update;
+mod watch;
+
+use negotiation::{
+    as_protobuf, decode_body, maybe_table, protobuf_only, read_body, wants_table, with_warnings,
+    yaml_or_json,
+};
+use scale_subresource::scale_subresource;
+
+/// Largest request body accepted, as kube-apiserver's default (3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 << 20;
+
+/// How often a watch with `allowWatchBookmarks` gets a BOOKMARK, by default.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Longest watch when the client sets no `timeoutSeconds` (kube-apiserver picks 30–60 min).
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+pub use crate::resources::{KUBERNETES_VERSION, version_string};
+
+/// Shared state of the HTTP handlers.
+pub struct ApiServer {
+    /// The objects.
+    pub store: Arc<Store>,
+    /// The address clients reach the server at, for `/api` discovery.
+    pub address: String,
+    /// Flips to `true` when the server stops; open watches end.
+    pub stopped: tokio::sync::watch::Receiver<bool>,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// The OpenAPI documents, built when first asked for.
+    pub openapi: openapi::Documents,
+    /// Faults to inject (none unless rules are added).
+    pub faults: Arc<crate::faults::Faults>,
+    /// Where write requests are recorded; `None`: nowhere.
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
+    /// The admission webhooks writes go through.
+    pub admission: Arc<crate::admission::Admission>,
+    /// `/metrics`: the watches open now.
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+fn respond(code: u16, body: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // An object's `fieldsV1` texts are written as their JSON.
+    let bytes = crate::json::object_to_vec(body);
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// An [`ApiError`] as the response kube-apiserver gives: its code and its `Status` (axum's
+/// `IntoResponse` cannot be implemented here for the vocabulary's type).
+pub(crate) trait ErrorResponse {
+    /// The response.
+    fn into_response(self) -> Response;
+}
+
+impl ErrorResponse for ApiError {
+    fn into_response(self) -> Response {
+        respond(self.code, &self.status())
+    }
+}
+
+/// Which resource a path names.
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+impl Target {
+    /// The served resource `resource` names, or 404 as kube-apiserver answers a path it does not
+    /// serve (an unserved group-version, a namespace on a cluster-scoped kind, `scale` of a kind
+    /// without it).
+    fn of(server: &ApiServer, path: &str, resource: &ResourcePath<'_>) -> Result<Self, ApiError> {
+        let registry = server.store.registry();
+        if !registry.serves_group_version(resource.group, resource.version) {
+            return Err(ApiError::no_route(path));
+        }
+        let rt = registry
+            .by_plural(resource.group, resource.version, resource.plural)
+            .ok_or_else(|| ApiError::no_route(path))?;
+        let scale = resource.subresource == Subresource::Scale;
+        if (resource.namespace.is_some() && !rt.namespaced) || (scale && rt.scale.is_none()) {
+            return Err(ApiError::no_route(path));
+        }
+        Ok(Target {
+            namespace: resource.namespace.map(str::to_owned),
+            name: resource.name.map(str::to_owned),
+            status: resource.subresource == Subresource::Status,
+            rt,
+        })
+    }
+}
+
+/// Query parameters.
+struct Params(HashMap<String, String>);
+
+impl Params {
+    fn parse(uri: &Uri) -> Self {
+        Params(
+            form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1"))
+    }
+
+    fn dry_run(&self) -> bool {
+        self.get("dryRun") == Some("All")
+    }
+
+    /// The options of a write: dry-run, and the field manager (`fieldManager`, else the product
+    /// of the client's User-Agent, as kube-apiserver names unnamed managers).
+    fn write_options(&self, headers: &HeaderMap) -> WriteOptions {
+        let manager = self
+            .get("fieldManager")
+            .map(str::to_owned)
+            .or_else(|| {
+                headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|ua| ua.split('/').next())
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(|m| m.chars().take(128).collect())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        WriteOptions {
+            dry_run: self.dry_run(),
+            manager,
+            ..WriteOptions::default()
+        }
+    }
+
+    /// The label and field selectors, the field labels being those `rt` supports.
+    fn selectors(&self, rt: &ResourceType) -> Result<(LabelSelector, FieldSelector), ApiError> {
+        let labels = LabelSelector::parse(self.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse_for(
+            self.get("fieldSelector").unwrap_or(""),
+            crate::registry::strategy(rt).field_labels(),
+        )
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok((labels, fields))
+    }
+}
+
+/// Entry point: every request.
+pub async fn handle(
+    State(server): State<Arc<ApiServer>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let body = match read_body(body, &headers).await {
+        Ok(body) => body,
+        Err(err) => return err.into_response(),
+    };
+    let received = jiff::Timestamp::now();
+    let response = match route(&server, &method, &uri, &headers, body).await {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::debug!(%method, %uri, code = err.code, "{}", err.message);
+            err.into_response()
+        }
+    };
+    if let Some(audit) = &server.audit {
+        audit.record(&crate::audit::Request {
+            method: method.as_str(),
+            uri: uri.path_and_query().map_or(uri.path(), |p| p.as_str()),
+            user_agent: headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default(),
+            received,
+            code: response.status().as_u16(),
+        });
+    }
+    if protobuf_only(&headers) {
+        return as_protobuf(response).await;
+    }
+    response
+}
+
+async fn route(
+    server: &Arc<ApiServer>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let path = uri.path();
+    let resource = match Route::of(path).ok_or_else(|| ApiError::no_route(path))? {
+        Route::Resource(resource) => resource,
+        Route::Metrics if method == Method::GET => {
+            return Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                server.metrics.render(),
+            )
+                .into_response());
+        }
+        Route::Metrics => return Err(ApiError::no_route(path)),
+        Route::Health => {
+            return Ok(
+                (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
+            );
+        }
+        Route::OpenApiV2 => return documents::v2(server, method, path, headers),
+        Route::OpenApiV3Root => {
+            return discovery::get_only(method, path, || {
+                server.openapi.v3_root(server.store.registry())
+            });
+        }
+        Route::OpenApiV3 { group, version } => {
+            return documents::v3(server, method, uri, headers, group, version);
+        }
+        other => return discovery::serve(server, method, path, other),
+    };
+    let target = Target::of(server, path, &resource)?;
+    let scale = resource.subresource == Subresource::Scale;
+    let params = Params::parse(uri);
+    let fault = match inject(server, &target, method, &params, headers, scale).await {
+        Ok(fault) => fault,
+        Err(refused) => return Ok(refused),
+    };
+    let table = wants_table(headers);
+    if target.name.is_some() && (scale || matches!(*method, Method::PUT | Method::PATCH)) {
+        in_written_version(server, &target).await?;
+    }
+    if scale {
+        return scale_subresource(server, &target, method, &params, headers, &body).await;
+    }
+    match (method.clone(), target.name.is_some()) {
+        (Method::GET, true) => get::get(server, &target, &params, table).await,
+        (Method::GET, false) if params.flag("watch") => {
+            watch::watch(server.clone(), target, &params, table, fault).await
+        }
+        (Method::GET, false) => get::list(server, &target, &params, table).await,
+        (Method::POST, false) => create::create(server, &target, &params, headers, &body).await,
+        (Method::PUT, true) => update::update(server, &target, &params, headers, &body).await,
+        (Method::PATCH, true) => patch::patch(server, &target, &params, headers, &body).await,
+        (Method::DELETE, true) => delete::delete(server, &target, &params, headers, &body).await,
+        (Method::DELETE, false) => {
+            delete::delete_collection(server, &target, &params, headers, &body).await
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on {path}"
+        ))),
+    }
+}
+
+/// Before a write in a version other than the one the object is stored in (a resource with a
+/// conversion webhook): convert the stored object and keep it in the version written, so the
+/// write compares, patches and records fields in one version. A write that slips in between
+/// makes the write a conflict.
+async fn in_written_version(server: &ApiServer, target: &Target) -> Result<(), ApiError> {
+    let (rt, namespace) = (&target.rt, target.namespace.as_deref());
+    let name = target.name.as_deref().unwrap_or_default();
+    if let Some(stored) = server.store.needs_reencoding(rt, namespace, name) {
+        let converted = conversion::one_to_version(rt, stored).await?;
+        server
+            .store
+            .reencode(rt, namespace, Arc::unwrap_or_clone(converted))?;
+    }
+    Ok(())
+}
+
+/// Unknown and duplicate fields of a body, as its `fieldValidation` says: a 400 when strict,
+/// else the warnings to answer with (unknown fields of built-in kinds are dropped).
+fn check_fields(
+    rt: &ResourceType,
+    object: &mut Value,
+    duplicates: Vec<String>,
+    params: &Params,
+) -> Result<Vec<String>, ApiError> {
+    let mode = field_validation::Mode::parse(params.get("fieldValidation"))?;
+    let problems = field_validation::problems(rt, object, duplicates);
+    field_validation::enforce(mode, rt, problems)
+}
+
+/// The fault rules' verdict on a request: a refusal is answered here (a 429 with its
+/// `Retry-After`), latency is waited out; watch faults are returned for [`watch`] to apply.
+async fn inject(
+    server: &ApiServer,
+    target: &Target,
+    method: &Method,
+    params: &Params,
+    headers: &HeaderMap,
+    scale: bool,
+) -> Result<Option<crate::faults::Fault>, Response> {
+    use crate::faults::{self, Fault};
+    if server.faults.is_empty() {
+        return Ok(None);
+    }
+    let verb = match (method.as_str(), target.name.is_some()) {
+        ("GET", true) => "get",
+        ("GET", false) if params.flag("watch") => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return Ok(None),
+    };
+    let request = faults::Request {
+        verb,
+        plural: &target.rt.plural,
+        group: &target.rt.group,
+        subresource: if target.status {
+            Some("status")
+        } else if scale {
+            Some("scale")
+        } else {
+            None
+        },
+        namespace: target.namespace.as_deref(),
+        name: target.name.as_deref(),
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default(),
+        field_manager: params.get("fieldManager"),
+    };
+    let Some(fault) = server.faults.decide(&request) else {
+        return Ok(None);
+    };
+    if let Fault::Latency(delay) = fault {
+        tokio::time::sleep(delay).await;
+        return Ok(None);
+    }
+    match faults::refusal(&fault, &request) {
+        Some(err) => {
+            let mut response = err.into_response();
+            if let Fault::Throttle { retry_after } = fault
+                && let Ok(value) =
+                    header::HeaderValue::from_str(&retry_after.as_secs().max(1).to_string())
+            {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            Err(response)
+        }
+        None => Ok(Some(fault)),
+    }
+}
+
+#[cfg(test)]
+mod tests;
