@@ -48,6 +48,7 @@ pub mod resources;
 pub mod scale;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod storage;
 pub mod store;
 pub mod timestamp;
 pub mod validation;

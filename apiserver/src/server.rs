@@ -13,7 +13,7 @@ use crate::connections::{self, Limits, Transport};
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::resources::Registry;
-use crate::store::persist;
+use crate::storage::persist;
 use crate::store::{self, Store, ensure_namespaces};
 use crate::{controllers, endpoints, tls};
 

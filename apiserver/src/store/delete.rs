@@ -17,7 +17,7 @@ impl Store {
         let mut state = self.lock();
         let key = Key::new(rt, namespace, name);
         let current = state
-            .objects
+            .storage
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
@@ -56,7 +56,7 @@ impl Store {
             Propagation::Foreground => {
                 self.delete_foreground(&mut state, rt, &key)?;
                 self.finish_foreground(&mut state)?;
-                state.objects.get(&key).cloned().unwrap_or(current)
+                state.storage.get(&key).cloned().unwrap_or(current)
             }
             Propagation::Background => self.delete_locked(&mut state, rt, &key)?,
         };
@@ -96,7 +96,7 @@ impl Store {
             namespace: String::new(),
             name: node.to_owned(),
         };
-        if node.is_empty() || finished || !state.objects.contains_key(&node_key) {
+        if node.is_empty() || finished || !state.storage.objects().contains_key(&node_key) {
             return Ok(None);
         }
         let grace = grace
@@ -139,7 +139,7 @@ impl Store {
         rt: &ResourceType,
         key: &Key,
     ) -> Result<(), ApiError> {
-        let Some(current) = state.objects.get(key).cloned() else {
+        let Some(current) = state.storage.get(key).cloned() else {
             return Ok(());
         };
         let uid = meta_str(&current, "uid").unwrap_or_default().to_owned();
@@ -163,7 +163,8 @@ impl Store {
         }
         self.write(state, key.clone(), Write::Put(marked))?;
         let uids: HashSet<String> = state
-            .objects
+            .storage
+            .objects()
             .values()
             .filter(|o| o.at("/metadata/deletionTimestamp").is_none())
             .filter_map(|o| meta_str(o, "uid").map(str::to_owned))
@@ -190,7 +191,7 @@ impl Store {
             .owners
             .dependents_of(uid)
             .into_iter()
-            .filter_map(|k| state.objects.get(&k).map(|o| (k, o.clone())))
+            .filter_map(|k| state.storage.get(&k).map(|o| (k, o.clone())))
             .collect()
     }
 
@@ -203,7 +204,7 @@ impl Store {
                 .in_foreground_deletion()
                 .into_iter()
                 .filter(|k| {
-                    state.objects.get(k).is_some_and(|o| {
+                    state.storage.get(k).is_some_and(|o| {
                         !state
                             .owners
                             .has_dependents(meta_str(o, "uid").unwrap_or_default())
@@ -214,7 +215,7 @@ impl Store {
                 return Ok(());
             }
             for key in done {
-                let Some(object) = state.objects.get(&key).cloned() else {
+                let Some(object) = state.storage.get(&key).cloned() else {
                     continue;
                 };
                 let mut released = (*object).clone();
@@ -247,7 +248,7 @@ impl Store {
         key: &Key,
     ) -> Result<Arc<Value>, ApiError> {
         let current = state
-            .objects
+            .storage
             .get(key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &key.name))?;
@@ -273,7 +274,7 @@ impl Store {
             Deletion::AfterInstances => self.finalize_crd(state, &key.name)?,
             Deletion::Finalizers | Deletion::Graceful => {}
         }
-        Ok(state.objects.get(key).cloned().unwrap_or(marked))
+        Ok(state.storage.get(key).cloned().unwrap_or(marked))
     }
 
     /// Delete a terminating CRD's custom resources (finalizers respected); remove the CRD and
@@ -284,14 +285,15 @@ impl Store {
             namespace: String::new(),
             name: crd_name.to_owned(),
         };
-        let Some(crd) = state.objects.get(&crd_key).cloned() else {
+        let Some(crd) = state.storage.get(&crd_key).cloned() else {
             return Ok(());
         };
         let Some(resource) = crd_resource(&crd) else {
             return Ok(());
         };
         let instances: Vec<Key> = state
-            .objects
+            .storage
+            .objects()
             .keys()
             .filter(|k| k.resource == resource)
             .cloned()
@@ -300,7 +302,12 @@ impl Store {
             self.remove_or_mark(state, key)?;
         }
         self.collect_garbage(state)?;
-        if !state.objects.keys().any(|k| k.resource == resource) {
+        if !state
+            .storage
+            .objects()
+            .keys()
+            .any(|k| k.resource == resource)
+        {
             self.write(state, crd_key, Write::Remove)?;
             self.registry.remove_crd(crd_name);
         }
@@ -327,7 +334,8 @@ impl Store {
                 name: crd_name.clone(),
             };
             if state
-                .objects
+                .storage
+                .objects()
                 .get(&crd_key)
                 .is_some_and(|c| c.at("/metadata/deletionTimestamp").is_some())
             {
@@ -339,7 +347,8 @@ impl Store {
         if !key.namespace.is_empty() {
             let ns_key = Key::namespace_key(&key.namespace);
             if state
-                .objects
+                .storage
+                .objects()
                 .get(&ns_key)
                 .is_some_and(|ns| ns.at("/metadata/deletionTimestamp").is_some())
             {
@@ -356,7 +365,8 @@ impl Store {
         namespace: &str,
     ) -> Result<(), ApiError> {
         let contents: Vec<Key> = state
-            .objects
+            .storage
+            .objects()
             .keys()
             .filter(|k| k.namespace == namespace)
             .cloned()
@@ -364,9 +374,13 @@ impl Store {
         for key in contents {
             self.remove_or_mark(state, key)?;
         }
-        let remaining = state.objects.keys().any(|k| k.namespace == namespace);
+        let remaining = state
+            .storage
+            .objects()
+            .keys()
+            .any(|k| k.namespace == namespace);
         let ns_key = Key::namespace_key(namespace);
-        if !remaining && state.objects.contains_key(&ns_key) {
+        if !remaining && state.storage.objects().contains_key(&ns_key) {
             self.write(state, ns_key, Write::Remove)?;
         }
         Ok(())
@@ -374,7 +388,7 @@ impl Store {
 
     /// Remove an object, or, when finalizers hold it, mark it for deletion (once).
     pub(super) fn remove_or_mark(&self, state: &mut State, key: Key) -> Result<(), ApiError> {
-        let Some(object) = state.objects.get(&key).cloned() else {
+        let Some(object) = state.storage.get(&key).cloned() else {
             return Ok(());
         };
         if !has_finalizers(&object) {
@@ -405,7 +419,7 @@ impl Store {
             let mut garbage = BTreeSet::new();
             for uid in gone.iter().filter(|u| !state.owners.exists(u)) {
                 for key in state.owners.dependents_of(uid) {
-                    let Some(object) = state.objects.get(&key) else {
+                    let Some(object) = state.storage.get(&key) else {
                         continue;
                     };
                     if object.at("/metadata/deletionTimestamp").is_none()

@@ -1,17 +1,17 @@
-//! The embedded API server's object store: every object, the resourceVersion counter, the watch
-//! history, and the Kubernetes semantics of writes.
+//! The generic store (kube-apiserver's `registry/generic`): the Kubernetes semantics of writes
+//! on top of [storage](crate::storage), for every kind, asking each kind's
+//! [strategy](crate::registry) for what is its own.
 //!
-//! One lock guards the state, so each write is atomic and gets the next resourceVersion from a
-//! single increasing counter; the change is appended to a bounded history (for watches resuming
-//! from a resourceVersion) and broadcast to live watches while the lock is held, so a watch
-//! started under the lock sees exactly the changes after its starting point. Semantics follow
-//! kube-apiserver: `uid`, `creationTimestamp`, `generation` bumped on spec changes only,
-//! optimistic concurrency, `generateName`, the status subresource, namespaces that must exist and
-//! whose deletion removes their contents, finalizers holding deletion, background garbage
-//! collection through owner references, and CRDs that add and remove served types.
+//! One lock guards the storage and the owners' index, so each write is atomic and gets the
+//! next resourceVersion from a single increasing counter, and a watch started under the lock
+//! sees exactly the changes after its starting point. Semantics follow kube-apiserver: `uid`,
+//! `creationTimestamp`, `generation` bumped on spec changes only, optimistic concurrency,
+//! `generateName`, the status subresource, namespaces that must exist and whose deletion removes
+//! their contents, finalizers holding deletion, background garbage collection through owner
+//! references, and CRDs that add and remove served types.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -28,41 +28,18 @@ use crate::{schema, validation};
 mod delete;
 mod namespaces;
 mod owners;
-#[cfg(feature = "server")]
-pub mod persist;
 mod read;
 mod update;
 mod validate;
 mod write;
 
-pub use namespaces::{INITIAL_NAMESPACES, ensure_namespaces};
 #[cfg(feature = "server")]
-pub use persist::Persistence;
-
-/// Watch events kept for watches that resume from a resourceVersion; older ones are compacted
-/// and such a watch gets 410 Gone, as from an etcd compaction.
-pub const DEFAULT_HISTORY: usize = 10_000;
-/// Capacity of the live broadcast to watches; a watch that falls further behind is closed with
-/// 410 Gone and its client relists.
-pub const WATCH_BUFFER: usize = 4_096;
-
-/// Largest object stored, as its JSON text: etcd's default `--max-request-bytes` (1.5 MiB),
-/// which kube-apiserver's writes meet after decoding, defaulting, patching and admission. A
-/// larger object is refused as kube-apiserver refuses what etcd does not take, so no watcher or
-/// informer ever carries one.
-pub const MAX_OBJECT_BYTES: usize = 3 << 19;
-
-/// Where an object lives: its resource (`group/plural`, shared by all versions), namespace
-/// (`""` for cluster-scoped) and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
-    /// `group/plural`.
-    pub resource: String,
-    /// Namespace, `""` when cluster-scoped.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
+pub use crate::storage::Persistence;
+pub use crate::storage::{
+    Change, ChangeType, DEFAULT_HISTORY, Key, MAX_OBJECT_BYTES, WATCH_BUFFER,
+};
+use crate::storage::{Storage, Write};
+pub use namespaces::{INITIAL_NAMESPACES, ensure_namespaces};
 
 impl Key {
     fn new(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Self {
@@ -83,74 +60,6 @@ impl Key {
             namespace: String::new(),
             name: namespace.to_owned(),
         }
-    }
-
-    /// The persisted form: `resource\0namespace\0name`.
-    pub fn encode(&self) -> String {
-        format!("{}\0{}\0{}", self.resource, self.namespace, self.name)
-    }
-
-    /// Parse [`encode`](Self::encode)'s output.
-    pub fn decode(text: &str) -> Option<Self> {
-        let mut parts = text.splitn(3, '\0');
-        Some(Key {
-            resource: parts.next()?.to_owned(),
-            namespace: parts.next()?.to_owned(),
-            name: parts.next()?.to_owned(),
-        })
-    }
-}
-
-/// What happened to an object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChangeType {
-    /// Created.
-    Added,
-    /// Changed.
-    Modified,
-    /// Removed.
-    Deleted,
-}
-
-/// One write, as watches see it.
-#[derive(Debug)]
-pub struct Change {
-    /// The resourceVersion the write produced.
-    pub rv: u64,
-    /// Kind of change.
-    pub change: ChangeType,
-    /// Where the object lives.
-    pub key: Key,
-    /// The object after the change (for a deletion: the last state, with the new resourceVersion).
-    pub object: Arc<Value>,
-    /// The object before the change, if any (to turn selector transitions into ADDED/DELETED).
-    pub old: Option<Arc<Value>>,
-    /// `object`'s JSON, encoded once for every watch that sends it.
-    encoded: OnceLock<Vec<u8>>,
-}
-
-impl Change {
-    fn new(
-        rv: u64,
-        change: ChangeType,
-        key: Key,
-        object: Arc<Value>,
-        old: Option<Arc<Value>>,
-    ) -> Self {
-        Change {
-            rv,
-            change,
-            key,
-            object,
-            old,
-            encoded: OnceLock::new(),
-        }
-    }
-
-    /// The object as JSON, encoded on first use and shared by every watch after that.
-    pub fn object_json(&self) -> &[u8] {
-        self.encoded
-            .get_or_init(|| crate::json::object_to_vec(&self.object))
     }
 }
 
@@ -251,45 +160,22 @@ pub struct WatchStart {
 }
 
 struct State {
-    rv: u64,
-    objects: BTreeMap<Key, Arc<Value>>,
+    /// The objects, the resourceVersion counter, the history and the feed of watches.
+    storage: Storage,
     /// Who owns what, for garbage collection.
     owners: owners::Owners,
-    history: VecDeque<Arc<Change>>,
-    /// Changes at or below this resourceVersion are no longer in `history`.
-    compacted: u64,
-    /// Where writes are saved, if anywhere. Inside the lock, so closing the store releases the
-    /// database even while requests still hold the store.
-    persistence: Option<Box<dyn Durable>>,
-    /// Set by [`Store::close`]: writes fail from then on.
-    closed: bool,
-}
-
-/// Where a store saves each write before acknowledging it (`--data-dir`'s database).
-pub(crate) trait Durable: Send {
-    /// Save `object` at `key`, written at resourceVersion `rv`.
-    fn put(&self, key: &Key, object: &Value, rv: u64) -> Result<(), ApiError>;
-
-    /// Forget the object at `key`, removed at resourceVersion `rv`.
-    fn remove(&self, key: &Key, rv: u64) -> Result<(), ApiError>;
 }
 
 /// The object store. See the [module docs](self).
 pub struct Store {
     registry: Arc<Registry>,
     state: Mutex<State>,
+    /// The live feed of changes (the storage sends; watches subscribe without the lock).
     feed: broadcast::Sender<Arc<Change>>,
-    history_limit: usize,
     /// Watches started per resource (`group/plural`), for tests and diagnostics.
     watches_started: Mutex<BTreeMap<String, u64>>,
     /// Whether running Pods on existing nodes terminate gracefully (a kubelet removes them).
     graceful_pods: std::sync::atomic::AtomicBool,
-}
-
-/// What `write` should do with an object.
-enum Write {
-    Put(Value),
-    Remove,
 }
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
@@ -327,16 +213,10 @@ impl Store {
         Store {
             registry,
             state: Mutex::new(State {
-                rv: 0,
-                objects: BTreeMap::new(),
+                storage: Storage::new(history_limit, feed.clone()),
                 owners: Default::default(),
-                history: VecDeque::new(),
-                compacted: 0,
-                persistence: None,
-                closed: false,
             }),
             feed,
-            history_limit: history_limit.max(1),
             watches_started: Mutex::new(BTreeMap::new()),
             graceful_pods: Default::default(),
         }
@@ -348,13 +228,10 @@ impl Store {
     #[cfg(feature = "server")]
     pub fn open(registry: Arc<Registry>, persistence: Persistence) -> Result<Self, ApiError> {
         let (rv, objects) = persistence.load()?;
-        let persistence: Box<dyn Durable> = Box::new(persistence);
         let mut store = Self::new(registry);
         {
             let state = store.state.get_mut().unwrap_or_else(|e| e.into_inner());
-            state.persistence = Some(persistence);
-            state.rv = rv;
-            state.compacted = rv;
+            state.storage.persist_to(Box::new(persistence), rv);
             for (key, object) in objects {
                 if key.resource == "apiextensions.k8s.io/customresourcedefinitions"
                     && let Err(err) = store.registry.put_crd(&object)
@@ -362,7 +239,7 @@ impl Store {
                     tracing::warn!("stored CRD {} is not servable: {err}", key.name);
                 }
                 state.owners.link(&key, &object);
-                state.objects.insert(key, Arc::new(object));
+                state.storage.load(key, object);
             }
         }
         Ok(store)
@@ -383,9 +260,7 @@ impl Store {
     /// Refuse further writes and release the database, so the data directory can be reopened
     /// (a restart) even while requests or watches still hold the store.
     pub fn close(&self) {
-        let mut state = self.lock();
-        state.closed = true;
-        state.persistence = None;
+        self.lock().storage.close();
     }
 
     /// The served types.
@@ -409,7 +284,7 @@ impl Store {
 
     /// The current resourceVersion.
     pub fn resource_version(&self) -> u64 {
-        self.lock().rv
+        self.lock().storage.rv()
     }
 
     /// An object as it is answered in `rt`'s version: its `apiVersion`, and for custom resources
@@ -438,69 +313,19 @@ impl Store {
         Arc::new(out)
     }
 
-    /// Apply one write under the lock: persist, store, record and broadcast. Returns the stored
-    /// object (for a removal, the final state with its new resourceVersion).
+    /// Apply one write under the lock: [commit](Storage::commit) it, and keep the owners'
+    /// index up to date. Returns the stored object (for a removal, the final state with its
+    /// new resourceVersion).
     fn write(&self, state: &mut State, key: Key, write: Write) -> Result<Arc<Value>, ApiError> {
-        if state.closed {
-            return Err(ApiError::unavailable("the API server is shutting down"));
-        }
-        let rv = state.rv + 1;
-        let old = state.objects.get(&key).cloned();
-        let (change, object) = match write {
-            Write::Put(mut object) => {
-                if crate::json::encoded_len(&object) > MAX_OBJECT_BYTES {
-                    return Err(ApiError::too_large_message(
-                        "etcdserver: request is too large",
-                    ));
-                }
-                metadata_mut(&mut object).insert("resourceVersion".into(), json!(rv.to_string()));
-                let change = if old.is_some() {
-                    ChangeType::Modified
-                } else {
-                    ChangeType::Added
-                };
-                (change, object)
-            }
-            Write::Remove => {
-                let Some(old) = &old else {
-                    return Err(ApiError::internal(format!(
-                        "removing a missing object {key:?}"
-                    )));
-                };
-                let mut last = (**old).clone();
-                metadata_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
-                (ChangeType::Deleted, last)
-            }
-        };
-        if let Some(persistence) = &state.persistence {
-            match change {
-                ChangeType::Deleted => persistence.remove(&key, rv)?,
-                _ => persistence.put(&key, &object, rv)?,
-            }
-        }
-        let object = Arc::new(object);
-        state.rv = rv;
-        if let Some(old) = &old {
+        let change = state.storage.commit(key, write)?;
+        if let Some(old) = &change.old {
             state
                 .owners
-                .unlink(&key, old, change == ChangeType::Deleted);
+                .unlink(&change.key, old, change.change == ChangeType::Deleted);
         }
-        if change != ChangeType::Deleted {
-            state.owners.link(&key, &object);
+        if change.change != ChangeType::Deleted {
+            state.owners.link(&change.key, &change.object);
         }
-        match change {
-            ChangeType::Deleted => state.objects.remove(&key),
-            _ => state.objects.insert(key.clone(), object.clone()),
-        };
-        let change = Arc::new(Change::new(rv, change, key, object.clone(), old));
-        state.history.push_back(change.clone());
-        while state.history.len() > self.history_limit {
-            if let Some(dropped) = state.history.pop_front() {
-                state.compacted = dropped.rv;
-            }
-        }
-        // No receivers is fine: nobody is watching.
-        let _ = self.feed.send(change);
-        Ok(object)
+        Ok(change.object.clone())
     }
 }

@@ -12,7 +12,8 @@ impl Store {
     ) -> Result<Arc<Value>, ApiError> {
         let key = Key::new(rt, namespace, name);
         self.lock()
-            .objects
+            .storage
+            .objects()
             .get(&key)
             .map(|o| Self::served(rt, o))
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
@@ -21,7 +22,7 @@ impl Store {
     /// Whether the object exists (without copying it, as [`get`](Self::get) does).
     pub fn contains(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> bool {
         let key = Key::new(rt, namespace, name);
-        self.lock().objects.contains_key(&key)
+        self.lock().storage.objects().contains_key(&key)
     }
 
     /// Whether any object of `rt` exists (no copies: asked on every write, whether webhook
@@ -35,7 +36,8 @@ impl Store {
         };
         let state = self.lock();
         state
-            .objects
+            .storage
+            .objects()
             .range(&start..)
             .next()
             .is_some_and(|(k, _)| k.resource == start.resource)
@@ -52,7 +54,8 @@ impl Store {
         };
         let state = self.lock();
         state
-            .objects
+            .storage
+            .objects()
             .range(start..)
             .take_while(|(k, _)| {
                 k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns)
@@ -84,17 +87,18 @@ impl Store {
         let (start, list_rv) = match continue_token {
             Some(token) => {
                 let (key, rv) = decode_continue(token)?;
-                if rv < state.compacted {
+                if rv < state.storage.compacted() {
                     return Err(ApiError::gone(
                         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
                     ));
                 }
                 (Some(key), rv)
             }
-            None => (None, state.rv),
+            None => (None, state.storage.rv()),
         };
         let mut matching = state
-            .objects
+            .storage
+            .objects()
             .iter()
             .filter(|(k, _)| k.resource == resource)
             .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
@@ -131,13 +135,14 @@ impl Store {
         let state = self.lock();
         let backlog = match from {
             WatchFrom::Now => state
-                .objects
+                .storage
+                .objects()
                 .iter()
                 .filter(|(k, _)| k.resource == resource)
                 .map(|(k, o)| {
                     let rv = meta_str(o, "resourceVersion")
                         .and_then(|v| v.parse().ok())
-                        .unwrap_or(state.rv);
+                        .unwrap_or(state.storage.rv());
                     Arc::new(Change::new(
                         rv,
                         ChangeType::Added,
@@ -148,17 +153,18 @@ impl Store {
                 })
                 .collect(),
             WatchFrom::After(rv) => {
-                if rv > state.rv {
-                    return Err(ApiError::too_large_resource_version(rv, state.rv));
+                if rv > state.storage.rv() {
+                    return Err(ApiError::too_large_resource_version(rv, state.storage.rv()));
                 }
-                if rv < state.compacted {
+                if rv < state.storage.compacted() {
                     return Err(ApiError::gone(format!(
                         "too old resource version: {rv} ({})",
-                        state.compacted + 1
+                        state.storage.compacted() + 1
                     )));
                 }
                 state
-                    .history
+                    .storage
+                    .history()
                     .iter()
                     .filter(|c| c.rv > rv && c.key.resource == resource)
                     .cloned()
@@ -174,7 +180,7 @@ impl Store {
         Ok(WatchStart {
             backlog,
             feed: self.feed.subscribe(),
-            resource_version: state.rv,
+            resource_version: state.storage.rv(),
         })
     }
 }

@@ -15,7 +15,7 @@ impl Store {
         if !rt.namespaced {
             return Ok(());
         }
-        match state.objects.get(&Key::namespace_key(namespace)) {
+        match state.storage.get(&Key::namespace_key(namespace)) {
             None => Err(ApiError::not_found("", "namespaces", namespace)),
             Some(ns) if creating && ns.at("/metadata/deletionTimestamp").is_some() => {
                 Err(ApiError::forbidden(format!(
@@ -97,7 +97,7 @@ impl Store {
             Self::check_namespace(&state, rt, ns, &name, true)?;
         }
         let key = Key::new(rt, namespace.as_deref(), &name);
-        if state.objects.contains_key(&key) {
+        if state.storage.objects().contains_key(&key) {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
         let api_version = rt.api_version();
@@ -145,7 +145,8 @@ impl Store {
         Self::default_new(rt, &mut object);
         self.validate(rt, &object, &name, None)?;
         let mut siblings = state
-            .objects
+            .storage
+            .objects()
             .iter()
             .filter(|(k, _)| k.resource == key.resource)
             .map(|(_, o)| &**o);
@@ -220,7 +221,7 @@ impl Store {
         update::check_target(rt, namespace, name, &new, status)?;
         let key = Key::new(rt, namespace, name);
         let old = state
-            .objects
+            .storage
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
@@ -302,7 +303,12 @@ impl Store {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let current = self.lock().objects.get(&key).map(|o| Self::served(rt, o));
+            let current = self
+                .lock()
+                .storage
+                .objects()
+                .get(&key)
+                .map(|o| Self::served(rt, o));
             let Some(current) = current else {
                 return match apply(None)? {
                     Some(mut created) if !status => {
@@ -371,7 +377,7 @@ impl Store {
         rt.conversion.as_ref()?;
         let key = Key::new(rt, namespace, name);
         let state = self.lock();
-        let object = state.objects.get(&key)?;
+        let object = state.storage.get(&key)?;
         (!Self::in_version(rt, object)).then(|| object.clone())
     }
 
@@ -389,16 +395,13 @@ impl Store {
         let key = Key::new(rt, namespace, name);
         let mut state = self.lock();
         let current_rv = state
-            .objects
+            .storage
             .get(&key)
             .and_then(|o| meta_str(o, "resourceVersion"));
         if current_rv.is_none() || current_rv != meta_str(&converted, "resourceVersion") {
             return Ok(false);
         }
-        if let Some(persistence) = &state.persistence {
-            persistence.put(&key, &converted, state.rv)?;
-        }
-        state.objects.insert(key, Arc::new(converted));
+        state.storage.rewrite(key, converted)?;
         Ok(true)
     }
 }

@@ -8,8 +8,8 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 
+use super::{Durable, Key};
 use crate::error::ApiError;
-use crate::store::{Durable, Key};
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
