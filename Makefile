@@ -62,7 +62,7 @@ lint: setup
 	@# The SDK's fake cluster is the server's store alone: no HTTP, TLS, webhook or database crates.
 	@if $(CARGO) tree -p krec-guest --features testing -e normal --prefix none | grep -E '^(axum|hyper|rustls|tokio-rustls|redb|prost|tower) '; then \
 		echo "krec-guest's testing feature pulls in the API server's HTTP stack" >&2; exit 1; fi
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --document-private-items
 	$(CARGO) clippy -p krec-guest -p pod-stamper --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 

@@ -56,8 +56,6 @@ pub struct Rule {
 /// One webhook of a configuration, ready to match requests.
 #[derive(Clone, Debug)]
 pub struct Hook {
-    /// The configuration's name (webhooks run ordered by it, then in their order there).
-    pub configuration: String,
     /// The webhook's name (`foo.example.com`), named in denials and errors.
     pub name: String,
     /// Mutating or validating.
@@ -70,7 +68,9 @@ pub struct Hook {
     equivalent: bool,
     namespace_selector: LabelSelector,
     object_selector: LabelSelector,
-    /// `sideEffects`: `None` or `NoneOnDryRun` may be called for dry-run requests.
+    /// `sideEffects`: `None` or `NoneOnDryRun` may be called for dry-run requests. Not checked
+    /// yet: a dry-run request calls every matching webhook (docs/apiserver.md, differences).
+    #[allow(dead_code)]
     pub side_effects: String,
     /// `timeoutSeconds` (default 10).
     pub timeout: Duration,
@@ -145,20 +145,16 @@ impl Rule {
 impl Hook {
     /// The webhooks of a stored configuration (defaulted and validated when it was written).
     pub fn from_configuration(kind: HookKind, configuration: &Value) -> Vec<Hook> {
-        let name = configuration
-            .at("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         configuration
             .get("webhooks")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(|webhook| Hook::from_webhook(kind, name, webhook))
+            .filter_map(|webhook| Hook::from_webhook(kind, webhook))
             .collect()
     }
 
-    fn from_webhook(kind: HookKind, configuration: &str, webhook: &Value) -> Option<Hook> {
+    fn from_webhook(kind: HookKind, webhook: &Value) -> Option<Hook> {
         let text = |pointer: &str| webhook.at(pointer).and_then(Value::as_str);
         let client = ClientConfig::from_json(webhook.get("clientConfig")?)?;
         let selector = |key: &str| {
@@ -167,7 +163,6 @@ impl Hook {
                 .map_or(Some(LabelSelector::default()), LabelSelector::from_json)
         };
         Some(Hook {
-            configuration: configuration.to_owned(),
             name: text("/name")?.to_owned(),
             kind,
             rules: webhook

@@ -6,55 +6,73 @@
 //! verb, watches with resourceVersions, bookmarks and 410 Gone, the status subresource, CRDs with
 //! schema validation, finalizers, owner-reference garbage collection and namespace deletion.
 //!
+//! # Its API
+//!
+//! - [`Server::builder`] starts a server ([`Builder`]: address, data directory, audit log,
+//!   faults, [`controllers`]); [`in_process`] answers requests without a socket.
+//! - [`Store`] over a [`Registry`] of served types is the object store alone (what the guest
+//!   SDK's fake cluster is: without the default feature `server`, the crate is only that), with
+//!   [`local::LocalClient`] for a client's calls on it in the same process.
+//! - [`faults`] injects failures, [`audit`] is the audit log, [`protobuf`] the Kubernetes
+//!   protobuf encoding (for tests sending protobuf bodies).
+//!
+//! Everything else — the kinds' strategies, endpoints, storage, admission, OpenAPI — is the
+//! server's own, laid out as kube-apiserver's (`docs/apiserver.md`, "How the crate is laid
+//! out").
+//!
 //! # Caveats
 //!
 //! - There is no authentication or authorization: anyone who can reach the port is an admin.
 //!   It binds loopback unless told otherwise.
 //! - The built-in controllers and simulated nodes ([`controllers`]) run only when the builder
 //!   asks for them ([`Builder::controllers`]); `krec cluster` and `krec dev` do by default.
-//! - Server-side apply tracks field ownership per manager ([`managed`]) but does not validate
+//! - Server-side apply tracks field ownership per manager (`managed`) but does not validate
 //!   the applied configuration against a typed schema as structured-merge-diff does.
 //! - Custom resources are stored in whichever version they were last written in; other versions
-//!   are converted on the way out — by the CRD's conversion webhook ([`conversion`]), or, without
+//!   are converted on the way out — by the CRD's conversion webhook (`conversion`), or, without
 //!   one, by changing only `apiVersion`.
 
+// Without `server`, parts of the modules the store shares with the server serve only the server
+// (webhook configurations' matching, server-side apply's merge): the default build checks them.
+#![cfg_attr(not(feature = "server"), allow(dead_code))]
+
 #[cfg(feature = "server")]
-pub mod admission;
-pub mod admissionregistration;
+mod admission;
+mod admissionregistration;
 #[cfg(feature = "server")]
 pub mod audit;
 #[cfg(feature = "server")]
 pub mod controllers;
 #[cfg(feature = "server")]
-pub mod conversion;
-pub mod defaults;
+mod conversion;
+mod defaults;
 #[cfg(feature = "server")]
-pub mod endpoints;
+mod endpoints;
 #[cfg(feature = "server")]
 pub mod faults;
 #[cfg(feature = "server")]
-pub mod field_validation;
+mod field_validation;
 pub mod local;
-pub mod managed;
+mod managed;
 #[cfg(feature = "server")]
-pub mod metrics;
-pub mod openapi;
-pub mod patch;
-pub mod printers;
+mod metrics;
+mod openapi;
+mod patch;
+mod printers;
 #[cfg(feature = "server")]
 pub mod protobuf;
-pub mod registry;
-pub mod resources;
-pub mod scale;
+mod registry;
+mod resources;
+mod scale;
 #[cfg(feature = "server")]
-pub mod server;
-pub mod storage;
+mod server;
+mod storage;
 pub mod store;
-pub mod timestamp;
-pub mod validation;
+mod timestamp;
+mod validation;
 #[cfg(feature = "server")]
-pub mod warnings;
-pub mod webhook;
+mod warnings;
+mod webhook;
 
 // The vocabulary the server shares with the host and the SDK (`crate::json`, … inside).
 #[cfg(feature = "server")]

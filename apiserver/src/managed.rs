@@ -119,22 +119,8 @@ impl FieldSet {
         }
     }
 
-    /// Remove a path (and what is under it).
-    pub fn remove(&mut self, path: &[String]) {
-        if let Some((first, rest)) = path.split_first() {
-            if rest.is_empty() {
-                self.children.remove(first);
-            } else if let Some(child) = self.children.get_mut(first) {
-                child.remove(rest);
-                if child.is_empty() {
-                    self.children.remove(first);
-                }
-            }
-        }
-    }
-
-    /// Every member of `other` removed, with what is under it (as [`remove`](Self::remove) of
-    /// each of `other`'s paths).
+    #[cfg(test)]
+    /// Every member of `other` removed, with what is under it.
     pub fn subtract(&mut self, other: &FieldSet) {
         for (key, theirs) in &other.children {
             if theirs.itself || theirs.children.is_empty() {
@@ -343,6 +329,7 @@ fn push_json(text: &mut String, value: &Value) {
     let _ = write!(text, "{value}");
 }
 
+#[cfg(test)]
 /// The fields an object sets (its leaves; apiVersion, kind and the server's metadata left out;
 /// `status` left out when `skip_status`).
 pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> FieldSet {
@@ -375,7 +362,7 @@ pub fn fields_of(object: &Value, schema: Schema<'_>, skip_status: bool) -> Field
     set
 }
 
-/// [`fields_of`]`(…).`[`to_fields_v1`](FieldSet::to_fields_v1)`()` in one walk, written
+/// `fields_of(…).to_fields_v1()` in one walk, written
 /// straight as `FieldsV1` JSON text, compact and with its keys in order, as stored objects keep
 /// it (what a create records: every field the new object sets). No JSON map is built: the
 /// object's own maps are already in key order, and `f:` keeps that order.
@@ -792,6 +779,7 @@ fn remove_at(object: &mut Value, path: &[String]) {
     }
 }
 
+#[cfg(test)]
 /// One `managedFields` entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
@@ -809,6 +797,7 @@ pub struct Entry {
     pub fields: FieldSet,
 }
 
+#[cfg(test)]
 impl Entry {
     fn from_json(value: &Value) -> Option<Self> {
         Some(Entry {
@@ -836,6 +825,7 @@ impl Entry {
     }
 }
 
+#[cfg(test)]
 /// The `managedFields` of an object.
 pub fn entries(object: &Value) -> Vec<Entry> {
     object

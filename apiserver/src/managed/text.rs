@@ -172,7 +172,7 @@ impl Writer {
 
 /// `text` without `set`'s members (and what is under them). Returns the new text when
 /// anything went (`None`: `text` is unchanged), and whether something went from the top and
-/// that left no member (as [`FieldSet::subtract`] with the "emptied" the entry's removal needs).
+/// that left no member (as `FieldSet::subtract` with the "emptied" the entry's removal needs).
 pub(super) fn subtract(text: &str, set: &FieldSet) -> (Option<String>, bool) {
     let mut cursor = Cursor::new(text);
     let (rest, emptied) = subtract_at(&mut cursor, set);

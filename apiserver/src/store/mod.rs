@@ -1,6 +1,6 @@
 //! The generic store (kube-apiserver's `registry/generic`): the Kubernetes semantics of writes
-//! on top of [storage](crate::storage), for every kind, asking each kind's
-//! [strategy](crate::registry) for what is its own.
+//! on top of the storage (`crate::storage`), for every kind, asking each kind's strategy
+//! (`crate::registry`) for what is its own.
 //!
 //! One lock guards the storage and the owners' index, so each write is atomic and gets the
 //! next resourceVersion from a single increasing counter, and a watch started under the lock
@@ -292,7 +292,7 @@ impl Store {
     /// objects stored before a default was added get it). The stored object itself when nothing
     /// changes (a built-in kind read in its stored version): no copy. An object of a resource
     /// converted by a webhook that is stored in another version is returned as stored, for
-    /// [`crate::conversion::to_version`] to convert outside the store's lock.
+    /// `crate::conversion::to_version` to convert outside the store's lock.
     pub fn served(rt: &ResourceType, object: &Arc<Value>) -> Arc<Value> {
         let same_version = object
             .get("apiVersion")

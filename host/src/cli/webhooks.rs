@@ -14,7 +14,7 @@ pub(super) struct Args {
     /// Directory of guest manifests.
     #[arg(long)]
     manifests: PathBuf,
-    /// The host's Service: NAMESPACE/NAME[:PORT].
+    /// The host's Service: `NAMESPACE/NAME[:PORT]`.
     #[arg(
         long,
         default_value = "krec-system/krec-webhooks:443",

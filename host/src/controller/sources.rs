@@ -38,7 +38,7 @@ impl Controller {
     }
 
     /// Start the task that runs the guest's `map` export for the objects of `mapByGuest`
-    /// watches, one call per state in the [backlog](MapBacklog) (which coalesces a burst of
+    /// watches, one call per state in the [backlog](super::map_backlog::MapBacklog) (which coalesces a burst of
     /// events on one object), and enqueues what it returns. Its failures are logged and
     /// counted (`krec_guest_map_calls_total{result="error"|"trap"}`); that state's requests are
     /// lost, as when a controller-runtime map function returns none.

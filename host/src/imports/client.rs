@@ -1,7 +1,7 @@
 //! Host side of `krec:reconciler/client`: permission-checked reads and writes.
 //!
 //! [`Calls`] carries each call out (bounds, permission check, JSON in and out); the WIT host
-//! trait below and the native host ([`crate::guest::native`]) both go through it.
+//! trait below and the native host (`crate::guest::native`) both go through it.
 
 use serde_json::Value;
 

@@ -47,7 +47,7 @@ impl From<WitGvk> for Gvk {
 }
 
 /// One guest's calls to the host, checked and carried out: bounds, the permission check and
-/// JSON in and out. The WIT host traits and the native host ([`crate::guest::native`]) both go
+/// JSON in and out. The WIT host traits and the native host (`crate::guest::native`) both go
 /// through it, so a guest is treated the same whichever way it runs.
 pub(crate) struct Calls<'a> {
     /// The guest's manifest: its name and permissions.
