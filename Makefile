@@ -83,7 +83,7 @@ demo: guests tools
 bench: guests
 	$(CARGO) bench -p krec --bench throughput
 	$(CARGO) bench -p krec --bench guest_call
-	$(CARGO) bench -p krec --bench local_cluster
+	$(CARGO) bench -p krec-apiserver --bench local_cluster
 	$(CARGO) bench -p krec --bench host
 	$(CARGO) bench -p krec --bench memory
 	$(CARGO) bench -p krec --bench fairness

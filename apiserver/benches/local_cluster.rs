@@ -7,17 +7,17 @@
 //!
 //! Prints a Markdown table; `make bench` runs it. Figures are medians with min–max over runs.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{median_min_max, percentile};
 use k8s_openapi::api::core::v1::ConfigMap;
 use krec_apiserver::Server;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Config};
 use serde_json::json;
+use support::{median_min_max, percentile};
 
 const OBJECTS: usize = 10_000;
 const RUNS: usize = 7;
@@ -84,10 +84,10 @@ async fn watch_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
     let from = target.metadata.resource_version.expect("rv");
     let total = (EVENTS_PER_SECOND * SECONDS) as usize;
     let interval = Duration::from_micros(1_000_000 / EVENTS_PER_SECOND);
-    let common::FanOut {
+    let support::FanOut {
         latencies: mut all,
         write_rate,
-    } = common::watch_fanout(cms, "cm-99999", &from, total, interval, WATCHERS).await;
+    } = support::watch_fanout(cms, "cm-99999", &from, total, interval, WATCHERS).await;
     let delivered = all.len();
     vec![
         format!(
