@@ -4,9 +4,29 @@
 
 use serde_json::Value;
 
+use serde_json::json;
+
 use crate::error::Cause;
 use crate::json::Pointer;
+use crate::printers::{Column, Row};
 use crate::registry::core::pod;
+
+/// The wide column of a workload's template's container names.
+pub(crate) const CONTAINERS: Column = Column::text("Containers").wide();
+/// The wide column of a workload's template's images.
+pub(crate) const IMAGES: Column = Column::text("Images").wide();
+/// The wide column of a workload's selector.
+pub(crate) const SELECTOR: Column = Column::text("Selector").wide();
+
+/// The cells of [`CONTAINERS`], [`IMAGES`] and (`with_selector`) [`SELECTOR`].
+pub(crate) fn template_cells(row: &Row<'_>, with_selector: bool) -> Vec<Value> {
+    let (names, images) = row.containers();
+    let mut cells = vec![json!(names), json!(images)];
+    if with_selector {
+        cells.push(json!(row.selector()));
+    }
+    cells
+}
 
 /// The pod template of a workload's spec.
 pub(crate) fn default_template(spec: &mut Value) {

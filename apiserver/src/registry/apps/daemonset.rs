@@ -8,7 +8,9 @@ use crate::error::Cause;
 use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row, map_text};
 use crate::registry::Strategy;
-use crate::registry::workload::{self, default_template};
+use crate::registry::workload::{
+    self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
+};
 
 const GROUP: &str = "apps";
 const KIND: &str = "DaemonSet";
@@ -44,15 +46,14 @@ impl Strategy for DaemonSetStrategy {
             Column::int("Available"),
             Column::text("Node Selector"),
             AGE,
-            Column::text("Containers").wide(),
-            Column::text("Images").wide(),
-            Column::text("Selector").wide(),
+            CONTAINERS,
+            IMAGES,
+            SELECTOR,
         ];
         COLUMNS
     }
 
     fn cells(&self, row: &Row<'_>) -> Vec<Value> {
-        let (names, images) = row.containers();
         let node_selector = map_text(row.object.at("/spec/template/spec/nodeSelector"));
         vec![
             row.name(),
@@ -63,10 +64,10 @@ impl Strategy for DaemonSetStrategy {
             json!(row.int("/status/numberAvailable")),
             json!(node_selector),
             row.age(),
-            json!(names),
-            json!(images),
-            json!(row.selector()),
         ]
+        .into_iter()
+        .chain(template_cells(row, true))
+        .collect()
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {

@@ -7,7 +7,9 @@ use crate::defaults::{child, set};
 use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::registry::workload::{self, default_template};
+use crate::registry::workload::{
+    self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
+};
 
 const GROUP: &str = "apps";
 const KIND: &str = "Deployment";
@@ -43,15 +45,14 @@ impl Strategy for DeploymentStrategy {
             Column::int("Up-to-date"),
             Column::int("Available"),
             AGE,
-            Column::text("Containers").wide(),
-            Column::text("Images").wide(),
-            Column::text("Selector").wide(),
+            CONTAINERS,
+            IMAGES,
+            SELECTOR,
         ];
         COLUMNS
     }
 
     fn cells(&self, row: &Row<'_>) -> Vec<Value> {
-        let (names, images) = row.containers();
         vec![
             row.name(),
             json!(format!(
@@ -62,10 +63,10 @@ impl Strategy for DeploymentStrategy {
             json!(row.int("/status/updatedReplicas")),
             json!(row.int("/status/availableReplicas")),
             row.age(),
-            json!(names),
-            json!(images),
-            json!(row.selector()),
         ]
+        .into_iter()
+        .chain(template_cells(row, true))
+        .collect()
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {

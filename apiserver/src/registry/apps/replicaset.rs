@@ -7,7 +7,9 @@ use crate::defaults::{child, set};
 use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::registry::workload::{self, default_template};
+use crate::registry::workload::{
+    self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
+};
 use crate::selector::FieldLabel;
 
 const GROUP: &str = "apps";
@@ -34,25 +36,24 @@ impl Strategy for ReplicaSetStrategy {
             Column::int("Current"),
             Column::int("Ready"),
             AGE,
-            Column::text("Containers").wide(),
-            Column::text("Images").wide(),
-            Column::text("Selector").wide(),
+            CONTAINERS,
+            IMAGES,
+            SELECTOR,
         ];
         COLUMNS
     }
 
     fn cells(&self, row: &Row<'_>) -> Vec<Value> {
-        let (names, images) = row.containers();
         vec![
             row.name(),
             json!(row.int("/spec/replicas")),
             json!(row.int("/status/replicas")),
             json!(row.int("/status/readyReplicas")),
             row.age(),
-            json!(names),
-            json!(images),
-            json!(row.selector()),
         ]
+        .into_iter()
+        .chain(template_cells(row, true))
+        .collect()
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {

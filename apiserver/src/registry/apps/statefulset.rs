@@ -7,7 +7,7 @@ use crate::defaults::{child, set};
 use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::registry::workload::{self, default_template};
+use crate::registry::workload::{self, CONTAINERS, IMAGES, default_template, template_cells};
 
 const GROUP: &str = "apps";
 const KIND: &str = "StatefulSet";
@@ -37,18 +37,11 @@ impl Strategy for StatefulSetStrategy {
     }
 
     fn columns(&self) -> &'static [Column] {
-        const COLUMNS: &[Column] = &[
-            NAME,
-            Column::text("Ready"),
-            AGE,
-            Column::text("Containers").wide(),
-            Column::text("Images").wide(),
-        ];
+        const COLUMNS: &[Column] = &[NAME, Column::text("Ready"), AGE, CONTAINERS, IMAGES];
         COLUMNS
     }
 
     fn cells(&self, row: &Row<'_>) -> Vec<Value> {
-        let (names, images) = row.containers();
         vec![
             row.name(),
             json!(format!(
@@ -57,9 +50,10 @@ impl Strategy for StatefulSetStrategy {
                 row.int("/spec/replicas")
             )),
             row.age(),
-            json!(names),
-            json!(images),
         ]
+        .into_iter()
+        .chain(template_cells(row, false))
+        .collect()
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {

@@ -9,7 +9,9 @@ use crate::error::Cause;
 use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row, human_duration};
 use crate::registry::Strategy;
-use crate::registry::workload::{self, default_template};
+use crate::registry::workload::{
+    self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
+};
 use crate::selector::FieldLabel;
 
 const GROUP: &str = "batch";
@@ -69,15 +71,14 @@ impl Strategy for JobStrategy {
             Column::text("Completions"),
             Column::text("Duration"),
             AGE,
-            Column::text("Containers").wide(),
-            Column::text("Images").wide(),
-            Column::text("Selector").wide(),
+            CONTAINERS,
+            IMAGES,
+            SELECTOR,
         ];
         COLUMNS
     }
 
     fn cells(&self, row: &Row<'_>) -> Vec<Value> {
-        let (names, images) = row.containers();
         let completions = match row.object.at("/spec/completions").and_then(Value::as_i64) {
             Some(c) => format!("{}/{c}", row.int("/status/succeeded")),
             None => format!(
@@ -92,10 +93,10 @@ impl Strategy for JobStrategy {
             json!(completions),
             json!(duration(row)),
             row.age(),
-            json!(names),
-            json!(images),
-            json!(row.selector()),
         ]
+        .into_iter()
+        .chain(template_cells(row, true))
+        .collect()
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
