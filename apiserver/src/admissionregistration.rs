@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::json::{Pointer, strings};
-use crate::selector::LabelSelector;
 use crate::webhook::ClientConfig;
+use krec_core::json::{Pointer, strings};
+use krec_core::selector::LabelSelector;
 
 /// Whether a webhook may change the object or only judge it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

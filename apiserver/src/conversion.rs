@@ -7,20 +7,20 @@
 //!
 //! The store keeps each object in the version it was last written in, not in the CRD's storage
 //! version: only a read in another version — or a write in another version, which first
-//! re-encodes the stored object in the version written ([`crate::store::Store::reencode`]) —
+//! re-encodes the stored object in the version written (`Store::reencode`) —
 //! calls the webhook. A CRD whose strategy is `None` changes only `apiVersion`
-//! ([`crate::store::Store::served`]).
+//! (`Store::served`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::error::ApiError;
-use crate::json::Pointer;
 use crate::resources::ResourceType;
-use crate::schema;
 use crate::webhook::{post, review_response};
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
+use krec_core::schema;
 
 /// How long a conversion may take (kube-apiserver's webhook client's default timeout).
 const TIMEOUT: Duration = Duration::from_secs(30);

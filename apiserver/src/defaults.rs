@@ -1,6 +1,6 @@
 //! What kube-apiserver's defaulters share: setting a field only when it is unset, as the
 //! `SetDefaults_*` functions of `pkg/apis/<group>/v1` do. Each kind's defaults are in its
-//! strategy ([`Strategy::default`](crate::registry::Strategy::default)).
+//! strategy (`Strategy::default`).
 //!
 //! A field counts as unset when it is absent, `null`, or the Go zero value of a value field
 //! (`""`); pointers set to zero are kept.

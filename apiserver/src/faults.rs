@@ -3,7 +3,7 @@
 //! reconciler's retry, relist and conflict handling can be tested on purpose.
 //!
 //! Rules come from a YAML file (`krec cluster --faults FILE`) or from tests through
-//! [`Faults::add`] on a running server ([`crate::Server::faults`]). Each request is checked
+//! [`Faults::add`] on a running server (`Server::faults`). Each request is checked
 //! against the rules in order; the first rule that matches it (verb, resource, namespace, user
 //! agent, field manager) and fires (its `probability`, while its `count` lasts) decides its fault.
 //!
@@ -39,7 +39,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::error::ApiError;
+use krec_core::error::ApiError;
 
 /// What a rule does to a request it fires on.
 #[derive(Clone, Debug, PartialEq)]
@@ -293,7 +293,7 @@ impl FileRule {
     fn into_rule(self) -> Result<Rule, String> {
         let duration = |field: &str, value: &Option<String>, default: Option<Duration>| match value
         {
-            Some(text) => crate::duration::parse(text).map_err(|e| format!("{field}: {e}")),
+            Some(text) => krec_core::duration::parse(text).map_err(|e| format!("{field}: {e}")),
             None => default.ok_or_else(|| format!("fault {} needs {field}", self.fault)),
         };
         let fault = match self.fault.as_str() {
@@ -357,7 +357,7 @@ impl Faults {
 
     /// Rules from YAML text (see the [module docs](self)); errors name the rule.
     pub fn from_yaml(text: &str) -> Result<Self, String> {
-        let file: File = crate::yaml::from_slice(text.as_bytes()).map_err(|e| e.to_string())?;
+        let file: File = krec_core::yaml::from_slice(text.as_bytes()).map_err(|e| e.to_string())?;
         let faults = match file.seed {
             Some(seed) => Self::with_seed(seed),
             None => Self::default(),

@@ -12,9 +12,9 @@ use std::borrow::Cow;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::error::ApiError;
 use crate::openapi;
 use crate::resources::ResourceType;
+use krec_core::error::ApiError;
 
 /// One step of a field path.
 #[derive(Clone, Debug)]

@@ -74,13 +74,6 @@ mod validation;
 mod warnings;
 mod webhook;
 
-// The vocabulary the server shares with the host and the SDK (`crate::json`, … inside).
-#[cfg(feature = "server")]
-use krec_core::{duration, yaml};
-use krec_core::{error, json, schema, selector};
-#[cfg(feature = "server")]
-use krec_net::{connections, tls};
-
 pub use krec_core::{ApiError, ErrorKind};
 pub use resources::{Registry, ResourceType};
 #[cfg(feature = "server")]

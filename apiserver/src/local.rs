@@ -7,9 +7,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::patch::{PatchMeta, PatchType, patched};
-use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, WriteOptions};
-use crate::{ApiError, ResourceType, Store};
+use crate::{ResourceType, Store};
+use krec_core::ApiError;
+use krec_core::selector::{FieldSelector, LabelSelector};
 
 /// Calls on `store`, writes recorded under one field manager.
 #[derive(Clone)]

@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
-use crate::error::ApiError;
-use crate::json::Pointer;
 use crate::openapi::{self, ListType};
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
 
 /// A set of fields: the members under each path element, and whether the node itself is a
 /// member (`.`, for list items and empty objects).
@@ -425,13 +425,13 @@ fn push_member_key(out: &mut String, first: &mut bool, prefix: &str, key: &str) 
 
 /// Append `text` escaped as the inside of a JSON string (as `serde_json` escapes it).
 fn push_escaped(out: &mut String, text: &str) {
-    if crate::json::first_escape(text.as_bytes()).is_none() {
+    if krec_core::json::first_escape(text.as_bytes()).is_none() {
         out.push_str(text);
         return;
     }
     // Few keys need an escape (`k:{"name":"web"}`): the JSON writer escapes them.
     let mut quoted = Vec::with_capacity(text.len() + 8);
-    crate::json::write_str(&mut quoted, text);
+    krec_core::json::write_str(&mut quoted, text);
     let inside = quoted.get(1..quoted.len() - 1).unwrap_or_default();
     // The writer only appends valid UTF-8 (the text's own runs, ASCII escapes).
     out.push_str(std::str::from_utf8(inside).unwrap_or_default());
@@ -915,7 +915,7 @@ fn compact_fields(entry: &mut Map<String, Value>) {
 /// such objects), checked in one pass: what the JSON writers check before writing a stored
 /// entry's text as the JSON it holds.
 pub fn is_fields_v1_text(text: &str) -> bool {
-    crate::json::is_object_of_objects(text)
+    krec_core::json::is_object_of_objects(text)
 }
 
 /// `object`'s `managedFields` as clients see them: each `fieldsV1` a JSON object (stored

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::json::Pointer;
 use crate::scale::ScalePaths;
+use krec_core::json::Pointer;
 use krec_core::kinds::{BUILTIN_KINDS, BuiltinKind};
 use serde_json::{Value, json};
 

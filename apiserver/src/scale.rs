@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
-use crate::json::Pointer;
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
 
 /// Where a kind keeps what its `Scale` shows, as JSON pointers.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,13 +9,14 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::audit::AuditLog;
-use crate::connections::{self, Limits, Transport};
-use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::resources::Registry;
 use crate::storage::persist;
 use crate::store::{self, Store, ensure_namespaces};
-use crate::{controllers, endpoints, tls};
+use crate::{controllers, endpoints};
+use krec_core::error::ApiError;
+use krec_net::connections::{self, Limits, Transport};
+use krec_net::tls;
 
 /// How to start a [`Server`]: `Server::builder().addr(…).data_dir(…).start().await`.
 #[derive(Clone, Debug)]

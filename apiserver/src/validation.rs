@@ -1,13 +1,13 @@
 //! kube-apiserver's validation of every object's metadata (apimachinery's `ValidateObjectMeta`
 //! rules the store applies to each kind): each returns the causes of a 422 Invalid as
 //! `(field, message)`, with the field paths and messages kube-apiserver gives. A kind's own rules
-//! are in its strategy ([`Strategy::validate`](crate::registry::Strategy::validate)).
+//! are in its strategy (`Strategy::validate`).
 
 use serde_json::Value;
 
-use crate::json::Pointer;
+use krec_core::json::Pointer;
 
-pub use crate::error::Cause;
+pub use krec_core::error::Cause;
 
 /// Most bytes of annotations (keys and values) an object may have.
 pub const MAX_ANNOTATION_BYTES: usize = 256 << 10;

@@ -1,7 +1,8 @@
 //! [`CallError`]: why a call to the cluster failed — the cases of the WIT `error` variant, the
 //! one list the host (`AccessError`) and the guest SDK (`Error`) both use.
 
-use crate::{ApiError, ErrorKind, MissingField};
+use crate::error::{ApiError, ErrorKind};
+use crate::gvk::MissingField;
 
 /// Why a call to the cluster (or a reconcile) failed; each case carries a human-readable
 /// message. The cases are the WIT `error` variant's; each crate keeps only its mapping to its

@@ -30,7 +30,9 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Context, GroupVersionKind};
+use kube_core::GroupVersionKind;
+
+use crate::context::Context;
 
 /// What a request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

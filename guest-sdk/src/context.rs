@@ -1,15 +1,12 @@
 //! [`Context`]: the reconciler's only way to read and write cluster state, through the host.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
 use kube_core::{DynamicObject, GroupVersionKind, Resource};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::bindings::krec::reconciler::types as wit;
+use crate::error::{Error, Result};
 use crate::imports::{client, events};
-use crate::{Error, Result};
+use crate::params::{EventType, ListParams, Patch, Preconditions};
 
 /// Handle to the host for one reconcile: typed and untyped get/list/create/update/patch/delete,
 /// and Kubernetes Events.
@@ -19,121 +16,11 @@ use crate::{Error, Result};
 /// the guest's manifest and fails with [`Error::Forbidden`] when not permitted.
 ///
 /// Typed calls work with any type implementing kube's [`Resource`] with a static type: all
-/// `k8s-openapi` types and structs made with the [`CustomResource`](crate::CustomResource)
+/// `k8s-openapi` types and structs made with the `CustomResource`
 /// derive. The `*_dynamic` calls take a [`GroupVersionKind`] and return [`DynamicObject`]s.
 #[derive(Debug)]
 pub struct Context {
     _private: (),
-}
-
-/// Kind of a Kubernetes Event, as client-go's `EventRecorder` takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    /// Normal progress, e.g. reason `Synced`.
-    Normal,
-    /// Something a person should look at, e.g. reason `ErrResourceExists`.
-    Warning,
-}
-
-/// Which objects a list call returns. Built with chained calls:
-/// `ListParams::default().namespace("default").labels("app=web")`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListParams {
-    /// Only this namespace; `None` for all namespaces or cluster-scoped kinds.
-    pub namespace: Option<String>,
-    /// Label selector, e.g. `app=web,tier in (fe,be),!legacy`.
-    pub label_selector: Option<String>,
-    /// Field selector on `metadata.name` / `metadata.namespace`.
-    pub field_selector: Option<String>,
-    /// Read from the API server instead of the host's cache.
-    pub uncached: bool,
-}
-
-impl ListParams {
-    /// Restrict to one namespace (`None` keeps all namespaces).
-    pub fn namespace<'a>(mut self, namespace: impl Into<Option<&'a str>>) -> Self {
-        self.namespace = namespace.into().map(str::to_owned);
-        self
-    }
-
-    /// Select by labels. An empty selector selects everything.
-    pub fn labels(mut self, selector: &str) -> Self {
-        self.label_selector = (!selector.is_empty()).then(|| selector.to_owned());
-        self
-    }
-
-    /// Select by fields (`metadata.name`, `metadata.namespace`).
-    pub fn fields(mut self, selector: &str) -> Self {
-        self.field_selector = (!selector.is_empty()).then(|| selector.to_owned());
-        self
-    }
-
-    /// Read from the API server instead of the cache (strongly consistent, slower).
-    pub fn uncached(mut self) -> Self {
-        self.uncached = true;
-        self
-    }
-}
-
-/// A patch body and its format.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Patch {
-    /// JSON merge patch (RFC 7386): `null` deletes a field.
-    Merge(serde_json::Value),
-    /// JSON patch (RFC 6902): an array of operations.
-    Json(serde_json::Value),
-    /// Strategic merge patch, for built-in kinds.
-    Strategic(serde_json::Value),
-    /// Server-side apply of the intended object, owned by the guest's field manager.
-    Apply(serde_json::Value),
-}
-
-/// Conditions checked by [`Context::delete_with`] before deleting.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Preconditions {
-    /// Delete only if the object still has this UID.
-    pub uid: Option<String>,
-    /// Delete only if the object is unchanged since this resourceVersion.
-    pub resource_version: Option<String>,
-}
-
-/// Render a [`LabelSelector`] (`matchLabels` and `matchExpressions`) as selector text for
-/// [`ListParams::labels`], e.g. `app=web,tier in (be,fe),!legacy`.
-///
-/// Returns `None` for an empty selector, which in Kubernetes matches everything (callers
-/// usually want to treat that as "select nothing"), and [`Error::Invalid`] for an unknown
-/// operator.
-pub fn selector_string(selector: &LabelSelector) -> Result<Option<String>> {
-    let mut parts = Vec::new();
-    if let Some(labels) = &selector.match_labels {
-        parts.extend(labels.iter().map(|(k, v)| format!("{k}={v}")));
-    }
-    for expr in selector.match_expressions.iter().flatten() {
-        let mut values = expr.values.clone().unwrap_or_default();
-        values.sort();
-        let key = &expr.key;
-        parts.push(match expr.operator.as_str() {
-            "In" => format!("{key} in ({})", values.join(",")),
-            "NotIn" => format!("{key} notin ({})", values.join(",")),
-            "Exists" => key.clone(),
-            "DoesNotExist" => format!("!{key}"),
-            other => {
-                return Err(Error::Invalid(format!(
-                    "unknown label selector operator {other:?} for key {key:?}"
-                )));
-            }
-        });
-    }
-    Ok((!parts.is_empty()).then(|| parts.join(",")))
-}
-
-/// Render `matchLabels`-style labels as a label selector string (`a=1,b=2`).
-pub fn labels_to_selector(labels: &BTreeMap<String, String>) -> String {
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 fn gvk_of<K: Resource<DynamicType = ()>>() -> wit::Gvk {
@@ -417,45 +304,5 @@ impl Context {
             &serde_json::to_string(body)?,
             status,
         )?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-
-    use super::*;
-
-    #[test]
-    fn selector_string_should_render_labels_and_expressions() {
-        let selector = LabelSelector {
-            match_labels: Some(BTreeMap::from([("app".to_owned(), "web".to_owned())])),
-            match_expressions: Some(vec![
-                LabelSelectorRequirement {
-                    key: "tier".into(),
-                    operator: "In".into(),
-                    values: Some(vec!["fe".into(), "be".into()]),
-                },
-                LabelSelectorRequirement {
-                    key: "legacy".into(),
-                    operator: "DoesNotExist".into(),
-                    values: None,
-                },
-            ]),
-        };
-        assert_eq!(
-            selector_string(&selector),
-            Ok(Some("app=web,tier in (be,fe),!legacy".to_owned()))
-        );
-        assert_eq!(selector_string(&LabelSelector::default()), Ok(None));
-        let bad = LabelSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: "x".into(),
-                operator: "Near".into(),
-                values: None,
-            }]),
-            ..Default::default()
-        };
-        assert!(selector_string(&bad).is_err());
     }
 }

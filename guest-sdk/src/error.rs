@@ -1,4 +1,4 @@
-//! The error type of every [`Context`](crate::Context) call and of a reconcile.
+//! The error type of every `Context` call and of a reconcile.
 
 use crate::bindings::krec::reconciler::types as wit;
 
@@ -9,7 +9,7 @@ use crate::bindings::krec::reconciler::types as wit;
 #[doc(inline)]
 pub use krec_core::CallError as Error;
 
-/// The result of every [`Context`](crate::Context) call and of a reconcile.
+/// The result of every `Context` call and of a reconcile.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `?` for errors that are not the SDK's, with what was being done (anyhow's `context`). Not in

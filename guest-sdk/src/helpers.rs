@@ -7,7 +7,10 @@ use kube_core::Resource;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use crate::{Action, Context, Error, ListParams, Patch, Result};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::params::{ListParams, Patch};
+use crate::reconciler::Action;
 
 /// Make `owner` the controller of `object` (controller-runtime's `SetControllerReference`): an
 /// owner reference with `controller: true` and `blockOwnerDeletion: true`, so that deleting the

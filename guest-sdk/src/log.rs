@@ -1,7 +1,7 @@
 //! Logging into the host's log: [`trace!`], [`debug!`], [`info!`], [`warn!`] and [`error!`].
 //!
 //! Lines are tagged by the host with the guest's name and the request being reconciled. The
-//! macros are in the [prelude](crate::prelude). A crate that also glob-imports `tracing::*` or
+//! macros are in the `prelude`. A crate that also glob-imports `tracing::*` or
 //! `log::*` meets two `info!`s; name the module instead: `use krec_guest::log;` and
 //! `log::info!(..)`, or import the macros by name.
 

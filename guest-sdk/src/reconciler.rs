@@ -5,7 +5,8 @@ use std::time::Duration;
 use kube_core::{DynamicObject, GroupVersionKind};
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
 
-use crate::{Context, Result};
+use crate::context::Context;
+use crate::error::Result;
 
 /// A Kubernetes reconciler: brings the cluster towards the desired state for one object key.
 ///
@@ -31,7 +32,7 @@ use crate::{Context, Result};
 ///   per-key exponential backoff; the error is logged and counted by the host.
 /// - Reads come from the host's cache and may lag other writers' changes slightly; writes carry
 ///   the `resourceVersion` read, so acting on stale data fails with
-///   [`Error::Conflict`](crate::Error) instead of overwriting newer changes. Return the error and
+///   `Error::Conflict` instead of overwriting newer changes. Return the error and
 ///   the host retries.
 /// - **Read-your-own-writes**: once one of the guest's creates, updates, patches or deletes has
 ///   returned, a later read of that kind (in that namespace) reflects it or something newer —

@@ -94,6 +94,6 @@ fn verdict(hook: &Hook, uid: &str, answer: &[u8]) -> Result<Verdict, CallError> 
         allowed: response["allowed"].as_bool().unwrap_or(false),
         status: response.get("status").filter(|s| s.is_object()).cloned(),
         patch,
-        warnings: crate::json::strings(response.get("warnings")),
+        warnings: krec_core::json::strings(response.get("warnings")),
     })
 }

@@ -20,11 +20,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
-use crate::json::Pointer;
 use crate::resources::ResourceType;
-use crate::selector::{FieldSelector, LabelSelector, object_labels};
 use crate::store::{DeleteOptions, Propagation, Store, WriteOptions};
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
+use krec_core::selector::{FieldSelector, LabelSelector, object_labels};
 
 use crate::admissionregistration;
 pub use crate::admissionregistration::{Hook, HookKind, Operation};

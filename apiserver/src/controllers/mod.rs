@@ -35,11 +35,11 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use crate::admission::{self, Admission, UserInfo};
-use crate::error::ApiError;
-use crate::json::Pointer as _;
 use crate::resources::ResourceType;
-use crate::selector::LabelSelector;
 use crate::store::{Change, ChangeType, DeleteOptions, Store, WriteOptions};
+use krec_core::error::ApiError;
+use krec_core::json::Pointer as _;
+use krec_core::selector::LabelSelector;
 
 pub use nodes::{SIMULATE_ANNOTATION, Simulate};
 

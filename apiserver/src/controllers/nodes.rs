@@ -55,7 +55,7 @@ impl FromStr for Simulate {
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').unwrap_or((part, ""));
             let duration = || {
-                crate::duration::parse(value).map_err(|_| {
+                krec_core::duration::parse(value).map_err(|_| {
                     format!(
                         "{SIMULATE_ANNOTATION}: {key} needs a duration such as 5s, not {value:?}"
                     )
@@ -425,17 +425,16 @@ fn fits(pod: &Value, node: &Free, wanted: &HashMap<&'static str, f64>) -> Result
 /// A `nodeSelectorTerm`: every expression on labels and every field expression holds (the
 /// one field a node selector may name is `metadata.name`).
 fn node_term_matches(term: &Value, node: &Value) -> bool {
-    let labels = crate::selector::object_labels(node);
+    let labels = krec_core::selector::object_labels(node);
     let fields = BTreeMap::from([(
         "metadata.name".to_owned(),
         namespace_and_name(node).1.to_owned(),
     )]);
-    let holds =
-        |list: &str, against: &BTreeMap<String, String>| {
-            term[list].as_array().into_iter().flatten().all(|e| {
-                crate::selector::Requirement::from_json(e).is_some_and(|r| r.matches(against))
-            })
-        };
+    let holds = |list: &str, against: &BTreeMap<String, String>| {
+        term[list].as_array().into_iter().flatten().all(|e| {
+            krec_core::selector::Requirement::from_json(e).is_some_and(|r| r.matches(against))
+        })
+    };
     holds("matchExpressions", &labels) && holds("matchFields", &fields)
 }
 

@@ -61,17 +61,17 @@ pub(super) async fn list(
     // `fieldsV1` texts as their JSON).
     let mut bytes = Vec::with_capacity(256 + 2048 * items.len());
     bytes.extend_from_slice(b"{\"kind\":");
-    crate::json::write(&mut bytes, &Value::from(target.rt.list_kind.as_str()));
+    krec_core::json::write(&mut bytes, &Value::from(target.rt.list_kind.as_str()));
     bytes.extend_from_slice(b",\"apiVersion\":");
-    crate::json::write(&mut bytes, &Value::from(target.rt.api_version()));
+    krec_core::json::write(&mut bytes, &Value::from(target.rt.api_version()));
     bytes.extend_from_slice(b",\"metadata\":");
-    crate::json::write(&mut bytes, &metadata);
+    krec_core::json::write(&mut bytes, &metadata);
     bytes.extend_from_slice(b",\"items\":[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             bytes.push(b',');
         }
-        crate::json::write_object(&mut bytes, item);
+        krec_core::json::write_object(&mut bytes, item);
     }
     bytes.extend_from_slice(b"]}");
     Ok((

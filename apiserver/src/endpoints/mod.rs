@@ -19,18 +19,17 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::admission::UserInfo;
 use crate::conversion;
-use crate::error::ApiError;
 use crate::field_validation;
-use crate::json::Pointer;
 use crate::managed;
 use crate::openapi;
 use crate::patch::{PatchMeta, PatchType, patched};
-use crate::printers;
 use crate::protobuf;
 use crate::resources::ResourceType;
 use crate::scale;
-use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{ChangeType, DeleteOptions, Propagation, Store, WatchFrom, WriteOptions};
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
+use krec_core::selector::{FieldSelector, LabelSelector};
 use router::{ResourcePath, Route, Subresource};
 
 mod create;
@@ -87,7 +86,7 @@ pub struct ApiServer {
 fn respond(code: u16, body: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     // An object's `fieldsV1` texts are written as their JSON.
-    let bytes = crate::json::object_to_vec(body);
+    let bytes = krec_core::json::object_to_vec(body);
     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 

@@ -183,34 +183,34 @@ pub(super) async fn decode_body(
 /// apply, under the YAML media type): JSON is YAML, and the JSON parser is many times faster —
 /// and finds the fields set twice as it parses.
 ///
-/// YAML is first checked for its nesting ([`crate::yaml::check_depth`]); a body larger than
+/// YAML is first checked for its nesting ([`krec_core::yaml::check_depth`]); a body larger than
 /// [`INLINE_YAML_BYTES`] is decoded on a blocking thread, at most [`YAML_DECODERS`] at once, so
 /// that a few large bodies cannot hold the threads every other request is served on.
 pub(super) async fn yaml_or_json(
     body: &Bytes,
-) -> Result<(Value, Vec<String>), crate::yaml::YamlError> {
+) -> Result<(Value, Vec<String>), krec_core::yaml::YamlError> {
     if looks_like_json_object(body)
         && let Ok(decoded) = field_validation::decode_json(body)
     {
         return Ok(decoded);
     }
     if body.len() <= INLINE_YAML_BYTES {
-        return Ok((crate::yaml::from_slice(body)?, Vec::new()));
+        return Ok((krec_core::yaml::from_slice(body)?, Vec::new()));
     }
     static DECODERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(YAML_DECODERS);
     let permit = DECODERS.acquire().await;
     let body = body.clone();
     let decoded = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        crate::yaml::from_slice(&body)
+        krec_core::yaml::from_slice(&body)
     })
     .await;
     match decoded {
         Ok(decoded) => Ok((decoded?, Vec::new())),
         // The decoder panicked: report it as unreadable rather than take the server down.
-        Err(err) => Err(crate::yaml::YamlError::Syntax(serde::de::Error::custom(
-            format!("decoding failed: {err}"),
-        ))),
+        Err(err) => Err(krec_core::yaml::YamlError::Syntax(
+            serde::de::Error::custom(format!("decoding failed: {err}")),
+        )),
     }
 }
 
@@ -259,7 +259,7 @@ pub(super) fn maybe_table(
     if !table {
         return objects.pop().unwrap_or_default();
     }
-    Arc::new(printers::table(
+    Arc::new(crate::registry::table(
         rt,
         objects,
         list_meta.unwrap_or_else(|| json!({})),

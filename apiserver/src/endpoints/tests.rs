@@ -7,7 +7,8 @@ use axum::http::Request;
 use tower::ServiceExt;
 
 use super::*;
-use crate::{Registry, ensure_namespaces};
+use crate::resources::Registry;
+use crate::store::ensure_namespaces;
 
 #[tokio::test(start_paused = true)]
 async fn a_body_that_never_ends_should_time_out_rather_than_hold_its_connection() {

@@ -249,7 +249,7 @@ pub(super) fn event_kind(
 }
 
 pub(super) fn watch_line(kind: &str, object: &Value) -> Bytes {
-    watch_line_encoded(kind, &crate::json::object_to_vec(object))
+    watch_line_encoded(kind, &krec_core::json::object_to_vec(object))
 }
 
 /// A watch event line around an object already encoded as JSON.

@@ -480,12 +480,12 @@ proptest::proptest! {
             {"manager": "n", "fieldsV1": "not JSON"}]}, "spec": spec});
         let mut stored = object.clone();
         compact(&mut stored);
-        let written = crate::json::object_to_vec(&stored);
+        let written = krec_core::json::object_to_vec(&stored);
         let read: Value = serde_json::from_slice(&written).expect("valid JSON");
         proptest::prop_assert_eq!(&read, &object);
         let seen = expanded(&stored);
         proptest::prop_assert_eq!(seen.as_ref(), &object);
-        proptest::prop_assert_eq!(crate::json::object_to_vec(&spec), serde_json::to_vec(&spec).expect("json"));
+        proptest::prop_assert_eq!(krec_core::json::object_to_vec(&spec), serde_json::to_vec(&spec).expect("json"));
     }
 }
 

@@ -10,7 +10,7 @@ pub use strategic::{PatchMeta, strategic_merge};
 
 use serde_json::Value;
 
-use crate::error::ApiError;
+use krec_core::error::ApiError;
 
 /// Most operations one JSON patch may have (kube-apiserver's `maxJSONPatchOperations`).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
@@ -149,7 +149,7 @@ pub fn apply_json_patch(target: &mut Value, body: &Value) -> Result<(), JsonPatc
         if let json_patch::PatchOperation::Copy(copy) = &op
             && let Some(value) = target.pointer(copy.from.as_str())
         {
-            copied = copied.saturating_add(crate::json::encoded_len(value));
+            copied = copied.saturating_add(krec_core::json::encoded_len(value));
             if copied > MAX_JSON_PATCH_COPY_BYTES {
                 return Err(JsonPatchError::CopyTooLarge(copied));
             }

@@ -11,9 +11,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
 use crate::openapi;
 use crate::resources::ResourceType;
+use krec_core::error::ApiError;
 
 const DIRECTIVE: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";

@@ -34,7 +34,7 @@ use prost_reflect::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::error::ApiError;
+use krec_core::error::ApiError;
 
 /// The media type.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -602,7 +602,10 @@ fn message_from_json(
             let text = value
                 .as_str()
                 .ok_or_else(|| format!("{value} is not a duration"))?;
-            message.set_field_by_name("duration", Proto::I64(crate::duration::parse_nanos(text)?));
+            message.set_field_by_name(
+                "duration",
+                Proto::I64(krec_core::duration::parse_nanos(text)?),
+            );
         }
         "apimachinery.pkg.api.resource.Quantity"
         | "apimachinery.pkg.api.resource.QuantityValue" => {

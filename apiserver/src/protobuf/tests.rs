@@ -175,11 +175,11 @@ fn go_durations_should_format_and_parse() {
         (300_000_000, "300ms"),
     ] {
         assert_eq!(format_duration(nanos), text);
-        assert_eq!(crate::duration::parse_nanos(text), Ok(nanos));
+        assert_eq!(krec_core::duration::parse_nanos(text), Ok(nanos));
     }
-    assert!(crate::duration::parse_nanos("").is_err());
-    assert!(crate::duration::parse_nanos("5x").is_err());
-    assert!(crate::duration::parse_nanos("99999999999999h").is_err());
+    assert!(krec_core::duration::parse_nanos("").is_err());
+    assert!(krec_core::duration::parse_nanos("5x").is_err());
+    assert!(krec_core::duration::parse_nanos("99999999999999h").is_err());
 }
 
 #[test]

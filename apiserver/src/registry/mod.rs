@@ -6,10 +6,10 @@
 
 use serde_json::Value;
 
-use crate::error::{ApiError, Cause};
 use crate::printers::{Column, NAME_AGE, Row};
 use crate::resources::{Registry, ResourceType};
-use crate::selector::FieldLabel;
+use krec_core::error::{ApiError, Cause};
+use krec_core::selector::FieldLabel;
 
 pub mod admissionregistration;
 pub mod apiextensions;
@@ -19,7 +19,12 @@ pub mod coordination;
 pub mod core;
 pub mod discovery;
 pub mod rbac;
+#[cfg(feature = "server")]
+mod table;
 mod workload;
+
+#[cfg(feature = "server")]
+pub use table::table;
 
 /// How a kind's objects are deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,8 +188,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::json::Pointer;
     use crate::resources::builtin_type as kind;
+    use krec_core::json::Pointer;
 
     #[test]
     fn each_kind_should_find_its_own_strategy() {

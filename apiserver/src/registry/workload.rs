@@ -6,10 +6,10 @@ use serde_json::Value;
 
 use serde_json::json;
 
-use crate::error::Cause;
-use crate::json::Pointer;
 use crate::printers::{Column, Row};
 use crate::registry::core::pod;
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
 
 /// The wide column of a workload's template's container names.
 pub(crate) const CONTAINERS: Column = Column::text("Containers").wide();

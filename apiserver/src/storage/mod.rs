@@ -2,7 +2,7 @@
 //! generic registry: the objects by key, the single increasing resourceVersion counter, the
 //! bounded history of changes (for watches resuming from a resourceVersion) and the live
 //! broadcast to watches, and where writes are saved (`--data-dir`). It knows nothing of kinds,
-//! strategies or Kubernetes semantics: those are the [store](crate::store)'s.
+//! strategies or Kubernetes semantics: those are the store's (`crate::store`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, OnceLock};
@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::error::ApiError;
+use krec_core::error::ApiError;
 
 #[cfg(feature = "server")]
 pub mod persist;
@@ -109,7 +109,7 @@ impl Change {
     /// The object as JSON, encoded on first use and shared by every watch after that.
     pub fn object_json(&self) -> &[u8] {
         self.encoded
-            .get_or_init(|| crate::json::object_to_vec(&self.object))
+            .get_or_init(|| krec_core::json::object_to_vec(&self.object))
     }
 }
 
@@ -218,7 +218,7 @@ impl Storage {
         let old = self.objects.get(&key).cloned();
         let (change, object) = match write {
             Write::Put(mut object) => {
-                if crate::json::encoded_len(&object) > MAX_OBJECT_BYTES {
+                if krec_core::json::encoded_len(&object) > MAX_OBJECT_BYTES {
                     return Err(ApiError::too_large_message(
                         "etcdserver: request is too large",
                     ));

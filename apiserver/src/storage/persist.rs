@@ -9,7 +9,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 
 use super::{Durable, Key};
-use crate::error::ApiError;
+use krec_core::error::ApiError;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -93,7 +93,7 @@ impl Persistence {
             let encoded = key.encode();
             match object {
                 Some(object) => {
-                    let bytes = crate::json::object_to_vec(object);
+                    let bytes = krec_core::json::object_to_vec(object);
                     table
                         .insert(encoded.as_str(), bytes.as_slice())
                         .map_err(|e| storage_error("insert", e))?;

@@ -16,14 +16,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
-use crate::error::ApiError;
-use crate::json::Pointer;
 use crate::managed::{self, Schema};
 use crate::registry::{self, Deletion};
 use crate::resources::{Registry, ResourceType};
-use crate::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
 pub(crate) use crate::timestamp::now_rfc3339;
-use crate::{schema, validation};
+use crate::validation;
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
+use krec_core::schema;
+use krec_core::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
 
 mod delete;
 mod namespaces;

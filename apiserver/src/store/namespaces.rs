@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::Store;
-use crate::error::ApiError;
+use krec_core::error::ApiError;
 
 /// Namespaces every cluster starts with.
 pub const INITIAL_NAMESPACES: &[&str] =

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::delete::{FOREGROUND_DELETION, owner_uids};
 use super::{Key, meta_str};
-use crate::json::Pointer as _;
+use krec_core::json::Pointer as _;
 
 #[derive(Default)]
 pub(super) struct Owners {

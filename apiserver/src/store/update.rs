@@ -19,9 +19,9 @@ use serde_json::{Map, Value, json};
 
 use super::write::spec_changed;
 use super::{Store, meta_str, metadata_mut};
-use crate::error::ApiError;
-use crate::json::Pointer;
 use crate::resources::ResourceType;
+use krec_core::error::ApiError;
+use krec_core::json::Pointer;
 
 /// The body is an object of `rt`'s kind named as the URL names it (`status`: the URL is
 /// `/status`, which the kind must serve).

@@ -46,7 +46,10 @@ impl Store {
         check_string_maps(rt, strategy.string_maps(), object)?;
         if let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) {
             for (k, v) in labels {
-                if !v.as_str().is_some_and(|v| crate::selector::is_label(k, v)) {
+                if !v
+                    .as_str()
+                    .is_some_and(|v| krec_core::selector::is_label(k, v))
+                {
                     return Err(invalid(
                         &format!("metadata.labels[{k}]"),
                         format!("Invalid value: {v}: not a valid label"),

@@ -1,7 +1,7 @@
 //! Reaching a webhook as kube-apiserver does: its `clientConfig` (a URL, or a Service, with the
 //! `caBundle` that signs its certificate), validated as `admissionregistration` and
 //! `apiextensions` validate it, and a JSON POST over HTTPS trusting only that bundle. Shared by
-//! admission webhooks ([`crate::admission`]) and CRD conversion webhooks ([`crate::conversion`]).
+//! admission webhooks (`crate::admission`) and CRD conversion webhooks (`crate::conversion`).
 
 #[cfg(feature = "server")]
 mod client;
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::Value;
 
-use crate::error::Cause;
-use crate::json::Pointer;
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
 
 /// Where a webhook is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,7 +185,7 @@ pub fn validate_review_versions(
     group: &str,
     causes: &mut Vec<Cause>,
 ) {
-    let versions = crate::json::strings(versions);
+    let versions = krec_core::json::strings(versions);
     if versions.is_empty() {
         causes.push((
             path.to_owned(),

@@ -209,7 +209,7 @@ impl FakeCluster {
         self.inner.create_value(value)
     }
 
-    /// The host the reconciler's [`Context`](crate::Context) calls go to.
+    /// The host the reconciler's `Context` calls go to.
     pub fn host(&self) -> Arc<dyn Host> {
         self.inner.clone()
     }

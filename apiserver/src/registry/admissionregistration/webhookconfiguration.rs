@@ -1,18 +1,18 @@
 //! Validating and mutating webhook configurations: `SetDefaults_*Webhook`, kube-apiserver's
 //! validation of them, and `printValidatingWebhookConfiguration`'s row. The admission chain
-//! reads the webhooks they declare ([`crate::admissionregistration`]).
+//! reads the webhooks they declare (`crate::admissionregistration`).
 
 use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
 use crate::admissionregistration::{DEFAULT_TIMEOUT_SECONDS, HookKind, MAX_TIMEOUT_SECONDS};
-use crate::error::Cause;
-use crate::json::strings;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::selector::LabelSelector;
 use crate::webhook::{validate_client_config, validate_review_versions};
+use krec_core::error::Cause;
+use krec_core::json::strings;
+use krec_core::selector::LabelSelector;
 
 /// The strategy of one of the two webhook configuration kinds.
 pub struct WebhookConfigurationStrategy(HookKind);
@@ -241,7 +241,7 @@ fn rules(rules: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
 
 /// `IsFullyQualifiedName`: a DNS subdomain of at least three segments.
 fn is_fully_qualified_name(name: &str) -> bool {
-    crate::selector::is_dns_subdomain(name) && name.split('.').count() >= 3
+    krec_core::selector::is_dns_subdomain(name) && name.split('.').count() >= 3
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::error::Cause;
-use crate::json::Pointer;
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
 
 /// The annotation kube-apiserver requires on CRDs of protected groups.
 pub const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";

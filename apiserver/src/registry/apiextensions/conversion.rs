@@ -1,11 +1,11 @@
 //! A CRD's `spec.conversion`, validated as `apiextensions` validation does (the webhook it names
-//! is called by [`crate::conversion`]).
+//! is called by `crate::conversion`).
 
 use serde_json::{Value, json};
 
-use crate::error::Cause;
-use crate::json::Pointer;
 use crate::webhook::{validate_client_config, validate_review_versions};
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
 
 /// Validate a CRD's `spec.conversion` as `apiextensions` validation does.
 pub fn validate(crd: &Value) -> Vec<Cause> {

@@ -6,12 +6,12 @@ use serde_json::{Value, json};
 
 use super::{approval, conversion};
 use crate::defaults::{child, set};
-use crate::error::Cause;
-use crate::json::Pointer;
 use crate::printers::{Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
 use crate::resources::Registry;
 use crate::{resources, timestamp};
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
 
 /// The CustomResourceDefinition strategy.
 pub struct CrdStrategy;

@@ -4,13 +4,13 @@
 use serde_json::{Value, json};
 
 use crate::defaults::{child, set};
-use crate::error::Cause;
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row, map_text};
 use crate::registry::Strategy;
 use crate::registry::workload::{
     self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
 };
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
 
 const GROUP: &str = "apps";
 const KIND: &str = "DaemonSet";

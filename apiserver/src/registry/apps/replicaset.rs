@@ -4,13 +4,13 @@
 use serde_json::{Value, json};
 
 use crate::defaults::{child, set};
-use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
 use crate::registry::workload::{
     self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
 };
-use crate::selector::FieldLabel;
+use krec_core::error::Cause;
+use krec_core::selector::FieldLabel;
 
 const GROUP: &str = "apps";
 const KIND: &str = "ReplicaSet";

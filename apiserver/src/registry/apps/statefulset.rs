@@ -4,10 +4,10 @@
 use serde_json::{Value, json};
 
 use crate::defaults::{child, set};
-use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
 use crate::registry::workload::{self, CONTAINERS, IMAGES, default_template, template_cells};
+use krec_core::error::Cause;
 
 const GROUP: &str = "apps";
 const KIND: &str = "StatefulSet";

@@ -3,9 +3,9 @@
 use serde_json::{Value, json};
 
 use crate::defaults::{child, set};
-use crate::json::Pointer;
 use crate::registry::Strategy;
 use crate::registry::core::pod;
+use krec_core::json::Pointer;
 
 /// The CronJob strategy.
 pub struct CronJobStrategy;

@@ -5,14 +5,14 @@
 use serde_json::{Map, Value, json};
 
 use crate::defaults::{child, set, unset};
-use crate::error::Cause;
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row, human_duration};
 use crate::registry::Strategy;
 use crate::registry::workload::{
     self, CONTAINERS, IMAGES, SELECTOR, default_template, template_cells,
 };
-use crate::selector::FieldLabel;
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
+use krec_core::selector::FieldLabel;
 
 const GROUP: &str = "batch";
 const KIND: &str = "Job";

@@ -2,9 +2,9 @@
 
 use serde_json::{Value, json};
 
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
+use krec_core::json::Pointer;
 
 /// The Lease strategy.
 pub struct LeaseStrategy;

@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
+use krec_core::error::Cause;
 
 /// The ConfigMap strategy.
 pub struct ConfigMapStrategy;

@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use crate::json::Pointer;
 use crate::printers::{Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::selector::FieldLabel;
+use krec_core::json::Pointer;
+use krec_core::selector::FieldLabel;
 
 /// The Event strategy of one of the two APIs.
 pub struct EventStrategy {

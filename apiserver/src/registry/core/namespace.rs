@@ -4,10 +4,10 @@
 use serde_json::{Value, json};
 
 use crate::defaults::{child, set};
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
-use crate::selector::FieldLabel;
+use krec_core::json::Pointer;
+use krec_core::selector::FieldLabel;
 
 /// The Namespace strategy.
 pub struct NamespaceStrategy;

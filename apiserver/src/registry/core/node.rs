@@ -2,10 +2,10 @@
 
 use serde_json::{Value, json};
 
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::selector::FieldLabel;
+use krec_core::json::Pointer;
+use krec_core::selector::FieldLabel;
 
 /// The Node strategy.
 pub struct NodeStrategy;

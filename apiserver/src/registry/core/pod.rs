@@ -5,11 +5,11 @@
 use serde_json::{Map, Value, json};
 
 use crate::defaults::{child, child_list, each, set};
-use crate::error::Cause;
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
-use crate::selector::FieldLabel;
+use krec_core::error::Cause;
+use krec_core::json::Pointer;
+use krec_core::selector::FieldLabel;
 
 /// The Pod strategy.
 pub struct PodStrategy;
@@ -246,7 +246,7 @@ pub(crate) fn validate_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
             let at = || format!("{path}.{list}[{i}]");
             match c.get("name").and_then(Value::as_str) {
                 None | Some("") => causes.push((format!("{}.name", at()), "Required value".into())),
-                Some(name) if !crate::selector::is_dns_label(name) => causes.push((
+                Some(name) if !krec_core::selector::is_dns_label(name) => causes.push((
                     format!("{}.name", at()),
                     format!("Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"),
                 )),

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use crate::defaults::{child, set};
 use crate::registry::Strategy;
 use crate::registry::workload::default_template;
-use crate::selector::FieldLabel;
+use krec_core::selector::FieldLabel;
 
 /// The ReplicationController strategy.
 pub struct ReplicationControllerStrategy;

@@ -5,10 +5,10 @@ use serde_json::{Map, Value, json};
 
 use super::configmap::validate_data;
 use crate::defaults::{child, set};
-use crate::error::Cause;
 use crate::printers::{AGE, Column, NAME, Row};
 use crate::registry::Strategy;
-use crate::selector::FieldLabel;
+use krec_core::error::Cause;
+use krec_core::selector::FieldLabel;
 
 /// The Secret strategy.
 pub struct SecretStrategy;

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use crate::defaults::{each, set};
-use crate::json::Pointer;
 use crate::printers::{AGE, Column, NAME, Row, map_text};
 use crate::registry::Strategy;
+use krec_core::json::Pointer;
 
 /// The Service strategy.
 pub struct ServiceStrategy;
