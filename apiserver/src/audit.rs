@@ -6,7 +6,7 @@
 //! `sourceIPs`), the answer (`responseStatus.code`) and when it was received and answered
 //! (`requestReceivedTimestamp`, `stageTimestamp`, microseconds). Events are kept in memory
 //! (the newest [`KEPT`]) for tests to read, and appended to a file as JSON lines when one is
-//! given. There is no authentication, so `user.username` is always `system:admin`.
+//! given. `user` is the authenticated user (empty for a request refused with 401).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -33,6 +33,8 @@ pub struct Request<'a> {
     pub uri: &'a str,
     /// The `User-Agent` header.
     pub user_agent: &'a str,
+    /// Who made it; `None` when authentication failed.
+    pub user: Option<&'a crate::authentication::UserInfo>,
     /// When the request arrived.
     pub received: jiff::Timestamp,
     /// The response's status code.
@@ -87,7 +89,7 @@ impl AuditLog {
             "stage": "ResponseComplete",
             "requestURI": request.uri,
             "verb": verb,
-            "user": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+            "user": request.user.map_or_else(|| json!({}), |user| json!({"username": user.username, "groups": user.groups})),
             "sourceIPs": ["127.0.0.1"],
             "userAgent": request.user_agent,
             "objectRef": object,
@@ -157,11 +159,15 @@ fn object_ref(path: &str) -> Option<Value> {
 mod tests {
     use super::*;
 
+    static ADMIN: std::sync::LazyLock<crate::authentication::UserInfo> =
+        std::sync::LazyLock::new(crate::authentication::UserInfo::admin);
+
     fn request<'a>(method: &'a str, uri: &'a str) -> Request<'a> {
         Request {
             method,
             uri,
             user_agent: "kubectl/v1.34.0",
+            user: Some(&ADMIN),
             received: jiff::Timestamp::now(),
             code: 201,
         }
@@ -193,6 +199,7 @@ mod tests {
             events[0]["objectRef"],
             json!({"resource": "configmaps", "namespace": "demo", "apiGroup": "", "apiVersion": "v1"})
         );
+        assert_eq!(events[0]["user"]["username"], "krec");
         assert_eq!(events[0]["userAgent"], "kubectl/v1.34.0");
         assert_eq!(events[0]["responseStatus"]["code"], 201);
         assert_eq!(

@@ -22,8 +22,9 @@
 //!
 //! # Caveats
 //!
-//! - There is no authentication or authorization: anyone who can reach the port is an admin.
-//!   It binds loopback unless told otherwise.
+//! - Requests need the kubeconfig's bearer token ([`Server::token`]; 401 without it), and its
+//!   holder is cluster admin: there is no authorization yet. It binds loopback unless told
+//!   otherwise.
 //! - The built-in controllers and simulated nodes ([`controllers`]) run only when the builder
 //!   asks for them ([`Builder::controllers`]); `krec cluster` and `krec dev` do by default.
 //! - Server-side apply tracks field ownership per manager (`managed`) but does not validate
@@ -41,6 +42,8 @@ mod admission;
 mod admissionregistration;
 #[cfg(feature = "server")]
 pub mod audit;
+#[cfg(feature = "server")]
+mod authentication;
 #[cfg(feature = "server")]
 pub mod controllers;
 #[cfg(feature = "server")]

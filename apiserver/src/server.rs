@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::audit::AuditLog;
+use crate::authentication::{Authenticator, admin_token};
 use crate::faults::Faults;
 use crate::resources::Registry;
 use crate::storage::persist;
@@ -138,6 +139,9 @@ pub enum StartError {
     /// The data directory could not be opened or read.
     #[error("data directory: {0}")]
     Storage(ApiError),
+    /// The admin's token could not be read from or written to the data directory.
+    #[error("the admin token in the data directory: {0}")]
+    Token(std::io::Error),
 }
 
 /// A running embedded API server. Stops when [`shutdown`](Self::shutdown) is called or it is
@@ -145,6 +149,7 @@ pub enum StartError {
 pub struct Server {
     addr: SocketAddr,
     kubeconfig: String,
+    token: String,
     store: Arc<Store>,
     stop: tokio::sync::watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -182,9 +187,10 @@ impl Server {
         if !addr.ip().is_loopback() {
             // `krec cluster` and `krec dev` alike: said where every user of the address sees it.
             tracing::warn!(
-                "binding {addr}: the embedded API server has no authentication; anyone who can reach it is cluster admin"
+                "binding {addr}: the embedded API server is reachable beyond this machine; whoever holds its kubeconfig's token is cluster admin"
             );
         }
+        let token = admin_token(config.data_dir.as_deref()).map_err(StartError::Token)?;
         let certs = tls::generate(&addr, config.data_dir.as_deref())?;
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
@@ -196,7 +202,7 @@ impl Server {
         } else {
             format!("https://{host}:{}", addr.port())
         };
-        let kubeconfig = tls::kubeconfig(&url, &certs.ca_pem);
+        let kubeconfig = tls::kubeconfig(&url, &certs.ca_pem, &token);
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let admission = Arc::new(crate::admission::Admission::new(store.clone()));
         let server = Arc::new(endpoints::ApiServer {
@@ -209,6 +215,7 @@ impl Server {
             audit: config.audit.clone(),
             admission: admission.clone(),
             metrics: Default::default(),
+            authenticator: Authenticator::new(&token),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());
@@ -224,6 +231,7 @@ impl Server {
         Ok(Server {
             addr,
             kubeconfig,
+            token,
             store,
             stop,
             task: Some(task),
@@ -237,9 +245,15 @@ impl Server {
         self.addr
     }
 
-    /// The kubeconfig (YAML) for this server.
+    /// The kubeconfig (YAML) for this server: its CA and the admin's token.
     pub fn kubeconfig(&self) -> &str {
         &self.kubeconfig
+    }
+
+    /// The admin's bearer token (in the kubeconfig too), for clients that send their own
+    /// `Authorization` header.
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// Write the kubeconfig to `path` (mode 0600).
@@ -295,8 +309,8 @@ impl Drop for Server {
 }
 
 /// The API served in this process without a socket: a fresh in-memory store (with the initial
-/// namespaces) and a tower service answering HTTP requests to it, as the server does, for a
-/// client in the same process (e.g. `kube::Client::new(service, "default")`) — what tests on
+/// namespaces) and a tower service answering HTTP requests to it, as the server does (requests
+/// without credentials are the admin's), for a client in the same process (e.g. `kube::Client::new(service, "default")`) — what tests on
 /// a paused clock use, where no socket may wait. No controllers run; watches end when the
 /// returned sender is dropped or set.
 ///
@@ -319,6 +333,7 @@ pub fn in_process(
         openapi: Default::default(),
         faults,
         audit: None,
+        authenticator: Authenticator::trusting(),
     });
     let app = axum::Router::new()
         .fallback(endpoints::handle)

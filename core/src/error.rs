@@ -203,6 +203,11 @@ impl ApiError {
         Self::new(422, "Invalid", message.into())
     }
 
+    /// 401 Unauthorized: the request carries no credentials the server knows.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized".into())
+    }
+
     /// 403 Forbidden.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message.into())

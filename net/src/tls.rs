@@ -156,8 +156,9 @@ pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::Server
     Ok(Arc::new(config))
 }
 
-/// A kubeconfig for `server` (an `https://` URL) trusting `ca_pem`, with context `krec`.
-pub fn kubeconfig(server: &str, ca_pem: &str) -> String {
+/// A kubeconfig for `server` (an `https://` URL) trusting `ca_pem`, with context `krec`, whose
+/// user presents `token`.
+pub fn kubeconfig(server: &str, ca_pem: &str, token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1
@@ -170,7 +171,7 @@ clusters:
 users:
 - name: krec
   user:
-    token: krec-local-cluster
+    token: {token}
 contexts:
 - name: krec
   context:

@@ -32,37 +32,7 @@ pub use crate::admissionregistration::{Hook, HookKind, Operation};
 /// Times an admitted patch is computed again when the object changed while webhooks ran.
 const MAX_ATTEMPTS: u32 = 5;
 
-/// Who makes a request: the review's `userInfo`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UserInfo {
-    /// `username`.
-    pub username: String,
-    /// `groups`.
-    pub groups: Vec<String>,
-}
-
-impl UserInfo {
-    /// The user of the embedded server's kubeconfig (every client request is theirs).
-    pub fn admin() -> Self {
-        UserInfo {
-            username: "krec".into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-        }
-    }
-
-    /// The identity a built-in component writes as (its field manager's name):
-    /// `kube-controller-manager`, `kube-scheduler`, the kubelet.
-    pub fn component(manager: &str) -> Self {
-        let (username, group) = match manager {
-            "kubelet" => ("system:node:krec-node".to_owned(), "system:nodes"),
-            other => (format!("system:{other}"), "system:authenticated"),
-        };
-        UserInfo {
-            username,
-            groups: vec![group.into(), "system:authenticated".into()],
-        }
-    }
-}
+pub use crate::authentication::UserInfo;
 
 /// A write that went through admission: what was stored (or would be, for a dry run) and the
 /// webhooks' warnings, for the response's `Warning` headers.

@@ -5,6 +5,7 @@ use super::*;
 /// POST: decode, check the fields, admit and store a new object.
 pub(super) async fn create(
     server: &ApiServer,
+    user: &UserInfo,
     target: &Target,
     params: &Params,
     headers: &HeaderMap,
@@ -19,7 +20,7 @@ pub(super) async fn create(
             target.namespace.as_deref(),
             object,
             params.write_options(headers),
-            &UserInfo::admin(),
+            user,
         )
         .await?;
     let warnings = [warnings, created.warnings].concat();

@@ -5,6 +5,7 @@ use super::*;
 /// DELETE of one object, admitted, with the request's `DeleteOptions`.
 pub(super) async fn delete(
     server: &ApiServer,
+    user: &UserInfo,
     target: &Target,
     params: &Params,
     headers: &HeaderMap,
@@ -19,7 +20,7 @@ pub(super) async fn delete(
             target.namespace.as_deref(),
             name,
             &options,
-            &UserInfo::admin(),
+            user,
         )
         .await?;
     let object = conversion::one_to_version(&target.rt, deleted.object).await?;
@@ -30,6 +31,7 @@ pub(super) async fn delete(
 /// `DeleteCollection` does; the deleted objects answered as a list.
 pub(super) async fn delete_collection(
     server: &ApiServer,
+    user: &UserInfo,
     target: &Target,
     params: &Params,
     headers: &HeaderMap,
@@ -44,7 +46,7 @@ pub(super) async fn delete_collection(
             target.namespace.as_deref(),
             (&labels, &fields),
             &options,
-            &UserInfo::admin(),
+            user,
         )
         .await?;
     let items = conversion::to_version(&target.rt, items).await?;

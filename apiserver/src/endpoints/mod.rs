@@ -81,6 +81,8 @@ pub struct ApiServer {
     pub admission: Arc<crate::admission::Admission>,
     /// `/metrics`: the watches open now.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Who a request is from.
+    pub authenticator: crate::authentication::Authenticator,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -207,12 +209,28 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match read_body(body, &headers).await {
-        Ok(body) => body,
-        Err(err) => return err.into_response(),
-    };
     let received = jiff::Timestamp::now();
-    let response = match route(&server, &method, &uri, &headers, body).await {
+    let user = server.authenticator.authenticate(&headers);
+    let response = match &user {
+        Some(user) => match read_body(body, &headers).await {
+            Ok(body) => route(&server, user, &method, &uri, &headers, body).await,
+            Err(err) => return err.into_response(),
+        },
+        // Health checks and the version answer everyone; the rest only a known user.
+        None if matches!(Route::of(uri.path()), Some(Route::Health | Route::Version)) => {
+            route(
+                &server,
+                &UserInfo::anonymous(),
+                &method,
+                &uri,
+                &headers,
+                Bytes::new(),
+            )
+            .await
+        }
+        None => Err(ApiError::unauthorized()),
+    };
+    let response = match response {
         Ok(response) => response,
         Err(err) => {
             tracing::debug!(%method, %uri, code = err.code, "{}", err.message);
@@ -227,6 +245,7 @@ pub async fn handle(
                 .get(header::USER_AGENT)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default(),
+            user: user.as_ref(),
             received,
             code: response.status().as_u16(),
         });
@@ -239,6 +258,7 @@ pub async fn handle(
 
 async fn route(
     server: &Arc<ApiServer>,
+    user: &UserInfo,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -292,12 +312,16 @@ async fn route(
             watch::watch(server.clone(), target, &params, table, fault).await
         }
         (Method::GET, false) => get::list(server, &target, &params, table).await,
-        (Method::POST, false) => create::create(server, &target, &params, headers, &body).await,
-        (Method::PUT, true) => update::update(server, &target, &params, headers, &body).await,
-        (Method::PATCH, true) => patch::patch(server, &target, &params, headers, &body).await,
-        (Method::DELETE, true) => delete::delete(server, &target, &params, headers, &body).await,
+        (Method::POST, false) => {
+            create::create(server, user, &target, &params, headers, &body).await
+        }
+        (Method::PUT, true) => update::update(server, user, &target, &params, headers, &body).await,
+        (Method::PATCH, true) => patch::patch(server, user, &target, &params, headers, &body).await,
+        (Method::DELETE, true) => {
+            delete::delete(server, user, &target, &params, headers, &body).await
+        }
         (Method::DELETE, false) => {
-            delete::delete_collection(server, &target, &params, headers, &body).await
+            delete::delete_collection(server, user, &target, &params, headers, &body).await
         }
         _ => Err(ApiError::method_not_allowed(format!(
             "{method} is not supported on {path}"

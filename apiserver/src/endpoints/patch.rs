@@ -5,6 +5,7 @@ use super::*;
 
 pub(super) async fn patch(
     server: &ApiServer,
+    user: &UserInfo,
     target: &Target,
     params: &Params,
     headers: &HeaderMap,
@@ -65,7 +66,7 @@ pub(super) async fn patch(
                 name,
                 target.status,
                 options.clone(),
-                &UserInfo::admin(),
+                user,
                 |current| {
                     managed::apply(
                         current,
@@ -89,7 +90,7 @@ pub(super) async fn patch(
                 name,
                 target.status,
                 options,
-                &UserInfo::admin(),
+                user,
                 |current| patched(kind, &patch, PatchMeta::of(&target.rt), current),
             )
             .await?

@@ -35,6 +35,7 @@ fn app() -> axum::Router {
         openapi: Default::default(),
         faults: Default::default(),
         audit: None,
+        authenticator: crate::authentication::Authenticator::trusting(),
     });
     axum::Router::new().fallback(handle).with_state(server)
 }

@@ -5,6 +5,7 @@ use super::*;
 /// PUT: decode, check the fields, admit and store the whole object (or its status).
 pub(super) async fn update(
     server: &ApiServer,
+    user: &UserInfo,
     target: &Target,
     params: &Params,
     headers: &HeaderMap,
@@ -22,7 +23,7 @@ pub(super) async fn update(
             object,
             target.status,
             params.write_options(headers),
-            &UserInfo::admin(),
+            user,
         )
         .await?;
     let warnings = [warnings, updated.warnings].concat();

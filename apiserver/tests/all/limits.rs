@@ -174,9 +174,11 @@ async fn silent_connections_should_be_closed_and_never_keep_a_request_out() {
 async fn an_idle_keep_alive_connection_should_be_closed_but_a_long_watch_kept() {
     let cluster = tight_server().await;
     let mut tls = tls_connection(&cluster).await;
-    tls.write_all(b"GET /api/v1/namespaces HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .expect("request");
+    let request = raw::authorized(
+        &cluster,
+        b"GET /api/v1/namespaces HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    tls.write_all(&request).await.expect("request");
     let mut buf = vec![0u8; 64 << 10];
     let n = tls.read(&mut buf).await.expect("answer");
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
@@ -253,6 +255,7 @@ async fn a_body_over_the_limit_should_be_answered_413_over_http2() {
     let chunks = (0..70).map(|_| Ok::<_, std::io::Error>(bytes_of(1 << 20)));
     let request = http::Request::post("/api/v1/namespaces/default/configmaps")
         .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", cluster.token()))
         .body(axum::body::Body::from_stream(futures::stream::iter(chunks)))
         .expect("request");
     let response = sender

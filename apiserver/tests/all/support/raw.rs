@@ -62,12 +62,26 @@ pub async fn tls_connection_speaking(
         .expect("TLS handshake")
 }
 
-/// Send `request` (its head and body as bytes) over a fresh TLS connection; the answer's
-/// status line and header lines, or what went wrong reading them.
+/// `request` with the admin's `Authorization` header after its request line.
+pub fn authorized(cluster: &Server, request: &[u8]) -> Vec<u8> {
+    let line_end = request
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(request.len(), |at| at + 2);
+    let mut out = request[..line_end].to_vec();
+    out.extend_from_slice(format!("Authorization: Bearer {}\r\n", cluster.token()).as_bytes());
+    out.extend_from_slice(&request[line_end..]);
+    out
+}
+
+/// Send `request` (its head and body as bytes), as the admin, over a fresh TLS connection; the
+/// answer's status line and header lines, or what went wrong reading them.
 pub async fn raw_exchange(
     cluster: &Server,
     request: &[u8],
 ) -> Result<(String, Vec<String>), std::io::Error> {
+    let request = authorized(cluster, request);
+    let request = request.as_slice();
     let mut tls = tls_connection(cluster).await;
     // Written while the server may already answer: a reset here is the bug being tested for.
     let _ = tls.write_all(request).await;

@@ -1,0 +1,235 @@
+//! Who a request is from, as kube-apiserver's authentication filter answers it
+//! (`k8s.io/apiserver/pkg/authentication`): the user a known bearer token stands for, or nobody —
+//! and nobody is refused with 401 `Unauthorized` before the request is read further, as
+//! kube-apiserver does with `--anonymous-auth=false`. Health checks (`/healthz`, `/livez`,
+//! `/readyz`) and `/version` answer everyone, as kube-apiserver's default RBAC lets
+//! `system:unauthenticated` read them.
+//!
+//! The one token the server knows is the admin's, written into the kubeconfig it hands out: a
+//! random 256-bit token per server, kept in the data directory (`admin-token`, readable by its
+//! owner only) when there is one, so kubeconfigs stay valid across restarts.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::Path;
+
+use axum::http::{HeaderMap, header};
+
+/// The file in a data directory that holds the admin's token.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// A user as authentication names it (`user.Info`): what admission webhooks see in a review's
+/// `userInfo` and the audit log records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    /// `username`.
+    pub username: String,
+    /// `groups`.
+    pub groups: Vec<String>,
+}
+
+impl UserInfo {
+    /// The user of the embedded server's kubeconfig: a member of `system:masters`.
+    pub fn admin() -> Self {
+        UserInfo {
+            username: "krec".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        }
+    }
+
+    /// Who a request without credentials is, where one is answered (`/healthz`, `/version`).
+    pub fn anonymous() -> Self {
+        UserInfo {
+            username: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+
+    /// The identity a built-in component writes as (its field manager's name):
+    /// `kube-controller-manager`, `kube-scheduler`, the kubelet.
+    pub fn component(manager: &str) -> Self {
+        let (username, group) = match manager {
+            "kubelet" => ("system:node:krec-node".to_owned(), "system:nodes"),
+            other => (format!("system:{other}"), "system:authenticated"),
+        };
+        UserInfo {
+            username,
+            groups: vec![group.into(), "system:authenticated".into()],
+        }
+    }
+}
+
+/// The server's authenticator: the tokens it knows and whom each stands for.
+#[derive(Debug)]
+pub struct Authenticator {
+    tokens: HashMap<String, UserInfo>,
+    /// Requests without credentials are the admin's: the in-process server, whose only
+    /// callers are in the same process.
+    trusting: bool,
+}
+
+impl Authenticator {
+    /// An authenticator knowing `admin_token` as the admin's.
+    pub fn new(admin_token: &str) -> Self {
+        Authenticator {
+            tokens: HashMap::from([(admin_token.to_owned(), UserInfo::admin())]),
+            trusting: false,
+        }
+    }
+
+    /// The in-process server's: every request is the admin's.
+    pub fn trusting() -> Self {
+        Authenticator {
+            tokens: HashMap::new(),
+            trusting: true,
+        }
+    }
+
+    /// The user whose credentials `headers` carry; `None` for no credentials or unknown ones.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Option<UserInfo> {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(bearer);
+        match token {
+            // Compared in constant time, so the answer's timing tells nothing of the token.
+            Some(token) => self
+                .tokens
+                .iter()
+                .fold(None, |found, (known, user)| {
+                    if constant_time_eq(known.as_bytes(), token.as_bytes()) {
+                        Some(user)
+                    } else {
+                        found
+                    }
+                })
+                .cloned(),
+            None if self.trusting => Some(UserInfo::admin()),
+            None => None,
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case, as Go's
+/// `strings.EqualFold`), `None` for another scheme or an empty token.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// A new random token: 256 bits, hex.
+fn new_token() -> String {
+    // Two v4 UUIDs: 244 random bits from the operating system's generator.
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    format!("{}{}", a.simple(), b.simple())
+}
+
+/// The admin's token: the one kept in `data_dir` (made there, readable by its owner only, the
+/// first time), or a new one for a server without a data directory.
+///
+/// # Errors
+///
+/// When the token file cannot be read or written.
+pub fn admin_token(data_dir: Option<&Path>) -> std::io::Result<String> {
+    let Some(dir) = data_dir else {
+        return Ok(new_token());
+    };
+    let path = dir.join(ADMIN_TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_owned()),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is empty", path.display()),
+        )),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let token = new_token();
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                options.mode(0o600);
+            }
+            let mut file = options.open(&path)?;
+            file.write_all(token.as_bytes())?;
+            Ok(token)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn with(authorization: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(value) = HeaderValue::from_str(authorization) {
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        headers
+    }
+
+    #[test]
+    fn only_the_known_token_should_name_a_user() {
+        let authenticator = Authenticator::new("s3cret");
+        assert_eq!(
+            authenticator.authenticate(&with("Bearer s3cret")),
+            Some(UserInfo::admin())
+        );
+        assert_eq!(
+            authenticator.authenticate(&with("bearer  s3cret ")),
+            Some(UserInfo::admin())
+        );
+        for refused in [
+            "",
+            "Bearer",
+            "Bearer s3cre",
+            "Bearer s3cretX",
+            "Basic s3cret",
+        ] {
+            assert_eq!(
+                authenticator.authenticate(&with(refused)),
+                None,
+                "{refused:?}"
+            );
+        }
+        assert_eq!(
+            Authenticator::trusting().authenticate(&HeaderMap::new()),
+            Some(UserInfo::admin())
+        );
+        assert_eq!(
+            Authenticator::trusting().authenticate(&with("Bearer unknown")),
+            None,
+            "credentials are checked even when none are needed"
+        );
+    }
+
+    #[test]
+    fn the_token_should_be_kept_in_the_data_directory_for_its_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = admin_token(Some(dir.path())).expect("made");
+        assert_eq!(token.len(), 64);
+        assert_eq!(admin_token(Some(dir.path())).expect("read"), token);
+        assert_ne!(admin_token(None).expect("new"), token);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(dir.path().join(ADMIN_TOKEN_FILE))
+                .expect("file")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+}

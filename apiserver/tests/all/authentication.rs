@@ -1,0 +1,123 @@
+//! Who may talk to the server: the kubeconfig's bearer token, nobody else — 401 `Unauthorized`
+//! as kube-apiserver answers with anonymous requests off — except for health checks and
+//! `/version`.
+
+use std::time::Duration;
+
+use krec_apiserver::Server;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::kubectl::{self, Kubectl};
+use crate::support::raw::{client_for, tls_connection};
+
+/// One HTTP/1.1 request over a fresh TLS connection (its head written as given); the status
+/// code and the body.
+async fn exchange(cluster: &Server, head: &str) -> (u16, String) {
+    let mut tls = tls_connection(cluster).await;
+    tls.write_all(head.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (code, body.to_owned())
+}
+
+fn get(path: &str, authorization: Option<&str>) -> String {
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_kubeconfigs_token_should_be_let_in() {
+    let cluster = Server::builder().start().await.expect("start");
+    for authorization in [None, Some("Bearer wrong"), Some("Basic a3JlYzprcmVj")] {
+        let (code, body) = exchange(&cluster, &get("/api/v1/namespaces", authorization)).await;
+        assert_eq!(code, 401, "{authorization:?}: {body}");
+        let status: Value = serde_json::from_str(body.trim()).expect("a Status");
+        assert_eq!(
+            status,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized",
+                "code": 401}),
+            "{authorization:?}"
+        );
+    }
+    let admin = format!("Bearer {}", cluster.token());
+    let (code, body) = exchange(&cluster, &get("/api/v1/namespaces", Some(&admin))).await;
+    assert_eq!(code, 200, "{body}");
+    // Health checks and the version answer everyone, as kube-apiserver's default RBAC lets
+    // `system:unauthenticated` read them.
+    for path in ["/healthz", "/livez", "/readyz", "/version"] {
+        assert_eq!(exchange(&cluster, &get(path, None)).await.0, 200, "{path}");
+    }
+    // The kubeconfig carries the token: a kube client from it is let in.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
+        Api::all(client_for(&cluster).await);
+    assert!(
+        !namespaces
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_another_token_should_be_told_to_log_in() {
+    let (cluster, _dir, kubectl): (Server, _, Kubectl) = kubectl::start().await;
+    kubectl.ok(&["get", "namespaces"]);
+    let out = kubectl.run(&["--token", "not-the-token", "get", "pods"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: You must be logged in to the server (Unauthorized)"),
+        "{stderr}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_should_keep_its_token_in_its_data_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = Server::builder()
+        .data_dir(dir.path())
+        .start()
+        .await
+        .expect("start");
+    let token = first.token().to_owned();
+    assert_eq!(token.len(), 64);
+    first.shutdown().await;
+    let again = Server::builder()
+        .data_dir(dir.path())
+        .start()
+        .await
+        .expect("restart");
+    assert_eq!(
+        again.token(),
+        token,
+        "kubeconfigs written before still work"
+    );
+    again.shutdown().await;
+    let other = Server::builder().start().await.expect("start");
+    assert_ne!(
+        other.token(),
+        token,
+        "each server without a data directory has its own"
+    );
+    other.shutdown().await;
+}
