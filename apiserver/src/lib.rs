@@ -22,9 +22,9 @@
 //!
 //! # Caveats
 //!
-//! - Requests need the kubeconfig's bearer token ([`Server::token`]; 401 without it), and its
-//!   holder is cluster admin: there is no authorization yet. It binds loopback unless told
-//!   otherwise.
+//! - Requests need the kubeconfig's bearer token ([`Server::token`]; 401 without it), whose
+//!   holder is in `system:masters`; impersonated users get what RBAC allows them. There are no
+//!   ServiceAccount tokens or default ClusterRoles yet. It binds loopback unless told otherwise.
 //! - The built-in controllers and simulated nodes ([`controllers`]) run only when the builder
 //!   asks for them ([`Builder::controllers`]); `krec cluster` and `krec dev` do by default.
 //! - Server-side apply tracks field ownership per manager (`managed`) but does not validate
@@ -44,6 +44,8 @@ mod admissionregistration;
 pub mod audit;
 #[cfg(feature = "server")]
 mod authentication;
+#[cfg(feature = "server")]
+mod authorization;
 #[cfg(feature = "server")]
 pub mod controllers;
 #[cfg(feature = "server")]

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::admission::UserInfo;
+use crate::authorization;
 use crate::conversion;
 use crate::field_validation;
 use crate::managed;
@@ -37,6 +38,7 @@ mod delete;
 mod discovery;
 mod documents;
 mod get;
+mod impersonation;
 mod negotiation;
 mod patch;
 pub mod router;
@@ -212,9 +214,12 @@ pub async fn handle(
     let received = jiff::Timestamp::now();
     let user = server.authenticator.authenticate(&headers);
     let response = match &user {
-        Some(user) => match read_body(body, &headers).await {
-            Ok(body) => route(&server, user, &method, &uri, &headers, body).await,
-            Err(err) => return err.into_response(),
+        Some(user) => match impersonation::impersonated(&server, user, &headers) {
+            Ok(user) => match read_body(body, &headers).await {
+                Ok(body) => route(&server, &user, &method, &uri, &headers, body).await,
+                Err(err) => return err.into_response(),
+            },
+            Err(err) => Err(err),
         },
         // Health checks and the version answer everyone; the rest only a known user.
         None if matches!(Route::of(uri.path()), Some(Route::Health | Route::Version)) => {
@@ -295,6 +300,23 @@ async fn route(
     let target = Target::of(server, path, &resource)?;
     let scale = resource.subresource == Subresource::Scale;
     let params = Params::parse(uri);
+    let subresource = match resource.subresource {
+        Subresource::None => "",
+        Subresource::Status => "status",
+        Subresource::Scale => "scale",
+    };
+    let verb = authorization::verb(method.as_str(), target.name.is_some(), params.flag("watch"));
+    authorization::authorize(
+        &server.store,
+        user,
+        &authorization::attributes(
+            verb,
+            &target.rt,
+            subresource,
+            target.namespace.as_deref(),
+            target.name.as_deref(),
+        ),
+    )?;
     let fault = match inject(server, &target, method, &params, headers, scale).await {
         Ok(fault) => fault,
         Err(refused) => return Ok(refused),

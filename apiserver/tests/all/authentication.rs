@@ -121,3 +121,72 @@ async fn a_restarted_server_should_keep_its_token_in_its_data_directory() {
     );
     other.shutdown().await;
 }
+
+/// What a user types: `kubectl --as` a ServiceAccount, refused with kube's 403 until a
+/// RoleBinding allows it, and only where it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_as_a_service_account_should_be_refused_until_a_role_binding_allows_it() {
+    let (cluster, dir, kubectl): (Server, _, Kubectl) = kubectl::start().await;
+    kubectl.ok(&["create", "namespace", "other"]);
+    let reader = "--as=system:serviceaccount:demo:reader";
+    let out = kubectl.run(&[reader, "get", "pods", "-n", "other"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"Error from server (Forbidden): pods is forbidden: User "system:serviceaccount:demo:reader" cannot list resource "pods" in API group "" in the namespace "other""#),
+        "{stderr}"
+    );
+    let binding = dir.path().join("reader.yaml");
+    std::fs::write(
+        &binding,
+        "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader, namespace: other}
+rules:
+- apiGroups: [\"\"]
+  resources: [pods]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader, namespace: other}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+subjects:
+- {kind: ServiceAccount, name: reader, namespace: demo}
+",
+    )
+    .expect("write");
+    kubectl.ok(&["apply", "-f", &binding.display().to_string()]);
+    let out = kubectl.run(&[reader, "get", "pods", "-n", "other"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No resources found in other namespace.")
+    );
+    // Only what the Role names, only where it is bound.
+    for args in [
+        vec![reader, "get", "pods", "-n", "default"],
+        vec![reader, "delete", "pod", "web", "-n", "other"],
+        vec![reader, "get", "configmaps", "-n", "other"],
+    ] {
+        let out = kubectl.run(&args);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Error from server (Forbidden)"),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A group given with --as-group counts too.
+    let out = kubectl.run(&["--as=alice", "--as-group=readers", "get", "nodes"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope"#
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster.shutdown().await;
+}

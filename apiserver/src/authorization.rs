@@ -1,0 +1,413 @@
+//! Whether a user may do what a request asks, as kube-apiserver's RBAC authorizer decides
+//! (`plugin/pkg/auth/authorizer/rbac`): members of `system:masters` may do anything; anyone else
+//! what the rules of the Roles and ClusterRoles bound to them (by user, group or ServiceAccount)
+//! allow — a ClusterRoleBinding everywhere, a RoleBinding in its namespace; a ClusterRole with
+//! an `aggregationRule` has the rules of the ClusterRoles it selects. A refusal is kube's 403
+//! (`User "…" cannot list resource "pods" in API group "" in the namespace "demo"`).
+//!
+//! Requests to paths that are not resources (discovery, OpenAPI, `/version`, health) are
+//! allowed to every authenticated user, as kube's default `system:discovery`,
+//! `system:public-info-viewer` and `system:basic-user` bindings allow them.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::authentication::UserInfo;
+use crate::resources::ResourceType;
+use crate::store::Store;
+use krec_core::ApiError;
+use krec_core::json::Pointer;
+use krec_core::selector::LabelSelector;
+
+/// The group whose members may do anything.
+pub const MASTERS: &str = "system:masters";
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+
+/// What a request on a resource asks, in RBAC's terms.
+#[derive(Clone, Debug)]
+pub struct Attributes<'a> {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`, …
+    pub verb: &'a str,
+    /// The resource's API group (`""` for the core group).
+    pub group: &'a str,
+    /// The resource (plural).
+    pub resource: &'a str,
+    /// The subresource (`status`, `scale`), or `""`.
+    pub subresource: &'a str,
+    /// The namespace, or `None` for a cluster-scoped resource or a request across namespaces.
+    pub namespace: Option<&'a str>,
+    /// The object's name, or `None` for a collection.
+    pub name: Option<&'a str>,
+}
+
+/// May `user` do what `attributes` ask? `Ok` or kube's 403.
+///
+/// # Errors
+///
+/// The 403 Forbidden kube-apiserver answers.
+pub fn authorize(
+    store: &Store,
+    user: &UserInfo,
+    attributes: &Attributes<'_>,
+) -> Result<(), ApiError> {
+    if allows(store, user, attributes) {
+        Ok(())
+    } else {
+        Err(forbidden(user, attributes))
+    }
+}
+
+/// Whether `user` may do what `attributes` ask.
+pub fn allows(store: &Store, user: &UserInfo, attributes: &Attributes<'_>) -> bool {
+    if user.groups.iter().any(|g| g == MASTERS) {
+        return true;
+    }
+    let registry = store.registry();
+    let kind = |kind: &str| registry.by_kind(RBAC, "v1", kind);
+    let (Some(cluster_roles), Some(cluster_bindings), Some(roles), Some(bindings)) = (
+        kind("ClusterRole"),
+        kind("ClusterRoleBinding"),
+        kind("Role"),
+        kind("RoleBinding"),
+    ) else {
+        return false;
+    };
+    let all_cluster_roles = store.objects(&cluster_roles, None);
+    let cluster_role = |name: &str| {
+        all_cluster_roles
+            .iter()
+            .find(|r| r.at("/metadata/name").and_then(Value::as_str) == Some(name))
+    };
+    let rules_of_cluster_role = |name: &str| -> Vec<Value> {
+        cluster_role(name)
+            .map(|role| rules_with_aggregation(role, &all_cluster_roles))
+            .unwrap_or_default()
+    };
+    let allowed_by = |rules: &[Value]| rules.iter().any(|rule| rule_allows(rule, attributes));
+    for binding in store.objects(&cluster_bindings, None) {
+        if binds(&binding, user, None)
+            && role_ref(&binding, "ClusterRole")
+                .is_some_and(|name| allowed_by(&rules_of_cluster_role(name)))
+        {
+            return true;
+        }
+    }
+    let Some(namespace) = attributes.namespace else {
+        return false;
+    };
+    for binding in store.objects(&bindings, Some(namespace)) {
+        if !binds(&binding, user, Some(namespace)) {
+            continue;
+        }
+        let rules = match binding.at("/roleRef/kind").and_then(Value::as_str) {
+            Some("ClusterRole") => role_ref(&binding, "ClusterRole")
+                .map(rules_of_cluster_role)
+                .unwrap_or_default(),
+            Some("Role") => role_ref(&binding, "Role")
+                .and_then(|name| {
+                    store
+                        .objects(&roles, Some(namespace))
+                        .into_iter()
+                        .find(|r| r.at("/metadata/name").and_then(Value::as_str) == Some(name))
+                })
+                .and_then(|role| role.get("rules").and_then(Value::as_array).cloned())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if allowed_by(&rules) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The name a binding's `roleRef` gives, if it refers to a `kind`.
+fn role_ref<'a>(binding: &'a Value, kind: &str) -> Option<&'a str> {
+    (binding.at("/roleRef/kind").and_then(Value::as_str) == Some(kind))
+        .then(|| binding.at("/roleRef/name").and_then(Value::as_str))
+        .flatten()
+}
+
+/// A ClusterRole's rules, and with an `aggregationRule` the rules of every ClusterRole its
+/// selectors select (as kube's aggregation controller writes them into it).
+fn rules_with_aggregation(role: &Value, all: &[Arc<Value>]) -> Vec<Value> {
+    let mut rules: Vec<Value> = role
+        .get("rules")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let selectors: Vec<LabelSelector> = role
+        .at("/aggregationRule/clusterRoleSelectors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(LabelSelector::from_json)
+        .collect();
+    for other in all {
+        if std::ptr::eq(other.as_ref(), role) {
+            continue;
+        }
+        if selectors.iter().any(|s| s.matches_object(other)) {
+            rules.extend(
+                other
+                    .get("rules")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+    }
+    rules
+}
+
+/// Whether `binding` names `user` (by name, one of its groups, or — a ServiceAccount subject —
+/// its ServiceAccount user); `namespace` is a RoleBinding's, the default of its ServiceAccount
+/// subjects.
+fn binds(binding: &Value, user: &UserInfo, namespace: Option<&str>) -> bool {
+    binding
+        .get("subjects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|subject| {
+            let name = subject["name"].as_str().unwrap_or_default();
+            match subject["kind"].as_str() {
+                Some("User") => user.username == name,
+                Some("Group") => user.groups.iter().any(|g| g == name),
+                Some("ServiceAccount") => {
+                    let ns = subject["namespace"]
+                        .as_str()
+                        .filter(|ns| !ns.is_empty())
+                        .or(namespace)
+                        .unwrap_or_default();
+                    user.username == format!("system:serviceaccount:{ns}:{name}")
+                }
+                _ => false,
+            }
+        })
+}
+
+/// Whether one PolicyRule allows `attributes` (`*` matching anything in each list;
+/// `resource/subresource` or `*/subresource` naming a subresource).
+fn rule_allows(rule: &Value, attributes: &Attributes<'_>) -> bool {
+    let list = |key: &str| -> Vec<&str> {
+        rule.get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect()
+    };
+    let has = |key: &str, value: &str| list(key).iter().any(|v| *v == "*" || *v == value);
+    let resource = if attributes.subresource.is_empty() {
+        attributes.resource.to_owned()
+    } else {
+        format!("{}/{}", attributes.resource, attributes.subresource)
+    };
+    let resource_matches = list("resources").iter().any(|r| {
+        *r == "*"
+            || *r == resource
+            || (!attributes.subresource.is_empty() && *r == format!("*/{}", attributes.subresource))
+    });
+    let names = list("resourceNames");
+    let name_matches =
+        names.is_empty() || attributes.name.is_some_and(|name| names.contains(&name));
+    has("verbs", attributes.verb)
+        && has("apiGroups", attributes.group)
+        && resource_matches
+        && name_matches
+}
+
+/// kube-apiserver's 403 for `user` asking `attributes`.
+pub fn forbidden(user: &UserInfo, attributes: &Attributes<'_>) -> ApiError {
+    let resource = if attributes.subresource.is_empty() {
+        attributes.resource.to_owned()
+    } else {
+        format!("{}/{}", attributes.resource, attributes.subresource)
+    };
+    let qualified = if attributes.group.is_empty() {
+        attributes.resource.to_owned()
+    } else {
+        format!("{}.{}", attributes.resource, attributes.group)
+    };
+    let subject = match attributes.name {
+        Some(name) => format!("{qualified} {name:?} is forbidden"),
+        None => format!("{qualified} is forbidden"),
+    };
+    let scope = match attributes.namespace {
+        Some(ns) => format!("in the namespace {ns:?}"),
+        None => "at the cluster scope".to_owned(),
+    };
+    let message = format!(
+        "{subject}: User {:?} cannot {} resource {resource:?} in API group {:?} {scope}",
+        user.username, attributes.verb, attributes.group
+    );
+    let mut error = ApiError::forbidden(message);
+    let mut details = json!({"group": attributes.group, "kind": attributes.resource});
+    if let Some(name) = attributes.name {
+        details["name"] = json!(name);
+    }
+    error.details = Some(details);
+    error
+}
+
+/// The RBAC verb of an HTTP request on a resource path.
+pub fn verb(method: &str, named: bool, watch: bool) -> &'static str {
+    match (method, named) {
+        ("GET" | "HEAD", _) if watch => "watch",
+        ("GET" | "HEAD", true) => "get",
+        ("GET" | "HEAD", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "",
+    }
+}
+
+/// The attributes of a request on `rt`.
+pub fn attributes<'a>(
+    verb: &'a str,
+    rt: &'a ResourceType,
+    subresource: &'a str,
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
+) -> Attributes<'a> {
+    Attributes {
+        verb,
+        group: &rt.group,
+        resource: &rt.plural,
+        subresource,
+        namespace,
+        name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Registry;
+
+    fn store_with(objects: &[Value]) -> Store {
+        let store = Store::new(Arc::new(Registry::new()));
+        crate::store::ensure_namespaces(&store).expect("namespaces");
+        for object in objects {
+            let api_version = object["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let rt = store
+                .registry()
+                .by_kind(group, version, object["kind"].as_str().unwrap_or_default())
+                .expect("kind");
+            let namespace = object.at("/metadata/namespace").and_then(Value::as_str);
+            store
+                .create(&rt, namespace, object.clone(), false)
+                .expect("created");
+        }
+        store
+    }
+
+    fn sa(ns: &str, name: &str) -> UserInfo {
+        UserInfo {
+            username: format!("system:serviceaccount:{ns}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{ns}"),
+                "system:authenticated".into(),
+            ],
+        }
+    }
+
+    fn pods(verb: &'static str, namespace: Option<&'static str>) -> Attributes<'static> {
+        Attributes {
+            verb,
+            group: "",
+            resource: "pods",
+            subresource: "",
+            namespace,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn a_role_binding_should_allow_its_rules_in_its_namespace_only() {
+        let store = store_with(&[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "reader", "namespace": "default"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "reader", "namespace": "default"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "reader"}]}),
+        ]);
+        let reader = sa("default", "reader");
+        assert!(allows(&store, &reader, &pods("list", Some("default"))));
+        assert!(!allows(&store, &reader, &pods("delete", Some("default"))));
+        assert!(!allows(&store, &reader, &pods("list", Some("kube-system"))));
+        assert!(!allows(&store, &reader, &pods("list", None)));
+        assert!(!allows(
+            &store,
+            &sa("other", "reader"),
+            &pods("list", Some("default"))
+        ));
+        assert!(allows(&store, &UserInfo::admin(), &pods("delete", None)));
+        assert_eq!(
+            forbidden(&reader, &pods("list", Some("kube-system"))).message,
+            r#"pods is forbidden: User "system:serviceaccount:default:reader" cannot list resource "pods" in API group "" in the namespace "kube-system""#
+        );
+        let named = Attributes {
+            verb: "get",
+            group: "apps",
+            resource: "deployments",
+            subresource: "scale",
+            namespace: None,
+            name: Some("web"),
+        };
+        assert_eq!(
+            forbidden(&reader, &named).message,
+            r#"deployments.apps "web" is forbidden: User "system:serviceaccount:default:reader" cannot get resource "deployments/scale" in API group "apps" at the cluster scope"#
+        );
+    }
+
+    #[test]
+    fn cluster_roles_should_aggregate_and_rules_should_match_as_kube_matches_them() {
+        let store = store_with(&[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "monitoring"},
+                "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"aggregate-to-monitoring": "true"}}]}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "pods-status", "labels": {"aggregate-to-monitoring": "true"}},
+                "rules": [{"apiGroups": [""], "resources": ["*/status"], "verbs": ["get"]},
+                    {"apiGroups": ["*"], "resources": ["configmaps"], "resourceNames": ["cfg"], "verbs": ["*"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "monitoring"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "monitoring"},
+                "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "monitors"}]}),
+        ]);
+        let monitor = UserInfo {
+            username: "mo".into(),
+            groups: vec!["monitors".into()],
+        };
+        let status = Attributes {
+            subresource: "status",
+            name: Some("p"),
+            ..pods("get", Some("x"))
+        };
+        assert!(allows(&store, &monitor, &status));
+        assert!(!allows(&store, &monitor, &pods("get", Some("x"))));
+        let cm = |name| Attributes {
+            resource: "configmaps",
+            name,
+            ..pods("update", Some("x"))
+        };
+        assert!(allows(&store, &monitor, &cm(Some("cfg"))));
+        assert!(!allows(&store, &monitor, &cm(Some("other"))));
+        assert!(
+            !allows(&store, &monitor, &cm(None)),
+            "resourceNames never match a collection"
+        );
+    }
+}
