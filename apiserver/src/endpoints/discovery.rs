@@ -51,12 +51,12 @@ pub(super) fn serve(
                     g["apiVersion"] = json!("v1");
                     get_only(method, path, || g)
                 }
-                None => Err(ApiError::no_route(path)),
+                None => Ok(page_not_found()),
             }
         }
         Route::Resources { group, version } => {
             if !registry.serves_group_version(group, version) {
-                return Err(ApiError::no_route(path));
+                return Ok(page_not_found());
             }
             get_only(method, path, || registry.resource_list(group, version))
         }

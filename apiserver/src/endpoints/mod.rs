@@ -261,6 +261,26 @@ pub async fn handle(
     response
 }
 
+/// Whether `group`/`version` is served.
+fn served(server: &ApiServer, group: &str, version: &str) -> bool {
+    server.store.registry().serves_group_version(group, version)
+}
+
+/// What kube-apiserver answers for a path nothing serves (an unknown path, group or
+/// group-version — a deleted CRD's, say): its `NotFoundHandler`'s plain text, which client-go
+/// turns into `the server could not find the requested resource (get foos.example.com x)`.
+fn page_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
 async fn route(
     server: &Arc<ApiServer>,
     user: &UserInfo,
@@ -270,7 +290,13 @@ async fn route(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let path = uri.path();
-    let resource = match Route::of(path).ok_or_else(|| ApiError::no_route(path))? {
+    let Some(route) = Route::of(path) else {
+        return Ok(page_not_found());
+    };
+    let resource = match route {
+        Route::Resource(resource) if !served(server, resource.group, resource.version) => {
+            return Ok(page_not_found());
+        }
         Route::Resource(resource) => resource,
         Route::Metrics if method == Method::GET => {
             return Ok((

@@ -122,12 +122,14 @@ async fn bad_requests_should_get_kubernetes_status_errors() {
                 .to_vec(),
             (400, "BadRequest"),
         ),
+        // A group nothing serves: kube-apiserver's plain-text `404 page not found`, which
+        // kube-rs cannot parse as a Status (client-go makes its NotFound of it).
         (
             "GET",
             "/apis/example.com/v1/widgets".into(),
             json,
             vec![],
-            (404, "NotFound"),
+            (404, "Failed to parse error data"),
         ),
         (
             "GET",
@@ -254,4 +256,30 @@ async fn a_watch_from_a_resource_version_not_reached_should_be_too_large() {
         }
         other => panic!("expected a Status, got {other:?}"),
     }
+}
+
+/// A path no group serves (a deleted CRD's group, say) is answered as kube-apiserver's
+/// `NotFoundHandler` answers it, in plain text: client-go and kubectl then say `the server could
+/// not find the requested resource (get foos.example.com x)` as with a real cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_nothing_serves_should_get_the_plain_404_page() {
+    let (cluster, _client) = start(Builder::default()).await;
+    let token = cluster.token().to_owned();
+    for path in [
+        "/apis/example.com/v1/namespaces/default/foos/x",
+        "/apis/example.com/v1",
+        "/apis/example.com",
+        "/nothing/here",
+    ] {
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        let (code, body) = crate::support::raw::exchange(&cluster, &head).await;
+        assert_eq!(
+            (code, body.as_str()),
+            (404, "404 page not found\n"),
+            "{path}"
+        );
+    }
+    cluster.shutdown().await;
 }

@@ -2,36 +2,13 @@
 //! as kube-apiserver answers with anonymous requests off — except for health checks and
 //! `/version`.
 
-use std::time::Duration;
-
 use krec_apiserver::Server;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::kubectl::{self, Kubectl};
-use crate::support::raw::{client_for, tls_connection};
-
-/// One HTTP/1.1 request over a fresh TLS connection (its head written as given); the status
-/// code and the body.
-async fn exchange(cluster: &Server, head: &str) -> (u16, String) {
-    let mut tls = tls_connection(cluster).await;
-    tls.write_all(head.as_bytes()).await.expect("request");
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer))
-        .await
-        .expect("answered in time")
-        .expect("read");
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (code, body.to_owned())
-}
+use crate::support::raw::{client_for, exchange};
 
 fn get(path: &str, authorization: Option<&str>) -> String {
     let auth = authorization

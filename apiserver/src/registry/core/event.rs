@@ -59,6 +59,17 @@ pub static EVENTS_STRATEGY: EventStrategy = EventStrategy {
 };
 
 impl Strategy for EventStrategy {
+    /// The object references an Event holds are Go `ObjectReference`s, whose fields are all
+    /// `omitempty`: a `null` one (a cluster-scoped object's `namespace`, say) is dropped, as
+    /// kube-apiserver's decoding drops it.
+    fn default(&self, object: &mut Value) {
+        for reference in ["involvedObject", "related", "regarding"] {
+            if let Some(Value::Object(fields)) = object.get_mut(reference) {
+                fields.retain(|_, value| !value.is_null());
+            }
+        }
+    }
+
     fn columns(&self) -> &'static [Column] {
         const COLUMNS: &[Column] = &[
             Column::text("Last Seen"),
@@ -142,4 +153,21 @@ fn cells(row: &Row<'_>) -> Vec<Value> {
         json!(count),
         row.name(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_null_field_of_an_object_reference_should_be_dropped() {
+        let mut event = json!({"involvedObject": {"kind": "Node", "name": "n", "namespace": null},
+            "related": {"kind": "Pod", "namespace": null}, "reason": null});
+        STRATEGY.default(&mut event);
+        assert_eq!(
+            event,
+            json!({"involvedObject": {"kind": "Node", "name": "n"}, "related": {"kind": "Pod"},
+                "reason": null})
+        );
+    }
 }

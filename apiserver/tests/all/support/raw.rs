@@ -107,3 +107,23 @@ pub async fn raw_exchange(
     let status = lines.next().unwrap_or_default();
     Ok((status, lines.take_while(|l| !l.is_empty()).collect()))
 }
+
+/// One HTTP/1.1 request over a fresh TLS connection (its head written as given); the status
+/// code and the body.
+pub async fn exchange(cluster: &Server, head: &str) -> (u16, String) {
+    let mut tls = tls_connection(cluster).await;
+    tls.write_all(head.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (code, body.to_owned())
+}
