@@ -6,7 +6,7 @@
 //! `system:unauthenticated` read them.
 //!
 //! The one token the server knows is the admin's, written into the kubeconfig it hands out: a
-//! random 256-bit token per server, kept in the data directory (`admin-token`, readable by its
+//! random token (244 random bits) per server, kept in the data directory (`admin-token`, readable by its
 //! owner only) when there is one, so kubeconfigs stay valid across restarts.
 
 use std::collections::HashMap;
@@ -110,11 +110,13 @@ impl Authenticator {
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header (the scheme in any case, as Go's
-/// `strings.EqualFold`), `None` for another scheme or an empty token.
+/// The token of an `Authorization: Bearer <token>` header, read as kube-apiserver's bearer
+/// token authenticator reads it: trimmed, the scheme in any case, the token up to the next
+/// space; `None` for another scheme or an empty token.
 fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    let token = token.trim();
+    let mut parts = value.trim().splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
@@ -125,9 +127,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
-/// A new random token: 256 bits, hex.
+/// A new random token: 64 hex digits, 244 of its bits random.
 fn new_token() -> String {
-    // Two v4 UUIDs: 244 random bits from the operating system's generator.
+    // Two v4 UUIDs, from the operating system's generator.
     let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     format!("{}{}", a.simple(), b.simple())
 }
@@ -143,27 +145,90 @@ pub fn admin_token(data_dir: Option<&Path>) -> std::io::Result<String> {
         return Ok(new_token());
     };
     let path = dir.join(ADMIN_TOKEN_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_owned()),
-        Ok(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is empty", path.display()),
-        )),
+    match read_token(&path) {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             let token = new_token();
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                options.mode(0o600);
+            // Written whole to a private file, then linked into place: a server starting on the
+            // same directory at the same time reads one complete token, never a partial one.
+            let temporary = dir.join(format!(".{ADMIN_TOKEN_FILE}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&temporary);
+            write_new_private(&temporary, token.as_bytes())?;
+            let linked = std::fs::hard_link(&temporary, &path);
+            let _ = std::fs::remove_file(&temporary);
+            match linked {
+                Ok(()) => Ok(token),
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => read_token(&path),
+                Err(err) => Err(err),
             }
-            let mut file = options.open(&path)?;
-            file.write_all(token.as_bytes())?;
-            Ok(token)
         }
-        Err(err) => Err(err),
+        found => found,
     }
+}
+
+/// The token kept at `path`: one line of token characters.
+fn read_token(path: &Path) -> std::io::Result<String> {
+    let invalid = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} {why}", path.display()),
+        )
+    };
+    let token = std::fs::read_to_string(path)?.trim().to_owned();
+    if token.is_empty() {
+        return Err(invalid("is empty"));
+    }
+    if !token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(invalid("holds characters a token has not"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                "{} is readable by others (mode {:o}): whoever reads it is cluster admin",
+                path.display(),
+                mode & 0o777
+            );
+        }
+    }
+    Ok(token)
+}
+
+/// Write `bytes` to a new file at `path` that only its owner can read.
+fn write_new_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Write `bytes` to `path` (replacing it) through a new private file renamed over it: the
+/// content is never readable by others, and a symlink at `path` is replaced, not followed.
+///
+/// # Errors
+///
+/// When the directory cannot be written.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&temporary);
+    write_new_private(&temporary, bytes)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
 }
 
 #[cfg(test)]
@@ -188,8 +253,9 @@ mod tests {
             Some(UserInfo::admin())
         );
         assert_eq!(
-            authenticator.authenticate(&with("bearer  s3cret ")),
-            Some(UserInfo::admin())
+            authenticator.authenticate(&with(" bearer s3cret trailing")),
+            Some(UserInfo::admin()),
+            "the token ends at the next space, as kube reads it"
         );
         for refused in [
             "",
@@ -197,6 +263,7 @@ mod tests {
             "Bearer s3cre",
             "Bearer s3cretX",
             "Basic s3cret",
+            "Bearer  s3cret",
         ] {
             assert_eq!(
                 authenticator.authenticate(&with(refused)),

@@ -181,9 +181,12 @@ fn binds(binding: &Value, user: &UserInfo, namespace: Option<&str>) -> bool {
                     let ns = subject["namespace"]
                         .as_str()
                         .filter(|ns| !ns.is_empty())
-                        .or(namespace)
-                        .unwrap_or_default();
-                    user.username == format!("system:serviceaccount:{ns}:{name}")
+                        .or(namespace);
+                    // A ServiceAccount subject names no one without a namespace.
+                    ns.is_some_and(|ns| {
+                        !ns.is_empty()
+                            && user.username == format!("system:serviceaccount:{ns}:{name}")
+                    })
                 }
                 _ => false,
             }
@@ -246,7 +249,10 @@ pub fn forbidden(user: &UserInfo, attributes: &Attributes<'_>) -> ApiError {
         user.username, attributes.verb, attributes.group
     );
     let mut error = ApiError::forbidden(message);
-    let mut details = json!({"group": attributes.group, "kind": attributes.resource});
+    let mut details = json!({"kind": attributes.resource});
+    if !attributes.group.is_empty() {
+        details["group"] = json!(attributes.group);
+    }
     if let Some(name) = attributes.name {
         details["name"] = json!(name);
     }
@@ -254,11 +260,12 @@ pub fn forbidden(user: &UserInfo, attributes: &Attributes<'_>) -> ApiError {
     error
 }
 
-/// The RBAC verb of an HTTP request on a resource path.
+/// The RBAC verb of an HTTP request on a resource path (a named GET is `get`, `watch` or not,
+/// as kube-apiserver's request info has it).
 pub fn verb(method: &str, named: bool, watch: bool) -> &'static str {
     match (method, named) {
-        ("GET" | "HEAD", _) if watch => "watch",
         ("GET" | "HEAD", true) => "get",
+        ("GET" | "HEAD", false) if watch => "watch",
         ("GET" | "HEAD", false) => "list",
         ("POST", _) => "create",
         ("PUT", _) => "update",
@@ -277,6 +284,13 @@ pub fn attributes<'a>(
     namespace: Option<&'a str>,
     name: Option<&'a str>,
 ) -> Attributes<'a> {
+    // A Namespace is in itself, as kube-apiserver's request info has it: RoleBindings in it
+    // apply to it.
+    let namespace = if rt.group.is_empty() && rt.plural == "namespaces" {
+        name.or(namespace)
+    } else {
+        namespace
+    };
     Attributes {
         verb,
         group: &rt.group,
@@ -285,6 +299,17 @@ pub fn attributes<'a>(
         namespace,
         name,
     }
+}
+
+/// The one name a list or watch asks for through `fieldSelector=metadata.name=…`, which
+/// kube-apiserver authorizes as that name (so `resourceNames` rules allow `kubectl get pod x
+/// -w`).
+pub fn selected_name(field_selector: Option<&str>) -> Option<&str> {
+    let selector = field_selector?.trim();
+    let value = selector
+        .strip_prefix("metadata.name==")
+        .or_else(|| selector.strip_prefix("metadata.name="))?;
+    (!value.is_empty() && !value.contains(',')).then_some(value)
 }
 
 #[cfg(test)]

@@ -261,13 +261,9 @@ impl Server {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(path, &self.kubeconfig)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        }
-        Ok(())
+        // It holds the admin's token: written to a new file only its owner can read, then
+        // renamed over the path (never readable by others, never through a symlink there).
+        crate::authentication::write_private(path, self.kubeconfig.as_bytes())
     }
 
     /// The fault rules: add some to make the server misbehave (see [`crate::faults`]).

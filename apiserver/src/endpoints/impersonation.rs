@@ -16,16 +16,31 @@ pub(super) fn impersonated(
     user: &UserInfo,
     headers: &HeaderMap,
 ) -> Result<UserInfo, ApiError> {
-    let values = |name: &str| -> Vec<String> {
+    if headers.keys().any(|name| {
+        name.as_str() == "impersonate-uid" || name.as_str().starts_with("impersonate-extra-")
+    }) {
+        return Err(ApiError::bad_request(
+            "impersonating a uid or user extras is not supported by krec's embedded API server",
+        ));
+    }
+    let values = |name: &str| -> Result<Vec<String>, ApiError> {
         headers
             .get_all(name)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(str::to_owned)
+            .map(|v| {
+                // Refused rather than skipped: a skipped value would leave the caller's identity.
+                v.to_str().map(str::to_owned).map_err(|_| {
+                    ApiError::bad_request(format!("the {name} header is not ASCII text"))
+                })
+            })
             .collect()
     };
-    let groups = values("impersonate-group");
-    let Some(username) = values("impersonate-user").into_iter().next() else {
+    let groups = values("impersonate-group")?;
+    // An empty `Impersonate-User` impersonates no one, as kube-apiserver reads it.
+    let Some(username) = values("impersonate-user")?
+        .into_iter()
+        .find(|u| !u.is_empty())
+    else {
         if groups.is_empty() {
             return Ok(user.clone());
         }
@@ -45,23 +60,20 @@ pub(super) fn impersonated(
         if authorization::allows(&server.store, user, &attributes) {
             Ok(())
         } else {
-            Err(ApiError::forbidden(format!(
-                "{resource} {name:?} is forbidden: User {:?} cannot impersonate resource {resource:?} in API group \"\"{}",
-                user.username,
-                namespace.map_or(" at the cluster scope".to_owned(), |ns| format!(
-                    " in the namespace {ns:?}"
-                ))
-            )))
+            Err(authorization::forbidden(user, &attributes))
         }
     };
     let mut impersonated = UserInfo {
         username: username.clone(),
         groups: Vec::new(),
     };
-    match username
+    // `system:serviceaccount:<namespace>:<name>`, both parts there and the name without a
+    // colon (kube's `SplitUsername`); anything else is a user.
+    let service_account = username
         .strip_prefix("system:serviceaccount:")
         .and_then(|rest| rest.split_once(':'))
-    {
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains(':'));
+    match service_account {
         Some((namespace, name)) => {
             may("serviceaccounts", Some(namespace), name)?;
             if groups.is_empty() {
@@ -77,12 +89,14 @@ pub(super) fn impersonated(
         may("groups", None, group)?;
     }
     impersonated.groups.extend(groups);
-    if username != "system:anonymous"
-        && !impersonated
-            .groups
-            .iter()
-            .any(|g| g == "system:authenticated")
-    {
+    // kube-apiserver's rule: the anonymous user is unauthenticated, and anyone else authenticated
+    // unless asked to be unauthenticated.
+    let has = |group: &str| impersonated.groups.iter().any(|g| g == group);
+    if username == "system:anonymous" {
+        if !has("system:unauthenticated") {
+            impersonated.groups.push("system:unauthenticated".into());
+        }
+    } else if !has("system:authenticated") && !has("system:unauthenticated") {
         impersonated.groups.push("system:authenticated".into());
     }
     Ok(impersonated)

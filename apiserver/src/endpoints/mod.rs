@@ -332,17 +332,32 @@ async fn route(
         Subresource::Scale => "scale",
     };
     let verb = authorization::verb(method.as_str(), target.name.is_some(), params.flag("watch"));
-    authorization::authorize(
-        &server.store,
-        user,
-        &authorization::attributes(
-            verb,
-            &target.rt,
-            subresource,
-            target.namespace.as_deref(),
-            target.name.as_deref(),
-        ),
-    )?;
+    let name = target.name.as_deref().or_else(|| {
+        matches!(verb, "list" | "watch")
+            .then(|| authorization::selected_name(params.get("fieldSelector")))
+            .flatten()
+    });
+    let namespace = target.namespace.as_deref();
+    let allowed = |verb| {
+        authorization::authorize(
+            &server.store,
+            user,
+            &authorization::attributes(verb, &target.rt, subresource, namespace, name),
+        )
+    };
+    allowed(verb)?;
+    // A server-side apply of an object that does not exist creates it: `create` too, as
+    // kube-apiserver asks.
+    if *method == Method::PATCH
+        && headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/apply-patch"))
+        && !server
+            .store
+            .contains(&target.rt, namespace, name.unwrap_or_default())
+    {
+        allowed("create")?;
+    }
     let fault = match inject(server, &target, method, &params, headers, scale).await {
         Ok(fault) => fault,
         Err(refused) => return Ok(refused),

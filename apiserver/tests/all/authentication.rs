@@ -167,3 +167,33 @@ subjects:
     );
     cluster.shutdown().await;
 }
+
+/// Impersonation headers the server does not act on are refused, never skipped (a skipped
+/// one would leave the request the caller's); an empty `Impersonate-User` impersonates no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_headers_should_be_acted_on_or_refused() {
+    let cluster = Server::builder().start().await.expect("start");
+    let admin = format!("Authorization: Bearer {}", cluster.token());
+    let request = |extra: &str| {
+        format!(
+            "GET /api/v1/namespaces HTTP/1.1\r\nHost: x\r\n{admin}\r\n{extra}Connection: close\r\n\r\n"
+        )
+    };
+    for (extra, code) in [
+        ("Impersonate-User: alice\r\nImpersonate-Uid: 1\r\n", 400),
+        (
+            "Impersonate-User: alice\r\nImpersonate-Extra-Scopes: x\r\n",
+            400,
+        ),
+        ("Impersonate-User: j\u{f6}e\r\n", 400),
+        ("Impersonate-Group: readers\r\n", 500),
+        ("Impersonate-User: \r\n", 200),
+        ("Impersonate-User: alice\r\n", 403),
+        // Not a ServiceAccount (three parts): the user of that name, refused all the same.
+        ("Impersonate-User: system:serviceaccount:a:b:c\r\n", 403),
+    ] {
+        let (got, body) = exchange(&cluster, &request(extra)).await;
+        assert_eq!(got, code, "{extra:?}: {body}");
+    }
+    cluster.shutdown().await;
+}
