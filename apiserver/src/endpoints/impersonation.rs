@@ -5,7 +5,8 @@
 use super::*;
 use crate::authorization::{self, Attributes};
 
-/// The user the request acts as: `user` itself, or the one its `Impersonate-*` headers name.
+/// The user the request acts as when its `Impersonate-*` headers name one; `None` when it acts
+/// as `user` itself.
 ///
 /// # Errors
 ///
@@ -15,7 +16,7 @@ pub(super) fn impersonated(
     server: &ApiServer,
     user: &UserInfo,
     headers: &HeaderMap,
-) -> Result<UserInfo, ApiError> {
+) -> Result<Option<UserInfo>, ApiError> {
     if headers.keys().any(|name| {
         name.as_str() == "impersonate-uid" || name.as_str().starts_with("impersonate-extra-")
     }) {
@@ -42,7 +43,7 @@ pub(super) fn impersonated(
         .find(|u| !u.is_empty())
     else {
         if groups.is_empty() {
-            return Ok(user.clone());
+            return Ok(None);
         }
         return Err(ApiError::internal(format!(
             "requested {groups:?} without impersonating a user"
@@ -99,5 +100,5 @@ pub(super) fn impersonated(
     } else if !has("system:authenticated") && !has("system:unauthenticated") {
         impersonated.groups.push("system:authenticated".into());
     }
-    Ok(impersonated)
+    Ok(Some(impersonated))
 }

@@ -116,15 +116,13 @@ struct Target {
 }
 
 impl Target {
-    /// The served resource `resource` names, or 404 as kube-apiserver answers a path it does not
-    /// serve (an unserved group-version, a namespace on a cluster-scoped kind, `scale` of a kind
-    /// without it).
+    /// The served resource `resource` (of a served group-version) names, or 404 as
+    /// kube-apiserver answers a path it does not serve (an unknown resource, a namespace on a
+    /// cluster-scoped kind, `scale` of a kind without it).
     fn of(server: &ApiServer, path: &str, resource: &ResourcePath<'_>) -> Result<Self, ApiError> {
-        let registry = server.store.registry();
-        if !registry.serves_group_version(resource.group, resource.version) {
-            return Err(ApiError::no_route(path));
-        }
-        let rt = registry
+        let rt = server
+            .store
+            .registry()
             .by_plural(resource.group, resource.version, resource.plural)
             .ok_or_else(|| ApiError::no_route(path))?;
         let scale = resource.subresource == Subresource::Scale;
@@ -215,8 +213,11 @@ pub async fn handle(
     let user = server.authenticator.authenticate(&headers);
     let response = match &user {
         Some(user) => match impersonation::impersonated(&server, user, &headers) {
-            Ok(user) => match read_body(body, &headers).await {
-                Ok(body) => route(&server, &user, &method, &uri, &headers, body).await,
+            Ok(impersonated) => match read_body(body, &headers).await {
+                Ok(body) => {
+                    let acting = impersonated.as_ref().unwrap_or(user);
+                    route(&server, acting, &method, &uri, &headers, body).await
+                }
                 Err(err) => return err.into_response(),
             },
             Err(err) => Err(err),
@@ -347,8 +348,9 @@ async fn route(
     };
     allowed(verb)?;
     // A server-side apply of an object that does not exist creates it: `create` too, as
-    // kube-apiserver asks.
-    if *method == Method::PATCH
+    // kube-apiserver asks (of a restricted user: the admin's writes look nothing up).
+    if !authorization::unrestricted(user)
+        && *method == Method::PATCH
         && headers
             .get(header::CONTENT_TYPE)
             .is_some_and(|t| t.as_bytes().starts_with(b"application/apply-patch"))

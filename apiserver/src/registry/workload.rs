@@ -38,7 +38,6 @@ pub(crate) fn default_template(spec: &mut Value) {
 /// A workload's selector, template and the fields it may not change.
 pub(crate) fn validate(group: &str, kind: &str, object: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
-    let causes = &mut causes;
     let selector = object.at("/spec/selector");
     let labels = object.at("/spec/template/metadata/labels");
     // A Job without `manualSelector` gets its selector from the server (defaults).
@@ -73,7 +72,7 @@ pub(crate) fn validate(group: &str, kind: &str, object: &Value, old: Option<&Val
         }
     }
     match object.at("/spec/template/spec") {
-        Some(spec) => pod::validate_spec(spec, "spec.template.spec", causes),
+        Some(spec) => pod::validate_spec(spec, "spec.template.spec", &mut causes),
         None => causes.push((
             "spec.template.spec.containers".into(),
             "Required value".into(),
@@ -112,7 +111,7 @@ pub(crate) fn validate(group: &str, kind: &str, object: &Value, old: Option<&Val
             }
         }
     }
-    std::mem::take(causes)
+    causes
 }
 
 /// Whether a `LabelSelector` selects objects with `labels`.

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use krec_core::error::ApiError;
@@ -277,20 +277,22 @@ impl Storage {
     }
 }
 
-/// Set `metadata.resourceVersion` (making `object` and its metadata objects if need be).
+/// Set `metadata.resourceVersion`.
 fn set_resource_version(object: &mut Value, rv: u64) {
+    metadata_mut(object).insert("resourceVersion".into(), json!(rv.to_string()));
+}
+
+/// An object's `metadata` (making `object` and its metadata objects if need be).
+pub(crate) fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.is_object() {
         *object = json!({});
     }
-    if let Some(map) = object.as_object_mut() {
-        let meta = map.entry("metadata").or_insert_with(|| json!({}));
-        if !meta.is_object() {
-            *meta = json!({});
-        }
-        if let Some(meta) = meta.as_object_mut() {
-            meta.insert("resourceVersion".into(), json!(rv.to_string()));
-        }
+    let map = object.as_object_mut().expect("just made an object");
+    let meta = map.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
     }
+    meta.as_object_mut().expect("just made an object")
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub use crate::storage::Persistence;
 pub use crate::storage::{
     Change, ChangeType, DEFAULT_HISTORY, Key, MAX_OBJECT_BYTES, WATCH_BUFFER,
 };
-use crate::storage::{Storage, Write};
+use crate::storage::{Storage, Write, metadata_mut};
 pub use namespaces::{INITIAL_NAMESPACES, ensure_namespaces};
 
 impl Key {
@@ -181,18 +181,6 @@ pub struct Store {
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
-}
-
-fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
-    if !object.is_object() {
-        *object = json!({});
-    }
-    let map = object.as_object_mut().expect("just made an object");
-    let meta = map.entry("metadata").or_insert_with(|| json!({}));
-    if !meta.is_object() {
-        *meta = json!({});
-    }
-    meta.as_object_mut().expect("just made an object")
 }
 
 fn has_finalizers(object: &Value) -> bool {
