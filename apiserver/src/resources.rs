@@ -50,6 +50,8 @@ pub struct ResourceType {
     pub schema: Option<Arc<Value>>,
     /// For CRD-defined types: whether this is the storage version.
     pub storage: bool,
+    /// Only `create` is served: a request answered, not an object kept (the access reviews).
+    pub create_only: bool,
     /// Whether `/scale` is a subresource, and where it finds the replicas and selector.
     pub scale: Option<ScalePaths>,
     /// For CRD-defined types: the version's `additionalPrinterColumns` (empty: NAME and AGE).
@@ -132,6 +134,7 @@ fn builtin(facts: &BuiltinKind) -> ResourceType {
         },
         schema: None,
         storage: true,
+        create_only: facts.create_only,
         scale: facts.scale.then(ScalePaths::workload),
         printer_columns: Vec::new(),
         conversion: None,
@@ -229,6 +232,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
             categories: strings("/names/categories"),
             schema: v.at("/schema/openAPIV3Schema").cloned().map(Arc::new),
             storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
+            create_only: false,
             scale: v.at("/subresources/scale").and_then(ScalePaths::from_crd),
             printer_columns: v
                 .get("additionalPrinterColumns")
@@ -366,7 +370,7 @@ impl Registry {
         {
             let mut r = json!({
                 "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-                "kind": t.kind, "verbs": VERBS,
+                "kind": t.kind, "verbs": if t.create_only { &["create"][..] } else { VERBS },
             });
             if !t.short_names.is_empty() {
                 r["shortNames"] = json!(t.short_names);
@@ -379,6 +383,13 @@ impl Registry {
                 resources.push(json!({
                     "name": format!("{}/status", t.plural), "singularName": "",
                     "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"],
+                }));
+            }
+            if t.group.is_empty() && t.plural == "serviceaccounts" {
+                resources.push(json!({
+                    "name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                    "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                    "verbs": ["create"],
                 }));
             }
             if t.scale.is_some() {

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::audit::AuditLog;
-use crate::authentication::{Authenticator, admin_token};
+use crate::authentication::{Authenticator, Signer, admin_token};
 use crate::faults::Faults;
 use crate::resources::Registry;
 use crate::storage::persist;
@@ -139,8 +139,9 @@ pub enum StartError {
     /// The data directory could not be opened or read.
     #[error("data directory: {0}")]
     Storage(ApiError),
-    /// The admin's token could not be read from or written to the data directory.
-    #[error("the admin token in the data directory: {0}")]
+    /// The admin's token or the ServiceAccount signing key could not be read from or written
+    /// to the data directory.
+    #[error("the credentials in the data directory: {0}")]
     Token(std::io::Error),
 }
 
@@ -174,6 +175,7 @@ impl Server {
         };
         let store = Arc::new(store);
         ensure_namespaces(&store).map_err(StartError::Storage)?;
+        crate::authorization::bootstrap::ensure_policy(&store).map_err(StartError::Storage)?;
         let listener = TcpListener::bind(config.addr)
             .await
             .map_err(|source| StartError::Bind {
@@ -191,6 +193,7 @@ impl Server {
             );
         }
         let token = admin_token(config.data_dir.as_deref()).map_err(StartError::Token)?;
+        let signer = Signer::in_data_dir(config.data_dir.as_deref()).map_err(StartError::Token)?;
         let certs = tls::generate(&addr, config.data_dir.as_deref())?;
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
@@ -215,7 +218,7 @@ impl Server {
             audit: config.audit.clone(),
             admission: admission.clone(),
             metrics: Default::default(),
-            authenticator: Authenticator::new(&token),
+            authenticator: Authenticator::new(&token, signer),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());
@@ -318,6 +321,7 @@ pub fn in_process(
 ) -> Result<(Arc<Store>, axum::Router, tokio::sync::watch::Sender<bool>), ApiError> {
     let store = Arc::new(Store::new(Arc::new(Registry::new())));
     ensure_namespaces(&store)?;
+    crate::authorization::bootstrap::ensure_policy(&store)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let server = Arc::new(endpoints::ApiServer {
         admission: Arc::new(crate::admission::Admission::new(store.clone())),
@@ -329,7 +333,9 @@ pub fn in_process(
         openapi: Default::default(),
         faults,
         audit: None,
-        authenticator: Authenticator::trusting(),
+        authenticator: Authenticator::trusting(
+            Signer::generate().map_err(|err| ApiError::internal(err.to_string()))?,
+        ),
     });
     let app = axum::Router::new()
         .fallback(endpoints::handle)

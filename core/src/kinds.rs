@@ -36,6 +36,9 @@ pub struct BuiltinKind {
     pub in_all: bool,
     /// Whether the embedded API server serves it.
     pub served: bool,
+    /// Whether it is a request answered, not an object kept: only `create` is served (the
+    /// access reviews, `SelfSubjectReview`, `TokenReview`).
+    pub create_only: bool,
 }
 
 impl BuiltinKind {
@@ -62,6 +65,7 @@ impl BuiltinKind {
             scale: false,
             in_all: false,
             served: true,
+            create_only: false,
         }
     }
 
@@ -82,6 +86,11 @@ impl BuiltinKind {
 
     const fn in_all(mut self) -> Self {
         self.in_all = true;
+        self
+    }
+
+    const fn create_only(mut self) -> Self {
+        self.create_only = true;
         self
     }
 
@@ -227,6 +236,42 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
         "ClusterRoleBinding",
         "clusterrolebindings",
     ),
+    cluster(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+    )
+    .create_only(),
+    cluster("authentication.k8s.io", "v1", "TokenReview", "tokenreviews").create_only(),
+    namespaced(
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+    )
+    .create_only(),
+    cluster(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+    )
+    .create_only(),
+    cluster(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+    )
+    .create_only(),
+    cluster(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+    )
+    .create_only(),
     cluster(
         "admissionregistration.k8s.io",
         "v1",

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::authorization::escalation;
 use crate::resources::ResourceType;
 use crate::store::{DeleteOptions, Propagation, Store, WriteOptions};
 use krec_core::error::ApiError;
@@ -209,6 +210,7 @@ impl Admission {
         options: WriteOptions,
         user: &UserInfo,
     ) -> Result<Admitted, ApiError> {
+        escalation::check(&self.store, user, rt, namespace, &object, None)?;
         if !self.configured() {
             return self
                 .store
@@ -289,6 +291,10 @@ impl Admission {
         options: WriteOptions,
         user: &UserInfo,
     ) -> Result<Admitted, ApiError> {
+        if rt.group == escalation::GROUP {
+            let old = self.store.get(rt, namespace, name).ok();
+            escalation::check(&self.store, user, rt, namespace, &object, old.as_deref())?;
+        }
         let given_rv = object
             .at("/metadata/resourceVersion")
             .and_then(Value::as_str)
@@ -337,6 +343,15 @@ impl Admission {
     where
         F: FnMut(Option<&Value>) -> Result<Option<Value>, ApiError> + Send,
     {
+        let store = &self.store;
+        let mut apply = apply;
+        let apply = |current: Option<&Value>| {
+            let new = apply(current)?;
+            if let Some(new) = &new {
+                escalation::check(store, user, rt, namespace, new, current)?;
+            }
+            Ok(new)
+        };
         if !self.configured() {
             return self
                 .store
@@ -662,7 +677,7 @@ fn review(
         "requestKind": kind,
         "requestResource": resource,
         "operation": attributes.operation.as_str(),
-        "userInfo": {"username": attributes.user.username, "groups": attributes.user.groups},
+        "userInfo": attributes.user.to_json(),
         // Objects as clients see them (`fieldsV1` as JSON, not the stored text).
         "object": object.map(crate::managed::expanded),
         "oldObject": old.map(crate::managed::expanded),

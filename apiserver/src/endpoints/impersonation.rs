@@ -57,6 +57,7 @@ pub(super) fn impersonated(
             subresource: "",
             namespace,
             name: Some(name),
+            path: None,
         };
         if authorization::allows(&server.store, user, &attributes) {
             Ok(())
@@ -66,7 +67,7 @@ pub(super) fn impersonated(
     };
     let mut impersonated = UserInfo {
         username: username.clone(),
-        groups: Vec::new(),
+        ..Default::default()
     };
     // `system:serviceaccount:<namespace>:<name>`, both parts there and the name without a
     // colon (kube's `SplitUsername`); anything else is a user.

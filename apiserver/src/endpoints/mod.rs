@@ -41,8 +41,10 @@ mod get;
 mod impersonation;
 mod negotiation;
 mod patch;
+mod reviews;
 pub mod router;
 mod scale_subresource;
+mod token;
 mod update;
 mod watch;
 
@@ -125,8 +127,12 @@ impl Target {
             .registry()
             .by_plural(resource.group, resource.version, resource.plural)
             .ok_or_else(|| ApiError::no_route(path))?;
-        let scale = resource.subresource == Subresource::Scale;
-        if (resource.namespace.is_some() && !rt.namespaced) || (scale && rt.scale.is_none()) {
+        let has_subresource = match resource.subresource {
+            Subresource::None | Subresource::Status => true,
+            Subresource::Scale => rt.scale.is_some(),
+            Subresource::Token => rt.group.is_empty() && rt.plural == "serviceaccounts",
+        };
+        if (resource.namespace.is_some() && !rt.namespaced) || !has_subresource {
             return Err(ApiError::no_route(path));
         }
         Ok(Target {
@@ -210,7 +216,7 @@ pub async fn handle(
     body: Body,
 ) -> Response {
     let received = jiff::Timestamp::now();
-    let user = server.authenticator.authenticate(&headers);
+    let user = server.authenticator.authenticate(&headers, &server.store);
     let response = match &user {
         Some(user) => match impersonation::impersonated(&server, user, &headers) {
             Ok(impersonated) => match read_body(body, &headers).await {
@@ -291,7 +297,19 @@ async fn route(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let path = uri.path();
-    let Some(route) = Route::of(path) else {
+    let params = Params::parse(uri);
+    let route = Route::of(path);
+    // Authorized before anything is looked up, as kube-apiserver's filter does: a path
+    // nothing serves is refused to whoever may not ask for it.
+    if !authorization::unrestricted(user) {
+        let verb = method.as_str().to_ascii_lowercase();
+        let attributes = match &route {
+            Some(Route::Resource(resource)) => request_attributes(resource, method, &params),
+            _ => authorization::Attributes::non_resource(&verb, path),
+        };
+        authorization::authorize(&server.store, user, &attributes)?;
+    }
+    let Some(route) = route else {
         return Ok(page_not_found());
     };
     let resource = match route {
@@ -326,39 +344,25 @@ async fn route(
     };
     let target = Target::of(server, path, &resource)?;
     let scale = resource.subresource == Subresource::Scale;
-    let params = Params::parse(uri);
-    let subresource = match resource.subresource {
-        Subresource::None => "",
-        Subresource::Status => "status",
-        Subresource::Scale => "scale",
-    };
-    let verb = authorization::verb(method.as_str(), target.name.is_some(), params.flag("watch"));
-    let name = target.name.as_deref().or_else(|| {
-        matches!(verb, "list" | "watch")
-            .then(|| authorization::selected_name(params.get("fieldSelector")))
-            .flatten()
-    });
-    let namespace = target.namespace.as_deref();
-    let allowed = |verb| {
-        authorization::authorize(
-            &server.store,
-            user,
-            &authorization::attributes(verb, &target.rt, subresource, namespace, name),
-        )
-    };
-    allowed(verb)?;
     // A server-side apply of an object that does not exist creates it: `create` too, as
     // kube-apiserver asks (of a restricted user: the admin's writes look nothing up).
+    let namespace = target.namespace.as_deref();
     if !authorization::unrestricted(user)
         && *method == Method::PATCH
         && headers
             .get(header::CONTENT_TYPE)
             .is_some_and(|t| t.as_bytes().starts_with(b"application/apply-patch"))
-        && !server
-            .store
-            .contains(&target.rt, namespace, name.unwrap_or_default())
+        && !server.store.contains(
+            &target.rt,
+            namespace,
+            target.name.as_deref().unwrap_or_default(),
+        )
     {
-        allowed("create")?;
+        let creating = authorization::Attributes {
+            verb: "create",
+            ..request_attributes(&resource, method, &params)
+        };
+        authorization::authorize(&server.store, user, &creating)?;
     }
     let fault = match inject(server, &target, method, &params, headers, scale).await {
         Ok(fault) => fault,
@@ -370,6 +374,17 @@ async fn route(
     }
     if scale {
         return scale_subresource(server, &target, method, &params, headers, &body).await;
+    }
+    if resource.subresource == Subresource::Token {
+        return token::request(server, &target, method, headers, &body).await;
+    }
+    if target.rt.create_only {
+        return match (method, &target.name) {
+            (&Method::POST, None) => reviews::create(server, user, &target, headers, &body).await,
+            _ => Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            )),
+        };
     }
     match (method.clone(), target.name.is_some()) {
         (Method::GET, true) => get::get(server, &target, &params, table).await,
@@ -392,6 +407,31 @@ async fn route(
             "{method} is not supported on {path}"
         ))),
     }
+}
+
+/// What a request on `resource` asks, in RBAC's terms.
+fn request_attributes<'a>(
+    resource: &ResourcePath<'a>,
+    method: &Method,
+    params: &'a Params,
+) -> authorization::Attributes<'a> {
+    let verb = authorization::verb(
+        method.as_str(),
+        resource.name.is_some(),
+        params.flag("watch"),
+    );
+    let name = resource.name.or_else(|| {
+        matches!(verb, "list" | "watch")
+            .then(|| authorization::selected_name(params.get("fieldSelector")))
+            .flatten()
+    });
+    authorization::attributes(
+        verb,
+        (resource.group, resource.plural),
+        resource.subresource.name(),
+        resource.namespace,
+        name,
+    )
 }
 
 /// Before a write in a version other than the one the object is stored in (a resource with a

@@ -11,6 +11,20 @@ pub enum Subresource {
     Status,
     /// `/scale`.
     Scale,
+    /// `/token`: a ServiceAccount's TokenRequest.
+    Token,
+}
+
+impl Subresource {
+    /// Its name in RBAC rules and discovery (`""` for the object itself).
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::None => "",
+            Subresource::Status => "status",
+            Subresource::Scale => "scale",
+            Subresource::Token => "token",
+        }
+    }
 }
 
 /// What a path names.
@@ -110,6 +124,7 @@ impl<'a> Route<'a> {
             [plural, name] => (*plural, Some(*name), Subresource::None),
             [plural, name, "status"] => (*plural, Some(*name), Subresource::Status),
             [plural, name, "scale"] => (*plural, Some(*name), Subresource::Scale),
+            [plural, name, "token"] => (*plural, Some(*name), Subresource::Token),
             _ => return None,
         };
         Some(Route::Resource(ResourcePath {

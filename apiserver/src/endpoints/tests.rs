@@ -35,7 +35,9 @@ fn app() -> axum::Router {
         openapi: Default::default(),
         faults: Default::default(),
         audit: None,
-        authenticator: crate::authentication::Authenticator::trusting(),
+        authenticator: crate::authentication::Authenticator::trusting(
+            crate::authentication::Signer::generate().expect("key"),
+        ),
     });
     axum::Router::new().fallback(handle).with_state(server)
 }

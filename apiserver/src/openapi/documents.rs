@@ -507,7 +507,13 @@ impl Documents {
             _ => {
                 let snapshot = Arc::new(Snapshot {
                     generation,
-                    types: registry.all(),
+                    // The access reviews (create-only) are not described: kube's definitions
+                    // of them are not in the embedded set.
+                    types: registry
+                        .all()
+                        .into_iter()
+                        .filter(|rt| !rt.create_only)
+                        .collect(),
                     v3: OnceLock::new(),
                     v2: OnceLock::new(),
                 });

@@ -30,7 +30,10 @@ fn body_with(object: &Value, extra: impl FnOnce(&mut DynamicMessage)) -> Vec<u8>
 
 #[test]
 fn the_descriptors_should_cover_every_built_in_kind_served() {
-    for kind in crate::resources::builtins() {
+    for kind in crate::resources::builtins()
+        .into_iter()
+        .filter(|rt| !rt.create_only)
+    {
         let found = message_for(&kind.api_version(), &kind.kind);
         assert!(found.is_some(), "{}/{}", kind.api_version(), kind.kind);
         let list = message_for(&kind.api_version(), &format!("{}List", kind.kind));

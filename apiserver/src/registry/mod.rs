@@ -40,6 +40,19 @@ pub enum Deletion {
     AfterInstances,
 }
 
+/// What an object's name must be, as kube-apiserver's `ValidateObjectMeta` name functions
+/// have it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// A lowercase RFC 1123 subdomain (most kinds).
+    Subdomain,
+    /// A lowercase RFC 1123 label: 63 characters, no dots (Namespaces).
+    Label,
+    /// Any path segment: no `/` or `%`, not `.` or `..` (RBAC's roles and bindings, whose
+    /// names are often `system:…`).
+    PathSegment,
+}
+
 /// A kind's behaviour beyond the generic store's (kube-apiserver's `RESTCreateStrategy`,
 /// `RESTUpdateStrategy` and `RESTDeleteStrategy` hooks, its defaulters, its table convertor and
 /// its field label conversion). Every method has the generic kind's answer as its default.
@@ -51,9 +64,9 @@ pub trait Strategy: Send + Sync {
     /// value of a value field (`""`); pointers set to zero are kept.
     fn default(&self, _object: &mut Value) {}
 
-    /// Whether its names are DNS labels (63 characters, no dots) rather than subdomains.
-    fn name_is_label(&self) -> bool {
-        false
+    /// What its names must be: a DNS subdomain unless it says otherwise.
+    fn names(&self) -> Names {
+        Names::Subdomain
     }
 
     /// Top-level fields that are maps of strings (Go `map[string]string` or `map[string][]byte`),
@@ -198,7 +211,7 @@ mod tests {
             strategy(&kind("", "Namespace")).deletion(),
             Deletion::AfterContents
         );
-        assert!(strategy(&kind("", "Namespace")).name_is_label());
+        assert_eq!(strategy(&kind("", "Namespace")).names(), Names::Label);
         let crd = strategy(&kind("apiextensions.k8s.io", "CustomResourceDefinition"));
         assert_eq!(crd.deletion(), Deletion::AfterInstances);
         assert!(crd.keeps_status_on_create());
@@ -208,7 +221,7 @@ mod tests {
         );
         let generic = strategy(&kind("", "ServiceAccount"));
         assert_eq!(generic.deletion(), Deletion::Finalizers);
-        assert!(!generic.name_is_label() && generic.string_maps().is_empty());
+        assert!(generic.names() == Names::Subdomain && generic.string_maps().is_empty());
         assert_eq!(generic.columns(), crate::printers::NAME_AGE);
         assert!(generic.field_labels().is_empty());
     }

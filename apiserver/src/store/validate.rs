@@ -2,6 +2,7 @@
 //! schemas and CRD API approval.
 
 use super::*;
+use crate::registry::Names;
 
 impl Store {
     /// Validate the parts of an object every write checks: kind, names, metadata, schema, and
@@ -25,22 +26,10 @@ impl Store {
             )));
         }
         let strategy = registry::strategy(rt);
-        let name_ok = if strategy.name_is_label() {
-            is_dns_label(name)
-        } else {
-            is_dns_subdomain(name)
-        };
-        if !name_ok {
+        if let Some(problem) = name_problem(strategy.names(), name) {
             return Err(invalid(
                 "metadata.name",
-                format!(
-                    "Invalid value: {name:?}: a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                    if strategy.name_is_label() {
-                        "label"
-                    } else {
-                        "subdomain"
-                    }
-                ),
+                format!("Invalid value: {name:?}: {problem}"),
             ));
         }
         check_string_maps(rt, strategy.string_maps(), object)?;
@@ -138,4 +127,24 @@ fn check_string_maps(
         }
     }
     Ok(())
+}
+
+/// What is wrong with `name` for a kind whose names are `names`, in kube's words.
+fn name_problem(names: Names, name: &str) -> Option<String> {
+    let rfc1123 = |what: &str| {
+        format!(
+            "a lowercase RFC 1123 {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        )
+    };
+    match names {
+        Names::Subdomain => (!is_dns_subdomain(name)).then(|| rfc1123("subdomain")),
+        Names::Label => (!is_dns_label(name)).then(|| rfc1123("label")),
+        Names::PathSegment => match name {
+            "." | ".." => Some(format!("may not be '{name}'")),
+            _ => ['/', '%']
+                .into_iter()
+                .find(|c| name.contains(*c))
+                .map(|c| format!("may not contain '{c}'")),
+        },
+    }
 }

@@ -197,3 +197,78 @@ async fn impersonation_headers_should_be_acted_on_or_refused() {
     }
     cluster.shutdown().await;
 }
+
+/// `kubectl create token`: a ServiceAccount's token from the TokenRequest API, the user it
+/// names allowed what its bindings allow, and nothing once the ServiceAccount is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_accounts_token_should_stand_for_it_while_it_exists() {
+    let (cluster, _dir, kubectl): (Server, _, Kubectl) = kubectl::start().await;
+    kubectl.ok(&["create", "namespace", "demo"]);
+    let missing = kubectl.run(&["create", "token", "reader", "-n", "demo"]);
+    assert!(!missing.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr).trim(),
+        r#"error: failed to create token: serviceaccounts "reader" not found"#
+    );
+    kubectl.ok(&["create", "serviceaccount", "reader", "-n", "demo"]);
+    let short = kubectl.run(&["create", "token", "reader", "-n", "demo", "--duration=5m"]);
+    assert!(
+        String::from_utf8_lossy(&short.stderr).contains(
+            "spec.expirationSeconds: Invalid value: 300: may not specify a duration less than 10 minutes"
+        ),
+        "{}",
+        String::from_utf8_lossy(&short.stderr)
+    );
+    let token = kubectl
+        .ok(&["create", "token", "reader", "-n", "demo"])
+        .trim()
+        .to_owned();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let as_reader = |args: &[&str]| kubectl.run(&[&["--token", token.as_str()], args].concat());
+
+    let out = as_reader(&["get", "pods", "-n", "demo"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        r#"Error from server (Forbidden): pods is forbidden: User "system:serviceaccount:demo:reader" cannot list resource "pods" in API group "" in the namespace "demo""#
+    );
+    kubectl.ok(&[
+        "create",
+        "rolebinding",
+        "reader",
+        "-n",
+        "demo",
+        "--clusterrole=view",
+        "--serviceaccount=demo:reader",
+    ]);
+    let out = as_reader(&["get", "pods", "-n", "demo"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let whoami = as_reader(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&whoami.stdout),
+        "system:serviceaccount:demo:reader",
+        "{}",
+        String::from_utf8_lossy(&whoami.stderr)
+    );
+
+    // Deleting the ServiceAccount revokes its tokens; a new one of the same name does not
+    // bring them back (another uid).
+    kubectl.ok(&["delete", "serviceaccount", "reader", "-n", "demo"]);
+    kubectl.ok(&["create", "serviceaccount", "reader", "-n", "demo"]);
+    let out = as_reader(&["get", "pods", "-n", "demo"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("error: You must be logged in to the server (Unauthorized)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster.shutdown().await;
+}

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::defaults::{child, set};
 use crate::printers::{AGE, Column, NAME, Row};
-use crate::registry::{Deletion, Strategy};
+use crate::registry::{Deletion, Names, Strategy};
 use krec_core::json::Pointer;
 use krec_core::selector::FieldLabel;
 
@@ -32,8 +32,8 @@ impl Strategy for NamespaceStrategy {
         set(child(object, "status"), "phase", json!("Active"));
     }
 
-    fn name_is_label(&self) -> bool {
-        true
+    fn names(&self) -> Names {
+        Names::Label
     }
 
     fn prepare_for_create(&self, object: &mut Value, _: &mut dyn Iterator<Item = &Value>) {

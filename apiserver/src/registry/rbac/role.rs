@@ -3,8 +3,8 @@
 use serde_json::Value;
 
 use crate::printers::{Column, Row};
-use crate::registry::Strategy;
 use crate::registry::apiextensions::crd::{CREATED_AT, created_at};
+use crate::registry::{Names, Strategy};
 
 /// The strategy of Roles and ClusterRoles.
 pub struct RoleStrategy;
@@ -13,6 +13,10 @@ pub struct RoleStrategy;
 pub static STRATEGY: RoleStrategy = RoleStrategy;
 
 impl Strategy for RoleStrategy {
+    fn names(&self) -> Names {
+        Names::PathSegment
+    }
+
     fn columns(&self) -> &'static [Column] {
         CREATED_AT
     }

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::defaults::{each, set};
 use crate::printers::{AGE, Column, NAME, Row};
-use crate::registry::Strategy;
+use crate::registry::{Names, Strategy};
 
 /// The strategy of RoleBindings and ClusterRoleBindings.
 pub struct RoleBindingStrategy;
@@ -13,6 +13,10 @@ pub struct RoleBindingStrategy;
 pub static STRATEGY: RoleBindingStrategy = RoleBindingStrategy;
 
 impl Strategy for RoleBindingStrategy {
+    fn names(&self) -> Names {
+        Names::PathSegment
+    }
+
     /// `SetDefaults_Subject`: users and groups are in RBAC's group (a ServiceAccount's is the
     /// core group, `""`, which Go's JSON omits).
     fn default(&self, object: &mut Value) {

@@ -9,23 +9,33 @@
 //! random token (244 random bits) per server, kept in the data directory (`admin-token`, readable by its
 //! owner only) when there is one, so kubeconfigs stay valid across restarts.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
 use std::path::Path;
 
 use axum::http::{HeaderMap, header};
+
+use crate::store::Store;
+
+pub mod service_account;
+
+pub use service_account::Signer;
 
 /// The file in a data directory that holds the admin's token.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 
 /// A user as authentication names it (`user.Info`): what admission webhooks see in a review's
 /// `userInfo` and the audit log records.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UserInfo {
     /// `username`.
     pub username: String,
+    /// `uid` (a ServiceAccount's), or empty.
+    pub uid: String,
     /// `groups`.
     pub groups: Vec<String>,
+    /// `extra`: what the authenticator adds (a ServiceAccount token's id and Pod).
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
@@ -34,7 +44,21 @@ impl UserInfo {
         UserInfo {
             username: "krec".into(),
             groups: vec!["system:masters".into(), "system:authenticated".into()],
+            ..Default::default()
         }
+    }
+
+    /// As an admission review's `userInfo` (`authentication.k8s.io/v1` `UserInfo`) writes it:
+    /// `uid` and `extra` only when there are.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut user = serde_json::json!({"username": self.username, "groups": self.groups});
+        if !self.uid.is_empty() {
+            user["uid"] = self.uid.clone().into();
+        }
+        if !self.extra.is_empty() {
+            user["extra"] = serde_json::json!(self.extra);
+        }
+        user
     }
 
     /// Who a request without credentials is, where one is answered (`/healthz`, `/version`).
@@ -42,6 +66,7 @@ impl UserInfo {
         UserInfo {
             username: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
+            ..Default::default()
         }
     }
 
@@ -55,58 +80,77 @@ impl UserInfo {
         UserInfo {
             username,
             groups: vec![group.into(), "system:authenticated".into()],
+            ..Default::default()
         }
     }
 }
 
-/// The server's authenticator: the tokens it knows and whom each stands for.
+/// The server's authenticator: the static tokens it knows and whom each stands for, and the
+/// key ServiceAccount tokens are signed with.
 #[derive(Debug)]
 pub struct Authenticator {
     tokens: HashMap<String, UserInfo>,
+    /// Signs the TokenRequest API's tokens and checks them.
+    pub signer: Signer,
     /// Requests without credentials are the admin's: the in-process server, whose only
     /// callers are in the same process.
     trusting: bool,
 }
 
 impl Authenticator {
-    /// An authenticator knowing `admin_token` as the admin's.
-    pub fn new(admin_token: &str) -> Self {
+    /// An authenticator knowing `admin_token` as the admin's and ServiceAccount tokens signed
+    /// by `signer`.
+    pub fn new(admin_token: &str, signer: Signer) -> Self {
         Authenticator {
             tokens: HashMap::from([(admin_token.to_owned(), UserInfo::admin())]),
+            signer,
             trusting: false,
         }
     }
 
-    /// The in-process server's: every request is the admin's.
-    pub fn trusting() -> Self {
+    /// The in-process server's: a request without credentials is the admin's.
+    pub fn trusting(signer: Signer) -> Self {
         Authenticator {
             tokens: HashMap::new(),
+            signer,
             trusting: true,
         }
     }
 
     /// The user whose credentials `headers` carry; `None` for no credentials or unknown ones.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Option<UserInfo> {
+    /// A ServiceAccount token names its user only while the ServiceAccount (and the Pod it is
+    /// bound to) exists in `store` with the uid the token names.
+    pub fn authenticate(&self, headers: &HeaderMap, store: &Store) -> Option<UserInfo> {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(bearer);
         match token {
-            // Compared in constant time, so the answer's timing tells nothing of the token.
-            Some(token) => self
-                .tokens
-                .iter()
-                .fold(None, |found, (known, user)| {
-                    if constant_time_eq(known.as_bytes(), token.as_bytes()) {
-                        Some(user)
-                    } else {
-                        found
-                    }
-                })
-                .cloned(),
+            Some(token) => self.user_of(token, store),
             None if self.trusting => Some(UserInfo::admin()),
             None => None,
         }
+    }
+
+    /// The user `token` stands for, if any (what a `TokenReview` asks).
+    pub fn user_of(&self, token: &str, store: &Store) -> Option<UserInfo> {
+        if service_account::looks_like_jwt(token) {
+            let verified = self
+                .signer
+                .verify(token, jiff::Timestamp::now().as_second())?;
+            return service_account::still_valid(&verified.subject, store).then(|| verified.user());
+        }
+        // Compared in constant time, so the answer's timing tells nothing of the token.
+        self.tokens
+            .iter()
+            .fold(None, |found, (known, user)| {
+                if constant_time_eq(known.as_bytes(), token.as_bytes()) {
+                    Some(user)
+                } else {
+                    found
+                }
+            })
+            .cloned()
     }
 }
 
@@ -147,21 +191,29 @@ pub fn admin_token(data_dir: Option<&Path>) -> std::io::Result<String> {
     let path = dir.join(ADMIN_TOKEN_FILE);
     match read_token(&path) {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            let token = new_token();
-            // Written whole to a private file, then linked into place: a server starting on the
-            // same directory at the same time reads one complete token, never a partial one.
-            let temporary = dir.join(format!(".{ADMIN_TOKEN_FILE}.{}", std::process::id()));
-            let _ = std::fs::remove_file(&temporary);
-            write_new_private(&temporary, token.as_bytes())?;
-            let linked = std::fs::hard_link(&temporary, &path);
-            let _ = std::fs::remove_file(&temporary);
-            match linked {
-                Ok(()) => Ok(token),
-                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => read_token(&path),
-                Err(err) => Err(err),
-            }
+            create_private(&path, new_token().as_bytes())?;
+            read_token(&path)
         }
         found => found,
+    }
+}
+
+/// Make a file at `path` holding `bytes`, readable by its owner only — unless one is there
+/// already. Written whole to a private file, then linked into place: a server starting on the
+/// same directory at the same time reads one complete file, never a partial one.
+fn create_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temporary = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&temporary);
+    write_new_private(&temporary, bytes)?;
+    let linked = std::fs::hard_link(&temporary, path);
+    let _ = std::fs::remove_file(&temporary);
+    match linked {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => Err(err),
+        _ => Ok(()),
     }
 }
 
@@ -237,6 +289,14 @@ mod tests {
 
     use super::*;
 
+    fn signer() -> Signer {
+        Signer::generate().expect("key")
+    }
+
+    fn store() -> Store {
+        Store::new(std::sync::Arc::new(crate::resources::Registry::new()))
+    }
+
     fn with(authorization: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if let Ok(value) = HeaderValue::from_str(authorization) {
@@ -247,13 +307,12 @@ mod tests {
 
     #[test]
     fn only_the_known_token_should_name_a_user() {
-        let authenticator = Authenticator::new("s3cret");
+        let authenticator = Authenticator::new("s3cret", signer());
+        let store = store();
+        let authenticate = |headers| authenticator.authenticate(&headers, &store);
+        assert_eq!(authenticate(with("Bearer s3cret")), Some(UserInfo::admin()));
         assert_eq!(
-            authenticator.authenticate(&with("Bearer s3cret")),
-            Some(UserInfo::admin())
-        );
-        assert_eq!(
-            authenticator.authenticate(&with(" bearer s3cret trailing")),
+            authenticate(with(" bearer s3cret trailing")),
             Some(UserInfo::admin()),
             "the token ends at the next space, as kube reads it"
         );
@@ -265,18 +324,14 @@ mod tests {
             "Basic s3cret",
             "Bearer  s3cret",
         ] {
-            assert_eq!(
-                authenticator.authenticate(&with(refused)),
-                None,
-                "{refused:?}"
-            );
+            assert_eq!(authenticate(with(refused)), None, "{refused:?}");
         }
         assert_eq!(
-            Authenticator::trusting().authenticate(&HeaderMap::new()),
+            Authenticator::trusting(signer()).authenticate(&HeaderMap::new(), &store),
             Some(UserInfo::admin())
         );
         assert_eq!(
-            Authenticator::trusting().authenticate(&with("Bearer unknown")),
+            Authenticator::trusting(signer()).authenticate(&with("Bearer unknown"), &store),
             None,
             "credentials are checked even when none are needed"
         );

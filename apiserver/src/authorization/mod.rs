@@ -14,7 +14,6 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::authentication::UserInfo;
-use crate::resources::ResourceType;
 use crate::store::Store;
 use krec_core::ApiError;
 use krec_core::json::Pointer;
@@ -22,6 +21,9 @@ use krec_core::selector::LabelSelector;
 
 /// The group whose members may do anything.
 pub const MASTERS: &str = "system:masters";
+
+pub mod bootstrap;
+pub mod escalation;
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 
@@ -40,6 +42,24 @@ pub struct Attributes<'a> {
     pub namespace: Option<&'a str>,
     /// The object's name, or `None` for a collection.
     pub name: Option<&'a str>,
+    /// The path of a request that is not on a resource (`/metrics`, `/apis`, `/healthz`),
+    /// whose `verb` is the HTTP method's lower-cased: `nonResourceURLs` rules apply to it.
+    pub path: Option<&'a str>,
+}
+
+impl<'a> Attributes<'a> {
+    /// A request for `path`, no resource.
+    pub fn non_resource(verb: &'a str, path: &'a str) -> Self {
+        Attributes {
+            verb,
+            group: "",
+            resource: "",
+            subresource: "",
+            namespace: None,
+            name: None,
+            path: Some(path),
+        }
+    }
 }
 
 /// May `user` do what `attributes` ask? `Ok` or kube's 403.
@@ -69,6 +89,128 @@ pub fn allows(store: &Store, user: &UserInfo, attributes: &Attributes<'_>) -> bo
     if unrestricted(user) {
         return true;
     }
+    allowed_by(store, user, attributes).is_some()
+}
+
+/// Why `user` may do what `attributes` ask, as an access review's `reason` gives it
+/// (`RBAC: allowed by ClusterRoleBinding "…" of ClusterRole "…" to Group "…"`); `None` when it
+/// may not. A member of `system:masters` is allowed with no reason.
+pub fn allowed_by(store: &Store, user: &UserInfo, attributes: &Attributes<'_>) -> Option<String> {
+    if unrestricted(user) {
+        return Some(String::new());
+    }
+    let mut reason = None;
+    visit_rules(store, user, attributes.namespace, |rule, binding| {
+        if rule_allows(rule, attributes) {
+            reason = Some(describe(binding, user));
+        }
+        reason.is_none()
+    });
+    reason
+}
+
+/// kube's description of the binding that allowed a request.
+fn describe(binding: &Value, user: &UserInfo) -> String {
+    let text = |pointer| {
+        binding
+            .at(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let namespace = text("/metadata/namespace");
+    let with_namespace = |name: &str, ns: &str| {
+        if ns.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name}/{ns}")
+        }
+    };
+    let kind = if namespace.is_empty() {
+        "ClusterRoleBinding"
+    } else {
+        "RoleBinding"
+    };
+    let subject = binding
+        .get("subjects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|subject| binds_subject(subject, user, Some(namespace).filter(|n| !n.is_empty())))
+        .map(|subject| {
+            let name = subject["name"].as_str().unwrap_or_default();
+            let kind = subject["kind"].as_str().unwrap_or_default();
+            let name = if kind == "ServiceAccount" {
+                let ns = subject["namespace"]
+                    .as_str()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(namespace);
+                with_namespace(name, ns)
+            } else {
+                name.to_owned()
+            };
+            format!("{kind} {name:?}")
+        })
+        .unwrap_or_default();
+    format!(
+        "RBAC: allowed by {kind} {:?} of {} {:?} to {subject}",
+        with_namespace(text("/metadata/name"), namespace),
+        text("/roleRef/kind"),
+        text("/roleRef/name"),
+    )
+}
+
+/// Every rule that applies to `user` in `namespace` (`None`: cluster-wide only): the rules of
+/// the ClusterRoles its ClusterRoleBindings bind, then of the roles the namespace's
+/// RoleBindings bind — kube's `RulesFor`, what escalation checks and `SelfSubjectRulesReview`
+/// read.
+pub fn rules_for(store: &Store, user: &UserInfo, namespace: Option<&str>) -> Vec<Value> {
+    let mut rules = Vec::new();
+    visit_rules(store, user, namespace, |rule, _| {
+        rules.push(rule.clone());
+        true
+    });
+    rules
+}
+
+/// The rules of `kind` (`Role` or `ClusterRole`) `name` (a Role in `namespace`), with a
+/// ClusterRole's aggregated rules; `None` when there is no such role.
+pub fn role_rules(
+    store: &Store,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Option<Vec<Value>> {
+    let rt = store.registry().by_kind(RBAC, "v1", kind)?;
+    match kind {
+        "ClusterRole" => {
+            let all = store.objects(&rt, None);
+            let role = all.iter().find(|r| name_of(r) == Some(name))?;
+            Some(rules_with_aggregation(role, &all))
+        }
+        _ => {
+            let role = store.get(&rt, namespace, name).ok()?;
+            Some(
+                role.get("rules")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+        }
+    }
+}
+
+fn name_of(object: &Value) -> Option<&str> {
+    object.at("/metadata/name").and_then(Value::as_str)
+}
+
+/// Call `visit` with each rule that applies to `user` in `namespace` and the binding it comes
+/// through, until it returns `false`.
+fn visit_rules(
+    store: &Store,
+    user: &UserInfo,
+    namespace: Option<&str>,
+    mut visit: impl FnMut(&Value, &Value) -> bool,
+) {
     let registry = store.registry();
     let kind = |kind: &str| registry.by_kind(RBAC, "v1", kind);
     let (Some(cluster_roles), Some(cluster_bindings), Some(roles), Some(bindings)) = (
@@ -77,30 +219,29 @@ pub fn allows(store: &Store, user: &UserInfo, attributes: &Attributes<'_>) -> bo
         kind("Role"),
         kind("RoleBinding"),
     ) else {
-        return false;
+        return;
     };
     let all_cluster_roles = store.objects(&cluster_roles, None);
-    let cluster_role = |name: &str| {
+    let rules_of_cluster_role = |name: &str| -> Vec<Value> {
         all_cluster_roles
             .iter()
-            .find(|r| r.at("/metadata/name").and_then(Value::as_str) == Some(name))
-    };
-    let rules_of_cluster_role = |name: &str| -> Vec<Value> {
-        cluster_role(name)
+            .find(|r| name_of(r) == Some(name))
             .map(|role| rules_with_aggregation(role, &all_cluster_roles))
             .unwrap_or_default()
     };
-    let allowed_by = |rules: &[Value]| rules.iter().any(|rule| rule_allows(rule, attributes));
     for binding in store.objects(&cluster_bindings, None) {
-        if binds(&binding, user, None)
-            && role_ref(&binding, "ClusterRole")
-                .is_some_and(|name| allowed_by(&rules_of_cluster_role(name)))
-        {
-            return true;
+        if !binds(&binding, user, None) {
+            continue;
+        }
+        let rules = role_ref(&binding, "ClusterRole")
+            .map(rules_of_cluster_role)
+            .unwrap_or_default();
+        if !rules.iter().all(|rule| visit(rule, &binding)) {
+            return;
         }
     }
-    let Some(namespace) = attributes.namespace else {
-        return false;
+    let Some(namespace) = namespace else {
+        return;
     };
     for binding in store.objects(&bindings, Some(namespace)) {
         if !binds(&binding, user, Some(namespace)) {
@@ -111,21 +252,15 @@ pub fn allows(store: &Store, user: &UserInfo, attributes: &Attributes<'_>) -> bo
                 .map(rules_of_cluster_role)
                 .unwrap_or_default(),
             Some("Role") => role_ref(&binding, "Role")
-                .and_then(|name| {
-                    store
-                        .objects(&roles, Some(namespace))
-                        .into_iter()
-                        .find(|r| r.at("/metadata/name").and_then(Value::as_str) == Some(name))
-                })
+                .and_then(|name| store.get(&roles, Some(namespace), name).ok())
                 .and_then(|role| role.get("rules").and_then(Value::as_array).cloned())
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
-        if allowed_by(&rules) {
-            return true;
+        if !rules.iter().all(|rule| visit(rule, &binding)) {
+            return;
         }
     }
-    false
 }
 
 /// The name a binding's `roleRef` gives, if it refers to a `kind`.
@@ -136,7 +271,8 @@ fn role_ref<'a>(binding: &'a Value, kind: &str) -> Option<&'a str> {
 }
 
 /// A ClusterRole's rules, and with an `aggregationRule` the rules of every ClusterRole its
-/// selectors select (as kube's aggregation controller writes them into it).
+/// selectors select, in the order of their names, each rule once — as kube's aggregation
+/// controller writes them into it.
 fn rules_with_aggregation(role: &Value, all: &[Arc<Value>]) -> Vec<Value> {
     let mut rules: Vec<Value> = role
         .get("rules")
@@ -150,19 +286,25 @@ fn rules_with_aggregation(role: &Value, all: &[Arc<Value>]) -> Vec<Value> {
         .flatten()
         .filter_map(LabelSelector::from_json)
         .collect();
-    for other in all {
-        if std::ptr::eq(other.as_ref(), role) {
-            continue;
-        }
-        if selectors.iter().any(|s| s.matches_object(other)) {
-            rules.extend(
-                other
-                    .get("rules")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .cloned(),
-            );
+    if selectors.is_empty() {
+        return rules;
+    }
+    let mut selected: Vec<&Arc<Value>> = all
+        .iter()
+        .filter(|other| !std::ptr::eq(other.as_ref(), role))
+        .filter(|other| selectors.iter().any(|s| s.matches_object(other)))
+        .collect();
+    selected.sort_by_key(|other| name_of(other));
+    for other in selected {
+        for rule in other
+            .get("rules")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if !rules.contains(rule) {
+                rules.push(rule.clone());
+            }
         }
     }
     rules
@@ -177,25 +319,27 @@ fn binds(binding: &Value, user: &UserInfo, namespace: Option<&str>) -> bool {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .any(|subject| {
-            let name = subject["name"].as_str().unwrap_or_default();
-            match subject["kind"].as_str() {
-                Some("User") => user.username == name,
-                Some("Group") => user.groups.iter().any(|g| g == name),
-                Some("ServiceAccount") => {
-                    let ns = subject["namespace"]
-                        .as_str()
-                        .filter(|ns| !ns.is_empty())
-                        .or(namespace);
-                    // A ServiceAccount subject names no one without a namespace.
-                    ns.is_some_and(|ns| {
-                        !ns.is_empty()
-                            && user.username == format!("system:serviceaccount:{ns}:{name}")
-                    })
-                }
-                _ => false,
-            }
-        })
+        .any(|subject| binds_subject(subject, user, namespace))
+}
+
+/// Whether one subject of a binding names `user`.
+fn binds_subject(subject: &Value, user: &UserInfo, namespace: Option<&str>) -> bool {
+    let name = subject["name"].as_str().unwrap_or_default();
+    match subject["kind"].as_str() {
+        Some("User") => user.username == name,
+        Some("Group") => user.groups.iter().any(|g| g == name),
+        Some("ServiceAccount") => {
+            let ns = subject["namespace"]
+                .as_str()
+                .filter(|ns| !ns.is_empty())
+                .or(namespace);
+            // A ServiceAccount subject names no one without a namespace.
+            ns.is_some_and(|ns| {
+                !ns.is_empty() && user.username == format!("system:serviceaccount:{ns}:{name}")
+            })
+        }
+        _ => false,
+    }
 }
 
 /// Whether one PolicyRule allows `attributes` (`*` matching anything in each list;
@@ -210,6 +354,16 @@ fn rule_allows(rule: &Value, attributes: &Attributes<'_>) -> bool {
             .collect()
     };
     let has = |key: &str, value: &str| list(key).iter().any(|v| *v == "*" || *v == value);
+    if let Some(path) = attributes.path {
+        // `/apis/*` covers everything under `/apis/`; `*` everything.
+        return has("verbs", attributes.verb)
+            && list("nonResourceURLs").iter().any(|url| {
+                *url == path
+                    || url
+                        .strip_suffix('*')
+                        .is_some_and(|prefix| path.starts_with(prefix))
+            });
+    }
     let resource = if attributes.subresource.is_empty() {
         attributes.resource.to_owned()
     } else {
@@ -231,6 +385,14 @@ fn rule_allows(rule: &Value, attributes: &Attributes<'_>) -> bool {
 
 /// kube-apiserver's 403 for `user` asking `attributes`.
 pub fn forbidden(user: &UserInfo, attributes: &Attributes<'_>) -> ApiError {
+    if let Some(path) = attributes.path {
+        let mut error = ApiError::forbidden(format!(
+            "forbidden: User {:?} cannot {} path {path:?}",
+            user.username, attributes.verb
+        ));
+        error.details = Some(json!({}));
+        return error;
+    }
     let resource = if attributes.subresource.is_empty() {
         attributes.resource.to_owned()
     } else {
@@ -281,28 +443,29 @@ pub fn verb(method: &str, named: bool, watch: bool) -> &'static str {
     }
 }
 
-/// The attributes of a request on `rt`.
+/// The attributes of a request on `resource` of `group`.
 pub fn attributes<'a>(
     verb: &'a str,
-    rt: &'a ResourceType,
+    (group, resource): (&'a str, &'a str),
     subresource: &'a str,
     namespace: Option<&'a str>,
     name: Option<&'a str>,
 ) -> Attributes<'a> {
     // A Namespace is in itself, as kube-apiserver's request info has it: RoleBindings in it
     // apply to it.
-    let namespace = if rt.group.is_empty() && rt.plural == "namespaces" {
+    let namespace = if group.is_empty() && resource == "namespaces" {
         name.or(namespace)
     } else {
         namespace
     };
     Attributes {
         verb,
-        group: &rt.group,
-        resource: &rt.plural,
+        group,
+        resource,
         subresource,
         namespace,
         name,
+        path: None,
     }
 }
 
@@ -348,6 +511,7 @@ mod tests {
                 format!("system:serviceaccounts:{ns}"),
                 "system:authenticated".into(),
             ],
+            ..Default::default()
         }
     }
 
@@ -359,6 +523,7 @@ mod tests {
             subresource: "",
             namespace,
             name: None,
+            path: None,
         }
     }
 
@@ -395,6 +560,7 @@ mod tests {
             subresource: "scale",
             namespace: None,
             name: Some("web"),
+            path: None,
         };
         assert_eq!(
             forbidden(&reader, &named).message,
@@ -420,6 +586,7 @@ mod tests {
         let monitor = UserInfo {
             username: "mo".into(),
             groups: vec!["monitors".into()],
+            ..Default::default()
         };
         let status = Attributes {
             subresource: "status",
