@@ -5,6 +5,7 @@
 
 mod api_errors;
 mod authentication;
+mod authorization;
 mod kubectl;
 mod limits;
 mod living_cluster;
