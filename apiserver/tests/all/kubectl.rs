@@ -1001,3 +1001,52 @@ async fn workload_commands_should_change_what_they_say_and_dry_runs_nothing() {
     .await
     .expect("scenario");
 }
+
+/// A CRD kube-apiserver refuses is refused with its message — and, never stored, it leaves
+/// `/openapi/v2` whole: kubectl's validation of the next file still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_crd_should_be_refused_and_leave_kubectl_working() {
+    let (cluster, dir, kubectl) = start().await;
+    let crd = dir.path().join("bad-crd.yaml");
+    std::fs::write(
+        &crd,
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: bads.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: bads, singular: bad, kind: Bad, listKind: BadList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: frobnicate}
+",
+    )
+    .expect("write");
+    let out = kubectl.run(&["create", "-f", &crd.display().to_string()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        r#"The CustomResourceDefinition "bads.example.com" is invalid: 
+* spec.validation.openAPIV3Schema.type: Invalid value: "frobnicate": must be object at the root
+* spec.validation.openAPIV3Schema.type: Unsupported value: "frobnicate": supported values: "array", "boolean", "integer", "number", "object", "string""#
+    );
+    let list = dir.path().join("list.yaml");
+    std::fs::write(
+        &list,
+        "apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: one}
+  data: {a: \"1\"}
+",
+    )
+    .expect("write");
+    let created = kubectl.ok(&["create", "-f", &list.display().to_string()]);
+    assert_eq!(created.trim(), "configmap/one created");
+    cluster.shutdown().await;
+}

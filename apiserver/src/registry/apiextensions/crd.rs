@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{approval, conversion};
+use super::{approval, conversion, validation};
 use crate::defaults::{child, set};
 use crate::printers::{Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
@@ -83,8 +83,9 @@ impl Strategy for CrdStrategy {
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = approval::validate(object, old);
+        let mut causes = validation::validate(object, old);
         causes.extend(conversion::validate(object));
+        causes.extend(approval::validate(object, old));
         causes
     }
 

@@ -3,3 +3,4 @@
 mod approval;
 mod conversion;
 pub mod crd;
+mod validation;
