@@ -22,9 +22,10 @@
 //!
 //! # Caveats
 //!
-//! - Requests need the kubeconfig's bearer token ([`Server::token`]; 401 without it), whose
-//!   holder is in `system:masters`; impersonated users get what RBAC allows them. There are no
-//!   ServiceAccount tokens or default ClusterRoles yet. It binds loopback unless told otherwise.
+//! - Requests need a bearer token: the kubeconfig's ([`Server::token`]; 401 without it), whose
+//!   holder is in `system:masters`, or a ServiceAccount's from the TokenRequest API; anyone but
+//!   the admin gets what RBAC (with kube's default policy) allows. No client certificates. It
+//!   binds loopback unless told otherwise.
 //! - The built-in controllers and simulated nodes ([`controllers`]) run only when the builder
 //!   asks for them ([`Builder::controllers`]); `krec cluster` and `krec dev` do by default.
 //! - Server-side apply tracks field ownership per manager (`managed`) but does not validate
