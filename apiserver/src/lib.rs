@@ -55,6 +55,8 @@ mod defaults;
 #[cfg(feature = "server")]
 mod endpoints;
 #[cfg(feature = "server")]
+mod expressions;
+#[cfg(feature = "server")]
 pub mod faults;
 #[cfg(feature = "server")]
 mod field_validation;

@@ -59,6 +59,14 @@ impl Store {
             if !causes.is_empty() {
                 return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
             }
+            // The CRD's CEL rules (the server's: the fake cluster of the SDK does without).
+            #[cfg(feature = "server")]
+            if let Some(rules) = crate::expressions::rules_for(schema) {
+                let causes = rules.validate(object, old);
+                if !causes.is_empty() {
+                    return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
+                }
+            }
         }
         strategy
             .validate_servable(object)

@@ -11,4 +11,5 @@ mod limits;
 mod living_cluster;
 mod server;
 mod support;
+mod validation_rules;
 mod webhooks;

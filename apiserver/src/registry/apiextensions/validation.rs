@@ -427,6 +427,11 @@ fn schema_problems(schema: &Value, path: &str, status_enabled: bool, causes: &mu
     {
         push(causes, path, format!("Invalid value: \"\": {message}"));
     }
+    // The CEL rules are compiled only in a schema with nothing else wrong.
+    #[cfg(feature = "server")]
+    if causes.len() == before {
+        causes.extend(crate::expressions::check(schema, path));
+    }
 }
 
 /// kube's `validateStructuralInvariants` (and the nested value validations it checks).
