@@ -3,7 +3,9 @@
 //! - `list_10k_configmaps`: one full list of 10 000 ConfigMaps (~0.5 KB each), against the
 //!   baseline of serializing the same objects with serde_json in this process;
 //! - `watch_fanout`: 1 000 updates/s for 5 s, each fanned out to 10 watches; per-event delivery
-//!   latency (update sent → event received), and events delivered / expected.
+//!   latency (update sent → event received), and events delivered / expected;
+//! - `crd_creates`: creates of a custom resource whose CRD has five CEL validation rules,
+//!   against the same CRD without them, in alternating slices (what the rules cost a write).
 //!
 //! Prints a Markdown table; `make bench` runs it. Figures are medians with min–max over runs.
 
@@ -108,6 +110,95 @@ async fn watch_benchmark(cms: &Api<ConfigMap>) -> Vec<String> {
     ]
 }
 
+/// A CRD version's schema; `rules` adds five CEL rules (across fields, a transition rule, a
+/// `messageExpression`, a list rule with a `reason`, one on the resource).
+fn crd(plural: &str, kind: &str, rules: bool) -> serde_json::Value {
+    let mut schema = json!({"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "replicas": {"type": "integer"}, "minReplicas": {"type": "integer"},
+            "mode": {"type": "string", "maxLength": 16},
+            "name": {"type": "string", "maxLength": 63},
+            "tags": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 20}}}}}});
+    if rules {
+        schema["x-kubernetes-validations"] =
+            json!([{"rule": "self.metadata.name.startsWith('obj-')"}]);
+        let spec = &mut schema["properties"]["spec"];
+        spec["x-kubernetes-validations"] = json!([{"rule": "self.minReplicas <= self.replicas",
+            "message": "replicas must be at least minReplicas", "fieldPath": ".replicas"}]);
+        spec["properties"]["mode"]["x-kubernetes-validations"] =
+            json!([{"rule": "self == oldSelf", "message": "mode is immutable"}]);
+        spec["properties"]["name"]["x-kubernetes-validations"] = json!([{"rule": "self.matches('^[a-z]+$')",
+            "messageExpression": "'name ' + self + ' must be lowercase letters'"}]);
+        spec["properties"]["tags"]["x-kubernetes-validations"] = json!([{"rule": "self.all(t, t != 'forbidden')",
+            "reason": "FieldValueForbidden"}]);
+    }
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.bench.example.com")},
+        "spec": {"group": "bench.example.com", "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": schema}}]}})
+}
+
+async fn crd_rules_benchmark(client: &Client) -> Vec<String> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let mut apis = Vec::new();
+    for (plural, kind, rules) in [("plains", "Plain", false), ("ruleds", "Ruled", true)] {
+        let definition = serde_json::from_value(crd(plural, kind, rules)).expect("crd");
+        crds.create(&PostParams::default(), &definition)
+            .await
+            .expect("create crd");
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("bench.example.com", "v1", kind),
+            plural,
+        );
+        apis.push((
+            kind,
+            Api::<DynamicObject>::namespaced_with(client.clone(), "default", &resource),
+        ));
+    }
+    const SLICE: usize = 200;
+    let mut per_create: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for run in 0..RUNS * 2 {
+        for (which, (kind, api)) in apis.iter().enumerate() {
+            let started = Instant::now();
+            for i in 0..SLICE {
+                let object: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "bench.example.com/v1", "kind": kind,
+                    "metadata": {"name": format!("obj-{run}-{i}")},
+                    "spec": {"replicas": 3, "minReplicas": 1, "mode": "fast", "name": "web",
+                        "tags": ["a", "b", "c"]}}))
+                .expect("object");
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .expect("create");
+            }
+            per_create[which].push(started.elapsed().as_secs_f64() * 1e6 / SLICE as f64);
+        }
+    }
+    let (pm, plo, phi) = median_min_max(per_create[0].clone());
+    let (rm, rlo, rhi) = median_min_max(per_create[1].clone());
+    let ratios: Vec<f64> = per_create[1]
+        .iter()
+        .zip(&per_create[0])
+        .map(|(r, p)| r / p)
+        .collect();
+    let (qm, qlo, qhi) = median_min_max(ratios);
+    vec![
+        format!(
+            "| crd_create_without_rules_us | {pm:.0} | {plo:.0}–{phi:.0} | create of a custom resource over HTTPS, {SLICE} a slice |"
+        ),
+        format!(
+            "| crd_create_with_5_rules_us | {rm:.0} | {rlo:.0}–{rhi:.0} | the same with five CEL rules on its CRD (compiled once) |"
+        ),
+        format!(
+            "| crd_create_rules_ratio | {qm:.2}× | {qlo:.2}–{qhi:.2} | with rules / without, slice-paired |"
+        ),
+    ]
+}
+
 fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let rows = runtime.block_on(async {
@@ -115,6 +206,7 @@ fn main() {
         let cms: Api<ConfigMap> = Api::namespaced(client(&cluster).await, "default");
         let mut rows = list_benchmark(&cms).await;
         rows.extend(watch_benchmark(&cms).await);
+        rows.extend(crd_rules_benchmark(&client(&cluster).await).await);
         rows
     });
     println!("| figure | median | min–max | what |");

@@ -42,7 +42,8 @@ impl Operation {
     }
 }
 
-/// One rule of a webhook: operations on resources of groups and versions, in a scope.
+/// One rule of a webhook or admission policy: operations on resources of groups and versions,
+/// in a scope.
 #[derive(Clone, Debug)]
 pub struct Rule {
     operations: Vec<String>,
@@ -105,7 +106,8 @@ fn contains_or_star(list: &[String], value: &str) -> bool {
 }
 
 impl Rule {
-    fn from_json(rule: &Value) -> Self {
+    /// A rule as a configuration declares it (`RuleWithOperations`).
+    pub fn from_json(rule: &Value) -> Self {
         Rule {
             operations: strings(rule.get("operations")),
             api_groups: strings(rule.get("apiGroups")),
@@ -122,7 +124,7 @@ impl Rule {
     /// As `rules.Matcher`: operation, group, version (unless `any_version`), resource with its
     /// subresource (`pods` and `*` match main resources only; `pods/status`, `*/status`; `pods/*`
     /// and `*/*` match the resource and all its subresources) and scope.
-    fn matches(&self, request: &Request<'_>, any_version: bool) -> bool {
+    pub fn matches(&self, request: &Request<'_>, any_version: bool) -> bool {
         let resource_matches = self.resources.iter().any(|pattern| {
             let (resource, sub) = pattern.split_once('/').unwrap_or((pattern, ""));
             (resource == "*" || resource == request.resource)

@@ -39,7 +39,13 @@ pub struct Request<'a> {
     pub received: jiff::Timestamp,
     /// The response's status code.
     pub code: u16,
+    /// Annotations admission added (admission policies' audit annotations).
+    pub annotations: &'a [(String, String)],
 }
+
+/// Audit annotations a response carries to its request's event (in its extensions).
+#[derive(Clone, Debug, Default)]
+pub struct Annotations(pub Vec<(String, String)>);
 
 impl AuditLog {
     /// A log kept in memory only.
@@ -97,6 +103,15 @@ impl AuditLog {
             "requestReceivedTimestamp": micro(request.received),
             "stageTimestamp": micro(jiff::Timestamp::now()),
         });
+        let mut event = event;
+        if !request.annotations.is_empty() {
+            event["annotations"] = request
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
         if let Some(file) = &self.file {
             let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(err) = writeln!(file, "{event}") {
@@ -170,6 +185,7 @@ mod tests {
             user: Some(&ADMIN),
             received: jiff::Timestamp::now(),
             code: 201,
+            annotations: &[],
         }
     }
 

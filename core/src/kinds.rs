@@ -285,6 +285,19 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
         "mutatingwebhookconfigurations",
     ),
     cluster(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+    )
+    .status(),
+    cluster(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    ),
+    cluster(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
@@ -298,21 +311,6 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     cluster("apiregistration.k8s.io", "v1", "APIService", "apiservices")
         .status()
         .not_served(),
-    cluster(
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingAdmissionPolicy",
-        "validatingadmissionpolicies",
-    )
-    .status()
-    .not_served(),
-    cluster(
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingAdmissionPolicyBinding",
-        "validatingadmissionpolicybindings",
-    )
-    .not_served(),
     cluster(
         "admissionregistration.k8s.io",
         "v1beta1",

@@ -28,6 +28,11 @@ use krec_core::json::Pointer;
 use krec_core::selector::{FieldSelector, LabelSelector, object_labels};
 
 use crate::admissionregistration;
+
+mod policy;
+
+pub use policy::VARIABLES as POLICY_VARIABLES;
+
 pub use crate::admissionregistration::{Hook, HookKind, Operation};
 
 /// Times an admitted patch is computed again when the object changed while webhooks ran.
@@ -41,8 +46,10 @@ pub use crate::authentication::UserInfo;
 pub struct Admitted {
     /// The object as stored (a delete: as deleted or marked for deletion).
     pub object: Arc<Value>,
-    /// `response.warnings` of every webhook that answered.
+    /// `response.warnings` of every webhook that answered, and the policies' `Warn`s.
     pub warnings: Vec<String>,
+    /// Annotations for the request's audit event (admission policies').
+    pub annotations: Vec<(String, String)>,
 }
 
 impl Admitted {
@@ -50,20 +57,30 @@ impl Admitted {
         Admitted {
             object,
             warnings: Vec::new(),
+            annotations: Vec::new(),
         }
     }
 }
 
-/// The webhooks a request meets: mutating then validating, each in order.
+/// What admission made of a request it let through: its warnings and audit annotations.
+#[derive(Debug, Default)]
+struct Verdict {
+    warnings: Vec<String>,
+    annotations: Vec<(String, String)>,
+}
+
+/// The webhooks a request meets: mutating then validating, each in order; and whether
+/// admission policies are bound (they are matched when they run).
 #[derive(Default)]
 struct Matched {
     mutating: Vec<Hook>,
     validating: Vec<Hook>,
+    policies: bool,
 }
 
 impl Matched {
     fn is_empty(&self) -> bool {
-        self.mutating.is_empty() && self.validating.is_empty()
+        self.mutating.is_empty() && self.validating.is_empty() && !self.policies
     }
 }
 
@@ -83,6 +100,7 @@ struct Attributes<'a> {
 /// The admission chain of one embedded API server.
 pub struct Admission {
     store: Arc<Store>,
+    policies: policy::Policies,
     mutating: Option<ResourceType>,
     validating: Option<ResourceType>,
     namespaces: Option<ResourceType>,
@@ -97,6 +115,7 @@ impl Admission {
             mutating: registry.by_kind(group, "v1", "MutatingWebhookConfiguration"),
             validating: registry.by_kind(group, "v1", "ValidatingWebhookConfiguration"),
             namespaces: registry.by_kind("", "v1", "Namespace"),
+            policies: policy::Policies::new(&store),
             store,
         }
     }
@@ -106,12 +125,14 @@ impl Admission {
         &self.store
     }
 
-    /// Whether any webhook configuration exists (else every write goes straight to the store).
+    /// Whether any webhook configuration or admission policy binding exists (else every write
+    /// goes straight to the store).
     pub fn configured(&self) -> bool {
         [&self.mutating, &self.validating]
             .into_iter()
             .flatten()
             .any(|rt| self.store.has_any(rt))
+            || self.policies.configured(&self.store)
     }
 
     /// The webhooks that see a request.
@@ -125,7 +146,10 @@ impl Admission {
         if request.group == "admissionregistration.k8s.io" {
             return Matched::default();
         }
-        let mut matched = Matched::default();
+        let mut matched = Matched {
+            policies: self.policies.configured(&self.store),
+            ..Matched::default()
+        };
         let mut namespace_labels: Option<BTreeMap<String, String>> = None;
         for (kind, rt) in [
             (HookKind::Mutating, &self.mutating),
@@ -251,7 +275,7 @@ impl Admission {
             dry_run: true,
             ..options.clone()
         };
-        let (candidate, warnings) = self
+        let (candidate, verdict) = self
             .admit(&attributes, &hooks, object, None, true, |mutated| {
                 self.store
                     .create(rt, namespace.as_deref(), mutated, dry.clone())
@@ -261,7 +285,8 @@ impl Admission {
         if options.dry_run {
             return Ok(Admitted {
                 object: Arc::new(candidate),
-                warnings,
+                warnings: verdict.warnings,
+                annotations: verdict.annotations,
             });
         }
         let stored = self.store.create(
@@ -275,7 +300,8 @@ impl Admission {
         )?;
         Ok(Admitted {
             object: stored,
-            warnings,
+            warnings: verdict.warnings,
+            annotations: verdict.annotations,
         })
     }
 
@@ -425,8 +451,8 @@ impl Admission {
                 .as_deref()
                 .and_then(|o| o.at("/metadata/resourceVersion"))
                 .cloned();
-            let (admitted, warnings) = if hooks.is_empty() {
-                (candidate, Vec::new())
+            let (admitted, verdict) = if hooks.is_empty() {
+                (candidate, Verdict::default())
             } else {
                 self.admit(
                     &attributes,
@@ -452,7 +478,8 @@ impl Admission {
             if options.dry_run {
                 return Ok(Admitted {
                     object: Arc::new(admitted),
-                    warnings,
+                    warnings: verdict.warnings,
+                    annotations: verdict.annotations,
                 });
             }
             let stored = match &old_rv {
@@ -470,7 +497,13 @@ impl Admission {
                 // The object changed (or appeared) while the webhooks ran: compute it again.
                 Err(err) if err.code == 409 && retriable && attempt < MAX_ATTEMPTS => continue,
                 Err(err) => return Err(err),
-                Ok(object) => return Ok(Admitted { object, warnings }),
+                Ok(object) => {
+                    return Ok(Admitted {
+                        object,
+                        warnings: verdict.warnings,
+                        annotations: verdict.annotations,
+                    });
+                }
             }
         }
     }
@@ -491,11 +524,15 @@ impl Admission {
                 .map(Admitted::plain);
         }
         let old = self.store.get(rt, namespace, name)?;
-        let warnings = self
+        let verdict = self
             .admit_delete(rt, namespace, name, options, user, &old)
             .await?;
         let object = self.store.delete(rt, namespace, name, options)?;
-        Ok(Admitted { object, warnings })
+        Ok(Admitted {
+            object,
+            warnings: verdict.warnings,
+            annotations: verdict.annotations,
+        })
     }
 
     /// Delete the objects of `rt` in `namespace` (`None`: all) that the selectors match, each
@@ -524,7 +561,8 @@ impl Admission {
             if self.configured() {
                 warnings.extend(
                     self.admit_delete(rt, namespace, "", options, user, &item)
-                        .await?,
+                        .await?
+                        .warnings,
                 );
             }
             let name = item
@@ -542,8 +580,8 @@ impl Admission {
         Ok((deleted, warnings))
     }
 
-    /// The webhooks' verdict on deleting `old` (its `name` as the request names it): their
-    /// warnings.
+    /// The webhooks' and policies' verdict on deleting `old` (its `name` as the request names
+    /// it).
     async fn admit_delete(
         &self,
         rt: &ResourceType,
@@ -552,7 +590,7 @@ impl Admission {
         options: &DeleteOptions,
         user: &UserInfo,
         old: &Value,
-    ) -> Result<Vec<String>, ApiError> {
+    ) -> Result<Verdict, ApiError> {
         let mut delete_options = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
         "propagationPolicy": match options.propagation {
             Propagation::Orphan => "Orphan",
@@ -576,18 +614,25 @@ impl Admission {
             options: delete_options,
         };
         let hooks = self.matching(&Self::request(&attributes, None, Some(old)), namespace);
-        let mut warnings = Vec::new();
+        let mut outcome = Verdict::default();
         if !hooks.is_empty() {
             // Mutating webhooks are called for deletes too; there is no object to patch.
             for hook in &hooks.mutating {
                 let review = review(&attributes, None, Some(old));
                 if let Some(verdict) = consult(hook, &review).await? {
-                    warnings.extend(verdict.warnings);
+                    outcome.warnings.extend(verdict.warnings);
                 }
             }
-            warnings.extend(validate(&attributes, &hooks.validating, None, Some(old)).await?);
+            let policies = self
+                .policies
+                .admit(&self.store, &attributes, None, Some(old))?;
+            outcome.warnings.extend(policies.warnings);
+            outcome.annotations.extend(policies.annotations);
+            outcome
+                .warnings
+                .extend(validate(&attributes, &hooks.validating, None, Some(old)).await?);
         }
-        Ok(warnings)
+        Ok(outcome)
     }
 
     /// Mutating webhooks on `object`, then `revalidate` (the server's defaulting and
@@ -600,7 +645,7 @@ impl Admission {
         old: Option<&Value>,
         always: bool,
         revalidate: impl FnOnce(Value) -> Result<Value, ApiError>,
-    ) -> Result<(Value, Vec<String>), ApiError> {
+    ) -> Result<(Value, Verdict), ApiError> {
         let mut warnings = Vec::new();
         let initial = object.clone();
         // Each `IfNeeded` webhook with the object as it left it, for reinvocation.
@@ -636,8 +681,19 @@ impl Admission {
             )
             .validating
         };
+        // Admission policies run between the mutating and the validating webhooks.
+        let policies = self
+            .policies
+            .admit(&self.store, attributes, Some(&candidate), old)?;
+        warnings.extend(policies.warnings);
         warnings.extend(validate(attributes, &validating, Some(&candidate), old).await?);
-        Ok((candidate, warnings))
+        Ok((
+            candidate,
+            Verdict {
+                warnings,
+                annotations: policies.annotations,
+            },
+        ))
     }
 }
 

@@ -25,5 +25,8 @@ pub(super) async fn create(
         .await?;
     let warnings = [warnings, created.warnings].concat();
     let object = conversion::one_to_version(&target.rt, created.object).await?;
-    Ok(with_warnings(respond(201, &object), &warnings))
+    Ok(with_annotations(
+        with_warnings(respond(201, &object), &warnings),
+        created.annotations,
+    ))
 }

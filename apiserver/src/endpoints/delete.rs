@@ -24,7 +24,10 @@ pub(super) async fn delete(
         )
         .await?;
     let object = conversion::one_to_version(&target.rt, deleted.object).await?;
-    Ok(with_warnings(respond(200, &object), &deleted.warnings))
+    Ok(with_annotations(
+        with_warnings(respond(200, &object), &deleted.warnings),
+        deleted.annotations,
+    ))
 }
 
 /// DELETE of a collection: each selected object admitted and deleted as kube-apiserver's

@@ -49,8 +49,8 @@ mod update;
 mod watch;
 
 use negotiation::{
-    as_protobuf, decode_body, maybe_table, protobuf_only, read_body, wants_table, with_warnings,
-    yaml_or_json,
+    as_protobuf, decode_body, maybe_table, protobuf_only, read_body, wants_table, with_annotations,
+    with_warnings, yaml_or_json,
 };
 use scale_subresource::scale_subresource;
 
@@ -260,6 +260,10 @@ pub async fn handle(
             user: user.as_ref(),
             received,
             code: response.status().as_u16(),
+            annotations: response
+                .extensions()
+                .get::<crate::audit::Annotations>()
+                .map_or(&[][..], |a| a.0.as_slice()),
         });
     }
     if protobuf_only(&headers) {

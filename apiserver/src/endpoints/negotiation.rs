@@ -235,6 +235,19 @@ pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Resp
     response
 }
 
+/// `response` carrying `annotations` for its request's audit event.
+pub(super) fn with_annotations(
+    mut response: Response,
+    annotations: Vec<(String, String)>,
+) -> Response {
+    if !annotations.is_empty() {
+        response
+            .extensions_mut()
+            .insert(crate::audit::Annotations(annotations));
+    }
+    response
+}
+
 pub(super) fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)

@@ -97,8 +97,8 @@ pub(super) async fn patch(
     };
     let warnings = [warnings, stored.warnings].concat();
     let object = conversion::one_to_version(&target.rt, stored.object).await?;
-    Ok(with_warnings(
-        respond(if existed { 200 } else { 201 }, &object),
-        &warnings,
+    Ok(with_annotations(
+        with_warnings(respond(if existed { 200 } else { 201 }, &object), &warnings),
+        stored.annotations,
     ))
 }

@@ -28,5 +28,8 @@ pub(super) async fn update(
         .await?;
     let warnings = [warnings, updated.warnings].concat();
     let object = conversion::one_to_version(&target.rt, updated.object).await?;
-    Ok(with_warnings(respond(200, &object), &warnings))
+    Ok(with_annotations(
+        with_warnings(respond(200, &object), &warnings),
+        updated.annotations,
+    ))
 }

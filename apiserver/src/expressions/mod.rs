@@ -302,6 +302,48 @@ impl Rules {
     }
 }
 
+/// `source` parsed (optional syntax on, as kube's environment has it), or the parse errors in
+/// cel-go's layout.
+pub(crate) fn compile(source: &str) -> Result<IdedExpr, String> {
+    parse(source)
+}
+
+/// The first name `expr` uses that is neither one of `variables` nor a function rules may call,
+/// as cel-go reports it (`undeclared reference to 'x' (in container '')`).
+pub(crate) fn undeclared(expr: &IdedExpr, variables: &[&str]) -> Option<String> {
+    let (mut names, mut functions) = (Vec::new(), Vec::new());
+    identifiers(expr, &mut Vec::new(), &mut names, &mut functions);
+    names
+        .iter()
+        .filter(|n| !variables.contains(&n.as_str()))
+        .chain(
+            functions
+                .iter()
+                .filter(|f| !library::FUNCTIONS.contains(&f.as_str())),
+        )
+        .next()
+        .map(|name| format!("ERROR: <input>: undeclared reference to '{name}' (in container '')"))
+}
+
+/// A JSON value as CEL sees it without a schema (an admission policy's `object`, `params`).
+pub(crate) fn json(value: &Value) -> cel::Value {
+    value::to_cel(None, value, false)
+}
+
+/// Evaluate `expr` with `variables` bound: its value, or the error as cel-go words it.
+pub(crate) fn evaluate(
+    expr: &IdedExpr,
+    variables: &[(&str, cel::Value)],
+) -> Result<cel::Value, String> {
+    ROOT.with(|root| {
+        let mut scope = root.new_inner_scope();
+        for (name, value) in variables {
+            scope.add_variable_from_value(*name, value.clone());
+        }
+        run(expr, &scope)
+    })
+}
+
 thread_local! {
     /// The functions rules may call, registered once per thread.
     static ROOT: cel::Context<'static> = library::context();
@@ -522,28 +564,17 @@ fn check_node<'a>(
                 continue;
             }
         };
-        let (mut names, mut functions) = (Vec::new(), Vec::new());
-        identifiers(&expr, &mut Vec::new(), &mut names, &mut functions);
-        let undeclared: Vec<&String> = names
-            .iter()
-            .filter(|n| !matches!(n.as_str(), "self" | "oldSelf"))
-            .chain(
-                functions
-                    .iter()
-                    .filter(|f| !library::FUNCTIONS.contains(&f.as_str())),
-            )
-            .collect();
-        if let Some(name) = undeclared.first() {
+        if let Some(error) = undeclared(&expr, &["self", "oldSelf"]) {
             causes.push((
                 format!("{at}.rule"),
                 format!(
-                    "Invalid value: {}: compilation failed: ERROR: <input>: undeclared reference to '{name}' (in container '')",
+                    "Invalid value: {}: compilation failed: {error}",
                     go_rule(rule)
                 ),
             ));
             continue;
         }
-        let uses_old_self = names.iter().any(|n| n == "oldSelf");
+        let uses_old_self = mentions(&expr, "oldSelf");
         if rule.get("optionalOldSelf") == Some(&Value::Bool(true)) && !uses_old_self {
             causes.push((
                 format!("{at}.optionalOldSelf"),

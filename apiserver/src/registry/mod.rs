@@ -184,6 +184,12 @@ pub fn strategy(rt: &ResourceType) -> &'static dyn Strategy {
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
             &admissionregistration::webhookconfiguration::MUTATING
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            &admissionregistration::policy::POLICY
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            &admissionregistration::policy::BINDING
+        }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &apiextensions::crd::STRATEGY,
         ("discovery.k8s.io", "EndpointSlice") => &discovery::endpointslice::STRATEGY,
         ("coordination.k8s.io", "Lease") => &coordination::lease::STRATEGY,

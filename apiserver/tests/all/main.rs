@@ -3,6 +3,7 @@
 //! controllers, the protocol, and admission webhooks. Run one area with
 //! `cargo test -p krec-apiserver --test all -- kubectl::`.
 
+mod admission_policies;
 mod api_errors;
 mod authentication;
 mod authorization;

@@ -17,6 +17,7 @@ mod faults;
 mod hostile;
 mod live;
 mod operate;
+mod policies;
 mod rbac;
 mod readme;
 mod samples;

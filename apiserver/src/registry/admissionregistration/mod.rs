@@ -1,3 +1,4 @@
-//! `admissionregistration.k8s.io`: webhook configurations.
+//! `admissionregistration.k8s.io`: webhook configurations and admission policies.
 
+pub mod policy;
 pub mod webhookconfiguration;

@@ -1,0 +1,645 @@
+//! ValidatingAdmissionPolicy, as kube-apiserver's `ValidatingAdmissionPolicy` admission plugin
+//! runs it (`apiserver/pkg/admission/plugin/policy/validating`), after the mutating webhooks and
+//! before the validating ones: each ValidatingAdmissionPolicyBinding (in name order) puts its
+//! policy to the requests both match (`matchConstraints`, the binding's `matchResources`,
+//! then the policy's `matchConditions`), once per parameter object its `paramRef` selects;
+//! each `validation` that is false is a decision carried out as the binding's
+//! `validationActions` say — `Deny` refuses the request with kube's message and status,
+//! `Warn` answers a warning, `Audit` records it in the audit event's annotations — and an
+//! expression that fails, or a binding that cannot be configured, follows `failurePolicy`.
+//!
+//! Expressions see `object`, `oldObject`, `request` (the admission request without its
+//! objects), `params`, `namespaceObject` and `variables`; compiled once per policy
+//! `resourceVersion`. Not yet: `authorizer`, the type checking written into
+//! `status.typeChecking`, and the runtime cost budget (docs/apiserver.md, differences).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use cel::common::ast::IdedExpr;
+use serde_json::{Value, json};
+
+use super::{Attributes, review};
+use crate::admissionregistration::{Request, Rule};
+use crate::expressions;
+use crate::resources::ResourceType;
+use crate::store::Store;
+use krec_core::error::ApiError;
+use krec_core::json::{Pointer, strings};
+use krec_core::selector::{LabelSelector, object_labels};
+
+const GROUP: &str = "admissionregistration.k8s.io";
+
+/// The key of the audit annotation listing the `Audit` decisions.
+pub const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
+
+/// The variables a policy's expressions may name.
+pub const VARIABLES: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+    "variables",
+];
+
+/// An expression of a policy, compiled (or why it does not compile).
+struct Expression {
+    text: String,
+    compiled: Result<IdedExpr, String>,
+}
+
+impl Expression {
+    fn new(text: &str) -> Self {
+        let compiled = expressions::compile(text).and_then(|expr| {
+            match expressions::undeclared(&expr, VARIABLES) {
+                Some(error) => Err(error),
+                None => Ok(expr),
+            }
+        });
+        Expression {
+            text: text.trim().to_owned(),
+            compiled,
+        }
+    }
+
+    fn evaluate(&self, variables: &[(&str, cel::Value)]) -> Result<cel::Value, String> {
+        let expr = self
+            .compiled
+            .as_ref()
+            .map_err(|error| format!("compilation error: {error}"))?;
+        expressions::evaluate(expr, variables)
+    }
+}
+
+/// A validation of a policy.
+struct Validation {
+    expression: Expression,
+    message: String,
+    message_expression: Option<Expression>,
+    reason: String,
+}
+
+/// What requests a policy or binding applies to (`matchConstraints`, `matchResources`).
+struct Matcher {
+    rules: Vec<(Rule, Vec<String>)>,
+    exclude: Vec<(Rule, Vec<String>)>,
+    namespace_selector: LabelSelector,
+    object_selector: LabelSelector,
+    equivalent: bool,
+}
+
+impl Matcher {
+    fn from_json(resources: &Value) -> Self {
+        let rules = |key: &str| -> Vec<(Rule, Vec<String>)> {
+            resources
+                .get(key)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|rule| (Rule::from_json(rule), strings(rule.get("resourceNames"))))
+                .collect()
+        };
+        let selector = |key: &str| {
+            resources
+                .get(key)
+                .and_then(LabelSelector::from_json)
+                .unwrap_or_default()
+        };
+        Matcher {
+            rules: rules("resourceRules"),
+            exclude: rules("excludeResourceRules"),
+            namespace_selector: selector("namespaceSelector"),
+            object_selector: selector("objectSelector"),
+            equivalent: resources.get("matchPolicy").and_then(Value::as_str) != Some("Exact"),
+        }
+    }
+
+    fn matches(
+        &self,
+        request: &Request<'_>,
+        name: &str,
+        namespace: &BTreeMap<String, String>,
+    ) -> bool {
+        let rule_matches = |(rule, names): &(Rule, Vec<String>)| {
+            (rule.matches(request, false) || (self.equivalent && rule.matches(request, true)))
+                && (names.is_empty() || names.iter().any(|n| n == name))
+        };
+        self.rules.iter().any(rule_matches)
+            && !self.exclude.iter().any(rule_matches)
+            && self.namespace_selector.matches(namespace)
+            && (self.object_selector.requirements.is_empty()
+                || [request.object, request.old_object]
+                    .into_iter()
+                    .flatten()
+                    .any(|o| self.object_selector.matches_object(o)))
+    }
+}
+
+/// A ValidatingAdmissionPolicy, compiled.
+struct Policy {
+    name: String,
+    fail_closed: bool,
+    constraints: Matcher,
+    /// `paramKind`: apiVersion and kind.
+    param_kind: Option<(String, String)>,
+    conditions: Vec<(String, Expression)>,
+    variables: Vec<(String, Expression)>,
+    validations: Vec<Validation>,
+    audit_annotations: Vec<(String, Expression)>,
+}
+
+impl Policy {
+    fn compile(policy: &Value) -> Self {
+        let spec = policy.get("spec").cloned().unwrap_or_default();
+        let list = |key: &str| -> Vec<Value> {
+            spec.get(key)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let text = |value: &Value, key: &str| {
+            value
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Policy {
+            name: text(policy.get("metadata").unwrap_or(&Value::Null), "name"),
+            fail_closed: spec.get("failurePolicy").and_then(Value::as_str) != Some("Ignore"),
+            constraints: Matcher::from_json(spec.get("matchConstraints").unwrap_or(&Value::Null)),
+            param_kind: spec
+                .get("paramKind")
+                .filter(|p| p.is_object())
+                .map(|p| (text(p, "apiVersion"), text(p, "kind"))),
+            conditions: list("matchConditions")
+                .iter()
+                .map(|c| (text(c, "name"), Expression::new(&text(c, "expression"))))
+                .collect(),
+            variables: list("variables")
+                .iter()
+                .map(|v| (text(v, "name"), Expression::new(&text(v, "expression"))))
+                .collect(),
+            validations: list("validations")
+                .iter()
+                .map(|v| Validation {
+                    expression: Expression::new(&text(v, "expression")),
+                    message: text(v, "message").trim().to_owned(),
+                    message_expression: v
+                        .get("messageExpression")
+                        .and_then(Value::as_str)
+                        .map(Expression::new),
+                    reason: text(v, "reason"),
+                })
+                .collect(),
+            audit_annotations: list("auditAnnotations")
+                .iter()
+                .map(|a| (text(a, "key"), Expression::new(&text(a, "valueExpression"))))
+                .collect(),
+        }
+    }
+}
+
+/// The policies of one server, compiled once per `resourceVersion`.
+pub struct Policies {
+    policies: Option<ResourceType>,
+    bindings: Option<ResourceType>,
+    compiled: Mutex<HashMap<String, (String, Arc<Policy>)>>,
+}
+
+/// What the policies made of a request they let through.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// `Warn` decisions, as the response's warnings.
+    pub warnings: Vec<String>,
+    /// Audit annotations: `Audit` decisions and the policies' `auditAnnotations`.
+    pub annotations: Vec<(String, String)>,
+}
+
+/// One decision to carry out.
+struct Decision {
+    policy: String,
+    binding: String,
+    message: String,
+    reason: String,
+    index: usize,
+    actions: Vec<String>,
+}
+
+impl Policies {
+    /// The policies `store` holds.
+    pub fn new(store: &Store) -> Self {
+        let registry = store.registry();
+        Policies {
+            policies: registry.by_kind(GROUP, "v1", "ValidatingAdmissionPolicy"),
+            bindings: registry.by_kind(GROUP, "v1", "ValidatingAdmissionPolicyBinding"),
+            compiled: Mutex::default(),
+        }
+    }
+
+    /// Whether any binding exists (else no policy applies to anything).
+    pub fn configured(&self, store: &Store) -> bool {
+        self.bindings.as_ref().is_some_and(|rt| store.has_any(rt))
+    }
+
+    fn compiled(&self, policy: &Value) -> Arc<Policy> {
+        let uid = policy
+            .at("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let version = policy
+            .at("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, policy)) = compiled.get(uid)
+            && seen == version
+        {
+            return policy.clone();
+        }
+        let fresh = Arc::new(Policy::compile(policy));
+        compiled.insert(uid.to_owned(), (version.to_owned(), fresh.clone()));
+        fresh
+    }
+
+    /// Put the request (`object` replacing `old`; a delete has no object) to every policy
+    /// bound to it: what they made of it, or the first denial.
+    pub(super) fn admit(
+        &self,
+        store: &Store,
+        attributes: &Attributes<'_>,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<Outcome, ApiError> {
+        let mut outcome = Outcome::default();
+        let (Some(policies_rt), Some(bindings_rt)) = (&self.policies, &self.bindings) else {
+            return Ok(outcome);
+        };
+        // Policies never apply to the policies themselves (nor to webhook configurations).
+        if attributes.rt.group == GROUP || !store.has_any(bindings_rt) {
+            return Ok(outcome);
+        }
+        let request = Request {
+            operation: attributes.operation,
+            group: &attributes.rt.group,
+            version: &attributes.rt.version,
+            resource: &attributes.rt.plural,
+            subresource: attributes.subresource,
+            namespaced: attributes.rt.namespaced,
+            object,
+            old_object: old,
+        };
+        let namespace_object = namespace_object(store, attributes, object.or(old));
+        let namespace_labels = namespace_object
+            .as_ref()
+            .map(object_labels)
+            .unwrap_or_default();
+        let mut decisions = Vec::new();
+        for binding in store.objects(bindings_rt, None) {
+            let binding_name = binding
+                .at("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let Some(policy) = binding
+                .at("/spec/policyName")
+                .and_then(Value::as_str)
+                .and_then(|name| store.get(policies_rt, None, name).ok())
+            else {
+                continue;
+            };
+            let policy = self.compiled(&policy);
+            if !policy
+                .constraints
+                .matches(&request, attributes.name, &namespace_labels)
+            {
+                continue;
+            }
+            if let Some(resources) = binding.at("/spec/matchResources").filter(|r| r.is_object())
+                && !Matcher::from_json(resources).matches(
+                    &request,
+                    attributes.name,
+                    &namespace_labels,
+                )
+            {
+                continue;
+            }
+            let actions = strings(binding.at("/spec/validationActions"));
+            let decide = |message: String, reason: &str, index: usize| Decision {
+                policy: policy.name.clone(),
+                binding: binding_name.to_owned(),
+                message,
+                reason: reason.to_owned(),
+                index,
+                actions: actions.clone(),
+            };
+            let params = match params(store, &policy, &binding, attributes) {
+                Ok(params) => params,
+                Err(error) => {
+                    if policy.fail_closed {
+                        decisions.push(Decision {
+                            actions: vec!["Deny".into()],
+                            ..decide(
+                                format!("failed to configure binding: {error}"),
+                                "Invalid",
+                                0,
+                            )
+                        });
+                    }
+                    continue;
+                }
+            };
+            for param in params {
+                let mut variables = vec![
+                    (
+                        "object",
+                        object.map_or(cel::Value::Null, |o| {
+                            expressions::json(&crate::managed::expanded(o))
+                        }),
+                    ),
+                    (
+                        "oldObject",
+                        old.map_or(cel::Value::Null, |o| {
+                            expressions::json(&crate::managed::expanded(o))
+                        }),
+                    ),
+                    ("request", expressions::json(&request_variable(attributes))),
+                    ("params", expressions::json(&param)),
+                    (
+                        "namespaceObject",
+                        namespace_object
+                            .as_ref()
+                            .map_or(cel::Value::Null, expressions::json),
+                    ),
+                ];
+                match conditions_hold(&policy, &variables) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) => {
+                        if policy.fail_closed {
+                            decisions.push(decide(error, "Invalid", 0));
+                        }
+                        continue;
+                    }
+                }
+                variables.push(("variables", composed_variables(&policy, &variables)));
+                for (index, validation) in policy.validations.iter().enumerate() {
+                    match validation.expression.evaluate(&variables) {
+                        Ok(cel::Value::Bool(true)) => {}
+                        Ok(cel::Value::Bool(false)) => {
+                            let message = validation
+                                .message_expression
+                                .as_ref()
+                                .and_then(|m| match m.evaluate(&variables) {
+                                    Ok(cel::Value::String(s)) => {
+                                        let s = s.trim();
+                                        (!s.is_empty() && !s.contains('\n') && s.len() <= 5 * 1024)
+                                            .then(|| s.to_owned())
+                                    }
+                                    _ => None,
+                                })
+                                .unwrap_or_else(|| {
+                                    if validation.message.is_empty() {
+                                        format!("failed expression: {}", validation.expression.text)
+                                    } else {
+                                        validation.message.clone()
+                                    }
+                                });
+                            decisions.push(decide(message, &validation.reason, index));
+                        }
+                        Ok(_) if policy.fail_closed => decisions.push(decide(
+                            format!(
+                                "expression '{}' resulted in error: expression did not evaluate to a bool",
+                                validation.expression.text
+                            ),
+                            "Invalid",
+                            index,
+                        )),
+                        Err(error) if policy.fail_closed => decisions.push(decide(
+                            format!("expression '{}' resulted in error: {error}", validation.expression.text),
+                            "Invalid",
+                            index,
+                        )),
+                        _ => {}
+                    }
+                }
+                for (key, expression) in &policy.audit_annotations {
+                    if let Ok(cel::Value::String(value)) = expression.evaluate(&variables)
+                        && !value.is_empty()
+                    {
+                        outcome
+                            .annotations
+                            .push((format!("{}/{key}", policy.name), value.as_str().to_owned()));
+                    }
+                }
+            }
+        }
+        let mut audited = Vec::new();
+        let mut denied = None;
+        for decision in decisions {
+            let has = |action: &str| decision.actions.iter().any(|a| a == action);
+            if has("Warn") {
+                outcome.warnings.push(format!(
+                    "Validation failed for ValidatingAdmissionPolicy '{}' with binding '{}': {}",
+                    decision.policy, decision.binding, decision.message
+                ));
+            }
+            if has("Audit") {
+                audited.push(
+                    json!({"message": decision.message, "policy": decision.policy,
+                    "binding": decision.binding, "expressionIndex": decision.index,
+                    "validationActions": decision.actions}),
+                );
+            }
+            if has("Deny") && denied.is_none() {
+                denied = Some(decision);
+            }
+        }
+        if !audited.is_empty() {
+            outcome.annotations.push((
+                VALIDATION_FAILURE.to_owned(),
+                Value::Array(audited).to_string(),
+            ));
+        }
+        match denied {
+            Some(decision) => Err(denial(attributes, &decision)),
+            None => Ok(outcome),
+        }
+    }
+}
+
+/// Whether every `matchCondition` holds; an error names the condition that failed.
+fn conditions_hold(policy: &Policy, variables: &[(&str, cel::Value)]) -> Result<bool, String> {
+    for (name, condition) in &policy.conditions {
+        match condition.evaluate(variables) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => return Ok(false),
+            Ok(_) => {
+                return Err(format!(
+                    "matchCondition '{name}' did not evaluate to a bool"
+                ));
+            }
+            Err(error) => {
+                return Err(format!(
+                    "failed to evaluate matchCondition '{name}': expression '{}' resulted in error: {error}",
+                    condition.text
+                ));
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// `variables`: each of the policy's variables, in order, each seeing those before it (one
+/// that fails is absent, and an expression naming it fails).
+fn composed_variables(policy: &Policy, variables: &[(&str, cel::Value)]) -> cel::Value {
+    let mut composed: HashMap<cel::objects::Key, cel::Value> = HashMap::new();
+    for (name, expression) in &policy.variables {
+        let mut scope = variables.to_vec();
+        scope.push((
+            "variables",
+            cel::Value::Map(cel::objects::Map {
+                map: Arc::new(composed.clone()),
+            }),
+        ));
+        if let Ok(value) = expression.evaluate(&scope) {
+            composed.insert(cel::objects::Key::String(Arc::new(name.clone())), value);
+        }
+    }
+    cel::Value::Map(cel::objects::Map {
+        map: Arc::new(composed),
+    })
+}
+
+/// The request as policies see it: the admission request without its objects.
+fn request_variable(attributes: &Attributes<'_>) -> Value {
+    let mut request = review(attributes, None, None).request;
+    if let Some(fields) = request.as_object_mut() {
+        fields.remove("object");
+        fields.remove("oldObject");
+    }
+    request
+}
+
+/// The namespace a namespaced request is in (or the Namespace it is on), as `namespaceObject`.
+fn namespace_object(
+    store: &Store,
+    attributes: &Attributes<'_>,
+    object: Option<&Value>,
+) -> Option<Value> {
+    let rt = store.registry().by_kind("", "v1", "Namespace")?;
+    if attributes.rt.group.is_empty() && attributes.rt.plural == "namespaces" {
+        return object.cloned();
+    }
+    let namespace = attributes.namespace.filter(|_| attributes.rt.namespaced)?;
+    store
+        .get(&rt, None, namespace)
+        .ok()
+        .map(Arc::unwrap_or_clone)
+}
+
+/// The parameter objects a binding gives its policy (one `null` without `paramKind`).
+fn params(
+    store: &Store,
+    policy: &Policy,
+    binding: &Value,
+    attributes: &Attributes<'_>,
+) -> Result<Vec<Value>, String> {
+    let Some((api_version, kind)) = &policy.param_kind else {
+        return Ok(vec![Value::Null]);
+    };
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let rt = store
+        .registry()
+        .by_kind(group, version, kind)
+        .ok_or_else(|| format!("paramKind kind `{kind}` not known"))?;
+    let Some(reference) = binding.at("/spec/paramRef").filter(|r| r.is_object()) else {
+        return Err(format!(
+            "policy '{}' has paramKind but binding has no paramRef",
+            policy.name
+        ));
+    };
+    let namespace = match reference.get("namespace").and_then(Value::as_str) {
+        Some(ns) if !ns.is_empty() => Some(ns.to_owned()),
+        _ if rt.namespaced => match attributes.namespace.filter(|_| attributes.rt.namespaced) {
+            Some(ns) => Some(ns.to_owned()),
+            None => {
+                return Err(
+                    "cannot use namespaced paramRef in policy binding that matches cluster-scoped resources"
+                        .into(),
+                );
+            }
+        },
+        _ => None,
+    };
+    let found: Vec<Value> = match reference.get("name").and_then(Value::as_str) {
+        Some(name) => store
+            .get(&rt, namespace.as_deref(), name)
+            .ok()
+            .map(|p| vec![Arc::unwrap_or_clone(p)])
+            .unwrap_or_default(),
+        None => {
+            let selector = reference
+                .get("selector")
+                .and_then(LabelSelector::from_json)
+                .unwrap_or_default();
+            store
+                .objects(&rt, namespace.as_deref())
+                .into_iter()
+                .filter(|p| selector.matches_object(p))
+                .map(Arc::unwrap_or_clone)
+                .collect()
+        }
+    };
+    if found.is_empty()
+        && reference
+            .get("parameterNotFoundAction")
+            .and_then(Value::as_str)
+            != Some("Allow")
+    {
+        return Err(
+            "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+        );
+    }
+    Ok(found)
+}
+
+/// kube's refusal: `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '…' with
+/// binding '…' denied request: …`, with the status code of the validation's `reason` (422 for
+/// `Invalid`, the default).
+fn denial(attributes: &Attributes<'_>, decision: &Decision) -> ApiError {
+    let rt = attributes.rt;
+    let message = format!(
+        "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {}",
+        decision.policy, decision.binding, decision.message
+    );
+    let qualified = if rt.group.is_empty() {
+        rt.plural.clone()
+    } else {
+        format!("{}.{}", rt.plural, rt.group)
+    };
+    let text = if attributes.name.is_empty() {
+        format!("{qualified} is forbidden: {message}")
+    } else {
+        format!("{qualified} {:?} is forbidden: {message}", attributes.name)
+    };
+    let (code, reason) = match decision.reason.as_str() {
+        "Forbidden" => (403, "Forbidden"),
+        "Unauthorized" => (401, "Unauthorized"),
+        "RequestEntityTooLarge" => (413, "RequestEntityTooLarge"),
+        _ => (422, "Invalid"),
+    };
+    let mut details = json!({"kind": rt.plural, "causes": [{"message": message}]});
+    if !attributes.name.is_empty() {
+        details["name"] = json!(attributes.name);
+    }
+    if !rt.group.is_empty() {
+        details["group"] = json!(rt.group);
+    }
+    ApiError {
+        code,
+        reason,
+        message: text,
+        details: Some(details),
+    }
+}
