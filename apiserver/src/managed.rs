@@ -965,9 +965,53 @@ fn managed_entries_mut(object: &mut Value) -> impl Iterator<Item = &mut Map<Stri
         .filter_map(Value::as_object_mut)
 }
 
+/// What a client wrote in `metadata.managedFields`, as kube's field manager reads it
+/// (`decodeLiveOrNew`).
+#[derive(Debug, PartialEq)]
+pub enum Given {
+    /// Nothing, or entries that do not decode: the stored entries stay.
+    Stored,
+    /// `[]` or `[{}]`: no entries at all from now on (the documented way to clear them).
+    Reset,
+    /// Entries that decode: they replace the stored ones.
+    Entries,
+}
+
+/// How kube's field manager takes `managed_fields` from a client's update or patch: a reset, a
+/// valid list (each entry `Apply` or `Update`, with an `apiVersion`, `fieldsType: FieldsV1` and
+/// a `fieldsV1` object), or nothing it will use (absent, or any entry invalid — then the stored
+/// entries stay, so that clients unaware of them cannot lose them).
+pub fn given(managed_fields: Option<&Value>) -> Given {
+    let Some(Value::Array(entries)) = managed_fields else {
+        return Given::Stored;
+    };
+    match entries.as_slice() {
+        [] => return Given::Reset,
+        [Value::Object(only)] if only.is_empty() => return Given::Reset,
+        _ => {}
+    }
+    let valid = |entry: &Value| {
+        let text = |key: &str| entry.get(key).and_then(Value::as_str);
+        matches!(text("operation"), Some("Apply" | "Update"))
+            && text("apiVersion").is_some_and(|v| !v.is_empty())
+            && text("fieldsType") == Some("FieldsV1")
+            && match entry.get("fieldsV1") {
+                Some(Value::Object(_)) | None => true,
+                Some(Value::String(text)) => is_fields_v1_text(text),
+                _ => false,
+            }
+    };
+    if entries.iter().all(valid) {
+        Given::Entries
+    } else {
+        Given::Stored
+    }
+}
+
 /// Record an `Update` (create, update or non-apply patch) that turned `old` (`Value::Null` for a
-/// create) into `new`, whose `managedFields` are `old`'s: the manager takes the fields it changed
-/// from everyone else, and fields that went are nobody's.
+/// create) into `new`, whose `managedFields` are `old`'s or the ones its client wrote
+/// ([`given`]): the manager takes the fields it changed from everyone else, and fields that went
+/// are nobody's. An object without entries is not tracked.
 ///
 /// The entries are changed in place, in their `FieldsV1` form: an entry the write does not touch
 /// (most of them, on most writes) is neither decoded nor encoded again.
@@ -992,6 +1036,11 @@ pub fn record_update(old: &Value, new: &mut Value, schema: Schema<'_>, write: &W
         Some(Value::Array(list)) => list,
         _ => Vec::new(),
     };
+    // An object that has no entries stays without: kube tracks fields from a create on, or
+    // from a server-side apply, never from the update of an untracked object.
+    if list.is_empty() {
+        return;
+    }
     let touches = !changed.is_empty() || !removed.is_empty();
     let mut own_found = false;
     list.retain_mut(|entry| {
@@ -1201,7 +1250,42 @@ pub fn apply(
     if !list.is_empty() {
         merged["metadata"]["managedFields"] = Value::Array(list);
     }
+    sync_last_applied(&mut merged, config, write.manager);
     Ok(merged)
+}
+
+/// kubectl's client-side apply annotation.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// kube's `lastAppliedUpdater`: a server-side apply by kubectl (field manager `kubectl`) of an
+/// object that has client-side apply's annotation keeps that annotation the configuration
+/// applied, so that a later client-side apply computes from it.
+fn sync_last_applied(object: &mut Value, config: &Value, manager: &str) {
+    if manager != "kubectl" {
+        return;
+    }
+    let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+        .filter(|a| a.contains_key(LAST_APPLIED))
+    else {
+        return;
+    };
+    let mut applied = config.clone();
+    if let Some(meta) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        let emptied = match meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            Some(own) => {
+                own.remove(LAST_APPLIED);
+                own.is_empty()
+            }
+            None => false,
+        };
+        if emptied {
+            meta.remove("annotations");
+        }
+    }
+    // As Go encodes it: keys in order, a newline at the end.
+    annotations.insert(LAST_APPLIED.into(), Value::String(format!("{applied}\n")));
 }
 
 /// Merge `config` into `live` with list semantics (keyed lists by key, sets by member).

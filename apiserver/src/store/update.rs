@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::write::spec_changed;
 use super::{Store, meta_str, metadata_mut};
+use crate::managed;
 use crate::resources::ResourceType;
 use krec_core::error::ApiError;
 use krec_core::json::Pointer;
@@ -148,14 +149,23 @@ pub(super) fn carry_system_fields(rt: &ResourceType, old: &Value, new: &mut Valu
         };
     }
     if !applied {
-        // The entries are the stored ones (kept as they are when the body carried them back
+        // The entries are the client's when it wrote valid ones (or none at all with `[]` or
+        // `[{}]`), else the stored ones (kept as they are when the body carried them back
         // unchanged, as a patch does), for `record_update` to change.
         let stored = old_meta.get("managedFields");
-        if meta.get("managedFields") != stored {
-            match stored {
-                Some(entries) => meta.insert("managedFields".into(), entries.clone()),
-                None => meta.remove("managedFields"),
-            };
+        match managed::given(meta.get("managedFields")) {
+            managed::Given::Reset => {
+                meta.remove("managedFields");
+            }
+            managed::Given::Entries => {}
+            managed::Given::Stored => {
+                if meta.get("managedFields") != stored {
+                    match stored {
+                        Some(entries) => meta.insert("managedFields".into(), entries.clone()),
+                        None => meta.remove("managedFields"),
+                    };
+                }
+            }
         }
     }
 }
@@ -306,13 +316,29 @@ mod tests {
         let old = json!({"metadata": {"name": "a", "namespace": "x", "uid": "u1",
             "creationTimestamp": "2026-01-01T00:00:00Z", "managedFields": [{"manager": "m"}]}});
         let mut new = json!({"metadata": {"name": "a", "uid": "forged",
-            "deletionTimestamp": "2026-02-02T00:00:00Z", "managedFields": []}});
+            "deletionTimestamp": "2026-02-02T00:00:00Z"}});
         carry_system_fields(&cm, &old, &mut new, false);
         assert_eq!(new["apiVersion"], "v1");
         assert_eq!(new["kind"], "ConfigMap");
         assert_eq!(new["metadata"]["uid"], "u1");
         assert_eq!(new["metadata"]["namespace"], "x");
         assert!(new["metadata"].get("deletionTimestamp").is_none());
+        assert_eq!(new["metadata"]["managedFields"], json!([{"manager": "m"}]));
+        // As kube's field manager reads a client's entries: `[]` and `[{}]` clear them, valid
+        // ones replace them, invalid ones leave the stored ones.
+        for reset in [json!([]), json!([{}])] {
+            let mut new = json!({"metadata": {"managedFields": reset}});
+            carry_system_fields(&cm, &old, &mut new, false);
+            assert!(new["metadata"].get("managedFields").is_none());
+        }
+        let valid = json!([{"manager": "kubectl", "operation": "Apply", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        let mut new = json!({"metadata": {"managedFields": valid.clone()}});
+        carry_system_fields(&cm, &old, &mut new, false);
+        assert_eq!(new["metadata"]["managedFields"], valid);
+        let mut new =
+            json!({"metadata": {"managedFields": [{"manager": "x", "operation": "Take"}]}});
+        carry_system_fields(&cm, &old, &mut new, false);
         assert_eq!(new["metadata"]["managedFields"], json!([{"manager": "m"}]));
         let mut applied = json!({"metadata": {"managedFields": [{"manager": "apply"}]}});
         carry_system_fields(&cm, &old, &mut applied, true);

@@ -1050,3 +1050,90 @@ items:
     assert_eq!(created.trim(), "configmap/one created");
     cluster.shutdown().await;
 }
+
+/// kubectl's move from client-side to server-side apply (`kubectl apply --server-side` after
+/// `kubectl apply`): kubectl hands the client-side manager's fields to its server-side one by
+/// writing `managedFields` itself, so what the new configuration leaves out is removed, as on
+/// kube-apiserver; and `managedFields: [{}]` clears the entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_side_apply_should_upgrade_to_server_side_apply_as_on_kube() {
+    let (cluster, dir, kubectl) = start().await;
+    let write = |name: &str, data: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: default}}\ndata: {data}\n"),
+        )
+        .expect("write");
+        path.display().to_string()
+    };
+    kubectl.ok(&[
+        "apply",
+        "-f",
+        &write("one.yaml", "{a: '1', b: '2', c: '3'}"),
+    ]);
+    kubectl.ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &write("two.yaml", "{c: '3'}"),
+    ]);
+    let stored: serde_json::Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "configmap",
+        "cfg",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]))
+    .expect("json");
+    assert_eq!(stored["data"], serde_json::json!({"c": "3"}), "{stored}");
+    let managers: Vec<(&str, &str)> = stored["metadata"]["managedFields"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap_or(""),
+                e["operation"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    // kubectl moved the client-side manager's fields to `kubectl` (and the annotation to
+    // `kubectl-last-applied`); the server kept the annotation the configuration applied.
+    assert_eq!(
+        managers,
+        [("kubectl", "Apply"), ("kubectl-last-applied", "Apply")],
+        "{stored}"
+    );
+    assert_eq!(
+        stored["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+        "{\"apiVersion\":\"v1\",\"data\":{\"c\":\"3\"},\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"cfg\",\"namespace\":\"default\"}}\n"
+    );
+
+    // `[{}]` clears the entries, and an update of the untracked object leaves it untracked.
+    kubectl.ok(&[
+        "patch",
+        "configmap",
+        "cfg",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"managedFields":[{}]}}"#,
+    ]);
+    kubectl.ok(&["label", "configmap", "cfg", "x=y"]);
+    let stored: serde_json::Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "configmap",
+        "cfg",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]))
+    .expect("json");
+    assert!(
+        stored["metadata"].get("managedFields").is_none(),
+        "{stored}"
+    );
+    assert_eq!(stored["metadata"]["labels"]["x"], "y");
+    cluster.shutdown().await;
+}
