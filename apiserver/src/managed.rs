@@ -1288,6 +1288,13 @@ fn sync_last_applied(object: &mut Value, config: &Value, manager: &str) {
     annotations.insert(LAST_APPLIED.into(), Value::String(format!("{applied}\n")));
 }
 
+/// Merge `config` into `object` as server-side apply merges a configuration (keyed lists by
+/// key, sets by member, atomic values replaced), owning nothing: what a mutating admission
+/// policy's `ApplyConfiguration` does.
+pub fn merge_configuration(object: &mut Value, config: &Value, schema: Schema<'_>) {
+    merge(object, config, schema.root(), schema, false, true);
+}
+
 /// Merge `config` into `live` with list semantics (keyed lists by key, sets by member).
 fn merge(
     live: &mut Value,

@@ -298,6 +298,18 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
         "validatingadmissionpolicybindings",
     ),
     cluster(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingAdmissionPolicy",
+        "mutatingadmissionpolicies",
+    ),
+    cluster(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+    ),
+    cluster(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
@@ -311,20 +323,6 @@ pub const BUILTIN_KINDS: &[BuiltinKind] = &[
     cluster("apiregistration.k8s.io", "v1", "APIService", "apiservices")
         .status()
         .not_served(),
-    cluster(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicies",
-    )
-    .not_served(),
-    cluster(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybindings",
-    )
-    .not_served(),
     cluster("storage.k8s.io", "v1", "CSIDriver", "csidrivers").not_served(),
     cluster("storage.k8s.io", "v1", "CSINode", "csinodes").not_served(),
     cluster(

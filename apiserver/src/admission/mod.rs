@@ -648,6 +648,14 @@ impl Admission {
     ) -> Result<(Value, Verdict), ApiError> {
         let mut warnings = Vec::new();
         let initial = object.clone();
+        // Mutating admission policies come first, then the mutating webhooks.
+        self.policies.mutate(
+            &self.store,
+            attributes,
+            &mut object,
+            old,
+            crate::managed::Schema::of(attributes.rt),
+        )?;
         // Each `IfNeeded` webhook with the object as it left it, for reinvocation.
         let mut left: Vec<(&Hook, Value)> = Vec::new();
         for hook in &hooks.mutating {

@@ -147,6 +147,15 @@ struct Policy {
     variables: Vec<(String, Expression)>,
     validations: Vec<Validation>,
     audit_annotations: Vec<(String, Expression)>,
+    /// A mutating policy's `mutations`.
+    mutations: Vec<Mutation>,
+}
+
+/// One mutation of a MutatingAdmissionPolicy.
+struct Mutation {
+    /// `ApplyConfiguration` (else `JSONPatch`).
+    apply: bool,
+    expression: Expression,
 }
 
 impl Policy {
@@ -197,15 +206,42 @@ impl Policy {
                 .iter()
                 .map(|a| (text(a, "key"), Expression::new(&text(a, "valueExpression"))))
                 .collect(),
+            mutations: list("mutations")
+                .iter()
+                .map(|m| {
+                    let apply = text(m, "patchType") == "ApplyConfiguration";
+                    let source = if apply {
+                        m.at("/applyConfiguration/expression")
+                    } else {
+                        m.at("/jsonPatch/expression")
+                    };
+                    Mutation {
+                        apply,
+                        expression: Expression::new(
+                            source.and_then(Value::as_str).unwrap_or_default(),
+                        ),
+                    }
+                })
+                .collect(),
         }
     }
 }
 
-/// The policies of one server, compiled once per `resourceVersion`.
+/// The policies of one server (validating and mutating), compiled once per `resourceVersion`.
 pub struct Policies {
     policies: Option<ResourceType>,
     bindings: Option<ResourceType>,
+    mutating: Option<ResourceType>,
+    mutating_bindings: Option<ResourceType>,
     compiled: Mutex<HashMap<String, (String, Arc<Policy>)>>,
+}
+
+/// A policy a binding puts to a request: the policy, the binding, the parameters (or why they
+/// cannot be had).
+struct Invocation {
+    policy: Arc<Policy>,
+    binding: String,
+    params: Result<Vec<Value>, String>,
 }
 
 /// What the policies made of a request they let through.
@@ -234,13 +270,191 @@ impl Policies {
         Policies {
             policies: registry.by_kind(GROUP, "v1", "ValidatingAdmissionPolicy"),
             bindings: registry.by_kind(GROUP, "v1", "ValidatingAdmissionPolicyBinding"),
+            mutating: registry.by_kind(GROUP, "v1", "MutatingAdmissionPolicy"),
+            mutating_bindings: registry.by_kind(GROUP, "v1", "MutatingAdmissionPolicyBinding"),
             compiled: Mutex::default(),
         }
     }
 
     /// Whether any binding exists (else no policy applies to anything).
     pub fn configured(&self, store: &Store) -> bool {
-        self.bindings.as_ref().is_some_and(|rt| store.has_any(rt))
+        [&self.bindings, &self.mutating_bindings]
+            .into_iter()
+            .flatten()
+            .any(|rt| store.has_any(rt))
+    }
+
+    /// The policies of `policies` that bindings of `bindings` put to the request, in binding
+    /// name order.
+    fn invocations(
+        &self,
+        store: &Store,
+        (policies, bindings): (&ResourceType, &ResourceType),
+        attributes: &Attributes<'_>,
+        request: &Request<'_>,
+        namespace_labels: &BTreeMap<String, String>,
+    ) -> Vec<(Invocation, Arc<Value>)> {
+        let mut invocations = Vec::new();
+        for binding in store.objects(bindings, None) {
+            let Some(policy) = binding
+                .at("/spec/policyName")
+                .and_then(Value::as_str)
+                .and_then(|name| store.get(policies, None, name).ok())
+            else {
+                continue;
+            };
+            let policy = self.compiled(&policy);
+            if !policy
+                .constraints
+                .matches(request, attributes.name, namespace_labels)
+            {
+                continue;
+            }
+            if let Some(resources) = binding.at("/spec/matchResources").filter(|r| r.is_object())
+                && !Matcher::from_json(resources).matches(
+                    request,
+                    attributes.name,
+                    namespace_labels,
+                )
+            {
+                continue;
+            }
+            let params = params(store, &policy, &binding, attributes);
+            let name = binding
+                .at("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            invocations.push((
+                Invocation {
+                    policy,
+                    binding: name,
+                    params,
+                },
+                binding,
+            ));
+        }
+        invocations
+    }
+
+    /// Carry out every MutatingAdmissionPolicy bound to the request on `object` (`schema`
+    /// merges an `ApplyConfiguration`), in binding order, each policy's mutations in order.
+    pub(super) fn mutate(
+        &self,
+        store: &Store,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        old: Option<&Value>,
+        schema: crate::managed::Schema<'_>,
+    ) -> Result<(), ApiError> {
+        let (Some(policies), Some(bindings)) = (&self.mutating, &self.mutating_bindings) else {
+            return Ok(());
+        };
+        if attributes.rt.group == GROUP || !store.has_any(bindings) {
+            return Ok(());
+        }
+        let snapshot = object.clone();
+        let request = Request {
+            operation: attributes.operation,
+            group: &attributes.rt.group,
+            version: &attributes.rt.version,
+            resource: &attributes.rt.plural,
+            subresource: attributes.subresource,
+            namespaced: attributes.rt.namespaced,
+            object: Some(&snapshot),
+            old_object: old,
+        };
+        let namespace_object = namespace_object(store, attributes, Some(&snapshot));
+        let namespace_labels = namespace_object
+            .as_ref()
+            .map(object_labels)
+            .unwrap_or_default();
+        let invocations = self.invocations(
+            store,
+            (policies, bindings),
+            attributes,
+            &request,
+            &namespace_labels,
+        );
+        for (invocation, _) in invocations {
+            let policy = &invocation.policy;
+            let refuse = |message: String, reason: &'static str| {
+                let message = format!(
+                    "policy '{}' with binding '{}' denied request: {message}",
+                    policy.name, invocation.binding
+                );
+                let mut error = ApiError::forbidden(message.clone());
+                error.reason = reason;
+                error.details = Some(
+                    json!({"name": attributes.name, "group": attributes.rt.group,
+                    "kind": attributes.rt.plural, "causes": [{"message": message}]}),
+                );
+                error
+            };
+            let params = match invocation.params {
+                Ok(params) => params,
+                Err(error) if policy.fail_closed => {
+                    return Err(refuse(
+                        format!("failed to configure binding: {error}"),
+                        "Forbidden",
+                    ));
+                }
+                Err(_) => continue,
+            };
+            for param in params {
+                let base = |object: &Value| {
+                    vec![
+                        (
+                            "object",
+                            expressions::json(&crate::managed::expanded(object)),
+                        ),
+                        (
+                            "oldObject",
+                            old.map_or(cel::Value::Null, |o| {
+                                expressions::json(&crate::managed::expanded(o))
+                            }),
+                        ),
+                        ("request", expressions::json(&request_variable(attributes))),
+                        ("params", expressions::json(&param)),
+                        (
+                            "namespaceObject",
+                            namespace_object
+                                .as_ref()
+                                .map_or(cel::Value::Null, expressions::json),
+                        ),
+                    ]
+                };
+                let variables = base(object);
+                match conditions_hold(policy, &variables) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) if policy.fail_closed => return Err(refuse(error, "Invalid")),
+                    Err(_) => continue,
+                }
+                for mutation in &policy.mutations {
+                    // Each mutation sees the object as the ones before it left it.
+                    let mut variables = base(object);
+                    variables.push(("variables", composed_variables(policy, &variables)));
+                    let outcome = mutation
+                        .expression
+                        .evaluate(&variables)
+                        .map_err(|error| {
+                            format!(
+                                "expression '{}' resulted in error: {error}",
+                                mutation.expression.text
+                            )
+                        })
+                        .and_then(|value| expressions::to_json(&value))
+                        .and_then(|patch| apply_mutation(object, mutation.apply, &patch, schema));
+                    match outcome {
+                        Ok(()) => {}
+                        Err(error) if policy.fail_closed => return Err(refuse(error, "Invalid")),
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn compiled(&self, policy: &Value) -> Arc<Policy> {
@@ -296,34 +510,16 @@ impl Policies {
             .map(object_labels)
             .unwrap_or_default();
         let mut decisions = Vec::new();
-        for binding in store.objects(bindings_rt, None) {
-            let binding_name = binding
-                .at("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let Some(policy) = binding
-                .at("/spec/policyName")
-                .and_then(Value::as_str)
-                .and_then(|name| store.get(policies_rt, None, name).ok())
-            else {
-                continue;
-            };
-            let policy = self.compiled(&policy);
-            if !policy
-                .constraints
-                .matches(&request, attributes.name, &namespace_labels)
-            {
-                continue;
-            }
-            if let Some(resources) = binding.at("/spec/matchResources").filter(|r| r.is_object())
-                && !Matcher::from_json(resources).matches(
-                    &request,
-                    attributes.name,
-                    &namespace_labels,
-                )
-            {
-                continue;
-            }
+        let invocations = self.invocations(
+            store,
+            (policies_rt, bindings_rt),
+            attributes,
+            &request,
+            &namespace_labels,
+        );
+        for (invocation, binding) in invocations {
+            let policy = invocation.policy.clone();
+            let binding_name = invocation.binding.as_str();
             let actions = strings(binding.at("/spec/validationActions"));
             let decide = |message: String, reason: &str, index: usize| Decision {
                 policy: policy.name.clone(),
@@ -333,7 +529,7 @@ impl Policies {
                 index,
                 actions: actions.clone(),
             };
-            let params = match params(store, &policy, &binding, attributes) {
+            let params = match invocation.params {
                 Ok(params) => params,
                 Err(error) => {
                     if policy.fail_closed {
@@ -466,6 +662,29 @@ impl Policies {
             None => Ok(outcome),
         }
     }
+}
+
+/// Apply one mutation's result to `object`: merge an `ApplyConfiguration`, or carry out a
+/// `JSONPatch` (a list of operations).
+fn apply_mutation(
+    object: &mut Value,
+    apply: bool,
+    patch: &Value,
+    schema: crate::managed::Schema<'_>,
+) -> Result<(), String> {
+    if apply {
+        if !patch.is_object() {
+            return Err("apply configuration must evaluate to an object".into());
+        }
+        crate::managed::merge_configuration(object, patch, schema);
+        return Ok(());
+    }
+    if !patch.is_array() {
+        return Err("type mismatch: JSONPatchType.expression should evaluate to array".into());
+    }
+    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|error| format!("failed to create JSON patch: {error}"))?;
+    json_patch::patch(object, &operations).map_err(|error| format!("JSON Patch: {error}"))
 }
 
 /// Whether every `matchCondition` holds; an error names the condition that failed.

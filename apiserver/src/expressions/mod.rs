@@ -303,9 +303,115 @@ impl Rules {
 }
 
 /// `source` parsed (optional syntax on, as kube's environment has it), or the parse errors in
-/// cel-go's layout.
+/// cel-go's layout. Object constructions (`Object{spec: Object.spec{…}}`, `JSONPatch{op: …}`,
+/// which a mutating admission policy writes) become maps, which the `cel` crate evaluates.
 pub(crate) fn compile(source: &str) -> Result<IdedExpr, String> {
-    parse(source)
+    let mut expr = parse(source)?;
+    structs_to_maps(&mut expr);
+    Ok(expr)
+}
+
+/// Rewrite every `Type{field: value}` construction in `expr` as the map `{"field": value}`.
+fn structs_to_maps(expr: &mut IdedExpr) {
+    use cel::common::ast::{IdedEntryExpr, LiteralValue, MapEntryExpr, MapExpr};
+    match &mut expr.expr {
+        Expr::Struct(construction) => {
+            let entries = std::mem::take(&mut construction.entries)
+                .into_iter()
+                .filter_map(|entry| match entry.expr {
+                    EntryExpr::StructField(mut field) => {
+                        structs_to_maps(&mut field.value);
+                        Some(IdedEntryExpr {
+                            id: entry.id,
+                            expr: EntryExpr::MapEntry(MapEntryExpr {
+                                key: IdedExpr {
+                                    id: entry.id,
+                                    expr: Expr::Literal(LiteralValue::String(field.field.into())),
+                                },
+                                value: field.value,
+                                optional: field.optional,
+                            }),
+                        })
+                    }
+                    EntryExpr::MapEntry(_) => None,
+                })
+                .collect();
+            expr.expr = Expr::Map(MapExpr { entries });
+        }
+        Expr::Call(call) => {
+            if let Some(target) = &mut call.target {
+                structs_to_maps(target);
+            }
+            call.args.iter_mut().for_each(structs_to_maps);
+        }
+        Expr::Select(select) => structs_to_maps(&mut select.operand),
+        Expr::List(list) => list.elements.iter_mut().for_each(structs_to_maps),
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(entry) = &mut entry.expr {
+                    structs_to_maps(&mut entry.key);
+                    structs_to_maps(&mut entry.value);
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            for part in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                structs_to_maps(part);
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+/// A CEL value as JSON (what a mutation's expression built).
+///
+/// # Errors
+///
+/// A value JSON cannot hold (a function, an opaque value).
+pub(crate) fn to_json(value: &cel::Value) -> Result<Value, String> {
+    Ok(match value {
+        cel::Value::Null => Value::Null,
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Int(i) => Value::from(*i),
+        cel::Value::UInt(u) => Value::from(*u),
+        cel::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{f} is not a JSON number"))?,
+        cel::Value::String(s) => Value::String(s.as_str().to_owned()),
+        cel::Value::Bytes(b) => {
+            use base64::Engine as _;
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b.as_slice()))
+        }
+        cel::Value::List(items) => {
+            Value::Array(items.iter().map(to_json).collect::<Result<_, _>>()?)
+        }
+        cel::Value::Map(map) => {
+            let mut object = serde_json::Map::new();
+            for (key, value) in map.map.iter() {
+                let key = match key {
+                    cel::objects::Key::String(s) => s.as_str().to_owned(),
+                    cel::objects::Key::Int(i) => i.to_string(),
+                    cel::objects::Key::Uint(u) => u.to_string(),
+                    cel::objects::Key::Bool(b) => b.to_string(),
+                };
+                object.insert(key, to_json(value)?);
+            }
+            Value::Object(object)
+        }
+        cel::Value::Timestamp(t) => {
+            Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        }
+        cel::Value::Duration(d) => {
+            Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0))
+        }
+        other => return Err(format!("{other:?} cannot be written as JSON")),
+    })
 }
 
 /// The first name `expr` uses that is neither one of `variables` nor a function rules may call,

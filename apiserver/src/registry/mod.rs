@@ -190,6 +190,12 @@ pub fn strategy(rt: &ResourceType) -> &'static dyn Strategy {
         ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
             &admissionregistration::policy::BINDING
         }
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
+            &admissionregistration::policy::MUTATING_POLICY
+        }
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding") => {
+            &admissionregistration::policy::MUTATING_BINDING
+        }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &apiextensions::crd::STRATEGY,
         ("discovery.k8s.io", "EndpointSlice") => &discovery::endpointslice::STRATEGY,
         ("coordination.k8s.io", "Lease") => &coordination::lease::STRATEGY,

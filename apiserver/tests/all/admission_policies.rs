@@ -194,3 +194,98 @@ spec:
     kubectl.ok(&["get", "validatingadmissionpolicies"]);
     cluster.shutdown().await;
 }
+
+const MUTATING: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: defaults}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [deployments]
+  matchConditions:
+  - name: unlabelled
+    expression: \"!has(object.metadata.labels) || !('team' in object.metadata.labels)\"
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{metadata: Object.metadata{labels: {'team': params.data.team}}}
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >
+        [JSONPatch{op: 'add', path: '/spec/template/metadata/annotations',
+          value: {'mutated-by': 'defaults'}}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: defaults}
+spec:
+  policyName: defaults
+  paramRef: {name: defaults, namespace: default, parameterNotFoundAction: Deny}
+";
+
+/// A MutatingAdmissionPolicy (GA and served by default in kube 1.36): an `ApplyConfiguration`
+/// and a `JSONPatch` change what is created, with a parameter; its `matchConditions` skip what
+/// they exclude; a missing parameter refuses the request as kube does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutating_policies_should_change_what_they_match() {
+    let (cluster, dir, kubectl): (Server, _, Kubectl) = kubectl::start().await;
+    let policies = dir.path().join("mutating.yaml");
+    std::fs::write(&policies, MUTATING).expect("write");
+    kubectl.ok(&["apply", "-f", &policies.display().to_string()]);
+    let out = kubectl.run(&["create", "deployment", "web", "--image=nginx:1.27"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "error: failed to create deployment: policy 'defaults' with binding 'defaults' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+    );
+    kubectl.ok(&[
+        "create",
+        "configmap",
+        "defaults",
+        "--from-literal=team=blue",
+    ]);
+    kubectl.ok(&["create", "deployment", "web", "--image=nginx:1.27"]);
+    let web: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["get", "deployment", "web", "-o", "json"]))
+            .expect("json");
+    assert_eq!(web["metadata"]["labels"]["team"], "blue");
+    assert_eq!(web["metadata"]["labels"]["app"], "web", "the rest kept");
+    assert_eq!(
+        web["spec"]["template"]["metadata"]["annotations"]["mutated-by"],
+        "defaults"
+    );
+    // Labelled already: the condition excludes it.
+    let labelled = dir.path().join("labelled.yaml");
+    std::fs::write(
+        &labelled,
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: red, labels: {team: red}}
+spec:
+  selector: {matchLabels: {app: red}}
+  template:
+    metadata: {labels: {app: red}}
+    spec: {containers: [{name: c, image: nginx}]}
+",
+    )
+    .expect("write");
+    kubectl.ok(&["apply", "-f", &labelled.display().to_string()]);
+    let red: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["get", "deployment", "red", "-o", "json"]))
+            .expect("json");
+    assert_eq!(red["metadata"]["labels"]["team"], "red");
+    assert!(
+        red["spec"]["template"]["metadata"]
+            .get("annotations")
+            .is_none()
+    );
+    kubectl.ok(&[
+        "get",
+        "mutatingadmissionpolicies,mutatingadmissionpolicybindings",
+    ]);
+    cluster.shutdown().await;
+}

@@ -1,4 +1,4 @@
-//! ValidatingAdmissionPolicies and their bindings: `SetDefaults_ValidatingAdmissionPolicySpec`,
+//! Validating and mutating admission policies and their bindings: their defaults,
 //! kube-apiserver's validation of them (`pkg/apis/admissionregistration/validation`: what must
 //! be there, the values it takes, expressions that compile) and their printed rows. The
 //! admission chain carries them out (`crate::admission`, its `policy` module).
@@ -12,17 +12,24 @@ use crate::registry::Strategy;
 use krec_core::error::Cause;
 use krec_core::json::{Pointer, strings};
 
-/// The ValidatingAdmissionPolicy strategy.
-pub struct PolicyStrategy;
+/// The strategy of a ValidatingAdmissionPolicy (`false`) or MutatingAdmissionPolicy (`true`).
+pub struct PolicyStrategy(bool);
 
 /// The ValidatingAdmissionPolicy strategy.
-pub static POLICY: PolicyStrategy = PolicyStrategy;
+pub static POLICY: PolicyStrategy = PolicyStrategy(false);
+
+/// The MutatingAdmissionPolicy strategy.
+pub static MUTATING_POLICY: PolicyStrategy = PolicyStrategy(true);
+
+/// The strategy of a ValidatingAdmissionPolicyBinding (`false`) or MutatingAdmissionPolicyBinding
+/// (`true`).
+pub struct BindingStrategy(bool);
 
 /// The ValidatingAdmissionPolicyBinding strategy.
-pub struct BindingStrategy;
+pub static BINDING: BindingStrategy = BindingStrategy(false);
 
-/// The ValidatingAdmissionPolicyBinding strategy.
-pub static BINDING: BindingStrategy = BindingStrategy;
+/// The MutatingAdmissionPolicyBinding strategy.
+pub static MUTATING_BINDING: BindingStrategy = BindingStrategy(true);
 
 /// `matchConstraints`' (and a binding's `matchResources`') defaults.
 fn default_match_resources(resources: &mut Value) {
@@ -81,6 +88,9 @@ impl Strategy for PolicyStrategy {
         if spec.get("failurePolicy").is_none_or(Value::is_null) {
             spec["failurePolicy"] = json!("Fail");
         }
+        if self.0 && spec.get("reinvocationPolicy").is_none_or(Value::is_null) {
+            spec["reinvocationPolicy"] = json!("Never");
+        }
         if let Some(constraints) = spec.get_mut("matchConstraints") {
             default_match_resources(constraints);
         }
@@ -125,7 +135,9 @@ impl Strategy for PolicyStrategy {
         }
         let validations = spec.get("validations").and_then(Value::as_array);
         let audits = spec.get("auditAnnotations").and_then(Value::as_array);
-        if validations.is_none_or(Vec::is_empty) && audits.is_none_or(Vec::is_empty) {
+        if self.0 {
+            mutations_problems(&spec, &mut causes);
+        } else if validations.is_none_or(Vec::is_empty) && audits.is_none_or(Vec::is_empty) {
             causes.push((
                 "spec.validations".into(),
                 "Required value: validations or auditAnnotations must contain at least one item"
@@ -210,19 +222,29 @@ impl Strategy for PolicyStrategy {
     }
 
     fn columns(&self) -> &'static [Column] {
-        const COLUMNS: &[Column] = &[
+        const VALIDATING: &[Column] = &[
             NAME,
             Column::int("Validations"),
             Column::text("ParamKind"),
             AGE,
         ];
-        COLUMNS
+        const MUTATING: &[Column] = &[
+            NAME,
+            Column::int("Mutations"),
+            Column::text("ParamKind"),
+            AGE,
+        ];
+        if self.0 { MUTATING } else { VALIDATING }
     }
 
     fn cells(&self, row: &Row<'_>) -> Vec<Value> {
         let validations = row
             .object
-            .at("/spec/validations")
+            .at(if self.0 {
+                "/spec/mutations"
+            } else {
+                "/spec/validations"
+            })
             .and_then(Value::as_array)
             .map_or(0, Vec::len);
         let param_kind = match row.object.at("/spec/paramKind").filter(|p| p.is_object()) {
@@ -255,7 +277,9 @@ impl Strategy for BindingStrategy {
             causes.push(("spec.policyName".into(), "Required value".into()));
         }
         let actions = strings(spec.get("validationActions"));
-        if actions.is_empty() {
+        if self.0 {
+            // A mutating binding has no actions.
+        } else if actions.is_empty() {
             causes.push((
                 "spec.validationActions".into(),
                 "Required value: at least one validation action is required".into(),
@@ -343,5 +367,61 @@ impl Strategy for BindingStrategy {
             json!(param_ref),
             row.age(),
         ]
+    }
+}
+
+/// A MutatingAdmissionPolicy's `mutations`: at least one, each a known `patchType` with its
+/// expression.
+fn mutations_problems(spec: &Value, causes: &mut Vec<Cause>) {
+    let mutations = spec.get("mutations").and_then(Value::as_array);
+    if mutations.is_none_or(Vec::is_empty) {
+        causes.push((
+            "spec.mutations".into(),
+            "Required value: mutations must contain at least one item".into(),
+        ));
+    }
+    if let Some(policy) = spec.get("reinvocationPolicy").and_then(Value::as_str)
+        && !matches!(policy, "Never" | "IfNeeded")
+    {
+        causes.push((
+            "spec.reinvocationPolicy".into(),
+            unsupported(policy, &["IfNeeded", "Never"]),
+        ));
+    }
+    for (i, mutation) in mutations.into_iter().flatten().enumerate() {
+        let at = format!("spec.mutations[{i}]");
+        let (key, field) = match mutation.get("patchType").and_then(Value::as_str) {
+            Some("ApplyConfiguration") => ("applyConfiguration", "applyConfiguration.expression"),
+            Some("JSONPatch") => ("jsonPatch", "jsonPatch.expression"),
+            Some(other) => {
+                causes.push((
+                    format!("{at}.patchType"),
+                    unsupported(other, &["ApplyConfiguration", "JSONPatch"]),
+                ));
+                continue;
+            }
+            None => {
+                causes.push((format!("{at}.patchType"), "Required value".into()));
+                continue;
+            }
+        };
+        match mutation
+            .get(key)
+            .and_then(|m| m.get("expression"))
+            .and_then(Value::as_str)
+        {
+            None | Some("") => causes.push((
+                format!("{at}.{field}"),
+                "Required value: expression is not specified".into(),
+            )),
+            Some(text) => {
+                if let Some(problem) = compile_problem(text) {
+                    causes.push((
+                        format!("{at}.{field}"),
+                        format!("Invalid value: {text:?}: compilation failed: {problem}"),
+                    ));
+                }
+            }
+        }
     }
 }
