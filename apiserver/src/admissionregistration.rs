@@ -68,9 +68,8 @@ pub struct Hook {
     equivalent: bool,
     namespace_selector: LabelSelector,
     object_selector: LabelSelector,
-    /// `sideEffects`: `None` or `NoneOnDryRun` may be called for dry-run requests. Not checked
-    /// yet: a dry-run request calls every matching webhook (docs/apiserver.md, differences).
-    #[allow(dead_code)]
+    /// `sideEffects`: only `None` or `NoneOnDryRun` may be called for a dry-run request (a dry
+    /// run meeting another is refused with 400).
     pub side_effects: String,
     /// `timeoutSeconds` (default 10).
     pub timeout: Duration,

@@ -6,7 +6,8 @@
 //! `sourceIPs`), the answer (`responseStatus.code`) and when it was received and answered
 //! (`requestReceivedTimestamp`, `stageTimestamp`, microseconds). Events are kept in memory
 //! (the newest [`KEPT`]) for tests to read, and appended to a file as JSON lines when one is
-//! given. `user` is the authenticated user (empty for a request refused with 401).
+//! given. `user` is the authenticated user (empty for a request refused with 401), and
+//! `impersonatedUser` whom it acted as.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -35,6 +36,8 @@ pub struct Request<'a> {
     pub user_agent: &'a str,
     /// Who made it; `None` when authentication failed.
     pub user: Option<&'a crate::authentication::UserInfo>,
+    /// Whom it was made as (`Impersonate-User`), if anyone.
+    pub impersonated: Option<&'a crate::authentication::UserInfo>,
     /// When the request arrived.
     pub received: jiff::Timestamp,
     /// The response's status code.
@@ -104,6 +107,9 @@ impl AuditLog {
             "stageTimestamp": micro(jiff::Timestamp::now()),
         });
         let mut event = event;
+        if let Some(user) = request.impersonated {
+            event["impersonatedUser"] = json!({"username": user.username, "groups": user.groups});
+        }
         if !request.annotations.is_empty() {
             event["annotations"] = request
                 .annotations
@@ -183,6 +189,7 @@ mod tests {
             uri,
             user_agent: "kubectl/v1.34.0",
             user: Some(&ADMIN),
+            impersonated: None,
             received: jiff::Timestamp::now(),
             code: 201,
             annotations: &[],
@@ -216,6 +223,23 @@ mod tests {
             json!({"resource": "configmaps", "namespace": "demo", "apiGroup": "", "apiVersion": "v1"})
         );
         assert_eq!(events[0]["user"]["username"], "krec");
+        assert!(events[0].get("impersonatedUser").is_none());
+        let reader = crate::authentication::UserInfo {
+            username: "system:serviceaccount:demo:reader".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            ..Default::default()
+        };
+        log.record(&Request {
+            impersonated: Some(&reader),
+            annotations: &[("policy/key".into(), "value".into())],
+            ..request("DELETE", "/api/v1/namespaces/demo/pods/p")
+        });
+        let last = log.events().pop().expect("recorded");
+        assert_eq!(
+            last["impersonatedUser"],
+            json!({"username": "system:serviceaccount:demo:reader", "groups": ["system:serviceaccounts"]})
+        );
+        assert_eq!(last["annotations"], json!({"policy/key": "value"}));
         assert_eq!(events[0]["userAgent"], "kubectl/v1.34.0");
         assert_eq!(events[0]["responseStatus"]["code"], 201);
         assert_eq!(

@@ -764,6 +764,16 @@ fn review(
 /// Call one webhook; a call that fails is the request's failure (`failurePolicy: Fail`) or is
 /// logged and skipped (`Ignore`: `None`); a denial is the request's failure.
 async fn consult(hook: &Hook, review: &call::Review) -> Result<Option<call::Verdict>, ApiError> {
+    // A dry run may reach only webhooks that say they have no side effects on one, whatever
+    // their failure policy (kube's `NewDryRunUnsupportedErr`).
+    if review.request["dryRun"] == Value::Bool(true)
+        && !matches!(hook.side_effects.as_str(), "None" | "NoneOnDryRun")
+    {
+        return Err(ApiError::bad_request(format!(
+            "admission webhook {:?} does not support dry run",
+            hook.name
+        )));
+    }
     match call::call(hook, review).await {
         Err(err) if hook.fail_closed => Err(ApiError::internal(format!(
             "Internal error occurred: failed calling webhook \"{}\": {err}",
@@ -880,5 +890,40 @@ where
                 .map_err(|_| ApiError::internal("admission panicked"))?
                 .map_err(|e| ApiError::internal(format!("admission runtime: {e}")))
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dry_run_should_reach_only_webhooks_without_side_effects() {
+        let hook = |side_effects: &str| {
+            Hook::from_configuration(
+                HookKind::Validating,
+                &json!({"webhooks": [{"name": "check.example.com",
+                    "clientConfig": {"url": "https://127.0.0.1:9/"},
+                    "sideEffects": side_effects, "failurePolicy": "Fail",
+                    "admissionReviewVersions": ["v1"], "rules": []}]}),
+            )
+            .remove(0)
+        };
+        let dry = call::Review {
+            request: json!({"dryRun": true}),
+        };
+        let refused = consult(&hook("Some"), &dry).await.expect_err("refused");
+        assert_eq!(refused.code, 400);
+        assert_eq!(
+            refused.message,
+            r#"admission webhook "check.example.com" does not support dry run"#
+        );
+        // One without side effects is called (and here, unreachable, fails the request).
+        let called = consult(&hook("None"), &dry).await.expect_err("unreachable");
+        assert!(
+            called.message.contains("failed calling webhook"),
+            "{}",
+            called.message
+        );
     }
 }

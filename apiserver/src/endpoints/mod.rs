@@ -217,10 +217,12 @@ pub async fn handle(
 ) -> Response {
     let received = jiff::Timestamp::now();
     let user = server.authenticator.authenticate(&headers, &server.store);
+    let mut impersonated = None;
     let response = match &user {
         Some(user) => match impersonation::impersonated(&server, user, &headers) {
-            Ok(impersonated) => match read_body(body, &headers).await {
+            Ok(as_user) => match read_body(body, &headers).await {
                 Ok(body) => {
+                    impersonated = as_user;
                     let acting = impersonated.as_ref().unwrap_or(user);
                     route(&server, acting, &method, &uri, &headers, body).await
                 }
@@ -258,6 +260,7 @@ pub async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default(),
             user: user.as_ref(),
+            impersonated: impersonated.as_ref(),
             received,
             code: response.status().as_u16(),
             annotations: response
