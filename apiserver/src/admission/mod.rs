@@ -208,23 +208,6 @@ impl Admission {
         }
     }
 
-    fn request<'a>(
-        attributes: &'a Attributes<'a>,
-        object: Option<&'a Value>,
-        old_object: Option<&'a Value>,
-    ) -> admissionregistration::Request<'a> {
-        admissionregistration::Request {
-            operation: attributes.operation,
-            group: &attributes.rt.group,
-            version: &attributes.rt.version,
-            resource: &attributes.rt.plural,
-            subresource: attributes.subresource,
-            namespaced: attributes.rt.namespaced,
-            object,
-            old_object,
-        }
-    }
-
     /// Create `object` in `namespace`, through the webhooks.
     pub async fn create(
         &self,
@@ -260,7 +243,7 @@ impl Admission {
             options: write_options("CreateOptions", &options),
         };
         let hooks = self.matching(
-            &Self::request(&attributes, Some(&object), None),
+            &match_request(&attributes, Some(&object), None),
             namespace.as_deref(),
         );
         if hooks.is_empty() {
@@ -444,7 +427,7 @@ impl Admission {
                 options: write_options(options_kind, &options),
             };
             let hooks = self.matching(
-                &Self::request(&attributes, Some(&candidate), old.as_deref()),
+                &match_request(&attributes, Some(&candidate), old.as_deref()),
                 namespace,
             );
             let old_rv = old
@@ -613,7 +596,7 @@ impl Admission {
             user,
             options: delete_options,
         };
-        let hooks = self.matching(&Self::request(&attributes, None, Some(old)), namespace);
+        let hooks = self.matching(&match_request(&attributes, None, Some(old)), namespace);
         let mut outcome = Verdict::default();
         if !hooks.is_empty() {
             // Mutating webhooks are called for deletes too; there is no object to patch.
@@ -660,7 +643,7 @@ impl Admission {
         let mut left: Vec<(&Hook, Value)> = Vec::new();
         for hook in &hooks.mutating {
             // Matched again on the object as earlier webhooks left it (its object selector).
-            if !hook.matches(&Self::request(attributes, Some(&object), old)) {
+            if !hook.matches(&match_request(attributes, Some(&object), old)) {
                 continue;
             }
             mutate(attributes, hook, &mut object, old, &mut warnings).await?;
@@ -684,7 +667,7 @@ impl Admission {
             hooks.validating.clone()
         } else {
             self.matching(
-                &Self::request(attributes, Some(&candidate), old),
+                &match_request(attributes, Some(&candidate), old),
                 attributes.namespace,
             )
             .validating
@@ -702,6 +685,24 @@ impl Admission {
                 annotations: policies.annotations,
             },
         ))
+    }
+}
+
+/// What a request is, for matching webhooks and policies.
+fn match_request<'a>(
+    attributes: &'a Attributes<'a>,
+    object: Option<&'a Value>,
+    old_object: Option<&'a Value>,
+) -> admissionregistration::Request<'a> {
+    admissionregistration::Request {
+        operation: attributes.operation,
+        group: &attributes.rt.group,
+        version: &attributes.rt.version,
+        resource: &attributes.rt.plural,
+        subresource: attributes.subresource,
+        namespaced: attributes.rt.namespaced,
+        object,
+        old_object,
     }
 }
 

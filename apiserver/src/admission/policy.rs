@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use cel::common::ast::IdedExpr;
 use serde_json::{Value, json};
 
-use super::{Attributes, review};
+use super::{Attributes, match_request, review};
 use crate::admissionregistration::{Request, Rule};
 use crate::expressions;
 use crate::resources::ResourceType;
@@ -354,16 +354,7 @@ impl Policies {
             return Ok(());
         }
         let snapshot = object.clone();
-        let request = Request {
-            operation: attributes.operation,
-            group: &attributes.rt.group,
-            version: &attributes.rt.version,
-            resource: &attributes.rt.plural,
-            subresource: attributes.subresource,
-            namespaced: attributes.rt.namespaced,
-            object: Some(&snapshot),
-            old_object: old,
-        };
+        let request = match_request(attributes, Some(&snapshot), old);
         let namespace_object = namespace_object(store, attributes, Some(&snapshot));
         let namespace_labels = namespace_object
             .as_ref()
@@ -403,26 +394,13 @@ impl Policies {
             };
             for param in params {
                 let base = |object: &Value| {
-                    vec![
-                        (
-                            "object",
-                            expressions::json(&crate::managed::expanded(object)),
-                        ),
-                        (
-                            "oldObject",
-                            old.map_or(cel::Value::Null, |o| {
-                                expressions::json(&crate::managed::expanded(o))
-                            }),
-                        ),
-                        ("request", expressions::json(&request_variable(attributes))),
-                        ("params", expressions::json(&param)),
-                        (
-                            "namespaceObject",
-                            namespace_object
-                                .as_ref()
-                                .map_or(cel::Value::Null, expressions::json),
-                        ),
-                    ]
+                    variables_of(
+                        attributes,
+                        Some(object),
+                        old,
+                        &param,
+                        namespace_object.as_ref(),
+                    )
                 };
                 let variables = base(object);
                 match conditions_hold(policy, &variables) {
@@ -494,16 +472,7 @@ impl Policies {
         if attributes.rt.group == GROUP || !store.has_any(bindings_rt) {
             return Ok(outcome);
         }
-        let request = Request {
-            operation: attributes.operation,
-            group: &attributes.rt.group,
-            version: &attributes.rt.version,
-            resource: &attributes.rt.plural,
-            subresource: attributes.subresource,
-            namespaced: attributes.rt.namespaced,
-            object,
-            old_object: old,
-        };
+        let request = match_request(attributes, object, old);
         let namespace_object = namespace_object(store, attributes, object.or(old));
         let namespace_labels = namespace_object
             .as_ref()
@@ -546,28 +515,8 @@ impl Policies {
                 }
             };
             for param in params {
-                let mut variables = vec![
-                    (
-                        "object",
-                        object.map_or(cel::Value::Null, |o| {
-                            expressions::json(&crate::managed::expanded(o))
-                        }),
-                    ),
-                    (
-                        "oldObject",
-                        old.map_or(cel::Value::Null, |o| {
-                            expressions::json(&crate::managed::expanded(o))
-                        }),
-                    ),
-                    ("request", expressions::json(&request_variable(attributes))),
-                    ("params", expressions::json(&param)),
-                    (
-                        "namespaceObject",
-                        namespace_object
-                            .as_ref()
-                            .map_or(cel::Value::Null, expressions::json),
-                    ),
-                ];
+                let mut variables =
+                    variables_of(attributes, object, old, &param, namespace_object.as_ref());
                 match conditions_hold(&policy, &variables) {
                     Ok(true) => {}
                     Ok(false) => continue,
@@ -586,14 +535,7 @@ impl Policies {
                             let message = validation
                                 .message_expression
                                 .as_ref()
-                                .and_then(|m| match m.evaluate(&variables) {
-                                    Ok(cel::Value::String(s)) => {
-                                        let s = s.trim();
-                                        (!s.is_empty() && !s.contains('\n') && s.len() <= 5 * 1024)
-                                            .then(|| s.to_owned())
-                                    }
-                                    _ => None,
-                                })
+                                .and_then(|m| expressions::message(m.evaluate(&variables)))
                                 .unwrap_or_else(|| {
                                     if validation.message.is_empty() {
                                         format!("failed expression: {}", validation.expression.text)
@@ -685,6 +627,28 @@ fn apply_mutation(
     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|error| format!("failed to create JSON patch: {error}"))?;
     json_patch::patch(object, &operations).map_err(|error| format!("JSON Patch: {error}"))
+}
+
+/// The variables a policy's expressions see (`variables` added once they are composed).
+fn variables_of(
+    attributes: &Attributes<'_>,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    param: &Value,
+    namespace_object: Option<&Value>,
+) -> Vec<(&'static str, cel::Value)> {
+    let as_cel = |value: Option<&Value>| {
+        value.map_or(cel::Value::Null, |v| {
+            expressions::json(&crate::managed::expanded(v))
+        })
+    };
+    vec![
+        ("object", as_cel(object)),
+        ("oldObject", as_cel(old)),
+        ("request", expressions::json(&request_variable(attributes))),
+        ("params", expressions::json(param)),
+        ("namespaceObject", as_cel(namespace_object)),
+    ]
 }
 
 /// Whether every `matchCondition` holds; an error names the condition that failed.

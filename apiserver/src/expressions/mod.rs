@@ -257,14 +257,7 @@ impl Rules {
                     let detail = rule
                         .message_expression
                         .as_ref()
-                        .and_then(|m| match run(m, &scope) {
-                            Ok(cel::Value::String(s)) => {
-                                let s = s.trim();
-                                (!s.is_empty() && !s.contains('\n') && s.len() <= 5 * 1024)
-                                    .then(|| s.to_owned())
-                            }
-                            _ => None,
-                        })
+                        .and_then(|m| message(run(m, &scope)))
                         .unwrap_or_else(|| {
                             if rule.message.is_empty() {
                                 format!("failed rule: {}", rule.text)
@@ -366,6 +359,19 @@ fn structs_to_maps(expr: &mut IdedExpr) {
             }
         }
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+/// What a `messageExpression` gave, if it is a message: a string, trimmed, not empty, on one
+/// line, at most 5 KiB (else the rule's own message is used, as kube does).
+pub(crate) fn message(result: Result<cel::Value, String>) -> Option<String> {
+    match result {
+        Ok(cel::Value::String(text)) => {
+            let text = text.trim();
+            (!text.is_empty() && !text.contains('\n') && text.len() <= 5 * 1024)
+                .then(|| text.to_owned())
+        }
+        _ => None,
     }
 }
 
