@@ -31,8 +31,6 @@ use crate::admissionregistration;
 
 mod policy;
 
-pub use policy::VARIABLES as POLICY_VARIABLES;
-
 pub use crate::admissionregistration::{Hook, HookKind, Operation};
 
 /// Times an admitted patch is computed again when the object changed while webhooks ran.

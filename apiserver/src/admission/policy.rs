@@ -33,16 +33,6 @@ const GROUP: &str = "admissionregistration.k8s.io";
 /// The key of the audit annotation listing the `Audit` decisions.
 pub const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
 
-/// The variables a policy's expressions may name.
-pub const VARIABLES: &[&str] = &[
-    "object",
-    "oldObject",
-    "request",
-    "params",
-    "namespaceObject",
-    "variables",
-];
-
 /// An expression of a policy, compiled (or why it does not compile).
 struct Expression {
     text: String,
@@ -52,7 +42,7 @@ struct Expression {
 impl Expression {
     fn new(text: &str) -> Self {
         let compiled = expressions::compile(text).and_then(|expr| {
-            match expressions::undeclared(&expr, VARIABLES) {
+            match expressions::undeclared(&expr, expressions::POLICY_VARIABLES) {
                 Some(error) => Err(error),
                 None => Ok(expr),
             }

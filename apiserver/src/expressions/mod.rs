@@ -31,6 +31,16 @@ use serde_json::Value;
 
 use krec_core::error::Cause;
 
+/// The variables an admission policy's expressions may name.
+pub const POLICY_VARIABLES: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+    "variables",
+];
+
 /// kube's `StaticEstimatedCostLimit`: the most one rule may be estimated to cost.
 pub const RULE_COST_LIMIT: f64 = 10_000_000.0;
 /// kube's `StaticEstimatedCRDCostLimit`: the most a schema's rules may cost together.

@@ -70,7 +70,7 @@ fn compile_problem(expression: &str) -> Option<String> {
     {
         match crate::expressions::compile(expression) {
             Err(errors) => Some(errors),
-            Ok(expr) => crate::expressions::undeclared(&expr, crate::admission::POLICY_VARIABLES),
+            Ok(expr) => crate::expressions::undeclared(&expr, crate::expressions::POLICY_VARIABLES),
         }
     }
     #[cfg(not(feature = "server"))]
