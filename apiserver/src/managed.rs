@@ -896,13 +896,15 @@ fn expand_fields(entry: &mut Map<String, Value>) -> &mut Map<String, Value> {
     }
 }
 
+/// Whether an object is `FieldsV1`: every member an object of the same kind.
+fn is_fields(map: &Map<String, Value>) -> bool {
+    map.values().all(|v| v.as_object().is_some_and(is_fields))
+}
+
 /// An entry's object `fieldsV1` written as its compact text, as stored objects keep it (a
 /// `serde_json` map is in key order, so the text is canonical). An object that is not
 /// `FieldsV1` (a member that is not an object) is left as it is.
 fn compact_fields(entry: &mut Map<String, Value>) {
-    fn is_fields(map: &Map<String, Value>) -> bool {
-        map.values().all(|v| v.as_object().is_some_and(is_fields))
-    }
     if let Some(fields) = entry.get_mut("fieldsV1")
         && let Value::Object(map) = fields
         && is_fields(map)
@@ -996,7 +998,8 @@ pub fn given(managed_fields: Option<&Value>) -> Given {
             && text("apiVersion").is_some_and(|v| !v.is_empty())
             && text("fieldsType") == Some("FieldsV1")
             && match entry.get("fieldsV1") {
-                Some(Value::Object(_)) | None => true,
+                Some(Value::Object(fields)) => is_fields(fields),
+                None => true,
                 Some(Value::String(text)) => is_fields_v1_text(text),
                 _ => false,
             }

@@ -670,6 +670,15 @@ impl Admission {
             )
             .validating
         };
+        // What mutation made of an RBAC object must not grant more than its writer holds.
+        escalation::check(
+            &self.store,
+            attributes.user,
+            attributes.rt,
+            attributes.namespace,
+            &candidate,
+            old,
+        )?;
         // Admission policies run between the mutating and the validating webhooks.
         let policies = self
             .policies

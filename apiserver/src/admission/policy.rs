@@ -115,9 +115,13 @@ impl Matcher {
             (rule.matches(request, false) || (self.equivalent && rule.matches(request, true)))
                 && (names.is_empty() || names.iter().any(|n| n == name))
         };
-        self.rules.iter().any(rule_matches)
+        // A binding's `matchResources` without rules narrows what its policy matches only by
+        // its selectors; a request with no namespace (not on a Namespace) has none to select.
+        let scoped =
+            request.namespaced || (request.group.is_empty() && request.resource == "namespaces");
+        (self.rules.is_empty() || self.rules.iter().any(rule_matches))
             && !self.exclude.iter().any(rule_matches)
-            && self.namespace_selector.matches(namespace)
+            && (!scoped || self.namespace_selector.matches(namespace))
             && (self.object_selector.requirements.is_empty()
                 || [request.object, request.old_object]
                     .into_iter()
@@ -294,9 +298,11 @@ impl Policies {
                 continue;
             };
             let policy = self.compiled(&policy);
-            if !policy
-                .constraints
-                .matches(request, attributes.name, namespace_labels)
+            // A policy's `matchConstraints` match nothing without rules.
+            if policy.constraints.rules.is_empty()
+                || !policy
+                    .constraints
+                    .matches(request, attributes.name, namespace_labels)
             {
                 continue;
             }
@@ -814,5 +820,44 @@ fn denial(attributes: &Attributes<'_>, decision: &Decision) -> ApiError {
         reason,
         message: text,
         details: Some(details),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admissionregistration::Operation;
+
+    fn request(namespaced: bool, group: &'static str, resource: &'static str) -> Request<'static> {
+        Request {
+            operation: Operation::Create,
+            group,
+            version: "v1",
+            resource,
+            subresource: "",
+            namespaced,
+            object: None,
+            old_object: None,
+        }
+    }
+
+    #[test]
+    fn selectors_should_narrow_as_kubes_do() {
+        let test = BTreeMap::from([("env".to_owned(), "test".to_owned())]);
+        // A binding's `matchResources` with a selector and no rules: the selector alone.
+        let binding = Matcher::from_json(
+            &serde_json::json!({"namespaceSelector": {"matchLabels": {"env": "test"}}}),
+        );
+        let deployments = request(true, "apps", "deployments");
+        assert!(binding.matches(&deployments, "web", &test));
+        assert!(!binding.matches(&deployments, "web", &BTreeMap::new()));
+        // A request with no namespace passes any namespace selector.
+        let everything = Matcher::from_json(&serde_json::json!({
+            "resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"],
+                "resources": ["*"]}],
+            "namespaceSelector": {"matchLabels": {"env": "test"}}}));
+        let bindings = request(false, "rbac.authorization.k8s.io", "clusterrolebindings");
+        assert!(everything.matches(&bindings, "admins", &BTreeMap::new()));
+        assert!(!everything.matches(&deployments, "web", &BTreeMap::new()));
     }
 }

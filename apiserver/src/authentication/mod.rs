@@ -5,9 +5,10 @@
 //! `/readyz`) and `/version` answer everyone, as kube-apiserver's default RBAC lets
 //! `system:unauthenticated` read them.
 //!
-//! The one token the server knows is the admin's, written into the kubeconfig it hands out: a
-//! random token (244 random bits) per server, kept in the data directory (`admin-token`, readable by its
-//! owner only) when there is one, so kubeconfigs stay valid across restarts.
+//! The static token the server knows is the admin's, written into the kubeconfig it hands out:
+//! a random token (244 random bits) per server, kept in the data directory (`admin-token`,
+//! readable by its owner only) when there is one, so kubeconfigs stay valid across restarts.
+//! ServiceAccount tokens from the TokenRequest API are the other kind ([`service_account`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -132,13 +133,30 @@ impl Authenticator {
         }
     }
 
-    /// The user `token` stands for, if any (what a `TokenReview` asks).
+    /// The user `token` stands for at the API server, if any.
     pub fn user_of(&self, token: &str, store: &Store) -> Option<UserInfo> {
+        self.review(token, store, &[service_account::ISSUER])
+            .map(|(user, _)| user)
+    }
+
+    /// The user `token` stands for and which of `audiences` it is meant for (what a
+    /// `TokenReview` asks); `None` when it stands for no one or is meant for none of them. The
+    /// admin's token is the API server's only.
+    pub fn review(
+        &self,
+        token: &str,
+        store: &Store,
+        audiences: &[&str],
+    ) -> Option<(UserInfo, Vec<String>)> {
         if service_account::looks_like_jwt(token) {
-            let verified = self
-                .signer
-                .verify(token, jiff::Timestamp::now().as_second())?;
-            return service_account::still_valid(&verified.subject, store).then(|| verified.user());
+            let verified =
+                self.signer
+                    .verify(token, jiff::Timestamp::now().as_second(), audiences)?;
+            return service_account::still_valid(&verified.subject, store)
+                .then(|| (verified.user(), verified.audiences.clone()));
+        }
+        if !audiences.contains(&service_account::ISSUER) {
+            return None;
         }
         // Compared in constant time, so the answer's timing tells nothing of the token.
         self.tokens
@@ -150,7 +168,7 @@ impl Authenticator {
                     found
                 }
             })
-            .cloned()
+            .map(|user| (user.clone(), vec![service_account::ISSUER.to_owned()]))
     }
 }
 

@@ -94,6 +94,8 @@ pub struct Verified {
     pub subject: Subject,
     /// Its id.
     pub id: String,
+    /// The audiences asked for that it is meant for.
+    pub audiences: Vec<String>,
 }
 
 impl Verified {
@@ -226,10 +228,10 @@ impl Signer {
         ))
     }
 
-    /// The token's subject, if this server signed it, it is valid at `now` and meant for the
-    /// API server (an audience of [`ISSUER`]); `None` otherwise. Whether the objects it names
-    /// still exist is the caller's to check.
-    pub fn verify(&self, token: &str, now: i64) -> Option<Verified> {
+    /// The token's subject, if this server signed it, it is valid at `now` and meant for one of
+    /// `audiences` (the API server's is [`ISSUER`]); `None` otherwise. Whether the objects it
+    /// names still exist is the caller's to check.
+    pub fn verify(&self, token: &str, now: i64, audiences: &[&str]) -> Option<Verified> {
         let mut parts = token.split('.');
         let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
         if parts.next().is_some() {
@@ -249,10 +251,16 @@ impl Signer {
         // kube's validator allows a minute of clock skew on `nbf` and `exp`.
         const LEEWAY: i64 = 60;
         let fresh = claims.nbf <= now + LEEWAY && now < claims.exp + LEEWAY;
-        let ours = claims.iss == ISSUER && claims.aud.iter().any(|a| a == ISSUER);
-        (fresh && ours).then_some(Verified {
+        let meant: Vec<String> = claims
+            .aud
+            .iter()
+            .filter(|a| audiences.contains(&a.as_str()))
+            .cloned()
+            .collect();
+        (fresh && claims.iss == ISSUER && !meant.is_empty()).then_some(Verified {
             subject: claims.kubernetes,
             id: claims.jti,
+            audiences: meant,
         })
     }
 }
@@ -311,7 +319,7 @@ mod tests {
             .issue(subject(), vec![ISSUER.into()], 1_000, 600)
             .expect("signed");
         assert!(looks_like_jwt(&token));
-        let verified = signer.verify(&token, 1_100).expect("valid");
+        let verified = signer.verify(&token, 1_100, &[ISSUER]).expect("valid");
         assert_eq!(verified.subject, subject());
         let user = verified.user();
         assert_eq!(user.username, "system:serviceaccount:demo:reader");
@@ -326,10 +334,14 @@ mod tests {
         );
         assert_eq!(user.extra[CREDENTIAL_ID], [format!("JTI={}", verified.id)]);
 
-        assert_eq!(signer.verify(&token, 1_700), None, "expired");
-        assert_eq!(signer.verify(&token, 800), None, "not yet valid");
+        assert_eq!(signer.verify(&token, 1_700, &[ISSUER]), None, "expired");
+        assert_eq!(signer.verify(&token, 800, &[ISSUER]), None, "not yet valid");
         let other = Signer::generate().expect("key");
-        assert_eq!(other.verify(&token, 1_100), None, "another server's");
+        assert_eq!(
+            other.verify(&token, 1_100, &[ISSUER]),
+            None,
+            "another server's"
+        );
         let tampered = {
             let (signed, signature) = token.rsplit_once('.').expect("parts");
             let (header, _) = signed.split_once('.').expect("parts");
@@ -345,15 +357,23 @@ mod tests {
                 URL_SAFE_NO_PAD.encode(claims.to_string())
             )
         };
-        assert_eq!(signer.verify(&tampered, 1_100), None, "claims changed");
+        assert_eq!(
+            signer.verify(&tampered, 1_100, &[ISSUER]),
+            None,
+            "claims changed"
+        );
         let elsewhere = signer
             .issue(subject(), vec!["vault".into()], 1_000, 600)
             .expect("signed");
         assert_eq!(
-            signer.verify(&elsewhere, 1_100),
+            signer.verify(&elsewhere, 1_100, &[ISSUER]),
             None,
             "meant for another audience"
         );
+        let vault = signer
+            .verify(&elsewhere, 1_100, &["vault"])
+            .expect("for vault");
+        assert_eq!(vault.audiences, ["vault"]);
     }
 
     #[test]
@@ -364,7 +384,7 @@ mod tests {
             .issue(subject(), vec![ISSUER.into()], 1_000, 600)
             .expect("signed");
         let again = Signer::in_data_dir(Some(dir.path())).expect("read");
-        assert!(again.verify(&token, 1_100).is_some());
+        assert!(again.verify(&token, 1_100, &[ISSUER]).is_some());
         std::fs::write(dir.path().join(SIGNING_KEY_FILE), b"garbage").expect("write");
         let err = Signer::in_data_dir(Some(dir.path())).expect_err("refused");
         assert!(err.to_string().contains(SIGNING_KEY_FILE), "{err}");

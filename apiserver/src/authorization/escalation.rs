@@ -7,14 +7,14 @@
 use serde_json::Value;
 
 use super::{Attributes, RBAC, allows, role_rules, rules_for, unrestricted};
-
-/// The API group whose writes are checked.
-pub const GROUP: &str = RBAC;
 use crate::authentication::UserInfo;
 use crate::resources::ResourceType;
 use crate::store::Store;
 use krec_core::ApiError;
 use krec_core::json::Pointer as _;
+
+/// The API group whose writes are checked.
+pub const GROUP: &str = RBAC;
 
 /// Whether `user` may write `new` (replacing `old`), an RBAC role or binding, without gaining
 /// permissions it does not hold: `Ok`, or kube's 403 naming what it lacks. Other kinds pass.
@@ -41,7 +41,10 @@ pub fn check(
         .at("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let may = |verb, resource, name| {
+    // A create names no object yet, as kube's request attributes have it: an `escalate` limited
+    // to some names does not let one create them.
+    let creating = old.is_none();
+    let may = |verb, resource, name: &str| {
         allows(
             store,
             user,
@@ -51,7 +54,7 @@ pub fn check(
                 resource,
                 subresource: "",
                 namespace,
-                name: Some(name),
+                name: Some(name).filter(|n| !n.is_empty()),
                 path: None,
             },
         )
@@ -66,7 +69,7 @@ pub fn check(
     };
     let rules = match rt.kind.as_str() {
         "Role" | "ClusterRole" => {
-            if may("escalate", &rt.plural, name) {
+            if may("escalate", &rt.plural, if creating { "" } else { name }) {
                 return Ok(());
             }
             if new

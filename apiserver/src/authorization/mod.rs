@@ -5,9 +5,9 @@
 //! an `aggregationRule` has the rules of the ClusterRoles it selects. A refusal is kube's 403
 //! (`User "…" cannot list resource "pods" in API group "" in the namespace "demo"`).
 //!
-//! Requests to paths that are not resources (discovery, OpenAPI, `/version`, health) are
-//! allowed to every authenticated user, as kube's default `system:discovery`,
-//! `system:public-info-viewer` and `system:basic-user` bindings allow them.
+//! Requests to paths that are not resources (discovery, OpenAPI, `/version`, health,
+//! `/metrics`) are authorized by `nonResourceURLs` rules, which kube's default policy
+//! ([`bootstrap`]) grants: discovery to every user, `/metrics` to `system:monitoring`.
 
 use std::sync::Arc;
 
@@ -271,14 +271,37 @@ fn role_ref<'a>(binding: &'a Value, kind: &str) -> Option<&'a str> {
 }
 
 /// A ClusterRole's rules, and with an `aggregationRule` the rules of every ClusterRole its
-/// selectors select, in the order of their names, each rule once — as kube's aggregation
-/// controller writes them into it.
+/// selectors select — theirs aggregated too (`edit` takes in what aggregates into `view`) — in
+/// the order of their names, each rule once, as kube's aggregation controller writes them.
 fn rules_with_aggregation(role: &Value, all: &[Arc<Value>]) -> Vec<Value> {
-    let mut rules: Vec<Value> = role
+    let mut rules = Vec::new();
+    let mut seen = Vec::new();
+    aggregate(role, all, &mut seen, &mut rules);
+    rules
+}
+
+fn aggregate<'a>(
+    role: &'a Value,
+    all: &'a [Arc<Value>],
+    seen: &mut Vec<&'a str>,
+    rules: &mut Vec<Value>,
+) {
+    if let Some(name) = name_of(role) {
+        if seen.contains(&name) {
+            return;
+        }
+        seen.push(name);
+    }
+    for rule in role
         .get("rules")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+        .into_iter()
+        .flatten()
+    {
+        if !rules.contains(rule) {
+            rules.push(rule.clone());
+        }
+    }
     let selectors: Vec<LabelSelector> = role
         .at("/aggregationRule/clusterRoleSelectors")
         .and_then(Value::as_array)
@@ -287,7 +310,7 @@ fn rules_with_aggregation(role: &Value, all: &[Arc<Value>]) -> Vec<Value> {
         .filter_map(LabelSelector::from_json)
         .collect();
     if selectors.is_empty() {
-        return rules;
+        return;
     }
     let mut selected: Vec<&Arc<Value>> = all
         .iter()
@@ -296,18 +319,8 @@ fn rules_with_aggregation(role: &Value, all: &[Arc<Value>]) -> Vec<Value> {
         .collect();
     selected.sort_by_key(|other| name_of(other));
     for other in selected {
-        for rule in other
-            .get("rules")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if !rules.contains(rule) {
-                rules.push(rule.clone());
-            }
-        }
+        aggregate(other, all, seen, rules);
     }
-    rules
 }
 
 /// Whether `binding` names `user` (by name, one of its groups, or — a ServiceAccount subject —
@@ -606,5 +619,36 @@ mod tests {
             !allows(&store, &monitor, &cm(None)),
             "resourceNames never match a collection"
         );
+    }
+
+    #[test]
+    fn aggregation_should_reach_through_roles_that_aggregate() {
+        let store = store_with(&[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "foo-view",
+                    "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+                "rules": [{"apiGroups": ["example.com"], "resources": ["foos"], "verbs": ["get"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "editor", "namespace": "default"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "ed"}]}),
+        ]);
+        bootstrap::ensure_policy(&store).expect("default policy");
+        let ed = UserInfo {
+            username: "ed".into(),
+            groups: vec!["system:authenticated".into()],
+            ..Default::default()
+        };
+        let foos = Attributes {
+            group: "example.com",
+            resource: "foos",
+            ..pods("get", Some("default"))
+        };
+        assert!(
+            allows(&store, &ed, &foos),
+            "edit aggregates view, which aggregates foo-view"
+        );
+        assert!(allows(&store, &ed, &pods("delete", Some("default"))));
+        assert!(!allows(&store, &ed, &pods("delete", Some("kube-system"))));
     }
 }

@@ -230,8 +230,11 @@ pub async fn handle(
             },
             Err(err) => Err(err),
         },
-        // Health checks and the version answer everyone; the rest only a known user.
-        None if matches!(Route::of(uri.path()), Some(Route::Health | Route::Version)) => {
+        // Health checks and the version answer everyone without credentials (wrong ones are a
+        // 401 anywhere); the rest only a known user.
+        None if !headers.contains_key(header::AUTHORIZATION)
+            && matches!(Route::of(uri.path()), Some(Route::Health | Route::Version)) =>
+        {
             route(
                 &server,
                 &UserInfo::anonymous(),

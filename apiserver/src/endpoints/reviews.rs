@@ -44,6 +44,11 @@ pub(super) async fn create(
             review = json!({"metadata": {}, "spec": {}});
             status
         }
+        "LocalSubjectAccessReview" if target.namespace.is_none() => {
+            return Err(ApiError::bad_request(
+                "namespace is required on this type: ",
+            ));
+        }
         kind => {
             let subject = match kind {
                 "SelfSubjectAccessReview" => user.clone(),
@@ -72,8 +77,17 @@ fn token_review(server: &ApiServer, review: &Value) -> Value {
         .at("/spec/token")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    match server.authenticator.user_of(token, &server.store) {
-        Some(user) => json!({"authenticated": true, "user": user.to_json(), "audiences": [ISSUER]}),
+    // The audiences asked about (the API server's when none are), and those it is meant for.
+    let asked: Vec<&str> = review
+        .at("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .filter(|a: &Vec<&str>| !a.is_empty())
+        .unwrap_or_else(|| vec![ISSUER]);
+    match server.authenticator.review(token, &server.store, &asked) {
+        Some((user, audiences)) => {
+            json!({"authenticated": true, "user": user.to_json(), "audiences": audiences})
+        }
         None => json!({"user": {}, "error": "[invalid bearer token, token lookup failed]"}),
     }
 }

@@ -91,12 +91,26 @@ fn schema_of<'a>(expr: &IdedExpr, scope: &Scope<'a>) -> Option<&'a Value> {
     }
 }
 
-/// The size of `expr`'s value: from its schema, or a literal's own.
+/// The size of `expr`'s value: a literal's own, a computed value's from what it is computed
+/// of (a `map` or `filter` as large as its range, a concatenation the sum of its parts, a
+/// `replace` its target times the replacement), else its schema's bound.
 fn size_of(expr: &IdedExpr, scope: &Scope<'_>) -> f64 {
     match &expr.expr {
         Expr::Literal(LiteralValue::String(s)) => s.inner().len() as f64,
         Expr::List(list) => list.elements.len() as f64,
         Expr::Map(map) => map.entries.len() as f64,
+        Expr::Comprehension(c) => size_of(&c.iter_range, scope),
+        Expr::Call(call) => {
+            let target = || call.target.as_ref().map_or(1.0, |t| size_of(t, scope));
+            let arg = |i: usize| call.args.get(i).map_or(1.0, |a| size_of(a, scope));
+            match call.func_name.as_str() {
+                "_+_" => arg(0) + arg(1),
+                "replace" => target() * arg(1).max(1.0),
+                "split" | "join" | "lowerAscii" | "upperAscii" | "trim" | "substring"
+                | "findAll" => target(),
+                _ => max_size(schema_of(expr, scope)),
+            }
+        }
         _ => max_size(schema_of(expr, scope)),
     }
 }

@@ -242,16 +242,29 @@ fn split(
         Some(n) => int(ftx, n)?,
         None => -1,
     };
-    let parts: Vec<Value> = match limit {
-        0 => Vec::new(),
-        n if n < 0 => this
-            .split(separator.as_str())
-            .map(|p| Value::String(Arc::new(p.to_owned())))
-            .collect(),
-        n => this
-            .splitn(n as usize, separator.as_str())
-            .map(|p| Value::String(Arc::new(p.to_owned())))
-            .collect(),
+    let string = |p: &str| Value::String(Arc::new(p.to_owned()));
+    // Go's `strings.SplitN`: an empty separator splits between characters.
+    let pieces: Vec<String> = if separator.is_empty() {
+        let chars: Vec<String> = this.chars().map(String::from).collect();
+        match limit {
+            n if n > 0 && (n as usize) < chars.len() => {
+                let mut head: Vec<String> = chars[..n as usize - 1].to_vec();
+                head.push(chars[n as usize - 1..].concat());
+                head
+            }
+            _ => chars,
+        }
+    } else if limit < 0 {
+        this.split(separator.as_str()).map(str::to_owned).collect()
+    } else {
+        this.splitn(limit as usize, separator.as_str())
+            .map(str::to_owned)
+            .collect()
+    };
+    let parts: Vec<Value> = if limit == 0 {
+        Vec::new()
+    } else {
+        pieces.iter().map(|p| string(p)).collect()
     };
     Ok(Value::List(Arc::new(parts)))
 }
@@ -327,15 +340,28 @@ fn position(ftx: &FunctionContext, this: Value, args: &[Value], last: bool) -> R
         (Value::String(s), Value::String(sub)) => {
             let chars: Vec<char> = s.chars().collect();
             let needle: Vec<char> = sub.chars().collect();
-            let mut windows = (0..=chars.len().saturating_sub(needle.len())).filter(|i| {
-                chars.len() >= needle.len() && chars[*i..*i + needle.len()] == needle[..]
-            });
-            let hit = if last {
-                windows.next_back()
-            } else {
-                windows.next()
+            // cel-go's optional offset, in characters: where the search starts (`indexOf`) or
+            // the last position a match may start at (`lastIndexOf`).
+            let offset = match args.get(1) {
+                Some(offset) => {
+                    let offset = int(ftx, offset)?;
+                    if offset < 0 || offset as usize > chars.len() {
+                        return Err(ftx.error(format!("index out of range: {offset}")));
+                    }
+                    Some(offset as usize)
+                }
+                None => None,
             };
-            hit.map(|i| i as i64)
+            let fits = |i: &usize| {
+                *i + needle.len() <= chars.len() && chars[*i..*i + needle.len()] == needle[..]
+            };
+            if last {
+                let end = offset.unwrap_or(chars.len());
+                (0..=end.min(chars.len())).rev().find(fits)
+            } else {
+                (offset.unwrap_or(0)..=chars.len()).find(fits)
+            }
+            .map(|i| i as i64)
         }
         _ => return Err(ftx.error("no such overload")),
     };

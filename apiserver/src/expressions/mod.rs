@@ -14,7 +14,8 @@
 //! Differences from kube: no type checker (a rule that is not a bool, or names a field the
 //! schema has not, fails when it runs, not at creation), compile errors carry the `cel`
 //! crate's parser messages and no position for undeclared references, the runtime cost is not
-//! metered (the static estimate bounds it), failing rules on unchanged values are not
+//! metered (only estimated before: a rule kube's budget refuses is refused, but one the estimate
+//! underrates runs to its end), failing rules on unchanged values are not
 //! ratcheted into warnings, and the library lacks URLs, quantities, IPs, `format`, semver,
 //! sets and `type()` ([`library`]).
 
@@ -98,13 +99,74 @@ pub fn rules_for(schema: &Arc<Value>) -> Option<Arc<Rules>> {
     rules
 }
 
+/// The longest expression kube takes (`ExpressionSizeCodePointLimit`).
+const MAX_EXPRESSION_CHARS: usize = 100_000;
+
+/// The deepest an expression may nest: deep enough for any rule a person writes, shallow
+/// enough that evaluating it cannot exhaust a thread's stack.
+const MAX_DEPTH: usize = 128;
+
 fn parse(source: &str) -> Result<IdedExpr, String> {
-    cel::parser::Parser::new()
-        .enable_optional_syntax(true)
-        .max_recursion_depth(96)
-        .parse(source)
-        // cel-go's layout of the offending line.
-        .map_err(|errors| errors.to_string().replace("\n| ", "\n | "))
+    let chars = source.chars().count();
+    if chars > MAX_EXPRESSION_CHARS {
+        return Err(format!(
+            "ERROR: <input>: expression code point size exceeds limit: size: {chars}, limit {MAX_EXPRESSION_CHARS}"
+        ));
+    }
+    let source = source.to_owned();
+    // The parser recurses once per operator of a chain (`1+1+…`): it runs, and a tree too deep
+    // to evaluate is refused, on a thread with room for that.
+    std::thread::Builder::new()
+        .name("cel-parse".into())
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let expr = cel::parser::Parser::new()
+                .enable_optional_syntax(true)
+                .max_recursion_depth(96)
+                .parse(&source)
+                // cel-go's layout of the offending line.
+                .map_err(|errors| errors.to_string().replace("\n| ", "\n | "))?;
+            if depth(&expr) > MAX_DEPTH {
+                return Err(format!(
+                    "ERROR: <input>: expression nested deeper than {MAX_DEPTH} levels"
+                ));
+            }
+            Ok(expr)
+        })
+        .map_err(|err| format!("cannot parse: {err}"))?
+        .join()
+        .unwrap_or_else(|_| Err("internal error parsing the expression".into()))
+}
+
+/// The value of a map entry or object field.
+fn entry_value(entry: &cel::common::ast::IdedEntryExpr) -> &IdedExpr {
+    match &entry.expr {
+        EntryExpr::MapEntry(entry) => &entry.value,
+        EntryExpr::StructField(field) => &field.value,
+    }
+}
+
+/// How deep `expr` nests.
+fn depth(expr: &IdedExpr) -> usize {
+    let deepest = |exprs: &mut dyn Iterator<Item = &IdedExpr>| exprs.map(depth).max().unwrap_or(0);
+    1 + match &expr.expr {
+        Expr::Call(call) => deepest(&mut call.target.iter().map(|t| &**t).chain(&call.args)),
+        Expr::Select(select) => depth(&select.operand),
+        Expr::List(list) => deepest(&mut list.elements.iter()),
+        Expr::Map(map) => deepest(&mut map.entries.iter().map(entry_value)),
+        Expr::Struct(construction) => deepest(&mut construction.entries.iter().map(entry_value)),
+        Expr::Comprehension(c) => deepest(
+            &mut [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .into_iter(),
+        ),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
+    }
 }
 
 fn text<'a>(value: &'a Value, key: &str) -> &'a str {

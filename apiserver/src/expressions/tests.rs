@@ -159,6 +159,11 @@ fn the_kubernetes_library_should_answer_as_kubes() {
         ),
         ("['a', 'b'].join('-') == 'a-b'", true),
         ("'x'.replace('x', 'y') == 'y'", true),
+        (
+            "'abcabc'.indexOf('a', 1) == 3 && 'abcabc'.lastIndexOf('a', 2) == 0",
+            true,
+        ),
+        ("'abc'.split('') == ['a', 'b', 'c']", true),
     ] {
         assert_eq!(eval(source), Ok(cel::Value::Bool(expected)), "{source}");
     }
@@ -230,5 +235,40 @@ fn a_crd_should_be_refused_rules_that_do_not_compile_or_cost_too_much() {
             "spec.validation.openAPIV3Schema.properties[l].items.x-kubernetes-validations[0].rule".to_owned(),
             "Forbidden: oldSelf cannot be used on the uncorrelatable portion of the schema within spec.validation.openAPIV3Schema.properties[l].items".to_owned()
         )]
+    );
+}
+
+#[test]
+fn computed_values_should_cost_what_they_are_computed_of() {
+    // Each of 20 000 items against every other, through a `map`: kube refuses it.
+    let schema = json!({"type": "object", "properties": {"items": {"type": "array",
+        "maxItems": 20000, "items": {"type": "string", "maxLength": 10}},
+        "s": {"type": "string"}},
+        "x-kubernetes-validations": [
+            {"rule": "self.items.map(x, x).all(a, self.items.exists_one(b, b == a))"},
+            {"rule": "self.s.replace('', self.s).replace('', self.s) != ''"}]});
+    let causes = check(&schema, "p");
+    let fields: Vec<&str> = causes.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "p.x-kubernetes-validations[0].rule",
+            "p.x-kubernetes-validations[1].rule",
+            "p"
+        ],
+        "{causes:?}"
+    );
+}
+
+#[test]
+fn an_expression_too_deep_should_be_refused_not_crash() {
+    let chain = vec!["1"; 20_000].join(" + ");
+    let error = parse(&format!("self.a == {chain}")).expect_err("refused");
+    assert!(error.contains("nested deeper than 128"), "{error}");
+    let long = "a".repeat(100_001);
+    assert!(
+        parse(&long)
+            .expect_err("refused")
+            .contains("size exceeds limit")
     );
 }

@@ -39,6 +39,12 @@ async fn only_the_kubeconfigs_token_should_be_let_in() {
     // `system:unauthenticated` read them.
     for path in ["/healthz", "/livez", "/readyz", "/version"] {
         assert_eq!(exchange(&cluster, &get(path, None)).await.0, 200, "{path}");
+        // Wrong credentials are refused even there, as kube-apiserver refuses them.
+        assert_eq!(
+            exchange(&cluster, &get(path, Some("Bearer wrong"))).await.0,
+            401,
+            "{path}"
+        );
     }
     // The kubeconfig carries the token: a kube client from it is let in.
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =

@@ -974,7 +974,10 @@ fn extensions(node: &Value, path: &str, causes: &mut Vec<Cause>) {
                     format!("{path}.items.x-kubernetes-list-type"),
                     format!(
                         "Invalid value: {}: must be atomic as item of a list with x-kubernetes-list-type=set",
-                        serde_json::json!(item_list_type)
+                        items
+                            .get("x-kubernetes-map-type")
+                            .cloned()
+                            .unwrap_or(Value::Null)
                     ),
                 );
             } else if node_type(items) == "object"
