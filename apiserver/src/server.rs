@@ -30,6 +30,7 @@ pub struct Builder {
     faults: Arc<Faults>,
     audit: Option<Arc<AuditLog>>,
     limits: Option<Limits>,
+    anonymous: bool,
 }
 
 impl Default for Builder {
@@ -43,6 +44,7 @@ impl Default for Builder {
             faults: Arc::new(Faults::default()),
             audit: None,
             limits: None,
+            anonymous: false,
         }
     }
 }
@@ -101,6 +103,15 @@ impl Builder {
     /// Record every write request in `log` (see [`crate::audit`]).
     pub fn audit(mut self, log: Arc<AuditLog>) -> Self {
         self.audit = Some(log);
+        self
+    }
+
+    /// Take a request without credentials as `system:anonymous` (group
+    /// `system:unauthenticated`), which RBAC then judges — kube-apiserver's
+    /// `--anonymous-auth=true`. By default such a request is a 401 (but for health checks and
+    /// `/version`).
+    pub fn anonymous_auth(mut self, allowed: bool) -> Self {
+        self.anonymous = allowed;
         self
     }
 
@@ -218,7 +229,7 @@ impl Server {
             audit: config.audit.clone(),
             admission: admission.clone(),
             metrics: Default::default(),
-            authenticator: Authenticator::new(&token, signer),
+            authenticator: Authenticator::new(&token, signer).anonymous(config.anonymous),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());

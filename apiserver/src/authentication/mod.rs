@@ -96,6 +96,8 @@ pub struct Authenticator {
     /// Requests without credentials are the admin's: the in-process server, whose only
     /// callers are in the same process.
     trusting: bool,
+    /// Requests without credentials are `system:anonymous`'s (`--anonymous-auth`).
+    anonymous: bool,
 }
 
 impl Authenticator {
@@ -106,7 +108,14 @@ impl Authenticator {
             tokens: HashMap::from([(admin_token.to_owned(), UserInfo::admin())]),
             signer,
             trusting: false,
+            anonymous: false,
         }
+    }
+
+    /// This authenticator taking requests without credentials as `system:anonymous`'s.
+    pub fn anonymous(mut self, allowed: bool) -> Self {
+        self.anonymous = allowed;
+        self
     }
 
     /// The in-process server's: a request without credentials is the admin's.
@@ -115,6 +124,7 @@ impl Authenticator {
             tokens: HashMap::new(),
             signer,
             trusting: true,
+            anonymous: false,
         }
     }
 
@@ -129,6 +139,7 @@ impl Authenticator {
         match token {
             Some(token) => self.user_of(token, store),
             None if self.trusting => Some(UserInfo::admin()),
+            None if self.anonymous => Some(UserInfo::anonymous()),
             None => None,
         }
     }

@@ -278,3 +278,36 @@ async fn a_service_accounts_token_should_stand_for_it_while_it_exists() {
     );
     cluster.shutdown().await;
 }
+
+/// `--anonymous-auth`: a request without a token is `system:anonymous`'s, which kube's default
+/// policy lets read health and version only — a 403, not a 401, for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_requests_should_be_judged_by_rbac_when_allowed() {
+    let cluster = Server::builder()
+        .anonymous_auth(true)
+        .start()
+        .await
+        .expect("start");
+    let (code, body) = exchange(&cluster, &get("/api/v1/namespaces", None)).await;
+    assert_eq!(code, 403, "{body}");
+    let status: Value = serde_json::from_str(body.trim()).expect("a Status");
+    assert_eq!(
+        status["message"],
+        r#"namespaces is forbidden: User "system:anonymous" cannot list resource "namespaces" in API group "" at the cluster scope"#
+    );
+    let (code, body) = exchange(&cluster, &get("/api", None)).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/api\""#),
+        "{body}"
+    );
+    assert_eq!(exchange(&cluster, &get("/healthz", None)).await.0, 200);
+    assert_eq!(
+        exchange(&cluster, &get("/api", Some("Bearer wrong")))
+            .await
+            .0,
+        401,
+        "wrong credentials are still refused"
+    );
+    cluster.shutdown().await;
+}

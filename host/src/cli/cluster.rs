@@ -23,6 +23,11 @@ pub(super) struct Args {
     /// to this file, as JSON lines — kube-apiserver's flag of the same name.
     #[arg(long)]
     audit_log_path: Option<PathBuf>,
+    /// Take requests without a token as `system:anonymous`, which RBAC then judges (kube's
+    /// default policy lets it read health and version only) — kube-apiserver's flag of the same
+    /// name. Without it they get 401.
+    #[arg(long)]
+    anonymous_auth: bool,
     #[command(flatten)]
     simulation: SimulationArgs,
 }
@@ -34,12 +39,14 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         kubeconfig_out,
         data_dir,
         audit_log_path,
+        anonymous_auth,
         simulation,
     } = args;
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
     let stop = super::shutdown_signal();
     let mut server = krec_apiserver::Server::builder()
         .addr(addr)
+        .anonymous_auth(anonymous_auth)
         .simulation(simulation.config())
         .faults(simulation.faults()?);
     if let Some(dir) = &data_dir {
