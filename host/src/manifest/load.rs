@@ -9,7 +9,7 @@ use krec_core::selector::is_dns_label;
 
 use super::types::*;
 use super::validate::{FieldProblem, configure, validate_spec};
-use super::{API_VERSION, KIND, ManifestError};
+use super::{API_VERSION, CLUSTER_KIND, KIND, ManifestError};
 
 impl Manifest {
     /// Whether the manifest permits `verb` on `gvk` in `namespace` (`None`: cluster-scoped or
@@ -57,10 +57,13 @@ impl Manifest {
                 format!("expected {API_VERSION:?}, found {:?}", raw.api_version),
             ));
         }
-        if raw.kind != KIND {
+        if raw.kind != KIND && raw.kind != CLUSTER_KIND {
             return Err(invalid(
                 "kind",
-                format!("expected {KIND:?}, found {:?}", raw.kind),
+                format!(
+                    "expected {KIND:?} or {CLUSTER_KIND:?}, found {:?}",
+                    raw.kind
+                ),
             ));
         }
         if !is_dns_label(&raw.metadata.name) {
@@ -178,7 +181,7 @@ pub(super) fn declares_other_kind(text: &str) -> bool {
         .next()
         .and_then(|first| Head::deserialize(first).ok())
         .and_then(|h| h.kind)
-        .is_some_and(|k| k != KIND)
+        .is_some_and(|k| k != KIND && k != CLUSTER_KIND)
 }
 
 impl Manifest {

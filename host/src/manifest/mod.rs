@@ -7,6 +7,7 @@
 //! By job: [`types`] (what a manifest says, defaults and bounds), `units` (durations and
 //! quantities), `load` (reading files and directories) and `validate` (every rule).
 
+pub mod crd;
 mod load;
 pub mod types;
 mod units;
@@ -22,6 +23,8 @@ pub use validate::{cluster_scoped_namespaces, is_builtin_cluster_scoped};
 pub const API_VERSION: &str = "krec.dev/v1alpha1";
 /// The manifest's `kind`.
 pub const KIND: &str = "Reconciler";
+/// The cluster-scoped kind a manifest may also be (the same spec, for cluster administrators).
+pub const CLUSTER_KIND: &str = "ClusterReconciler";
 
 /// A manifest that could not be read or is invalid.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +103,13 @@ spec:
 
     fn parse(text: &str) -> Result<Manifest, ManifestError> {
         Manifest::parse(Path::new("dir/m.yaml"), text)
+    }
+
+    #[test]
+    fn a_cluster_reconciler_file_should_be_a_manifest_too() {
+        let cluster = parse(&GOOD.replace("kind: Reconciler", "kind: ClusterReconciler"))
+            .expect("a ClusterReconciler");
+        assert_eq!(cluster, parse(GOOD).expect("a Reconciler"));
     }
 
     #[test]
@@ -230,7 +240,7 @@ spec:
             ),
             (
                 GOOD.replace("kind: Reconciler", "kind: Reconciller"),
-                "kind: expected \"Reconciler\"",
+                "kind: expected \"Reconciler\" or \"ClusterReconciler\", found \"Reconciller\"",
             ),
             (
                 GOOD.replace("verbs: [get, list]", "verbs: [get, lsit]"),

@@ -39,10 +39,11 @@ pub(super) struct RawMetadata {
 }
 
 /// `spec` of a manifest. Field names are those of the YAML, in camelCase.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReconcilerSpec {
     /// Path of the `.wasm` component; relative paths are resolved against the manifest's directory.
+    #[schemars(with = "String")]
     pub module: PathBuf,
     /// The primary kind: its events enqueue the object itself (controller-runtime's `For`).
     #[serde(default, rename = "for")]
@@ -68,6 +69,7 @@ pub struct ReconcilerSpec {
     pub rate_limiter: RateLimiterSpec,
     /// Re-enqueue every object of the `for` kind this often.
     #[serde(default, deserialize_with = "de_opt_duration")]
+    #[schemars(with = "Option<String>")]
     pub resync_period: Option<Duration>,
     /// Periodic generic sources, each enqueueing a fixed request.
     #[serde(default)]
@@ -98,16 +100,18 @@ pub struct ReconcilerSpec {
     /// once per instance, after `configSchema`'s defaults are filled in. A changed config
     /// swaps the guest like a changed module.
     #[serde(default)]
+    #[schemars(schema_with = "crate::manifest::crd::any_value")]
     pub config: Option<serde_json::Value>,
     /// An OpenAPI v3 schema (as a CRD's `openAPIV3Schema`) `config` must match: types,
     /// `required`, `enum`, bounds, patterns, `default`s; fields it does not declare are refused
     /// unless `additionalProperties` or `x-kubernetes-preserve-unknown-fields` allows them.
     #[serde(default)]
+    #[schemars(schema_with = "crate::manifest::crd::any_object")]
     pub config_schema: Option<serde_json::Value>,
 }
 
 /// A CRD conversion webhook the guest serves.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConversionSpec {
     /// The CRD's name, `{plural}.{group}` (e.g. `foos.samplecontroller.k8s.io`).
@@ -115,7 +119,7 @@ pub struct ConversionSpec {
 }
 
 /// Whether a webhook judges or changes objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WebhookType {
     /// Calls the guest's `validate`: allow or deny.
@@ -135,7 +139,7 @@ impl WebhookType {
 }
 
 /// One rule of a webhook, as in a `*WebhookConfiguration`'s `rules`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookRule {
     /// API groups (`""` for the core group, `*` for all).
@@ -152,7 +156,7 @@ pub struct WebhookRule {
 }
 
 /// An admission webhook the guest serves: what a `*WebhookConfiguration` says of it.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct WebhookSpec {
     /// `validating` or `mutating`.
@@ -175,9 +179,11 @@ pub struct WebhookSpec {
     pub timeout_seconds: Option<u32>,
     /// A label selector on the namespace.
     #[serde(default)]
+    #[schemars(schema_with = "crate::manifest::crd::any_object")]
     pub namespace_selector: Option<serde_json::Value>,
     /// A label selector on the object.
     #[serde(default)]
+    #[schemars(schema_with = "crate::manifest::crd::any_object")]
     pub object_selector: Option<serde_json::Value>,
     /// `Equivalent` (the default) or `Exact`.
     #[serde(default)]
@@ -235,6 +241,17 @@ impl Default for Concurrency {
     }
 }
 
+impl schemars::JsonSchema for Concurrency {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Concurrency".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": 1,
+            "maximum": MAX_CONCURRENT_RECONCILES, "default": 1})
+    }
+}
+
 impl<'de> Deserialize<'de> for Concurrency {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let workers = u64::deserialize(deserializer)?;
@@ -247,7 +264,7 @@ impl<'de> Deserialize<'de> for Concurrency {
 }
 
 /// A kind, written as `{ apiVersion: apps/v1, kind: ReplicaSet }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KindRef {
     /// `v1`, `apps/v1`, `samplecontroller.k8s.io/v1alpha1`, ...
@@ -270,7 +287,7 @@ impl fmt::Display for KindRef {
 }
 
 /// A fixed request, written as `{ namespace: default, name: x }`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestSpec {
     /// Namespace; omitted for cluster-scoped or namespace-less requests.
@@ -281,7 +298,7 @@ pub struct RequestSpec {
 }
 
 /// A watch on another kind and how its events map to requests.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Watch {
     /// The watched kind's `apiVersion`.
@@ -321,7 +338,7 @@ impl Watch {
 }
 
 /// Map an object to the request named by one of its labels (or annotations).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LabelMapping {
     /// The label (or annotation) whose value names the request: `name`, or `namespace/name`;
@@ -347,6 +364,19 @@ pub enum Predicate {
     LabelSelector(String),
     /// Only these event types pass.
     EventTypes(BTreeSet<EventKind>),
+}
+
+/// A predicate is a name or a one-key map: a value a structural schema cannot type, kept as
+/// written and read by the host.
+impl schemars::JsonSchema for Predicate {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Predicate".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"x-kubernetes-preserve-unknown-fields": true,
+            "description": "GenerationChanged, LabelsChanged, AnnotationsChanged, ResourceVersionChanged, { labelSelector: ... } or { eventTypes: [create, update, delete, generic] }"})
+    }
 }
 
 impl<'de> Deserialize<'de> for Predicate {
@@ -397,14 +427,16 @@ impl<'de> Deserialize<'de> for Predicate {
 }
 
 /// Per-guest workqueue rate limiting: per-key exponential backoff and an overall token bucket.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RateLimiterSpec {
     /// First retry delay of a failing key; doubles on each failure.
     #[serde(default = "default_base_delay", deserialize_with = "de_duration")]
+    #[schemars(with = "String", default = "base_delay_text")]
     pub base_delay: Duration,
     /// Cap of the per-key delay.
     #[serde(default = "default_max_delay", deserialize_with = "de_duration")]
+    #[schemars(with = "String", default = "max_delay_text")]
     pub max_delay: Duration,
     /// Overall rate of rate-limited adds, per second.
     #[serde(default = "default_qps")]
@@ -412,6 +444,22 @@ pub struct RateLimiterSpec {
     /// Token bucket size.
     #[serde(default = "default_burst")]
     pub burst: u32,
+}
+
+fn base_delay_text() -> String {
+    show_duration(default_base_delay())
+}
+fn max_delay_text() -> String {
+    show_duration(default_max_delay())
+}
+fn timeout_text() -> String {
+    show_duration(default_timeout())
+}
+fn memory_text() -> String {
+    format!("{}Mi", DEFAULT_MEMORY >> 20)
+}
+fn cpu_text() -> String {
+    "1".into()
 }
 
 pub(super) fn default_base_delay() -> Duration {
@@ -439,36 +487,44 @@ impl Default for RateLimiterSpec {
 }
 
 /// A periodic generic source: enqueue `request` every `every`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Ticker {
     /// Period, e.g. `10m`.
     #[serde(deserialize_with = "de_duration")]
+    #[schemars(with = "String")]
     pub every: Duration,
     /// The request to enqueue.
     pub request: RequestSpec,
 }
 
 /// Sandbox limits of one reconcile.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Limits {
     /// Wall-clock limit of one reconcile, enforced by epoch interruption.
     #[serde(default = "default_timeout", deserialize_with = "de_duration")]
+    #[schemars(with = "String", default = "timeout_text")]
     pub timeout: Duration,
     /// Total linear memory of the guest in bytes, over all its memories (a Kubernetes quantity:
     /// `64Mi`).
     #[serde(default = "default_memory", deserialize_with = "de_quantity")]
+    #[schemars(
+        schema_with = "crate::manifest::crd::quantity",
+        default = "memory_text"
+    )]
     pub memory: u64,
     /// Most linear memory all the guest's instances hold at once — its workers', its kept
     /// review and map instances' — in bytes (a Kubernetes quantity). A growth past it traps
     /// out-of-memory, as one past `memory` does. Unset: see [`ReconcilerSpec::total_memory`].
     #[serde(default, deserialize_with = "de_opt_quantity")]
+    #[schemars(schema_with = "crate::manifest::crd::quantity")]
     pub total_memory: Option<u64>,
     /// Most CPU the guest's code may use, in cores (a Kubernetes CPU quantity: `500m`, `1`),
     /// over all its workers. When guests compete for the host's CPU each gets at most an equal
     /// share of it; see [`crate::guest::CpuGovernor`].
     #[serde(default = "default_cpu", deserialize_with = "de_cpu")]
+    #[schemars(schema_with = "crate::manifest::crd::quantity", default = "cpu_text")]
     pub cpu: f64,
     /// Writes (create, update, patch, delete, Events) per second the guest may send to the
     /// API server, over all its workers: client-go's `QPS`.
@@ -590,7 +646,7 @@ impl Default for Limits {
 }
 
 /// Instance reuse policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Isolation {
     /// Each worker keeps its instance across reconciles (fast); it is discarded on a trap, a limit
@@ -602,7 +658,7 @@ pub enum Isolation {
 }
 
 /// One permission: verbs on a kind, optionally only in some namespaces.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Permission {
     /// The kind's `apiVersion`.
@@ -617,7 +673,9 @@ pub struct Permission {
 }
 
 /// A verb a guest can be permitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verb {
     /// Read one object.

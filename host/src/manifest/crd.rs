@@ -1,0 +1,263 @@
+//! The CustomResourceDefinitions a manifest is an object of: `reconcilers.krec.dev`
+//! (namespaced, kind `Reconciler`) and `clusterreconcilers.krec.dev` (cluster-scoped, kind
+//! `ClusterReconciler`), whose `spec` is [`ReconcilerSpec`] — its OpenAPI schema generated from
+//! the Rust type (schemars, rewritten into a structural schema as kube's `CustomResource`
+//! derive does), never written by hand. `deploy/crds.yaml` is their YAML; a test keeps it equal
+//! to what this module generates.
+
+use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::{Value, json};
+
+use super::API_VERSION;
+use super::types::ReconcilerSpec;
+
+/// The API group of the two kinds.
+pub const GROUP: &str = "krec.dev";
+
+/// A value the host reads as it is written (a guest's `config`): any JSON.
+pub(crate) fn any_value(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// An object the host reads as it is written (a label selector, a schema).
+pub(crate) fn any_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// A Kubernetes quantity: an integer (`67108864`) or a string (`64Mi`, `500m`).
+pub(crate) fn quantity(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"x-kubernetes-int-or-string": true,
+        "anyOf": [{"type": "integer"}, {"type": "string"}]})
+}
+
+/// The OpenAPI schema of `spec`, structural as a CRD needs it.
+pub fn spec_schema() -> Value {
+    let generator = schemars::generate::SchemaSettings::openapi3()
+        .with(|settings| {
+            settings.inline_subschemas = true;
+            settings.meta_schema = None;
+        })
+        .with_transform(schemars::transform::AddNullable::default())
+        .with_transform(kube_core::schema::StructuralSchemaRewriter)
+        .with_transform(kube_core::schema::OptionalEnum)
+        .with_transform(kube_core::schema::OptionalIntOrString)
+        .into_generator();
+    let mut schema = serde_json::to_value(generator.into_root_schema_for::<ReconcilerSpec>())
+        .unwrap_or_else(|_| json!({"type": "object"}));
+    if let Some(fields) = schema.as_object_mut() {
+        fields.remove("title");
+        fields.remove("$schema");
+    }
+    drop_null_defaults(&mut schema);
+    schema
+}
+
+/// An optional field's `default: null` (schemars writes the Rust default): an absent field
+/// needs none, and kube refuses a null default on a field that is not nullable.
+fn drop_null_defaults(schema: &mut Value) {
+    match schema {
+        Value::Object(fields) => {
+            if fields.get("default") == Some(&Value::Null) {
+                fields.remove("default");
+            }
+            fields.values_mut().for_each(drop_null_defaults);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_defaults),
+        _ => {}
+    }
+}
+
+/// The two CRDs, as `kubectl apply -f` takes them.
+pub fn crds() -> Vec<Value> {
+    let (_, version) = API_VERSION.split_once('/').unwrap_or((GROUP, API_VERSION));
+    let schema = json!({
+        "type": "object",
+        "description": "A reconciler krec runs: the guest's module, what it watches and may do, and its limits.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": {
+                "type": "object",
+                "description": "What the host that runs the guest reports.",
+                "x-kubernetes-preserve-unknown-fields": true,
+            },
+        },
+    });
+    let columns = json!([
+        {"name": "Ready", "type": "string",
+            "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Module", "type": "string", "jsonPath": ".spec.module", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]);
+    [
+        ("reconcilers", "Reconciler", "Namespaced", vec!["rec"]),
+        (
+            "clusterreconcilers",
+            "ClusterReconciler",
+            "Cluster",
+            vec!["crec"],
+        ),
+    ]
+    .into_iter()
+    .map(|(plural, kind, scope, short)| {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{GROUP}")},
+            "spec": {
+                "group": GROUP,
+                "scope": scope,
+                "names": {
+                    "plural": plural,
+                    "singular": kind.to_lowercase(),
+                    "kind": kind,
+                    "listKind": format!("{kind}List"),
+                    "shortNames": short,
+                    "categories": ["krec"],
+                },
+                "versions": [{
+                    "name": version,
+                    "served": true,
+                    "storage": true,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }],
+            },
+        })
+    })
+    .collect()
+}
+
+/// The two CRDs as one YAML stream (what `deploy/crds.yaml` holds).
+pub fn crds_yaml() -> String {
+    let mut out = String::from(
+        "# Generated from the manifest's Rust type (host/src/manifest/crd.rs); a test keeps this\n# file equal to it.\n",
+    );
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&crd).unwrap_or_default());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deployed_crds_should_be_the_generated_ones() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds.yaml");
+        if std::env::var_os("KREC_WRITE_CRDS").is_some() {
+            std::fs::write(&path, crds_yaml()).expect("write deploy/crds.yaml");
+        }
+        let deployed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            deployed == crds_yaml(),
+            "{} drifted from the manifest's type: regenerate it with `KREC_WRITE_CRDS=1 cargo test -p krec --lib crd`",
+            path.display()
+        );
+    }
+
+    /// Whether `stored` holds everything `given` says (defaults may add to it).
+    #[cfg(feature = "embedded-apiserver")]
+    fn holds(stored: &Value, given: &Value) -> bool {
+        match (stored, given) {
+            (Value::Object(stored), Value::Object(given)) => given
+                .iter()
+                .all(|(k, v)| stored.get(k).is_some_and(|s| holds(s, v))),
+            (Value::Array(stored), Value::Array(given)) => {
+                stored.len() == given.len() && stored.iter().zip(given).all(|(s, g)| holds(s, g))
+            }
+            (stored, given) => stored == given,
+        }
+    }
+
+    /// The embedded API server (validating CRDs as kube-apiserver does) takes them.
+    #[cfg(feature = "embedded-apiserver")]
+    #[test]
+    fn the_embedded_api_server_should_take_the_crds() {
+        use krec_apiserver::{Registry, Store};
+        let store = Store::new(std::sync::Arc::new(Registry::new()));
+        let rt = store
+            .registry()
+            .by_kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
+            .expect("served");
+        for crd in crds() {
+            if let Err(err) = store.create(&rt, None, crd, false) {
+                panic!("{}", err.message);
+            }
+        }
+        assert!(
+            store
+                .registry()
+                .by_kind(GROUP, "v1alpha1", "ClusterReconciler")
+                .is_some()
+        );
+        // Every sample manifest is a valid object of both kinds.
+        krec_apiserver::ensure_namespaces(&store).expect("namespaces");
+        let samples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-guests");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&samples).expect("samples").flatten() {
+            let path = entry.path().join("manifest.yaml");
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let object: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+            for (kind, namespace) in [("Reconciler", Some("default")), ("ClusterReconciler", None)]
+            {
+                let mut object = object.clone();
+                object["kind"] = json!(kind);
+                let rt = store
+                    .registry()
+                    .by_kind(GROUP, "v1alpha1", kind)
+                    .expect("served");
+                let spec = object["spec"].clone();
+                match store.create(&rt, namespace, object, false) {
+                    Err(err) => panic!("{} as a {kind}: {}", path.display(), err.message),
+                    // Nothing the manifest says is pruned (the schema knows every field).
+                    Ok(stored) => assert!(
+                        holds(&stored["spec"], &spec),
+                        "{} lost fields as a {kind}: {}",
+                        path.display(),
+                        stored["spec"]
+                    ),
+                }
+            }
+            seen += 1;
+        }
+        assert!(seen >= 9, "{seen} sample manifests");
+    }
+
+    #[test]
+    fn the_spec_schema_should_be_structural_and_typed_as_the_manifest() {
+        let schema = spec_schema();
+        assert_eq!(schema["type"], "object");
+        let properties = &schema["properties"];
+        assert_eq!(properties["module"]["type"], "string");
+        assert_eq!(properties["maxConcurrentReconciles"]["type"], "integer");
+        assert_eq!(
+            properties["limits"]["properties"]["memory"]["x-kubernetes-int-or-string"],
+            true
+        );
+        assert_eq!(
+            properties["limits"]["properties"]["timeout"]["type"],
+            "string"
+        );
+        assert_eq!(
+            properties["permissions"]["items"]["properties"]["verbs"]["items"]["type"],
+            "string"
+        );
+        assert_eq!(
+            properties["config"]["x-kubernetes-preserve-unknown-fields"],
+            true
+        );
+        assert!(
+            properties.get("for").is_some(),
+            "serde's names: `for`, not `for_kind`"
+        );
+    }
+}
