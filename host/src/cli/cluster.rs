@@ -58,6 +58,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         server = server.audit(std::sync::Arc::new(log));
     }
     let cluster = server.start().await?;
+    super::serve_reconciler_crds(&cluster)?;
     cluster
         .write_kubeconfig(&kubeconfig_out)
         .with_context(|| format!("writing the kubeconfig to {}", kubeconfig_out.display()))?;

@@ -92,6 +92,7 @@ pub async fn dev(
         .faults(options.faults.clone())
         .start()
         .await?;
+    super::serve_reconciler_crds(&cluster)?;
     cluster
         .write_kubeconfig(&options.kubeconfig_out)
         .with_context(|| {

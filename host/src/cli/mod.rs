@@ -12,6 +12,30 @@ mod rbac;
 pub mod run;
 mod webhooks;
 
+/// Serve the Reconciler and ClusterReconciler CRDs on the embedded API server (as
+/// `kubectl apply -f deploy/crds.yaml` would on a cluster), so that `kubectl apply -f` of a
+/// manifest works locally as it does there.
+#[cfg(feature = "embedded-apiserver")]
+fn serve_reconciler_crds(cluster: &krec_apiserver::Server) -> anyhow::Result<()> {
+    let store = cluster.store();
+    let Some(rt) =
+        store
+            .registry()
+            .by_kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
+    else {
+        return Ok(());
+    };
+    for crd in crate::manifest::crd::crds() {
+        match store.create(&rt, None, crd, false) {
+            // Kept in the data directory from an earlier start.
+            Err(err) if err.code == 409 => {}
+            Err(err) => anyhow::bail!("serving the Reconciler CRDs: {}", err.message),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -85,6 +85,13 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         }
     }
     assert!(files.len() >= 5, "sample files found: {files:?}");
+    // And each guest's manifest: a Reconciler object, whose CRD `krec cluster` serves.
+    files.extend(
+        guests
+            .iter()
+            .map(|g| g.path().join("manifest.yaml"))
+            .filter(|p| p.exists()),
+    );
 
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kc.yaml");
@@ -147,6 +154,20 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
             assert!(out.status.success(), "{out:?}");
         }
     }
+    let listed = Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["get", "reconcilers", "-o", "name"])
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run kubectl");
+    let reconcilers = String::from_utf8_lossy(&listed.stdout).lines().count();
     drop(child);
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
+    assert!(
+        reconcilers >= 9,
+        "{reconcilers} reconcilers listed: {listed:?}"
+    );
 }
