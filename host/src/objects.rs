@@ -72,9 +72,11 @@ pub fn read_objects(dir: &Path) -> Result<Vec<serde_json::Value>, ObjectFileErro
         for document in documents {
             let value = serde_json::Value::deserialize(document)
                 .map_err(|e| ObjectFileError::new(&file, e))?;
+            // Manifests (either kind) are the guests', not objects to apply.
+            let kind = value.get("kind").and_then(serde_json::Value::as_str);
             if value.is_null()
-                || value.get("kind").and_then(serde_json::Value::as_str)
-                    == Some(crate::manifest::KIND)
+                || kind == Some(crate::manifest::KIND)
+                || kind == Some(crate::manifest::CLUSTER_KIND)
             {
                 continue;
             }
@@ -139,4 +141,22 @@ pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> 
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_of_either_kind_should_not_be_applied_as_objects() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("guests.yaml"),
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: a}\nspec: {}\n---\napiVersion: krec.dev/v1alpha1\nkind: ClusterReconciler\nmetadata: {name: b}\nspec: {}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+        )
+        .expect("write");
+        let objects = read_objects(dir.path()).expect("read");
+        assert_eq!(objects.len(), 1, "{objects:?}");
+        assert_eq!(objects[0]["kind"], "ConfigMap");
+    }
 }
