@@ -113,6 +113,24 @@ fn text(ftx: &FunctionContext, value: &Value) -> Result<Arc<String>, ExecutionEr
     }
 }
 
+/// The string argument at `at`.
+fn string_arg(
+    ftx: &FunctionContext,
+    args: &[Value],
+    at: usize,
+) -> Result<Arc<String>, ExecutionError> {
+    text(
+        ftx,
+        args.get(at).ok_or_else(|| ftx.error("no such overload"))?,
+    )
+}
+
+/// An optional count argument at `at` (cel-go's `n` of `replace`, `split`, `findAll`): -1, all,
+/// when absent.
+fn limit_arg(ftx: &FunctionContext, args: &[Value], at: usize) -> Result<i64, ExecutionError> {
+    args.get(at).map_or(Ok(-1), |n| int(ftx, n))
+}
+
 /// `size`: a string's length in characters (code points), as CEL counts it.
 fn size(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
     Ok(Value::Int(match this {
@@ -189,14 +207,8 @@ fn find_all(
     This(this): This<Arc<String>>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let pattern = text(
-        ftx,
-        args.first().ok_or_else(|| ftx.error("no such overload"))?,
-    )?;
-    let limit = match args.get(1) {
-        Some(n) => int(ftx, n)?,
-        None => -1,
-    };
+    let pattern = string_arg(ftx, &args, 0)?;
+    let limit = limit_arg(ftx, &args, 1)?;
     let found: Vec<Value> = regex(ftx, &pattern)?
         .find_iter(&this)
         .take(if limit < 0 {
@@ -218,10 +230,7 @@ fn replace(
         [old, new, ..] => (text(ftx, old)?, text(ftx, new)?),
         _ => return Err(ftx.error("no such overload")),
     };
-    let limit = match args.get(2) {
-        Some(n) => int(ftx, n)?,
-        None => -1,
-    };
+    let limit = limit_arg(ftx, &args, 2)?;
     Ok(Value::String(Arc::new(if limit < 0 {
         this.replace(old.as_str(), &new)
     } else {
@@ -234,14 +243,8 @@ fn split(
     This(this): This<Arc<String>>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let separator = text(
-        ftx,
-        args.first().ok_or_else(|| ftx.error("no such overload"))?,
-    )?;
-    let limit = match args.get(1) {
-        Some(n) => int(ftx, n)?,
-        None => -1,
-    };
+    let separator = string_arg(ftx, &args, 0)?;
+    let limit = limit_arg(ftx, &args, 1)?;
     let string = |p: &str| Value::String(Arc::new(p.to_owned()));
     // Go's `strings.SplitN`: an empty separator splits between characters.
     let pieces: Vec<String> = if separator.is_empty() {
