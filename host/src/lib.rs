@@ -43,6 +43,8 @@ pub mod rbac;
 pub mod runtime;
 pub mod scaffold;
 pub mod shard;
+pub mod sources;
+pub mod status;
 pub mod tenure;
 pub mod vocab;
 pub mod webhooks;

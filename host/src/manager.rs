@@ -40,6 +40,7 @@ use crate::guest::{
 };
 use crate::manifest::{Manifest, ManifestError};
 use crate::metrics::Metrics;
+use crate::sources::{FromCluster, Generations, ObjectSource};
 use crate::vocab::Gvk;
 
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
@@ -70,6 +71,9 @@ pub struct Skipped {
     pub guest: String,
     /// What is wrong, naming the file or kind.
     pub reason: String,
+    /// What kind of problem, in one CamelCase word (a status condition's reason):
+    /// [`ManifestError::code`] or [`StartError::code`].
+    pub code: &'static str,
 }
 
 /// Why a guest, or a new version of one, could not start; each names the manifest file, the
@@ -119,6 +123,19 @@ pub enum StartError {
     Sync(crate::vocab::AccessError),
 }
 
+impl StartError {
+    /// What kind of problem, in one CamelCase word (a status condition's reason).
+    pub fn code(&self) -> &'static str {
+        match self {
+            StartError::RunnerUnsupported { .. } | StartError::ClusterScoped { .. } => "Invalid",
+            StartError::LoadPanicked(_) | StartError::Load(_) => "LoadFailed",
+            StartError::Instantiate(_) => "InstantiateFailed",
+            StartError::Watch { .. } => "WatchFailed",
+            StartError::Sync(_) => "SyncFailed",
+        }
+    }
+}
+
 /// What a [`reload`](Manager::reload) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReloadReport {
@@ -130,6 +147,17 @@ pub struct ReloadReport {
     pub removed: Vec<String>,
     /// Changes refused (the old version, if any, keeps running): guest or file, and why.
     pub rejected: Vec<Skipped>,
+}
+
+impl Skipped {
+    /// A manifest (file or object) refused, named by its path.
+    fn refused(err: &ManifestError) -> Self {
+        Skipped {
+            guest: err.path().display().to_string(),
+            reason: err.to_string(),
+            code: err.code(),
+        }
+    }
 }
 
 impl ReloadReport {
@@ -179,6 +207,9 @@ pub struct ManagerOptions {
     /// Most linear memory all guests' instances hold together, in bytes; `None`:
     /// [`crate::memory::default_guest_memory`].
     pub guest_memory: Option<u64>,
+    /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
+    /// (see [`crate::sources`]); `None`: only those of the manifests given.
+    pub from_cluster: Option<FromCluster>,
 }
 
 struct Inner {
@@ -202,6 +233,11 @@ struct Inner {
     /// Counts changes of [`controllers`](Self::controllers) (guests started, swapped, removed).
     changes: tokio::sync::watch::Sender<u64>,
     skipped: RwLock<Vec<Skipped>>,
+    /// The cluster's guest objects, with `--from-cluster`.
+    objects: Option<ObjectSource>,
+    /// What the guest objects were when the running set was last brought in line with them:
+    /// each one's `observedGeneration`.
+    applied: RwLock<Generations>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -307,8 +343,10 @@ impl Retry {
 struct Fingerprint(BTreeMap<PathBuf, Option<(u64, Option<std::time::SystemTime>, u64)>>);
 
 impl Fingerprint {
-    fn of(dir: &Path, modules: &[PathBuf]) -> Self {
-        let files = Manifest::files(dir).unwrap_or_default();
+    fn of(dir: Option<&Path>, modules: &[PathBuf]) -> Self {
+        let files = dir
+            .and_then(|dir| Manifest::files(dir).ok())
+            .unwrap_or_default();
         let stat = |path: &Path| {
             let meta = std::fs::metadata(path).ok()?;
             #[cfg(unix)]
@@ -342,7 +380,9 @@ impl Manager {
     ///
     /// # Errors
     ///
-    /// Only when the Wasm engine cannot be created.
+    /// When the Wasm engine cannot be created, or with
+    /// [`from_cluster`](ManagerOptions::from_cluster) when the guest objects cannot be watched
+    /// (the CRDs are not installed).
     pub async fn start_with(
         api: Arc<ApiClient>,
         manifests: Vec<Manifest>,
@@ -357,6 +397,22 @@ impl Manager {
             }
         };
         let module_cache = options.module_cache;
+        let cache = Cache::new(api);
+        let (objects, wanted) = match &options.from_cluster {
+            Some(from) => {
+                let source = ObjectSource::start(&cache, from).await?;
+                let files = manifests.into_iter().map(Ok).collect();
+                let wanted = crate::sources::merge(files, source.scan());
+                (Some(source), wanted)
+            }
+            None => (None, manifests.into_iter().map(Ok).collect()),
+        };
+        let applied = RwLock::new(
+            objects
+                .as_ref()
+                .map(ObjectSource::generations)
+                .unwrap_or_default(),
+        );
         let manager = Manager {
             inner: Arc::new(Inner {
                 metrics: options.metrics.unwrap_or_default(),
@@ -376,13 +432,25 @@ impl Manager {
                     )
                     .unwrap_or(usize::MAX),
                 ),
-                cache: Cache::new(api),
+                cache,
                 guests: tokio::sync::Mutex::new(BTreeMap::new()),
                 controllers: RwLock::new(BTreeMap::new()),
                 changes: tokio::sync::watch::channel(0).0,
                 skipped: RwLock::new(Vec::new()),
+                objects,
+                applied,
             }),
         };
+        let mut manifests = Vec::new();
+        for result in wanted {
+            match result {
+                Ok(manifest) => manifests.push(manifest),
+                Err(err) => {
+                    tracing::error!("not started: {err}");
+                    manager.skip(Skipped::refused(&err));
+                }
+            }
+        }
         let mut guests = manager.inner.guests.lock().await;
         let progress = crate::progress::Progress::new("starting guests", manifests.len());
         let loads = manifests.into_iter().map(|manifest| (manifest, None));
@@ -401,6 +469,7 @@ impl Manager {
                     manager.skip(Skipped {
                         guest: name,
                         reason: reason.to_string(),
+                        code: reason.code(),
                     });
                 }
             }
@@ -711,8 +780,75 @@ impl Manager {
     ///
     /// When `dir` cannot be read; the running guests are untouched then.
     pub async fn reload(&self, dir: &Path) -> Result<ReloadReport, ManifestError> {
-        let scanned = Manifest::scan_dir(dir)?;
-        Ok(self.apply(scanned).await)
+        self.reload_sources(Some(dir)).await
+    }
+
+    /// Bring the running guests in line with the manifests in `dir` (if any) and the cluster's
+    /// guest objects (with [`from_cluster`](ManagerOptions::from_cluster)).
+    ///
+    /// # Errors
+    ///
+    /// When `dir` cannot be read; the running guests are untouched then.
+    pub async fn reload_sources(&self, dir: Option<&Path>) -> Result<ReloadReport, ManifestError> {
+        let files = match dir {
+            Some(dir) => Manifest::scan_dir(dir)?,
+            None => Vec::new(),
+        };
+        // Generations first: an object changed in between is under-reported, and reloaded.
+        let generations = self.generations();
+        let scanned = match &self.inner.objects {
+            Some(objects) => crate::sources::merge(files, objects.scan()),
+            None => files,
+        };
+        let report = self.apply(scanned).await;
+        *self
+            .inner
+            .applied
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = generations;
+        Ok(report)
+    }
+
+    /// The generation of guest object `reference` the running set was last brought in line
+    /// with (its status's `observedGeneration`), if it was.
+    pub fn observed_generation(&self, reference: &crate::sources::ObjectRef) -> Option<i64> {
+        let applied = self.inner.applied.read().unwrap_or_else(|e| e.into_inner());
+        applied.get(reference).map(|(_, generation)| *generation)
+    }
+
+    /// Whether this replica runs `guest`'s workers now: it holds the guest's Lease (sharding),
+    /// leads (leader election), or always (neither).
+    pub fn holds(&self, guest: &str) -> bool {
+        match &self.inner.tenures {
+            Some(tenures) => tenures.is_running(guest),
+            None => *self.inner.gate.borrow(),
+        }
+    }
+
+    /// Whether this replica takes part in reconciling at all now: with leader election, only
+    /// the leader does; sharded or not, every replica does.
+    pub fn is_active(&self) -> bool {
+        self.inner.tenures.is_some() || *self.inner.gate.borrow()
+    }
+
+    /// The fence of `guest`'s writes under sharding (`None`: writes are not fenced).
+    pub fn fence(&self, guest: &str) -> Option<Arc<crate::cluster::fence::Fence>> {
+        self.inner.tenures.as_ref().map(|t| t.fence(guest))
+    }
+
+    /// What the guest objects were at the last scan (empty without
+    /// [`from_cluster`](ManagerOptions::from_cluster)).
+    fn generations(&self) -> Generations {
+        self.inner
+            .objects
+            .as_ref()
+            .map(ObjectSource::generations)
+            .unwrap_or_default()
+    }
+
+    /// The cluster's guest objects, with [`from_cluster`](ManagerOptions::from_cluster).
+    pub fn objects(&self) -> Option<&ObjectSource> {
+        self.inner.objects.as_ref()
     }
 
     /// [`reload`](Self::reload) from already scanned manifests.
@@ -729,10 +865,7 @@ impl Manager {
                 Err(err) => {
                     tracing::error!("{err}; the guest it defines keeps its running version");
                     broken_files.insert(err.path().to_owned());
-                    report.rejected.push(Skipped {
-                        guest: err.path().display().to_string(),
-                        reason: err.to_string(),
-                    });
+                    report.rejected.push(Skipped::refused(&err));
                 }
             }
         }
@@ -779,6 +912,7 @@ impl Manager {
                         report.rejected.push(Skipped {
                             guest: name,
                             reason: reason.to_string(),
+                            code: reason.code(),
                         });
                     }
                 }
@@ -798,24 +932,41 @@ impl Manager {
                     report.rejected.push(Skipped {
                         guest: name,
                         reason: reason.to_string(),
+                        code: reason.code(),
                     });
                 }
             }
         }
         self.publish(&guests);
+        *self
+            .inner
+            .skipped
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = report.rejected.clone();
         report
     }
 
     /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
     /// [`RELOAD_DEBOUNCE`]) and on SIGHUP, until the returned task is aborted.
     pub fn watch(&self, dir: PathBuf) -> Watcher {
+        self.watch_sources(Some(dir))
+    }
+
+    /// Like [`watch`](Self::watch) for the manifests in `dir` (if any) and, with
+    /// [`from_cluster`](ManagerOptions::from_cluster), the guest objects: an object created,
+    /// deleted or whose spec changed (its generation) reloads too.
+    pub fn watch_sources(&self, dir: Option<PathBuf>) -> Watcher {
         let manager = self.clone();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move { manager.watch_loop(dir, stopped).await });
         Watcher { stop, task }
     }
 
-    async fn watch_loop(&self, dir: PathBuf, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    async fn watch_loop(
+        &self,
+        dir: Option<PathBuf>,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+    ) {
         use notify::RecursiveMode;
         let (events_tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let relevant = Arc::new(RwLock::new(BTreeSet::<PathBuf>::new()));
@@ -840,50 +991,58 @@ impl Manager {
             },
         );
         let mut debouncer = match debouncer {
-            Ok(d) => d,
+            Ok(d) => Some(d),
             Err(err) => {
-                tracing::error!(
-                    "cannot watch {} for changes; SIGHUP still reloads: {err}",
-                    dir.display()
-                );
-                return self.sighup_loop(dir, stopped).await;
+                tracing::error!("cannot watch files for changes; SIGHUP still reloads: {err}");
+                None
             }
         };
-        if let Err(err) = debouncer.watcher().watch(&dir, RecursiveMode::Recursive) {
+        if let (Some(debouncer), Some(dir)) = (&mut debouncer, &dir)
+            && let Err(err) = debouncer.watcher().watch(dir, RecursiveMode::Recursive)
+        {
             tracing::error!("cannot watch {}: {err}", dir.display());
         }
         let mut watched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut refresh =
-            |debouncer: &mut notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>,
-             modules: Vec<PathBuf>| {
-                let absolute: BTreeSet<PathBuf> = modules
-                    .iter()
-                    .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
-                    .collect();
-                for module in &absolute {
-                    if let Some(parent) = module.parent()
-                        && !parent.starts_with(&dir)
-                        && watched_dirs.insert(parent.to_owned())
-                        && let Err(err) = debouncer
-                            .watcher()
-                            .watch(parent, RecursiveMode::NonRecursive)
-                    {
-                        tracing::warn!("cannot watch {}: {err}", parent.display());
-                    }
+        let mut refresh = |debouncer: &mut Option<
+            notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>,
+        >,
+                           modules: Vec<PathBuf>| {
+            let Some(debouncer) = debouncer else { return };
+            let absolute: BTreeSet<PathBuf> = modules
+                .iter()
+                .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
+                .collect();
+            for module in &absolute {
+                if let Some(parent) = module.parent()
+                    && !dir.as_ref().is_some_and(|dir| parent.starts_with(dir))
+                    && watched_dirs.insert(parent.to_owned())
+                    && let Err(err) = debouncer
+                        .watcher()
+                        .watch(parent, RecursiveMode::NonRecursive)
+                {
+                    tracing::warn!("cannot watch {}: {err}", parent.display());
                 }
-                let mut paths: BTreeSet<PathBuf> = modules.into_iter().collect();
-                paths.extend(absolute);
-                *relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
-            };
-        let mut modules = self.module_paths(&dir).await;
+            }
+            let mut paths: BTreeSet<PathBuf> = modules.into_iter().collect();
+            paths.extend(absolute);
+            *relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
+        };
+        let mut modules = self.module_paths(dir.as_deref()).await;
         refresh(&mut debouncer, modules.clone());
         #[cfg(unix)]
         let mut hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         // What the files looked like at the last reload, told from their metadata alone:
         // opening them (as a reload does) is itself an event, which must not start another.
-        let mut seen = Fingerprint::of(&dir, &modules);
+        let mut seen = Fingerprint::of(dir.as_deref(), &modules);
+        // What the objects were: status writes and label edits do not reload.
+        let mut objects = self.inner.objects.as_ref().map(ObjectSource::changes);
+        let mut seen_objects = self.generations();
         let mut retry = Retry::default();
+        let what = match &dir {
+            Some(dir) => dir.display().to_string(),
+            None => "the guest objects".to_owned(),
+        };
         loop {
             #[cfg(unix)]
             let hup = async {
@@ -896,54 +1055,57 @@ impl Manager {
             };
             #[cfg(not(unix))]
             let hup = std::future::pending::<()>();
+            let object_changed = async {
+                match objects.as_mut() {
+                    Some(changes) => {
+                        if changes.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                        // Let a burst of edits (kubectl apply -f of a directory) settle.
+                        tokio::time::sleep(RELOAD_DEBOUNCE).await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             // A reload in progress always completes: stopping is only noticed here, between
             // reloads.
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return,
-                changed = rx.recv() => {
+                changed = rx.recv(), if debouncer.is_some() => {
                     if changed.is_none() {
                         return;
                     }
-                    if Fingerprint::of(&dir, &modules) == seen {
+                    if Fingerprint::of(dir.as_deref(), &modules) == seen {
                         continue;
                     }
                 }
-                () = hup => tracing::info!("SIGHUP: reloading {}", dir.display()),
+                () = object_changed => {
+                    if self.generations() == seen_objects {
+                        continue;
+                    }
+                }
+                () = hup => tracing::info!("SIGHUP: reloading {what}"),
                 () = retry.due() => tracing::info!(
                     "retrying the changes refused {:?} ago",
                     retry.delay
                 ),
             }
             while rx.try_recv().is_ok() {}
-            modules = self.module_paths(&dir).await;
-            seen = Fingerprint::of(&dir, &modules);
-            let refused = self.reload_logged(&dir).await;
+            if let Some(changes) = objects.as_mut() {
+                changes.mark_unchanged();
+            }
+            modules = self.module_paths(dir.as_deref()).await;
+            seen = Fingerprint::of(dir.as_deref(), &modules);
+            seen_objects = self.generations();
+            let refused = self.reload_logged(dir.as_deref(), &what).await;
             retry.after(refused);
             refresh(&mut debouncer, modules.clone());
         }
     }
 
-    /// Without a file watcher: reload on SIGHUP only.
-    async fn sighup_loop(&self, dir: PathBuf, mut stopped: tokio::sync::watch::Receiver<bool>) {
-        #[cfg(unix)]
-        if let Ok(mut hangup) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        {
-            loop {
-                tokio::select! {
-                    _ = stopped.wait_for(|s| *s) => return,
-                    signal = hangup.recv() => if signal.is_none() { return },
-                }
-                let _ = self.reload_logged(&dir).await;
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = (dir, stopped.wait_for(|s| *s).await);
-    }
-
     /// Reload and log what changed; whether anything was refused.
-    async fn reload_logged(&self, dir: &Path) -> bool {
-        let result = self.reload(dir).await;
+    async fn reload_logged(&self, dir: Option<&Path>, what: &str) -> bool {
+        let result = self.reload_sources(dir).await;
         let counted = match &result {
             Ok(report) if report.is_empty() => "unchanged",
             Ok(report) if report.rejected.is_empty() => "changed",
@@ -960,8 +1122,7 @@ impl Manager {
             Ok(report) if report.is_empty() => false,
             Ok(report) => {
                 tracing::info!(
-                    "reloaded {}: started {:?}, swapped {:?}, removed {:?}, rejected {}",
-                    dir.display(),
+                    "reloaded {what}: started {:?}, swapped {:?}, removed {:?}, rejected {}",
                     report.started,
                     report.swapped,
                     report.removed,
@@ -970,7 +1131,7 @@ impl Manager {
                 !report.rejected.is_empty()
             }
             Err(err) => {
-                tracing::error!("reloading {}: {err}; nothing changed", dir.display());
+                tracing::error!("reloading {what}: {err}; nothing changed");
                 true
             }
         }
@@ -979,10 +1140,19 @@ impl Manager {
     /// The module files that matter to a reload of `dir`: those the running guests run and
     /// those the manifests in `dir` name now (a guest refused so far starts when its module
     /// is rebuilt).
-    async fn module_paths(&self, dir: &Path) -> Vec<PathBuf> {
-        let mut paths: BTreeSet<PathBuf> = Manifest::scan_dir(dir)
-            .unwrap_or_default()
+    async fn module_paths(&self, dir: Option<&Path>) -> Vec<PathBuf> {
+        let files = dir
+            .and_then(|dir| Manifest::scan_dir(dir).ok())
+            .unwrap_or_default();
+        let objects = self
+            .inner
+            .objects
+            .as_ref()
+            .map(ObjectSource::scan)
+            .unwrap_or_default();
+        let mut paths: BTreeSet<PathBuf> = files
             .into_iter()
+            .chain(objects)
             .flatten()
             .map(|m| m.spec.module)
             .collect();
@@ -1010,7 +1180,8 @@ impl Manager {
             .clone()
     }
 
-    /// Guests that could not start when the manager started.
+    /// What the last start or reload refused (guests not running, or still running an older
+    /// version), and why.
     pub fn skipped(&self) -> Vec<Skipped> {
         self.inner
             .skipped

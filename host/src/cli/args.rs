@@ -120,6 +120,15 @@ pub(super) struct HostArgs {
     /// memory or cgroup limit).
     #[arg(long, value_parser = quantity)]
     guest_memory: Option<u64>,
+    /// Also run the guests registered in the cluster as `Reconciler` and `ClusterReconciler`
+    /// objects (the CRDs of `krec install` must be installed): creating, changing or deleting
+    /// one starts, swaps or stops its guest.
+    #[arg(long)]
+    from_cluster: bool,
+    /// The directory objects' relative `spec.module` paths are resolved against (default: the
+    /// current directory); paths leaving it are refused.
+    #[arg(long, requires = "from_cluster")]
+    module_dir: Option<PathBuf>,
 }
 
 impl HostArgs {
@@ -171,6 +180,12 @@ impl HostArgs {
                 .map(|(cert, key)| crate::webhooks::TlsFiles { cert, key }),
             register_webhooks: false,
             guest_memory: self.guest_memory,
+            from_cluster: self.from_cluster.then(|| crate::sources::FromCluster {
+                module_dir: self
+                    .module_dir
+                    .or_else(|| std::env::current_dir().ok())
+                    .unwrap_or_else(|| PathBuf::from(".")),
+            }),
         })
     }
 }

@@ -82,7 +82,10 @@ pub async fn dev(
     options: DevOptions,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let manifests = Manifest::load_valid(&options.manifests)?;
+    let manifests = match options.host.from_cluster {
+        Some(_) => Manifest::load_valid_or_none(&options.manifests)?,
+        None => Manifest::load_valid(&options.manifests)?,
+    };
     let apply_dir = options.apply.as_deref().unwrap_or(&options.manifests);
     let objects = crate::objects::read_objects(apply_dir)?;
 

@@ -315,6 +315,17 @@ impl Controller {
         &self.queue
     }
 
+    /// Keys whose reconciles trapped [`QUARANTINE_AFTER`] times in a row or more: retried at
+    /// most every [`QUARANTINE_DELAY`].
+    pub fn quarantined(&self) -> usize {
+        self.trap_streaks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|streak| **streak >= QUARANTINE_AFTER)
+            .count()
+    }
+
     /// Reconcile counters.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats

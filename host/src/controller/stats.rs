@@ -47,6 +47,8 @@ pub struct Stats {
     /// workqueue guarantees this stays zero; it is counted, not assumed.
     pub overlaps: AtomicU64,
     active: Mutex<HashSet<Request>>,
+    /// The last error or trap, and when.
+    last_error: Mutex<Option<(String, std::time::SystemTime)>>,
 }
 
 /// The Prometheus series a guest's outcomes are counted in.
@@ -96,6 +98,7 @@ impl Stats {
             },
             overlaps: AtomicU64::new(0),
             active: Mutex::default(),
+            last_error: Mutex::default(),
         }
     }
 
@@ -133,6 +136,20 @@ impl Stats {
                 series.errors_total.inc();
             }
         }
+    }
+
+    /// Remember `message` as the last error (a reconcile that failed or trapped).
+    pub(super) fn failed(&self, message: String) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((message, std::time::SystemTime::now()));
+    }
+
+    /// The last reconcile error or trap, and when it happened.
+    pub fn last_error(&self) -> Option<(String, std::time::SystemTime)> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Reconciles that returned `done`.

@@ -202,6 +202,7 @@ impl Controller {
                     self.queue.add_rate_limited(request.clone());
                 }
                 let retries = self.queue.num_requeues(request);
+                self.stats.failed(format!("{request}: {err}"));
                 tracing::warn!(target: "krec::reconcile", guest = %guest, key = %request, result = %"error", duration_ms = %format_args!("{ms:.1}"), retries, "{err}; retrying with backoff");
             }
         }

@@ -39,6 +39,12 @@ impl Manifest {
 
     /// Parse and validate manifest text; `path` names it in errors and anchors the module path.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ManifestError> {
+        Self::parse_in(path, path.parent().unwrap_or(Path::new(".")), text)
+    }
+
+    /// Like [`parse`](Self::parse), with relative module paths resolved against `module_base`
+    /// (e.g. a host's `--module-dir` for a `Reconciler` read from the cluster).
+    pub fn parse_in(path: &Path, module_base: &Path, text: &str) -> Result<Self, ManifestError> {
         let invalid = |field: &str, problem: String| ManifestError::Invalid {
             path: path.to_owned(),
             field: field.to_owned(),
@@ -79,8 +85,7 @@ impl Manifest {
         validate_spec(&spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         configure(&mut spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         if spec.module.is_relative() {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            spec.module = dir.join(&spec.module);
+            spec.module = module_base.join(&spec.module);
         }
         Ok(Manifest {
             path: path.to_owned(),
@@ -111,6 +116,21 @@ impl Manifest {
                 problem: "no Reconciler manifests found".to_owned(),
             });
         }
+        Ok(Self::valid(scanned))
+    }
+
+    /// Like [`load_valid`](Self::load_valid), where no manifest at all is fine (a host that
+    /// also runs the guests registered in the cluster).
+    ///
+    /// # Errors
+    ///
+    /// When `dir` cannot be read.
+    pub fn load_valid_or_none(dir: &Path) -> Result<Vec<Manifest>, ManifestError> {
+        Ok(Self::valid(Self::scan_dir(dir)?))
+    }
+
+    /// The valid manifests of `scanned`; each bad one is logged, naming its file.
+    fn valid(scanned: Vec<Result<Manifest, ManifestError>>) -> Vec<Manifest> {
         let mut manifests = Vec::new();
         for result in scanned {
             match result {
@@ -118,7 +138,7 @@ impl Manifest {
                 Err(err) => tracing::error!("skipping a manifest: {err}"),
             }
         }
-        Ok(manifests)
+        manifests
     }
 
     /// Like [`load_dir`](Self::load_dir), but with one result per manifest file, so that one bad

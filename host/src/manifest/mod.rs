@@ -60,6 +60,15 @@ pub enum ManifestError {
 }
 
 impl ManifestError {
+    /// What kind of problem, in one CamelCase word (a status condition's reason).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ManifestError::Read { .. } => "Unreadable",
+            ManifestError::Invalid { .. } => "Invalid",
+            ManifestError::Duplicate { .. } => "Duplicate",
+        }
+    }
+
     /// The manifest file at fault.
     pub fn path(&self) -> &Path {
         match self {

@@ -10,7 +10,7 @@
 //!   Manager::start_with (cache, guests, their controllers)
 //!   sharder (Leases per guest)
 //!   admission server (+ registrations, krec dev)
-//!   manifest watcher
+//!   manifest (and guest object) watcher, status writer (--from-cluster)
 //! Runtime::shutdown: not ready → watcher → webhooks → hand guests over → drain → Leases
 //! ```
 
@@ -30,6 +30,7 @@ use crate::manager::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT, Watcher};
 use crate::manifest::Manifest;
 use crate::metrics::{Metrics, NameLabel};
 use crate::shard::{ShardConfig, Sharder};
+use crate::status::StatusWriter;
 
 /// How the host runs, for `krec dev` and `krec run`.
 #[derive(Clone, Debug)]
@@ -57,6 +58,9 @@ pub struct HostOptions {
     /// Most linear memory all guests' instances hold together, in bytes; `None`: half of the
     /// machine's ([`crate::memory::default_guest_memory`]).
     pub guest_memory: Option<u64>,
+    /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
+    /// (`--from-cluster`; see [`crate::sources`]).
+    pub from_cluster: Option<crate::sources::FromCluster>,
 }
 
 impl Default for HostOptions {
@@ -72,6 +76,7 @@ impl Default for HostOptions {
             webhook_tls: None,
             register_webhooks: false,
             guest_memory: None,
+            from_cluster: None,
         }
     }
 }
@@ -92,7 +97,7 @@ impl HostOptions {
 #[must_use = "a builder does nothing until started"]
 pub struct RuntimeBuilder {
     client: kube::Client,
-    manifests_dir: PathBuf,
+    manifests_dir: Option<PathBuf>,
     manifests: Vec<Manifest>,
     options: HostOptions,
 }
@@ -110,8 +115,9 @@ impl RuntimeBuilder {
     ///
     /// # Errors
     ///
-    /// When the admin server or the admission server cannot start, or no guest can be started;
-    /// whatever had started is stopped again.
+    /// When the admin server or the admission server cannot start, or no guest can be started
+    /// (unless guests come from the cluster, where none may be registered yet); whatever had
+    /// started is stopped again.
     pub async fn start(self) -> anyhow::Result<Runtime> {
         let RuntimeBuilder {
             client,
@@ -143,12 +149,15 @@ impl RuntimeBuilder {
                 tenures: tenures.clone(),
                 metrics: Some(metrics.clone()),
                 guest_memory: options.guest_memory,
+                from_cluster: options.from_cluster.clone(),
                 ..Default::default()
             },
         )
         .await;
         let manager = match started {
-            Ok(manager) if !manager.controllers().is_empty() => manager,
+            Ok(manager) if !manager.controllers().is_empty() || options.from_cluster.is_some() => {
+                manager
+            }
             other => {
                 if let Some(election) = election {
                     election.stop().await;
@@ -179,13 +188,20 @@ impl RuntimeBuilder {
                     sharding,
                     webhooks: None,
                     watcher: None,
+                    status: None,
                     shutdown_timeout: options.shutdown_timeout,
                 };
                 runtime.shutdown().await;
                 return Err(err);
             }
         };
-        let watcher = manager.watch(manifests_dir);
+        let watcher = manager.watch_sources(manifests_dir);
+        let status = options.from_cluster.as_ref().map(|_| {
+            let identity = options
+                .identity()
+                .map_or_else(crate::leader::default_identity, str::to_owned);
+            StatusWriter::start(manager.clone(), api.clone(), identity)
+        });
         if let Some(admin) = &admin {
             admin.set_manager(manager.clone());
             // Ready once the caches have synced (they have: `start_with` waited) and the
@@ -205,6 +221,7 @@ impl RuntimeBuilder {
             sharding,
             webhooks,
             watcher: Some(watcher),
+            status,
             shutdown_timeout: options.shutdown_timeout,
         })
     }
@@ -222,6 +239,7 @@ pub struct Runtime {
     sharding: Option<Sharding>,
     webhooks: Option<webhooks::Webhooks>,
     watcher: Option<Watcher>,
+    status: Option<StatusWriter>,
     shutdown_timeout: std::time::Duration,
 }
 
@@ -244,8 +262,19 @@ impl Runtime {
     ) -> RuntimeBuilder {
         RuntimeBuilder {
             client,
-            manifests_dir: manifests_dir.to_owned(),
+            manifests_dir: Some(manifests_dir.to_owned()),
             manifests,
+            options: HostOptions::default(),
+        }
+    }
+
+    /// A runtime for the guests registered as objects in the cluster of `client` only (set
+    /// [`HostOptions::from_cluster`]), with no manifest directory.
+    pub fn builder_cluster(client: kube::Client) -> RuntimeBuilder {
+        RuntimeBuilder {
+            client,
+            manifests_dir: None,
+            manifests: Vec::new(),
             options: HostOptions::default(),
         }
     }
@@ -270,6 +299,9 @@ impl Runtime {
         }
         if let Some(watcher) = self.watcher {
             watcher.stop().await;
+        }
+        if let Some(status) = self.status {
+            status.stop().await;
         }
         if let Some(webhooks) = self.webhooks {
             // A configuration left behind would send the cluster's requests to a server that
