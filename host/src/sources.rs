@@ -166,20 +166,19 @@ pub fn manifest_of(
         "spec": spec,
     })
     .to_string();
-    let mut manifest =
-        Manifest::parse_in(&path, module_dir, &text).map_err(|err| match err {
-            // Where in the text the host made up is no help to whoever wrote the object.
-            ManifestError::Invalid {
-                path,
-                field,
-                problem,
-            } => ManifestError::Invalid {
-                path,
-                field,
-                problem: without_location(&problem).to_owned(),
-            },
-            other => other,
-        })?;
+    let mut manifest = Manifest::parse_in(&path, module_dir, &text).map_err(|err| match err {
+        // Where in the text the host made up is no help to whoever wrote the object.
+        ManifestError::Invalid {
+            path,
+            field,
+            problem,
+        } => ManifestError::Invalid {
+            path,
+            field,
+            problem: without_location(&problem).to_owned(),
+        },
+        other => other,
+    })?;
     manifest.name = reference.guest();
     if manifest.name.len() > MAX_GUEST_NAME {
         return Err(invalid(

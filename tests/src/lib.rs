@@ -224,6 +224,35 @@ impl Live {
         .await
     }
 
+    /// Like [`start`](Self::start), the krec CRDs served first and the manager also running
+    /// the guests of `Reconciler` and `ClusterReconciler` objects, their modules under
+    /// `module_dir`; guests that do not start are in `manager.skipped()`. Nothing watches for
+    /// changes yet: see
+    /// [`Manager::watch_sources`](krec::manager::Manager::watch_sources).
+    pub async fn start_from_cluster(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        module_dir: &Path,
+    ) -> Self {
+        let options = krec::manager::ManagerOptions {
+            from_cluster: Some(krec::sources::FromCluster {
+                module_dir: module_dir.to_owned(),
+            }),
+            ..Default::default()
+        };
+        let objects = krec::manifest::crd::crds()
+            .into_iter()
+            .chain(objects)
+            .collect();
+        Self::start_unchecked(
+            krec_apiserver::Server::builder(),
+            manifests,
+            objects,
+            options,
+        )
+        .await
+    }
+
     async fn start_on(
         builder: krec_apiserver::Builder,
         manifests: Vec<Manifest>,
@@ -237,7 +266,24 @@ impl Live {
         Self::start_with_options(builder, manifests, objects, options).await
     }
 
+    /// Start, asserting that every guest started.
     async fn start_with_options(
+        builder: krec_apiserver::Builder,
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        options: krec::manager::ManagerOptions,
+    ) -> Self {
+        let live = Self::start_unchecked(builder, manifests, objects, options).await;
+        assert!(
+            live.manager.skipped().is_empty(),
+            "guests not started: {:?}",
+            live.manager.skipped()
+        );
+        live
+    }
+
+    /// Start; guests that do not start are in `manager.skipped()`.
+    async fn start_unchecked(
         builder: krec_apiserver::Builder,
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
@@ -254,11 +300,6 @@ impl Live {
         let manager = krec::manager::Manager::start_with(api.clone(), manifests, options)
             .await
             .expect("manager starts");
-        assert!(
-            manager.skipped().is_empty(),
-            "guests not started: {:?}",
-            manager.skipped()
-        );
         Live {
             cluster,
             client,
@@ -314,6 +355,43 @@ impl Live {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
+}
+
+impl Live {
+    /// Whether the `count` ConfigMaps `cm-*` of [`configmap`] all carry the stamper guest
+    /// `version`'s stamp of their current value.
+    pub async fn all_stamped(&self, version: &str, count: usize) -> bool {
+        let Ok(cms) = self.api.list(&cm_gvk(), &Default::default()).await else {
+            return false;
+        };
+        let ours: Vec<&Value> = cms
+            .iter()
+            .filter(|c| {
+                c["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("cm-"))
+            })
+            .collect();
+        ours.len() == count
+            && ours.iter().all(|cm| {
+                annotation(cm, "krec.dev/stamped-by") == Some(version)
+                    && annotation(cm, "krec.dev/stamped-value") == cm["data"]["value"].as_str()
+            })
+    }
+}
+
+/// ConfigMap `cm-<i>` in `default`, for the stamper test guests.
+pub fn configmap(i: usize) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
+        "data": {"value": "0"}})
+}
+
+/// The annotation `key` of `object`.
+pub fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object
+        .pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))?
+        .as_str()
 }
 
 impl Drop for Live {

@@ -14,6 +14,7 @@ mod events;
 mod extensions;
 mod fake_cluster;
 mod faults;
+mod from_cluster;
 mod hostile;
 mod live;
 mod operate;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use krec::guest::ModuleCache;
 use krec::manifest::Manifest;
 use krec::vocab::PatchType;
-use krec_tests::{Live, built_module, cm_gvk};
-use serde_json::{Value, json};
+use krec_tests::{Live, annotation, built_module, cm_gvk, configmap};
+use serde_json::json;
 
 const OBJECTS: usize = 100;
 const SWAPS: u64 = 20;
@@ -52,35 +52,9 @@ fn versions() -> [PathBuf; 2] {
     ]
 }
 
-fn configmap(i: usize) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": format!("cm-{i}"), "namespace": "default"},
-        "data": {"value": "0"}})
-}
-
-fn annotation<'a>(cm: &'a Value, key: &str) -> Option<&'a str> {
-    cm.pointer(&format!("/metadata/annotations/{}", key.replace('/', "~1")))?
-        .as_str()
-}
-
 /// Whether every ConfigMap carries `version`'s stamp of its current value.
 async fn all_stamped(live: &Live, version: &str) -> bool {
-    let Ok(cms) = live.api.list(&cm_gvk(), &Default::default()).await else {
-        return false;
-    };
-    let ours: Vec<&Value> = cms
-        .iter()
-        .filter(|c| {
-            c["metadata"]["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("cm-"))
-        })
-        .collect();
-    ours.len() == OBJECTS
-        && ours.iter().all(|cm| {
-            annotation(cm, "krec.dev/stamped-by") == Some(version)
-                && annotation(cm, "krec.dev/stamped-value") == cm["data"]["value"].as_str()
-        })
+    live.all_stamped(version, OBJECTS).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,476 @@
+//! Guests registered as `Reconciler` and `ClusterReconciler` objects: creating, changing and
+//! deleting an object starts, swaps and stops its guest with a manifest file's guarantees (a
+//! bad version refused, the old one running, no key lost), and its status and Events say what
+//! the host did.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use krec::manifest::Manifest;
+use krec::sources::ObjectRef;
+use krec::status::StatusWriter;
+use krec::vocab::{Gvk, ListOptions, PatchType};
+use krec_tests::{Live, built_module, cm_gvk, configmap};
+use serde_json::{Value, json};
+
+const OBJECTS: usize = 20;
+
+/// A module directory holding both stamper versions and a file that is no component.
+fn module_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for file in ["stamper_a.wasm", "stamper_b.wasm"] {
+        std::fs::copy(built_module(file), dir.path().join(file)).expect("copy module");
+    }
+    std::fs::write(dir.path().join("junk.wasm"), b"not a component").expect("junk");
+    dir
+}
+
+fn stamper_spec(module: &str) -> Value {
+    json!({
+        "module": module,
+        "for": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "maxConcurrentReconciles": 4,
+        "permissions": [{"apiVersion": "v1", "kind": "ConfigMap",
+            "verbs": ["get", "list", "watch", "patch"]}],
+    })
+}
+
+fn reconciler(reference: &ObjectRef, module: &str) -> Value {
+    let mut metadata = json!({"name": reference.name});
+    if let Some(ns) = &reference.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    json!({"apiVersion": "krec.dev/v1alpha1", "kind": reference.kind(),
+        "metadata": metadata, "spec": stamper_spec(module)})
+}
+
+fn default_stamper() -> ObjectRef {
+    ObjectRef {
+        namespace: Some("default".into()),
+        name: "stamper".into(),
+    }
+}
+
+async fn object(live: &Live, reference: &ObjectRef) -> Option<Value> {
+    live.get(
+        &reference.gvk(),
+        reference.namespace.as_deref(),
+        &reference.name,
+    )
+    .await
+}
+
+/// `(status, reason, message)` of condition `kind` of `reference`, once its status is written
+/// for the object's current generation.
+async fn condition(
+    live: &Live,
+    reference: &ObjectRef,
+    kind: &str,
+) -> Option<(String, String, String)> {
+    let object = object(live, reference).await?;
+    if object["status"]["observedGeneration"] != object["metadata"]["generation"] {
+        return None;
+    }
+    let c = object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?
+        .clone();
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+async fn wait_condition(
+    live: &Live,
+    reference: &ObjectRef,
+    kind: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    live.eventually(
+        &format!("{reference}: {kind}={status} ({reason})"),
+        || async {
+            condition(live, reference, kind)
+                .await
+                .filter(|(s, r, _)| s == status && r == reason)
+                .map(|(_, _, message)| message)
+        },
+    )
+    .await
+}
+
+/// The reasons of the Events about `reference`, oldest first.
+async fn event_reasons(live: &Live, reference: &ObjectRef) -> Vec<String> {
+    let options = ListOptions {
+        namespace: Some(
+            reference
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+        ),
+        ..Default::default()
+    };
+    let events = live
+        .api
+        .list(&Gvk::new("", "v1", "Event"), &options)
+        .await
+        .unwrap_or_default();
+    events
+        .iter()
+        .filter(|e| {
+            e["involvedObject"]["name"] == reference.name.as_str()
+                && e["involvedObject"]["kind"] == reference.kind()
+        })
+        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn wait_event(live: &Live, reference: &ObjectRef, reason: &str) {
+    live.eventually(&format!("a {reason} Event about {reference}"), || async {
+        event_reasons(live, reference)
+            .await
+            .iter()
+            .any(|r| r == reason)
+            .then_some(())
+    })
+    .await;
+}
+
+async fn patch_spec(live: &Live, reference: &ObjectRef, spec: Value) {
+    live.api
+        .patch(
+            &reference.gvk(),
+            reference.namespace.as_deref(),
+            &reference.name,
+            PatchType::Merge,
+            &json!({"spec": spec}),
+            false,
+            "test",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching {reference}: {e}"));
+}
+
+fn reloads(live: &Live) -> String {
+    live.manager
+        .scrape()
+        .lines()
+        .filter(|l| l.starts_with("krec_reloads_total"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_object_should_start_swap_refuse_and_stop_its_guest_with_status_and_events() {
+    let modules = module_dir();
+    let objects = (0..OBJECTS).map(configmap).collect();
+    let live = Live::start_from_cluster(Vec::new(), objects, modules.path()).await;
+    let watcher = live.manager.watch_sources(None);
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+    let stamper = default_stamper();
+
+    // Created: the guest `default.stamper` starts and reconciles, its status says so.
+    live.api
+        .create(&reconciler(&stamper, "stamper_a.wasm"), "test")
+        .await
+        .expect("create the Reconciler");
+    live.eventually("version a stamped everything", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+    let ready = wait_condition(&live, &stamper, "Ready", "True", "Running").await;
+    assert!(
+        ready.starts_with("version 1 (sha256:") && ready.ends_with("running on replica-1"),
+        "{ready}"
+    );
+    let found = object(&live, &stamper).await.expect("object");
+    assert_eq!(found["status"]["replica"], "replica-1");
+    assert_eq!(found["status"]["version"], 1);
+    assert_eq!(
+        found["status"]["digest"].as_str(),
+        Some(live.controller("default.stamper").module().digest())
+    );
+    wait_condition(&live, &stamper, "ModuleResolved", "True", "Loaded").await;
+    wait_condition(&live, &stamper, "Degraded", "False", "AsExpected").await;
+    wait_event(&live, &stamper, "Started").await;
+
+    // Status writes neither reload nor fight: quiet for a few of the writer's ticks.
+    let before = reloads(&live);
+    let rv = found["metadata"]["resourceVersion"].clone();
+    tokio::time::sleep(krec::status::TICK * 2).await;
+    assert_eq!(reloads(&live), before, "a status write reloaded");
+    let again = object(&live, &stamper).await.expect("object");
+    assert_eq!(
+        again["metadata"]["resourceVersion"], rv,
+        "status rewritten while nothing changed"
+    );
+
+    // A new module: swapped in.
+    patch_spec(&live, &stamper, json!({"module": "stamper_b.wasm"})).await;
+    live.eventually("version b stamped everything", || async {
+        live.all_stamped("b", OBJECTS).await.then_some(())
+    })
+    .await;
+    assert_eq!(live.controller("default.stamper").version().number, 2);
+    let ready = wait_condition(&live, &stamper, "Ready", "True", "Running").await;
+    assert!(ready.starts_with("version 2 "), "{ready}");
+    wait_event(&live, &stamper, "Swapped").await;
+
+    // A spec the schema takes but the host refuses: the old version keeps running.
+    patch_spec(&live, &stamper, json!({"limits": {"timeout": "5 parsecs"}})).await;
+    let refused = wait_condition(&live, &stamper, "Degraded", "True", "NewVersionRefused").await;
+    assert!(
+        refused.contains(
+            "Reconciler default/stamper: spec.limits.timeout: invalid duration \"5 parsecs\""
+        ) && refused.ends_with("version 2 keeps running"),
+        "{refused}"
+    );
+    wait_condition(&live, &stamper, "Ready", "True", "Running").await;
+    wait_event(&live, &stamper, "NewVersionRefused").await;
+    live.api
+        .patch(
+            &cm_gvk(),
+            Some("default"),
+            "cm-0",
+            PatchType::Merge,
+            &json!({"data": {"value": "7"}}),
+            false,
+            "test",
+        )
+        .await
+        .expect("update cm-0");
+    live.eventually("the old version reconciling still", || async {
+        live.all_stamped("b", OBJECTS).await.then_some(())
+    })
+    .await;
+
+    // A module that is no component: refused the same way, naming the module.
+    patch_spec(
+        &live,
+        &stamper,
+        json!({"limits": null, "module": "junk.wasm"}),
+    )
+    .await;
+    let refused = wait_condition(&live, &stamper, "Degraded", "True", "NewVersionRefused").await;
+    assert!(refused.contains("junk.wasm"), "{refused}");
+    assert_eq!(live.controller("default.stamper").version().number, 2);
+
+    // Fixed: swapped, no longer degraded.
+    patch_spec(&live, &stamper, json!({"module": "stamper_a.wasm"})).await;
+    wait_condition(&live, &stamper, "Degraded", "False", "AsExpected").await;
+    live.eventually("version a stamped everything again", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+
+    // Deleted: the guest stops and its watches with it.
+    live.api
+        .delete(&stamper.gvk(), Some("default"), "stamper", None)
+        .await
+        .expect("delete");
+    live.eventually("the guest stopped", || async {
+        live.manager
+            .controller("default.stamper")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let informers: Vec<String> = live
+        .manager
+        .cache()
+        .inspect()
+        .into_iter()
+        .map(|i| i.gvk.kind)
+        .collect();
+    assert_eq!(
+        informers,
+        ["ClusterReconciler", "Reconciler"],
+        "only the host's own watches are left"
+    );
+    status.stop().await;
+    watcher.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_or_outside_module_should_not_start_and_say_why_in_its_status() {
+    let modules = module_dir();
+    let live = Live::start_from_cluster(Vec::new(), vec![configmap(0)], modules.path()).await;
+    let watcher = live.manager.watch_sources(None);
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+    let outside = ObjectRef {
+        namespace: None,
+        name: "outside".into(),
+    };
+    live.api
+        .create(&reconciler(&outside, "../stamper_a.wasm"), "test")
+        .await
+        .expect("create");
+    let message = wait_condition(&live, &outside, "Ready", "False", "Invalid").await;
+    assert!(
+        message.starts_with("ClusterReconciler outside: spec.module: \"../stamper_a.wasm\" must be a path inside the host's --module-dir"),
+        "{message}"
+    );
+    wait_event(&live, &outside, "Invalid").await;
+    let junk = ObjectRef {
+        namespace: None,
+        name: "junk".into(),
+    };
+    live.api
+        .create(&reconciler(&junk, "junk.wasm"), "test")
+        .await
+        .expect("create");
+    let message = wait_condition(&live, &junk, "Ready", "False", "LoadFailed").await;
+    assert!(message.contains("junk.wasm"), "{message}");
+    wait_condition(&live, &junk, "ModuleResolved", "False", "LoadFailed").await;
+    assert!(live.manager.controllers().is_empty());
+    status.stop().await;
+    watcher.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_objects_should_run_side_by_side_and_a_file_should_win_its_name() {
+    let modules = module_dir();
+    let files = tempfile::tempdir().expect("tempdir");
+    let file = files.path().join("stamper.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: stamper}}\nspec: {}\n",
+            stamper_spec(&modules.path().join("stamper_a.wasm").display().to_string())
+        ),
+    )
+    .expect("write manifest");
+    let manifest = Manifest::load(&file).unwrap_or_else(|e| panic!("{e}"));
+    let team_a = ObjectRef {
+        namespace: Some("team-a".into()),
+        name: "stamper".into(),
+    };
+    let cluster = ObjectRef {
+        namespace: None,
+        name: "stamper".into(),
+    };
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+    let objects = vec![
+        namespace,
+        configmap(0),
+        reconciler(&team_a, "stamper_b.wasm"),
+        reconciler(&cluster, "stamper_b.wasm"),
+    ];
+    let live = Live::start_from_cluster(vec![manifest], objects, modules.path()).await;
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+    let names: Vec<String> = live.manager.controllers().into_keys().collect();
+    assert_eq!(names, ["stamper", "team-a.stamper"]);
+    let message = wait_condition(&live, &cluster, "Ready", "False", "Duplicate").await;
+    assert_eq!(
+        message,
+        format!(
+            "ClusterReconciler stamper: guest \"stamper\" is already defined by {}",
+            file.display()
+        )
+    );
+    wait_condition(&live, &team_a, "Ready", "True", "Running").await;
+    // A reload of the files keeps the objects' guests.
+    let report = live
+        .manager
+        .reload(files.path())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.removed.is_empty(), "{report:?}");
+    // The file gone, its guest passes to the ClusterReconciler by an ordinary swap.
+    std::fs::remove_file(&file).expect("remove");
+    let report = live
+        .manager
+        .reload(files.path())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.swapped, ["stamper"], "{report:?}");
+    assert_eq!(
+        live.controller("stamper").module().manifest().path,
+        Path::new("ClusterReconciler stamper")
+    );
+    wait_condition(&live, &cluster, "Ready", "True", "Running").await;
+    status.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_by_object_under_load_should_lose_no_key() {
+    let modules = module_dir();
+    let objects = (0..OBJECTS).map(configmap).collect();
+    let stamper = default_stamper();
+    let mut all = vec![reconciler(&stamper, "stamper_a.wasm")];
+    all.extend::<Vec<Value>>(objects);
+    let live = Live::start_from_cluster(Vec::new(), all, modules.path()).await;
+    let watcher = live.manager.watch_sources(None);
+    live.eventually("version a stamped everything", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let api = live.api.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let patch = json!({"data": {"value": n.to_string()}});
+                let name = format!("cm-{}", n % OBJECTS);
+                api.patch(
+                    &cm_gvk(),
+                    Some("default"),
+                    &name,
+                    PatchType::Merge,
+                    &patch,
+                    false,
+                    "load",
+                )
+                .await
+                .expect("update under load");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let controller = live.controller("default.stamper");
+    for swap in 1..=6u64 {
+        let module = if swap % 2 == 1 {
+            "stamper_b.wasm"
+        } else {
+            "stamper_a.wasm"
+        };
+        patch_spec(&live, &stamper, json!({"module": module})).await;
+        live.eventually(&format!("swap {swap}"), || async {
+            (controller.version().number == swap + 1).then_some(())
+        })
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    load.await.expect("load");
+    live.eventually("the last version stamped every last value", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+    assert_eq!(controller.stats().overlaps.load(Ordering::Relaxed), 0);
+    assert_eq!(controller.stats().traps(), 0);
+    watcher.stop().await;
+}
+
+#[tokio::test]
+async fn from_cluster_without_the_crds_should_fail_naming_them() {
+    let (_cluster, _client, api) = krec_tests::local_cluster().await;
+    let options = krec::manager::ManagerOptions {
+        from_cluster: Some(krec::sources::FromCluster::default()),
+        ..Default::default()
+    };
+    let err = krec::manager::Manager::start_with(api, Vec::new(), options)
+        .await
+        .expect_err("no CRDs");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("does not serve krec.dev/v1alpha1")
+            && text.contains("install krec's CRDs first"),
+        "{text}"
+    );
+}
