@@ -1039,9 +1039,10 @@ impl Manager {
         let mut objects = self.inner.objects.as_ref().map(ObjectSource::changes);
         let mut seen_objects = self.generations();
         let mut retry = Retry::default();
-        let what = match &dir {
-            Some(dir) => dir.display().to_string(),
-            None => "the guest objects".to_owned(),
+        let what = match (&dir, &self.inner.objects) {
+            (Some(dir), None) => dir.display().to_string(),
+            (Some(dir), Some(_)) => format!("{} and the guest objects", dir.display()),
+            (None, _) => "the guest objects".to_owned(),
         };
         loop {
             #[cfg(unix)]

@@ -7,7 +7,9 @@
 //!   except kinds marked `uncached`;
 //! - `get`, `list`, `create`, `update`, `delete` on `coordination.k8s.io` leases, for leader
 //!   election and sharding (`--shard` lists the group's Leases and deletes its own at exit);
-//! - `create` and `patch` on core `events`, where guests record Events.
+//! - `create` and `patch` on core `events`, where guests record Events;
+//! - `get`, `list` and `watch` on `krec.dev` `reconcilers` and `clusterreconcilers`, and
+//!   `patch` on their `status`, for guests registered as objects (`--from-cluster`).
 //!
 //! `update-status` and `patch-status` become `update` and `patch` on the `…/status`
 //! subresource. Kinds are mapped to resources with the built-in table and the CRDs found in
@@ -38,6 +40,16 @@ pub struct Subject {
 
 /// The resources that CRDs beside the manifests define: group and kind → plural.
 type CrdPlurals = BTreeMap<(String, String), String>;
+
+/// A CRD's `spec.group`, `spec.names.kind` and `spec.names.plural`.
+fn crd_names(crd: &Value) -> Option<(&str, &str, &str)> {
+    let field = |pointer: &str| crd.pointer(pointer).and_then(Value::as_str);
+    Some((
+        field("/spec/group")?,
+        field("/spec/names/kind")?,
+        field("/spec/names/plural")?,
+    ))
+}
 
 /// The resource (plural) of `gvk` — a built-in kind's, a CRD's or a guess — and whether it was
 /// guessed.
@@ -83,18 +95,18 @@ pub fn generate(
     crd_dir: Option<&Path>,
     subject: &Subject,
 ) -> Result<String, RbacError> {
-    let mut crds = CrdPlurals::new();
+    // krec's own kinds, which the host reads with --from-cluster.
+    let mut crds: CrdPlurals = crate::manifest::crd::crds()
+        .iter()
+        .filter_map(crd_names)
+        .map(|(group, kind, plural)| ((group.to_owned(), kind.to_owned()), plural.to_owned()))
+        .collect();
     if let Some(dir) = crd_dir {
         for crd in crate::objects::read_objects(dir)?
             .into_iter()
             .filter(|o| o["kind"] == "CustomResourceDefinition")
         {
-            let field = |pointer: &str| crd.pointer(pointer).and_then(Value::as_str);
-            let (Some(group), Some(kind), Some(plural)) = (
-                field("/spec/group"),
-                field("/spec/names/kind"),
-                field("/spec/names/plural"),
-            ) else {
+            let Some((group, kind, plural)) = crd_names(&crd) else {
                 return Err(crate::objects::ObjectFileError::new(
                     dir,
                     format!(
@@ -167,6 +179,13 @@ pub fn generate(
         &["get", "list", "create", "update", "delete"],
     );
     add(&Gvk::new("", "v1", "Event"), "", &["create", "patch"]);
+    for gvk in [
+        crate::sources::reconciler_gvk(),
+        crate::sources::cluster_reconciler_gvk(),
+    ] {
+        add(&gvk, "", &["get", "list", "watch"]);
+        add(&gvk, "status", &["patch"]);
+    }
     let rules: Vec<Value> = rules
         .into_iter()
         .map(|((group, resource), verbs)| {
@@ -270,6 +289,8 @@ mod tests {
             ["create", "delete", "get", "list", "update"]
         );
         assert_eq!(verbs("", "events"), ["create", "patch"]);
+        assert_eq!(verbs("krec.dev", "reconcilers"), ["get", "list", "watch"]);
+        assert_eq!(verbs("krec.dev", "clusterreconcilers/status"), ["patch"]);
         assert!(verbs("", "secrets").is_empty(), "nothing nobody asked for");
         assert!(!yaml.contains("guessed"), "every kind resolved: {yaml}");
         assert_eq!(docs[1]["subjects"][0]["namespace"], "krec-system");

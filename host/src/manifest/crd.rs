@@ -67,6 +67,59 @@ fn drop_null_defaults(schema: &mut Value) {
     }
 }
 
+/// The schema of `status`, as [`crate::status`] writes it.
+fn status_schema() -> Value {
+    let string = |description: &str| json!({"type": "string", "description": description});
+    let integer = |description: &str| json!({"type": "integer", "format": "int64", "description": description});
+    json!({
+        "type": "object",
+        "description": "What the host did with the guest, written by the replica that runs it.",
+        "properties": {
+            "observedGeneration": integer("The generation the host last acted on."),
+            "replica": string("The replica whose workers run the guest."),
+            "module": string("The module it runs, resolved."),
+            "digest": string("The digest of the module it runs."),
+            "version": integer("1 for the first version loaded, then counting swaps."),
+            "reconciles": {
+                "type": "object",
+                "description": "Reconciles on the replica that runs it, since it started there.",
+                "properties": {
+                    "total": integer("All reconciles."),
+                    "errors": integer("Reconciles that returned an error."),
+                    "traps": integer("Reconciles that trapped."),
+                    "quarantinedKeys": integer("Keys trapping in a row, retried slowly."),
+                },
+            },
+            "lastError": {
+                "type": "object",
+                "description": "The last refusal or reconcile error.",
+                "properties": {
+                    "message": string("What went wrong."),
+                    "time": {"type": "string", "format": "date-time"},
+                },
+            },
+            "conditions": {
+                "type": "array",
+                "description": "Ready, ModuleResolved and Degraded.",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+                "items": {
+                    "type": "object",
+                    "required": ["type", "status"],
+                    "properties": {
+                        "type": {"type": "string"},
+                        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                        "reason": {"type": "string"},
+                        "message": {"type": "string"},
+                        "observedGeneration": {"type": "integer", "format": "int64"},
+                        "lastTransitionTime": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
+        },
+    })
+}
+
 /// The two CRDs, as `kubectl apply -f` takes them.
 pub fn crds() -> Vec<Value> {
     let (_, version) = API_VERSION.split_once('/').unwrap_or((GROUP, API_VERSION));
@@ -79,17 +132,18 @@ pub fn crds() -> Vec<Value> {
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec_schema(),
-            "status": {
-                "type": "object",
-                "description": "What the host that runs the guest reports.",
-                "x-kubernetes-preserve-unknown-fields": true,
-            },
+            "status": status_schema(),
         },
     });
     let columns = json!([
         {"name": "Ready", "type": "string",
             "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
-        {"name": "Module", "type": "string", "jsonPath": ".spec.module", "priority": 1},
+        {"name": "Reason", "type": "string",
+            "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
+        {"name": "Replica", "type": "string", "jsonPath": ".status.replica"},
+        {"name": "Module", "type": "string", "jsonPath": ".spec.module"},
+        {"name": "Version", "type": "integer", "jsonPath": ".status.version", "priority": 1},
+        {"name": "Digest", "type": "string", "jsonPath": ".status.digest", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]);
     [

@@ -399,3 +399,153 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
     let _ = child.wait();
     keep_cache(&crate_dir);
 }
+
+#[test]
+fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = dir.path().join("no-manifests");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let cache = dir.path().join("kubectl-cache");
+    let modules = repo().join("target/wasm32-wasip2/release");
+    common::module("pod_counter.wasm");
+    let (mut child, printed, _lines) = common::spawn_until(
+        [
+            "dev".as_ref(),
+            "--manifests".as_ref(),
+            empty.as_os_str(),
+            "--apply".as_ref(),
+            repo()
+                .join("sample-guests/pod-counter/examples")
+                .as_os_str(),
+            "--from-cluster".as_ref(),
+            "--module-dir".as_ref(),
+            modules.as_os_str(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+            "--admin-addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--no-module-cache".as_ref(),
+        ],
+        |line| line.contains("reconciling"),
+    );
+    assert!(
+        printed.join("\n").contains("0 guest(s) reconciling"),
+        "{printed:?}"
+    );
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(kubectl_binary())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    // The sample's manifest as an object, its module named inside --module-dir.
+    let sample = std::fs::read_to_string(repo().join("sample-guests/pod-counter/manifest.yaml"))
+        .expect("manifest");
+    let object: String = sample
+        .lines()
+        .map(|line| match line.strip_prefix("  module: ") {
+            Some(_) => "  module: pod_counter.wasm\n".to_owned(),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    let file = dir.path().join("pod-counter.yaml");
+    std::fs::write(&file, object).expect("write");
+    let file = file.display().to_string();
+    let (ok, out, err) = kubectl(&["apply", "-f", &file]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.trim(), "reconciler.krec.dev/pod-counter created");
+    let (ok, out, err) = kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "reconciler/pod-counter",
+        "--timeout=60s",
+    ]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.trim(), "reconciler.krec.dev/pod-counter condition met");
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "replicaset",
+            "web",
+            "-o",
+            "jsonpath={.metadata.labels.pod-count}",
+        ],
+        |out| out == "3",
+    );
+    let listed = until(&kubeconfig, &cache, &["get", "rec"], |out| {
+        out.contains("Running")
+    });
+    let header: Vec<&str> = listed
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "REASON", "REPLICA", "MODULE", "AGE"],
+        "{listed}"
+    );
+    assert!(listed.contains("pod-counter   True    Running"), "{listed}");
+
+    // A spec the host refuses: Degraded, with the error, in status and Events; the old version
+    // keeps running.
+    let (ok, out, err) = kubectl(&[
+        "patch",
+        "rec",
+        "pod-counter",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"limits":{"timeout":"5 parsecs"}}}"#,
+    ]);
+    assert!(ok, "{out}{err}");
+    until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "rec",
+            "pod-counter",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Degraded")].reason}"#,
+        ],
+        |out| out == "NewVersionRefused",
+    );
+    let events = until(
+        &kubeconfig,
+        &cache,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=pod-counter",
+        ],
+        |out| out.contains("NewVersionRefused"),
+    );
+    assert!(
+        events.contains("Reconciler default/pod-counter: spec.limits.timeout: invalid duration"),
+        "{events}"
+    );
+    let (ok, described, err) = kubectl(&["describe", "rec", "pod-counter"]);
+    assert!(ok, "{err}");
+    for expected in ["Type:", "Ready", "Running", "NewVersionRefused", "Started"] {
+        assert!(described.contains(expected), "{expected}: {described}");
+    }
+
+    // Deleted: the guest stops (its ReplicaSet label is no longer kept up).
+    let (ok, out, err) = kubectl(&["delete", "rec", "pod-counter"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, _) = kubectl(&["get", "rec", "-o", "name"]);
+    assert!(ok && out.is_empty(), "{out}");
+    assert!(stop(&mut child, "-INT").success());
+}
