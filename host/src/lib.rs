@@ -45,6 +45,7 @@ pub mod scaffold;
 pub mod shard;
 pub mod sources;
 pub mod status;
+pub mod tenancy;
 pub mod tenure;
 pub mod vocab;
 pub mod webhooks;

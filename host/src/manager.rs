@@ -121,13 +121,23 @@ pub enum StartError {
     /// An informer did not sync in time.
     #[error(transparent)]
     Sync(crate::vocab::AccessError),
+    /// A namespaced `Reconciler` asks for more than its namespace.
+    #[error("{path}: {message}")]
+    Confined {
+        /// The object.
+        path: PathBuf,
+        /// What it asks for.
+        message: String,
+    },
 }
 
 impl StartError {
     /// What kind of problem, in one CamelCase word (a status condition's reason).
     pub fn code(&self) -> &'static str {
         match self {
-            StartError::RunnerUnsupported { .. } | StartError::ClusterScoped { .. } => "Invalid",
+            StartError::RunnerUnsupported { .. }
+            | StartError::ClusterScoped { .. }
+            | StartError::Confined { .. } => "Invalid",
             StartError::LoadPanicked(_) | StartError::Load(_) => "LoadFailed",
             StartError::Instantiate(_) => "InstantiateFailed",
             StartError::Watch { .. } => "WatchFailed",
@@ -607,10 +617,21 @@ impl Manager {
         let api = self.inner.cache.api();
         // Every kind must be served before anything is started.
         for gvk in &kinds {
-            api.resolve(gvk).await.map_err(|source| StartError::Watch {
+            let resolved = api.resolve(gvk).await.map_err(|source| StartError::Watch {
                 gvk: gvk.clone(),
                 source,
             })?;
+            // A tenant's kinds from CRDs, which its manifest could not be checked for.
+            if let Some(namespace) = &manifest.tenant
+                && !resolved.namespaced
+            {
+                return Err(StartError::Confined {
+                    path: manifest.path.clone(),
+                    message: format!(
+                        "{gvk} is cluster-scoped: a Reconciler in {namespace:?} may only watch namespaced kinds"
+                    ),
+                });
+            }
         }
         // A namespace cannot restrict a cluster-scoped kind: refuse the guest rather than let
         // it believe its permission is narrower than it is.

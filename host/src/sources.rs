@@ -180,6 +180,9 @@ pub fn manifest_of(
         other => other,
     })?;
     manifest.name = reference.guest();
+    if let Some(namespace) = &reference.namespace {
+        crate::tenancy::confine(&mut manifest, namespace)?;
+    }
     if manifest.name.len() > MAX_GUEST_NAME {
         return Err(invalid(
             "metadata.name",
@@ -438,7 +441,15 @@ mod tests {
         assert_eq!(manifest.name, "team-a.foo");
         assert_eq!(manifest.path, Path::new("Reconciler team-a/foo"));
         assert_eq!(manifest.spec.module, Path::new("/guests/foo.wasm"));
-        // The same spec as a file gives.
+        assert_eq!(manifest.tenant.as_deref(), Some("team-a"), "confined");
+        assert_eq!(manifest.spec.namespaces, ["team-a"]);
+        // A ClusterReconciler's is the same spec as a file gives.
+        let manifest = manifest_of(
+            &cluster("foo"),
+            &object("ClusterReconciler", None, spec()),
+            Path::new("/guests"),
+        )
+        .expect("valid");
         let file = Manifest::parse_in(
             Path::new("x.yaml"),
             Path::new("/guests"),

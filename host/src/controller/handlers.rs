@@ -88,6 +88,8 @@ pub struct Handlers {
     owns: Vec<Gvk>,
     watches: Vec<(Gvk, Mapping)>,
     predicates: Vec<CompiledPredicate>,
+    /// A tenant's namespace: requests elsewhere are dropped.
+    confined: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -174,7 +176,16 @@ impl Handlers {
             owns: spec.owns.iter().map(|k| k.gvk()).collect(),
             watches,
             predicates,
+            confined: manifest.tenant.clone(),
         }
+    }
+
+    /// Whether `request` may be reconciled: anything, but for a guest confined to a namespace
+    /// (see [`crate::tenancy`]), only requests in it.
+    pub fn admits(&self, request: &Request) -> bool {
+        self.confined
+            .as_deref()
+            .is_none_or(|ns| request.namespace.as_deref() == Some(ns))
     }
 
     /// Every kind these handlers need watched.
@@ -211,7 +222,7 @@ impl Handlers {
         if let (EventKind::Update, Some(old)) = (event.kind, event.old) {
             self.mapped(gvk, old, &mut out);
         }
-        out.into_keys().collect()
+        out.into_keys().filter(|r| self.admits(r)).collect()
     }
 
     /// The requests `owns` and `watches` map `object` (of kind `gvk`) to, into `out`.

@@ -87,6 +87,12 @@ impl Controller {
             Ok(requests) => {
                 for request in requests {
                     match Request::checked(request.namespace.as_deref(), &request.name) {
+                        Ok(request) if !version.handlers.admits(&request) => tracing::warn!(
+                            target: "krec::reconcile",
+                            guest = %self.name,
+                            kind = %gvk,
+                            "map returned {request}, outside the guest's namespace: dropped"
+                        ),
                         Ok(request) => self.queue.add(request),
                         Err(problem) => tracing::warn!(
                             target: "krec::reconcile",

@@ -91,6 +91,7 @@ impl Manifest {
             path: path.to_owned(),
             name: raw.metadata.name,
             spec,
+            tenant: None,
         })
     }
 

@@ -20,6 +20,9 @@ pub struct Manifest {
     pub name: String,
     /// The guest's configuration.
     pub spec: ReconcilerSpec,
+    /// For a namespaced `Reconciler` object, its namespace: the guest is confined to it (see
+    /// [`crate::tenancy`]). `None` for files and `ClusterReconciler`s.
+    pub tenant: Option<String>,
 }
 
 #[derive(Deserialize)]
