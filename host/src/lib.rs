@@ -16,6 +16,7 @@
 
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod admin;
 #[allow(missing_docs)]
 pub mod bindings;

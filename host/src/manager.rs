@@ -121,6 +121,16 @@ pub enum StartError {
     /// An informer did not sync in time.
     #[error(transparent)]
     Sync(crate::vocab::AccessError),
+    /// The guest asks for something the host itself may not do.
+    #[error("{path}: {field}: {problem}")]
+    PermissionRefused {
+        /// The manifest file or object.
+        path: PathBuf,
+        /// The manifest field asking for it.
+        field: String,
+        /// What the host may not do.
+        problem: String,
+    },
     /// A namespaced `Reconciler` asks for more than its namespace.
     #[error("{path}: {message}")]
     Confined {
@@ -142,6 +152,7 @@ impl StartError {
             StartError::Instantiate(_) => "InstantiateFailed",
             StartError::Watch { .. } => "WatchFailed",
             StartError::Sync(_) => "SyncFailed",
+            StartError::PermissionRefused { .. } => "PermissionRefused",
         }
     }
 }
@@ -523,6 +534,17 @@ impl Manager {
         manifest: Manifest,
         reads: Arc<Reads>,
     ) -> Result<Version, StartError> {
+        // Refused before anything is compiled or watched: what the host may not do, the guest
+        // never could.
+        if let Some((field, problem)) =
+            crate::access::first_missing(self.inner.cache.api(), &manifest).await
+        {
+            return Err(StartError::PermissionRefused {
+                path: manifest.path.clone(),
+                field,
+                problem,
+            });
+        }
         let manifest = Arc::new(manifest);
         let prepared = self.prepare(manifest.clone(), reads.clone()).await?;
         // On an error, `wire` has dropped its uses: what it started for this version only is

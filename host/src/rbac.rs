@@ -158,17 +158,11 @@ pub fn generate(
         for permission in &spec.permissions {
             let gvk = Gvk::from_api_version(&permission.api_version, &permission.kind);
             for verb in &permission.verbs {
-                match verb {
-                    Verb::Get | Verb::List => {
-                        add(&gvk, "", &[verb_name(*verb)]);
-                        if !uncached.contains(&gvk) {
-                            // Reads are served by an informer, which lists and watches.
-                            add(&gvk, "", &["list", "watch"]);
-                        }
-                    }
-                    Verb::UpdateStatus => add(&gvk, "status", &["update"]),
-                    Verb::PatchStatus => add(&gvk, "status", &["patch"]),
-                    other => add(&gvk, "", &[verb_name(*other)]),
+                let (name, sub) = verb.rbac();
+                add(&gvk, sub.unwrap_or_default(), &[name]);
+                if matches!(verb, Verb::Get | Verb::List) && !uncached.contains(&gvk) {
+                    // Reads are served by an informer, which lists and watches.
+                    add(&gvk, "", &["list", "watch"]);
                 }
             }
         }
@@ -220,18 +214,6 @@ pub fn generate(
         out.push_str(&serde_yaml_ng::to_string(doc).map_err(RbacError::Encode)?);
     }
     Ok(out)
-}
-
-fn verb_name(verb: Verb) -> &'static str {
-    match verb {
-        Verb::Get => "get",
-        Verb::List => "list",
-        Verb::Watch => "watch",
-        Verb::Create => "create",
-        Verb::Update | Verb::UpdateStatus => "update",
-        Verb::Patch | Verb::PatchStatus => "patch",
-        Verb::Delete => "delete",
-    }
 }
 
 #[cfg(test)]

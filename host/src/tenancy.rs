@@ -144,7 +144,10 @@ pub fn confine(manifest: &mut Manifest, namespace: &str) -> Result<(), ManifestE
             .take()
             .unwrap_or_else(|| json!({}));
         let own = json!({"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": [namespace]});
-        match selector.get_mut("matchExpressions").and_then(Value::as_array_mut) {
+        match selector
+            .get_mut("matchExpressions")
+            .and_then(Value::as_array_mut)
+        {
             Some(expressions) => expressions.push(own),
             None => selector["matchExpressions"] = json!([own]),
         }
@@ -202,10 +205,16 @@ mod tests {
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]}))
         );
         assert_eq!(hook.rules[0].scope.as_deref(), Some("Namespaced"));
-        let ns = gvk_of(&m.spec.permissions[0].api_version, &m.spec.permissions[0].kind);
+        let ns = gvk_of(
+            &m.spec.permissions[0].api_version,
+            &m.spec.permissions[0].kind,
+        );
         assert!(m.allows(crate::manifest::Verb::Get, &ns, Some("team-a")));
         assert!(!m.allows(crate::manifest::Verb::Get, &ns, Some("team-b")));
-        assert!(!m.allows(crate::manifest::Verb::List, &ns, None), "not across namespaces");
+        assert!(
+            !m.allows(crate::manifest::Verb::List, &ns, None),
+            "not across namespaces"
+        );
     }
 
     fn gvk_of(api_version: &str, kind: &str) -> Gvk {
@@ -215,7 +224,10 @@ mod tests {
     #[test]
     fn asking_for_more_than_the_namespace_should_be_refused_naming_the_field() {
         let cases = [
-            ("  namespaces: [team-b]\n", "spec.namespaces: \"team-b\" is another namespace"),
+            (
+                "  namespaces: [team-b]\n",
+                "spec.namespaces: \"team-b\" is another namespace",
+            ),
             (
                 "  permissions:\n    - {apiVersion: v1, kind: ConfigMap, verbs: [get], namespaces: [team-a, team-b]}\n",
                 "spec.permissions[0].namespaces: \"team-b\" is another namespace",

@@ -430,6 +430,50 @@ pub async fn local_cluster_on(
     (cluster, client, api)
 }
 
+/// An API client of `cluster` authenticated as the ServiceAccount `krec-system/krec`, bound
+/// (by a ClusterRole and binding the admin `api` creates) to exactly `rules`.
+pub async fn service_account_api(
+    cluster: &krec_apiserver::Server,
+    api: &krec::client::ApiClient,
+    rules: Value,
+) -> Arc<krec::client::ApiClient> {
+    use serde_json::json;
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "krec-system"}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "krec", "namespace": "krec-system"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "krec"}, "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "krec"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "krec"},
+            "subjects": [{"kind": "ServiceAccount", "name": "krec", "namespace": "krec-system"}]}),
+    ];
+    for object in objects {
+        api.create(&object, "test")
+            .await
+            .unwrap_or_else(|e| panic!("creating {}: {e}", object["kind"]));
+    }
+    // `kubectl create token krec -n krec-system`.
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}});
+    let request = http::Request::post("/api/v1/namespaces/krec-system/serviceaccounts/krec/token")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).expect("json"))
+        .expect("request");
+    let answer: Value = api
+        .client()
+        .request(request)
+        .await
+        .unwrap_or_else(|e| panic!("a token: {e}"));
+    let token = answer["status"]["token"].as_str().expect("token");
+    let kubeconfig = cluster.kubeconfig().replace(cluster.token(), token);
+    let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+        .await
+        .expect("client");
+    krec::client::ApiClient::new(client)
+}
+
 /// The misbehave test guest's manifest (`tests/guests/misbehave/manifest.yaml`).
 pub fn misbehave_manifest() -> Manifest {
     built_manifest(&repo_root().join("tests/guests/misbehave/manifest.yaml"))

@@ -701,6 +701,24 @@ pub enum Verb {
     Delete,
 }
 
+impl Verb {
+    /// The Kubernetes RBAC verb this is, and the subresource it acts on (`status` for
+    /// `update-status` and `patch-status`).
+    pub fn rbac(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Verb::Get => ("get", None),
+            Verb::List => ("list", None),
+            Verb::Watch => ("watch", None),
+            Verb::Create => ("create", None),
+            Verb::Update => ("update", None),
+            Verb::UpdateStatus => ("update", Some("status")),
+            Verb::Patch => ("patch", None),
+            Verb::PatchStatus => ("patch", Some("status")),
+            Verb::Delete => ("delete", None),
+        }
+    }
+}
+
 impl fmt::Display for Verb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

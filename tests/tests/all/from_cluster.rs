@@ -20,7 +20,7 @@ const OBJECTS: usize = 20;
 /// A module directory holding both stamper versions and a file that is no component.
 fn module_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    for file in ["stamper_a.wasm", "stamper_b.wasm"] {
+    for file in ["stamper_a.wasm", "stamper_b.wasm", "misbehave.wasm"] {
         std::fs::copy(built_module(file), dir.path().join(file)).expect("copy module");
     }
     std::fs::write(dir.path().join("junk.wasm"), b"not a component").expect("junk");
@@ -473,4 +473,115 @@ async fn from_cluster_without_the_crds_should_fail_naming_them() {
             && text.contains("install krec's CRDs first"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_asking_for_more_than_the_host_may_do_should_be_refused_before_it_runs() {
+    let (cluster, _client, admin) = krec_tests::local_cluster().await;
+    let mut objects = krec::manifest::crd::crds();
+    objects.push(configmap(0));
+    let problems = krec::objects::apply_objects(&admin, objects).await;
+    assert!(problems.is_empty(), "{problems:?}");
+    // The host may read ConfigMaps but not patch them.
+    let rules = json!([
+        {"apiGroups": ["krec.dev"], "resources": ["reconcilers", "clusterreconcilers"],
+            "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["krec.dev"], "resources": ["reconcilers/status", "clusterreconcilers/status"],
+            "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+    ]);
+    let api = krec_tests::service_account_api(&cluster, &admin, rules).await;
+    let modules = module_dir();
+    let options = krec::manager::ManagerOptions {
+        from_cluster: Some(krec::sources::FromCluster {
+            module_dir: modules.path().to_owned(),
+        }),
+        ..Default::default()
+    };
+    let manager = krec::manager::Manager::start_with(api.clone(), Vec::new(), options)
+        .await
+        .expect("manager");
+    let watcher = manager.watch_sources(None);
+    let status = StatusWriter::start(manager.clone(), api.clone(), "replica-1".into());
+    let stamper = default_stamper();
+    admin
+        .create(&reconciler(&stamper, "stamper_a.wasm"), "test")
+        .await
+        .expect("create");
+    let deadline = std::time::Instant::now() + krec_tests::EVENTUALLY;
+    let message = loop {
+        let found = admin
+            .get(&stamper.gvk(), Some("default"), "stamper")
+            .await
+            .expect("object");
+        let ready = found["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+        if let Some(ready) = ready.filter(|c| c["reason"] == "PermissionRefused") {
+            assert_eq!(ready["status"], "False");
+            break ready["message"].as_str().unwrap_or_default().to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never refused: {found}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        message.starts_with(
+            "Reconciler default/stamper: spec.permissions[0]: the host may not patch configmaps in the namespace \"default\""
+        ),
+        "{message}"
+    );
+    assert!(manager.controller("default.stamper").is_none());
+    let cm = admin
+        .get(&cm_gvk(), Some("default"), "cm-0")
+        .await
+        .expect("cm-0");
+    assert!(
+        krec_tests::annotation(&cm, "krec.dev/stamped-by").is_none(),
+        "never reconciled"
+    );
+    status.stop().await;
+    watcher.stop().await;
+    manager.cache().stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_guest_reaching_into_another_namespace_should_get_a_permission_error() {
+    let modules = module_dir();
+    let team = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+    let other = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}});
+    let secret = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": "b"}, "data": {"k": "v"}});
+    // The misbehave guest's `read-cm` reads ConfigMap b/x; its permission names no namespace.
+    let misbehave = json!({"apiVersion": "krec.dev/v1alpha1", "kind": "Reconciler",
+        "metadata": {"name": "misbehave", "namespace": "team-a"},
+        "spec": {"module": "misbehave.wasm",
+            "tickers": [{"every": "1m", "request": {"name": "read-cm"}}],
+            "permissions": [{"apiVersion": "v1", "kind": "ConfigMap", "verbs": ["get", "list", "watch"]}]}});
+    let live = Live::start_from_cluster(
+        Vec::new(),
+        vec![team, other, secret, misbehave],
+        modules.path(),
+    )
+    .await;
+    let controller = live.controller("team-a.misbehave");
+    let error = live
+        .eventually("the cross-namespace read refused", || async {
+            controller.stats().last_error().map(|(message, _)| message)
+        })
+        .await;
+    assert!(
+        error.starts_with("team-a/read-cm: ")
+            && error.contains("ConfigMap")
+            && error.contains("\"b\""),
+        "{error}"
+    );
+    assert!(
+        error.contains("not permitted") || error.contains("permission"),
+        "{error}"
+    );
+    assert_eq!(controller.stats().done(), 0);
 }
