@@ -35,10 +35,12 @@ pub const MAX_GUEST_NAME: usize = 123;
 const USER: &str = "krec (Reconciler objects)";
 
 /// Where a host reading guests from the cluster finds their modules.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FromCluster {
     /// The base of objects' relative `spec.module` paths (`--module-dir`).
     pub module_dir: PathBuf,
+    /// What the guests of one namespace may use together (`--tenant-quota`).
+    pub quota: crate::tenancy::TenantQuota,
 }
 
 /// The kind `Reconciler`.
@@ -254,6 +256,7 @@ pub struct ObjectSource {
     sink: Arc<dyn EventSink>,
     changes: tokio::sync::watch::Sender<u64>,
     module_dir: PathBuf,
+    quota: crate::tenancy::TenantQuota,
 }
 
 impl std::fmt::Debug for ObjectSource {
@@ -296,6 +299,7 @@ impl ObjectSource {
             sink,
             changes,
             module_dir: from.module_dir.clone(),
+            quota: from.quota,
         })
     }
 
@@ -344,14 +348,29 @@ impl ObjectSource {
         }
     }
 
-    /// The manifest of every object, or why it is refused.
+    /// The manifest of every object, or why it is refused (tenants' over their quota too).
     pub fn scan(&self) -> Vec<Result<Manifest, ManifestError>> {
-        self.objects()
-            .into_iter()
-            .map(|(reference, object)| {
-                manifest_of(&reference, &object.to_value(), &self.module_dir)
-            })
-            .collect()
+        let mut tenants = Vec::new();
+        let mut cluster = Vec::new();
+        for (reference, object) in self.objects() {
+            let manifest = manifest_of(&reference, &object.to_value(), &self.module_dir);
+            match reference.namespace {
+                Some(namespace) => tenants.push(crate::tenancy::Weighed {
+                    namespace,
+                    created: object
+                        .metadata()
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default(),
+                    manifest,
+                }),
+                None => cluster.push(manifest),
+            }
+        }
+        let mut scanned = crate::tenancy::within_quota(&self.quota, tenants);
+        scanned.extend(cluster);
+        scanned
     }
 
     /// What the objects are now: uid and generation of each.

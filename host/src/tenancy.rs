@@ -17,6 +17,16 @@
 //!
 //! The same rules are enforced at admission by a ValidatingAdmissionPolicy (see
 //! [`admission_policy`]), with the same field names in its messages.
+//!
+//! # Quotas
+//!
+//! A [`TenantQuota`] (`--tenant-quota guests=5,memory=1Gi,cpu=2`) bounds what the guests of
+//! one namespace may use together: how many, their memory (each guest's
+//! `limits.totalMemory`, or what its instances may hold by default) and their CPU
+//! (`limits.cpu`). Within a namespace the oldest objects are counted first; one that would take
+//! the namespace over is refused (`QuotaExceeded`) and does not start. As with a Kubernetes
+//! ResourceQuota, guests already running are never stopped by one: a running guest whose
+//! object the quota now refuses keeps its version, degraded.
 
 use serde_json::{Value, json};
 
@@ -25,6 +35,152 @@ use crate::vocab::Gvk;
 
 /// The label every namespace carries with its own name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// What the guests of one namespace may use together; `None`: no bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TenantQuota {
+    /// How many guests.
+    pub guests: Option<u32>,
+    /// Their memory, in bytes.
+    pub memory: Option<u64>,
+    /// Their CPU, in cores.
+    pub cpu: Option<f64>,
+}
+
+impl std::str::FromStr for TenantQuota {
+    type Err = String;
+
+    /// `guests=5,memory=1Gi,cpu=2`, any of the three.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut quota = TenantQuota::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: expected key=value (guests, memory or cpu)"))?;
+            match key.trim() {
+                "guests" => {
+                    quota.guests = Some(value.trim().parse().map_err(|_| {
+                        format!("guests={value}: expected a whole number of guests")
+                    })?);
+                }
+                "memory" => {
+                    quota.memory = Some(
+                        crate::manifest::parse_quantity(value.trim()).map_err(|e| e.to_string())?,
+                    );
+                }
+                "cpu" => {
+                    quota.cpu =
+                        Some(crate::manifest::parse_cpu(value.trim()).map_err(|e| e.to_string())?);
+                }
+                other => {
+                    return Err(format!(
+                        "{other:?}: a tenant quota bounds guests, memory or cpu"
+                    ));
+                }
+            }
+        }
+        Ok(quota)
+    }
+}
+
+impl std::fmt::Display for TenantQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(guests) = self.guests {
+            parts.push(format!("guests={guests}"));
+        }
+        if let Some(memory) = self.memory {
+            parts.push(format!("memory={}", bytes(memory)));
+        }
+        if let Some(cpu) = self.cpu {
+            parts.push(format!("cpu={}", millicores(cpu)));
+        }
+        f.write_str(&parts.join(","))
+    }
+}
+
+fn bytes(n: u64) -> String {
+    const MI: u64 = 1 << 20;
+    const GI: u64 = 1 << 30;
+    if n % GI == 0 && n > 0 {
+        format!("{}Gi", n / GI)
+    } else if n % MI == 0 && n > 0 {
+        format!("{}Mi", n / MI)
+    } else {
+        n.to_string()
+    }
+}
+
+fn millicores(cores: f64) -> String {
+    // Rounded to whole millicores, as Kubernetes quantities are.
+    let milli = (cores * 1000.0).round();
+    if milli % 1000.0 == 0.0 {
+        format!("{}", milli / 1000.0)
+    } else {
+        format!("{milli}m")
+    }
+}
+
+/// A tenant's guest as [`within_quota`] weighs it: its object's namespace and creation time,
+/// and its manifest (or why it is refused already).
+pub struct Weighed {
+    /// The namespace.
+    pub namespace: String,
+    /// `metadata.creationTimestamp`: older objects are counted first.
+    pub created: String,
+    /// The manifest, or why it is refused.
+    pub manifest: Result<Manifest, ManifestError>,
+}
+
+/// Refuse the manifests that would take their namespace over `quota`, counting each
+/// namespace's oldest objects first (then by name).
+pub fn within_quota(
+    quota: &TenantQuota,
+    mut guests: Vec<Weighed>,
+) -> Vec<Result<Manifest, ManifestError>> {
+    if *quota == TenantQuota::default() {
+        return guests.into_iter().map(|g| g.manifest).collect();
+    }
+    let name = |g: &Weighed| match &g.manifest {
+        Ok(m) => m.path.clone(),
+        Err(e) => e.path().to_owned(),
+    };
+    guests.sort_by(|a, b| {
+        (&a.namespace, &a.created, name(a)).cmp(&(&b.namespace, &b.created, name(b)))
+    });
+    let mut used: std::collections::BTreeMap<String, (u32, u64, f64)> = Default::default();
+    guests
+        .into_iter()
+        .map(|guest| {
+            let manifest = guest.manifest?;
+            let (count, memory, cpu) = used.get(&guest.namespace).copied().unwrap_or_default();
+            let next = (
+                count.saturating_add(1),
+                memory.saturating_add(manifest.spec.total_memory()),
+                cpu + manifest.spec.limits.cpu,
+            );
+            let over = quota.guests.is_some_and(|q| next.0 > q)
+                || quota.memory.is_some_and(|q| next.1 > q)
+                || quota.cpu.is_some_and(|q| next.2 > q + 1e-9);
+            if over {
+                return Err(ManifestError::OverQuota {
+                    path: manifest.path.clone(),
+                    problem: format!(
+                        "namespace {:?} would exceed its quota (--tenant-quota {quota}): with this \
+                         guest its guests would be {}, with {} of memory and {} CPU; delete a \
+                         Reconciler there, lower its limits, or ask for a larger quota",
+                        guest.namespace,
+                        next.0,
+                        bytes(next.1),
+                        millicores(next.2)
+                    ),
+                });
+            }
+            used.insert(guest.namespace, next);
+            Ok(manifest)
+        })
+        .collect()
+}
 
 /// Confine `manifest` (of a `Reconciler` in `namespace`) to that namespace, or say which
 /// field asks for more.
@@ -272,5 +428,76 @@ mod tests {
                 "{spec}: {text}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod quota_tests {
+    use super::*;
+    use std::path::Path;
+
+    fn guest(namespace: &str, name: &str, created: &str, memory: &str, cpu: &str) -> Weighed {
+        let text = format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: m.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  limits: {{memory: 16Mi, totalMemory: {memory}, cpu: {cpu}}}\n"
+        );
+        let path = format!("Reconciler {namespace}/{name}");
+        Weighed {
+            namespace: namespace.into(),
+            created: created.into(),
+            manifest: Manifest::parse_in(Path::new(&path), Path::new("."), &text),
+        }
+    }
+
+    #[test]
+    fn a_quota_should_read_and_print_as_the_flag_is_written() {
+        let quota: TenantQuota = "guests=3, memory=1Gi,cpu=1500m".parse().expect("quota");
+        assert_eq!(quota.guests, Some(3));
+        assert_eq!(quota.memory, Some(1 << 30));
+        assert_eq!(quota.to_string(), "guests=3,memory=1Gi,cpu=1500m");
+        for bad in ["guests", "pods=3", "memory=lots", "guests=-1"] {
+            assert!(bad.parse::<TenantQuota>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_newest_guests_over_a_namespaces_quota_should_be_refused() {
+        let quota: TenantQuota = "guests=2,memory=96Mi".parse().expect("quota");
+        let scanned = within_quota(
+            &quota,
+            vec![
+                guest("a", "newest", "2026-01-03T00:00:00Z", "32Mi", "1"),
+                guest("a", "oldest", "2026-01-01T00:00:00Z", "32Mi", "1"),
+                guest("a", "middle", "2026-01-02T00:00:00Z", "32Mi", "1"),
+                guest("b", "big", "2026-01-01T00:00:00Z", "64Mi", "1"),
+                guest("b", "bigger", "2026-01-02T00:00:00Z", "64Mi", "1"),
+            ],
+        );
+        let shown: Vec<String> = scanned
+            .iter()
+            .map(|r| match r {
+                Ok(m) => format!("ok {}", m.path.display()),
+                Err(e) => format!("{}: {e}", e.code()),
+            })
+            .collect();
+        assert_eq!(shown[0], "ok Reconciler a/oldest");
+        assert_eq!(shown[1], "ok Reconciler a/middle");
+        assert!(
+            shown[2].starts_with("QuotaExceeded: Reconciler a/newest: namespace \"a\" would exceed its quota (--tenant-quota guests=2,memory=96Mi): with this guest its guests would be 3, with 96Mi of memory and 3 CPU"),
+            "{}", shown[2]
+        );
+        assert_eq!(shown[3], "ok Reconciler b/big");
+        assert!(
+            shown[4].contains("its guests would be 2, with 128Mi of memory"),
+            "{}",
+            shown[4]
+        );
+        assert_eq!(
+            within_quota(
+                &TenantQuota::default(),
+                vec![guest("a", "x", "", "1Gi", "8")]
+            )
+            .len(),
+            1
+        );
     }
 }

@@ -234,10 +234,21 @@ impl Live {
         objects: Vec<Value>,
         module_dir: &Path,
     ) -> Self {
+        let from = krec::sources::FromCluster {
+            module_dir: module_dir.to_owned(),
+            ..Default::default()
+        };
+        Self::start_from(manifests, objects, from).await
+    }
+
+    /// Like [`start_from_cluster`](Self::start_from_cluster), as `from` says.
+    pub async fn start_from(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        from: krec::sources::FromCluster,
+    ) -> Self {
         let options = krec::manager::ManagerOptions {
-            from_cluster: Some(krec::sources::FromCluster {
-                module_dir: module_dir.to_owned(),
-            }),
+            from_cluster: Some(from),
             ..Default::default()
         };
         let objects = krec::manifest::crd::crds()

@@ -129,6 +129,11 @@ pub(super) struct HostArgs {
     /// current directory); paths leaving it are refused.
     #[arg(long, requires = "from_cluster")]
     module_dir: Option<PathBuf>,
+    /// What the guests of each namespace's `Reconciler` objects may use together, e.g.
+    /// `guests=5,memory=1Gi,cpu=2` (any of the three); a guest that would exceed it does not
+    /// start and its status says why.
+    #[arg(long, requires = "from_cluster")]
+    tenant_quota: Option<crate::tenancy::TenantQuota>,
 }
 
 impl HostArgs {
@@ -185,6 +190,7 @@ impl HostArgs {
                     .module_dir
                     .or_else(|| std::env::current_dir().ok())
                     .unwrap_or_else(|| PathBuf::from(".")),
+                quota: self.tenant_quota.unwrap_or_default(),
             }),
         })
     }

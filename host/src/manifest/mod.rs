@@ -47,6 +47,14 @@ pub enum ManifestError {
         /// What is wrong.
         problem: String,
     },
+    /// A tenant's guest would take its namespace over its quota.
+    #[error("{path}: {problem}")]
+    OverQuota {
+        /// The object.
+        path: PathBuf,
+        /// By how much.
+        problem: String,
+    },
     /// Two manifests in one directory name the same guest.
     #[error("{path}: guest {name:?} is already defined by {first}")]
     Duplicate {
@@ -66,6 +74,7 @@ impl ManifestError {
             ManifestError::Read { .. } => "Unreadable",
             ManifestError::Invalid { .. } => "Invalid",
             ManifestError::Duplicate { .. } => "Duplicate",
+            ManifestError::OverQuota { .. } => "QuotaExceeded",
         }
     }
 
@@ -74,7 +83,8 @@ impl ManifestError {
         match self {
             ManifestError::Read { path, .. }
             | ManifestError::Invalid { path, .. }
-            | ManifestError::Duplicate { path, .. } => path,
+            | ManifestError::Duplicate { path, .. }
+            | ManifestError::OverQuota { path, .. } => path,
         }
     }
 }

@@ -496,6 +496,7 @@ async fn a_guest_asking_for_more_than_the_host_may_do_should_be_refused_before_i
     let options = krec::manager::ManagerOptions {
         from_cluster: Some(krec::sources::FromCluster {
             module_dir: modules.path().to_owned(),
+            ..Default::default()
         }),
         ..Default::default()
     };
@@ -584,4 +585,59 @@ async fn a_tenants_guest_reaching_into_another_namespace_should_get_a_permission
         "{error}"
     );
     assert_eq!(controller.stats().done(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_over_its_quota_should_be_refused_while_other_tenants_run() {
+    let modules = module_dir();
+    let namespace =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    let cm = |ns: &str| {
+        let mut cm = configmap(0);
+        cm["metadata"]["namespace"] = json!(ns);
+        cm
+    };
+    let rec = |ns: &str, name: &str| {
+        reconciler(
+            &ObjectRef {
+                namespace: Some(ns.into()),
+                name: name.into(),
+            },
+            "stamper_a.wasm",
+        )
+    };
+    let objects = vec![
+        namespace("team-a"),
+        namespace("team-b"),
+        cm("team-a"),
+        cm("team-b"),
+        rec("team-a", "first"),
+        rec("team-a", "second"),
+        rec("team-b", "first"),
+    ];
+    let from = krec::sources::FromCluster {
+        module_dir: modules.path().to_owned(),
+        quota: "guests=1".parse().expect("quota"),
+    };
+    let live = Live::start_from(Vec::new(), objects, from).await;
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+    let names: Vec<String> = live.manager.controllers().into_keys().collect();
+    assert_eq!(names, ["team-a.first", "team-b.first"]);
+    let second = ObjectRef {
+        namespace: Some("team-a".into()),
+        name: "second".into(),
+    };
+    let message = wait_condition(&live, &second, "Ready", "False", "QuotaExceeded").await;
+    assert!(
+        message.starts_with("Reconciler team-a/second: namespace \"team-a\" would exceed its quota (--tenant-quota guests=1): with this guest its guests would be 2"),
+        "{message}"
+    );
+    wait_event(&live, &second, "QuotaExceeded").await;
+    // The other tenant's guest reconciles its namespace.
+    live.eventually("team-b's ConfigMap stamped", || async {
+        let cm = live.get(&cm_gvk(), Some("team-b"), "cm-0").await?;
+        (krec_tests::annotation(&cm, "krec.dev/stamped-by") == Some("a")).then_some(())
+    })
+    .await;
+    status.stop().await;
 }
