@@ -102,9 +102,9 @@ impl std::fmt::Display for TenantQuota {
 fn bytes(n: u64) -> String {
     const MI: u64 = 1 << 20;
     const GI: u64 = 1 << 30;
-    if n % GI == 0 && n > 0 {
+    if n.is_multiple_of(GI) && n > 0 {
         format!("{}Gi", n / GI)
-    } else if n % MI == 0 && n > 0 {
+    } else if n.is_multiple_of(MI) && n > 0 {
         format!("{}Mi", n / MI)
     } else {
         n.to_string()
