@@ -251,7 +251,7 @@ impl Live {
             from_cluster: Some(from),
             ..Default::default()
         };
-        let objects = krec::manifest::crd::crds()
+        let objects = krec::manifest::crd::api_objects()
             .into_iter()
             .chain(objects)
             .collect();

@@ -12,24 +12,27 @@ mod rbac;
 pub mod run;
 mod webhooks;
 
-/// Serve the Reconciler and ClusterReconciler CRDs on the embedded API server (as
-/// `kubectl apply -f deploy/crds.yaml` would on a cluster), so that `kubectl apply -f` of a
-/// manifest works locally as it does there.
+/// Serve krec's own API on the embedded API server — the Reconciler and ClusterReconciler CRDs
+/// and their admission policy — as `kubectl apply -f deploy/crds.yaml` would on a cluster, so
+/// that `kubectl apply -f` of a manifest works locally as it does there.
 #[cfg(feature = "embedded-apiserver")]
 fn serve_reconciler_crds(cluster: &krec_apiserver::Server) -> anyhow::Result<()> {
     let store = cluster.store();
-    let Some(rt) =
-        store
+    for object in crate::manifest::crd::api_objects() {
+        let gvk = crate::vocab::Gvk::from_api_version(
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default(),
+        );
+        let Some(rt) = store
             .registry()
-            .by_kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
-    else {
-        return Ok(());
-    };
-    for crd in crate::manifest::crd::crds() {
-        match store.create(&rt, None, crd, false) {
+            .by_kind(&gvk.group, &gvk.version, &gvk.kind)
+        else {
+            continue;
+        };
+        match store.create(&rt, None, object, false) {
             // Kept in the data directory from an earlier start.
             Err(err) if err.code == 409 => {}
-            Err(err) => anyhow::bail!("serving the Reconciler CRDs: {}", err.message),
+            Err(err) => anyhow::bail!("serving krec's API ({gvk}): {}", err.message),
             Ok(_) => {}
         }
     }

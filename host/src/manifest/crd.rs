@@ -186,12 +186,20 @@ pub fn crds() -> Vec<Value> {
     .collect()
 }
 
-/// The two CRDs as one YAML stream (what `deploy/crds.yaml` holds).
+/// krec's own API, as a cluster gets it: the two CRDs and the admission policy that confines
+/// `Reconciler`s to their namespace ([`crate::tenancy::admission_policy`]).
+pub fn api_objects() -> Vec<Value> {
+    let mut objects = crds();
+    objects.extend(crate::tenancy::admission_policy());
+    objects
+}
+
+/// krec's API ([`api_objects`]) as one YAML stream (what `deploy/crds.yaml` holds).
 pub fn crds_yaml() -> String {
     let mut out = String::from(
         "# Generated from the manifest's Rust type (host/src/manifest/crd.rs); a test keeps this\n# file equal to it.\n",
     );
-    for crd in crds() {
+    for crd in api_objects() {
         out.push_str("---\n");
         out.push_str(&serde_yaml_ng::to_string(&crd).unwrap_or_default());
     }

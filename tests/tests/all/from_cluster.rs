@@ -641,3 +641,79 @@ async fn a_tenant_over_its_quota_should_be_refused_while_other_tenants_run() {
     .await;
     status.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_asking_for_more_than_its_namespace_should_be_refused_at_admission() {
+    let modules = module_dir();
+    let team = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+    let live = Live::start_from_cluster(Vec::new(), vec![team], modules.path()).await;
+    let with = |spec: Value| {
+        let mut object = reconciler(
+            &ObjectRef {
+                namespace: Some("team-a".into()),
+                name: "x".into(),
+            },
+            "stamper_a.wasm",
+        );
+        for (k, v) in spec.as_object().expect("object") {
+            object["spec"][k] = v.clone();
+        }
+        object
+    };
+    let cases = [
+        (
+            json!({"namespaces": ["team-b"]}),
+            "spec.namespaces: a Reconciler in team-a may only use its own namespace",
+        ),
+        (
+            json!({"permissions": [{"apiVersion": "v1", "kind": "ConfigMap", "verbs": ["get"], "namespaces": ["kube-system"]}]}),
+            "spec.permissions[].namespaces: a Reconciler in team-a may only use its own namespace",
+        ),
+        (
+            json!({"for": {"apiVersion": "v1", "kind": "Namespace"}}),
+            "spec.for: a cluster-scoped kind",
+        ),
+        (
+            json!({"permissions": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "verbs": ["get"]}]}),
+            "spec.permissions[]: a cluster-scoped kind",
+        ),
+        (
+            json!({"watches": [{"apiVersion": "v1", "kind": "ConfigMap", "mapTo": {"namespace": "default", "name": "x"}}]}),
+            "spec.watches[].mapTo.namespace: a Reconciler in team-a may only use its own namespace",
+        ),
+        (
+            json!({"conversion": {"crd": "foos.example.com"}}),
+            "spec.conversion:",
+        ),
+    ];
+    for (spec, expected) in cases {
+        let err = live
+            .api
+            .create(&with(spec.clone()), "test")
+            .await
+            .expect_err(&format!("{spec} admitted"));
+        let text = err.to_string();
+        assert!(
+            text.contains("ValidatingAdmissionPolicy 'krec-reconciler-tenancy'")
+                && text.contains(expected),
+            "{spec}: {text}"
+        );
+    }
+    // Within the namespace: admitted; a ClusterReconciler may name any namespace.
+    live.api
+        .create(&with(json!({"namespaces": ["team-a"]})), "test")
+        .await
+        .expect("own namespace admitted");
+    let mut cluster = reconciler(
+        &ObjectRef {
+            namespace: None,
+            name: "wide".into(),
+        },
+        "stamper_a.wasm",
+    );
+    cluster["spec"]["namespaces"] = json!(["team-a", "default"]);
+    live.api
+        .create(&cluster, "test")
+        .await
+        .expect("a ClusterReconciler admitted");
+}
