@@ -148,6 +148,50 @@ pub fn admission_policy() -> Vec<Value> {
     vec![policy, binding]
 }
 
+/// ClusterRoles that aggregate `Reconciler` rights into Kubernetes' default `admin`, `edit`
+/// and `view` roles, as Kubernetes does for its own namespaced kinds: whoever may edit a
+/// namespace may register guests in it (confined to it); `ClusterReconciler`s stay with
+/// cluster administrators (`cluster-admin`).
+pub fn aggregated_roles() -> Vec<Value> {
+    let group = crate::manifest::API_VERSION
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let role = |name: &str, labels: Value, verbs: &[&str]| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [
+                {"apiGroups": [group], "resources": ["reconcilers"], "verbs": verbs},
+                {"apiGroups": [group], "resources": ["reconcilers/status"], "verbs": ["get"]},
+            ],
+        })
+    };
+    vec![
+        role(
+            "krec-reconcilers-edit",
+            json!({"rbac.authorization.k8s.io/aggregate-to-admin": "true",
+                "rbac.authorization.k8s.io/aggregate-to-edit": "true"}),
+            &[
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch",
+            ],
+        ),
+        role(
+            "krec-reconcilers-view",
+            json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
+            &["get", "list", "watch"],
+        ),
+    ]
+}
+
 /// What the guests of one namespace may use together; `None`: no bound.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TenantQuota {

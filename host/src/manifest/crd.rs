@@ -186,11 +186,13 @@ pub fn crds() -> Vec<Value> {
     .collect()
 }
 
-/// krec's own API, as a cluster gets it: the two CRDs and the admission policy that confines
-/// `Reconciler`s to their namespace ([`crate::tenancy::admission_policy`]).
+/// krec's own API, as a cluster gets it: the two CRDs, the admission policy that confines
+/// `Reconciler`s to their namespace ([`crate::tenancy::admission_policy`]) and the roles that
+/// give namespace admins and editors `Reconciler`s ([`crate::tenancy::aggregated_roles`]).
 pub fn api_objects() -> Vec<Value> {
     let mut objects = crds();
     objects.extend(crate::tenancy::admission_policy());
+    objects.extend(crate::tenancy::aggregated_roles());
     objects
 }
 

@@ -717,3 +717,48 @@ async fn a_reconciler_asking_for_more_than_its_namespace_should_be_refused_at_ad
         .await
         .expect("a ClusterReconciler admitted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_editor_should_manage_reconcilers_there_and_no_cluster_reconcilers() {
+    let modules = module_dir();
+    let objects = vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "alice-edits", "namespace": "team-a"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}),
+    ];
+    let live = Live::start_from_cluster(Vec::new(), objects, modules.path()).await;
+    let may = |verb: &'static str, resource: &'static str, namespace: Option<&'static str>| {
+        let api = live.api.clone();
+        async move {
+            let mut attributes = json!({"verb": verb, "group": "krec.dev", "resource": resource});
+            if let Some(ns) = namespace {
+                attributes["namespace"] = json!(ns);
+            }
+            let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": "alice", "resourceAttributes": attributes}});
+            let answer = api.create(&review, "test").await.expect("review");
+            answer["status"]["allowed"].as_bool().unwrap_or(false)
+        }
+    };
+    live.eventually("edit aggregating the Reconciler rights", || async {
+        may("create", "reconcilers", Some("team-a"))
+            .await
+            .then_some(())
+    })
+    .await;
+    assert!(may("delete", "reconcilers", Some("team-a")).await);
+    assert!(
+        !may("create", "reconcilers", Some("default")).await,
+        "only where alice edits"
+    );
+    assert!(
+        !may("create", "clusterreconcilers", None).await,
+        "cluster administrators only"
+    );
+    assert!(
+        !may("patch", "reconcilers/status", Some("team-a")).await,
+        "the host's to write"
+    );
+}
