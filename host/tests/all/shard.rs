@@ -467,3 +467,139 @@ async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move(
         );
     }
 }
+
+/// The status of Reconciler `shard-<i>/g`, read as the admin.
+async fn reconciler_status(client: &kube::Client, i: usize) -> Value {
+    let api = krec::client::ApiClient::new(client.clone());
+    let gvk = krec::sources::reconciler_gvk();
+    api.get(&gvk, Some(&format!("shard-{i}")), "g")
+        .await
+        .map(|o| o["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// The holder of the Lease of guest `guest`.
+async fn lease_holder(client: &kube::Client, guest: &str) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "default");
+    leases
+        .get_opt(&format!("krec-{guest}"))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_hosts_should_run_reconciler_objects_once_with_status_from_the_holder() {
+    let setup = Setup::new().await;
+    let api = krec::client::ApiClient::new(setup.client.clone());
+    let problems = krec::objects::apply_objects(&api, krec::manifest::crd::api_objects()).await;
+    assert!(problems.is_empty(), "{problems:?}");
+    const OBJECTS: usize = 4;
+    for i in 0..OBJECTS {
+        let object = json!({"apiVersion": "krec.dev/v1alpha1", "kind": "Reconciler",
+            "metadata": {"name": "g", "namespace": format!("shard-{i}")},
+            "spec": {"module": "stamper_a.wasm", "for": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "permissions": [{"apiVersion": "v1", "kind": "ConfigMap",
+                    "verbs": ["get", "list", "watch", "patch"]}]}});
+        api.create(&object, "test").await.expect("create");
+    }
+    let empty = setup.dir.path().join("no-manifests");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let modules = common::module("stamper_a.wasm");
+    let module_dir = modules.parent().expect("dir").display().to_string();
+    let mut args: Vec<&str> = common::SHARD_ARGS.to_vec();
+    args.extend(["--from-cluster", "--module-dir", &module_dir]);
+    let start = || {
+        Host::start(
+            &empty,
+            &setup.kubeconfig,
+            &setup.dir.path().join("cache"),
+            &args,
+        )
+    };
+    let mut hosts = vec![start(), start()];
+    let guests: BTreeSet<String> = (0..OBJECTS).map(|i| format!("shard-{i}.g")).collect();
+    wait_until("every guest held once", Duration::from_secs(60), || {
+        let counts = owners(&all(&hosts));
+        counts.keys().cloned().collect::<BTreeSet<_>>() == guests
+            && counts.values().all(|n| *n == 1)
+    });
+    // Each object's status names the replica holding its guest's Lease.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut wrong = Vec::new();
+        for i in 0..OBJECTS {
+            let status = reconciler_status(&setup.client, i).await;
+            let holder = lease_holder(&setup.client, &format!("shard-{i}.g")).await;
+            if status["replica"].as_str() != holder.as_deref() {
+                wrong.push(format!("shard-{i}: {} vs {holder:?}", status["replica"]));
+            }
+        }
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status not from the holder: {wrong:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Status writes for a guest came only from its holder.
+    let events = setup.audit.events();
+    for i in 0..OBJECTS {
+        let path = format!("/namespaces/shard-{i}/reconcilers/g/status");
+        let writers: BTreeSet<String> = events
+            .iter()
+            .filter(|e| {
+                e["requestURI"].as_str().is_some_and(|u| u.contains(&path)) && e["verb"] == "patch"
+            })
+            .filter_map(|e| e["userAgent"].as_str())
+            .filter_map(|a| {
+                a.split_once(" (")
+                    .map(|(_, r)| r.trim_end_matches(')').to_owned())
+            })
+            .collect();
+        let holder = lease_holder(&setup.client, &format!("shard-{i}.g")).await;
+        assert_eq!(
+            writers.into_iter().collect::<Vec<_>>(),
+            holder.into_iter().collect::<Vec<_>>(),
+            "shard-{i}"
+        );
+    }
+
+    // The holder of shard-0's guest killed: the guest moves, and so does its status.
+    let before = reconciler_status(&setup.client, 0).await["replica"].clone();
+    let victim = hosts
+        .iter()
+        .position(|h| owned(h).is_some_and(|o| o.contains("shard-0.g")))
+        .expect("an owner");
+    hosts.remove(victim).signal("-KILL");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = reconciler_status(&setup.client, 0).await;
+        if status["replica"] != before && status["replica"].is_string() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "status never moved: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Deleted: the guest stops and its Lease is released.
+    api.delete(&krec::sources::reconciler_gvk(), Some("shard-1"), "g", None)
+        .await
+        .expect("delete");
+    wait_until("the guest stopped", Duration::from_secs(30), || {
+        owners(&all(&hosts)).keys().all(|g| g != "shard-1.g")
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lease_holder(&setup.client, "shard-1.g").await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the Lease of shard-1.g is still held"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
