@@ -30,6 +30,7 @@ pub mod engine;
 pub mod files;
 pub mod guest;
 pub mod imports;
+pub mod install;
 pub mod leader;
 pub mod manager;
 pub mod manifest;

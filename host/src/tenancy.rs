@@ -131,6 +131,8 @@ pub fn admission_policy() -> Vec<Value> {
                 "apiVersions": ["*"],
                 "resources": ["reconcilers"],
                 "operations": ["CREATE", "UPDATE"],
+                // Written as the server defaults it, so that applying this again changes nothing.
+                "scope": "*",
             }]},
             "variables": [{
                 "name": "clusterScoped",

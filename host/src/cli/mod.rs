@@ -7,6 +7,7 @@ mod check;
 mod cluster;
 #[cfg(feature = "embedded-apiserver")]
 pub mod dev;
+mod install;
 mod new;
 mod rbac;
 pub mod run;
@@ -18,7 +19,17 @@ mod webhooks;
 #[cfg(feature = "embedded-apiserver")]
 fn serve_reconciler_crds(cluster: &krec_apiserver::Server) -> anyhow::Result<()> {
     let store = cluster.store();
-    for object in crate::manifest::crd::api_objects() {
+    for mut object in crate::manifest::crd::api_objects() {
+        // As `kubectl apply` would have left them: applying `krec install`'s output (the same
+        // objects) then changes nothing and warns of nothing.
+        object["metadata"]["annotations"] = serde_json::json!({});
+        // Written as kubectl (Go's encoding/json) writes it: `<`, `>` and `&` escaped.
+        let applied = format!("{object}\n")
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026");
+        object["metadata"]["annotations"] =
+            serde_json::json!({"kubectl.kubernetes.io/last-applied-configuration": applied});
         let gvk = crate::vocab::Gvk::from_api_version(
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
@@ -83,6 +94,10 @@ enum Command {
     /// Ctrl-C.
     #[cfg(feature = "embedded-apiserver")]
     Dev(dev::Args),
+    /// Print (or apply) everything a cluster needs to run krec: the Reconciler CRDs and their
+    /// admission policy and roles, the host's namespace, ServiceAccount, RBAC, Deployment and
+    /// Services, as `kubectl apply -f -` input.
+    Install(install::Args),
     /// Print the least-privilege ClusterRole and binding for the guests in a directory: their
     /// permissions plus what the host needs (watches, leases, events).
     Rbac(rbac::Args),
@@ -106,7 +121,9 @@ impl Command {
             #[cfg(feature = "embedded-apiserver")]
             Command::Cluster(_) => "info",
             // `krec check`: a guest's own log lines from `init` would break "one line per file".
-            Command::Check(_) | Command::Rbac(_) | Command::Webhooks(_) => "warn",
+            Command::Check(_) | Command::Rbac(_) | Command::Webhooks(_) | Command::Install(_) => {
+                "warn"
+            }
             #[cfg(feature = "embedded-apiserver")]
             Command::Dev(_) => LIVE_LOG,
             Command::Run(_) => LIVE_LOG,
@@ -129,6 +146,7 @@ pub fn main() -> ExitCode {
         Command::Dev(args) => block_on("dev", dev::execute(args)),
         Command::Run(args) => block_on("run", run::execute(args)),
         Command::Rbac(args) => rbac::execute(args),
+        Command::Install(args) => block_on("install", install::execute(args)),
         Command::Webhooks(args) => webhooks::execute(args),
     }
 }

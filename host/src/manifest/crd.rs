@@ -53,7 +53,8 @@ pub fn spec_schema() -> Value {
 }
 
 /// An optional field's `default: null` (schemars writes the Rust default): an absent field
-/// needs none, and kube refuses a null default on a field that is not nullable.
+/// needs none, and kube refuses a null default on a field that is not nullable. Whole numbers
+/// written as floats (`50.0`) become integers, as any Kubernetes client writes them back.
 fn drop_null_defaults(schema: &mut Value) {
     match schema {
         Value::Object(fields) => {
@@ -63,6 +64,16 @@ fn drop_null_defaults(schema: &mut Value) {
             fields.values_mut().for_each(drop_null_defaults);
         }
         Value::Array(items) => items.iter_mut().for_each(drop_null_defaults),
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| !n.is_i64() && !n.is_u64())
+                && f.fract() == 0.0
+                && f.abs() < 9.0e15
+            {
+                #[allow(clippy::cast_possible_truncation)]
+                let whole = f as i64;
+                *schema = Value::from(whole);
+            }
+        }
         _ => {}
     }
 }

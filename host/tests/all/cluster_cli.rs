@@ -85,7 +85,8 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         }
     }
     assert!(files.len() >= 5, "sample files found: {files:?}");
-    // And each guest's manifest: a Reconciler object, whose CRD `krec cluster` serves.
+    // And each guest's manifest: a Reconciler (or, cluster-wide, ClusterReconciler) object,
+    // whose CRDs `krec cluster` serves.
     files.extend(
         guests
             .iter()
@@ -159,7 +160,7 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         .arg(&kubeconfig)
         .arg("--cache-dir")
         .arg(dir.path().join("cache"))
-        .args(["get", "reconcilers", "-o", "name"])
+        .args(["get", "reconcilers,clusterreconcilers", "-o", "name"])
         .env_remove("KUBECONFIG")
         .output()
         .expect("run kubectl");
@@ -170,4 +171,80 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         reconcilers >= 9,
         "{reconcilers} reconcilers listed: {listed:?}"
     );
+}
+
+/// `krec install | kubectl apply -f -` on `krec cluster`: every object is created (krec's own API,
+/// served already, is unchanged), and the Deployment's replicas come up.
+#[test]
+fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repository")
+        .to_owned();
+    let kubectl = std::env::var_os("KREC_KUBECTL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo.join(".tools/venv/bin/kubectl"));
+    let (ok, yaml, stderr) = common::krec(&["install"]);
+    assert!(ok, "{stderr}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("install.yaml");
+    std::fs::write(&file, &yaml).expect("write");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let (child, _, _lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
+    let child = common::Stopped(child);
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let (ok, out, err) = kubectl(&["apply", "-f", &file.display().to_string()]);
+    assert!(ok, "{out}{err}");
+    assert!(err.is_empty(), "warnings: {err}");
+    for expected in [
+        "customresourcedefinition.apiextensions.k8s.io/reconcilers.krec.dev unchanged",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/krec-reconciler-tenancy unchanged",
+        "namespace/krec-system created",
+        "serviceaccount/krec created",
+        "clusterrole.rbac.authorization.k8s.io/krec created",
+        "clusterrolebinding.rbac.authorization.k8s.io/krec created",
+        "deployment.apps/krec created",
+        "service/krec-admin created",
+        "service/krec-webhooks created",
+    ] {
+        assert!(out.lines().any(|l| l == expected), "{expected}:\n{out}");
+    }
+    let (ok, out, err) = kubectl(&[
+        "-n",
+        "krec-system",
+        "get",
+        "deployment",
+        "krec",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("--from-cluster") && out.contains("--shard"),
+        "{out}"
+    );
+    // Applying again changes nothing.
+    let (ok, out, err) = kubectl(&["apply", "-f", &file.display().to_string()]);
+    assert!(ok, "{err}");
+    assert!(out.lines().all(|l| l.ends_with(" unchanged")), "{out}");
+    drop(child);
 }

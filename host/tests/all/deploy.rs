@@ -1,4 +1,5 @@
-//! `deploy/` stays true to the code: the committed RBAC is what `krec rbac` generates, the guest
+//! `deploy/` stays true to the code: the committed RBAC is what `krec rbac` generates, the
+//! Deployment what `krec install` prints, the guest
 //! bundle script makes manifests `krec check` accepts, and the Deployment uses flags that exist
 //! and probes the admin endpoints.
 
@@ -21,6 +22,24 @@ fn the_committed_rbac_should_be_what_krec_rbac_generates() {
     assert_eq!(
         committed, generated,
         "deploy/rbac.yaml is stale: regenerate it with `krec rbac --manifests sample-guests > deploy/rbac.yaml`"
+    );
+}
+
+#[test]
+fn the_committed_deployment_should_be_what_krec_install_prints() {
+    let samples = repo().join("sample-guests").display().to_string();
+    let (ok, generated, stderr) = krec(&[
+        "install",
+        "--manifests",
+        &samples,
+        "--guests-image",
+        "krec-guests:dev",
+    ]);
+    assert!(ok, "{stderr}");
+    let committed = std::fs::read_to_string(repo().join("deploy/krec.yaml")).expect("krec.yaml");
+    assert_eq!(
+        committed, generated,
+        "deploy/krec.yaml is stale: regenerate it with `krec install --manifests sample-guests --guests-image krec-guests:dev > deploy/krec.yaml`"
     );
 }
 
