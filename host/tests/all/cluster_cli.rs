@@ -184,7 +184,7 @@ fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
     let kubectl = std::env::var_os("KREC_KUBECTL")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| repo.join(".tools/venv/bin/kubectl"));
-    let (ok, yaml, stderr) = common::krec(&["install"]);
+    let (ok, yaml, stderr) = common::krec(["install"]);
     assert!(ok, "{stderr}");
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("install.yaml");
