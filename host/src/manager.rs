@@ -231,6 +231,9 @@ pub struct ManagerOptions {
     /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
     /// (see [`crate::sources`]); `None`: only those of the manifests given.
     pub from_cluster: Option<FromCluster>,
+    /// Where modules named `oci://…` are pulled from and kept; `None`: a store of this
+    /// process's own, every registry over HTTPS.
+    pub registries: Option<Arc<crate::oci::Registries>>,
 }
 
 struct Inner {
@@ -259,6 +262,8 @@ struct Inner {
     /// What the guest objects were when the running set was last brought in line with them:
     /// each one's `observedGeneration`.
     applied: RwLock<Generations>,
+    /// Modules from registries.
+    registries: Arc<crate::oci::Registries>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -460,8 +465,12 @@ impl Manager {
                 skipped: RwLock::new(Vec::new()),
                 objects,
                 applied,
+                registries: options
+                    .registries
+                    .unwrap_or_else(|| Arc::new(crate::oci::Registries::private())),
             }),
         };
+        let wanted = manager.pull_modules(wanted).await;
         let mut manifests = Vec::new();
         for result in wanted {
             match result {
@@ -843,6 +852,7 @@ impl Manager {
             Some(objects) => crate::sources::merge(files, objects.scan()),
             None => files,
         };
+        let scanned = self.pull_modules(scanned).await;
         let report = self.apply(scanned).await;
         *self
             .inner
@@ -850,6 +860,63 @@ impl Manager {
             .write()
             .unwrap_or_else(|e| e.into_inner()) = generations;
         Ok(report)
+    }
+
+    /// `scanned` with every `oci://` module resolved and pulled: its `spec.module` the local
+    /// file, or the manifest refused (`PullFailed`), so a running version stays.
+    async fn pull_modules(
+        &self,
+        scanned: Vec<Result<Manifest, ManifestError>>,
+    ) -> Vec<Result<Manifest, ManifestError>> {
+        let mut pulled = Vec::with_capacity(scanned.len());
+        for result in scanned {
+            let result = match result {
+                Ok(manifest) => self.pull_module(manifest).await,
+                refused => refused,
+            };
+            pulled.push(result);
+        }
+        pulled
+    }
+
+    async fn pull_module(&self, mut manifest: Manifest) -> Result<Manifest, ManifestError> {
+        let Some(Ok(reference)) = crate::oci::reference(&manifest.spec.module) else {
+            return Ok(manifest);
+        };
+        let auth = oci_client::secrets::RegistryAuth::Anonymous;
+        let fetched = self
+            .inner
+            .registries
+            .fetch(&reference, &auth, &manifest.spec.pull)
+            .await;
+        match fetched {
+            Ok((file, _)) => {
+                manifest.module_ref = Some(manifest.spec.module.display().to_string());
+                manifest.spec.module = file;
+                Ok(manifest)
+            }
+            Err(problem) => Err(ManifestError::Pull {
+                path: manifest.path.clone(),
+                problem,
+            }),
+        }
+    }
+
+    /// How often the running guests' module tags are to be resolved again (the shortest
+    /// `pull.every` of those pulled by tag with the policy `Always`), if any are.
+    async fn pull_interval(&self) -> Option<Duration> {
+        let guests = self.inner.guests.lock().await;
+        guests
+            .values()
+            .filter(|g| {
+                g.manifest.spec.pull.policy == crate::manifest::PullPolicy::Always
+                    && g.manifest
+                        .module_ref
+                        .as_deref()
+                        .is_some_and(|r| !r.contains('@'))
+            })
+            .map(|g| g.manifest.spec.pull.every)
+            .min()
     }
 
     /// The generation of guest object `reference` the running set was last brought in line
@@ -1111,10 +1178,19 @@ impl Manager {
                     None => std::future::pending::<()>().await,
                 }
             };
+            // Modules pulled by tag: resolved again as their `pull.every` says.
+            let resolve_every = self.pull_interval().await;
+            let resolve = async {
+                match resolve_every {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
             // A reload in progress always completes: stopping is only noticed here, between
             // reloads.
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return,
+                () = resolve => tracing::debug!("resolving the modules' tags again"),
                 changed = rx.recv(), if debouncer.is_some() => {
                     if changed.is_none() {
                         return;

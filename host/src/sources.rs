@@ -143,7 +143,11 @@ pub fn manifest_of(
         problem,
     };
     let spec = object.get("spec").cloned().unwrap_or(Value::Null);
-    if let Some(module) = spec.get("module").and_then(Value::as_str) {
+    if let Some(module) = spec
+        .get("module")
+        .and_then(Value::as_str)
+        .filter(|m| !m.starts_with(crate::oci::SCHEME))
+    {
         let module = Path::new(module);
         let escapes = module.is_absolute()
             || module

@@ -131,7 +131,7 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
         None => match refused {
             Some(refused) => {
                 let code = refused.code.to_owned();
-                let resolved = if refused.code == "LoadFailed" {
+                let resolved = if matches!(refused.code, "LoadFailed" | "PullFailed") {
                     (
                         "ModuleResolved",
                         "False",
@@ -309,7 +309,11 @@ fn observe(manager: &Manager, reference: &ObjectRef, identity: &str) -> Option<O
             let stats = controller.stats();
             Some(Running {
                 replica: identity.to_owned(),
-                module: module.manifest().spec.module.display().to_string(),
+                module: module
+                    .manifest()
+                    .module_ref
+                    .clone()
+                    .unwrap_or_else(|| module.manifest().spec.module.display().to_string()),
                 digest: module.digest().to_owned(),
                 version: controller.version().number,
                 reconciles: stats.total(),

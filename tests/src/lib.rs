@@ -10,6 +10,9 @@ use krec::manifest::Manifest;
 use krec::vocab::Gvk;
 use serde_json::Value;
 
+pub mod registry;
+pub use registry::Registry;
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -247,8 +250,26 @@ impl Live {
         objects: Vec<Value>,
         from: krec::sources::FromCluster,
     ) -> Self {
+        Self::start_from_with(
+            manifests,
+            objects,
+            from,
+            Arc::new(krec::oci::Registries::private()),
+        )
+        .await
+    }
+
+    /// Like [`start_from`](Self::start_from), modules from registries pulled through
+    /// `registries`.
+    pub async fn start_from_with(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        from: krec::sources::FromCluster,
+        registries: Arc<krec::oci::Registries>,
+    ) -> Self {
         let options = krec::manager::ManagerOptions {
             from_cluster: Some(from),
+            registries: Some(registries),
             ..Default::default()
         };
         let objects = krec::manifest::crd::api_objects()

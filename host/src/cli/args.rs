@@ -134,6 +134,10 @@ pub(super) struct HostArgs {
     /// start and its status says why.
     #[arg(long, requires = "from_cluster")]
     tenant_quota: Option<crate::tenancy::TenantQuota>,
+    /// A registry (`host:port`, as `oci://` references name it) spoken to over plain HTTP
+    /// rather than HTTPS; repeatable. Only for registries on a trusted network.
+    #[arg(long = "insecure-registry")]
+    insecure_registries: Vec<String>,
 }
 
 impl HostArgs {
@@ -192,6 +196,7 @@ impl HostArgs {
                     .unwrap_or_else(|| PathBuf::from(".")),
                 quota: self.tenant_quota.unwrap_or_default(),
             }),
+            insecure_registries: self.insecure_registries,
         })
     }
 }

@@ -9,6 +9,7 @@ mod cluster;
 pub mod dev;
 mod install;
 mod new;
+mod push;
 mod rbac;
 pub mod run;
 mod webhooks;
@@ -94,6 +95,9 @@ enum Command {
     /// Ctrl-C.
     #[cfg(feature = "embedded-apiserver")]
     Dev(dev::Args),
+    /// Publish a built guest to an OCI registry (the CNCF Wasm artifact layout, as `wkg oci
+    /// push` writes it), for `spec.module: oci://…`; prints the reference pinned to its digest.
+    Push(push::Args),
     /// Print (or apply) everything a cluster needs to run krec: the Reconciler CRDs and their
     /// admission policy and roles, the host's namespace, ServiceAccount, RBAC, Deployment and
     /// Services, as `kubectl apply -f -` input.
@@ -121,9 +125,11 @@ impl Command {
             #[cfg(feature = "embedded-apiserver")]
             Command::Cluster(_) => "info",
             // `krec check`: a guest's own log lines from `init` would break "one line per file".
-            Command::Check(_) | Command::Rbac(_) | Command::Webhooks(_) | Command::Install(_) => {
-                "warn"
-            }
+            Command::Check(_)
+            | Command::Rbac(_)
+            | Command::Webhooks(_)
+            | Command::Install(_)
+            | Command::Push(_) => "warn",
             #[cfg(feature = "embedded-apiserver")]
             Command::Dev(_) => LIVE_LOG,
             Command::Run(_) => LIVE_LOG,
@@ -147,6 +153,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => block_on("run", run::execute(args)),
         Command::Rbac(args) => rbac::execute(args),
         Command::Install(args) => block_on("install", install::execute(args)),
+        Command::Push(args) => block_on("push", push::execute(args)),
         Command::Webhooks(args) => webhooks::execute(args),
     }
 }

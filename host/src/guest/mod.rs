@@ -278,7 +278,11 @@ impl GuestModule {
         manifest: Arc<Manifest>,
         cache: &ModuleCache,
     ) -> Result<Self, LoadError> {
-        let path = manifest.spec.module.display().to_string();
+        // A pulled module is named as the manifest names it, not by where it is kept.
+        let path = manifest
+            .module_ref
+            .clone()
+            .unwrap_or_else(|| manifest.spec.module.display().to_string());
         let bytes = read_module(&manifest.spec.module).map_err(|source| LoadError::Read {
             path: path.clone(),
             source,

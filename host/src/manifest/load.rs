@@ -84,14 +84,19 @@ impl Manifest {
         let mut spec = raw.spec;
         validate_spec(&spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         configure(&mut spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
-        if spec.module.is_relative() {
-            spec.module = module_base.join(&spec.module);
+        match crate::oci::reference(&spec.module) {
+            Some(Err(problem)) => return Err(invalid("spec.module", problem)),
+            // Pulled when the guest loads (see `crate::oci`).
+            Some(Ok(_)) => {}
+            None if spec.module.is_relative() => spec.module = module_base.join(&spec.module),
+            None => {}
         }
         Ok(Manifest {
             path: path.to_owned(),
             name: raw.metadata.name,
             spec,
             tenant: None,
+            module_ref: None,
         })
     }
 

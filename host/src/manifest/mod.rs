@@ -47,6 +47,14 @@ pub enum ManifestError {
         /// What is wrong.
         problem: String,
     },
+    /// The module named in a registry could not be resolved or pulled.
+    #[error("{path}: spec.module: {problem}")]
+    Pull {
+        /// The manifest file or object.
+        path: PathBuf,
+        /// What went wrong, naming the reference.
+        problem: String,
+    },
     /// A tenant's guest would take its namespace over its quota.
     #[error("{path}: {problem}")]
     OverQuota {
@@ -75,6 +83,7 @@ impl ManifestError {
             ManifestError::Invalid { .. } => "Invalid",
             ManifestError::Duplicate { .. } => "Duplicate",
             ManifestError::OverQuota { .. } => "QuotaExceeded",
+            ManifestError::Pull { .. } => "PullFailed",
         }
     }
 
@@ -84,7 +93,8 @@ impl ManifestError {
             ManifestError::Read { path, .. }
             | ManifestError::Invalid { path, .. }
             | ManifestError::Duplicate { path, .. }
-            | ManifestError::OverQuota { path, .. } => path,
+            | ManifestError::OverQuota { path, .. }
+            | ManifestError::Pull { path, .. } => path,
         }
     }
 }

@@ -23,6 +23,9 @@ pub struct Manifest {
     /// For a namespaced `Reconciler` object, its namespace: the guest is confined to it (see
     /// [`crate::tenancy`]). `None` for files and `ClusterReconciler`s.
     pub tenant: Option<String>,
+    /// The `oci://` reference `spec.module` was written as, once pulled: `spec.module` is then
+    /// the pulled file (see [`crate::oci`]).
+    pub module_ref: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -83,6 +86,9 @@ pub struct ReconcilerSpec {
     /// Whether a worker reuses its guest instance across reconciles.
     #[serde(default)]
     pub isolation: Isolation,
+    /// How a module from a registry (`module: oci://…`) is pulled.
+    #[serde(default)]
+    pub pull: PullSpec,
     /// Kinds whose reads always go to the API server (controller-runtime's `uncachedObjects`).
     #[serde(default)]
     pub uncached: Vec<KindRef>,
@@ -646,6 +652,52 @@ impl Default for Limits {
             write_burst: DEFAULT_WRITE_BURST,
         }
     }
+}
+
+/// How a module from a registry is pulled (see [`crate::oci`]).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PullSpec {
+    /// `Always` (a tag is resolved again every `every`: moving it swaps the guest),
+    /// `IfNotPresent` (a tag is resolved once per host) or `Never` (only what the host keeps).
+    #[serde(default)]
+    pub policy: PullPolicy,
+    /// How often `Always` resolves a tag again.
+    #[serde(default = "default_pull_every", deserialize_with = "de_duration")]
+    #[schemars(with = "String", default = "pull_every_text")]
+    pub every: Duration,
+}
+
+impl Default for PullSpec {
+    fn default() -> Self {
+        PullSpec {
+            policy: PullPolicy::default(),
+            every: default_pull_every(),
+        }
+    }
+}
+
+/// When a module's tag is resolved, as Kubernetes' `imagePullPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+pub enum PullPolicy {
+    /// Resolve the tag again every `pull.every`.
+    #[default]
+    Always,
+    /// Resolve the tag once; a digest is pulled once.
+    IfNotPresent,
+    /// Use only what the host keeps already.
+    Never,
+}
+
+/// How often a tag is resolved again by default.
+pub const DEFAULT_PULL_EVERY: Duration = Duration::from_secs(60);
+
+fn default_pull_every() -> Duration {
+    DEFAULT_PULL_EVERY
+}
+
+fn pull_every_text() -> String {
+    show_duration(DEFAULT_PULL_EVERY)
 }
 
 /// Instance reuse policy.

@@ -61,6 +61,8 @@ pub struct HostOptions {
     /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
     /// (`--from-cluster`; see [`crate::sources`]).
     pub from_cluster: Option<crate::sources::FromCluster>,
+    /// Registries spoken to over plain HTTP (`--insecure-registry host:port`).
+    pub insecure_registries: Vec<String>,
 }
 
 impl Default for HostOptions {
@@ -77,11 +79,26 @@ impl Default for HostOptions {
             register_webhooks: false,
             guest_memory: None,
             from_cluster: None,
+            insecure_registries: Vec::new(),
         }
     }
 }
 
 impl HostOptions {
+    /// Where modules from registries are kept — beside the compiled modules, or in a directory
+    /// of this process's own — and which registries are insecure.
+    pub fn registries(&self) -> crate::oci::Registries {
+        match self.module_cache.dir() {
+            Some(dir) => {
+                crate::oci::Registries::new(dir.join("oci"), self.insecure_registries.clone())
+            }
+            None => crate::oci::Registries::new(
+                crate::oci::Registries::private_dir(),
+                self.insecure_registries.clone(),
+            ),
+        }
+    }
+
     /// The identity this host's requests carry in their `User-Agent` (see
     /// [`crate::connect::user_agent`]): its replica identity under sharding or leader election.
     pub fn identity(&self) -> Option<&str> {
@@ -150,6 +167,7 @@ impl RuntimeBuilder {
                 metrics: Some(metrics.clone()),
                 guest_memory: options.guest_memory,
                 from_cluster: options.from_cluster.clone(),
+                registries: Some(Arc::new(options.registries())),
                 ..Default::default()
             },
         )

@@ -17,6 +17,7 @@ mod faults;
 mod from_cluster;
 mod hostile;
 mod live;
+mod oci;
 mod operate;
 mod policies;
 mod rbac;

@@ -1,0 +1,425 @@
+//! Modules from OCI registries: `spec.module: oci://HOST[:PORT]/REPOSITORY:TAG` (or
+//! `@sha256:DIGEST`), in the CNCF Wasm OCI artifact layout — a manifest whose config is
+//! `application/vnd.wasm.config.v0+json` and whose one layer is the `application/wasm`
+//! component, what `wkg oci push` and [`Registries::push`] (`krec push`) write.
+//!
+//! A pulled module is verified against its digests (the manifest's against the reference or the
+//! resolved digest, the layer's against the manifest, and again here) and kept in a local store
+//! by layer digest, so a digest already pulled never touches the network. A tag is resolved to a
+//! digest (one `HEAD`) when first seen and, with the pull policy `Always` (the default), again
+//! every `spec.pull.every`: moving a tag swaps the guest in every replica. A resolution or pull
+//! that fails is an error of that guest's manifest, so the version it runs keeps running and the
+//! reload is retried with backoff.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use oci_client::Client;
+pub use oci_client::Reference;
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::manifest::OciImageManifest;
+pub use oci_client::secrets::RegistryAuth;
+use serde_json::json;
+
+use crate::manifest::{PullPolicy, PullSpec};
+
+/// What `spec.module` starts with to name a module in a registry.
+pub const SCHEME: &str = "oci://";
+/// The config media type of a Wasm OCI artifact.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+/// The media type of its one layer, the component.
+pub const WASM_LAYER: &str = "application/wasm";
+/// The OCI image manifest media type.
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// Make ring the TLS crypto provider of the process (the registry client's rustls has none of
+/// its own); harmless when one is installed already.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The registry reference `module` names, if it is an `oci://` one (`Err`: it is one, and it is
+/// malformed).
+pub fn reference(module: &Path) -> Option<Result<Reference, String>> {
+    let text = module.to_str()?;
+    let rest = text.strip_prefix(SCHEME)?;
+    Some(parse(text, rest))
+}
+
+fn parse(text: &str, rest: &str) -> Result<Reference, String> {
+    let usage =
+        "expected oci://HOST[:PORT]/REPOSITORY:TAG or oci://HOST[:PORT]/REPOSITORY@sha256:DIGEST";
+    // Without a registry host, the reference would silently mean Docker Hub.
+    let host = rest.split('/').next().unwrap_or_default();
+    if !rest.contains('/') || !(host.contains('.') || host.contains(':') || host == "localhost") {
+        return Err(format!("{text:?} names no registry: {usage}"));
+    }
+    rest.parse::<Reference>()
+        .map_err(|err| format!("{text:?} is not an OCI reference ({err}): {usage}"))
+}
+
+/// The OCI clients and the local store of pulled modules of one host.
+#[derive(Debug)]
+pub struct Registries {
+    /// Registries spoken to over plain HTTP (`host:port`, as references name them).
+    insecure: Vec<String>,
+    /// Where pulled modules are kept: `blobs/sha256/<hex>.wasm`, and `manifests/<hex>` naming
+    /// the layer digest of a manifest digest.
+    dir: PathBuf,
+    /// Tags resolved so far: the reference → its manifest digest, and when it was resolved.
+    tags: Mutex<HashMap<String, (String, tokio::time::Instant)>>,
+}
+
+impl Registries {
+    /// Registries whose pulled modules are kept under `dir`, `insecure` ones over plain HTTP.
+    pub fn new(dir: PathBuf, insecure: Vec<String>) -> Self {
+        Registries {
+            insecure,
+            dir,
+            tags: Mutex::default(),
+        }
+    }
+
+    /// Registries keeping pulled modules in a directory of this process's own, none insecure.
+    pub fn private() -> Self {
+        Registries::new(Self::private_dir(), Vec::new())
+    }
+
+    /// A directory of this process's own for pulled modules.
+    pub fn private_dir() -> PathBuf {
+        std::env::temp_dir().join(format!("krec-oci-{}", std::process::id()))
+    }
+
+    fn client(&self) -> Result<Client, String> {
+        install_crypto();
+        let config = ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
+            // A Wasm artifact is no multi-platform image: an index is refused, not resolved to
+            // linux/amd64.
+            platform_resolver: None,
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        Client::try_from(config).map_err(|err| format!("creating the registry client: {err}"))
+    }
+
+    fn blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.dir
+            .join("blobs")
+            .join("sha256")
+            .join(format!("{hex}.wasm"))
+    }
+
+    fn link(&self, manifest_digest: &str) -> PathBuf {
+        let hex = manifest_digest
+            .strip_prefix("sha256:")
+            .unwrap_or(manifest_digest);
+        self.dir.join("manifests").join(hex)
+    }
+
+    /// The manifest digest `reference` names: its own, or its tag's as `pull` says to resolve
+    /// it.
+    async fn digest_of(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        pull: &PullSpec,
+    ) -> Result<String, String> {
+        if let Some(digest) = reference.digest() {
+            return Ok(digest.to_owned());
+        }
+        let key = reference.whole();
+        let known = self
+            .tags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        match (pull.policy, known) {
+            (PullPolicy::Never | PullPolicy::IfNotPresent, Some((digest, _))) => return Ok(digest),
+            (PullPolicy::Always, Some((digest, at))) if at.elapsed() < pull.every => {
+                return Ok(digest);
+            }
+            (PullPolicy::Never, None) => {
+                return Err(format!(
+                    "{SCHEME}{key} was never resolved here and spec.pull.policy is Never"
+                ));
+            }
+            _ => {}
+        }
+        let digest = self
+            .client()?
+            .fetch_manifest_digest(reference, auth)
+            .await
+            .map_err(|err| describe(reference, &err))?;
+        self.tags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (digest.clone(), tokio::time::Instant::now()));
+        Ok(digest)
+    }
+
+    /// The local file of the module `reference` names (and its manifest digest), pulled unless
+    /// kept already.
+    ///
+    /// # Errors
+    ///
+    /// What went wrong, naming the reference: the registry unreachable or refusing, the artifact
+    /// not a Wasm component in the CNCF layout, a digest that does not match.
+    pub async fn fetch(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        pull: &PullSpec,
+    ) -> Result<(PathBuf, String), String> {
+        let digest = self.digest_of(reference, auth, pull).await?;
+        if let Ok(layer) = std::fs::read_to_string(self.link(&digest)) {
+            let file = self.blob(layer.trim());
+            if file.is_file() {
+                return Ok((file, digest));
+            }
+        }
+        if pull.policy == PullPolicy::Never {
+            return Err(format!(
+                "{SCHEME}{} is not kept here and spec.pull.policy is Never",
+                reference.whole()
+            ));
+        }
+        let pinned = reference.clone_with_digest(digest.clone());
+        let client = self.client()?;
+        let (manifest, _) = client
+            .pull_image_manifest(&pinned, auth)
+            .await
+            .map_err(|err| describe(reference, &err))?;
+        let layer = wasm_layer(reference, &manifest)?;
+        let mut bytes = Vec::new();
+        client
+            .pull_blob(&pinned, layer, &mut bytes)
+            .await
+            .map_err(|err| describe(reference, &err))?;
+        let actual = crate::guest::module_cache::digest(&bytes);
+        if actual != layer.digest {
+            return Err(format!(
+                "{SCHEME}{}: the layer's content has digest {actual}, not {}",
+                reference.whole(),
+                layer.digest
+            ));
+        }
+        let file = self.blob(&layer.digest);
+        write_atomically(&file, &bytes)?;
+        write_atomically(&self.link(&digest), layer.digest.as_bytes())?;
+        tracing::info!(
+            "pulled {SCHEME}{} ({digest}): {} bytes",
+            reference.whole(),
+            bytes.len()
+        );
+        Ok((file, digest))
+    }
+
+    /// Publish the component `file` as `reference` in the CNCF Wasm layout; its manifest digest.
+    ///
+    /// # Errors
+    ///
+    /// When the file is not a component, or the registry refuses it.
+    pub async fn push(
+        &self,
+        file: &Path,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<String, String> {
+        let bytes =
+            crate::guest::read_module(file).map_err(|err| format!("{}: {err}", file.display()))?;
+        component_names(&bytes)
+            .map_err(|err| format!("{}: not a WebAssembly component: {err}", file.display()))?;
+        let title = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.push_bytes(bytes, &title, reference, auth).await
+    }
+
+    /// Publish `bytes` as `reference`'s one `application/wasm` layer, named `title`, without
+    /// checking that they are a component (for tools, and tests of what a host does with a
+    /// broken artifact); its manifest digest.
+    ///
+    /// # Errors
+    ///
+    /// When the registry refuses it.
+    pub async fn push_bytes(
+        &self,
+        bytes: Vec<u8>,
+        title: &str,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<String, String> {
+        let (imports, exports) = component_names(&bytes).unwrap_or_default();
+        let layer_digest = crate::guest::module_cache::digest(&bytes);
+        let title = title.to_owned();
+        let layer = ImageLayer::new(
+            bytes,
+            WASM_LAYER.to_owned(),
+            Some(BTreeMap::from([(
+                "org.opencontainers.image.title".to_owned(),
+                title,
+            )])),
+        );
+        let created = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let config = json!({
+            "created": created,
+            "author": null,
+            "architecture": "wasm",
+            "os": "wasip2",
+            "layerDigests": [layer_digest],
+            "component": {"exports": exports, "imports": imports, "target": null},
+        });
+        let config = Config::new(
+            serde_json::to_vec(&config).unwrap_or_default(),
+            WASM_CONFIG.to_owned(),
+            None,
+        );
+        let mut manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
+        manifest.media_type = Some(OCI_MANIFEST.to_owned());
+        let pushed = self
+            .client()?
+            .push(reference, &[layer], config, auth, Some(manifest))
+            .await
+            .map_err(|err| describe(reference, &err))?;
+        pushed
+            .manifest_url
+            .rsplit('/')
+            .next()
+            .filter(|d| d.starts_with("sha256:"))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("the registry answered {:?}", pushed.manifest_url))
+    }
+}
+
+/// The one `application/wasm` layer of a CNCF Wasm artifact's `manifest`.
+fn wasm_layer<'a>(
+    reference: &Reference,
+    manifest: &'a OciImageManifest,
+) -> Result<&'a oci_client::manifest::OciDescriptor, String> {
+    let whole = reference.whole();
+    if manifest.config.media_type != WASM_CONFIG {
+        return Err(format!(
+            "{SCHEME}{whole} is no Wasm component artifact: its config is {:?}, not {WASM_CONFIG:?} (push it with `krec push` or `wkg oci push`)",
+            manifest.config.media_type
+        ));
+    }
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(format!(
+            "{SCHEME}{whole} has {} layers: a Wasm component artifact has exactly one",
+            manifest.layers.len()
+        ));
+    };
+    if layer.media_type != WASM_LAYER {
+        return Err(format!(
+            "{SCHEME}{whole}: its layer is {:?}, not {WASM_LAYER:?}",
+            layer.media_type
+        ));
+    }
+    if u64::try_from(layer.size).unwrap_or(u64::MAX) > crate::files::MAX_MODULE_BYTES {
+        return Err(format!(
+            "{SCHEME}{whole}: its layer is {} bytes, more than a module may be ({})",
+            layer.size,
+            crate::files::MAX_MODULE_BYTES
+        ));
+    }
+    Ok(layer)
+}
+
+/// A registry error as a sentence naming the reference.
+fn describe(reference: &Reference, err: &oci_client::errors::OciDistributionError) -> String {
+    format!("{SCHEME}{}: {err}", reference.whole())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|err| format!("keeping {}: {err}", path.display()))
+}
+
+/// The names a component imports and exports at its top level.
+fn component_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
+    use wasmparser::{Parser, Payload};
+    let (mut imports, mut exports) = (Vec::new(), Vec::new());
+    let mut depth = 0usize;
+    let mut component = false;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(|e| e.to_string())? {
+            Payload::Version { encoding, .. } => {
+                depth += 1;
+                if depth == 1 {
+                    component = encoding == wasmparser::Encoding::Component;
+                }
+            }
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(reader) if depth == 1 => {
+                for import in reader {
+                    imports.push(import.map_err(|e| e.to_string())?.name.name.to_owned());
+                }
+            }
+            Payload::ComponentExportSection(reader) if depth == 1 => {
+                for export in reader {
+                    exports.push(export.map_err(|e| e.to_string())?.name.name.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    if !component {
+        return Err("it is a core module or something else".into());
+    }
+    Ok((imports, exports))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oci_references_should_name_their_registry() {
+        let ok = reference(Path::new("oci://127.0.0.1:5000/team/pod-counter:v1"))
+            .expect("oci")
+            .expect("valid");
+        assert_eq!(ok.registry(), "127.0.0.1:5000");
+        assert_eq!(ok.repository(), "team/pod-counter");
+        assert_eq!(ok.tag(), Some("v1"));
+        let pinned = format!("oci://ghcr.io/a/b@sha256:{}", "0".repeat(64));
+        let pinned = reference(Path::new(&pinned)).expect("oci").expect("valid");
+        assert!(pinned.digest().is_some());
+        assert!(reference(Path::new("pod_counter.wasm")).is_none(), "a file");
+        for bad in [
+            "oci://pod-counter:v1",
+            "oci://team/pod-counter:v1",
+            "oci://ghcr.io/A b",
+        ] {
+            let err = reference(Path::new(bad)).expect("oci").expect_err(bad);
+            assert!(err.contains("oci://HOST[:PORT]/REPOSITORY:TAG"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_core_module_should_not_pass_for_a_component() {
+        let core = wat_module();
+        assert!(component_names(&core).is_err());
+        assert!(component_names(b"junk").is_err());
+    }
+
+    fn wat_module() -> Vec<u8> {
+        // `(module)`: the smallest core module.
+        vec![0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]
+    }
+}

@@ -1,0 +1,120 @@
+//! The CNCF distribution registry as a test process. Shared by the host's CLI tests (which
+//! include this file by path) and the integration tests.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The CNCF distribution registry (Debian's `docker-registry`, unpacked by `make tools` into
+/// `.tools/docker-registry`, or `KREC_TEST_REGISTRY`) running as a process on loopback, its
+/// storage in a directory of its own. Never skipped: without the binary the test fails.
+pub struct Registry {
+    child: Option<std::process::Child>,
+    /// `127.0.0.1:PORT`, as `oci://` references name it.
+    pub addr: String,
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Registry {
+    /// Start a registry on a free port.
+    pub fn start() -> Registry {
+        let binary = std::env::var_os("KREC_TEST_REGISTRY")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../.tools/docker-registry/usr/bin/docker-registry")
+            });
+        assert!(
+            binary.exists(),
+            "{} is missing: run `make tools` (unpacks Debian's docker-registry package)",
+            binary.display()
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut registry = Registry {
+            child: None,
+            addr: "127.0.0.1:0".into(),
+            binary,
+            dir,
+        };
+        registry.spawn();
+        registry
+    }
+
+    fn spawn(&mut self) {
+        use std::io::BufRead as _;
+        let config = self.dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: info, accesslog: {{disabled: true}}}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{}\", secret: krec-test}}\n",
+                self.dir.path().join("store").display(),
+                self.addr
+            ),
+        )
+        .expect("registry config");
+        let mut child = std::process::Command::new(&self.binary)
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start docker-registry");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let mut seen = Vec::new();
+        let addr = loop {
+            let Some(Ok(line)) = lines.next() else {
+                panic!(
+                    "docker-registry stopped before listening:\n{}",
+                    seen.join("\n")
+                );
+            };
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest
+                    .split(['"', ',', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            seen.push(line);
+        };
+        // Keep draining its log, so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.addr = addr;
+        self.child = Some(child);
+    }
+
+    /// Stop it (its storage stays, for [`restart`](Self::restart)).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same address, with the same content.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// `oci://<addr>/<path>`.
+    pub fn reference(&self, path: &str) -> String {
+        format!("oci://{}/{path}", self.addr)
+    }
+
+    /// The registries a host uses to reach this one (over plain HTTP), keeping pulled modules in
+    /// `store`.
+    pub fn registries(&self, store: &Path) -> Arc<krec::oci::Registries> {
+        Arc::new(krec::oci::Registries::new(
+            store.to_owned(),
+            vec![self.addr.clone()],
+        ))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,236 @@
+//! Guests whose modules come from a real OCI registry (the CNCF distribution registry, as a
+//! process on loopback): pushed in the Wasm artifact layout, pulled by tag, swapped when the tag
+//! moves — in every replica —, refused with a clear status when broken or unreachable, the old
+//! version reconciling meanwhile, and back when the registry is.
+
+use std::path::Path;
+
+use krec::manager::{Manager, ManagerOptions};
+use krec::oci::RegistryAuth;
+use krec::sources::{FromCluster, ObjectRef};
+use krec::status::StatusWriter;
+use krec::vocab::PatchType;
+use krec_tests::{Live, Registry, built_module, cm_gvk, configmap};
+use serde_json::{Value, json};
+
+const OBJECTS: usize = 5;
+
+fn stamper(module: &str) -> Value {
+    json!({"apiVersion": "krec.dev/v1alpha1", "kind": "ClusterReconciler",
+        "metadata": {"name": "stamper"},
+        "spec": {"module": module,
+            "pull": {"every": "1s"},
+            "for": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "namespaces": ["default"],
+            "permissions": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "verbs": ["get", "list", "watch", "patch"]}]}})
+}
+
+fn cluster_stamper() -> ObjectRef {
+    ObjectRef {
+        namespace: None,
+        name: "stamper".into(),
+    }
+}
+
+async fn push(registry: &Registry, file: &str, to: &str) -> String {
+    let reference = krec::oci::reference(Path::new(&registry.reference(to)))
+        .expect("oci")
+        .expect("reference");
+    registry
+        .registries(&std::env::temp_dir())
+        .push(&built_module(file), &reference, &RegistryAuth::Anonymous)
+        .await
+        .unwrap_or_else(|e| panic!("push {file}: {e}"))
+}
+
+/// `(status, reason, message)` of the condition `kind` of the ClusterReconciler.
+async fn condition(live: &Live, kind: &str) -> Option<(String, String, String)> {
+    let object = live.get(&cluster_stamper().gvk(), None, "stamper").await?;
+    let c = object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?
+        .clone();
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+async fn wait_condition(live: &Live, kind: &str, status: &str, reason: &str) -> String {
+    live.eventually(&format!("{kind}={status} ({reason})"), || async {
+        condition(live, kind)
+            .await
+            .filter(|(s, r, _)| s == status && r == reason)
+            .map(|(_, _, m)| m)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a_broken_registry() {
+    let mut registry = Registry::start();
+    let store = tempfile::tempdir().expect("store");
+    let digest_a = push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
+    assert!(digest_a.starts_with("sha256:"), "{digest_a}");
+    let tagged = registry.reference("guests/stamper:v1");
+    let from = FromCluster {
+        module_dir: store.path().to_owned(),
+        ..Default::default()
+    };
+    let mut objects: Vec<Value> = (0..OBJECTS).map(configmap).collect();
+    objects.push(stamper(&tagged));
+    let live = Live::start_from_with(
+        Vec::new(),
+        objects,
+        from.clone(),
+        registry.registries(&store.path().join("replica-1")),
+    )
+    .await;
+    // A second replica over the same cluster: every replica loads every guest.
+    let second = Manager::start_with(
+        live.api.clone(),
+        Vec::new(),
+        ManagerOptions {
+            from_cluster: Some(from),
+            registries: Some(registry.registries(&store.path().join("replica-2"))),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("second replica");
+    let watchers = [live.manager.watch_sources(None), second.watch_sources(None)];
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+
+    live.eventually("version a stamped everything", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+    let ready = wait_condition(&live, "Ready", "True", "Running").await;
+    assert!(ready.starts_with("version 1 "), "{ready}");
+    let found = live
+        .get(&cluster_stamper().gvk(), None, "stamper")
+        .await
+        .expect("object");
+    assert_eq!(found["status"]["module"], tagged.as_str());
+    let digest_of_a = found["status"]["digest"].clone();
+
+    // The tag moves: both replicas swap to the new version.
+    push(&registry, "stamper_b.wasm", "guests/stamper:v1").await;
+    live.eventually("both replicas on version 2", || async {
+        let one = live.manager.controller("stamper")?.version().number;
+        let two = second.controller("stamper")?.version().number;
+        (one == 2 && two == 2).then_some(())
+    })
+    .await;
+    live.eventually("version b stamped everything", || async {
+        live.all_stamped("b", OBJECTS).await.then_some(())
+    })
+    .await;
+    live.eventually("the new digest in status", || async {
+        let object = live.get(&cluster_stamper().gvk(), None, "stamper").await?;
+        (object["status"]["digest"] != digest_of_a && object["status"]["version"] == 2)
+            .then_some(())
+    })
+    .await;
+
+    // A broken artifact under the tag: refused, the running version kept.
+    let reference = krec::oci::reference(Path::new(&tagged))
+        .expect("oci")
+        .expect("reference");
+    registry
+        .registries(&std::env::temp_dir())
+        .push_bytes(
+            b"not a component".to_vec(),
+            "junk.wasm",
+            &reference,
+            &RegistryAuth::Anonymous,
+        )
+        .await
+        .expect("push junk");
+    let refused = wait_condition(&live, "Degraded", "True", "NewVersionRefused").await;
+    assert!(
+        refused.contains(&format!("{tagged}: is not a WebAssembly component")),
+        "{refused}"
+    );
+    assert_eq!(
+        live.manager
+            .controller("stamper")
+            .expect("running")
+            .version()
+            .number,
+        2
+    );
+
+    // The registry gone: the running version carries on, the status says why.
+    push(&registry, "stamper_b.wasm", "guests/stamper:v1").await;
+    wait_condition(&live, "Degraded", "False", "AsExpected").await;
+    registry.stop();
+    let unreachable = wait_condition(&live, "Degraded", "True", "NewVersionRefused").await;
+    assert!(
+        unreachable.contains(&format!("spec.module: {tagged}")),
+        "{unreachable}"
+    );
+    live.api
+        .patch(
+            &cm_gvk(),
+            Some("default"),
+            "cm-0",
+            PatchType::Merge,
+            &json!({"data": {"value": "9"}}),
+            false,
+            "test",
+        )
+        .await
+        .expect("update cm-0");
+    live.eventually("the running version reconciling still", || async {
+        live.all_stamped("b", OBJECTS).await.then_some(())
+    })
+    .await;
+    // Back: degraded no more, nothing swapped.
+    registry.restart();
+    wait_condition(&live, "Degraded", "False", "AsExpected").await;
+    assert_eq!(
+        live.manager
+            .controller("stamper")
+            .expect("running")
+            .version()
+            .number,
+        2
+    );
+
+    status.stop().await;
+    for watcher in watchers {
+        watcher.stop().await;
+    }
+    second.cache().stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_the_registry_does_not_have_should_not_be_ready_and_say_why() {
+    let registry = Registry::start();
+    let store = tempfile::tempdir().expect("store");
+    push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
+    let missing = registry.reference(&format!("guests/stamper@sha256:{}", "0".repeat(64)));
+    let from = FromCluster {
+        module_dir: store.path().to_owned(),
+        ..Default::default()
+    };
+    let live = Live::start_from_with(
+        Vec::new(),
+        vec![configmap(0), stamper(&missing)],
+        from,
+        registry.registries(store.path()),
+    )
+    .await;
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+    let message = wait_condition(&live, "Ready", "False", "PullFailed").await;
+    assert!(
+        message.starts_with(&format!(
+            "ClusterReconciler stamper: spec.module: {missing}: "
+        )),
+        "{message}"
+    );
+    wait_condition(&live, "ModuleResolved", "False", "PullFailed").await;
+    assert!(live.manager.controllers().is_empty());
+    status.stop().await;
+}
