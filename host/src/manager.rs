@@ -883,7 +883,16 @@ impl Manager {
         let Some(Ok(reference)) = crate::oci::reference(&manifest.spec.module) else {
             return Ok(manifest);
         };
-        let auth = oci_client::secrets::RegistryAuth::Anonymous;
+        let auth = match self.registry_auth(&manifest, &reference).await {
+            Ok(auth) => auth,
+            Err(problem) => {
+                return Err(ManifestError::Pull {
+                    path: manifest.path.clone(),
+                    field: "spec.pullSecret",
+                    problem,
+                });
+            }
+        };
         let fetched = self
             .inner
             .registries
@@ -897,9 +906,46 @@ impl Manager {
             }
             Err(problem) => Err(ManifestError::Pull {
                 path: manifest.path.clone(),
+                field: "spec.module",
                 problem,
             }),
         }
+    }
+
+    /// The credentials `manifest`'s `pullSecret` holds for `reference`'s registry (read from the
+    /// API server, never cached), or none.
+    async fn registry_auth(
+        &self,
+        manifest: &Manifest,
+        reference: &crate::oci::Reference,
+    ) -> Result<crate::oci::RegistryAuth, String> {
+        use base64::Engine as _;
+        let Some(secret) = &manifest.spec.pull_secret else {
+            return Ok(crate::oci::RegistryAuth::Anonymous);
+        };
+        let Some(namespace) = &secret.namespace else {
+            return Err(
+                "namespace: required (only a Reconciler's defaults to its own namespace)".into(),
+            );
+        };
+        let shown = format!("Secret {namespace}/{}", secret.name);
+        let object = self
+            .inner
+            .cache
+            .api()
+            .get(&Gvk::new("", "v1", "Secret"), Some(namespace), &secret.name)
+            .await
+            .map_err(|err| format!("reading {shown}: {err}"))?;
+        let data = object["data"][".dockerconfigjson"]
+            .as_str()
+            .ok_or_else(|| {
+                format!("{shown} has no .dockerconfigjson (is it of type kubernetes.io/dockerconfigjson?)")
+            })?;
+        let config = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|err| format!("{shown}: {err}"))?;
+        crate::oci::auth_from_docker_config(&config, reference.resolve_registry())
+            .map_err(|err| format!("{shown}: {err}"))
     }
 
     /// How often the running guests' module tags are to be resolved again (the shortest

@@ -68,8 +68,25 @@ pub struct Registries {
     /// Where pulled modules are kept: `blobs/sha256/<hex>.wasm`, and `manifests/<hex>` naming
     /// the layer digest of a manifest digest.
     dir: PathBuf,
-    /// Tags resolved so far: the reference → its manifest digest, and when it was resolved.
-    tags: Mutex<HashMap<String, (String, tokio::time::Instant)>>,
+    /// Tags resolved so far, per credentials: the reference → its manifest digest, and when.
+    tags: Mutex<HashMap<(String, u64), (String, tokio::time::Instant)>>,
+    /// Pinned references the registry let each credentials read: a module kept here is only
+    /// handed to a guest whose credentials the registry has accepted for it (as Kubernetes'
+    /// "ensure secret pulled images" does), so no tenant runs another's private module by
+    /// naming it.
+    verified: Mutex<std::collections::HashSet<(String, u64)>>,
+}
+
+/// A fingerprint of `auth`: which credentials, without keeping them.
+fn fingerprint(auth: &RegistryAuth) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    match auth {
+        RegistryAuth::Anonymous => 0u8.hash(&mut hasher),
+        RegistryAuth::Basic(user, password) => (1u8, user, password).hash(&mut hasher),
+        RegistryAuth::Bearer(token) => (2u8, token).hash(&mut hasher),
+    }
+    hasher.finish()
 }
 
 impl Registries {
@@ -79,6 +96,7 @@ impl Registries {
             insecure,
             dir,
             tags: Mutex::default(),
+            verified: Mutex::default(),
         }
     }
 
@@ -132,7 +150,7 @@ impl Registries {
         if let Some(digest) = reference.digest() {
             return Ok(digest.to_owned());
         }
-        let key = reference.whole();
+        let key = (reference.whole(), fingerprint(auth));
         let known = self
             .tags
             .lock()
@@ -146,7 +164,8 @@ impl Registries {
             }
             (PullPolicy::Never, None) => {
                 return Err(format!(
-                    "{SCHEME}{key} was never resolved here and spec.pull.policy is Never"
+                    "{SCHEME}{} was never resolved here and spec.pull.policy is Never",
+                    key.0
                 ));
             }
             _ => {}
@@ -177,9 +196,33 @@ impl Registries {
         pull: &PullSpec,
     ) -> Result<(PathBuf, String), String> {
         let digest = self.digest_of(reference, auth, pull).await?;
+        let pinned = reference.clone_with_digest(digest.clone());
+        let access = (pinned.whole(), fingerprint(auth));
         if let Ok(layer) = std::fs::read_to_string(self.link(&digest)) {
             let file = self.blob(layer.trim());
             if file.is_file() {
+                let verified = self
+                    .verified
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&access);
+                if !verified && pull.policy == PullPolicy::Never {
+                    return Err(format!(
+                        "{SCHEME}{} is kept here but was never read with these credentials, and spec.pull.policy is Never",
+                        reference.whole()
+                    ));
+                }
+                if !verified {
+                    // Kept, but not yet known to be readable with these credentials.
+                    self.client()?
+                        .fetch_manifest_digest(&pinned, auth)
+                        .await
+                        .map_err(|err| describe(reference, &err))?;
+                    self.verified
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(access);
+                }
                 return Ok((file, digest));
             }
         }
@@ -189,7 +232,6 @@ impl Registries {
                 reference.whole()
             ));
         }
-        let pinned = reference.clone_with_digest(digest.clone());
         let client = self.client()?;
         let (manifest, _) = client
             .pull_image_manifest(&pinned, auth)
@@ -212,6 +254,10 @@ impl Registries {
         let file = self.blob(&layer.digest);
         write_atomically(&file, &bytes)?;
         write_atomically(&self.link(&digest), layer.digest.as_bytes())?;
+        self.verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(access);
         tracing::info!(
             "pulled {SCHEME}{} ({digest}): {} bytes",
             reference.whole(),
@@ -298,6 +344,64 @@ impl Registries {
             .map(str::to_owned)
             .ok_or_else(|| format!("the registry answered {:?}", pushed.manifest_url))
     }
+}
+
+/// The credentials for `registry` (`host[:port]`, as a reference names it) in a Docker config
+/// (a `kubernetes.io/dockerconfigjson` Secret's `.dockerconfigjson`), matched as the kubelet
+/// matches them: by host (and port), `https://` and `/v1/`, `/v2/` paths aside; an `auth`
+/// (base64 `user:password`) wins over `username` and `password`. `Anonymous` when none matches.
+///
+/// # Errors
+///
+/// When the text is not a Docker config.
+pub fn auth_from_docker_config(config: &[u8], registry: &str) -> Result<RegistryAuth, String> {
+    use base64::Engine as _;
+    #[derive(serde::Deserialize)]
+    struct DockerConfig {
+        #[serde(default)]
+        auths: HashMap<String, Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(default)]
+        username: String,
+        #[serde(default)]
+        password: String,
+        #[serde(default)]
+        auth: String,
+    }
+    let config: DockerConfig = serde_json::from_slice(config)
+        .map_err(|err| format!("not a Docker config (.dockerconfigjson): {err}"))?;
+    let host_of = |key: &str| {
+        let key = key
+            .strip_prefix("https://")
+            .or_else(|| key.strip_prefix("http://"))
+            .unwrap_or(key);
+        let host = key.split('/').next().unwrap_or_default();
+        host.to_owned()
+    };
+    let Some(entry) = config
+        .auths
+        .iter()
+        .find(|(key, _)| host_of(key) == registry)
+        .map(|(_, entry)| entry)
+    else {
+        return Ok(RegistryAuth::Anonymous);
+    };
+    if !entry.auth.is_empty() {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(entry.auth.trim())
+            .map_err(|err| format!("auths[{registry:?}].auth is not base64: {err}"))?;
+        let text = String::from_utf8_lossy(&decoded);
+        let (user, password) = text
+            .split_once(':')
+            .ok_or_else(|| format!("auths[{registry:?}].auth is not user:password"))?;
+        return Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()));
+    }
+    Ok(RegistryAuth::Basic(
+        entry.username.clone(),
+        entry.password.clone(),
+    ))
 }
 
 /// The one `application/wasm` layer of a CNCF Wasm artifact's `manifest`.
@@ -409,6 +513,24 @@ mod tests {
             let err = reference(Path::new(bad)).expect("oci").expect_err(bad);
             assert!(err.contains("oci://HOST[:PORT]/REPOSITORY:TAG"), "{err}");
         }
+    }
+
+    #[test]
+    fn docker_config_credentials_should_match_the_registry_as_the_kubelet_does() {
+        let config = br#"{"auths": {
+            "https://ghcr.io/v2/": {"auth": "dTE6cDE6eA=="},
+            "127.0.0.1:5000": {"username": "u2", "password": "p2"},
+            "https://index.docker.io/v1/": {"username": "hub", "password": "h"}}}"#;
+        let shown = |registry: &str| match auth_from_docker_config(config, registry) {
+            Ok(RegistryAuth::Basic(u, p)) => format!("{u}:{p}"),
+            Ok(RegistryAuth::Anonymous) => "anonymous".into(),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(shown("ghcr.io"), "u1:p1:x", "split at the first colon");
+        assert_eq!(shown("127.0.0.1:5000"), "u2:p2");
+        assert_eq!(shown("index.docker.io"), "hub:h");
+        assert_eq!(shown("127.0.0.1:5001"), "anonymous");
+        assert!(auth_from_docker_config(b"not json", "x").is_err());
     }
 
     #[test]

@@ -444,6 +444,15 @@ pub fn confine(manifest: &mut Manifest, namespace: &str) -> Result<(), ManifestE
         }
         permission.namespaces = vec![namespace.to_owned()];
     }
+    if let Some(secret) = &mut spec.pull_secret {
+        match secret.namespace.as_deref() {
+            None => secret.namespace = Some(namespace.to_owned()),
+            Some(n) if n == namespace => {}
+            Some(other) => {
+                return Err(elsewhere("spec.pullSecret.namespace".into(), other));
+            }
+        }
+    }
     if spec.conversion.is_some() {
         return Err(invalid(
             "spec.conversion".into(),

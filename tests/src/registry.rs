@@ -9,15 +9,33 @@ use std::sync::Arc;
 /// storage in a directory of its own. Never skipped: without the binary the test fails.
 pub struct Registry {
     child: Option<std::process::Child>,
+    /// Basic auth (htpasswd) required: user [`USER`], password [`PASSWORD`].
+    auth: bool,
     /// `127.0.0.1:PORT`, as `oci://` references name it.
     pub addr: String,
     binary: PathBuf,
     dir: tempfile::TempDir,
 }
 
+/// The user of a registry started [`with_auth`](Registry::with_auth).
+pub const USER: &str = "krec";
+/// Its password.
+pub const PASSWORD: &str = "s3cret";
+/// [`USER`]'s htpasswd line (bcrypt of [`PASSWORD`]: the registry reads only bcrypt).
+const HTPASSWD: &str = "krec:$2b$12$TEhIWyPQdaOrzlPJW67rtuOGOnOkDFZW5C1fKNmNQ8V17F7/p6ouW\n";
+
 impl Registry {
     /// Start a registry on a free port.
     pub fn start() -> Registry {
+        Self::launch(false)
+    }
+
+    /// Start a registry that wants Basic credentials ([`USER`], [`PASSWORD`]).
+    pub fn with_auth() -> Registry {
+        Self::launch(true)
+    }
+
+    fn launch(auth: bool) -> Registry {
         let binary = std::env::var_os("KREC_TEST_REGISTRY")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -32,6 +50,7 @@ impl Registry {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut registry = Registry {
             child: None,
+            auth,
             addr: "127.0.0.1:0".into(),
             binary,
             dir,
@@ -43,15 +62,20 @@ impl Registry {
     fn spawn(&mut self) {
         use std::io::BufRead as _;
         let config = self.dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog: {{level: info, accesslog: {{disabled: true}}}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{}\", secret: krec-test}}\n",
-                self.dir.path().join("store").display(),
-                self.addr
-            ),
-        )
-        .expect("registry config");
+        let mut text = format!(
+            "version: 0.1\nlog: {{level: info, accesslog: {{disabled: true}}}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp: {{addr: \"{}\", secret: krec-test}}\n",
+            self.dir.path().join("store").display(),
+            self.addr
+        );
+        if self.auth {
+            let htpasswd = self.dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, HTPASSWD).expect("htpasswd");
+            text.push_str(&format!(
+                "auth:\n  htpasswd: {{realm: krec-test, path: {}}}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, text).expect("registry config");
         let mut child = std::process::Command::new(&self.binary)
             .arg("serve")
             .arg(&config)

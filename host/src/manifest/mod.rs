@@ -48,10 +48,12 @@ pub enum ManifestError {
         problem: String,
     },
     /// The module named in a registry could not be resolved or pulled.
-    #[error("{path}: spec.module: {problem}")]
+    #[error("{path}: {field}: {problem}")]
     Pull {
         /// The manifest file or object.
         path: PathBuf,
+        /// `spec.module`, or `spec.pullSecret` when the credentials are at fault.
+        field: &'static str,
         /// What went wrong, naming the reference.
         problem: String,
     },

@@ -89,6 +89,10 @@ pub struct ReconcilerSpec {
     /// How a module from a registry (`module: oci://…`) is pulled.
     #[serde(default)]
     pub pull: PullSpec,
+    /// A `kubernetes.io/dockerconfigjson` Secret holding the registry's credentials (as a Pod's
+    /// `imagePullSecrets`); a `Reconciler`'s is in its own namespace.
+    #[serde(default)]
+    pub pull_secret: Option<SecretRef>,
     /// Kinds whose reads always go to the API server (controller-runtime's `uncachedObjects`).
     #[serde(default)]
     pub uncached: Vec<KindRef>,
@@ -675,6 +679,17 @@ impl Default for PullSpec {
             every: default_pull_every(),
         }
     }
+}
+
+/// A Secret, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretRef {
+    /// The Secret's name.
+    pub name: String,
+    /// Its namespace: required but in a `Reconciler`, whose own it is.
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// When a module's tag is resolved, as Kubernetes' `imagePullPolicy`.

@@ -234,3 +234,62 @@ async fn a_digest_the_registry_does_not_have_should_not_be_ready_and_say_why() {
     assert!(live.manager.controllers().is_empty());
     status.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_pull_secret_should_give_the_registrys_credentials() {
+    use krec_tests::registry::{PASSWORD, USER};
+    let registry = Registry::with_auth();
+    let store = tempfile::tempdir().expect("store");
+    let tagged = registry.reference("team-a/stamper:v1");
+    let reference = krec::oci::reference(Path::new(&tagged))
+        .expect("oci")
+        .expect("reference");
+    let basic = RegistryAuth::Basic(USER.into(), PASSWORD.into());
+    registry
+        .registries(&std::env::temp_dir())
+        .push(&built_module("stamper_a.wasm"), &reference, &basic)
+        .await
+        .expect("push with credentials");
+    let config =
+        json!({"auths": {registry.addr.clone(): {"username": USER, "password": PASSWORD}}});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "registry", "namespace": "team-a"},
+        "stringData": {".dockerconfigjson": config.to_string()}});
+    let rec = |name: &str, secret: Option<&str>| {
+        let mut object = stamper(&tagged);
+        object["kind"] = json!("Reconciler");
+        object["metadata"] = json!({"name": name, "namespace": "team-a"});
+        object["spec"]["namespaces"] = json!(["team-a"]);
+        if let Some(secret) = secret {
+            object["spec"]["pullSecret"] = json!({"name": secret});
+        }
+        object
+    };
+    let objects = vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+        secret,
+        rec("with-secret", Some("registry")),
+        rec("without", None),
+    ];
+    let from = FromCluster {
+        module_dir: store.path().to_owned(),
+        ..Default::default()
+    };
+    let live =
+        Live::start_from_with(Vec::new(), objects, from, registry.registries(store.path())).await;
+    let names: Vec<String> = live.manager.controllers().into_keys().collect();
+    assert_eq!(
+        names,
+        ["team-a.with-secret"],
+        "{:?}",
+        live.manager.skipped()
+    );
+    let refused = live.manager.skipped();
+    assert!(
+        refused.iter().any(|s| s.code == "PullFailed"
+            && s.reason.starts_with(&format!(
+                "Reconciler team-a/without: spec.module: {tagged}: "
+            ))),
+        "{refused:?}"
+    );
+}
