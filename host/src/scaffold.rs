@@ -598,6 +598,16 @@ krec dev --manifests .            # a local cluster, with examples/ applied, rec
 ```
 
 `src/lib.rs` is the reconciler, `manifest.yaml` what it watches, may touch and its settings.
+
+To run it in a cluster where krec is installed (`krec install`), publish the module and register
+the manifest as an object, its `module` the reference `krec push` prints:
+
+```sh
+krec push target/wasm32-wasip2/release/{krate}.wasm oci://REGISTRY/{name}:v1
+# in manifest.yaml: module: oci://REGISTRY/{name}:v1   (a tag: pushing again swaps it live)
+kubectl apply -f manifest.yaml    # a Reconciler, confined to its namespace
+kubectl wait --for=condition=Ready reconciler/{name}
+```
 "#
     );
     vec![
