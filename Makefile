@@ -90,7 +90,7 @@ demo: guests tools
 ## and kube-rs (throughput, latency); one guest call and the queue; the embedded API server's
 ## list and watch fan-out; the host's module cache, hot-swap and memory; K controllers over the
 ## same Pods in krec and in kube-rs (density).
-bench: guests
+bench: guests tools
 	$(CARGO) bench -p krec --bench throughput
 	$(CARGO) bench -p krec --bench guest_call
 	$(CARGO) bench -p krec-apiserver --bench local_cluster
