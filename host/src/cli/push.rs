@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub(super) struct Args {
     /// The built component, e.g. target/wasm32-wasip2/release/my_guest.wasm.
     file: PathBuf,
-    /// Where to publish it: oci://HOST[:PORT]/REPOSITORY:TAG.
+    /// Where to publish it: `oci://HOST[:PORT]/REPOSITORY:TAG`.
     reference: String,
     /// Speak plain HTTP to the registry (a registry on a trusted network, e.g. on loopback).
     #[arg(long)]
