@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copy every Reconciler manifest under SRC, and the module it names, into the flat directory
+# Copy every Reconciler (or ClusterReconciler) manifest under SRC, and the module it names, into the flat directory
 # DEST, with each manifest's `module:` rewritten to the copied file: a self-contained guest
 # bundle for an image, a volume or a ConfigMap.
 #
@@ -10,7 +10,7 @@ dest=${2:?usage: bundle-guests.sh SRC DEST}
 mkdir -p "$dest"
 found=0
 while IFS= read -r manifest; do
-  grep -q '^kind: Reconciler' "$manifest" || continue
+  grep -qE '^kind: (Cluster)?Reconciler$' "$manifest" || continue
   module=$(sed -n 's/^  module: *//p' "$manifest" | head -n1)
   [ -n "$module" ] || { echo "$manifest: no spec.module" >&2; exit 1; }
   case "$module" in /*) path=$module ;; *) path=$(dirname "$manifest")/$module ;; esac
