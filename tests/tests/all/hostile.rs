@@ -177,6 +177,9 @@ async fn json_patch_copy_amplification_should_be_refused() {
     .await;
     let mut manifest = misbehave_manifest();
     manifest.spec.permissions = vec![core_permission("ConfigMap", &[Verb::Patch], &[])];
+    // The patch, not the sandbox's 300 ms of the misbehave manifest, is under test: a loaded
+    // machine must not turn the refusal into a timeout.
+    manifest.spec.limits.timeout = std::time::Duration::from_secs(10);
     let mut worker = live.worker(manifest);
     let error = guest_error(worker.reconcile(None, "copy-bomb").await, "copy-bomb");
     assert!(
