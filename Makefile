@@ -102,6 +102,7 @@ bench: guests tools
 	$(CARGO) bench -p krec --bench event_latency
 	$(CARGO) bench -p krec --bench scale
 	$(CARGO) bench -p krec --bench shard
+	$(CARGO) bench -p krec --bench platform
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
 

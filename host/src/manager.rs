@@ -1232,6 +1232,13 @@ impl Manager {
                     None => std::future::pending::<()>().await,
                 }
             };
+            // Whether neither the files nor the objects changed since the last reload. Both are
+            // compared whichever woke the loop: a file event that changes nothing can win the
+            // race with an object's change (and drop its debounce), which must not be lost.
+            let unchanged = || {
+                Fingerprint::of(dir.as_deref(), &modules) == seen
+                    && self.generations() == seen_objects
+            };
             // A reload in progress always completes: stopping is only noticed here, between
             // reloads.
             tokio::select! {
@@ -1241,12 +1248,12 @@ impl Manager {
                     if changed.is_none() {
                         return;
                     }
-                    if Fingerprint::of(dir.as_deref(), &modules) == seen {
+                    if unchanged() {
                         continue;
                     }
                 }
                 () = object_changed => {
-                    if self.generations() == seen_objects {
+                    if unchanged() {
                         continue;
                     }
                 }

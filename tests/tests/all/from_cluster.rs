@@ -457,6 +457,97 @@ async fn swapping_by_object_under_load_should_lose_no_key() {
     watcher.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciler_created_as_another_is_deleted_should_reconcile_the_same_objects() {
+    let modules = module_dir();
+    let objects = (0..OBJECTS).map(configmap).collect();
+    let live = Live::start_from_cluster(Vec::new(), objects, modules.path()).await;
+    let watcher = live.manager.watch_sources(None);
+    let first = default_stamper();
+    live.api
+        .create(&reconciler(&first, "stamper_a.wasm"), "test")
+        .await
+        .expect("create the first Reconciler");
+    live.eventually("version a stamped everything", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+    // Deleted and, at once, another (cluster-wide) one for the same kind: the watch the first
+    // guest held goes and comes back, and the second guest must see every object.
+    let second = ObjectRef {
+        namespace: None,
+        name: "stamper-2".into(),
+    };
+    live.api
+        .delete(&first.gvk(), Some("default"), "stamper", None)
+        .await
+        .expect("delete");
+    live.api
+        .create(&reconciler(&second, "stamper_b.wasm"), "test")
+        .await
+        .expect("create the second Reconciler");
+    live.eventually("version b stamped everything", || async {
+        live.all_stamped("b", OBJECTS).await.then_some(())
+    })
+    .await;
+    assert!(live.manager.controller("default.stamper").is_none());
+    // And once more after the first is fully gone.
+    live.api
+        .delete(&second.gvk(), None, "stamper-2", None)
+        .await
+        .expect("delete");
+    live.eventually("the guest stopped", || async {
+        live.manager.controllers().is_empty().then_some(())
+    })
+    .await;
+    live.api
+        .create(&reconciler(&first, "stamper_a.wasm"), "test")
+        .await
+        .expect("create the first Reconciler again");
+    live.eventually("version a stamped everything again", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+    watcher.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_deleted_while_its_module_file_is_read_should_still_stop_its_guest() {
+    // Reading a module (as a reload, a backup or `krec check` does) is a file event that
+    // changes nothing; it must not swallow an object's change arriving at the same time.
+    let modules = module_dir();
+    let live = Live::start_from_cluster(Vec::new(), vec![configmap(0)], modules.path()).await;
+    let watcher = live.manager.watch_sources(None);
+    let stamper = default_stamper();
+    for round in 0..4 {
+        live.api
+            .create(&reconciler(&stamper, "stamper_a.wasm"), "test")
+            .await
+            .expect("create the Reconciler");
+        live.eventually(&format!("round {round}: the guest started"), || async {
+            live.manager
+                .controller("default.stamper")
+                .is_some()
+                .then_some(())
+        })
+        .await;
+        std::fs::read(modules.path().join("stamper_a.wasm")).expect("read the module");
+        tokio::time::sleep(krec::manager::RELOAD_DEBOUNCE / 3).await;
+        live.api
+            .delete(&stamper.gvk(), Some("default"), "stamper", None)
+            .await
+            .expect("delete");
+        live.eventually(&format!("round {round}: the guest stopped"), || async {
+            live.manager
+                .controller("default.stamper")
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    watcher.stop().await;
+}
+
 #[tokio::test]
 async fn from_cluster_without_the_crds_should_fail_naming_them() {
     let (_cluster, _client, api) = krec_tests::local_cluster().await;
