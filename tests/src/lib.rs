@@ -390,6 +390,76 @@ impl Live {
 }
 
 impl Live {
+    /// Set ConfigMap `cm-0`'s value to `value` and wait until the `count` ConfigMaps carry the
+    /// stamper `version`'s stamp of their current values: that version reconciles still.
+    pub async fn change_and_wait_stamped(&self, value: &str, version: &str, count: usize) {
+        self.api
+            .patch(
+                &cm_gvk(),
+                Some("default"),
+                "cm-0",
+                krec::vocab::PatchType::Merge,
+                &serde_json::json!({"data": {"value": value}}),
+                false,
+                "test",
+            )
+            .await
+            .expect("update cm-0");
+        self.eventually(&format!("version {version} reconciling still"), || async {
+            self.all_stamped(version, count).await.then_some(())
+        })
+        .await;
+    }
+
+    /// `(status, reason, message)` of the condition `kind` of guest object `reference`, once
+    /// its status is written for the object's current generation.
+    pub async fn condition(
+        &self,
+        reference: &krec::sources::ObjectRef,
+        kind: &str,
+    ) -> Option<(String, String, String)> {
+        let object = self
+            .get(
+                &reference.gvk(),
+                reference.namespace.as_deref(),
+                &reference.name,
+            )
+            .await?;
+        if object["status"]["observedGeneration"] != object["metadata"]["generation"] {
+            return None;
+        }
+        let c = object["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == kind)?
+            .clone();
+        let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+        Some((text("status"), text("reason"), text("message")))
+    }
+
+    /// Wait until the condition `kind` of guest object `reference` has `status` and `reason`:
+    /// its message.
+    pub async fn wait_condition(
+        &self,
+        reference: &krec::sources::ObjectRef,
+        kind: &str,
+        status: &str,
+        reason: &str,
+    ) -> String {
+        self.eventually(
+            &format!("{reference}: {kind}={status} ({reason})"),
+            || async {
+                self.condition(reference, kind)
+                    .await
+                    .filter(|(s, r, _)| s == status && r == reason)
+                    .map(|(_, _, message)| message)
+            },
+        )
+        .await
+    }
+}
+
+impl Live {
     /// Whether the `count` ConfigMaps `cm-*` of [`configmap`] all carry the stamper guest
     /// `version`'s stamp of their current value.
     pub async fn all_stamped(&self, version: &str, count: usize) -> bool {

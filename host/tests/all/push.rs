@@ -2,8 +2,6 @@
 //! a registry (the CNCF distribution registry, a process on loopback), `kubectl apply` a
 //! `ClusterReconciler` naming it, `kubectl wait` until it is ready, see it reconcile.
 
-use std::process::Command;
-
 use crate::common;
 use crate::registry::Registry;
 
@@ -76,29 +74,17 @@ fn a_pushed_guest_should_run_from_a_cluster_reconciler_naming_its_tag() {
         .collect();
     let file = dir.path().join("pod-counter.yaml");
     std::fs::write(&file, object).expect("write");
-    let kubectl = |args: &[&str]| {
-        let out = Command::new(common::repo().join(".tools/venv/bin/kubectl"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(dir.path().join("cache"))
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("run kubectl");
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.success(), text(&out.stdout), text(&out.stderr))
-    };
-    let (ok, out, err) = kubectl(&["apply", "-f", &file.display().to_string()]);
+    let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("cache"));
+    let (ok, out, err) = kubectl.run(["apply", "-f", &file.display().to_string()]);
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = kubectl(&[
+    let (ok, out, err) = kubectl.run([
         "wait",
         "--for=condition=Ready",
         "clusterreconciler/pod-counter",
         "--timeout=60s",
     ]);
     assert!(ok, "{out}{err}");
-    let (ok, out, _) = kubectl(&[
+    let (ok, out, _) = kubectl.run([
         "get",
         "crec",
         "pod-counter",
@@ -110,7 +96,7 @@ fn a_pushed_guest_should_run_from_a_cluster_reconciler_naming_its_tag() {
         "the pod counter's label",
         std::time::Duration::from_secs(60),
         || {
-            let (_, out, _) = kubectl(&[
+            let (_, out, _) = kubectl.run([
                 "get",
                 "replicaset",
                 "web",

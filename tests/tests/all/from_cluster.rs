@@ -62,45 +62,6 @@ async fn object(live: &Live, reference: &ObjectRef) -> Option<Value> {
     .await
 }
 
-/// `(status, reason, message)` of condition `kind` of `reference`, once its status is written
-/// for the object's current generation.
-async fn condition(
-    live: &Live,
-    reference: &ObjectRef,
-    kind: &str,
-) -> Option<(String, String, String)> {
-    let object = object(live, reference).await?;
-    if object["status"]["observedGeneration"] != object["metadata"]["generation"] {
-        return None;
-    }
-    let c = object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)?
-        .clone();
-    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
-    Some((text("status"), text("reason"), text("message")))
-}
-
-async fn wait_condition(
-    live: &Live,
-    reference: &ObjectRef,
-    kind: &str,
-    status: &str,
-    reason: &str,
-) -> String {
-    live.eventually(
-        &format!("{reference}: {kind}={status} ({reason})"),
-        || async {
-            condition(live, reference, kind)
-                .await
-                .filter(|(s, r, _)| s == status && r == reason)
-                .map(|(_, _, message)| message)
-        },
-    )
-    .await
-}
-
 /// The reasons of the Events about `reference`, oldest first.
 async fn event_reasons(live: &Live, reference: &ObjectRef) -> Vec<String> {
     let options = ListOptions {
@@ -180,7 +141,9 @@ async fn a_reconciler_object_should_start_swap_refuse_and_stop_its_guest_with_st
         live.all_stamped("a", OBJECTS).await.then_some(())
     })
     .await;
-    let ready = wait_condition(&live, &stamper, "Ready", "True", "Running").await;
+    let ready = live
+        .wait_condition(&stamper, "Ready", "True", "Running")
+        .await;
     assert!(
         ready.starts_with("version 1 (sha256:") && ready.ends_with("running on replica-1"),
         "{ready}"
@@ -192,8 +155,10 @@ async fn a_reconciler_object_should_start_swap_refuse_and_stop_its_guest_with_st
         found["status"]["digest"].as_str(),
         Some(live.controller("default.stamper").module().digest())
     );
-    wait_condition(&live, &stamper, "ModuleResolved", "True", "Loaded").await;
-    wait_condition(&live, &stamper, "Degraded", "False", "AsExpected").await;
+    live.wait_condition(&stamper, "ModuleResolved", "True", "Loaded")
+        .await;
+    live.wait_condition(&stamper, "Degraded", "False", "AsExpected")
+        .await;
     wait_event(&live, &stamper, "Started").await;
 
     // Status writes neither reload nor fight: quiet for a few of the writer's ticks.
@@ -214,37 +179,27 @@ async fn a_reconciler_object_should_start_swap_refuse_and_stop_its_guest_with_st
     })
     .await;
     assert_eq!(live.controller("default.stamper").version().number, 2);
-    let ready = wait_condition(&live, &stamper, "Ready", "True", "Running").await;
+    let ready = live
+        .wait_condition(&stamper, "Ready", "True", "Running")
+        .await;
     assert!(ready.starts_with("version 2 "), "{ready}");
     wait_event(&live, &stamper, "Swapped").await;
 
     // A spec the schema takes but the host refuses: the old version keeps running.
     patch_spec(&live, &stamper, json!({"limits": {"timeout": "5 parsecs"}})).await;
-    let refused = wait_condition(&live, &stamper, "Degraded", "True", "NewVersionRefused").await;
+    let refused = live
+        .wait_condition(&stamper, "Degraded", "True", "NewVersionRefused")
+        .await;
     assert!(
         refused.contains(
             "Reconciler default/stamper: spec.limits.timeout: invalid duration \"5 parsecs\""
         ) && refused.ends_with("version 2 keeps running"),
         "{refused}"
     );
-    wait_condition(&live, &stamper, "Ready", "True", "Running").await;
+    live.wait_condition(&stamper, "Ready", "True", "Running")
+        .await;
     wait_event(&live, &stamper, "NewVersionRefused").await;
-    live.api
-        .patch(
-            &cm_gvk(),
-            Some("default"),
-            "cm-0",
-            PatchType::Merge,
-            &json!({"data": {"value": "7"}}),
-            false,
-            "test",
-        )
-        .await
-        .expect("update cm-0");
-    live.eventually("the old version reconciling still", || async {
-        live.all_stamped("b", OBJECTS).await.then_some(())
-    })
-    .await;
+    live.change_and_wait_stamped("7", "b", OBJECTS).await;
 
     // A module that is no component: refused the same way, naming the module.
     patch_spec(
@@ -253,13 +208,16 @@ async fn a_reconciler_object_should_start_swap_refuse_and_stop_its_guest_with_st
         json!({"limits": null, "module": "junk.wasm"}),
     )
     .await;
-    let refused = wait_condition(&live, &stamper, "Degraded", "True", "NewVersionRefused").await;
+    let refused = live
+        .wait_condition(&stamper, "Degraded", "True", "NewVersionRefused")
+        .await;
     assert!(refused.contains("junk.wasm"), "{refused}");
     assert_eq!(live.controller("default.stamper").version().number, 2);
 
     // Fixed: swapped, no longer degraded.
     patch_spec(&live, &stamper, json!({"module": "stamper_a.wasm"})).await;
-    wait_condition(&live, &stamper, "Degraded", "False", "AsExpected").await;
+    live.wait_condition(&stamper, "Degraded", "False", "AsExpected")
+        .await;
     live.eventually("version a stamped everything again", || async {
         live.all_stamped("a", OBJECTS).await.then_some(())
     })
@@ -307,7 +265,9 @@ async fn an_invalid_or_outside_module_should_not_start_and_say_why_in_its_status
         .create(&reconciler(&outside, "../stamper_a.wasm"), "test")
         .await
         .expect("create");
-    let message = wait_condition(&live, &outside, "Ready", "False", "Invalid").await;
+    let message = live
+        .wait_condition(&outside, "Ready", "False", "Invalid")
+        .await;
     assert!(
         message.starts_with("ClusterReconciler outside: spec.module: \"../stamper_a.wasm\" must be a path inside the host's --module-dir"),
         "{message}"
@@ -321,9 +281,12 @@ async fn an_invalid_or_outside_module_should_not_start_and_say_why_in_its_status
         .create(&reconciler(&junk, "junk.wasm"), "test")
         .await
         .expect("create");
-    let message = wait_condition(&live, &junk, "Ready", "False", "LoadFailed").await;
+    let message = live
+        .wait_condition(&junk, "Ready", "False", "LoadFailed")
+        .await;
     assert!(message.contains("junk.wasm"), "{message}");
-    wait_condition(&live, &junk, "ModuleResolved", "False", "LoadFailed").await;
+    live.wait_condition(&junk, "ModuleResolved", "False", "LoadFailed")
+        .await;
     assert!(live.manager.controllers().is_empty());
     status.stop().await;
     watcher.stop().await;
@@ -363,7 +326,9 @@ async fn files_and_objects_should_run_side_by_side_and_a_file_should_win_its_nam
     let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
     let names: Vec<String> = live.manager.controllers().into_keys().collect();
     assert_eq!(names, ["stamper", "team-a.stamper"]);
-    let message = wait_condition(&live, &cluster, "Ready", "False", "Duplicate").await;
+    let message = live
+        .wait_condition(&cluster, "Ready", "False", "Duplicate")
+        .await;
     assert_eq!(
         message,
         format!(
@@ -371,7 +336,8 @@ async fn files_and_objects_should_run_side_by_side_and_a_file_should_win_its_nam
             file.display()
         )
     );
-    wait_condition(&live, &team_a, "Ready", "True", "Running").await;
+    live.wait_condition(&team_a, "Ready", "True", "Running")
+        .await;
     // A reload of the files keeps the objects' guests.
     let report = live
         .manager
@@ -391,7 +357,8 @@ async fn files_and_objects_should_run_side_by_side_and_a_file_should_win_its_nam
         live.controller("stamper").module().manifest().path,
         Path::new("ClusterReconciler stamper")
     );
-    wait_condition(&live, &cluster, "Ready", "True", "Running").await;
+    live.wait_condition(&cluster, "Ready", "True", "Running")
+        .await;
     status.stop().await;
 }
 
@@ -718,7 +685,9 @@ async fn a_tenant_over_its_quota_should_be_refused_while_other_tenants_run() {
         namespace: Some("team-a".into()),
         name: "second".into(),
     };
-    let message = wait_condition(&live, &second, "Ready", "False", "QuotaExceeded").await;
+    let message = live
+        .wait_condition(&second, "Ready", "False", "QuotaExceeded")
+        .await;
     assert!(
         message.starts_with("Reconciler team-a/second: namespace \"team-a\" would exceed its quota (--tenant-quota guests=1): with this guest its guests would be 2"),
         "{message}"

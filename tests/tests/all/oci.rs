@@ -9,8 +9,7 @@ use krec::manager::{Manager, ManagerOptions};
 use krec::oci::RegistryAuth;
 use krec::sources::{FromCluster, ObjectRef};
 use krec::status::StatusWriter;
-use krec::vocab::PatchType;
-use krec_tests::{Live, Registry, built_module, cm_gvk, configmap};
+use krec_tests::{Live, Registry, built_module, configmap};
 use serde_json::{Value, json};
 
 const OBJECTS: usize = 5;
@@ -42,28 +41,6 @@ async fn push(registry: &Registry, file: &str, to: &str) -> String {
         .push(&built_module(file), &reference, &RegistryAuth::Anonymous)
         .await
         .unwrap_or_else(|e| panic!("push {file}: {e}"))
-}
-
-/// `(status, reason, message)` of the condition `kind` of the ClusterReconciler.
-async fn condition(live: &Live, kind: &str) -> Option<(String, String, String)> {
-    let object = live.get(&cluster_stamper().gvk(), None, "stamper").await?;
-    let c = object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)?
-        .clone();
-    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
-    Some((text("status"), text("reason"), text("message")))
-}
-
-async fn wait_condition(live: &Live, kind: &str, status: &str, reason: &str) -> String {
-    live.eventually(&format!("{kind}={status} ({reason})"), || async {
-        condition(live, kind)
-            .await
-            .filter(|(s, r, _)| s == status && r == reason)
-            .map(|(_, _, m)| m)
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +82,9 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
         live.all_stamped("a", OBJECTS).await.then_some(())
     })
     .await;
-    let ready = wait_condition(&live, "Ready", "True", "Running").await;
+    let ready = live
+        .wait_condition(&cluster_stamper(), "Ready", "True", "Running")
+        .await;
     assert!(ready.starts_with("version 1 "), "{ready}");
     let found = live
         .get(&cluster_stamper().gvk(), None, "stamper")
@@ -147,7 +126,9 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
         )
         .await
         .expect("push junk");
-    let refused = wait_condition(&live, "Degraded", "True", "NewVersionRefused").await;
+    let refused = live
+        .wait_condition(&cluster_stamper(), "Degraded", "True", "NewVersionRefused")
+        .await;
     assert!(
         refused.contains(&format!("{tagged}: is not a WebAssembly component")),
         "{refused}"
@@ -163,32 +144,21 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
 
     // The registry gone: the running version carries on, the status says why.
     push(&registry, "stamper_b.wasm", "guests/stamper:v1").await;
-    wait_condition(&live, "Degraded", "False", "AsExpected").await;
+    live.wait_condition(&cluster_stamper(), "Degraded", "False", "AsExpected")
+        .await;
     registry.stop();
-    let unreachable = wait_condition(&live, "Degraded", "True", "NewVersionRefused").await;
+    let unreachable = live
+        .wait_condition(&cluster_stamper(), "Degraded", "True", "NewVersionRefused")
+        .await;
     assert!(
         unreachable.contains(&format!("spec.module: {tagged}")),
         "{unreachable}"
     );
-    live.api
-        .patch(
-            &cm_gvk(),
-            Some("default"),
-            "cm-0",
-            PatchType::Merge,
-            &json!({"data": {"value": "9"}}),
-            false,
-            "test",
-        )
-        .await
-        .expect("update cm-0");
-    live.eventually("the running version reconciling still", || async {
-        live.all_stamped("b", OBJECTS).await.then_some(())
-    })
-    .await;
+    live.change_and_wait_stamped("9", "b", OBJECTS).await;
     // Back: degraded no more, nothing swapped.
     registry.restart();
-    wait_condition(&live, "Degraded", "False", "AsExpected").await;
+    live.wait_condition(&cluster_stamper(), "Degraded", "False", "AsExpected")
+        .await;
     assert_eq!(
         live.manager
             .controller("stamper")
@@ -223,14 +193,17 @@ async fn a_digest_the_registry_does_not_have_should_not_be_ready_and_say_why() {
     )
     .await;
     let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
-    let message = wait_condition(&live, "Ready", "False", "PullFailed").await;
+    let message = live
+        .wait_condition(&cluster_stamper(), "Ready", "False", "PullFailed")
+        .await;
     assert!(
         message.starts_with(&format!(
             "ClusterReconciler stamper: spec.module: {missing}: "
         )),
         "{message}"
     );
-    wait_condition(&live, "ModuleResolved", "False", "PullFailed").await;
+    live.wait_condition(&cluster_stamper(), "ModuleResolved", "False", "PullFailed")
+        .await;
     assert!(live.manager.controllers().is_empty());
     status.stop().await;
 }
