@@ -283,6 +283,41 @@ pub enum Reach {
 }
 
 impl Reach {
+    /// The Service `NAMESPACE/NAME[:PORT]` (port 443 unless given).
+    ///
+    /// # Errors
+    ///
+    /// Text that is not of that form, naming it.
+    pub fn service(text: &str) -> Result<Reach, String> {
+        let (namespace, rest) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?}: not NAMESPACE/NAME[:PORT]"))?;
+        let (name, port) = match rest.split_once(':') {
+            Some((name, port)) => (
+                name,
+                port.parse()
+                    .map_err(|_| format!("{text:?}: bad port {port:?}"))?,
+            ),
+            None => (rest, 443),
+        };
+        if namespace.is_empty() || name.is_empty() {
+            return Err(format!("{text:?}: not NAMESPACE/NAME[:PORT]"));
+        }
+        Ok(Reach::Service {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            port,
+        })
+    }
+
+    /// The namespace of the Service the API server sends reviews through, if it does.
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            Reach::Url(_) => None,
+            Reach::Service { namespace, .. } => Some(namespace),
+        }
+    }
+
     /// The `clientConfig` of a webhook at `path` (e.g. `/validate/foo-validator`), trusting
     /// the PEM `ca_pem`.
     pub fn client_config(&self, path: &str, ca_pem: &str) -> Value {
@@ -312,36 +347,112 @@ pub fn conversion(manifest: &Manifest, reach: &Reach, ca_pem: &str) -> Option<(S
     ))
 }
 
+/// The field manager of the registrations the host makes: server-side apply under it takes
+/// the fields it sets and leaves everyone else's (a CRD's own `spec` stays `kubectl apply`'s).
+pub const FIELD_MANAGER: &str = "krec";
+
 /// Point the CRD `crd` at a conversion webhook (`conversion`, from [`conversion`]), or back to
-/// `strategy: None` when `conversion` is `None`.
+/// `strategy: None` when `conversion` is `None`: a server-side apply of `spec.conversion` alone
+/// as [`FIELD_MANAGER`], forced (the defaulted `strategy: None` belongs to whoever created the
+/// CRD).
 ///
 /// # Errors
 ///
-/// The API server's refusal (e.g. no such CRD).
+/// The API server's refusal; `NotFound` when there is no such CRD (nothing is created).
 pub async fn set_conversion(
     api: &crate::client::ApiClient,
     crd: &str,
     conversion: Option<Value>,
 ) -> Result<(), crate::vocab::AccessError> {
-    let conversion = conversion.unwrap_or_else(|| json!({"strategy": "None", "webhook": null}));
+    let conversion = conversion.unwrap_or_else(|| json!({"strategy": "None"}));
     let gvk =
         crate::vocab::Gvk::from_api_version("apiextensions.k8s.io/v1", "CustomResourceDefinition");
+    // An apply would create a CRD that is not there (and fail on its missing spec).
+    api.get(&gvk, None, crd).await?;
     api.patch(
         &gvk,
         None,
         crd,
-        crate::vocab::PatchType::Merge,
-        &json!({"spec": {"conversion": conversion}}),
+        crate::vocab::PatchType::Apply,
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": crd}, "spec": {"conversion": conversion}}),
         false,
-        "krec-dev",
+        FIELD_MANAGER,
     )
     .await
     .map(drop)
 }
 
+/// The namespaces every webhook registered by krec leaves out unless its manifest's
+/// `namespaceSelector` names them: the control plane's, so that a webhook that cannot answer
+/// (its host stopped, its module broken) with `failurePolicy: Fail` never stops the cluster
+/// from running its own Pods and Leases — Kubernetes' own advice for webhooks.
+pub const CONTROL_PLANE_NAMESPACES: [&str; 2] = ["kube-system", "kube-node-lease"];
+
+/// The label every namespace carries with its own name (kube-apiserver sets it).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// The namespaces krec's webhooks leave out: the control plane's and the host's own
+/// (`host_namespace`, where its Pods run: a webhook must not stop its own host from starting).
+pub fn protected_namespaces(host_namespace: Option<&str>) -> Vec<String> {
+    let mut protected: Vec<String> = CONTROL_PLANE_NAMESPACES
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
+    if let Some(ns) = host_namespace
+        && !protected.iter().any(|p| p == ns)
+    {
+        protected.push(ns.to_owned());
+    }
+    protected
+}
+
+/// The `namespaceSelector` of a webhook whose manifest gives `given` (or none): `given`, with
+/// the `protected` namespaces it does not name explicitly (by their
+/// `kubernetes.io/metadata.name` label, in `matchLabels` or an `In` expression) left out.
+fn namespace_selector(given: Option<&Value>, protected: &[String]) -> Option<Value> {
+    let mut named: Vec<&str> = Vec::new();
+    if let Some(given) = given {
+        if let Some(name) = given["matchLabels"][NAMESPACE_NAME_LABEL].as_str() {
+            named.push(name);
+        }
+        for expression in given["matchExpressions"].as_array().into_iter().flatten() {
+            if expression["key"] == NAMESPACE_NAME_LABEL && expression["operator"] == "In" {
+                named.extend(
+                    expression["values"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str),
+                );
+            }
+        }
+    }
+    let excluded: Vec<&String> = protected
+        .iter()
+        .filter(|p| !named.contains(&p.as_str()))
+        .collect();
+    if excluded.is_empty() {
+        return given.cloned();
+    }
+    let mut selector = given.cloned().unwrap_or_else(|| json!({}));
+    let exclusion = json!({"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded});
+    match selector["matchExpressions"].as_array_mut() {
+        Some(expressions) => expressions.push(exclusion),
+        None => selector["matchExpressions"] = json!([exclusion]),
+    }
+    Some(selector)
+}
+
 /// The `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` (`krec-{guest}`) that
-/// register `manifest`'s webhooks where `reach` says, trusting `ca_pem`.
-pub fn configurations(manifest: &Manifest, reach: &Reach, ca_pem: &str) -> Vec<Value> {
+/// register `manifest`'s webhooks where `reach` says, trusting `ca_pem`, leaving the
+/// `protected` namespaces out (see [`protected_namespaces`]).
+pub fn configurations(
+    manifest: &Manifest,
+    reach: &Reach,
+    ca_pem: &str,
+    protected: &[String],
+) -> Vec<Value> {
     let mut out = Vec::new();
     for (kind, config_kind) in [
         (WebhookType::Mutating, "MutatingWebhookConfiguration"),
@@ -366,13 +477,13 @@ pub fn configurations(manifest: &Manifest, reach: &Reach, ca_pem: &str) -> Vec<V
                     "admissionReviewVersions": ["v1"],
                     "matchPolicy": hook.match_policy.as_deref().unwrap_or("Equivalent"),
                 });
-                for (key, value) in [
-                    ("namespaceSelector", &hook.namespace_selector),
-                    ("objectSelector", &hook.object_selector),
-                ] {
-                    if let Some(selector) = value {
-                        webhook[key] = selector.clone();
-                    }
+                if let Some(selector) =
+                    namespace_selector(hook.namespace_selector.as_ref(), protected)
+                {
+                    webhook["namespaceSelector"] = selector;
+                }
+                if let Some(selector) = &hook.object_selector {
+                    webhook["objectSelector"] = selector.clone();
                 }
                 if kind == WebhookType::Mutating {
                     webhook["reinvocationPolicy"] =
@@ -408,9 +519,10 @@ pub fn registration_yaml(
     reach: &Reach,
     ca_pem: &str,
 ) -> anyhow::Result<String> {
+    let protected = protected_namespaces(reach.namespace());
     let mut out = String::new();
     for manifest in manifests {
-        let mut documents = configurations(manifest, reach, ca_pem);
+        let mut documents = configurations(manifest, reach, ca_pem, &protected);
         if let Some((crd, conversion)) = conversion(manifest, reach, ca_pem) {
             documents.push(json!({"apiVersion": "apiextensions.k8s.io/v1",
                 "kind": "CustomResourceDefinition", "metadata": {"name": crd},
@@ -428,33 +540,34 @@ pub fn registration_yaml(
     Ok(out)
 }
 
-/// Create a webhook configuration in the cluster, or replace the one of the same name.
+/// Create or update a webhook configuration in the cluster: a server-side apply as
+/// [`FIELD_MANAGER`], forced (the host owns its registrations).
 ///
 /// # Errors
 ///
 /// The API server's refusal.
 pub async fn register(
     api: &crate::client::ApiClient,
-    configuration: Value,
+    configuration: &Value,
 ) -> Result<(), crate::vocab::AccessError> {
-    match api.create(&configuration, "krec-dev").await {
-        Ok(_) => Ok(()),
-        Err(crate::vocab::AccessError::AlreadyExists(_)) => {
-            let gvk = crate::vocab::Gvk::from_api_version(
-                "admissionregistration.k8s.io/v1",
-                configuration["kind"].as_str().unwrap_or_default(),
-            );
-            let name = configuration["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
-            let current = api.get(&gvk, None, name).await?;
-            let mut replacement = configuration;
-            replacement["metadata"]["resourceVersion"] =
-                current["metadata"]["resourceVersion"].clone();
-            api.update(&replacement, false, "krec-dev").await.map(drop)
-        }
-        Err(err) => Err(err),
-    }
+    let gvk = crate::vocab::Gvk::from_api_version(
+        "admissionregistration.k8s.io/v1",
+        configuration["kind"].as_str().unwrap_or_default(),
+    );
+    let name = configuration["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    api.patch(
+        &gvk,
+        None,
+        name,
+        crate::vocab::PatchType::Apply,
+        configuration,
+        false,
+        FIELD_MANAGER,
+    )
+    .await
+    .map(drop)
 }
 
 /// A plain-text HTTP error (the API server reports it and applies `failurePolicy`).
@@ -804,6 +917,73 @@ async fn convert_review(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webhooks_should_leave_the_control_plane_and_the_hosts_namespace_out_unless_named() {
+        let protected = protected_namespaces(Some("krec-system"));
+        assert_eq!(protected, ["kube-system", "kube-node-lease", "krec-system"]);
+        assert_eq!(protected_namespaces(Some("kube-system")).len(), 2);
+        let not_in = |values: &[&str]| json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": values});
+        // None given: all three left out.
+        assert_eq!(
+            namespace_selector(None, &protected),
+            Some(
+                json!({"matchExpressions": [not_in(&["kube-system", "kube-node-lease", "krec-system"])]})
+            )
+        );
+        // A selector of the manifest's own is kept, the exclusion added to it.
+        let given = json!({"matchLabels": {"team": "a"},
+            "matchExpressions": [{"key": "env", "operator": "Exists"}]});
+        assert_eq!(
+            namespace_selector(Some(&given), &protected),
+            Some(json!({"matchLabels": {"team": "a"}, "matchExpressions": [
+                {"key": "env", "operator": "Exists"},
+                not_in(&["kube-system", "kube-node-lease", "krec-system"])]}))
+        );
+        // Named explicitly, by label or by an `In` expression: asked for, so not left out.
+        let named = json!({"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}});
+        assert_eq!(
+            namespace_selector(Some(&named), &protected),
+            Some(
+                json!({"matchLabels": {"kubernetes.io/metadata.name": "kube-system"},
+                "matchExpressions": [not_in(&["kube-node-lease", "krec-system"])]})
+            )
+        );
+        let all = json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+            "operator": "In", "values": ["kube-system", "kube-node-lease", "krec-system"]}]});
+        assert_eq!(
+            namespace_selector(Some(&all), &protected),
+            Some(all.clone())
+        );
+        // `NotIn` names nothing it asks for.
+        let not = json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+            "operator": "NotIn", "values": ["kube-system"]}]});
+        let selector = namespace_selector(Some(&not), &protected).expect("selector");
+        assert_eq!(
+            selector["matchExpressions"].as_array().map(Vec::len),
+            Some(2)
+        );
+        assert_eq!(namespace_selector(None, &[]), None);
+    }
+
+    #[test]
+    fn a_service_should_parse_as_namespace_name_and_port() {
+        assert_eq!(
+            Reach::service("krec-system/krec-webhooks"),
+            Ok(Reach::Service {
+                namespace: "krec-system".into(),
+                name: "krec-webhooks".into(),
+                port: 443
+            })
+        );
+        assert_eq!(
+            Reach::service("ns/svc:9443").map(|r| r.namespace().map(str::to_owned)),
+            Ok(Some("ns".to_owned()))
+        );
+        for bad in ["svc", "/svc", "ns/", "ns/svc:http"] {
+            assert!(Reach::service(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_reviews_deadline_should_be_the_callers_timeout_at_most_thirty_seconds() {

@@ -101,7 +101,11 @@ impl TestCluster {
     }
 
     /// Run the guests of `manifests` (a manifest file, or a directory of them) in a krec host
-    /// against this cluster, until the cluster is dropped. Their modules must be built.
+    /// against this cluster, until the cluster is dropped. Their modules must be built. The
+    /// host registers the guests' webhooks with this cluster (as envtest installs webhook
+    /// configurations), so the cluster asks them about the objects they match: an object a
+    /// validator refuses is refused — once the host has started, so wait for it with
+    /// [`eventually`](Self::eventually).
     ///
     /// # Errors
     ///
@@ -115,7 +119,7 @@ impl TestCluster {
             .arg(manifests)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--admin-addr", "127.0.0.1:0"])
+            .args(["--admin-addr", "127.0.0.1:0", "--register-webhooks"])
             .stdin(std::process::Stdio::null())
             .spawn()
             .map_err(|e| {

@@ -15,6 +15,11 @@ pub(super) fn quantity(text: &str) -> Result<u64, crate::manifest::UnitError> {
     crate::manifest::parse_quantity(text)
 }
 
+/// A Service on the command line: `NAMESPACE/NAME[:PORT]`.
+pub(super) fn webhook_service(text: &str) -> Result<crate::webhooks::Reach, String> {
+    crate::webhooks::Reach::service(text)
+}
+
 /// The local cluster's built-in controllers and simulated nodes.
 #[cfg(feature = "embedded-apiserver")]
 #[derive(clap::Args)]
@@ -115,6 +120,19 @@ pub(super) struct HostArgs {
     /// The certificate's private key (PEM).
     #[arg(long, requires = "webhook_cert_file")]
     webhook_key_file: Option<PathBuf>,
+    /// Register the guests' webhooks (and CRD conversions) with the cluster, reached through
+    /// this Service, `NAMESPACE/NAME[:PORT]` (the host's own, as `krec install` makes it); the
+    /// registrations follow the guests and outlive a stopping replica.
+    #[arg(long, value_parser = webhook_service, conflicts_with = "register_webhooks")]
+    webhook_service: Option<crate::webhooks::Reach>,
+    /// Register the guests' webhooks with the cluster at the admission server's own address
+    /// (an API server that reaches this host directly, as in tests); removed when it stops.
+    #[arg(long)]
+    register_webhooks: bool,
+    /// The namespace this host runs in (its Pods): its guests' webhooks leave it out, as they
+    /// leave out kube-system and kube-node-lease.
+    #[arg(long, env = "KREC_NAMESPACE")]
+    namespace: Option<String>,
     /// Most linear memory all guests' instances may hold together, a Kubernetes quantity
     /// (`4Gi`); a guest growing past it traps out-of-memory (default: half of the machine's
     /// memory or cgroup limit).
@@ -187,7 +205,12 @@ impl HostArgs {
                 .webhook_cert_file
                 .zip(self.webhook_key_file)
                 .map(|(cert, key)| crate::webhooks::TlsFiles { cert, key }),
-            register_webhooks: false,
+            webhook_registration: match (self.webhook_service, self.register_webhooks) {
+                (Some(reach), _) => crate::runtime::WebhookRegistration::At(reach),
+                (None, true) => crate::runtime::WebhookRegistration::Own,
+                (None, false) => crate::runtime::WebhookRegistration::Off,
+            },
+            namespace: self.namespace,
             guest_memory: self.guest_memory,
             from_cluster: self.from_cluster.then(|| crate::sources::FromCluster {
                 module_dir: self

@@ -45,7 +45,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         faults: args.simulation.faults()?,
         host: HostOptions {
             // The embedded cluster calls the guests' webhooks.
-            register_webhooks: true,
+            webhook_registration: crate::runtime::WebhookRegistration::Own,
             ..args.host.options()?
         },
     };

@@ -68,24 +68,7 @@ fn registrations(args: Args) -> anyhow::Result<String> {
             );
             Reach::Url(url.trim_end_matches('/').to_owned())
         }
-        None => {
-            let (namespace, rest) = service
-                .split_once('/')
-                .with_context(|| format!("--service {service:?}: not NAMESPACE/NAME[:PORT]"))?;
-            let (name, port) = match rest.split_once(':') {
-                Some((name, port)) => (
-                    name,
-                    port.parse()
-                        .with_context(|| format!("--service {service:?}: bad port"))?,
-                ),
-                None => (rest, 443),
-            };
-            Reach::Service {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                port,
-            }
-        }
+        None => Reach::service(&service).map_err(|e| anyhow::anyhow!("--service {e}"))?,
     };
     let ca_pem = match (ca_file, generate_certs) {
         (Some(path), _) => std::fs::read_to_string(&path)

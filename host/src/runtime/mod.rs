@@ -48,13 +48,14 @@ pub struct HostOptions {
     /// How long running reconciles get to finish at shutdown.
     pub shutdown_timeout: std::time::Duration,
     /// Address of the admission server, for guests that declare `webhooks`; `None`: only
-    /// when [`register_webhooks`](Self::register_webhooks) asks for one (on loopback).
+    /// when the host registers webhooks ([`webhook_registration`](Self::webhook_registration): on loopback).
     pub webhook_addr: Option<std::net::SocketAddr>,
     /// The admission server's certificate files; `None`: a certificate is generated.
     pub webhook_tls: Option<crate::webhooks::TlsFiles>,
-    /// Create (or replace) the webhook configurations of the guests that declare webhooks in
-    /// the cluster, pointing at the admission server (`krec dev`).
-    pub register_webhooks: bool,
+    /// Whether and how the host registers its guests' webhooks with the cluster.
+    pub webhook_registration: WebhookRegistration,
+    /// The namespace the host runs in (`--namespace`): its guests' webhooks leave it out.
+    pub namespace: Option<String>,
     /// Most linear memory all guests' instances hold together, in bytes; `None`: half of the
     /// machine's ([`crate::memory::default_guest_memory`]).
     pub guest_memory: Option<u64>,
@@ -63,6 +64,23 @@ pub struct HostOptions {
     pub from_cluster: Option<crate::sources::FromCluster>,
     /// Registries spoken to over plain HTTP (`--insecure-registry host:port`).
     pub insecure_registries: Vec<String>,
+}
+
+/// Whether and how the host keeps the cluster's webhook registrations (the
+/// `Validating`/`MutatingWebhookConfiguration`s and CRD conversions) those of its running
+/// guests, by server-side apply as [`crate::webhooks::FIELD_MANAGER`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum WebhookRegistration {
+    /// It does not (`krec webhooks` prints them for someone else to apply).
+    #[default]
+    Off,
+    /// At the admission server's own address (`krec dev`, `krec run --register-webhooks`: the
+    /// API server reaches the host directly); removed when the host stops.
+    Own,
+    /// Through `Reach` (`--webhook-service`: the host's Service in the cluster); kept when a
+    /// replica stops — the other replicas, or the next Pod, serve them — and removed with the
+    /// guest.
+    At(crate::webhooks::Reach),
 }
 
 impl Default for HostOptions {
@@ -76,7 +94,8 @@ impl Default for HostOptions {
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             webhook_addr: None,
             webhook_tls: None,
-            register_webhooks: false,
+            webhook_registration: WebhookRegistration::Off,
+            namespace: None,
             guest_memory: None,
             from_cluster: None,
             insecure_registries: Vec::new(),

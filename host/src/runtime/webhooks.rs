@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::HostOptions;
+use super::{HostOptions, WebhookRegistration};
 use crate::client::ApiClient;
 use crate::manager::Manager;
 use crate::progress::say;
 use crate::vocab::AccessError;
 
-/// The admission server and, with `register_webhooks`, the task keeping the cluster's webhook
+/// The admission server and, when it registers webhooks, the task keeping the cluster's webhook
 /// registrations in line with the guests running.
 pub(super) struct Webhooks {
     server: crate::webhooks::WebhookServer,
@@ -33,9 +33,13 @@ impl Webhooks {
     }
 }
 
+/// How often the registrations are applied again even when no guest changed: someone may
+/// have edited or deleted one, or an earlier write failed.
+pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The admission server, when a running guest declares webhooks or a conversion, an address
-/// is given, or `register_webhooks` asks (krec dev: a guest with webhooks may come later), and
-/// with `register_webhooks` the task that registers the running guests' webhooks.
+/// is given, or the host registers webhooks (a guest with webhooks may come later), and, when it
+/// registers them, the task that keeps the registrations those of the running guests.
 pub(super) async fn start(
     manager: &Manager,
     api: &Arc<ApiClient>,
@@ -48,9 +52,10 @@ pub(super) async fn start(
         .filter(|m| !m.spec.webhooks.is_empty() || m.spec.conversion.is_some())
         .map(|m| m.name.clone())
         .collect();
+    let registering = options.webhook_registration != WebhookRegistration::Off;
     let addr = match options.webhook_addr {
         Some(addr) => addr,
-        None if options.register_webhooks || !serving.is_empty() => {
+        None if registering || !serving.is_empty() => {
             std::net::SocketAddr::from(([127, 0, 0, 1], 0))
         }
         None => return Ok(None),
@@ -70,35 +75,44 @@ pub(super) async fn start(
             serving.join(", ")
         }
     ));
-    let mut sync = None;
-    if options.register_webhooks {
-        let mut registrar = Registrar {
-            api: api.clone(),
-            reach: crate::webhooks::Reach::Url(server.url()),
-            ca_pem: server.ca_pem().to_owned(),
-            configurations: BTreeMap::new(),
-            conversions: BTreeMap::new(),
-        };
-        // Registered before the guests are announced; later reloads are followed.
-        let mut changes = manager.changes();
-        changes.mark_unchanged();
-        registrar.sync(manager).await;
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let manager = manager.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    changed = changes.changed() => if changed.is_err() { break },
-                    _ = stopped.changed() => break,
-                }
-                changes.mark_unchanged();
-                registrar.sync(&manager).await;
+    let (reach, clear_on_stop) = match &options.webhook_registration {
+        WebhookRegistration::Off => return Ok(Some(Webhooks { server, sync: None })),
+        WebhookRegistration::Own => (crate::webhooks::Reach::Url(server.url()), true),
+        WebhookRegistration::At(reach) => (reach.clone(), false),
+    };
+    let host_namespace = options.namespace.as_deref().or(reach.namespace());
+    let mut registrar = Registrar {
+        api: api.clone(),
+        protected: crate::webhooks::protected_namespaces(host_namespace),
+        reach,
+        ca_pem: server.ca_pem().to_owned(),
+        configurations: BTreeMap::new(),
+        conversions: BTreeMap::new(),
+    };
+    // Registered before the guests are announced; later reloads are followed.
+    let mut changes = manager.changes();
+    changes.mark_unchanged();
+    registrar.sync(manager).await;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let manager = manager.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(RESYNC) => registrar.forget(),
+                _ = stopped.changed() => break,
             }
+            changes.mark_unchanged();
+            registrar.sync(&manager).await;
+        }
+        if clear_on_stop {
             registrar.clear().await;
-        });
-        sync = Some((stop, task));
-    }
-    Ok(Some(Webhooks { server, sync }))
+        }
+    });
+    Ok(Some(Webhooks {
+        server,
+        sync: Some((stop, task)),
+    }))
 }
 
 /// Keeps the cluster's webhook registrations those of the guests running: each guest's
@@ -106,6 +120,8 @@ pub(super) async fn start(
 struct Registrar {
     api: Arc<ApiClient>,
     reach: crate::webhooks::Reach,
+    /// The namespaces the webhooks leave out.
+    protected: Vec<String>,
     ca_pem: String,
     /// Registered configurations: (kind, name) → as registered.
     configurations: BTreeMap<(String, String), Value>,
@@ -125,9 +141,12 @@ impl Registrar {
         let mut configurations = BTreeMap::new();
         let mut conversions = BTreeMap::new();
         for manifest in &manifests {
-            for configuration in
-                crate::webhooks::configurations(manifest, &self.reach, &self.ca_pem)
-            {
+            for configuration in crate::webhooks::configurations(
+                manifest,
+                &self.reach,
+                &self.ca_pem,
+                &self.protected,
+            ) {
                 let text = |key: &str| configuration.pointer(key).and_then(Value::as_str);
                 let id = (
                     text("/kind").unwrap_or_default().to_owned(),
@@ -142,6 +161,15 @@ impl Registrar {
             }
         }
         self.apply(configurations, conversions).await;
+    }
+
+    /// Forget what was registered, so that the next sync applies everything again (what it
+    /// removes it still knows).
+    fn forget(&mut self) {
+        self.configurations
+            .values_mut()
+            .for_each(|c| *c = Value::Null);
+        self.conversions.values_mut().for_each(|c| *c = Value::Null);
     }
 
     /// Remove every registration.
@@ -173,7 +201,7 @@ impl Registrar {
             if self.configurations.get(&id) == Some(&configuration) {
                 continue;
             }
-            match crate::webhooks::register(&self.api, configuration.clone()).await {
+            match crate::webhooks::register(&self.api, &configuration).await {
                 Ok(()) => {
                     tracing::info!(%guest, "registered the {} {}", id.0, id.1);
                     self.configurations.insert(id, configuration);

@@ -39,6 +39,20 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A sample guest's manifest written into `dir`, its module path made absolute.
+pub fn place_manifest(dir: &Path, guest: &str) {
+    let sample = repo().join("sample-guests").join(guest);
+    let text = std::fs::read_to_string(sample.join("manifest.yaml")).expect("manifest");
+    let placed: String = text
+        .lines()
+        .map(|line| match line.strip_prefix("  module: ") {
+            Some(module) => format!("  module: {}\n", sample.join(module).display()),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    std::fs::write(dir.join(format!("{guest}.yaml")), placed).expect("write manifest");
+}
+
 /// kubectl as a user runs it against a kubeconfig: `KREC_KUBECTL`, else the one `make tools`
 /// installs, with a cache directory of its own and `KUBECONFIG` unset.
 pub struct Kubectl {

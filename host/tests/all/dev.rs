@@ -132,26 +132,12 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     assert!(rest.iter().any(|l| l.contains("stopping")), "{rest:?}");
 }
 
-/// A sample guest's manifest written into `dir`, its module path made absolute.
-fn place_manifest(dir: &Path, guest: &str) {
-    let sample = repo().join("sample-guests").join(guest);
-    let text = std::fs::read_to_string(sample.join("manifest.yaml")).expect("manifest");
-    let placed: String = text
-        .lines()
-        .map(|line| match line.strip_prefix("  module: ") {
-            Some(module) => format!("  module: {}\n", sample.join(module).display()),
-            None => format!("{line}\n"),
-        })
-        .collect();
-    std::fs::write(dir.join(format!("{guest}.yaml")), placed).expect("write manifest");
-}
-
 #[test]
 fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_after() {
     let dir = tempfile::tempdir().expect("tempdir");
     let guests = dir.path().join("guests");
     std::fs::create_dir(&guests).expect("mkdir");
-    place_manifest(&guests, "foo-controller");
+    common::place_manifest(&guests, "foo-controller");
     std::fs::copy(
         repo().join("sample-guests/foo-controller/crd/foo-crd.yaml"),
         guests.join("foo-crd.yaml"),
@@ -169,7 +155,7 @@ fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_af
     let (_, out, _) = kubectl.run(["get", "validatingwebhookconfigurations", "-o", "name"]);
     assert_eq!(out, "");
     // The validator's manifest appears: the reload registers its webhook.
-    place_manifest(&guests, "foo-validator");
+    common::place_manifest(&guests, "foo-validator");
     kubectl.until(
         &["get", "validatingwebhookconfigurations", "-o", "name"],
         |out| {

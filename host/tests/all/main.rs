@@ -1,6 +1,6 @@
 //! The host's integration tests, one binary (one link) with a module per area: `krec check`,
 //! `krec cluster`, the deployment manifests, `krec dev` and `krec new`, leader election, the
-//! native admission arm, `krec run`, sharding and the soak test; `common` is their harness. Run
+//! native admission arm, `krec run`, sharding, the soak test and webhook registration; `common` is their harness. Run
 //! one area with `cargo test -p krec --test all -- shard::`.
 
 mod check;
@@ -18,3 +18,4 @@ mod registry;
 mod run;
 mod shard;
 mod soak;
+mod webhooks;

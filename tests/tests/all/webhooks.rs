@@ -51,8 +51,8 @@ async fn register_all(live: &Live, server: &WebhookServer) {
                 .await
                 .expect("point the CRD at its conversion webhook");
         }
-        for configuration in configurations(&manifest, &reach, server.ca_pem()) {
-            register(&live.api, configuration)
+        for configuration in configurations(&manifest, &reach, server.ca_pem(), &[]) {
+            register(&live.api, &configuration)
                 .await
                 .expect("register the webhooks");
         }
@@ -269,8 +269,9 @@ async fn a_misbehaving_webhook_should_be_cut_off_and_its_failure_policy_followed
 
     // failurePolicy Ignore: the same loop lets the request through.
     let manifest = misbehaving_webhook("Ignore");
-    for configuration in configurations(&manifest, &Reach::Url(server.url()), server.ca_pem()) {
-        register(&live.api, configuration).await.expect("register");
+    for configuration in configurations(&manifest, &Reach::Url(server.url()), server.ca_pem(), &[])
+    {
+        register(&live.api, &configuration).await.expect("register");
     }
     maps.create(&PostParams::default(), &config_map("looping", "loop"))
         .await

@@ -1,0 +1,213 @@
+//! `krec run` keeping the cluster's webhook registrations those of its guests: registered by
+//! server-side apply, the control plane's namespaces left out, removed with the guest (or, when
+//! registered at the host's own address, when it stops); through a Service, they outlive a
+//! stopping replica and still never lock kube-system out.
+
+use crate::common::{self, Host, Kubectl, repo};
+
+/// `krec cluster` with the Foo CRD established, and a directory holding the manifests of the
+/// sample webhook guests foo-validator and pod-defaulter: (cluster process, kubectl, guests'
+/// directory, kubeconfig, scratch directory).
+fn cluster_with_webhook_guests() -> (
+    common::Stopped,
+    Kubectl,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let (child, _, _lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
+    let child = common::Stopped(child);
+    let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    let crd = repo().join("sample-guests/foo-controller/crd/foo-crd.yaml");
+    let (ok, out, err) = kubectl.run(["apply".as_ref(), "-f".as_ref(), crd.as_os_str()]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = kubectl.run([
+        "wait".as_ref(),
+        "--for=condition=Established".as_ref(),
+        "-f".as_ref(),
+        crd.as_os_str(),
+    ]);
+    assert!(ok, "{out}{err}");
+    let guests = dir.path().join("guests");
+    std::fs::create_dir(&guests).expect("mkdir");
+    common::place_manifest(&guests, "foo-validator");
+    common::place_manifest(&guests, "pod-defaulter");
+    (child, kubectl, guests, kubeconfig, dir)
+}
+
+/// Create Pod `name` in `namespace` as `kubectl run` does: whether it was admitted, and what
+/// kubectl said.
+fn run_pod(kubectl: &Kubectl, namespace: &str, name: &str) -> (bool, String) {
+    let (ok, out, err) = kubectl.run([
+        "-n",
+        namespace,
+        "run",
+        name,
+        "--image=registry.k8s.io/pause:3.10",
+    ]);
+    (ok, format!("{out}{err}"))
+}
+
+fn defaulted(kubectl: &Kubectl, namespace: &str, name: &str) -> String {
+    let (_, out, _) = kubectl.run([
+        "-n",
+        namespace,
+        "get",
+        "pod",
+        name,
+        "-o",
+        r"jsonpath={.metadata.labels.krec\.dev/defaulted}",
+    ]);
+    out
+}
+
+#[test]
+fn run_should_register_its_guests_webhooks_leave_the_control_plane_out_and_remove_them_on_stop() {
+    let (_cluster, kubectl, guests, kubeconfig, dir) = cluster_with_webhook_guests();
+    let mut host = Host::start(
+        &guests,
+        &kubeconfig,
+        &dir.path().join("cache"),
+        &["--register-webhooks"],
+    );
+    kubectl.until(
+        &[
+            "get",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+            "-l",
+            "app.kubernetes.io/managed-by=krec",
+            "-o",
+            "name",
+        ],
+        |out| {
+            out.contains(
+                "validatingwebhookconfiguration.admissionregistration.k8s.io/krec-foo-validator",
+            ) && out.contains(
+                "mutatingwebhookconfiguration.admissionregistration.k8s.io/krec-pod-defaulter",
+            )
+        },
+    );
+    // Applied server-side under the host's own field manager.
+    let (_, managers, _) = kubectl.run([
+        "get",
+        "mutatingwebhookconfiguration",
+        "krec-pod-defaulter",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}/{.metadata.managedFields[*].operation}",
+    ]);
+    assert_eq!(managers, "krec/Apply");
+    let (_, excluded, _) = kubectl.run([
+        "get",
+        "mutatingwebhookconfiguration",
+        "krec-pod-defaulter",
+        "-o",
+        "jsonpath={.webhooks[0].namespaceSelector.matchExpressions[0].values}",
+    ]);
+    assert_eq!(excluded, r#"["kube-system","kube-node-lease"]"#);
+
+    // The guests answer: a bad Foo denied, a Pod defaulted — but not in kube-system.
+    let bad = repo().join("sample-guests/foo-validator/rejected/bad-foo.yaml");
+    let (denied, _, stderr) = kubectl.run([
+        "apply".as_ref(),
+        "-f".as_ref(),
+        bad.as_os_str(),
+        "--dry-run=server".as_ref(),
+    ]);
+    assert!(!denied);
+    assert!(
+        stderr.contains("denied the request: spec.deploymentName: Invalid value"),
+        "{stderr}"
+    );
+    let (ok, said) = run_pod(&kubectl, "default", "web");
+    assert!(ok, "{said}");
+    assert_eq!(defaulted(&kubectl, "default", "web"), "true");
+    let (ok, said) = run_pod(&kubectl, "kube-system", "web");
+    assert!(ok, "{said}");
+    assert_eq!(defaulted(&kubectl, "kube-system", "web"), "");
+
+    // A guest gone: its registration with it.
+    std::fs::remove_file(guests.join("foo-validator.yaml")).expect("remove");
+    kubectl.until(
+        &["get", "validatingwebhookconfigurations", "-o", "name"],
+        |out| out.trim().is_empty(),
+    );
+    // The host stopped: registered at its own address, nothing is left behind.
+    assert!(common::stop(&mut host.child, "-TERM").success());
+    let (_, left, _) = kubectl.run(["get", "mutatingwebhookconfigurations", "-o", "name"]);
+    assert_eq!(left.trim(), "", "registrations left behind");
+    let (ok, said) = run_pod(&kubectl, "default", "after");
+    assert!(ok, "{said}");
+}
+
+#[test]
+fn registrations_through_a_service_should_outlive_the_host_and_never_lock_out_kube_system() {
+    let (_cluster, kubectl, guests, kubeconfig, dir) = cluster_with_webhook_guests();
+    let mut host = Host::start(
+        &guests,
+        &kubeconfig,
+        &dir.path().join("cache"),
+        &[
+            "--webhook-service",
+            "krec-system/krec-webhooks:443",
+            "--namespace",
+            "krec-system",
+        ],
+    );
+    let client_config = kubectl.until(
+        &[
+            "get",
+            "mutatingwebhookconfiguration",
+            "krec-pod-defaulter",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.service}",
+        ],
+        |out| !out.is_empty(),
+    );
+    assert_eq!(
+        client_config,
+        r#"{"name":"krec-webhooks","namespace":"krec-system","path":"/mutate/pod-defaulter","port":443}"#
+    );
+    let (_, excluded, _) = kubectl.run([
+        "get",
+        "mutatingwebhookconfiguration",
+        "krec-pod-defaulter",
+        "-o",
+        "jsonpath={.webhooks[0].namespaceSelector.matchExpressions[0].values}",
+    ]);
+    assert_eq!(
+        excluded,
+        r#"["kube-system","kube-node-lease","krec-system"]"#
+    );
+
+    // The only replica stops: the registrations stay (the next Pod serves them), so a Pod in
+    // an ordinary namespace waits for it, refused as kube-apiserver refuses it…
+    assert!(common::stop(&mut host.child, "-TERM").success());
+    let (_, left, _) = kubectl.run(["get", "mutatingwebhookconfigurations", "-o", "name"]);
+    assert_eq!(
+        left.trim(),
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/krec-pod-defaulter"
+    );
+    let (ok, said) = run_pod(&kubectl, "default", "web");
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains(
+            "Internal error occurred: failed calling webhook \"mutating.pod-defaulter.krec.dev\""
+        ),
+        "{said}"
+    );
+    // …and the control plane's namespaces are never locked out.
+    let (ok, said) = run_pod(&kubectl, "kube-system", "web");
+    assert!(ok, "{said}");
+    let (ok, said) = run_pod(&kubectl, "kube-node-lease", "web");
+    assert!(ok, "{said}");
+}
