@@ -74,6 +74,24 @@ impl Install {
         let rbac = crate::rbac::objects(&self.manifests, self.manifests_dir.as_deref(), &subject)?;
         objects.push(rbac.role);
         objects.push(rbac.binding);
+        // The webhook CA the replicas share, in their own namespace only.
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": NAME, "namespace": ns},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["secrets"],
+                    "resourceNames": [crate::webhook_tls::CA_SECRET], "verbs": ["get"]},
+            ],
+        }));
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": NAME, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
+        }));
         for role in &self.grants {
             objects.push(json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -120,15 +138,13 @@ impl Install {
         );
         // Where the shard group's Leases live.
         args.push(format!("--leader-elect-namespace={}", self.namespace));
-        args.extend(
-            [
-                "--log-format=json",
-                "--webhook-addr=0.0.0.0:9443",
-                "--webhook-cert-file=/etc/krec-webhook/tls.crt",
-                "--webhook-key-file=/etc/krec-webhook/tls.key",
-            ]
-            .map(str::to_owned),
-        );
+        args.extend(["--log-format=json", "--webhook-addr=0.0.0.0:9443"].map(str::to_owned));
+        // The guests' webhooks registered behind the Service, trusting the CA the replicas
+        // keep in the Secret krec-webhook-ca.
+        args.push(format!(
+            "--webhook-service={}/{NAME}-webhooks:443",
+            self.namespace
+        ));
         if let Some(quota) = &self.tenant_quota {
             args.push(format!("--tenant-quota={quota}"));
         }
@@ -141,6 +157,8 @@ impl Install {
                 "name": NAME,
                 "image": self.image,
                 "args": args,
+                "env": [{"name": "KREC_NAMESPACE",
+                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                 "ports": [
                     {"name": "admin", "containerPort": 8080},
                     {"name": "webhook", "containerPort": 9443},
@@ -155,7 +173,6 @@ impl Install {
                 "volumeMounts": [
                     {"name": "guests", "mountPath": "/guests", "readOnly": true},
                     {"name": "token", "mountPath": "/etc/krec", "readOnly": true},
-                    {"name": "webhook-cert", "mountPath": "/etc/krec-webhook", "readOnly": true},
                     {"name": "module-cache", "mountPath": "/var/cache/krec"},
                 ],
             }],
@@ -163,7 +180,6 @@ impl Install {
                 {"name": "guests", "emptyDir": {}},
                 {"name": "token", "secret": {"secretName": "krec-admin-token",
                     "items": [{"key": "token", "path": "token"}]}},
-                {"name": "webhook-cert", "secret": {"secretName": "krec-webhook-cert"}},
                 {"name": "module-cache", "emptyDir": {}},
             ],
         });
@@ -212,9 +228,9 @@ impl Install {
              #\n\
              #   krec install | kubectl apply -f -\n\
              #   kubectl -n {ns} create secret generic krec-admin-token --from-literal=token=\"$(openssl rand -hex 32)\"\n\
-             #   krec webhooks --manifests DIR --generate-certs certs > webhooks.yaml\n\
-             #   kubectl -n {ns} create secret tls krec-webhook-cert --cert=certs/tls.crt --key=certs/tls.key\n\
-             #   kubectl apply --server-side --field-manager=krec-webhooks -f webhooks.yaml\n",
+             #\n\
+             # The replicas register their guests' webhooks themselves, behind the Service\n\
+             # {ns}/krec-webhooks, trusting a CA they keep in the Secret {ns}/krec-webhook-ca.\n",
             replicas = self.replicas,
         );
         for object in self.objects()? {

@@ -51,4 +51,5 @@ pub mod status;
 pub mod tenancy;
 pub mod tenure;
 pub mod vocab;
+pub mod webhook_tls;
 pub mod webhooks;

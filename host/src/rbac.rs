@@ -216,6 +216,22 @@ pub fn objects(
         &["get", "list", "create", "update", "delete"],
     );
     add(&Gvk::new("", "v1", "Event"), "", &["create", "patch"]);
+    // The guests' webhook registrations and CRD conversions, which the host keeps.
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
+        add(
+            &Gvk::new("admissionregistration.k8s.io", "v1", kind),
+            "",
+            &["get", "create", "patch", "delete"],
+        );
+    }
+    add(
+        &Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "",
+        &["get", "patch"],
+    );
     for gvk in [
         crate::sources::reconciler_gvk(),
         crate::sources::cluster_reconciler_gvk(),

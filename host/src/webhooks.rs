@@ -162,69 +162,51 @@ pub fn router(manager: Manager) -> axum::Router {
         })
 }
 
-/// The admission server's serving certificate and key, PEM files (`tls.crt` and `tls.key` of a
-/// `kubernetes.io/tls` Secret).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain.
-    pub cert: std::path::PathBuf,
-    /// Its private key.
-    pub key: std::path::PathBuf,
-}
+pub use crate::webhook_tls::{CertSource, TlsFiles, TlsOptions};
 
 /// A running admission server.
 pub struct WebhookServer {
     addr: SocketAddr,
-    ca_pem: String,
+    tls: crate::webhook_tls::WebhookTls,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl WebhookServer {
     /// Serve the guests of `manager` on `addr` (port 0: any free port) over TLS with a
-    /// certificate generated for `localhost` and the address, signed by a fresh CA.
+    /// certificate for `localhost` and the address, signed by a CA of its own.
     ///
     /// # Errors
     ///
     /// When the address cannot be bound or the certificates cannot be made.
     pub async fn start(manager: Manager, addr: SocketAddr) -> anyhow::Result<Self> {
-        Self::start_with(manager, addr, None).await
+        Self::start_with(manager, addr, &TlsOptions::default(), None).await
     }
 
-    /// [`start`](Self::start), serving the certificate of `tls` when given (a Secret mounted
-    /// in the host's Pod) rather than a generated one.
+    /// [`start`](Self::start), the certificate as `tls` says (files, or a CA kept in a Secret
+    /// through `api`), renewed while serving.
     ///
     /// # Errors
     ///
-    /// When the address cannot be bound or the certificate files cannot be read.
+    /// When the address cannot be bound or the certificate cannot be had.
     pub async fn start_with(
         manager: Manager,
         addr: SocketAddr,
-        tls: Option<&TlsFiles>,
+        tls: &TlsOptions,
+        api: Option<&Arc<crate::client::ApiClient>>,
     ) -> anyhow::Result<Self> {
-        use anyhow::Context as _;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("binding the webhook server to {addr}: {e}"))?;
         let addr = listener.local_addr()?;
-        let (server_config, ca_pem) = match tls {
-            None => {
-                let certs = krec_net::tls::generate(&addr, None)?;
-                (certs.server_config, certs.ca_pem)
-            }
-            Some(files) => {
-                let read = |path: &std::path::Path| {
-                    std::fs::read_to_string(path)
-                        .with_context(|| format!("reading {}", path.display()))
-                };
-                let cert = read(&files.cert)?;
-                let config =
-                    krec_net::tls::server_config(&cert, &read(&files.key)?).with_context(|| {
-                        format!("{} and {}", files.cert.display(), files.key.display())
-                    })?;
-                (config, cert)
-            }
-        };
+        let service = tls
+            .service
+            .as_ref()
+            .map(|(ns, name)| (ns.as_str(), name.as_str()));
+        let names = crate::webhook_tls::names(&addr, service);
+        let tls =
+            crate::webhook_tls::WebhookTls::start(&tls.source, names, tls.validity, api).await?;
+        let server_config = krec_net::tls::server_config_serving(tls.cert.clone())?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let app = router(manager);
         let task = tokio::spawn(connections::serve(
@@ -237,10 +219,15 @@ impl WebhookServer {
         ));
         Ok(WebhookServer {
             addr,
-            ca_pem,
+            tls,
             stop,
             task,
         })
+    }
+
+    /// The certificate it presents now (renewed while it serves).
+    pub fn serving_cert(&self) -> &Arc<krec_net::tls::ServingCert> {
+        &self.tls.cert
     }
 
     /// The address it listens on.
@@ -249,9 +236,9 @@ impl WebhookServer {
     }
 
     /// The CA certificate (PEM) its serving certificate is signed by: a configuration's
-    /// `caBundle` (with certificate files: the certificate chain they hold).
+    /// `caBundle` (with certificate files and no CA file: the certificate chain they hold).
     pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
+        &self.tls.ca_pem
     }
 
     /// `https://ADDR`: the base of the webhooks' URLs.

@@ -199,13 +199,14 @@ impl Authority {
         let issuer = Issuer::new(ca_params(&self.name)?, KeyPair::from_pem(&self.key_pem)?);
         let server_key = KeyPair::generate()?;
         let mut params = CertificateParams::new(names)?;
-        params.distinguished_name.push(DnType::CommonName, &self.name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, &self.name);
         if let Some(validity) = validity {
             let now = time::OffsetDateTime::now_utc();
             params.not_before = now - time::Duration::hours(1);
-            params.not_after = now
-                + time::Duration::try_from(validity)
-                    .unwrap_or(time::Duration::days(365 * 100));
+            params.not_after =
+                now + time::Duration::try_from(validity).unwrap_or(time::Duration::days(365 * 100));
         }
         let server_cert = params.signed_by(&server_key, &issuer)?;
         Ok(Issued {
@@ -284,7 +285,9 @@ fn certified_key(
 
 /// A TLS server configuration (HTTP/2 and HTTP/1.1) presenting whatever `cert` holds at each
 /// handshake.
-pub fn server_config_serving(cert: Arc<ServingCert>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub fn server_config_serving(
+    cert: Arc<ServingCert>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?

@@ -120,6 +120,15 @@ pub(super) struct HostArgs {
     /// The certificate's private key (PEM).
     #[arg(long, requires = "webhook_cert_file")]
     webhook_key_file: Option<PathBuf>,
+    /// The CA that signed --webhook-cert-file (e.g. the Secret's ca.crt), which the webhooks
+    /// the host registers trust; default: the certificate chain itself. The files are read
+    /// again when they change (a renewed Secret).
+    #[arg(long, requires = "webhook_cert_file")]
+    webhook_ca_file: Option<PathBuf>,
+    /// How long the serving certificates the host issues itself (no --webhook-cert-file) are
+    /// valid; each is renewed at two thirds of it.
+    #[arg(long, default_value = "2160h", value_parser = duration)]
+    webhook_cert_validity: std::time::Duration,
     /// Register the guests' webhooks (and CRD conversions) with the cluster, reached through
     /// this Service, `NAMESPACE/NAME[:PORT]` (the host's own, as `krec install` makes it); the
     /// registrations follow the guests and outlive a stopping replica.
@@ -204,7 +213,12 @@ impl HostArgs {
             webhook_tls: self
                 .webhook_cert_file
                 .zip(self.webhook_key_file)
-                .map(|(cert, key)| crate::webhooks::TlsFiles { cert, key }),
+                .map(|(cert, key)| crate::webhooks::TlsFiles {
+                    cert,
+                    key,
+                    ca: self.webhook_ca_file,
+                }),
+            webhook_cert_validity: self.webhook_cert_validity,
             webhook_registration: match (self.webhook_service, self.register_webhooks) {
                 (Some(reach), _) => crate::runtime::WebhookRegistration::At(reach),
                 (None, true) => crate::runtime::WebhookRegistration::Own,

@@ -52,6 +52,9 @@ pub struct HostOptions {
     pub webhook_addr: Option<std::net::SocketAddr>,
     /// The admission server's certificate files; `None`: a certificate is generated.
     pub webhook_tls: Option<crate::webhooks::TlsFiles>,
+    /// How long the serving certificates the host issues itself are valid (renewed at two
+    /// thirds of it).
+    pub webhook_cert_validity: std::time::Duration,
     /// Whether and how the host registers its guests' webhooks with the cluster.
     pub webhook_registration: WebhookRegistration,
     /// The namespace the host runs in (`--namespace`): its guests' webhooks leave it out.
@@ -94,6 +97,7 @@ impl Default for HostOptions {
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             webhook_addr: None,
             webhook_tls: None,
+            webhook_cert_validity: crate::webhook_tls::DEFAULT_VALIDITY,
             webhook_registration: WebhookRegistration::Off,
             namespace: None,
             guest_memory: None,

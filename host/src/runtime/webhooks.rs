@@ -60,12 +60,9 @@ pub(super) async fn start(
         }
         None => return Ok(None),
     };
-    let server = crate::webhooks::WebhookServer::start_with(
-        manager.clone(),
-        addr,
-        options.webhook_tls.as_ref(),
-    )
-    .await?;
+    let server =
+        crate::webhooks::WebhookServer::start_with(manager.clone(), addr, &tls(options), Some(api))
+            .await?;
     say(format_args!(
         "admission webhooks served at {} for {}",
         server.url(),
@@ -113,6 +110,33 @@ pub(super) async fn start(
         server,
         sync: Some((stop, task)),
     }))
+}
+
+/// Where the admission server's certificate comes from: the files given; else, for a host
+/// that knows its namespace (`--namespace`, or its `--webhook-service`'s), a CA kept in a
+/// Secret there, shared by its replicas; else a CA of its own.
+fn tls(options: &HostOptions) -> crate::webhooks::TlsOptions {
+    use crate::webhooks::{CertSource, Reach};
+    let service = match &options.webhook_registration {
+        WebhookRegistration::At(Reach::Service {
+            namespace, name, ..
+        }) => Some((namespace.clone(), name.clone())),
+        _ => None,
+    };
+    let namespace = options
+        .namespace
+        .clone()
+        .or_else(|| service.as_ref().map(|(ns, _)| ns.clone()));
+    let source = match (&options.webhook_tls, namespace) {
+        (Some(files), _) => CertSource::Files(files.clone()),
+        (None, Some(namespace)) => CertSource::Secret { namespace },
+        (None, None) => CertSource::Own,
+    };
+    crate::webhooks::TlsOptions {
+        source,
+        validity: options.webhook_cert_validity,
+        service,
+    }
 }
 
 /// Keeps the cluster's webhook registrations those of the guests running: each guest's

@@ -152,6 +152,8 @@ fn run_should_register_its_guests_webhooks_leave_the_control_plane_out_and_remov
 #[test]
 fn registrations_through_a_service_should_outlive_the_host_and_never_lock_out_kube_system() {
     let (_cluster, kubectl, guests, kubeconfig, dir) = cluster_with_webhook_guests();
+    let (ok, out, err) = kubectl.run(["create", "namespace", "krec-system"]);
+    assert!(ok, "{out}{err}");
     let mut host = Host::start(
         &guests,
         &kubeconfig,
@@ -188,6 +190,25 @@ fn registrations_through_a_service_should_outlive_the_host_and_never_lock_out_ku
         excluded,
         r#"["kube-system","kube-node-lease","krec-system"]"#
     );
+    // Its certificate's CA is kept in the host's namespace, and is what the webhooks trust.
+    let (ok, kept, err) = kubectl.run([
+        "-n",
+        "krec-system",
+        "get",
+        "secret",
+        "krec-webhook-ca",
+        "-o",
+        r"jsonpath={.data.ca\.crt}",
+    ]);
+    assert!(ok && !kept.is_empty(), "{err}");
+    let (_, trusted, _) = kubectl.run([
+        "get",
+        "mutatingwebhookconfiguration",
+        "krec-pod-defaulter",
+        "-o",
+        "jsonpath={.webhooks[0].clientConfig.caBundle}",
+    ]);
+    assert_eq!(trusted, kept);
 
     // The only replica stops: the registrations stay (the next Pod serves them), so a Pod in
     // an ordinary namespace waits for it, refused as kube-apiserver refuses it…

@@ -630,3 +630,124 @@ async fn one_guests_slow_reviews_should_not_delay_another_guests() {
         "each passes its 1 s timeout, running or waiting: {codes:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_the_serving_certificate_while_reviews_run_should_fail_none() {
+    let live = Live::start_alive(
+        vec![sample_manifest("pod-defaulter")],
+        sample_objects("foo-controller"),
+    )
+    .await;
+    // Valid for 3 s: renewed every 2 s.
+    let tls = krec::webhooks::TlsOptions {
+        validity: std::time::Duration::from_secs(3),
+        ..Default::default()
+    };
+    let server = WebhookServer::start_with(
+        live.manager.clone(),
+        "127.0.0.1:0".parse().expect("addr"),
+        &tls,
+        None,
+    )
+    .await
+    .expect("webhook server");
+    register_all(&live, &server).await;
+    let pods: Api<Pod> = Api::namespaced(live.client.clone(), "default");
+    let mut served = std::collections::BTreeSet::new();
+    let (mut admitted, mut failed) = (0, Vec::new());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(7);
+    while std::time::Instant::now() < until {
+        served.insert(server.serving_cert().current());
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": format!("p-{admitted}-{}", failed.len())},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}),
+        )
+        .expect("pod");
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(created) => {
+                assert_eq!(
+                    created.metadata.labels.unwrap_or_default()["krec.dev/defaulted"],
+                    "true"
+                );
+                admitted += 1;
+            }
+            Err(err) => failed.push(err.to_string()),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed reviews: {failed:?}",
+        failed.len()
+    );
+    assert!(admitted > 20, "only {admitted} reviews");
+    assert!(
+        served.len() >= 3,
+        "the certificate was renewed {} times in 7 s",
+        served.len() - 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_should_share_one_ca_kept_in_a_secret() {
+    let live = Live::start_alive(
+        vec![sample_manifest("pod-defaulter")],
+        sample_objects("foo-controller"),
+    )
+    .await;
+    live.api
+        .create(
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "krec-system"}}),
+            "test",
+        )
+        .await
+        .expect("namespace");
+    let tls = krec::webhooks::TlsOptions {
+        source: krec::webhooks::CertSource::Secret {
+            namespace: "krec-system".into(),
+        },
+        service: Some(("krec-system".into(), "krec-webhooks".into())),
+        ..Default::default()
+    };
+    let addr: std::net::SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    // Two replicas starting at once: one makes the CA, the other reads it.
+    let (first, second) = tokio::join!(
+        WebhookServer::start_with(live.manager.clone(), addr, &tls, Some(&live.api)),
+        WebhookServer::start_with(live.manager.clone(), addr, &tls, Some(&live.api)),
+    );
+    let (first, second) = (first.expect("first"), second.expect("second"));
+    assert_eq!(first.ca_pem(), second.ca_pem());
+    assert_ne!(
+        first.serving_cert().current(),
+        second.serving_cert().current()
+    );
+    let secret = live
+        .get(
+            &krec::vocab::Gvk::new("", "v1", "Secret"),
+            Some("krec-system"),
+            krec::webhook_tls::CA_SECRET,
+        )
+        .await
+        .expect("the CA's Secret");
+    assert!(secret["data"]["ca.key"].is_string());
+    // Registered at either, with the one CA: both answer.
+    let pods: Api<Pod> = Api::namespaced(live.client.clone(), "default");
+    for (i, server) in [&first, &second].into_iter().enumerate() {
+        register_all(&live, server).await;
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("via-{i}")},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}))
+        .expect("pod");
+        let created = pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("through replica {i}: {e}"));
+        assert_eq!(
+            created.metadata.labels.unwrap_or_default()["krec.dev/defaulted"],
+            "true"
+        );
+    }
+    // A third, later: the same CA.
+    let third = WebhookServer::start_with(live.manager.clone(), addr, &tls, Some(&live.api))
+        .await
+        .expect("third");
+    assert_eq!(third.ca_pem(), first.ca_pem());
+}
