@@ -493,10 +493,15 @@ pub fn configurations(
 }
 
 /// The YAML documents registering `manifests`' webhooks where `reach` says, trusting `ca_pem`
-/// (`krec webhooks`): each guest's webhook configurations, and for each CRD a guest converts,
-/// the part of the CRD pointing `spec.conversion` at it — to apply with
-/// `kubectl apply --server-side --force-conflicts`, which merges it into the CRD already there
-/// (forced: the defaulted `conversion.strategy: None` belongs to whoever created the CRD).
+/// (`krec webhooks`): each guest's webhook configurations, whole objects to apply with
+/// `kubectl apply --server-side -f -` again and again.
+///
+/// A CRD a guest converts belongs to whoever applies it: a document holding its
+/// `spec.conversion` alone, server-side applied, would either conflict with the CRD's creator
+/// (who owns the defaulted `strategy: None`) or, forced, have kubectl hand the applier every
+/// field of a CRD made by client-side apply, which the next apply would then prune. So a comment
+/// shows the conversion instead: as a block for the CRD's manifest, and as a `kubectl patch` to
+/// run once (a host run with `--webhook-service` registers it itself).
 ///
 /// # Errors
 ///
@@ -509,20 +514,30 @@ pub fn registration_yaml(
     let protected = protected_namespaces(reach.namespace());
     let mut out = String::new();
     for manifest in manifests {
-        let mut documents = configurations(manifest, reach, ca_pem, &protected);
-        if let Some((crd, conversion)) = conversion(manifest, reach, ca_pem) {
-            documents.push(json!({"apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition", "metadata": {"name": crd},
-                "spec": {"conversion": conversion}}));
-        }
-        for document in documents {
+        for document in configurations(manifest, reach, ca_pem, &protected) {
             out.push_str(&format!(
-                "---\n# {} of guest {} (kubectl apply --server-side --force-conflicts -f -)\n",
+                "---\n# {} of guest {} (kubectl apply --server-side -f -)\n",
                 document["kind"].as_str().unwrap_or_default(),
                 manifest.name
             ));
             out.push_str(&serde_yaml_ng::to_string(&document)?);
         }
+        let Some((crd, conversion)) = conversion(manifest, reach, ca_pem) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "---\n# The CRD {crd} is converted by guest {}. A host run with --webhook-service\n\
+             # registers its conversion itself; else put this in the CRD's manifest:\n#   spec:\n",
+            manifest.name
+        ));
+        let block = serde_yaml_ng::to_string(&json!({"conversion": conversion}))?;
+        for line in block.lines() {
+            out.push_str(&format!("#     {line}\n"));
+        }
+        out.push_str(&format!(
+            "# or patch the CRD once:\n#   kubectl patch crd {crd} --type=merge -p '{}'\n",
+            json!({"spec": {"conversion": conversion}})
+        ));
     }
     Ok(out)
 }

@@ -106,8 +106,8 @@ enum Command {
     /// permissions plus what the host needs (watches, leases, events).
     Rbac(rbac::Args),
     /// Print what registers the guests' webhooks in a cluster: a Mutating- and a
-    /// ValidatingWebhookConfiguration per guest with `webhooks`, and the `spec.conversion` of
-    /// each CRD a guest converts (apply with `kubectl apply --server-side --force-conflicts`).
+    /// ValidatingWebhookConfiguration per guest with `webhooks` (apply with `kubectl apply
+    /// --server-side`), and, as a comment, the `spec.conversion` of each CRD a guest converts.
     ///
     /// The API server reaches the host through --service (the default, as deploy/ creates it)
     /// or at --url; it trusts the CA of --ca-file, or of the certificates --generate-certs

@@ -105,9 +105,25 @@ async fn krec_webhooks_should_register_the_guests_behind_the_deployments_service
         &certs.display().to_string(),
     ]);
     assert!(ok, "{stderr}");
-    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&yaml)
+    let mut docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&yaml)
         .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+        .filter(|d: &serde_json::Value| !d.is_null())
         .collect();
+    // The CRD's conversion, as the comment's `kubectl patch` would set it.
+    let patch = yaml
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("#   kubectl patch crd foos.samplecontroller.k8s.io --type=merge -p '")
+        })
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("a kubectl patch for the converted CRD");
+    let patch: serde_json::Value = serde_json::from_str(patch).expect("JSON");
+    docs.insert(
+        0,
+        serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition", "metadata": {"name": "foos.samplecontroller.k8s.io"},
+            "spec": patch["spec"]}),
+    );
     let read = |file: &str| std::fs::read_to_string(certs.join(file)).expect("generated file");
     let bundle = base64::engine::general_purpose::STANDARD.encode(read("ca.crt"));
     krec_net::tls::server_config(&read("tls.crt"), &read("tls.key"))

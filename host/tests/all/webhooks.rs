@@ -232,3 +232,88 @@ fn registrations_through_a_service_should_outlive_the_host_and_never_lock_out_ku
     let (ok, said) = run_pod(&kubectl, "kube-node-lease", "web");
     assert!(ok, "{said}");
 }
+
+#[test]
+fn krec_webhooks_output_should_apply_server_side_again_and_again_on_a_crd_kubectl_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let (child, _, _lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
+    let _cluster = common::Stopped(child);
+    let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    // The Foo CRD with its second version, created as users create it: client-side apply.
+    let crd = repo().join("sample-guests/foo-converter/crd/foo-crd.yaml");
+    let (ok, out, err) = kubectl.run(["apply".as_ref(), "-f".as_ref(), crd.as_os_str()]);
+    assert!(ok, "{out}{err}");
+    let print = || {
+        let args = vec![
+            "webhooks".to_owned(),
+            "--manifests".to_owned(),
+            repo().join("sample-guests").display().to_string(),
+            "--generate-certs".to_owned(),
+            dir.path().join("certs").display().to_string(),
+        ];
+        let (ok, yaml, err) = common::krec(&args);
+        assert!(ok, "{err}");
+        let file = dir.path().join("webhooks.yaml");
+        std::fs::write(&file, &yaml).expect("write");
+        (file, yaml)
+    };
+    // As printed: the configurations, and the conversion as a comment.
+    let (file, yaml) = print();
+    assert!(
+        yaml.contains("# The CRD foos.samplecontroller.k8s.io is converted by guest foo-converter"),
+        "{yaml}"
+    );
+    for round in 1..=2 {
+        let (ok, out, err) = kubectl.run([
+            "apply".as_ref(),
+            "--server-side".as_ref(),
+            "-f".as_ref(),
+            file.as_os_str(),
+        ]);
+        assert!(ok && err.is_empty(), "apply {round}: {out}{err}");
+        assert!(
+            out.contains("krec-pod-defaulter serverside-applied"),
+            "{out}"
+        );
+    }
+    // The conversion, patched in as the comment says: the CRD keeps its own fields.
+    let patch = yaml
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("#   kubectl patch crd foos.samplecontroller.k8s.io --type=merge -p '")
+        })
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("a kubectl patch for the converted CRD");
+    let (ok, out, err) = kubectl.run([
+        "patch",
+        "crd",
+        "foos.samplecontroller.k8s.io",
+        "--type=merge",
+        "-p",
+        patch,
+    ]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = kubectl.run([
+        "apply".as_ref(),
+        "--server-side".as_ref(),
+        "-f".as_ref(),
+        file.as_os_str(),
+    ]);
+    assert!(ok, "{out}{err}");
+    let (_, crd, _) = kubectl.run([
+        "get",
+        "crd",
+        "foos.samplecontroller.k8s.io",
+        "-o",
+        "jsonpath={.spec.conversion.strategy} {.spec.group} {.spec.versions[*].name}",
+    ]);
+    assert_eq!(crd, "Webhook samplecontroller.k8s.io v1alpha1 v1beta1");
+}
