@@ -48,7 +48,15 @@ pub struct Observed {
     pub running: Option<Running>,
     /// Why the object's (new) version was refused at the last reload, if it was.
     pub refused: Option<Skipped>,
+    /// The guest declares webhooks (or a conversion) that the host registers only while the
+    /// guest runs.
+    pub unregistered_webhooks: bool,
 }
+
+/// What a guest that does not run says of its webhooks, when the host registers them: they
+/// are not registered, so the API server admits what they match unreviewed — rather than
+/// refusing every matching request with `failurePolicy: Fail`.
+pub const WEBHOOKS_NOT_REGISTERED: &str = "its webhooks are not registered until it runs: the requests they match are admitted unreviewed";
 
 /// The object's version of a guest, running.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +139,11 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
         None => match refused {
             Some(refused) => {
                 let code = refused.code.to_owned();
+                let reason = if observed.unregistered_webhooks {
+                    format!("{}; {WEBHOOKS_NOT_REGISTERED}", refused.reason)
+                } else {
+                    refused.reason.clone()
+                };
                 let resolved = if matches!(refused.code, "LoadFailed" | "PullFailed") {
                     (
                         "ModuleResolved",
@@ -147,9 +160,9 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
                     )
                 };
                 [
-                    ("Ready", "False", code.clone(), refused.reason.clone()),
+                    ("Ready", "False", code.clone(), reason.clone()),
                     resolved,
-                    ("Degraded", "True", code, refused.reason.clone()),
+                    ("Degraded", "True", code, reason),
                 ]
             }
             None => {
@@ -288,7 +301,12 @@ pub fn transitions(old: &Value, new: &Value) -> Vec<(EventType, String, String)>
 }
 
 /// What this replica knows of `reference`'s guest, and whether it should write about it.
-fn observe(manager: &Manager, reference: &ObjectRef, identity: &str) -> Option<Observed> {
+fn observe(
+    manager: &Manager,
+    reference: &ObjectRef,
+    identity: &str,
+    registers_webhooks: bool,
+) -> Option<Observed> {
     let guest = reference.guest();
     let path = reference.path().display().to_string();
     let skipped = manager.skipped();
@@ -327,10 +345,21 @@ fn observe(manager: &Manager, reference: &ObjectRef, identity: &str) -> Option<O
         None if manager.is_active() => None,
         None => return None,
     };
+    let unregistered_webhooks = registers_webhooks
+        && running.is_none()
+        && manager
+            .objects()
+            .and_then(|o| o.object(reference))
+            .is_some_and(|object| {
+                let spec = &object.to_value()["spec"];
+                spec["webhooks"].as_array().is_some_and(|w| !w.is_empty())
+                    || spec["conversion"].is_object()
+            });
     Some(Observed {
         observed_generation: manager.observed_generation(reference),
         running,
         refused,
+        unregistered_webhooks,
     })
 }
 
@@ -344,6 +373,18 @@ impl StatusWriter {
     /// Start writing, as replica `identity`, the status of `manager`'s guest objects (none
     /// without `--from-cluster`) through `api`.
     pub fn start(manager: Manager, api: Arc<ApiClient>, identity: String) -> Self {
+        Self::start_with(manager, api, identity, false)
+    }
+
+    /// [`start`](Self::start), for a host that registers its guests' webhooks
+    /// (`registers_webhooks`): a guest with webhooks that does not run says they are not
+    /// registered.
+    pub fn start_with(
+        manager: Manager,
+        api: Arc<ApiClient>,
+        identity: String,
+        registers_webhooks: bool,
+    ) -> Self {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut changes = manager.changes();
@@ -351,7 +392,14 @@ impl StatusWriter {
             let mut counts_written: std::collections::HashMap<ObjectRef, tokio::time::Instant> =
                 Default::default();
             loop {
-                write_all(&manager, &api, &identity, &mut counts_written).await;
+                write_all(
+                    &manager,
+                    &api,
+                    &identity,
+                    registers_webhooks,
+                    &mut counts_written,
+                )
+                .await;
                 let object_changed = async {
                     let closed = match objects.as_mut() {
                         Some(o) => o.changed().await.is_err(),
@@ -383,6 +431,7 @@ async fn write_all(
     manager: &Manager,
     api: &Arc<ApiClient>,
     identity: &str,
+    registers_webhooks: bool,
     counts_written: &mut std::collections::HashMap<ObjectRef, tokio::time::Instant>,
 ) {
     let Some(source) = manager.objects() else {
@@ -391,7 +440,7 @@ async fn write_all(
     let objects = source.objects();
     counts_written.retain(|r, _| objects.iter().any(|(o, _)| o == r));
     for (reference, object) in objects {
-        let Some(observed) = observe(manager, &reference, identity) else {
+        let Some(observed) = observe(manager, &reference, identity, registers_webhooks) else {
             continue;
         };
         let value = object.to_value();
@@ -526,6 +575,7 @@ mod tests {
             observed_generation: Some(2),
             running: Some(running()),
             refused: None,
+            unregistered_webhooks: false,
         };
         let status = desired(&observed, &Value::Null, at(0));
         assert_eq!(of(&status, "Ready"), ("True".into(), "Running".into()));
@@ -558,12 +608,38 @@ mod tests {
     }
 
     #[test]
+    fn a_guest_whose_webhooks_are_not_registered_should_say_so() {
+        let observed = |unregistered_webhooks| Observed {
+            observed_generation: Some(1),
+            running: None,
+            refused: Some(refused("LoadFailed")),
+            unregistered_webhooks,
+        };
+        let status = desired(&observed(true), &Value::Null, at(0));
+        assert_eq!(of(&status, "Ready"), ("False".into(), "LoadFailed".into()));
+        let message = condition(&status, "Ready").expect("ready")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.ends_with(WEBHOOKS_NOT_REGISTERED), "{message}");
+        let events = transitions(&Value::Null, &status);
+        assert!(
+            events[0].2.ends_with(WEBHOOKS_NOT_REGISTERED),
+            "the Warning says it too: {events:?}"
+        );
+        let status = desired(&observed(false), &Value::Null, at(0));
+        let message = condition(&status, "Ready").expect("ready")["message"].clone();
+        assert!(!message.to_string().contains("webhooks"), "{message}");
+    }
+
+    #[test]
     fn a_refused_new_version_should_degrade_a_running_guest_and_say_why() {
         let before = desired(
             &Observed {
                 observed_generation: Some(1),
                 running: Some(running()),
                 refused: None,
+                unregistered_webhooks: false,
             },
             &Value::Null,
             at(0),
@@ -573,6 +649,7 @@ mod tests {
                 observed_generation: Some(2),
                 running: Some(running()),
                 refused: Some(refused("Invalid")),
+                unregistered_webhooks: false,
             },
             &before,
             at(10),
@@ -612,6 +689,7 @@ mod tests {
                 observed_generation: Some(3),
                 running: Some(swapped),
                 refused: None,
+                unregistered_webhooks: false,
             },
             &after,
             at(20),
@@ -636,6 +714,7 @@ mod tests {
                 observed_generation: Some(1),
                 running: None,
                 refused: Some(refused("LoadFailed")),
+                unregistered_webhooks: false,
             },
             &Value::Null,
             at(0),
@@ -659,6 +738,7 @@ mod tests {
                     observed_generation: Some(1),
                     running: None,
                     refused: Some(refused("LoadFailed")),
+                    unregistered_webhooks: false,
                 },
                 &status,
                 at(99)
@@ -673,6 +753,7 @@ mod tests {
             observed_generation: Some(1),
             running: Some(running()),
             refused: None,
+            unregistered_webhooks: false,
         };
         let old = desired(&observed, &Value::Null, at(0));
         let mut more = running();

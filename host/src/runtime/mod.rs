@@ -241,7 +241,12 @@ impl RuntimeBuilder {
             let identity = options
                 .identity()
                 .map_or_else(crate::leader::default_identity, str::to_owned);
-            StatusWriter::start(manager.clone(), api.clone(), identity)
+            StatusWriter::start_with(
+                manager.clone(),
+                api.clone(),
+                identity,
+                options.webhook_registration != WebhookRegistration::Off,
+            )
         });
         if let Some(admin) = &admin {
             admin.set_manager(manager.clone());

@@ -317,3 +317,100 @@ fn krec_webhooks_output_should_apply_server_side_again_and_again_on_a_crd_kubect
     ]);
     assert_eq!(crd, "Webhook samplecontroller.k8s.io v1alpha1 v1beta1");
 }
+
+#[test]
+fn a_webhook_guest_that_cannot_load_should_not_lock_out_and_its_status_should_say_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kc.yaml");
+    let (child, _, _lines) = common::spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
+    let _cluster = common::Stopped(child);
+    let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    // pod-defaulter as a ClusterReconciler whose module is broken.
+    let modules = dir.path().join("modules");
+    std::fs::create_dir(&modules).expect("mkdir");
+    std::fs::write(modules.join("pod_defaulter.wasm"), b"not a component").expect("write");
+    let sample = std::fs::read_to_string(repo().join("sample-guests/pod-defaulter/manifest.yaml"))
+        .expect("manifest");
+    let object: String = sample
+        .lines()
+        .map(|line| match line {
+            "kind: Reconciler" => "kind: ClusterReconciler\n".to_owned(),
+            _ if line.starts_with("  module: ") => "  module: pod_defaulter.wasm\n".to_owned(),
+            _ => format!("{line}\n"),
+        })
+        .collect();
+    let file = dir.path().join("pod-defaulter.yaml");
+    std::fs::write(&file, object).expect("write");
+    let empty = dir.path().join("no-manifests");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let _host = Host::start(
+        &empty,
+        &kubeconfig,
+        &dir.path().join("cache"),
+        &[
+            "--from-cluster",
+            "--module-dir",
+            &modules.display().to_string(),
+            "--register-webhooks",
+        ],
+    );
+    let (ok, out, err) = kubectl.run(["apply".as_ref(), "-f".as_ref(), file.as_os_str()]);
+    assert!(ok, "{out}{err}");
+    let message = kubectl.until(
+        &[
+            "get",
+            "crec",
+            "pod-defaulter",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].message}"#,
+        ],
+        |out| out.contains("not a WebAssembly component"),
+    );
+    assert!(
+        message.ends_with(krec::status::WEBHOOKS_NOT_REGISTERED),
+        "{message}"
+    );
+    let events = kubectl.until(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=pod-defaulter",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        |out| out.contains("its webhooks are not registered"),
+    );
+    assert!(
+        events.contains("LoadFailed") || events.contains("not a WebAssembly"),
+        "{events}"
+    );
+    // Nothing registered: Pods anywhere are admitted (unreviewed).
+    let (_, registered, _) = kubectl.run(["get", "mutatingwebhookconfigurations", "-o", "name"]);
+    assert_eq!(registered.trim(), "");
+    for namespace in ["default", "kube-system"] {
+        let (ok, said) = run_pod(&kubectl, namespace, "web");
+        assert!(ok, "{said}");
+        assert_eq!(defaulted(&kubectl, namespace, "web"), "");
+    }
+    // The module fixed: registered, and Pods outside the control plane are defaulted.
+    std::fs::copy(
+        common::module("pod_defaulter.wasm"),
+        modules.join("pod_defaulter.wasm"),
+    )
+    .expect("copy the module");
+    kubectl.until(
+        &["get", "mutatingwebhookconfigurations", "-o", "name"],
+        |out| out.contains("krec-pod-defaulter"),
+    );
+    let (ok, said) = run_pod(&kubectl, "default", "after");
+    assert!(ok, "{said}");
+    assert_eq!(defaulted(&kubectl, "default", "after"), "true");
+}
