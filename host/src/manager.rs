@@ -283,6 +283,39 @@ fn scopes(manifest: &Manifest) -> Vec<Option<String>> {
     }
 }
 
+/// Whether `manifest`'s guest reconciles: it names a kind, a watch or a ticker (otherwise it
+/// only answers webhooks or converts).
+pub fn reconciles(manifest: &Manifest) -> bool {
+    let spec = &manifest.spec;
+    spec.for_kind.is_some() || !spec.watches.is_empty() || !spec.tickers.is_empty()
+}
+
+/// What a guest that does not reconcile serves: `serving webhooks (validate, mutate), converting
+/// foos.example.com`.
+fn serves(manifest: &Manifest) -> String {
+    let mut served = Vec::new();
+    let exports: BTreeSet<&str> = manifest
+        .spec
+        .webhooks
+        .iter()
+        .map(|w| w.kind.export())
+        .collect();
+    if !exports.is_empty() {
+        served.push(format!(
+            "serving webhooks ({})",
+            exports.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if let Some(conversion) = &manifest.spec.conversion {
+        served.push(format!("converting {}", conversion.crd));
+    }
+    if served.is_empty() {
+        "nothing to do".to_owned()
+    } else {
+        served.join(", ")
+    }
+}
+
 fn describe_all(informers: &[InformerUse]) -> String {
     if informers.is_empty() {
         return "nothing (generic sources only)".into();
@@ -749,11 +782,15 @@ impl Manager {
             informer.subscribe(sink.clone());
         }
         controller.start(shared(&informers), for_informers);
-        tracing::info!(
-            "guest {name} started: {} worker(s), watching {}",
-            manifest.spec.max_concurrent_reconciles.get(),
-            describe_all(&informers)
-        );
+        if reconciles(&manifest) {
+            tracing::info!(
+                "guest {name} started: {} worker(s), watching {}",
+                manifest.spec.max_concurrent_reconciles.get(),
+                describe_all(&informers)
+            );
+        } else {
+            tracing::info!("guest {name} started: {}", serves(&manifest));
+        }
         guests.insert(
             name,
             Guest {
@@ -1047,7 +1084,24 @@ impl Manager {
             match guests.get(&name) {
                 None => loads.push((manifest, None)),
                 Some(guest) => {
-                    let digest = crate::guest::read_module(&manifest.spec.module)
+                    let bytes = crate::guest::read_module(&manifest.spec.module);
+                    // A build replaces a module by deleting it and writing the new one: while
+                    // it is missing (or empty), the running version stays and nothing is
+                    // refused — the new file's own event reloads it.
+                    let missing = match &bytes {
+                        Err(err) => err.kind() == std::io::ErrorKind::NotFound,
+                        Ok(bytes) => bytes.is_empty(),
+                    };
+                    if missing && *guest.manifest == manifest {
+                        tracing::info!(
+                            "guest {name}: its module {} is missing or empty (being rebuilt?); \
+                             version {} keeps running until it is written",
+                            manifest.spec.module.display(),
+                            guest.controller.version().number
+                        );
+                        continue;
+                    }
+                    let digest = bytes
                         .map(|b| crate::guest::module_cache::digest(&b))
                         .unwrap_or_default();
                     if *guest.manifest != manifest || guest.digest != digest {

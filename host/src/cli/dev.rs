@@ -142,11 +142,26 @@ pub async fn dev(
             .start()
             .await?;
         super::announce_admin("dev", runtime.admin_addr());
-        let names: Vec<String> = runtime.manager().controllers().keys().cloned().collect();
+        let (reconciling, serving): (Vec<_>, Vec<_>) = runtime
+            .manager()
+            .controllers()
+            .into_iter()
+            .partition(|(_, c)| crate::manager::reconciles(c.module().manifest()));
+        let names = |guests: Vec<(String, _)>| {
+            guests
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let serving = match serving.len() {
+            0 => String::new(),
+            n => format!(", {n} serving webhooks ({})", names(serving)),
+        };
         say(format_args!(
-            "krec dev: {} guest(s) reconciling ({}); Ctrl-C stops",
-            names.len(),
-            names.join(", ")
+            "krec dev: {} guest(s) reconciling ({}){serving}; Ctrl-C stops",
+            reconciling.len(),
+            names(reconciling),
         ));
         stop.await;
         runtime.shutdown().await;

@@ -50,6 +50,27 @@ impl Manifest {
             field: field.to_owned(),
             problem,
         };
+        // What else the file is, said before any field of it is judged as a manifest's.
+        let not_a_manifest = |what: String| {
+            invalid(
+                "",
+                format!(
+                    "not a krec manifest ({what}; a manifest is a {KIND} or {CLUSTER_KIND} of {API_VERSION})"
+                ),
+            )
+        };
+        match head(text) {
+            // krec's group with a misspelt kind is judged as a manifest (naming the field).
+            Head::Kind(kind, api_version)
+                if kind != KIND && kind != CLUSTER_KIND && api_version != API_VERSION =>
+            {
+                return Err(not_a_manifest(format!("it is a {kind}")));
+            }
+            Head::NotAMapping => {
+                return Err(not_a_manifest("it is not a YAML mapping".to_owned()));
+            }
+            _ => {}
+        }
         let deserializer =
             krec_core::yaml::documents(text).map_err(|err| invalid("", err.to_string()))?;
         let raw: RawManifest = serde_path_to_error::deserialize(deserializer).map_err(|err| {
@@ -195,6 +216,40 @@ pub(super) fn read_manifest(path: &Path) -> std::io::Result<String> {
 /// Whether a YAML file clearly declares some other `kind` (a CRD, example objects) in its first
 /// document. Files that do not parse, or have no `kind`, are treated as manifests so that their
 /// errors are reported.
+/// What the first YAML document of a file says it is.
+enum Head {
+    /// A mapping with this `kind` (and `apiVersion`, if any).
+    Kind(String, String),
+    /// A mapping without a `kind`.
+    NoKind,
+    /// Not a mapping (a scalar, a list), or no YAML at all.
+    NotAMapping,
+}
+
+fn head(text: &str) -> Head {
+    let Ok(mut documents) = krec_core::yaml::documents(text) else {
+        // The parse error is reported as it is.
+        return Head::NoKind;
+    };
+    let Some(first) = documents.next() else {
+        return Head::NoKind;
+    };
+    match serde_json::Value::deserialize(first) {
+        Ok(serde_json::Value::Object(map)) => match map.get("kind").and_then(|k| k.as_str()) {
+            Some(kind) => Head::Kind(
+                kind.to_owned(),
+                map.get("apiVersion")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            None => Head::NoKind,
+        },
+        Ok(serde_json::Value::Null) | Err(_) => Head::NoKind,
+        Ok(_) => Head::NotAMapping,
+    }
+}
+
 pub(super) fn declares_other_kind(text: &str) -> bool {
     #[derive(Deserialize)]
     struct Head {

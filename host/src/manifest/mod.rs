@@ -356,6 +356,56 @@ spec:
     }
 
     #[test]
+    fn a_label_selector_predicate_should_take_kubernetes_structured_form_too() {
+        let with =
+            |selector: &str| parse(&GOOD.replace(r#"{ labelSelector: "app=web" }"#, selector));
+        let m = with(
+            r#"{ labelSelector: { matchLabels: { app: web }, matchExpressions: [ { key: tier, operator: In, values: [a, b] }, { key: legacy, operator: DoesNotExist } ] } }"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            m.spec.predicates[1],
+            Predicate::LabelSelector("app=web,tier in (a,b),!legacy".into())
+        );
+        let err = with(
+            r#"{ labelSelector: { matchExpressions: [ { key: tier, operator: Near, values: [a] } ] } }"#,
+        )
+        .expect_err("bad operator")
+        .to_string();
+        assert!(err.contains("\"Near\" is not a valid operator"), "{err}");
+        let err = with(
+            r#"{ labelSelector: { matchExpressions: [ { key: tier, operator: In, values: [] } ] } }"#,
+        )
+        .expect_err("In needs values")
+        .to_string();
+        assert!(err.contains("tier In: values must be non-empty"), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_no_manifest_should_say_what_it_is() {
+        let err = |text: &str| {
+            Manifest::parse(Path::new("f.yaml"), text)
+                .expect_err("not a manifest")
+                .to_string()
+        };
+        assert_eq!(
+            err("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n"),
+            "f.yaml: not a krec manifest (it is a ConfigMap; a manifest is a Reconciler or \
+             ClusterReconciler of krec.dev/v1alpha1)"
+        );
+        assert!(
+            err("hello world\n").contains("not a krec manifest (it is not a YAML mapping;"),
+            "{}",
+            err("hello world\n")
+        );
+        // A manifest with a bad field is still judged field by field.
+        assert!(
+            err("apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: x}\nspec: {module: a.wasm, bogus: 1}\n")
+                .starts_with("f.yaml: spec.bogus: unknown field `bogus`")
+        );
+    }
+
+    #[test]
     fn webhooks_should_be_validated_naming_the_field() {
         let manifest = |webhooks: &str| {
             format!(

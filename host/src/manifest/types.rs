@@ -399,7 +399,7 @@ impl<'de> Deserialize<'de> for Predicate {
         #[serde(deny_unknown_fields, rename_all = "camelCase")]
         struct Map {
             #[serde(default)]
-            label_selector: Option<String>,
+            label_selector: Option<Selector>,
             #[serde(default)]
             event_types: Option<BTreeSet<EventKind>>,
         }
@@ -427,7 +427,9 @@ impl<'de> Deserialize<'de> for Predicate {
             Raw::Map(Map {
                 label_selector: Some(s),
                 event_types: None,
-            }) => Ok(Predicate::LabelSelector(s)),
+            }) => Ok(Predicate::LabelSelector(
+                s.text().map_err(D::Error::custom)?,
+            )),
             Raw::Map(Map {
                 label_selector: None,
                 event_types: Some(t),
@@ -436,6 +438,76 @@ impl<'de> Deserialize<'de> for Predicate {
                 "a predicate map has exactly one of labelSelector or eventTypes",
             )),
         }
+    }
+}
+
+/// A label selector as a predicate takes it: the text form (`app=web,tier!=db`) or Kubernetes'
+/// `{matchLabels, matchExpressions}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Selector {
+    Text(String),
+    Structured(StructuredSelector),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct StructuredSelector {
+    #[serde(default)]
+    match_labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    match_expressions: Vec<SelectorRequirement>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SelectorRequirement {
+    key: String,
+    operator: String,
+    #[serde(default)]
+    values: Vec<String>,
+}
+
+impl Selector {
+    /// The text form (what `kubectl get -l` takes), as `metav1.LabelSelectorAsSelector` reads
+    /// the structured one.
+    fn text(self) -> Result<String, String> {
+        let structured = match self {
+            Selector::Text(text) => return Ok(text),
+            Selector::Structured(s) => s,
+        };
+        let mut parts: Vec<String> = structured
+            .match_labels
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        for r in structured.match_expressions {
+            if matches!(r.operator.as_str(), "In" | "NotIn") && r.values.is_empty() {
+                return Err(format!(
+                    "labelSelector: {} {}: values must be non-empty",
+                    r.key, r.operator
+                ));
+            }
+            let values = r.values.join(",");
+            parts.push(match r.operator.as_str() {
+                "In" => format!("{} in ({values})", r.key),
+                "NotIn" => format!("{} notin ({values})", r.key),
+                "Exists" if r.values.is_empty() => r.key,
+                "DoesNotExist" if r.values.is_empty() => format!("!{}", r.key),
+                "Exists" | "DoesNotExist" => {
+                    return Err(format!(
+                        "labelSelector: {} {}: values must be empty",
+                        r.key, r.operator
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "labelSelector: {other:?} is not a valid operator: In, NotIn, Exists or DoesNotExist"
+                    ));
+                }
+            });
+        }
+        Ok(parts.join(","))
     }
 }
 

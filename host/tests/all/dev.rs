@@ -50,7 +50,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("9 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-converter, foo-validator, greeter, namespace-labeller, pod-counter, pod-defaulter)"),
+        text.contains("6 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter), 3 serving webhooks (foo-converter, foo-validator, pod-defaulter)"),
         "{text}"
     );
 

@@ -279,3 +279,38 @@ async fn manifests_added_changed_and_removed_should_start_rewire_and_stop_guests
     let informers = live.manager.cache().inspect();
     assert!(informers.is_empty(), "{informers:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_deleted_then_rebuilt_should_swap_without_a_refusal() {
+    // What `cargo build` does to its output: delete it, then write the new one.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [a, b] = versions();
+    install(dir.path(), &a);
+    let manifest = write_manifest(dir.path(), "");
+    let live = Live::start(vec![manifest], vec![configmap(0)]).await;
+    let watcher = live.manager.watch(dir.path().to_owned());
+    let controller = live.controller("stamper");
+    std::fs::remove_file(dir.path().join("stamper.wasm")).expect("delete");
+    // A reload while it is missing (the file event's, or anyone's): nothing refused.
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert!(report.is_empty(), "{report:?}");
+    assert!(
+        live.manager.skipped().is_empty(),
+        "{:?}",
+        live.manager.skipped()
+    );
+    tokio::time::sleep(krec::manager::RELOAD_DEBOUNCE * 3).await;
+    assert_eq!(controller.version().number, 1);
+    // Written: swapped in by its own event.
+    std::fs::copy(&b, dir.path().join("stamper.wasm")).expect("write");
+    live.eventually("version b swapped in", || async {
+        (controller.version().number == 2).then_some(())
+    })
+    .await;
+    let scraped = live.manager.scrape();
+    assert!(
+        !scraped.contains("krec_reloads_total{result=\"refused\"}"),
+        "{scraped}"
+    );
+    watcher.stop().await;
+}
