@@ -6,16 +6,22 @@
 //! review the [`Context`] reads from the host's cache (`get`, `list`) and every write is refused:
 //! a webhook must not have side effects.
 //!
+//! Like a reconciler, each is built from the manifest's `spec.config` (implement
+//! [`FromConfig`](crate::FromConfig); one with no settings derives `Default`), once per
+//! instance, so a policy's labels, limits and namespaces are settings, not constants. All the
+//! parts of a guest read the same `spec.config`.
+//!
 //! ```
 //! use krec_guest::k8s_openapi::api::core::v1::ConfigMap;
 //! use krec_guest::prelude::*;
 //!
+//! #[derive(Default)]
 //! struct NoSecretsInConfigMaps;
 //!
 //! impl Validator for NoSecretsInConfigMaps {
 //!     type Object = ConfigMap;
 //!
-//!     fn validate(req: &AdmissionRequest<ConfigMap>, _ctx: &Context) -> Verdict {
+//!     fn validate(&self, req: &AdmissionRequest<ConfigMap>, _ctx: &Context) -> Verdict {
 //!         let Some(map) = &req.object else { return Verdict::allow() };
 //!         match map.data.as_ref().and_then(|d| d.get("password")) {
 //!             Some(_) => Verdict::deny("data.password: use a Secret for passwords"),
@@ -166,7 +172,7 @@ pub trait Validator {
     type Object: DeserializeOwned;
 
     /// Judge `req`.
-    fn validate(req: &AdmissionRequest<Self::Object>, ctx: &Context) -> Verdict;
+    fn validate(&self, req: &AdmissionRequest<Self::Object>, ctx: &Context) -> Verdict;
 }
 
 /// A mutating webhook: change the object before it is stored (controller-runtime's
@@ -179,6 +185,7 @@ pub trait Mutator {
 
     /// Change `object` (the request's new object) as needed and judge the request.
     fn mutate(
+        &self,
         req: &AdmissionRequest<Self::Object>,
         object: &mut Self::Object,
         ctx: &Context,
@@ -198,10 +205,11 @@ pub trait Mutator {
 /// use krec_guest::serde_json::Value;
 ///
 /// /// `example.com/v1` calls a Widget's size `spec.size`; `v2` calls it `spec.count`.
+/// #[derive(Default)]
 /// struct WidgetConverter;
 ///
 /// impl Converter for WidgetConverter {
-///     fn convert(mut object: Value, desired_api_version: &str) -> Result<Value, String> {
+///     fn convert(&self, mut object: Value, desired_api_version: &str) -> Result<Value, String> {
 ///         let (from, to) = match desired_api_version {
 ///             "example.com/v2" => ("size", "count"),
 ///             "example.com/v1" => ("count", "size"),
@@ -223,6 +231,7 @@ pub trait Converter {
     /// Convert `object` (a JSON object of any served version) to `desired_api_version`
     /// (`group/version`); an error fails the whole conversion with its message.
     fn convert(
+        &self,
         object: serde_json::Value,
         desired_api_version: &str,
     ) -> Result<serde_json::Value, String>;

@@ -8,9 +8,10 @@ use crate::bindings::krec::reconciler::types as wit;
 use crate::context::Context;
 use crate::reconciler::{Action, FromConfig, Reconciler, Request};
 
-/// Where an instance keeps its reconciler, built once by `init` (or, for a host older than
-/// WIT 0.1.2 that never calls `init`, at the first call, without configuration).
-pub type Slot<R> = LocalKey<OnceCell<R>>;
+/// Where an instance keeps one of its parts (reconciler, validator, mutator, converter), built
+/// once by `init` (or, for a host older than WIT 0.1.2 that never calls `init`, at the first
+/// call, without configuration).
+pub type Slot<P> = LocalKey<OnceCell<P>>;
 
 /// Build `R` from the manifest's `spec.config` (JSON text): a message naming the field
 /// when it does not deserialize, or `from_config`'s refusal.
@@ -33,35 +34,78 @@ pub fn build<R: FromConfig>(config: &str) -> Result<R, String> {
     R::from_config(settings).map_err(|err| format!("spec.config: {err}"))
 }
 
-/// The `init` export: build the instance's reconciler from its configuration.
-pub fn init<R: Reconciler + FromConfig + 'static>(
-    slot: &'static Slot<R>,
-    config: String,
+/// The configuration part `P` of a guest is built from: the guest's, unless `P` takes none
+/// while another part does (`any_takes`) — then none.
+fn config_for<P: FromConfig>(config: &str, any_takes: bool) -> &str {
+    if P::TAKES_CONFIG || !any_takes {
+        config
+    } else {
+        "null"
+    }
+}
+
+/// Build part `P` into `slot` from `config` (a second `init` of one instance keeps the first).
+fn build_into<P: FromConfig + 'static>(
+    slot: &'static Slot<P>,
+    config: &str,
+    any_takes: bool,
 ) -> Result<(), String> {
-    let reconciler = build::<R>(&config)?;
+    let part = build::<P>(config_for::<P>(config, any_takes))?;
     slot.with(|cell| {
-        // A second `init` of one instance keeps the first configuration.
-        let _ = cell.set(reconciler);
+        let _ = cell.set(part);
     });
     Ok(())
 }
 
-/// Run `call` on the instance's reconciler, built without configuration if `init` never
-/// ran (a host older than WIT 0.1.2).
+/// The `init` export: build the instance's parts — reconciler, validator, mutator, converter —
+/// from its configuration.
+pub fn init<R, V, M, C>(
+    slots: (
+        &'static Slot<R>,
+        &'static Slot<V>,
+        &'static Slot<M>,
+        &'static Slot<C>,
+    ),
+    config: String,
+) -> Result<(), String>
+where
+    R: FromConfig + 'static,
+    V: FromConfig + 'static,
+    M: FromConfig + 'static,
+    C: FromConfig + 'static,
+{
+    let any = R::TAKES_CONFIG || V::TAKES_CONFIG || M::TAKES_CONFIG || C::TAKES_CONFIG;
+    build_into(slots.0, &config, any)?;
+    build_into(slots.1, &config, any)?;
+    build_into(slots.2, &config, any)?;
+    build_into(slots.3, &config, any)
+}
+
+/// Run `call` on the instance's part `P`, built without configuration if `init` never ran (a
+/// host older than WIT 0.1.2); a part that cannot be built is `unbuilt`'s error.
+fn with_part<P: FromConfig + 'static, T, E>(
+    slot: &'static Slot<P>,
+    unbuilt: impl FnOnce(String) -> E,
+    call: impl FnOnce(&P) -> Result<T, E>,
+) -> Result<T, E> {
+    slot.with(|cell| {
+        if cell.get().is_none() {
+            let built = build::<P>("null").map_err(unbuilt)?;
+            let _ = cell.set(built);
+        }
+        match cell.get() {
+            Some(part) => call(part),
+            None => unreachable!("set just above"),
+        }
+    })
+}
+
+/// [`with_part`] for the reconciler's exports, whose errors are WIT errors.
 fn with_reconciler<R: Reconciler + FromConfig + 'static, T>(
     slot: &'static Slot<R>,
     call: impl FnOnce(&R) -> Result<T, wit::Error>,
 ) -> Result<T, wit::Error> {
-    slot.with(|cell| {
-        if cell.get().is_none() {
-            let built = build::<R>("null").map_err(wit::Error::Invalid)?;
-            let _ = cell.set(built);
-        }
-        match cell.get() {
-            Some(reconciler) => call(reconciler),
-            None => Err(wit::Error::Other("the reconciler was not built".into())),
-        }
-    })
+    with_part(slot, wit::Error::Invalid, call)
 }
 
 /// Run one reconcile of `R` for a request from the host.
@@ -121,20 +165,25 @@ impl Reconciler for Unimplemented {
 // server applies the webhook's `failurePolicy`, as for any webhook that cannot answer.
 impl Validator for Unimplemented {
     type Object = serde_json::Value;
-    fn validate(_: &AdmissionRequest<Self::Object>, _: &Context) -> Verdict {
+    fn validate(&self, _: &AdmissionRequest<Self::Object>, _: &Context) -> Verdict {
         panic!("this guest exports no validator (export!(validator: …))")
     }
 }
 
 impl Mutator for Unimplemented {
     type Object = serde_json::Value;
-    fn mutate(_: &AdmissionRequest<Self::Object>, _: &mut Self::Object, _: &Context) -> Verdict {
+    fn mutate(
+        &self,
+        _: &AdmissionRequest<Self::Object>,
+        _: &mut Self::Object,
+        _: &Context,
+    ) -> Verdict {
         panic!("this guest exports no mutator (export!(mutator: …))")
     }
 }
 
 impl Converter for Unimplemented {
-    fn convert(_: serde_json::Value, _: &str) -> Result<serde_json::Value, String> {
+    fn convert(&self, _: serde_json::Value, _: &str) -> Result<serde_json::Value, String> {
         Err("this guest exports no converter (export!(converter: …))".into())
     }
 }
@@ -193,18 +242,39 @@ fn undecodable(message: String) -> review::Verdict {
     )
 }
 
-/// Run `V::validate` for a review from the host.
-pub fn validate<V: Validator>(req: review::AdmissionRequest) -> review::Verdict {
+/// Run the instance's validator (built as [`init`] says) for a review from the host; a
+/// validator that cannot be built traps, so the webhook's `failurePolicy` decides.
+pub fn validate<V: Validator + FromConfig + 'static>(
+    slot: &'static Slot<V>,
+    req: review::AdmissionRequest,
+) -> review::Verdict {
+    with_part(slot, |err| err, |v| Ok(validate_with(v, req)))
+        .unwrap_or_else(|err| panic!("the validator cannot be built: {err}"))
+}
+
+/// Run `validator` for a review.
+pub fn validate_with<V: Validator>(
+    validator: &V,
+    req: review::AdmissionRequest,
+) -> review::Verdict {
     match request::<V::Object>(&req) {
-        Ok(typed) => answer(V::validate(&typed, &Context::new()), None),
+        Ok(typed) => answer(validator.validate(&typed, &Context::new()), None),
         Err(message) => undecodable(message),
     }
 }
 
-/// Run `M::mutate` for a review from the host: the object it leaves, as the request's
-/// object with the changes `mutate` made to its typed form (so fields the type does not
-/// know survive).
-pub fn mutate<M: Mutator>(req: review::AdmissionRequest) -> review::Verdict {
+/// Run the instance's mutator for a review from the host (see [`mutate_with`]).
+pub fn mutate<M: Mutator + FromConfig + 'static>(
+    slot: &'static Slot<M>,
+    req: review::AdmissionRequest,
+) -> review::Verdict {
+    with_part(slot, |err| err, |m| Ok(mutate_with(m, req)))
+        .unwrap_or_else(|err| panic!("the mutator cannot be built: {err}"))
+}
+
+/// Run `mutator` for a review: the object it leaves, as the request's object with the changes
+/// `mutate` made to its typed form (so fields the type does not know survive).
+pub fn mutate_with<M: Mutator>(mutator: &M, req: review::AdmissionRequest) -> review::Verdict {
     let typed = match request::<M::Object>(&req) {
         Ok(typed) => typed,
         Err(message) => return undecodable(message),
@@ -214,7 +284,7 @@ pub fn mutate<M: Mutator>(req: review::AdmissionRequest) -> review::Verdict {
         return answer(Verdict::allow(), None);
     };
     let before = serde_json::to_value(&object);
-    let verdict = M::mutate(&typed, &mut object, &Context::new());
+    let verdict = mutator.mutate(&typed, &mut object, &Context::new());
     let after = serde_json::to_value(&object);
     let (Ok(before), Ok(after)) = (before, after) else {
         panic!("the mutated object does not encode as JSON");
@@ -238,16 +308,27 @@ pub fn mutate<M: Mutator>(req: review::AdmissionRequest) -> review::Verdict {
     answer(verdict, Some(patched.to_string()))
 }
 
-/// Run `C::convert` on each object for a conversion review from the host.
-pub fn convert<C: Converter>(objects: Vec<String>, desired: String) -> Result<Vec<String>, String> {
-    objects
-        .iter()
-        .map(|text| {
-            let object = serde_json::from_str(text)
-                .map_err(|e| format!("an object does not decode: {e}"))?;
-            C::convert(object, &desired).map(|converted| converted.to_string())
-        })
-        .collect()
+/// Run the instance's converter on each object for a conversion review from the host.
+pub fn convert<C: Converter + FromConfig + 'static>(
+    slot: &'static Slot<C>,
+    objects: Vec<String>,
+    desired: String,
+) -> Result<Vec<String>, String> {
+    with_part(
+        slot,
+        |err| err,
+        |c| {
+            objects
+                .iter()
+                .map(|text| {
+                    let object = serde_json::from_str(text)
+                        .map_err(|e| format!("an object does not decode: {e}"))?;
+                    c.convert(object, &desired)
+                        .map(|converted| converted.to_string())
+                })
+                .collect()
+        },
+    )
 }
 
 impl From<Action> for wit::Action {

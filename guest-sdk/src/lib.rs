@@ -196,8 +196,11 @@ macro_rules! __export_guest {
         #[cfg(not(target_arch = "wasm32"))]
         const _: () = {
             let _ = <$r as $crate::FromConfig>::from_config;
+            let _ = <$v as $crate::FromConfig>::from_config;
             let _ = <$v as $crate::Validator>::validate;
+            let _ = <$m as $crate::FromConfig>::from_config;
             let _ = <$m as $crate::Mutator>::mutate;
+            let _ = <$c as $crate::FromConfig>::from_config;
             let _ = <$c as $crate::Converter>::convert;
         };
         #[cfg(target_arch = "wasm32")]
@@ -207,10 +210,16 @@ macro_rules! __export_guest {
             struct KrecGuestExport;
             ::std::thread_local! {
                 static RECONCILER: ::std::cell::OnceCell<$r> = const { ::std::cell::OnceCell::new() };
+                static VALIDATOR: ::std::cell::OnceCell<$v> = const { ::std::cell::OnceCell::new() };
+                static MUTATOR: ::std::cell::OnceCell<$m> = const { ::std::cell::OnceCell::new() };
+                static CONVERTER: ::std::cell::OnceCell<$c> = const { ::std::cell::OnceCell::new() };
             }
             impl $crate::bindings::Guest for KrecGuestExport {
                 fn init(config: ::std::string::String) -> ::core::result::Result<(), ::std::string::String> {
-                    $crate::__private::init::<$r>(&RECONCILER, config)
+                    $crate::__private::init::<$r, $v, $m, $c>(
+                        (&RECONCILER, &VALIDATOR, &MUTATOR, &CONVERTER),
+                        config,
+                    )
                 }
                 fn reconcile(
                     req: wit::Request,
@@ -224,10 +233,10 @@ macro_rules! __export_guest {
                     $crate::__private::map::<$r>(&RECONCILER, kind, object)
                 }
                 fn validate(request: review::AdmissionRequest) -> review::Verdict {
-                    $crate::__private::validate::<$v>(request)
+                    $crate::__private::validate::<$v>(&VALIDATOR, request)
                 }
                 fn mutate(request: review::AdmissionRequest) -> review::Verdict {
-                    $crate::__private::mutate::<$m>(request)
+                    $crate::__private::mutate::<$m>(&MUTATOR, request)
                 }
                 fn convert(
                     objects: ::std::vec::Vec<::std::string::String>,
@@ -236,7 +245,7 @@ macro_rules! __export_guest {
                     ::std::vec::Vec<::std::string::String>,
                     ::std::string::String,
                 > {
-                    $crate::__private::convert::<$c>(objects, desired_api_version)
+                    $crate::__private::convert::<$c>(&CONVERTER, objects, desired_api_version)
                 }
             }
             $crate::bindings::__export_world!(KrecGuestExport with_types_in $crate::bindings);

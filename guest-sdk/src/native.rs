@@ -150,9 +150,27 @@ pub use crate::bindings::krec::reconciler::admission_types::{
 /// A kind as the WIT `types` interface declares it (a [`Review`]'s `kind`).
 pub use crate::bindings::krec::reconciler::types::Gvk as WitGvk;
 
-/// Run `V`'s validate natively on `review`, its [`Context`] reads and log
-/// lines served by `host` — what the guest's `validate` export does in a component.
-pub fn validate<V: Validator>(host: Arc<dyn Host>, review: Review) -> ReviewVerdict {
+/// Run `V`'s validate natively on `review`, on a `V` built without configuration, its
+/// [`Context`] reads and log lines served by `host` — what the guest's `validate` export does in
+/// a component (see [`validate_with`] for one you built).
+///
+/// # Panics
+///
+/// When `V` cannot be built without a configuration (as the export traps).
+pub fn validate<V: Validator + FromConfig>(host: Arc<dyn Host>, review: Review) -> ReviewVerdict {
+    let validator = match crate::__private::build::<V>("null") {
+        Ok(validator) => validator,
+        Err(err) => panic!("the validator cannot be built: {err}"),
+    };
+    validate_with(&validator, host, review)
+}
+
+/// Run `validator` natively on `review`, its [`Context`] reads and log lines served by `host`.
+pub fn validate_with<V: Validator>(
+    validator: &V,
+    host: Arc<dyn Host>,
+    review: Review,
+) -> ReviewVerdict {
     let _restore = crate::host::install(host);
-    crate::__private::validate::<V>(review)
+    crate::__private::validate_with(validator, review)
 }

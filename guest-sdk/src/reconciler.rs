@@ -117,12 +117,18 @@ pub trait FromConfig: Sized {
     /// What `spec.config` deserializes to.
     type Config: DeserializeOwned;
 
+    /// Whether it reads `spec.config`. The parts of a guest (its reconciler and webhooks) all
+    /// read the same `spec.config`; a part that takes none is built without it when another
+    /// part takes it (and refuses a config when no part takes one).
+    const TAKES_CONFIG: bool = true;
+
     /// Build the reconciler from its settings. An error rejects the configuration.
     fn from_config(config: Self::Config) -> Result<Self>;
 }
 
 impl<T: Default> FromConfig for T {
     type Config = NoConfig;
+    const TAKES_CONFIG: bool = false;
 
     fn from_config(_: NoConfig) -> Result<Self> {
         Ok(T::default())
@@ -140,7 +146,7 @@ impl<'de> Deserialize<'de> for NoConfig {
             None => Ok(NoConfig),
             Some(serde_json::Value::Object(map)) if map.is_empty() => Ok(NoConfig),
             Some(_) => Err(D::Error::custom(
-                "this guest takes no configuration: remove spec.config, or implement krec_guest::FromConfig for the reconciler",
+                "this guest takes no configuration: remove spec.config, or implement krec_guest::FromConfig for the reconciler (or a webhook)",
             )),
         }
     }

@@ -363,7 +363,7 @@ struct Guard;
 impl Validator for Guard {{
     type Object = {ty};
 
-    fn validate(req: &AdmissionRequest<{ty}>, _ctx: &Context) -> Verdict {{
+    fn validate(&self, req: &AdmissionRequest<{ty}>, _ctx: &Context) -> Verdict {{
         let Some(object) = &req.object else {{
             return Verdict::allow();
         }};

@@ -127,12 +127,13 @@ impl Reconciler for PodStamper {
 /// The benchmark's validating webhook: a Pod may not ask for an older generation than the one
 /// stored — the typed object decoded, and the stored Pod read from the host's cache (the
 /// cross-object check validators make, as `sample-guests/foo-validator` does with a `list`).
+#[derive(Default)]
 pub struct GenerationValidator;
 
 impl Validator for GenerationValidator {
     type Object = Pod;
 
-    fn validate(req: &AdmissionRequest<Pod>, ctx: &Context) -> Verdict {
+    fn validate(&self, req: &AdmissionRequest<Pod>, ctx: &Context) -> Verdict {
         let Some(pod) = &req.object else {
             return Verdict::allow();
         };

@@ -33,10 +33,11 @@ fn version_of(api_version: &str) -> Result<&str, String> {
     }
 }
 
+#[derive(Default)]
 struct FooConverter;
 
 impl Converter for FooConverter {
-    fn convert(mut object: Value, desired_api_version: &str) -> Result<Value, String> {
+    fn convert(&self, mut object: Value, desired_api_version: &str) -> Result<Value, String> {
         let from = version_of(object["apiVersion"].as_str().unwrap_or_default())?;
         let (from_field, to_field) = (
             size_field(from)?,

@@ -50,12 +50,13 @@ fn dns_subdomain_problem(name: &str) -> Option<&'static str> {
     )
 }
 
+#[derive(Default)]
 struct FooValidator;
 
 impl Validator for FooValidator {
     type Object = Foo;
 
-    fn validate(req: &AdmissionRequest<Foo>, ctx: &Context) -> Verdict {
+    fn validate(&self, req: &AdmissionRequest<Foo>, ctx: &Context) -> Verdict {
         let Some(foo) = &req.object else {
             return Verdict::allow();
         };

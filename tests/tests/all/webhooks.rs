@@ -751,3 +751,61 @@ async fn replicas_should_share_one_ca_kept_in_a_secret() {
         .expect("third");
     assert_eq!(third.ca_pem(), first.ca_pem());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_should_use_its_spec_config() {
+    let path = krec_tests::repo_root().join("sample-guests/pod-defaulter/manifest.yaml");
+    let text = std::fs::read_to_string(&path).expect("manifest");
+    let configured = |config: &str| {
+        Manifest::parse(&path, &format!("{text}  config: {config}\n"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let live = Live::start_alive(
+        vec![configured("{cpu: 250m, memory: 128Mi}")],
+        sample_objects("foo-controller"),
+    )
+    .await;
+    let server = WebhookServer::start(live.manager.clone(), "127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("webhook server");
+    register_all(&live, &server).await;
+    let pods: Api<Pod> = Api::namespaced(live.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "configured"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}))
+    .expect("pod");
+    let created = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    let requests = created.spec.expect("spec").containers[0]
+        .resources
+        .clone()
+        .and_then(|r| r.requests)
+        .expect("requests");
+    assert_eq!(requests["cpu"].0, "250m");
+    assert_eq!(requests["memory"].0, "128Mi");
+    // A setting the webhook refuses: the new version is refused naming the field, the
+    // running one goes on.
+    let report = live.manager.apply(vec![Ok(configured("{cpu: ''}"))]).await;
+    assert!(report.swapped.is_empty(), "{report:?}");
+    let reason = &report.rejected[0].reason;
+    assert!(
+        reason.contains("refused its configuration: spec.config: invalid: cpu: must not be empty"),
+        "{reason}"
+    );
+    let created = pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "still"},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}))
+            .expect("pod"),
+        )
+        .await
+        .expect("create");
+    let requests = created.spec.expect("spec").containers[0]
+        .resources
+        .clone()
+        .and_then(|r| r.requests)
+        .expect("requests");
+    assert_eq!(requests["cpu"].0, "250m");
+}

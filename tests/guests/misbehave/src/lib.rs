@@ -212,13 +212,18 @@ impl Reconciler for Misbehave {
 }
 
 /// As a validating webhook for ConfigMaps: misbehaves as the ConfigMap's `data.misbehave` asks.
+#[derive(Default)]
 struct MisbehaveValidator;
 
 impl Validator for MisbehaveValidator {
     // Any kind: a Foo is allowed (it has no `data.misbehave`).
     type Object = krec_guest::DynamicObject;
 
-    fn validate(req: &AdmissionRequest<krec_guest::DynamicObject>, ctx: &Context) -> Verdict {
+    fn validate(
+        &self,
+        req: &AdmissionRequest<krec_guest::DynamicObject>,
+        ctx: &Context,
+    ) -> Verdict {
         let asked = req
             .object
             .as_ref()
