@@ -165,6 +165,17 @@ pub fn validate<V: Validator + FromConfig>(host: Arc<dyn Host>, review: Review) 
     validate_with(&validator, host, review)
 }
 
+/// Run `mutator` natively on `review`, its [`Context`] reads and log lines served by `host`:
+/// the verdict, with the object it leaves as `patched` when it changed it.
+pub fn mutate_with<M: crate::admission::Mutator>(
+    mutator: &M,
+    host: Arc<dyn Host>,
+    review: Review,
+) -> ReviewVerdict {
+    let _restore = crate::host::install(host);
+    crate::__private::mutate_with(mutator, review)
+}
+
 /// Run `validator` natively on `review`, its [`Context`] reads and log lines served by `host`.
 pub fn validate_with<V: Validator>(
     validator: &V,

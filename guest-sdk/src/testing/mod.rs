@@ -58,6 +58,9 @@ use serde_json::Value;
 use krec_apiserver::local::LocalClient;
 use krec_apiserver::{ApiError, ErrorKind, Registry, ResourceType, Store, ensure_namespaces};
 
+mod admission;
+pub use admission::Mutated;
+
 #[cfg(feature = "envtest")]
 mod envtest;
 #[cfg(feature = "envtest")]

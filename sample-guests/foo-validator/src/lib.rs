@@ -91,6 +91,87 @@ export!(validator: FooValidator);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use krec_guest::serde_json::json;
+    use krec_guest::testing::FakeCluster;
+
+    /// A cluster serving the Foo kind (its CRD, as `foo-controller/crd` defines it, reduced to
+    /// what the validator needs), holding `foos`.
+    fn cluster(foos: &[Foo]) -> FakeCluster {
+        let mut cluster = FakeCluster::new().with_json(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "foos.samplecontroller.k8s.io",
+                "annotations": {"api-approved.kubernetes.io": "unapproved, experimental-only"}},
+            "spec": {"group": "samplecontroller.k8s.io", "scope": "Namespaced",
+                "names": {"kind": "Foo", "plural": "foos", "singular": "foo", "listKind": "FooList"},
+                "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}}));
+        for foo in foos {
+            cluster = cluster.with(foo);
+        }
+        cluster
+    }
+
+    fn foo(name: &str, deployment: &str) -> Foo {
+        let mut foo = Foo::new(
+            name,
+            FooSpec {
+                deployment_name: deployment.into(),
+            },
+        );
+        foo.metadata.namespace = Some("default".into());
+        foo
+    }
+
+    #[test]
+    fn a_foo_naming_an_invalid_deployment_should_be_refused_as_invalid() {
+        let verdict = cluster(&[]).validate(
+            &FooValidator,
+            &AdmissionRequest::create(foo("example", "Not_A_Name")),
+        );
+        assert!(!verdict.allowed);
+        assert_eq!(verdict.code, Some(422));
+        assert!(
+            verdict.message.as_deref().is_some_and(
+                |m| m.starts_with("spec.deploymentName: Invalid value: \"Not_A_Name\"")
+            ),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn a_deployment_another_foo_uses_should_be_refused_and_its_own_kept() {
+        let taken = foo("first", "web");
+        let cluster = cluster(std::slice::from_ref(&taken));
+        let verdict = cluster.validate(
+            &FooValidator,
+            &AdmissionRequest::create(foo("second", "web")),
+        );
+        assert!(!verdict.allowed, "{verdict:?}");
+        assert!(
+            verdict
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("Duplicate value")),
+            "{verdict:?}"
+        );
+        // The Foo that has it may keep it; another name is free.
+        let mut changed = taken.clone();
+        changed.metadata.labels = Some([("k".to_owned(), "v".to_owned())].into());
+        assert!(
+            cluster
+                .validate(&FooValidator, &AdmissionRequest::update(taken, changed))
+                .allowed
+        );
+        assert!(
+            cluster
+                .validate(
+                    &FooValidator,
+                    &AdmissionRequest::create(foo("third", "api"))
+                )
+                .allowed
+        );
+    }
 
     #[test]
     fn deployment_names_should_be_dns_subdomains() {

@@ -97,3 +97,90 @@ impl Mutator for PodDefaulter {
 }
 
 export!(mutator: PodDefaulter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use krec_guest::k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use krec_guest::testing::FakeCluster;
+
+    fn pod(requests: Option<(&str, &str)>) -> Pod {
+        let mut container = Container {
+            name: "web".into(),
+            image: Some("registry.k8s.io/pause:3.10".into()),
+            ..Default::default()
+        };
+        if let Some((cpu, memory)) = requests {
+            container.resources = Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".into(), Quantity(cpu.into())),
+                    ("memory".into(), Quantity(memory.into())),
+                ])),
+                ..Default::default()
+            });
+        }
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![container],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        pod.metadata.name = Some("web".into());
+        pod.metadata.namespace = Some("default".into());
+        pod
+    }
+
+    fn requests(pod: &Pod) -> (String, String) {
+        let requests = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[0].resources.as_ref())
+            .and_then(|r| r.requests.clone())
+            .unwrap_or_default();
+        (requests["cpu"].0.clone(), requests["memory"].0.clone())
+    }
+
+    #[test]
+    fn a_pod_should_be_labelled_and_get_the_default_requests() {
+        let defaulter: PodDefaulter = FakeCluster::configure("null").expect("no config");
+        let mutated = FakeCluster::new().mutate(&defaulter, &AdmissionRequest::create(pod(None)));
+        assert!(mutated.verdict.allowed);
+        assert_eq!(
+            mutated.verdict.warnings,
+            ["pod-defaulter: default requests (cpu 100m, memory 64Mi) set on container(s) web"]
+        );
+        let object = mutated.object.expect("the pod");
+        assert_eq!(object.labels()[LABEL], "true");
+        assert_eq!(requests(&object), ("100m".into(), "64Mi".into()));
+    }
+
+    #[test]
+    fn configured_requests_should_be_used_and_a_containers_own_kept() {
+        let defaulter: PodDefaulter =
+            FakeCluster::configure(r#"{"cpu": "250m", "memory": "128Mi"}"#).expect("config");
+        let cluster = FakeCluster::new();
+        let mutated = cluster.mutate(&defaulter, &AdmissionRequest::create(pod(None)));
+        assert_eq!(
+            requests(&mutated.object.expect("pod")),
+            ("250m".into(), "128Mi".into())
+        );
+        let own = cluster.mutate(
+            &defaulter,
+            &AdmissionRequest::create(pod(Some(("1", "1Gi")))),
+        );
+        assert_eq!(
+            requests(&own.object.expect("pod")),
+            ("1".into(), "1Gi".into())
+        );
+        assert!(own.verdict.warnings.is_empty());
+        // A setting it refuses, naming it.
+        let refused = FakeCluster::configure::<PodDefaulter>(r#"{"cpu": ""}"#)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            refused.as_deref(),
+            Some("invalid: spec.config: invalid: cpu: must not be empty")
+        );
+    }
+}
