@@ -167,6 +167,8 @@ pub struct Server {
     task: Option<JoinHandle<()>>,
     controllers: Option<JoinHandle<()>>,
     faults: Arc<Faults>,
+    /// What answers requests, for [`send`](Server::send).
+    api: Arc<endpoints::ApiServer>,
 }
 
 impl Server {
@@ -238,7 +240,7 @@ impl Server {
         let task = tokio::spawn(serve(
             listener,
             certs.server_config,
-            server,
+            server.clone(),
             limits,
             stopped,
         ));
@@ -251,7 +253,42 @@ impl Server {
             task: Some(task),
             controllers,
             faults: config.faults,
+            api: server,
         })
+    }
+
+    /// Send one request to the API as its admin — through authentication, admission (webhooks
+    /// and policies), validation and storage, as a client's request over the network goes —
+    /// without the network: its status code and body. For a test in the same process (the
+    /// SDK's envtest creating an object its guest's webhooks judge).
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (u16, Vec<u8>) {
+        use tower::ServiceExt as _;
+        let app = axum::Router::new()
+            .fallback(endpoints::handle)
+            .with_state(self.api.clone());
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", content_type)
+            .body(axum::body::Body::from(body));
+        let request = match request {
+            Ok(request) => request,
+            Err(err) => return (400, format!("a bad request: {err}").into_bytes()),
+        };
+        let Ok(response) = app.oneshot(request).await;
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        (status, body)
     }
 
     /// The bound address.

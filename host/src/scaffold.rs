@@ -16,7 +16,7 @@ pub struct NewGuest {
     pub name: String,
     /// The reconciled kind, `group/version/Kind` or `version/Kind` (`v1/ConfigMap`).
     pub kind: String,
-    /// Whether the guest serves a validating webhook too.
+    /// Whether the guest serves a validating and a mutating webhook too (with their tests).
     pub webhook: bool,
     /// Where the SDK comes from: a path to `guest-sdk`, or `None` for crates.io.
     pub sdk_path: Option<PathBuf>,
@@ -348,7 +348,7 @@ fn files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
     };
     let example_body = example_body(kind);
     let webhook_use = if new.webhook {
-        "\nuse krec_guest::{AdmissionRequest, Validator, Verdict};"
+        "\nuse krec_guest::{AdmissionRequest, Mutator, Validator, Verdict};"
     } else {
         ""
     };
@@ -373,14 +373,65 @@ impl Validator for Guard {{
         Verdict::allow()
     }}
 }}
+
+/// The mutating webhook: labels every {ty} it admits `example.com/defaulted: "true"`.
+#[derive(Default)]
+struct Defaults;
+
+impl Mutator for Defaults {{
+    type Object = {ty};
+
+    fn mutate(&self, _req: &AdmissionRequest<{ty}>, object: &mut {ty}, _ctx: &Context) -> Verdict {{
+        object.labels_mut().insert("example.com/defaulted".into(), "true".into());
+        Verdict::allow()
+    }}
+}}
 "#
+        )
+    } else {
+        String::new()
+    };
+    // The webhooks' unit tests: typed requests on the fake cluster.
+    let webhook_tests = if new.webhook {
+        format!(
+            r#"
+
+    fn example() -> {ty} {{
+        let mut object = {ty}::default();
+        object.metadata.name = Some("example".into());{namespace_field}
+        {example_fixture}
+        object
+    }}
+
+    #[test]
+    fn the_guard_should_refuse_a_frozen_object_and_admit_others() {{
+        let cluster = FakeCluster::new();
+        assert!(cluster.validate(&Guard, &AdmissionRequest::create(example())).allowed);
+        let mut frozen = example();
+        frozen.annotations_mut().insert("example.com/frozen".into(), "true".into());
+        let verdict = cluster.validate(&Guard, &AdmissionRequest::update(example(), frozen));
+        assert!(!verdict.allowed);
+        assert_eq!(
+            verdict.message.as_deref(),
+            Some("metadata.annotations[example.com/frozen]: this object is frozen")
+        );
+    }}
+
+    #[test]
+    fn defaults_should_label_what_it_admits() {{
+        let mutated = FakeCluster::new().mutate(&Defaults, &AdmissionRequest::create(example()));
+        assert!(mutated.verdict.allowed);
+        let object = mutated.object.expect("the object");
+        assert_eq!(object.labels().get("example.com/defaulted").map(String::as_str), Some("true"));
+    }}"#,
+            example_fixture = example_fixture(kind),
         )
     } else {
         String::new()
     };
     let export = if new.webhook {
         format!(
-            "export!(reconciler: {}Reconciler, validator: Guard);",
+            "export!(reconciler: {}Reconciler, validator: Guard, mutator: Defaults);",
             camel(name)
         )
     } else {
@@ -395,6 +446,10 @@ impl Validator for Guard {{
     - type: validating
       rules:
         - {{ apiGroups: ["{group}"], apiVersions: [{version}], resources: [{plural}], operations: [CREATE, UPDATE] }}
+      failurePolicy: Fail
+    - type: mutating
+      rules:
+        - {{ apiGroups: ["{group}"], apiVersions: [{version}], resources: [{plural}], operations: [CREATE] }}
       failurePolicy: Fail
 "#,
             group = kind.group,
@@ -486,7 +541,7 @@ mod tests {{
     fn a_gone_object_should_be_done() {{
         let cluster = FakeCluster::new();
         assert_eq!(cluster.reconcile(&reconciler(), {request}), Ok(Action::done()));
-    }}
+    }}{webhook_tests}
 }}
 "##,
         rust = kind.rust,
@@ -517,6 +572,44 @@ spec:
     let example = format!(
         "# An example {ty}: `krec dev --manifests .` applies it, and the guest marks it.\napiVersion: {api_version}\nkind: {ty}\nmetadata:\n  name: example{example_ns}\n{example_body}"
     );
+    let webhook_integration = if new.webhook {
+        format!(
+            r#"
+/// The guest's webhooks, registered by the host with the cluster: what the cluster is asked to
+/// create, they judge (and label) — as `kubectl apply` would see.
+#[test]
+fn the_webhooks_should_judge_what_the_cluster_is_asked_to_create() {{
+    use krec_guest::ResourceExt as _;
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let cluster = TestCluster::start().expect("the embedded API server");
+    cluster.run_guests(format!("{{dir}}/manifest.yaml")).expect("the krec host");
+    let example = |name: &str| {{
+        let mut object = {ty}::default();
+        object.metadata.name = Some(name.into());{namespace_field}
+        {example_fixture}
+        object
+    }};
+    // Refused once the host has registered the webhooks.
+    let mut attempt = 0;
+    let refused = cluster.eventually("the guard to refuse a frozen object", || {{
+        attempt += 1;
+        let mut frozen = example(&format!("frozen-{{attempt}}"));
+        frozen.annotations_mut().insert("example.com/frozen".into(), "true".into());
+        cluster.create(&frozen).err()
+    }});
+    assert!(refused.to_string().contains("this object is frozen"), "{{refused}}");
+    let admitted = cluster.create(&example("admitted")).expect("admitted");
+    assert_eq!(
+        admitted.labels().get("example.com/defaulted").map(String::as_str),
+        Some("true")
+    );
+}}
+"#,
+            example_fixture = example_fixture(kind),
+        )
+    } else {
+        String::new()
+    };
     let integration = format!(
         r#"//! The guest's built `.wasm` in the real krec host, against krec's embedded API server:
 //! run `cargo build-guest` first (it builds `target/wasm32-wasip2/release/{krate}.wasm`).
@@ -544,7 +637,7 @@ fn the_guest_should_mark_an_object_in_the_host() {{
         object.metadata.annotations?.get("example.com/generation").cloned()
     }});
 }}
-"#,
+{webhook_integration}"#,
         rust = kind.rust,
         example_fixture = example_fixture(kind),
     );

@@ -87,6 +87,52 @@ impl TestCluster {
         })
     }
 
+    /// Create `object` through the API server, as a client's request goes — admission
+    /// included, so the guests' webhooks judge it once the host has registered them (see
+    /// [`run_guests`](Self::run_guests)) — and return it as stored (a mutating webhook's
+    /// changes in it).
+    ///
+    /// # Errors
+    ///
+    /// The API server's refusal, as the error its status names: a webhook's denial is
+    /// [`Error::Forbidden`] or [`Error::Invalid`] with kube-apiserver's message (`admission
+    /// webhook "…" denied the request: …`).
+    pub fn create<K>(&self, object: &K) -> Result<K>
+    where
+        K: kube_core::Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let Some(server) = &self.server else {
+            return Err(Error::Unavailable("the API server has stopped".into()));
+        };
+        let mut value = serde_json::to_value(object)?;
+        value["apiVersion"] = K::api_version(&()).into_owned().into();
+        value["kind"] = K::kind(&()).into_owned().into();
+        let path = K::url_path(&(), object.meta().namespace.as_deref());
+        let (status, body) = self.runtime.block_on(server.send(
+            "POST",
+            &path,
+            "application/json",
+            serde_json::to_vec(&value)?,
+        ));
+        if status < 300 {
+            return Ok(serde_json::from_slice(&body)?);
+        }
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|s| s["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        Err(match status {
+            400 | 422 => Error::Invalid(message),
+            403 => Error::Forbidden(message),
+            404 => Error::NotFound(message),
+            409 if message.contains("already exists") => Error::AlreadyExists(message),
+            409 => Error::Conflict(message),
+            503 => Error::Unavailable(message),
+            504 => Error::Timeout(message),
+            _ => Error::Other(format!("HTTP {status}: {message}")),
+        })
+    }
+
     /// The kubeconfig of the cluster (for kubectl or a kube client).
     pub fn kubeconfig(&self) -> &std::path::Path {
         &self.kubeconfig

@@ -11,7 +11,7 @@ pub(super) struct Args {
     /// The kind it reconciles: group/version/Kind or version/Kind.
     #[arg(long, default_value = "apps/v1/Deployment")]
     kind: String,
-    /// Serve a validating webhook too.
+    /// Serve a validating and a mutating webhook too, with unit and integration tests.
     #[arg(long)]
     webhook: bool,
     /// Where to create the crate (default: ./NAME).
