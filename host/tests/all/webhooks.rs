@@ -319,7 +319,7 @@ fn krec_webhooks_output_should_apply_server_side_again_and_again_on_a_crd_kubect
 }
 
 #[test]
-fn a_webhook_guest_that_cannot_load_should_not_lock_out_and_its_status_should_say_so() {
+fn a_webhook_guest_that_cannot_load_should_not_lock_out_say_so_and_go_with_its_object() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = dir.path().join("kc.yaml");
     let (child, _, _lines) = common::spawn_until(
@@ -413,4 +413,11 @@ fn a_webhook_guest_that_cannot_load_should_not_lock_out_and_its_status_should_sa
     let (ok, said) = run_pod(&kubectl, "default", "after");
     assert!(ok, "{said}");
     assert_eq!(defaulted(&kubectl, "default", "after"), "true");
+    // The object deleted: its guest stops and its registration goes with it.
+    let (ok, out, err) = kubectl.run(["delete", "crec", "pod-defaulter"]);
+    assert!(ok, "{out}{err}");
+    kubectl.until(
+        &["get", "mutatingwebhookconfigurations", "-o", "name"],
+        |out| out.trim().is_empty(),
+    );
 }
