@@ -351,23 +351,67 @@ pub async fn set_conversion(
     crd: &str,
     conversion: Option<Value>,
 ) -> Result<(), crate::vocab::AccessError> {
+    set_conversion_with(api, crd, conversion, None).await
+}
+
+/// [`set_conversion`], the CRD annotated `cert-manager.io/inject-ca-from: inject_ca_from` when
+/// given (cert-manager's CA injector fills the conversion's `caBundle`).
+///
+/// # Errors
+///
+/// As [`set_conversion`].
+pub async fn set_conversion_with(
+    api: &crate::client::ApiClient,
+    crd: &str,
+    conversion: Option<Value>,
+    inject_ca_from: Option<&str>,
+) -> Result<(), crate::vocab::AccessError> {
+    let annotated = conversion.is_some() && inject_ca_from.is_some();
     let conversion = conversion.unwrap_or_else(|| json!({"strategy": "None"}));
     let gvk =
         crate::vocab::Gvk::from_api_version("apiextensions.k8s.io/v1", "CustomResourceDefinition");
     // An apply would create a CRD that is not there (and fail on its missing spec).
     api.get(&gvk, None, crd).await?;
+    let mut body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd}, "spec": {"conversion": conversion}});
+    if let (true, Some(from)) = (annotated, inject_ca_from) {
+        body["metadata"]["annotations"] = json!({INJECT_CA_FROM: from});
+    }
     api.patch(
         &gvk,
         None,
         crd,
         crate::vocab::PatchType::Apply,
-        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": crd}, "spec": {"conversion": conversion}}),
+        &body,
         false,
         FIELD_MANAGER,
     )
     .await
     .map(drop)
+}
+
+/// cert-manager's annotation asking its CA injector to fill an object's `caBundle`s with the CA
+/// of the named Certificate (`namespace/name`).
+pub const INJECT_CA_FROM: &str = "cert-manager.io/inject-ca-from";
+
+/// `registration` (a webhook configuration, or a CRD conversion) left to cert-manager: no
+/// `caBundle` of its own (the injector's stays), and for a configuration the annotation naming
+/// the Certificate.
+pub fn inject_ca_from(registration: &mut Value, certificate: &str) {
+    if let Some(webhooks) = registration["webhooks"].as_array_mut() {
+        for webhook in webhooks {
+            if let Some(config) = webhook["clientConfig"].as_object_mut() {
+                config.remove("caBundle");
+            }
+        }
+        registration["metadata"]["annotations"] = json!({INJECT_CA_FROM: certificate});
+    }
+    if let Some(config) = registration
+        .pointer_mut("/webhook/clientConfig")
+        .and_then(Value::as_object_mut)
+    {
+        config.remove("caBundle");
+    }
 }
 
 /// The namespaces every webhook registered by krec leaves out unless its manifest's

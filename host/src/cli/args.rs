@@ -129,6 +129,11 @@ pub(super) struct HostArgs {
     /// valid; each is renewed at two thirds of it.
     #[arg(long, default_value = "2160h", value_parser = duration)]
     webhook_cert_validity: std::time::Duration,
+    /// Leave the registrations' `caBundle`s to cert-manager: annotate them
+    /// `cert-manager.io/inject-ca-from: NAMESPACE/CERTIFICATE` (the Certificate whose Secret
+    /// --webhook-cert-file and --webhook-key-file mount).
+    #[arg(long, requires = "webhook_cert_file")]
+    webhook_inject_ca_from: Option<String>,
     /// Register the guests' webhooks (and CRD conversions) with the cluster, reached through
     /// this Service, `NAMESPACE/NAME[:PORT]` (the host's own, as `krec install` makes it); the
     /// registrations follow the guests and outlive a stopping replica.
@@ -219,6 +224,7 @@ impl HostArgs {
                     ca: self.webhook_ca_file,
                 }),
             webhook_cert_validity: self.webhook_cert_validity,
+            webhook_inject_ca_from: self.webhook_inject_ca_from,
             webhook_registration: match (self.webhook_service, self.register_webhooks) {
                 (Some(reach), _) => crate::runtime::WebhookRegistration::At(reach),
                 (None, true) => crate::runtime::WebhookRegistration::Own,

@@ -55,6 +55,9 @@ pub struct HostOptions {
     /// How long the serving certificates the host issues itself are valid (renewed at two
     /// thirds of it).
     pub webhook_cert_validity: std::time::Duration,
+    /// The cert-manager Certificate (`namespace/name`) whose CA cert-manager's injector puts in
+    /// the registrations' `caBundle`s (`--webhook-inject-ca-from`), instead of the host.
+    pub webhook_inject_ca_from: Option<String>,
     /// Whether and how the host registers its guests' webhooks with the cluster.
     pub webhook_registration: WebhookRegistration,
     /// The namespace the host runs in (`--namespace`): its guests' webhooks leave it out.
@@ -98,6 +101,7 @@ impl Default for HostOptions {
             webhook_addr: None,
             webhook_tls: None,
             webhook_cert_validity: crate::webhook_tls::DEFAULT_VALIDITY,
+            webhook_inject_ca_from: None,
             webhook_registration: WebhookRegistration::Off,
             namespace: None,
             guest_memory: None,

@@ -83,6 +83,7 @@ pub(super) async fn start(
         protected: crate::webhooks::protected_namespaces(host_namespace),
         reach,
         ca_pem: server.ca_pem().to_owned(),
+        inject_ca_from: options.webhook_inject_ca_from.clone(),
         configurations: BTreeMap::new(),
         conversions: BTreeMap::new(),
     };
@@ -147,6 +148,9 @@ struct Registrar {
     /// The namespaces the webhooks leave out.
     protected: Vec<String>,
     ca_pem: String,
+    /// The cert-manager Certificate (`namespace/name`) whose CA cert-manager injects, instead
+    /// of `ca_pem`.
+    inject_ca_from: Option<String>,
     /// Registered configurations: (kind, name) → as registered.
     configurations: BTreeMap<(String, String), Value>,
     /// CRDs pointed at a guest: name → their `spec.conversion`.
@@ -171,6 +175,10 @@ impl Registrar {
                 &self.ca_pem,
                 &self.protected,
             ) {
+                let mut configuration = configuration;
+                if let Some(certificate) = &self.inject_ca_from {
+                    crate::webhooks::inject_ca_from(&mut configuration, certificate);
+                }
                 let text = |key: &str| configuration.pointer(key).and_then(Value::as_str);
                 let id = (
                     text("/kind").unwrap_or_default().to_owned(),
@@ -181,6 +189,10 @@ impl Registrar {
             if let Some((crd, conversion)) =
                 crate::webhooks::conversion(manifest, &self.reach, &self.ca_pem)
             {
+                let mut conversion = conversion;
+                if let Some(certificate) = &self.inject_ca_from {
+                    crate::webhooks::inject_ca_from(&mut conversion, certificate);
+                }
                 conversions.insert(crd, (manifest.name.clone(), conversion));
             }
         }
@@ -253,7 +265,14 @@ impl Registrar {
             if self.conversions.get(&crd) == Some(&conversion) {
                 continue;
             }
-            match crate::webhooks::set_conversion(&self.api, &crd, Some(conversion.clone())).await {
+            match crate::webhooks::set_conversion_with(
+                &self.api,
+                &crd,
+                Some(conversion.clone()),
+                self.inject_ca_from.as_deref(),
+            )
+            .await
+            {
                 Ok(()) => {
                     tracing::info!(%guest, "pointed the CRD {crd} at its conversion webhook");
                     self.conversions.insert(crd, conversion);

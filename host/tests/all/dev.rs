@@ -255,7 +255,8 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
             && tests.contains("the_guest_should_mark_an_object_in_the_host ... ok")
             && tests.contains("the_guard_should_refuse_a_frozen_object_and_admit_others ... ok")
             && tests.contains("defaults_should_label_what_it_admits ... ok")
-            && tests.contains("the_webhooks_should_judge_what_the_cluster_is_asked_to_create ... ok"),
+            && tests
+                .contains("the_webhooks_should_judge_what_the_cluster_is_asked_to_create ... ok"),
         "{tests}"
     );
     let checked = run_in(

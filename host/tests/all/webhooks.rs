@@ -421,3 +421,77 @@ fn a_webhook_guest_that_cannot_load_should_not_lock_out_say_so_and_go_with_its_o
         |out| out.trim().is_empty(),
     );
 }
+
+#[test]
+fn registrations_left_to_cert_manager_should_keep_the_ca_its_injector_puts() {
+    let (_cluster, kubectl, guests, kubeconfig, dir) = cluster_with_webhook_guests();
+    let certs = dir.path().join("certs");
+    let (ok, _, err) = common::krec([
+        "webhooks".as_ref(),
+        "--manifests".as_ref(),
+        guests.as_os_str(),
+        "--generate-certs".as_ref(),
+        certs.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    let args = [
+        "--webhook-service".to_owned(),
+        "krec-system/krec-webhooks:443".to_owned(),
+        "--webhook-cert-file".to_owned(),
+        certs.join("tls.crt").display().to_string(),
+        "--webhook-key-file".to_owned(),
+        certs.join("tls.key").display().to_string(),
+        "--webhook-inject-ca-from".to_owned(),
+        "krec-system/krec-webhooks".to_owned(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut host = Host::start(&guests, &kubeconfig, &dir.path().join("cache"), &args);
+    let annotation = kubectl.until(
+        &[
+            "get",
+            "mutatingwebhookconfiguration",
+            "krec-pod-defaulter",
+            "-o",
+            r"jsonpath={.metadata.annotations.cert-manager\.io/inject-ca-from}",
+        ],
+        |out| !out.is_empty(),
+    );
+    assert_eq!(annotation, "krec-system/krec-webhooks");
+    let bundle = |kubectl: &Kubectl| {
+        kubectl
+            .run([
+                "get",
+                "mutatingwebhookconfiguration",
+                "krec-pod-defaulter",
+                "-o",
+                "jsonpath={.webhooks[0].clientConfig.caBundle}",
+            ])
+            .1
+    };
+    assert_eq!(bundle(&kubectl), "", "the host sets no caBundle of its own");
+    // cert-manager's injector fills it in…
+    let (ok, out, err) = kubectl.run([
+        "patch",
+        "mutatingwebhookconfiguration",
+        "krec-pod-defaulter",
+        "--type=json",
+        "--field-manager=cert-manager-cainjector",
+        "-p",
+        r#"[{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "aW5qZWN0ZWQ="}]"#,
+    ]);
+    assert!(ok, "{out}{err}");
+    // …and a host applying its registrations again (here: the next one to start) keeps it.
+    assert!(common::stop(&mut host.child, "-TERM").success());
+    let again = Host::start(&guests, &kubeconfig, &dir.path().join("cache"), &args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let line = again
+            .stderr
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .expect("the second host registers its webhooks");
+        if line.contains("registered the MutatingWebhookConfiguration krec-pod-defaulter") {
+            break;
+        }
+    }
+    assert_eq!(bundle(&kubectl), "aW5qZWN0ZWQ=");
+}
