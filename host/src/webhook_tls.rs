@@ -29,6 +29,9 @@ use crate::vocab::{AccessError, Gvk};
 /// The Secret keeping the host's webhook CA, in its namespace.
 pub const CA_SECRET: &str = "krec-webhook-ca";
 
+/// The field manager of the Secret the host creates (the host's, as for its registrations).
+const FIELD_MANAGER: &str = "krec";
+
 /// The name of the CA (`krec-webhooks-ca`) and of the certificates it issues.
 const AUTHORITY: &str = "krec-webhooks";
 
@@ -239,7 +242,7 @@ async fn kept_authority(api: &ApiClient, namespace: &str) -> anyhow::Result<Auth
             "labels": {"app.kubernetes.io/managed-by": "krec"}},
         "type": "Opaque",
         "data": {"ca.crt": encode(authority.cert_pem()), "ca.key": encode(authority.key_pem())}});
-    match api.create(&secret, crate::webhooks::FIELD_MANAGER).await {
+    match api.create(&secret, FIELD_MANAGER).await {
         Ok(_) => {
             tracing::info!("made the webhook CA, kept in {}", named());
             Ok(authority)
