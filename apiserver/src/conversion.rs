@@ -67,7 +67,7 @@ pub async fn to_version(
         .collect();
     let review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
         "request": {"uid": uid, "desiredAPIVersion": desired, "objects": sent}});
-    let url = webhook.client.url().map_err(|e| failed(e.0))?;
+    let url = webhook.client.url(TIMEOUT).map_err(|e| failed(e.0))?;
     let answer = tokio::time::timeout(TIMEOUT, post(url, &webhook.client.ca_bundle, &review))
         .await
         .map_err(|_| failed(format!("Post \"{url}\": context deadline exceeded")))?

@@ -36,7 +36,7 @@ pub async fn call(hook: &Hook, review: &Review) -> Result<Verdict, CallError> {
     request["uid"] = json!(uid);
     let body =
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
-    let url = hook.client.url()?;
+    let url = hook.client.url(hook.timeout)?;
     // As client-go's `Request.Timeout` sends it: the webhook can stop when the caller has
     // given up.
     let separator = if url.contains('?') { '&' } else { '?' };

@@ -102,6 +102,7 @@ pub struct Admission {
     mutating: Option<ResourceType>,
     validating: Option<ResourceType>,
     namespaces: Option<ResourceType>,
+    services: Option<ResourceType>,
 }
 
 impl Admission {
@@ -113,6 +114,7 @@ impl Admission {
             mutating: registry.by_kind(group, "v1", "MutatingWebhookConfiguration"),
             validating: registry.by_kind(group, "v1", "ValidatingWebhookConfiguration"),
             namespaces: registry.by_kind("", "v1", "Namespace"),
+            services: registry.by_kind("", "v1", "Service"),
             policies: policy::Policies::new(&store),
             store,
         }
@@ -156,10 +158,11 @@ impl Admission {
             let Some(rt) = rt else { continue };
             // Key order is name order: kube-apiserver sorts configurations by name.
             for configuration in self.store.objects(rt, None) {
-                for hook in Hook::from_configuration(kind, &configuration) {
+                for mut hook in Hook::from_configuration(kind, &configuration) {
                     if !hook.matches(request) {
                         continue;
                     }
+                    self.resolve_service(&mut hook.client);
                     if hook.has_namespace_selector() {
                         let labels = namespace_labels
                             .get_or_insert_with(|| self.namespace_labels(request, namespace));
@@ -184,6 +187,30 @@ impl Admission {
 
     /// The labels a namespace selector is matched against: a Namespace's own (new or old), else
     /// those of the object's namespace.
+    /// Look up the Service a webhook is reached through, as kube-apiserver's service resolver
+    /// does before dialing it.
+    fn resolve_service(&self, client: &mut crate::webhook::ClientConfig) {
+        use crate::webhook::{Endpoint, ServiceAddress};
+        let (
+            Endpoint::Service {
+                namespace, name, ..
+            },
+            Some(rt),
+        ) = (&client.endpoint, &self.services)
+        else {
+            return;
+        };
+        client.service = match self.store.get(rt, Some(namespace), name).ok() {
+            Some(service) => match service["spec"]["clusterIP"].as_str() {
+                Some(ip) if !ip.is_empty() && ip != "None" => {
+                    ServiceAddress::ClusterIp(ip.to_owned())
+                }
+                _ => ServiceAddress::Unresolved,
+            },
+            None => ServiceAddress::Missing,
+        };
+    }
+
     fn namespace_labels(
         &self,
         request: &admissionregistration::Request<'_>,

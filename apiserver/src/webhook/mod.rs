@@ -39,6 +39,21 @@ pub struct ClientConfig {
     pub endpoint: Endpoint,
     /// `caBundle`, PEM (decoded from base64; empty when none was given).
     pub ca_bundle: Vec<u8>,
+    /// For a Service endpoint: the Service as the store holds it, looked up when the webhook is
+    /// about to be called.
+    pub service: ServiceAddress,
+}
+
+/// What the store says of a webhook's Service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ServiceAddress {
+    /// Not looked up.
+    #[default]
+    Unresolved,
+    /// No such Service.
+    Missing,
+    /// The Service's cluster IP.
+    ClusterIp(String),
 }
 
 impl ClientConfig {
@@ -62,19 +77,38 @@ impl ClientConfig {
         Some(ClientConfig {
             endpoint,
             ca_bundle,
+            service: ServiceAddress::Unresolved,
         })
     }
 
-    /// The URL to post to. A Service cannot be reached: the embedded API server's Services have
-    /// no network behind them.
-    pub fn url(&self) -> Result<&str, CallError> {
+    /// The URL to post to, or why it cannot be posted to. A Service cannot be reached: the
+    /// embedded API server's Services have no network behind them, so it fails as
+    /// kube-apiserver's call fails when the Service has no ready endpoint (kube-proxy refuses
+    /// the connection) or does not exist — with `timeout` in the URL as kube-apiserver sends it.
+    pub fn url(&self, timeout: std::time::Duration) -> Result<&str, CallError> {
         match &self.endpoint {
             Endpoint::Url(url) => Ok(url),
             Endpoint::Service {
-                namespace, name, ..
-            } => Err(CallError(format!(
-                "service {namespace}/{name} cannot be reached from the embedded API server (its Services have no network): register the webhook with clientConfig.url"
-            ))),
+                namespace,
+                name,
+                port,
+                path,
+            } => {
+                let url = format!(
+                    "https://{name}.{namespace}.svc:{port}{path}?timeout={}s",
+                    timeout.as_secs()
+                );
+                let why = match &self.service {
+                    ServiceAddress::ClusterIp(ip) => {
+                        format!("dial tcp {ip}:{port}: connect: connection refused")
+                    }
+                    ServiceAddress::Missing => format!("service \"{name}\" not found"),
+                    ServiceAddress::Unresolved => "the embedded API server's Services have no network: register the webhook with clientConfig.url".to_owned(),
+                };
+                Err(CallError(format!(
+                    "failed to call webhook: Post \"{url}\": {why}"
+                )))
+            }
         }
     }
 }

@@ -220,10 +220,38 @@ fn registrations_through_a_service_should_outlive_the_host_and_never_lock_out_ku
     );
     let (ok, said) = run_pod(&kubectl, "default", "web");
     assert!(!ok, "{said}");
+    let post = "Internal error occurred: failed calling webhook \"mutating.pod-defaulter.krec.dev\": \
+                failed to call webhook: Post \"https://krec-webhooks.krec-system.svc:443/mutate/pod-defaulter?timeout=5s\"";
     assert!(
-        said.contains(
-            "Internal error occurred: failed calling webhook \"mutating.pod-defaulter.krec.dev\""
-        ),
+        said.contains(&format!("{post}: service \"krec-webhooks\" not found")),
+        "{said}"
+    );
+    // With the Service there and no replica behind it: refused as kube-proxy refuses it.
+    let (ok, out, err) = kubectl.run([
+        "-n",
+        "krec-system",
+        "create",
+        "service",
+        "clusterip",
+        "krec-webhooks",
+        "--tcp=443:9443",
+    ]);
+    assert!(ok, "{out}{err}");
+    let (_, ip, _) = kubectl.run([
+        "-n",
+        "krec-system",
+        "get",
+        "service",
+        "krec-webhooks",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let (ok, said) = run_pod(&kubectl, "default", "web");
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains(&format!(
+            "{post}: dial tcp {ip}:443: connect: connection refused"
+        )),
         "{said}"
     );
     // …and the control plane's namespaces are never locked out.
