@@ -75,12 +75,12 @@ mod tests {
 
     #[test]
     fn replicas_and_instances_should_round_trip() {
-        let beta = FooConverter::convert(
+        let beta = FooConverter.convert(
             foo("v1alpha1", "replicas"),
             "samplecontroller.k8s.io/v1beta1",
         );
         assert_eq!(beta, Ok(foo("v1beta1", "instances")));
-        let alpha = FooConverter::convert(
+        let alpha = FooConverter.convert(
             foo("v1beta1", "instances"),
             "samplecontroller.k8s.io/v1alpha1",
         );
@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_should_fail_with_a_message() {
-        let err = FooConverter::convert(foo("v1alpha1", "replicas"), "samplecontroller.k8s.io/v2");
+        let err = FooConverter.convert(foo("v1alpha1", "replicas"), "samplecontroller.k8s.io/v2");
         assert_eq!(
             err,
             Err(
