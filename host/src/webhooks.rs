@@ -366,12 +366,27 @@ pub async fn set_conversion_with(
     conversion: Option<Value>,
     inject_ca_from: Option<&str>,
 ) -> Result<(), crate::vocab::AccessError> {
-    let annotated = conversion.is_some() && inject_ca_from.is_some();
-    let conversion = conversion.unwrap_or_else(|| json!({"strategy": "None"}));
     let gvk =
         crate::vocab::Gvk::from_api_version("apiextensions.k8s.io/v1", "CustomResourceDefinition");
     // An apply would create a CRD that is not there (and fail on its missing spec).
     api.get(&gvk, None, crd).await?;
+    let Some(conversion) = conversion else {
+        // Back to no conversion: the webhook removed outright (a merge patch), whoever else
+        // has ever touched it — a `webhook` left beside `strategy: None` is invalid.
+        return api
+            .patch(
+                &gvk,
+                None,
+                crd,
+                crate::vocab::PatchType::Merge,
+                &json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}}),
+                false,
+                FIELD_MANAGER,
+            )
+            .await
+            .map(drop);
+    };
+    let annotated = inject_ca_from.is_some();
     let mut body = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": crd}, "spec": {"conversion": conversion}});
     if let (true, Some(from)) = (annotated, inject_ca_from) {

@@ -541,6 +541,23 @@ async fn a_conversion_guest_should_serve_both_versions_of_a_crd() {
         alpha_table.contains("beta-foo") && alpha_table.contains("example-foo"),
         "{alpha_table}"
     );
+    // Unregistered (the guest gone): the CRD is back to `strategy: None`, no webhook left.
+    set_conversion(&live.api, "foos.samplecontroller.k8s.io", None)
+        .await
+        .expect("unregister the conversion");
+    let crd = live
+        .get(
+            &krec::vocab::Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            None,
+            "foos.samplecontroller.k8s.io",
+        )
+        .await
+        .expect("the CRD");
+    assert_eq!(
+        crd["spec"]["conversion"],
+        json!({"strategy": "None"}),
+        "{crd}"
+    );
 }
 
 /// An `AdmissionReview` of a ConfigMap create whose `data.misbehave` is `misbehave`.
