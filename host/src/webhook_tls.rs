@@ -190,15 +190,7 @@ impl WebhookTls {
 /// loopback and bound addresses, and, when it is reached through a Service, the Service's DNS
 /// names.
 pub fn names(addr: &std::net::SocketAddr, service: Option<(&str, &str)>) -> Vec<String> {
-    let mut names = vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        "::1".to_owned(),
-    ];
-    let ip = addr.ip().to_string();
-    if !names.contains(&ip) && !addr.ip().is_unspecified() {
-        names.push(ip);
-    }
+    let mut names = krec_net::tls::local_names(addr);
     if let Some((namespace, name)) = service {
         names.extend([
             name.to_owned(),

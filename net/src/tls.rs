@@ -77,6 +77,16 @@ fn ca_key(data_dir: Option<&Path>) -> Result<KeyPair, TlsError> {
 /// With a `data_dir`, the CA key is kept there: the CA certificate is re-issued from the same key
 /// and name on every start, so clients that trusted the previous one keep working.
 pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificates, TlsError> {
+    let issued = issue_with("krec-cluster", local_names(addr), ca_key(data_dir)?)?;
+    Ok(Certificates {
+        server_config: server_config(&issued.cert_pem, &issued.key_pem)?,
+        ca_pem: issued.ca_pem,
+    })
+}
+
+/// The names a server listening on `addr` answers to on this machine: `localhost`, the
+/// loopback addresses and the bound address (unless it is the unspecified one).
+pub fn local_names(addr: &SocketAddr) -> Vec<String> {
     let mut names = vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
@@ -86,11 +96,7 @@ pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificat
     if !names.contains(&ip) && !addr.ip().is_unspecified() {
         names.push(ip);
     }
-    let issued = issue_with("krec-cluster", names, ca_key(data_dir)?)?;
-    Ok(Certificates {
-        server_config: server_config(&issued.cert_pem, &issued.key_pem)?,
-        ca_pem: issued.ca_pem,
-    })
+    names
 }
 
 /// A CA and a serving certificate it signed, in PEM.

@@ -85,17 +85,7 @@ fn every_sample_crd_and_example_should_apply_with_kubectl() {
     );
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kc.yaml");
-    let (child, _, _lines) = common::spawn_until(
-        [
-            "cluster".as_ref(),
-            "--kubeconfig-out".as_ref(),
-            kubeconfig.as_os_str(),
-        ],
-        |line| line.starts_with("try: kubectl"),
-    );
-    let child = common::Stopped(child);
-    let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("cache"));
+    let (child, kubectl, _) = common::cluster(dir.path());
     let mut refused = Vec::new();
     // What earlier files created: a later file may extend it (`configured`).
     let mut applied: Vec<String> = Vec::new();
@@ -148,17 +138,7 @@ fn krec_install_should_apply_with_kubectl_on_krec_cluster() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("install.yaml");
     std::fs::write(&file, &yaml).expect("write");
-    let kubeconfig = dir.path().join("kc.yaml");
-    let (child, _, _lines) = common::spawn_until(
-        [
-            "cluster".as_ref(),
-            "--kubeconfig-out".as_ref(),
-            kubeconfig.as_os_str(),
-        ],
-        |line| line.starts_with("try: kubectl"),
-    );
-    let child = common::Stopped(child);
-    let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("cache"));
+    let (child, kubectl, _) = common::cluster(dir.path());
     let (ok, out, err) = kubectl.run(["apply", "-f", &file.display().to_string()]);
     assert!(ok, "{out}{err}");
     assert!(err.is_empty(), "warnings: {err}");

@@ -53,6 +53,22 @@ pub fn place_manifest(dir: &Path, guest: &str) {
     std::fs::write(dir.join(format!("{guest}.yaml")), placed).expect("write manifest");
 }
 
+/// `krec cluster` writing its kubeconfig into `dir`, until dropped, and kubectl on it (its
+/// cache in `dir` too): (the process, kubectl, the kubeconfig).
+pub fn cluster(dir: &Path) -> (Stopped, Kubectl, PathBuf) {
+    let kubeconfig = dir.join("kc.yaml");
+    let (child, _, _lines) = spawn_until(
+        [
+            "cluster".as_ref(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+        ],
+        |line| line.starts_with("try: kubectl"),
+    );
+    let kubectl = Kubectl::new(&kubeconfig, &dir.join("kubectl-cache"));
+    (Stopped(child), kubectl, kubeconfig)
+}
+
 /// kubectl as a user runs it against a kubeconfig: `KREC_KUBECTL`, else the one `make tools`
 /// installs, with a cache directory of its own and `KUBECONFIG` unset.
 pub struct Kubectl {

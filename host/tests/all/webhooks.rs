@@ -16,17 +16,7 @@ fn cluster_with_webhook_guests() -> (
     tempfile::TempDir,
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kc.yaml");
-    let (child, _, _lines) = common::spawn_until(
-        [
-            "cluster".as_ref(),
-            "--kubeconfig-out".as_ref(),
-            kubeconfig.as_os_str(),
-        ],
-        |line| line.starts_with("try: kubectl"),
-    );
-    let child = common::Stopped(child);
-    let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    let (child, kubectl, kubeconfig) = common::cluster(dir.path());
     let crd = repo().join("sample-guests/foo-controller/crd/foo-crd.yaml");
     let (ok, out, err) = kubectl.run(["apply".as_ref(), "-f".as_ref(), crd.as_os_str()]);
     assert!(ok, "{out}{err}");
@@ -264,17 +254,7 @@ fn registrations_through_a_service_should_outlive_the_host_and_never_lock_out_ku
 #[test]
 fn krec_webhooks_output_should_apply_server_side_again_and_again_on_a_crd_kubectl_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kc.yaml");
-    let (child, _, _lines) = common::spawn_until(
-        [
-            "cluster".as_ref(),
-            "--kubeconfig-out".as_ref(),
-            kubeconfig.as_os_str(),
-        ],
-        |line| line.starts_with("try: kubectl"),
-    );
-    let _cluster = common::Stopped(child);
-    let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    let (_cluster, kubectl, _) = common::cluster(dir.path());
     // The Foo CRD with its second version, created as users create it: client-side apply.
     let crd = repo().join("sample-guests/foo-converter/crd/foo-crd.yaml");
     let (ok, out, err) = kubectl.run(["apply".as_ref(), "-f".as_ref(), crd.as_os_str()]);
@@ -349,17 +329,7 @@ fn krec_webhooks_output_should_apply_server_side_again_and_again_on_a_crd_kubect
 #[test]
 fn a_webhook_guest_that_cannot_load_should_not_lock_out_say_so_and_go_with_its_object() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kc.yaml");
-    let (child, _, _lines) = common::spawn_until(
-        [
-            "cluster".as_ref(),
-            "--kubeconfig-out".as_ref(),
-            kubeconfig.as_os_str(),
-        ],
-        |line| line.starts_with("try: kubectl"),
-    );
-    let _cluster = common::Stopped(child);
-    let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    let (_cluster, kubectl, kubeconfig) = common::cluster(dir.path());
     // pod-defaulter as a ClusterReconciler whose module is broken.
     let modules = dir.path().join("modules");
     std::fs::create_dir(&modules).expect("mkdir");
