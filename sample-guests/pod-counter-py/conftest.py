@@ -1,0 +1,1 @@
+# pytest finds app.py here: the guest's module is tested as it is built.
