@@ -19,9 +19,15 @@ PYTEST_VERSION := 9.2.0
 PYTHON_SDK := $(TOOLS)/bin/componentize-py
 PY_GUESTS := sample-guests/pod-counter-py tests/guests/misbehave-py
 PY_GUEST_DIR := $(abspath $(TARGET_DIR))/python-guests
+# TypeScript guests: the SDK (guest-sdk-js) brings its build tools (esbuild, componentize-js,
+# TypeScript, jco), pinned by its package-lock.json; each guest links it from this checkout.
+# Each folder holds src/app.ts; its component is target/js-guests/<folder, - as _>.wasm.
+JS_SDK := guest-sdk-js/dist/src/index.js
+JS_GUESTS := sample-guests/foo-validator-ts tests/guests/misbehave-ts
+JS_GUEST_DIR := $(abspath $(TARGET_DIR))/js-guests
 REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 
-.PHONY: all setup tools guests python-guests build test lint fmt demo check bench bench-quick bench-baseline clean
+.PHONY: all setup tools guests python-guests js-guests build test lint fmt demo check bench bench-quick bench-baseline clean
 
 all: test
 
@@ -57,9 +63,26 @@ $(REGISTRY):
 
 ## Build every guest component (sample guests, test guests and the benchmark reconciler) for
 ## wasm32-wasip2.
-guests: setup python-guests
+guests: setup python-guests js-guests
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
 	$(CARGO) build --release --target wasm32-wasip2 -p pod-stamper
+
+## The TypeScript SDK: its tools from the npm registry (as its lock file pins them), compiled.
+$(JS_SDK): guest-sdk-js/package-lock.json $(wildcard guest-sdk-js/src/*.ts)
+	@command -v npm >/dev/null 2>&1 || { echo "the TypeScript guests need Node.js 20+ and npm" >&2; exit 1; }
+	cd guest-sdk-js && npm ci --no-audit --no-fund --loglevel=error && npm run build
+
+## Build the TypeScript guests (each again only when it or the SDK changed).
+js-guests: $(JS_SDK)
+	@mkdir -p $(JS_GUEST_DIR)
+	@for dir in $(JS_GUESTS); do \
+		out=$(JS_GUEST_DIR)/$$(basename $$dir | tr - _).wasm; \
+		[ -d $$dir/node_modules ] || (cd $$dir && npm install --no-audit --no-fund --loglevel=error) || exit 1; \
+		if [ ! -f $$out ] || [ -n "$$(find $$dir/src guest-sdk-js/dist -newer $$out -name '*.[tj]s' | head -1)" ]; then \
+			echo "building $$out"; \
+			(cd $$dir && node_modules/.bin/krec-guest build src/app.ts -o $$out) || exit 1; \
+		fi; \
+	done
 
 ## Build the Python guests (each again only when it or the SDK changed).
 python-guests: $(PYTHON_SDK)
@@ -87,6 +110,9 @@ test: guests tools
 	@# The Python SDK's tests, then each Python guest's (one pytest each: every guest is an `app`).
 	$(TOOLS)/bin/python -m pytest -q guest-sdk-python
 	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
+	@# The TypeScript SDK's tests, then each TypeScript guest's.
+	cd guest-sdk-js && npm test --silent
+	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && node_modules/.bin/krec-guest test) || exit 1; fi; done
 
 ## Formatting, clippy and the API docs' links, for the host workspace and for the guests'
 ## wasm32-wasip2 target.

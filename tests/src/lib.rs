@@ -593,6 +593,18 @@ pub fn built_module(file: &str) -> PathBuf {
     path
 }
 
+/// The path of a built Python (`python-guests`) or TypeScript (`js-guests`) guest module in
+/// `target/`, with a clear failure if it was not built.
+pub fn built_script_module(folder: &str, file: &str) -> PathBuf {
+    let path = repo_root().join("target").join(folder).join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make guests` first",
+        path.display()
+    );
+    path
+}
+
 /// The sample CRDs and example objects under `sample-guests/<guest_dir>`.
 pub fn sample_objects(guest_dir: &str) -> Vec<Value> {
     krec::objects::read_objects(&repo_root().join("sample-guests").join(guest_dir))

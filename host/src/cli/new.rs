@@ -1,7 +1,22 @@
-//! `krec new`: start a guest crate.
+//! `krec new`: start a guest — a Rust crate, or a Python or TypeScript project.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use crate::scaffold::Lang;
+
+/// A guest's language, as `--lang` names it.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LangArg {
+    /// A Rust crate (krec-guest, cargo).
+    Rust,
+    /// A Python project (krec_guest, componentize-py).
+    #[value(alias = "py")]
+    Python,
+    /// A TypeScript project (@krec/guest, componentize-js).
+    #[value(alias = "ts")]
+    Typescript,
+}
 
 /// The arguments of `krec new`.
 #[derive(clap::Args)]
@@ -11,32 +26,46 @@ pub(super) struct Args {
     /// The kind it reconciles: group/version/Kind or version/Kind.
     #[arg(long, default_value = "apps/v1/Deployment")]
     kind: String,
-    /// Serve a validating and a mutating webhook too, with unit and integration tests.
+    /// The language the guest is written in.
+    #[arg(long, value_enum, default_value = "rust")]
+    lang: LangArg,
+    /// Serve a validating and a mutating webhook too, with their tests.
     #[arg(long)]
     webhook: bool,
-    /// Where to create the crate (default: ./NAME).
+    /// Where to create the project (default: ./NAME).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// The krec-guest SDK's folder (default: this krec's own sources, when present; else
-    /// the SDK from crates.io).
+    /// The SDK's folder (default: this krec's own sources, when present — guest-sdk,
+    /// guest-sdk-python or guest-sdk-js; else the SDK from the language's registry).
     #[arg(long)]
     sdk: Option<PathBuf>,
 }
 
-/// `krec new`: scaffold the crate and say what to do next.
+/// `krec new`: scaffold the project and say what to do next.
 pub(super) fn execute(args: Args) -> ExitCode {
     let Args {
         name,
         kind,
+        lang,
         webhook,
         dir,
         sdk,
     } = args;
+    let lang = match lang {
+        LangArg::Rust => Lang::Rust,
+        LangArg::Python => Lang::Python,
+        LangArg::Typescript => Lang::TypeScript,
+    };
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
     // This krec's own SDK, when its sources are on this machine (a build from a checkout).
+    let (folder, marker) = match lang {
+        Lang::Rust => ("guest-sdk", "Cargo.toml"),
+        Lang::Python => ("guest-sdk-python", "pyproject.toml"),
+        Lang::TypeScript => ("guest-sdk-js", "package.json"),
+    };
     let sdk_path = sdk.or_else(|| {
-        let own = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
-        own.join("Cargo.toml")
+        let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(folder);
+        own.join(marker)
             .exists()
             .then(|| own.canonicalize().unwrap_or(own))
     });
@@ -45,6 +74,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
         name,
         kind,
         webhook,
+        lang,
         sdk_path,
         krec,
     };
@@ -53,15 +83,41 @@ pub(super) fn execute(args: Args) -> ExitCode {
             for file in &files {
                 println!("created {}", file.display());
             }
-            println!(
-                "\nnext:\n  cd {}\n  rustup target add wasm32-wasip2   # once\n  cargo build-guest                   # the .wasm\n  cargo test                        # unit and integration tests\n  krec dev --manifests .            # a local cluster, reconciling live",
-                dir.display()
-            );
+            println!("\nnext:\n  cd {}\n{}", dir.display(), next_steps(&new));
             ExitCode::SUCCESS
         }
         Err(err) => {
             eprintln!("krec new: {err}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The commands that build, test and run the new guest.
+fn next_steps(new: &crate::scaffold::NewGuest) -> String {
+    let module = new.name.replace('-', "_");
+    match new.lang {
+        Lang::Rust => "  rustup target add wasm32-wasip2   # once\n  cargo build-guest                   # the .wasm\n  cargo test                        # unit and integration tests\n  krec dev --manifests .            # a local cluster, reconciling live".into(),
+        Lang::Python => {
+            let sdk = new
+                .sdk_path
+                .as_ref()
+                .map_or_else(|| "krec-guest".to_owned(), |p| format!("-e {}", p.display()));
+            format!(
+                "  pip install componentize-py==0.25.1 pytest {sdk}   # once\n  python -m krec_guest.build app -o {module}.wasm   # the .wasm\n  python -m pytest                   # unit tests\n  krec dev --manifests .             # a local cluster, reconciling live"
+            )
+        }
+        Lang::TypeScript => {
+            // Linked from a checkout, the SDK needs its own tools installed and built once.
+            let setup = match &new.sdk_path {
+                Some(sdk) if !sdk.join("dist").exists() || !sdk.join("node_modules").exists() => {
+                    format!("  (cd {} && npm ci && npm run build)   # once: the SDK\n", sdk.display())
+                }
+                _ => String::new(),
+            };
+            format!(
+                "{setup}  npm install                # once\n  npm run build              # the .wasm\n  npm test                   # unit tests\n  krec dev --manifests .     # a local cluster, reconciling live"
+            )
         }
     }
 }

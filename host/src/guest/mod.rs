@@ -8,6 +8,7 @@
 
 mod admission;
 pub(crate) mod budget;
+mod compile_gate;
 pub(crate) mod limits;
 pub(crate) mod log_budget;
 pub mod module_cache;
@@ -196,6 +197,8 @@ fn compile(engine: &Engine, path: &str, bytes: &[u8]) -> Result<Component, LoadE
             ),
         });
     }
+    // Compiled off the reconcile path (a loader's blocking thread), a few at a time.
+    let _permit = compile_gate::gate().enter();
     Component::new(engine, bytes).map_err(|err| LoadError::Compile {
         path: path.into(),
         reason: one_line(&err),

@@ -4,8 +4,11 @@
 use std::collections::BTreeMap;
 
 use krec::manifest::Manifest;
-use krec_tests::{Live, rs_gvk, sample_manifest};
+use krec::webhooks::WebhookServer;
+use krec_tests::{Live, built_script_module, rs_gvk, sample_manifest, sample_objects};
 use serde_json::{Value, json};
+
+use crate::webhooks::{documented_review, https_post, trusting};
 
 /// `manifest` confined to `namespace` (so two implementations of one reconciler can run side by
 /// side, each on its own copy of the same objects).
@@ -108,4 +111,156 @@ async fn python_and_rust_pod_counters_should_label_the_same_replica_sets_alike()
         .await;
     }
     assert_eq!(counts(&live, "rust").await, counts(&live, "python").await);
+}
+
+/// The reviews both foo-validators answer: creates of good and bad names (empty, too long,
+/// uppercase, quotes, a tab, non-ASCII), a name another Foo uses, that Foo's own update, a
+/// delete, and a Foo in another namespace.
+fn foo_reviews() -> Vec<Value> {
+    let mut reviews: Vec<Value> = [
+        "web",
+        "web-1.example",
+        "Not_A_Name",
+        "",
+        "-web",
+        "web.",
+        "a\"b\\c",
+        "tab\there",
+        "wéb",
+        &"a".repeat(254),
+        "taken",
+    ]
+    .iter()
+    .map(|name| documented_review(name))
+    .collect();
+    // The Foo that holds "taken" may keep it.
+    let mut own = documented_review("taken");
+    own["request"]["operation"] = json!("UPDATE");
+    own["request"]["name"] = json!("holder");
+    own["request"]["object"]["metadata"]["name"] = json!("holder");
+    own["request"]["oldObject"] = own["request"]["object"].clone();
+    reviews.push(own);
+    // A delete has no object.
+    let mut delete = documented_review("taken");
+    delete["request"]["operation"] = json!("DELETE");
+    delete["request"]["oldObject"] = delete["request"]["object"].take();
+    reviews.push(delete);
+    // Another namespace has no holder.
+    let mut elsewhere = documented_review("taken");
+    elsewhere["request"]["namespace"] = json!("other");
+    elsewhere["request"]["object"]["metadata"]["namespace"] = json!("other");
+    reviews.push(elsewhere);
+    reviews
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_and_rust_foo_validators_should_give_the_same_verdicts_and_messages() {
+    let mut objects = sample_objects("foo-controller");
+    objects.push(namespace("other"));
+    objects.push(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+        "metadata": {"name": "holder", "namespace": "default"},
+        "spec": {"deploymentName": "taken", "replicas": 1}}));
+    let live = Live::start(
+        vec![
+            sample_manifest("foo-validator"),
+            sample_manifest("foo-validator-ts"),
+        ],
+        objects,
+    )
+    .await;
+    let server = WebhookServer::start(live.manager.clone(), "127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("webhook server");
+    let ca = trusting(server.ca_pem());
+    let mut denied = 0;
+    for review in foo_reviews() {
+        let mut answers = Vec::new();
+        for guest in ["foo-validator", "foo-validator-ts"] {
+            let url = format!("{}/validate/{guest}", server.url());
+            let (status, answer) = https_post(&ca, &url, &review).await;
+            assert_eq!(status, 200, "{guest}: {answer}");
+            answers.push(answer["response"].clone());
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "Rust and TypeScript differ on {}",
+            review["request"]
+        );
+        denied += usize::from(answers[0]["allowed"] == false);
+    }
+    // Both deny the bad names and the taken one, and allow the rest.
+    assert_eq!(denied, 9);
+}
+
+/// The hostile guest in `language` (`py` or `ts`), one ticker per misbehaviour.
+fn misbehave(dir: &std::path::Path, language: &str) -> Manifest {
+    let (folder, raise) = match language {
+        "py" => ("python-guests", "raise"),
+        _ => ("js-guests", "throw"),
+    };
+    let module = built_script_module(folder, &format!("misbehave_{language}.wasm"));
+    let tickers: String = ["loop", "oom", raise, "forbidden"]
+        .iter()
+        .map(|name| format!("    - {{every: 100ms, request: {{name: {name}}}}}\n"))
+        .collect();
+    let path = dir.join(format!("misbehave-{language}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: misbehave-{language}}}\nspec:\n  module: {}\n  maxConcurrentReconciles: 2\n  limits: {{timeout: 1s, memory: 96Mi}}\n  tickers:\n{tickers}",
+            module.display()
+        ),
+    )
+    .expect("write");
+    Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_python_and_typescript_guests_should_be_contained_beside_a_healthy_guest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut objects = vec![namespace("rust")];
+    objects.extend(replica_sets("rust"));
+    let live = Live::start_alive(
+        vec![
+            misbehave(dir.path(), "py"),
+            misbehave(dir.path(), "ts"),
+            in_namespace(sample_manifest("pod-counter"), "rust"),
+        ],
+        objects,
+    )
+    .await;
+    // The healthy guest does its work while the others trap.
+    let want = expected(&[("none", "0"), ("one", "1"), ("three", "3"), ("expr", "2")]);
+    live.eventually("pod-counter's counts beside the hostile guests", || async {
+        (counts(&live, "rust").await == want).then_some(())
+    })
+    .await;
+    for guest in ["misbehave-py", "misbehave-ts"] {
+        let bad = live.controller(guest);
+        // The loop is cut at its deadline, the memory bomb at its limit; both are counted.
+        let causes = live
+            .eventually(&format!("{guest}'s timeouts and out-of-memory traps"), || async {
+                let causes = bad.stats().traps_by_cause();
+                ["timeout", "out_of_memory"]
+                    .iter()
+                    .all(|c| causes.get(c).is_some_and(|n| *n > 0))
+                    .then_some(causes)
+            })
+            .await;
+        // An exception and a forbidden call are errors the guest sees, not traps.
+        live.eventually(&format!("{guest}'s errors"), || async {
+            (bad.stats().errors() >= 2).then_some(())
+        })
+        .await;
+        // Retried with backoff.
+        let looping = krec::controller::Request::new(None, "loop");
+        live.eventually(&format!("{guest}'s loop requeued"), || async {
+            (bad.queue().num_requeues(&looping) > 0).then_some(())
+        })
+        .await;
+        println!("{guest}: traps {causes:?}, errors {}", bad.stats().errors());
+    }
+    // The host and the healthy guest never failed for their neighbours' sake.
+    assert_eq!(live.controller("pod-counter").stats().traps(), 0);
+    assert_eq!(live.controller("pod-counter").stats().errors(), 0);
 }

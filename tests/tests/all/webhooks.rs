@@ -307,7 +307,7 @@ async fn swapping_a_validator_should_change_its_verdicts_without_a_restart() {
 
 /// The `AdmissionReview` kube-apiserver sends (the example of the Kubernetes documentation's
 /// "Dynamic Admission Control" page, trimmed to a Foo).
-fn documented_review(deployment: &str) -> Value {
+pub(crate) fn documented_review(deployment: &str) -> Value {
     json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -389,7 +389,7 @@ async fn a_plain_https_client_should_get_answers_to_kube_apiservers_reviews() {
 }
 
 /// A rustls client configuration trusting `ca_pem`.
-fn trusting(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+pub(crate) fn trusting(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -407,7 +407,11 @@ fn trusting(ca_pem: &str) -> Arc<rustls::ClientConfig> {
 }
 
 /// POST JSON over HTTPS/1.1 with a hand-written request, as the most plain client would.
-async fn https_post(config: &Arc<rustls::ClientConfig>, url: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn https_post(
+    config: &Arc<rustls::ClientConfig>,
+    url: &str,
+    body: &Value,
+) -> (u16, Value) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("https://").expect("https");
     let (authority, path) = rest.split_at(rest.find('/').expect("path"));

@@ -1,4 +1,5 @@
-//! `krec new`: a guest crate, ready to build, test and run, anywhere on disk.
+//! `krec new`: a guest project, ready to build, test and run, anywhere on disk — a Rust crate,
+//! or a Python or TypeScript project ([`scripted`]).
 //!
 //! The crate has the SDK as a dependency (by path to this krec's sources when they are on this
 //! machine, pinned to this release), a `.cargo/config.toml` with `cargo build-guest` (the
@@ -9,6 +10,20 @@
 
 use std::path::{Path, PathBuf};
 
+mod scripted;
+
+/// The language of a new guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Lang {
+    /// A Rust crate over `krec-guest`, built with cargo.
+    #[default]
+    Rust,
+    /// A Python project over `krec_guest`, built with componentize-py.
+    Python,
+    /// A TypeScript project over `@krec/guest`, built with componentize-js.
+    TypeScript,
+}
+
 /// What to scaffold.
 #[derive(Clone, Debug)]
 pub struct NewGuest {
@@ -18,7 +33,10 @@ pub struct NewGuest {
     pub kind: String,
     /// Whether the guest serves a validating and a mutating webhook too (with their tests).
     pub webhook: bool,
-    /// Where the SDK comes from: a path to `guest-sdk`, or `None` for crates.io.
+    /// The guest's language.
+    pub lang: Lang,
+    /// Where the SDK comes from: a path to `guest-sdk` (`guest-sdk-python`, `guest-sdk-js`), or
+    /// `None` for the language's package registry.
     pub sdk_path: Option<PathBuf>,
     /// The `krec` binary the integration test runs.
     pub krec: PathBuf,
@@ -248,14 +266,18 @@ pub fn scaffold(dir: &Path, new: &NewGuest) -> Result<Vec<PathBuf>, NewError> {
     {
         return Err(NewError::Name(new.name.clone()));
     }
-    if RESERVED.contains(&new.name.replace('-', "_").as_str()) {
+    if new.lang == Lang::Rust && RESERVED.contains(&new.name.replace('-', "_").as_str()) {
         return Err(NewError::Reserved(new.name.clone()));
     }
     let kind = find_kind(&new.kind)?;
     if dir.exists() {
         return Err(NewError::Exists(dir.to_owned()));
     }
-    let files = files(new, kind);
+    let files = match new.lang {
+        Lang::Rust => rust_files(new, kind),
+        Lang::Python => scripted::python_files(new, kind),
+        Lang::TypeScript => scripted::typescript_files(new, kind),
+    };
     let mut written = Vec::new();
     for (relative, text) in files {
         let path = dir.join(relative);
@@ -297,7 +319,81 @@ fn toml_string(text: &str) -> String {
     out
 }
 
-fn files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
+/// `apps/v1` for `apps`, `v1`; `v1` for the core group.
+fn api_version(kind: &Known) -> String {
+    if kind.group.is_empty() {
+        kind.version.to_owned()
+    } else {
+        format!("{}/{}", kind.group, kind.version)
+    }
+}
+
+/// The guest's manifest: it reconciles `kind` with its settings (`spec.config.annotation`),
+/// from `module` (which `built_by` builds), within `memory`; with a validating and a mutating
+/// webhook when asked.
+fn manifest(new: &NewGuest, kind: &Known, module: &str, built_by: &str, memory: &str) -> String {
+    let name = &new.name;
+    let api_version = api_version(kind);
+    let ty = kind.kind;
+    let webhook_manifest = if new.webhook {
+        format!(
+            r#"  webhooks:
+    - type: validating
+      rules:
+        - {{ apiGroups: ["{group}"], apiVersions: [{version}], resources: [{plural}], operations: [CREATE, UPDATE] }}
+      failurePolicy: Fail
+    - type: mutating
+      rules:
+        - {{ apiGroups: ["{group}"], apiVersions: [{version}], resources: [{plural}], operations: [CREATE] }}
+      failurePolicy: Fail
+"#,
+            group = kind.group,
+            version = kind.version,
+            plural = kind.plural
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"# {name}: what the guest reconciles, what it may touch, and its settings.
+apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata:
+  name: {name}
+spec:
+  # {built_by} builds it here.
+  module: {module}
+  for: {{ apiVersion: {api_version}, kind: {ty} }}
+  config:
+    annotation: example.com/generation
+  configSchema:
+    type: object
+    properties:
+      annotation: {{ type: string, pattern: '^[a-z0-9.-]+/[A-Za-z0-9._-]+$' }}
+    required: [annotation]
+  limits: {{ timeout: 5s, memory: {memory} }}
+  permissions:
+    - {{ apiVersion: {api_version}, kind: {ty}, verbs: [get, list, watch, patch] }}
+{webhook_manifest}"#
+    )
+}
+
+/// An example object of `kind`, which `krec dev --manifests .` applies.
+fn example(kind: &Known) -> String {
+    let example_ns = if kind.namespaced {
+        "\n  namespace: default"
+    } else {
+        ""
+    };
+    format!(
+        "# An example {ty}: `krec dev --manifests .` applies it, and the guest marks it.\napiVersion: {api_version}\nkind: {ty}\nmetadata:\n  name: example{example_ns}\n{example_body}",
+        ty = kind.kind,
+        api_version = api_version(kind),
+        example_body = example_body(kind),
+    )
+}
+
+fn rust_files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
     let name = &new.name;
     let krate = name.replace('-', "_");
     let version = env!("CARGO_PKG_VERSION");
@@ -315,21 +411,12 @@ fn files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
         ),
         None => format!("{{ version = \"={version}\", features = [\"envtest\"] }}"),
     };
-    let api_version = if kind.group.is_empty() {
-        kind.version.to_owned()
-    } else {
-        format!("{}/{}", kind.group, kind.version)
-    };
+    let api_version = api_version(kind);
     let ty = kind.kind;
     let namespace_arg = if kind.namespaced {
         "req.namespace()"
     } else {
         "None"
-    };
-    let example_ns = if kind.namespaced {
-        "\n  namespace: default"
-    } else {
-        ""
     };
     let test_ns = if kind.namespaced {
         "Some(\"default\")"
@@ -346,7 +433,6 @@ fn files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
     } else {
         ""
     };
-    let example_body = example_body(kind);
     let webhook_use = if new.webhook {
         "\nuse krec_guest::{AdmissionRequest, Mutator, Validator, Verdict};"
     } else {
@@ -440,25 +526,6 @@ impl Mutator for Defaults {{
     // Suffixed, so that no name (`deployment`, `settings`, `guard`, `request`…) meets a type
     // the template imports or defines.
     let reconciler = format!("{}Reconciler", camel(name));
-    let webhook_manifest = if new.webhook {
-        format!(
-            r#"  webhooks:
-    - type: validating
-      rules:
-        - {{ apiGroups: ["{group}"], apiVersions: [{version}], resources: [{plural}], operations: [CREATE, UPDATE] }}
-      failurePolicy: Fail
-    - type: mutating
-      rules:
-        - {{ apiGroups: ["{group}"], apiVersions: [{version}], resources: [{plural}], operations: [CREATE] }}
-      failurePolicy: Fail
-"#,
-            group = kind.group,
-            version = kind.version,
-            plural = kind.plural
-        )
-    } else {
-        String::new()
-    };
     let lib = format!(
         r##"//! {name}: a krec guest reconciling {api_version} {ty}.
 //!
@@ -547,31 +614,14 @@ mod tests {{
         rust = kind.rust,
         example_fixture = example_fixture(kind),
     );
-    let manifest = format!(
-        r#"# {name}: what the guest reconciles, what it may touch, and its settings.
-apiVersion: krec.dev/v1alpha1
-kind: Reconciler
-metadata:
-  name: {name}
-spec:
-  # `cargo build-guest` (an alias in .cargo/config.toml) builds it here.
-  module: target/wasm32-wasip2/release/{krate}.wasm
-  for: {{ apiVersion: {api_version}, kind: {ty} }}
-  config:
-    annotation: example.com/generation
-  configSchema:
-    type: object
-    properties:
-      annotation: {{ type: string, pattern: '^[a-z0-9.-]+/[A-Za-z0-9._-]+$' }}
-    required: [annotation]
-  limits: {{ timeout: 5s, memory: 32Mi }}
-  permissions:
-    - {{ apiVersion: {api_version}, kind: {ty}, verbs: [get, list, watch, patch] }}
-{webhook_manifest}"#
+    let manifest = manifest(
+        new,
+        kind,
+        &format!("target/wasm32-wasip2/release/{krate}.wasm"),
+        "`cargo build-guest` (an alias in .cargo/config.toml)",
+        "32Mi",
     );
-    let example = format!(
-        "# An example {ty}: `krec dev --manifests .` applies it, and the guest marks it.\napiVersion: {api_version}\nkind: {ty}\nmetadata:\n  name: example{example_ns}\n{example_body}"
-    );
+    let example = example(kind);
     let webhook_integration = if new.webhook {
         format!(
             r#"
@@ -784,6 +834,7 @@ mod tests {
             name: "my-guest".into(),
             kind: kind.into(),
             webhook: false,
+            lang: Lang::Rust,
             sdk_path: None,
             krec: PathBuf::from("/usr/bin/krec"),
         }
