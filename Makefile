@@ -17,13 +17,13 @@ TOOLS := .tools/venv
 COMPONENTIZE_PY_VERSION := 0.25.1
 PYTEST_VERSION := 9.2.0
 PYTHON_SDK := $(TOOLS)/bin/componentize-py
-PY_GUESTS := sample-guests/pod-counter-py tests/guests/misbehave-py
+PY_GUESTS := sample-guests/pod-counter-py tests/guests/misbehave-py tests/guests/foo-validator-py tests/guests/pod-reader-py
 PY_GUEST_DIR := $(abspath $(TARGET_DIR))/python-guests
 # TypeScript guests: the SDK (guest-sdk-js) brings its build tools (esbuild, componentize-js,
 # TypeScript, jco), pinned by its package-lock.json; each guest links it from this checkout.
 # Each folder holds src/app.ts; its component is target/js-guests/<folder, - as _>.wasm.
 JS_SDK := guest-sdk-js/dist/src/index.js
-JS_GUESTS := sample-guests/foo-validator-ts tests/guests/misbehave-ts
+JS_GUESTS := sample-guests/foo-validator-ts tests/guests/misbehave-ts tests/guests/pod-counter-ts
 JS_GUEST_DIR := $(abspath $(TARGET_DIR))/js-guests
 REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 
@@ -144,7 +144,9 @@ demo: guests tools
 ## and kube-rs (throughput, latency); one guest call and the queue; the embedded API server's
 ## list and watch fan-out; the host's module cache, hot-swap and memory; K controllers over the
 ## same Pods in krec and in kube-rs (density).
-bench: guests tools
+KOPF_VERSION := 1.45.2
+
+bench: guests tools $(TOOLS)/bin/kopf
 	$(CARGO) bench -p krec --bench throughput
 	$(CARGO) bench -p krec --bench guest_call
 	$(CARGO) bench -p krec-apiserver --bench local_cluster
@@ -157,8 +159,13 @@ bench: guests tools
 	$(CARGO) bench -p krec --bench scale
 	$(CARGO) bench -p krec --bench shard
 	$(CARGO) bench -p krec --bench platform
+	$(CARGO) bench -p krec --bench languages
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
+
+## kopf, for the languages benchmark's ten kopf operators beside ten Python guests.
+$(TOOLS)/bin/kopf: $(TOOLS)/bin/kubectl
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check kopf==$(KOPF_VERSION)
 
 ## The quick benchmarks (under 3 minutes once built): fewer rounds of the same figures.
 bench-quick: guests

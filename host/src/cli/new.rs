@@ -64,7 +64,9 @@ pub(super) fn execute(args: Args) -> ExitCode {
         Lang::TypeScript => ("guest-sdk-js", "package.json"),
     };
     let sdk_path = sdk.or_else(|| {
-        let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(folder);
+        let own = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(folder);
         own.join(marker)
             .exists()
             .then(|| own.canonicalize().unwrap_or(own))

@@ -87,7 +87,11 @@ mod tests {
             thread.join().expect("thread");
         }
         assert_eq!(most.load(Ordering::SeqCst), 2);
-        assert_eq!(*gate.running.lock().expect("lock"), 0, "every permit given back");
+        assert_eq!(
+            *gate.running.lock().expect("lock"),
+            0,
+            "every permit given back"
+        );
     }
 
     #[test]

@@ -868,26 +868,42 @@ mod tests {
     }
 
     #[test]
-    fn the_manifest_should_be_valid_for_every_known_kind() {
-        for kind in KNOWN {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let text = if kind.group.is_empty() {
-                format!("{}/{}", kind.version, kind.kind)
-            } else {
-                format!("{}/{}/{}", kind.group, kind.version, kind.kind)
-            };
-            let mut guest = new(&text);
-            guest.webhook = true;
-            let written = scaffold(&dir.path().join("g"), &guest).expect("scaffolded");
-            assert_eq!(written.len(), 8);
-            let manifest = crate::manifest::Manifest::load(&dir.path().join("g/manifest.yaml"))
-                .unwrap_or_else(|e| panic!("{text}: {e}"));
-            assert_eq!(manifest.name, "my-guest");
-            assert_eq!(
-                manifest.spec.module,
-                dir.path()
-                    .join("g/target/wasm32-wasip2/release/my_guest.wasm")
-            );
+    fn the_manifest_should_be_valid_for_every_known_kind_and_language() {
+        let languages = [
+            (Lang::Rust, 8, "target/wasm32-wasip2/release/my_guest.wasm"),
+            (Lang::Python, 7, "my_guest.wasm"),
+            (Lang::TypeScript, 8, "my_guest.wasm"),
+        ];
+        for (lang, files, module) in languages {
+            for kind in KNOWN {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let text = if kind.group.is_empty() {
+                    format!("{}/{}", kind.version, kind.kind)
+                } else {
+                    format!("{}/{}/{}", kind.group, kind.version, kind.kind)
+                };
+                let mut guest = new(&text);
+                guest.webhook = true;
+                guest.lang = lang;
+                let written = scaffold(&dir.path().join("g"), &guest).expect("scaffolded");
+                assert_eq!(written.len(), files, "{lang:?}");
+                let manifest = crate::manifest::Manifest::load(&dir.path().join("g/manifest.yaml"))
+                    .unwrap_or_else(|e| panic!("{lang:?} {text}: {e}"));
+                assert_eq!(manifest.name, "my-guest");
+                assert_eq!(manifest.spec.module, dir.path().join("g").join(module));
+                assert_eq!(manifest.spec.webhooks.len(), 2);
+            }
+        }
+    }
+
+    #[test]
+    fn python_and_typescript_guests_may_take_names_rust_reserves() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for lang in [Lang::Python, Lang::TypeScript] {
+            let mut guest = new("v1/ConfigMap");
+            guest.name = "test".into();
+            guest.lang = lang;
+            scaffold(&dir.path().join(format!("{lang:?}")), &guest).expect("scaffolded");
         }
     }
 }

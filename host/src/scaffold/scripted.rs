@@ -64,7 +64,9 @@ class Defaults(Mutator):
         return Verdict.allow()
 "#
             ),
-            format!("WitWorld = export(reconciler={reconciler}, validator=Guard, mutator=Defaults)"),
+            format!(
+                "WitWorld = export(reconciler={reconciler}, validator=Guard, mutator=Defaults)"
+            ),
             format!(
                 r#"
 
@@ -179,12 +181,16 @@ def test_a_configuration_without_the_annotation_should_be_refused():
 {webhook_tests}
 "#,
         example = example_literal(kind, "example"),
-        test_ns = if kind.namespaced { r#", "default""# } else { "" },
+        test_ns = if kind.namespaced {
+            r#", "default""#
+        } else {
+            ""
+        },
     );
-    let sdk = new
-        .sdk_path
-        .as_ref()
-        .map_or_else(|| "krec-guest".to_owned(), |p| format!("-e {}", p.display()));
+    let sdk = new.sdk_path.as_ref().map_or_else(
+        || "krec-guest".to_owned(),
+        |p| format!("-e {}", p.display()),
+    );
     let readme = format!(
         r#"# {name}
 
@@ -378,12 +384,16 @@ test("a configuration without the annotation should be refused", () => {{
 }});{webhook_tests}
 "#,
         example = example_literal(kind, "example"),
-        test_ns = if kind.namespaced { r#", "default""# } else { "" },
+        test_ns = if kind.namespaced {
+            r#", "default""#
+        } else {
+            ""
+        },
     );
-    let sdk = new.sdk_path.as_ref().map_or_else(
-        || "0.1.0".to_owned(),
-        |p| format!("file:{}", p.display()),
-    );
+    let sdk = new
+        .sdk_path
+        .as_ref()
+        .map_or_else(|| "0.1.0".to_owned(), |p| format!("file:{}", p.display()));
     let package = format!(
         r#"{{
   "name": "{name}",
@@ -438,9 +448,6 @@ krec dev --manifests .     # a local cluster, with examples/ applied, reconcilin
         ),
         ("examples/example.yaml", example(kind)),
         ("README.md", readme),
-        (
-            ".gitignore",
-            "*.wasm\nnode_modules/\n.krec-build/\n".into(),
-        ),
+        (".gitignore", "*.wasm\nnode_modules/\n.krec-build/\n".into()),
     ]
 }

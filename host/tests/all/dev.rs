@@ -50,7 +50,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("6 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter), 3 serving webhooks (foo-converter, foo-validator, pod-defaulter)"),
+        text.contains("7 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter, pod-counter-py), 4 serving webhooks (foo-converter, foo-validator, foo-validator-ts, pod-defaulter)"),
         "{text}"
     );
 
@@ -302,6 +302,106 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
     let _ = child.kill();
     let _ = child.wait();
     keep_cache(&crate_dir);
+}
+
+/// The journey of a Python or TypeScript guest author: `krec new NAME --lang LANG --webhook`,
+/// then the commands it prints, run as printed (one-time installs aside: `make test` installed
+/// the SDKs and their tools), then `krec dev --manifests .`: the example is marked and a frozen
+/// object refused.
+fn scripted_guest_journey(lang: &str, name: &str) {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(["new", name, "--lang", lang, "--webhook"])
+        .current_dir(outside.path())
+        .output()
+        .expect("krec new");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let project = outside.path().join(name);
+    // The tools venv first on PATH: its python has componentize-py, pytest and the SDK.
+    let path = format!(
+        "{}:{}",
+        repo().join(".tools/venv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let commands: Vec<String> = printed
+        .split_once("next:")
+        .expect("next steps")
+        .1
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default().trim().to_owned())
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert!(
+        commands.iter().any(|c| c == "krec dev --manifests ."),
+        "{printed}"
+    );
+    for command in &commands {
+        if command.starts_with("cd ") || command.starts_with("krec dev") {
+            continue;
+        }
+        // Installs "once" are `make test`'s (the venv, the SDK's node_modules).
+        if command.starts_with("pip install") || command.starts_with("(cd ") {
+            continue;
+        }
+        let out = Command::new("sh")
+            .args(["-c", command])
+            .current_dir(&project)
+            .env("PATH", &path)
+            .output()
+            .expect("sh");
+        assert!(
+            out.status.success(),
+            "`{command}` in {}:\n{}{}",
+            project.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let kubeconfig = outside.path().join("kc.yaml");
+    let kubectl = common::Kubectl::new(&kubeconfig, &outside.path().join("kubectl-cache"));
+    let (mut child, _text, _lines) = start_dev(&project, &kubeconfig);
+    kubectl.until(
+        &[
+            "get",
+            "deployment",
+            "example",
+            "-o",
+            "jsonpath={.metadata.annotations.example\\.com/generation}",
+        ],
+        |out| out == "1",
+    );
+    let frozen = outside.path().join("frozen.yaml");
+    std::fs::write(
+        &frozen,
+        std::fs::read_to_string(project.join("examples/example.yaml"))
+            .expect("example")
+            .replace(
+                "name: example",
+                "name: frozen\n  annotations: { example.com/frozen: \"true\" }",
+            ),
+    )
+    .expect("write");
+    let (refused, _, stderr) = kubectl.run(["apply".as_ref(), "-f".as_ref(), frozen.as_os_str()]);
+    assert!(!refused);
+    assert!(stderr.contains("this object is frozen"), "{stderr}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn krec_new_python_should_make_a_guest_that_builds_tests_and_runs() {
+    scripted_guest_journey("python", "py-guest");
+}
+
+#[test]
+fn krec_new_typescript_should_make_a_guest_that_builds_tests_and_runs() {
+    scripted_guest_journey("typescript", "ts-guest");
 }
 
 #[test]

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use krec::manifest::Manifest;
 use krec::webhooks::WebhookServer;
-use krec_tests::{Live, built_script_module, rs_gvk, sample_manifest, sample_objects};
+use krec_tests::{
+    Live, built_manifest, built_script_module, repo_root, rs_gvk, sample_manifest, sample_objects,
+};
 use serde_json::{Value, json};
 
 use crate::webhooks::{documented_review, https_post, trusting};
@@ -32,9 +34,24 @@ fn replica_sets(namespace: &str) -> Vec<Value> {
                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
     };
     vec![
-        rs("none", 0, json!({"matchLabels": {"app": "none"}}), json!({"app": "none"})),
-        rs("one", 1, json!({"matchLabels": {"app": "one"}}), json!({"app": "one"})),
-        rs("three", 3, json!({"matchLabels": {"app": "three"}}), json!({"app": "three"})),
+        rs(
+            "none",
+            0,
+            json!({"matchLabels": {"app": "none"}}),
+            json!({"app": "none"}),
+        ),
+        rs(
+            "one",
+            1,
+            json!({"matchLabels": {"app": "one"}}),
+            json!({"app": "one"}),
+        ),
+        rs(
+            "three",
+            3,
+            json!({"matchLabels": {"app": "three"}}),
+            json!({"app": "three"}),
+        ),
         rs(
             "expr",
             2,
@@ -154,16 +171,19 @@ fn foo_reviews() -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn typescript_and_rust_foo_validators_should_give_the_same_verdicts_and_messages() {
+async fn rust_typescript_and_python_foo_validators_should_give_the_same_verdicts_and_messages() {
     let mut objects = sample_objects("foo-controller");
     objects.push(namespace("other"));
-    objects.push(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+    objects.push(
+        json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
         "metadata": {"name": "holder", "namespace": "default"},
-        "spec": {"deploymentName": "taken", "replicas": 1}}));
+        "spec": {"deploymentName": "taken", "replicas": 1}}),
+    );
     let live = Live::start(
         vec![
             sample_manifest("foo-validator"),
             sample_manifest("foo-validator-ts"),
+            built_manifest(&repo_root().join("tests/guests/foo-validator-py/manifest.yaml")),
         ],
         objects,
     )
@@ -175,7 +195,7 @@ async fn typescript_and_rust_foo_validators_should_give_the_same_verdicts_and_me
     let mut denied = 0;
     for review in foo_reviews() {
         let mut answers = Vec::new();
-        for guest in ["foo-validator", "foo-validator-ts"] {
+        for guest in ["foo-validator", "foo-validator-ts", "foo-validator-py"] {
             let url = format!("{}/validate/{guest}", server.url());
             let (status, answer) = https_post(&ca, &url, &review).await;
             assert_eq!(status, 200, "{guest}: {answer}");
@@ -184,6 +204,11 @@ async fn typescript_and_rust_foo_validators_should_give_the_same_verdicts_and_me
         assert_eq!(
             answers[0], answers[1],
             "Rust and TypeScript differ on {}",
+            review["request"]
+        );
+        assert_eq!(
+            answers[0], answers[2],
+            "Rust and Python differ on {}",
             review["request"]
         );
         denied += usize::from(answers[0]["allowed"] == false);
@@ -239,13 +264,16 @@ async fn hostile_python_and_typescript_guests_should_be_contained_beside_a_healt
         let bad = live.controller(guest);
         // The loop is cut at its deadline, the memory bomb at its limit; both are counted.
         let causes = live
-            .eventually(&format!("{guest}'s timeouts and out-of-memory traps"), || async {
-                let causes = bad.stats().traps_by_cause();
-                ["timeout", "out_of_memory"]
-                    .iter()
-                    .all(|c| causes.get(c).is_some_and(|n| *n > 0))
-                    .then_some(causes)
-            })
+            .eventually(
+                &format!("{guest}'s timeouts and out-of-memory traps"),
+                || async {
+                    let causes = bad.stats().traps_by_cause();
+                    ["timeout", "out_of_memory"]
+                        .iter()
+                        .all(|c| causes.get(c).is_some_and(|n| *n > 0))
+                        .then_some(causes)
+                },
+            )
             .await;
         // An exception and a forbidden call are errors the guest sees, not traps.
         live.eventually(&format!("{guest}'s errors"), || async {
