@@ -385,9 +385,8 @@ async fn kopf_arms() {
 
     // Ten Python guests in one krec host, the module compiled into the cache beforehand.
     let cache = dir.path().join("module-cache");
-    let (engine, linker) = Engines::new()
-        .expect("engines")
-        .for_isolation(Default::default());
+    let engines = Engines::new().expect("engines");
+    let (engine, linker) = engines.for_isolation(Default::default());
     let guests = dir.path().join("guests");
     std::fs::create_dir(&guests).expect("mkdir");
     for i in 0..CONTROLLERS {

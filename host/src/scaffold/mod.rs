@@ -1,5 +1,5 @@
 //! `krec new`: a guest project, ready to build, test and run, anywhere on disk — a Rust crate,
-//! or a Python or TypeScript project ([`scripted`]).
+//! or a Python or TypeScript project (`scripted.rs`).
 //!
 //! The crate has the SDK as a dependency (by path to this krec's sources when they are on this
 //! machine, pinned to this release), a `.cargo/config.toml` with `cargo build-guest` (the

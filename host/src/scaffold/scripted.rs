@@ -67,15 +67,14 @@ class Defaults(Mutator):
             format!(
                 "WitWorld = export(reconciler={reconciler}, validator=Guard, mutator=Defaults)"
             ),
-            format!(
-                r#"
+            r#"
 
 
 def test_the_guard_should_refuse_a_frozen_object_and_admit_others():
     cluster = FakeCluster()
     assert cluster.validate(Guard(), AdmissionRequest.create(example())).allowed
     frozen = example()
-    frozen["metadata"]["annotations"] = {{"example.com/frozen": "true"}}
+    frozen["metadata"]["annotations"] = {"example.com/frozen": "true"}
     verdict = cluster.validate(Guard(), AdmissionRequest.update(example(), frozen))
     assert not verdict.allowed
     assert verdict.message == "metadata.annotations[example.com/frozen]: this object is frozen"
@@ -85,7 +84,7 @@ def test_defaults_should_label_what_it_admits():
     mutated = FakeCluster().mutate(Defaults(), AdmissionRequest.create(example()))
     assert mutated.verdict.allowed
     assert mutated.object["metadata"]["labels"]["example.com/defaulted"] == "true""#
-            ),
+                .to_owned(),
         )
     } else {
         (
@@ -271,25 +270,24 @@ export class Defaults implements Mutator {{
 "#
             ),
             format!("{{ reconciler: {reconciler}, validator: Guard, mutator: Defaults }}"),
-            format!(
-                r#"
+            r#"
 
-test("the guard should refuse a frozen object and admit others", () => {{
+test("the guard should refuse a frozen object and admit others", () => {
   const cluster = new FakeCluster();
   assert.ok(cluster.validate(new Guard(), AdmissionRequest.create(example())).allowed);
   const frozen = example();
-  frozen.metadata.annotations = {{ "example.com/frozen": "true" }};
+  frozen.metadata.annotations = { "example.com/frozen": "true" };
   const verdict = cluster.validate(new Guard(), AdmissionRequest.update(example(), frozen));
   assert.equal(verdict.allowed, false);
   assert.equal(verdict.message, "metadata.annotations[example.com/frozen]: this object is frozen");
-}});
+});
 
-test("defaults should label what it admits", () => {{
+test("defaults should label what it admits", () => {
   const mutated = new FakeCluster().mutate(new Defaults(), AdmissionRequest.create(example()));
   assert.ok(mutated.verdict.allowed);
   assert.equal(mutated.object?.metadata.labels?.["example.com/defaulted"], "true");
-}});"#
-            ),
+});"#
+                .to_owned(),
         )
     } else {
         (

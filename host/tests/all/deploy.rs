@@ -153,7 +153,10 @@ async fn krec_webhooks_should_register_the_guests_behind_the_deployments_service
         [
             ("CustomResourceDefinition", "/convert/foo-converter"),
             ("ValidatingWebhookConfiguration", "/validate/foo-validator"),
-            ("ValidatingWebhookConfiguration", "/validate/foo-validator-ts"),
+            (
+                "ValidatingWebhookConfiguration",
+                "/validate/foo-validator-ts"
+            ),
             ("MutatingWebhookConfiguration", "/mutate/pod-defaulter"),
         ]
     );
