@@ -3,7 +3,8 @@
 //! per attack of `tests/guests/misbehave` (busy loops, memory bombs, panics, deep recursion,
 //! sleeping in host calls, stdout and log floods, huge errors, `requeue_after(0)` and 1 ms hot
 //! loops, write floods, JSON-patch copy bombs, forbidden and malformed calls, memory bursts,
-//! forged log lines, an `init` that sleeps), each ticking every 100 ms, while a process of its
+//! forged log lines, an `init` that sleeps; a busy loop and a memory bomb from a Python and from
+//! a TypeScript guest), each ticking every 100 ms, while a process of its
 //! own attacks the API server's port (1 000 silent connections, nested YAML, objects over
 //! 1.5 MiB, protobuf bodies of 300 000 numbers, each every 100 ms). Rounds alternate the two
 //! arms in one run.
@@ -69,6 +70,12 @@ const ATTACKS: &[&str] = &[
     "grow",
     "forge",
     "init-sleep",
+    // Issue 40's: the same busy loop and memory bomb from a Python and a TypeScript guest
+    // (`tests/guests/misbehave-py`, `misbehave-ts`).
+    "py-loop",
+    "py-oom",
+    "ts-loop",
+    "ts-oom",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -330,13 +337,36 @@ fn healthy(dir: &Path) -> Manifest {
 /// One attacking guest per attack, each ticking every 100 ms, with the defaults a guest author
 /// gets (timeout 5 s, memory 64Mi, one core, 50 writes/s) and what its attack needs.
 fn attackers(dir: &Path) -> Vec<Manifest> {
-    let module = common::module("misbehave.wasm");
+    let rust = common::module("misbehave.wasm");
+    let script = |folder: &str, file: &str| {
+        let path = common::repo().join("target").join(folder).join(file);
+        assert!(
+            path.exists(),
+            "{} is missing: run `make guests`",
+            path.display()
+        );
+        path
+    };
     chosen_attacks()
         .iter()
         .map(|attack| {
             let name = format!("attack-{attack}");
+            // A Python or TypeScript guest's attack, with the memory its interpreter needs.
+            let (module, attack, limits) = match attack.split_once('-') {
+                Some(("py", what)) => (
+                    script("python-guests", "misbehave_py.wasm"),
+                    what,
+                    "  limits: {memory: 96Mi}\n",
+                ),
+                Some(("ts", what)) => (
+                    script("js-guests", "misbehave_ts.wasm"),
+                    what,
+                    "  limits: {memory: 96Mi}\n",
+                ),
+                _ => (rust.clone(), *attack, ""),
+            };
             // `init-sleep` sleeps in its `init`: refused at its timeout, beside the others.
-            let config = match *attack {
+            let config = match attack {
                 "init-sleep" => "  config: {init: sleep}\n",
                 _ => "",
             };
@@ -344,7 +374,7 @@ fn attackers(dir: &Path) -> Vec<Manifest> {
                 dir,
                 &name,
                 &format!(
-                    "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {}\n  tickers: [{{every: 100ms, request: {{name: {attack}}}}}]\n{config}  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, create, update, patch]}}\n    - {{apiVersion: v1, kind: Namespace, verbs: [get]}}\n",
+                    "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {}\n  tickers: [{{every: 100ms, request: {{name: {attack}}}}}]\n{config}{limits}  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, create, update, patch]}}\n    - {{apiVersion: v1, kind: Namespace, verbs: [get]}}\n",
                     module.display()
                 ),
             )

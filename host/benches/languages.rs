@@ -9,7 +9,8 @@
 //! compiled module, and of one instance idle (instantiated and configured) and active (after
 //! reconciling); one reconcile over an in-memory cluster (a ReplicaSet and 10 Pods, the label
 //! already right: two reads, no write) with the worker's instance reused and with a fresh
-//! instance per reconcile; one admission review (a Foo create, three Foos listed) p50. Ratios
+//! instance per reconcile, and one of a ReplicaSet that is gone (one read, not found: the
+//! guest's own cost with least of the cluster's); one admission review (a Foo create, three Foos listed) p50. Ratios
 //! are against the Rust guest of the same run, arms interleaved round by round.
 //!
 //! Then ten Python guests against ten kopf operators over the same Pods (10 000; 2 000 quick):
@@ -94,6 +95,8 @@ async fn cluster() -> Arc<MemoryCluster> {
     let cluster = Arc::new(MemoryCluster::new());
     for crd in krec::objects::read_objects(&repo().join("sample-guests/foo-controller/crd"))
         .expect("the Foo CRD")
+        .into_iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
     {
         let rt = cluster
             .store()
@@ -172,6 +175,7 @@ struct Figures {
     idle_kib: f64,
     active_kib: f64,
     reused_us: Vec<f64>,
+    gone_us: Vec<f64>,
     fresh_us: Vec<f64>,
     admission_us: Vec<f64>,
 }
@@ -285,6 +289,16 @@ async fn main() {
                     .expect("reconcile");
             }
             fig.reused_us
+                .push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
+            // The ReplicaSet gone: one `get` answered not-found, the guest's own cost laid bare.
+            let started = Instant::now();
+            for _ in 0..per_round {
+                reused[i]
+                    .reconcile(Some("default"), "gone")
+                    .await
+                    .expect("reconcile");
+            }
+            fig.gone_us
                 .push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
             let started = Instant::now();
             for _ in 0..per_round / 10 {
@@ -494,6 +508,7 @@ fn report(langs: &[Lang], figures: Vec<Figures>) {
     let mut results = serde_json::Map::new();
     let rust_reused = median_min_max(figures[0].reused_us.clone()).0;
     let rust_fresh = median_min_max(figures[0].fresh_us.clone()).0;
+    let rust_gone = median_min_max(figures[0].gone_us.clone()).0;
     let rust_admission = median_min_max(figures[0].admission_us.clone()).0;
     for (lang, fig) in langs.iter().zip(figures) {
         let name = lang.name;
@@ -501,6 +516,7 @@ fn report(langs: &[Lang], figures: Vec<Figures>) {
         let (l, l_min, l_max) = median_min_max(fig.cached_load_ms);
         let (r, r_min, r_max) = median_min_max(fig.reused_us);
         let (f, f_min, f_max) = median_min_max(fig.fresh_us);
+        let (g, g_min, g_max) = median_min_max(fig.gone_us);
         let (a, a_min, a_max) = median_min_max(fig.admission_us);
         rows.push(format!(
             "| lang_{name}_size_mb | {:.1} | | pod-counter's component |",
@@ -521,6 +537,10 @@ fn report(langs: &[Lang], figures: Vec<Figures>) {
             r / rust_reused
         ));
         rows.push(format!(
+            "| lang_{name}_reconcile_gone_us | {g:.1} | {g_min:.1}–{g_max:.1} | reused, the ReplicaSet gone (one `get`, not found); {:.2}× Rust |",
+            g / rust_gone
+        ));
+        rows.push(format!(
             "| lang_{name}_reconcile_fresh_us | {f:.0} | {f_min:.0}–{f_max:.0} | a fresh instance per reconcile; {:.2}× Rust |",
             f / rust_fresh
         ));
@@ -532,7 +552,7 @@ fn report(langs: &[Lang], figures: Vec<Figures>) {
             "size_mb": fig.size_mb, "compile_ms": c, "cached_load_ms": l,
             "module_kib": fig.module_kib, "idle_instance_kib": fig.idle_kib,
             "active_instance_kib": fig.active_kib, "reconcile_reused_us": r,
-            "reconcile_fresh_us": f, "admission_p50_us": a,
+            "reconcile_fresh_us": f, "reconcile_gone_us": g, "admission_p50_us": a,
             "reconcile_reused_vs_rust": r / rust_reused,
         });
         results.insert(format!("lang_{name}"), figures);
