@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{cpu_seconds_of, median_min_max, quick, rss_pss_kib_of};
+use common::{cpu_seconds_of, free_port, http_get, median_min_max, quick, rss_pss_kib_of};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -225,22 +225,6 @@ enum Running {
     KubeRs(Vec<KubeRsChild>),
 }
 
-/// The body of `GET http://{addr}{path}` (krec's admin server, plain HTTP on loopback), or
-/// `None` when it does not answer 200.
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    use std::io::Read as _;
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
-}
-
 impl Running {
     fn pids(&self) -> Vec<u32> {
         match self {
@@ -314,11 +298,6 @@ fn sum_metric(text: &str, name: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 fn write_manifests(dir: &Path, k: usize) {

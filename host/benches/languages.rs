@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{median_min_max, percentile, quick, repo, rss_pss_kib, rss_pss_kib_of};
+use common::{
+    free_port, http_get, median_min_max, percentile, quick, repo, rss_pss_kib, rss_pss_kib_of,
+};
 use krec::cluster::{ClusterAccess, MemoryCluster};
 use krec::guest::{Engines, GuestModule, GuestWorker, ModuleCache};
 use krec::manifest::Manifest;
@@ -335,24 +337,6 @@ async fn main() {
 
 /// Controllers in each arm: ten, as in the issue.
 const CONTROLLERS: usize = 10;
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    Some(text.split_once("\r\n\r\n")?.1.to_owned())
-}
 
 /// PSS of `pids`, summed, in MiB.
 fn pss_mib(pids: &[u32]) -> f64 {

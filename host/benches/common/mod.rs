@@ -502,3 +502,25 @@ pub fn guest_busy(manager: &krec::manager::Manager, guest: &str) -> bool {
         .controller(guest)
         .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0)
 }
+
+/// A free TCP port on loopback (for an admin server a child process binds).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// The body of `GET http://{addr}{path}` (krec's admin server, plain HTTP on loopback), or
+/// `None` when it does not answer 200.
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
+}

@@ -205,6 +205,36 @@ fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
     text
 }
 
+/// What every `krec new` guest does under `krec dev --manifests PROJECT`: its example
+/// Deployment is marked with its generation, and its webhook refuses a frozen copy of it
+/// (written into `scratch`).
+fn example_marked_and_frozen_refused(kubectl: &common::Kubectl, project: &Path, scratch: &Path) {
+    kubectl.until(
+        &[
+            "get",
+            "deployment",
+            "example",
+            "-o",
+            "jsonpath={.metadata.annotations.example\\.com/generation}",
+        ],
+        |out| out == "1",
+    );
+    let frozen = scratch.join("frozen.yaml");
+    std::fs::write(
+        &frozen,
+        std::fs::read_to_string(project.join("examples/example.yaml"))
+            .expect("example")
+            .replace(
+                "name: example",
+                "name: frozen\n  annotations: { example.com/frozen: \"true\" }",
+            ),
+    )
+    .expect("write");
+    let (refused, _, stderr) = kubectl.run(["apply".as_ref(), "-f".as_ref(), frozen.as_os_str()]);
+    assert!(!refused);
+    assert!(stderr.contains("this object is frozen"), "{stderr}");
+}
+
 /// The journey of a guest author outside this repository: `krec new`, then the commands it
 /// prints — `cargo build-guest`, `cargo test` (the generated unit test on the fake cluster and
 /// integration test in the real host), `krec dev --manifests .` — without editing a file.
@@ -274,31 +304,7 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
         text.contains("get deployments --show-labels"),
         "the kubectl hint names what the guest reconciles: {text}"
     );
-    kubectl.until(
-        &[
-            "get",
-            "deployment",
-            "example",
-            "-o",
-            "jsonpath={.metadata.annotations.example\\.com/generation}",
-        ],
-        |out| out == "1",
-    );
-    // Its webhook refuses a frozen Deployment.
-    let frozen = outside.path().join("frozen.yaml");
-    std::fs::write(
-        &frozen,
-        std::fs::read_to_string(crate_dir.join("examples/example.yaml"))
-            .expect("example")
-            .replace(
-                "name: example",
-                "name: frozen\n  annotations: { example.com/frozen: \"true\" }",
-            ),
-    )
-    .expect("write");
-    let (refused, _, stderr) = kubectl.run(["apply".as_ref(), "-f".as_ref(), frozen.as_os_str()]);
-    assert!(!refused);
-    assert!(stderr.contains("this object is frozen"), "{stderr}");
+    example_marked_and_frozen_refused(&kubectl, &crate_dir, outside.path());
     let _ = child.kill();
     let _ = child.wait();
     keep_cache(&crate_dir);
@@ -366,30 +372,7 @@ fn scripted_guest_journey(lang: &str, name: &str) {
     let kubeconfig = outside.path().join("kc.yaml");
     let kubectl = common::Kubectl::new(&kubeconfig, &outside.path().join("kubectl-cache"));
     let (mut child, _text, _lines) = start_dev(&project, &kubeconfig);
-    kubectl.until(
-        &[
-            "get",
-            "deployment",
-            "example",
-            "-o",
-            "jsonpath={.metadata.annotations.example\\.com/generation}",
-        ],
-        |out| out == "1",
-    );
-    let frozen = outside.path().join("frozen.yaml");
-    std::fs::write(
-        &frozen,
-        std::fs::read_to_string(project.join("examples/example.yaml"))
-            .expect("example")
-            .replace(
-                "name: example",
-                "name: frozen\n  annotations: { example.com/frozen: \"true\" }",
-            ),
-    )
-    .expect("write");
-    let (refused, _, stderr) = kubectl.run(["apply".as_ref(), "-f".as_ref(), frozen.as_os_str()]);
-    assert!(!refused);
-    assert!(stderr.contains("this object is frozen"), "{stderr}");
+    example_marked_and_frozen_refused(&kubectl, &project, outside.path());
     let _ = child.kill();
     let _ = child.wait();
 }
