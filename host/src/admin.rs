@@ -8,6 +8,13 @@
 //!   manual trigger); `_` as the namespace means a cluster-scoped object (no namespace). 202 when
 //!   enqueued, 404 for an unknown guest.
 //!
+//! - `GET /diff/{guest}`: the guest's rollout (`spec.rollout`) as JSON: its phase, counts and
+//!   first divergences, each with its diff (`krec diff`).
+//! - `POST /rollout/{guest}/promote` and `…/abort`: decide the rollout by hand.
+//! - `GET /record/{guest}?reconciles=N&seconds=S&secrets=include`: record the guest's
+//!   reconciles as they happen, streamed as a recording's JSON lines until `N` reconciles (default
+//!   1000) or `S` seconds (default 60) (`krec record`; see [`crate::rollout::recording`]).
+//!
 //! Bound to loopback (the default, `127.0.0.1:8080`) it needs no credentials. Bound beyond
 //! loopback it refuses to start without a bearer token, and the trigger then requires
 //! `Authorization: Bearer <token>` (the read-only endpoints stay open for probes and scrapers).
@@ -25,6 +32,7 @@ use krec_net::connections::{self, Limits, Transport};
 
 use crate::controller::Request;
 use crate::manager::Manager;
+use crate::rollout::Decision;
 use krec_core::BadObjectName;
 
 /// What the admin endpoints read.
@@ -97,6 +105,9 @@ impl Admin {
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
             .route("/reconcile/{guest}/{namespace}/{name}", post(trigger))
+            .route("/diff/{guest}", get(diff))
+            .route("/rollout/{guest}/{action}", post(rollout))
+            .route("/record/{guest}", get(record))
             .with_state(state.clone());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(connections::serve(
@@ -195,27 +206,220 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then(|| token.trim_start())
 }
 
+/// The refusal of a request without the bearer token the server requires, if it does.
+fn unauthorized(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
+    let expected = state.token.as_ref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token);
+    (!given.is_some_and(|g| same_token(g, expected))).then(|| {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a bearer token is required\n",
+        )
+            .into_response()
+    })
+}
+
+/// `guest`'s controller, or a 404 naming it.
+fn controller_of(
+    state: &AdminState,
+    guest: &str,
+) -> Result<Arc<crate::controller::Controller>, Response> {
+    manager(state)
+        .and_then(|m| m.controller(guest))
+        .ok_or_else(|| {
+            (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")).into_response()
+        })
+}
+
+async fn diff(State(state): State<Arc<AdminState>>, Path(guest): Path<String>) -> Response {
+    let controller = match controller_of(&state, &guest) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    match controller.rollout_report() {
+        Some(report) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            format!("{report:#}\n"),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("guest {guest} has no rollout: its manifest has no spec.rollout\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn rollout(
+    State(state): State<Arc<AdminState>>,
+    Path((guest, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = unauthorized(&state, &headers) {
+        return refused;
+    }
+    let controller = match controller_of(&state, &guest) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    let decision = match action.as_str() {
+        "promote" => Decision::Promote("promoted by hand".into()),
+        "abort" => Decision::RollBack("aborted by hand".into()),
+        _ => {
+            return (
+                StatusCode::NOT_FOUND,
+                format!("no rollout action {action:?}: promote or abort\n"),
+            )
+                .into_response();
+        }
+    };
+    if controller.decide(decision) {
+        (StatusCode::OK, format!("{guest}: {action}d\n")).into_response()
+    } else {
+        (
+            StatusCode::CONFLICT,
+            format!(
+                "{guest}: no candidate is being tried (none in spec.rollout, or already decided)\n"
+            ),
+        )
+            .into_response()
+    }
+}
+
+/// `GET /record/{guest}`'s query: `reconciles`, `seconds`, `secrets=include`.
+#[derive(Default)]
+struct RecordQuery {
+    reconciles: Option<u64>,
+    seconds: Option<u64>,
+    secrets: Option<String>,
+}
+
+impl RecordQuery {
+    fn parse(query: Option<&str>) -> Result<Self, String> {
+        let mut parsed = RecordQuery::default();
+        for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            let number = || {
+                value
+                    .parse::<u64>()
+                    .map_err(|_| format!("{key}={value}: not a whole number"))
+            };
+            match &*key {
+                "reconciles" => parsed.reconciles = Some(number()?),
+                "seconds" => parsed.seconds = Some(number()?),
+                "secrets" => parsed.secrets = Some(value.into_owned()),
+                other => {
+                    return Err(format!(
+                        "unknown parameter {other:?}: reconciles, seconds or secrets"
+                    ));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+async fn record(
+    State(state): State<Arc<AdminState>>,
+    Path(guest): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    use crate::rollout::recording::{Header, Line, Sink, Trailer};
+    // A recording holds what the guest read: as guarded as the trigger.
+    if let Some(refused) = unauthorized(&state, &headers) {
+        return refused;
+    }
+    let controller = match controller_of(&state, &guest) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    let query = match RecordQuery::parse(query.as_deref()) {
+        Ok(query) => query,
+        Err(problem) => return (StatusCode::BAD_REQUEST, format!("{problem}\n")).into_response(),
+    };
+    let include = query.secrets.as_deref() == Some("include");
+    let limit = query.reconciles.unwrap_or(1000).max(1);
+    let until = tokio::time::Instant::now()
+        + std::time::Duration::from_secs(query.seconds.unwrap_or(60).clamp(1, 24 * 3600));
+    let (sink, mut lines) = Sink::new(include);
+    if !controller.recording().start(sink.clone()) {
+        return (
+            StatusCode::CONFLICT,
+            format!("{guest}: a recording of it runs already\n"),
+        )
+            .into_response();
+    }
+    let version = controller.version();
+    let header = serde_json::to_string(&Line::Header(Header::of(
+        version.module.manifest(),
+        version.module.digest(),
+        include,
+    )))
+    .unwrap_or_default();
+    tracing::info!(guest = %guest, "recording up to {limit} reconciles");
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
+    tokio::spawn(async move {
+        let mut written = 0;
+        let send = |line: String| {
+            let tx = tx.clone();
+            async move { tx.send(format!("{line}\n")).await.is_ok() }
+        };
+        let ended = if send(header).await {
+            loop {
+                if written >= limit {
+                    break format!("{limit} reconciles recorded");
+                }
+                match tokio::time::timeout_at(until, lines.recv()).await {
+                    Ok(Some(line)) => {
+                        if !send(line).await {
+                            break "the reader went away".to_owned();
+                        }
+                        written += 1;
+                    }
+                    Ok(None) => break "the guest stopped".to_owned(),
+                    Err(_) => break "time is up".to_owned(),
+                }
+            }
+        } else {
+            "the reader went away".to_owned()
+        };
+        controller.recording().stop();
+        let trailer = Line::End(Trailer {
+            reconciles: written,
+            dropped: sink.dropped(),
+            ended,
+        });
+        if let Ok(line) = serde_json::to_string(&trailer) {
+            let _ = send(line).await;
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|line| (Ok::<_, std::convert::Infallible>(line), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 async fn trigger(
     State(state): State<Arc<AdminState>>,
     Path((guest, namespace, name)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(expected) = &state.token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token);
-        if !given.is_some_and(|g| same_token(g, expected)) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                "a bearer token is required\n",
-            )
-                .into_response();
-        }
+    if let Some(refused) = unauthorized(&state, &headers) {
+        return refused;
     }
-    let Some(controller) = manager(&state).and_then(|m| m.controller(&guest)) else {
-        return (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")).into_response();
+    let controller = match controller_of(&state, &guest) {
+        Ok(c) => c,
+        Err(response) => return response,
     };
     let namespace = (namespace != "_").then_some(namespace);
     let request = match Request::checked(namespace.as_deref(), &name) {

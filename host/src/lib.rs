@@ -43,6 +43,7 @@ pub mod oci;
 pub mod progress;
 pub mod queue;
 pub mod rbac;
+pub mod rollout;
 pub mod runtime;
 pub mod scaffold;
 pub mod shard;

@@ -341,6 +341,8 @@ fn shared(uses: &[InformerUse]) -> Vec<Arc<Informer>> {
 struct Prepared {
     module: Arc<GuestModule>,
     cluster: Arc<dyn ClusterAccess>,
+    /// `spec.rollout`'s candidate, loaded and instantiated as the module is.
+    candidate: Option<Arc<GuestModule>>,
 }
 
 /// A version of a guest ready to run: loaded, instantiated, its watches started and synced.
@@ -633,6 +635,45 @@ impl Manager {
         manifest: Arc<Manifest>,
         reads: Arc<Reads>,
     ) -> Result<Prepared, StartError> {
+        let module = self.load_module(manifest.clone()).await?;
+        let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
+            .with_reads(reads)
+            .with_metrics(self.inner.metrics.clone());
+        if let Some(tenures) = &self.inner.tenures {
+            live = live.with_fence(tenures.fence(&manifest.name));
+        }
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(live);
+        // Instantiate once: a module whose start function traps is refused here.
+        GuestWorker::new(module.clone(), cluster.clone())
+            .warm_up()
+            .await?;
+        let candidate = match &manifest.spec.rollout {
+            Some(rollout) => {
+                let mut candidate = (*manifest).clone();
+                candidate.spec.module = rollout.candidate.clone();
+                if rollout.config.is_some() {
+                    candidate.spec.config = rollout.config.clone();
+                }
+                candidate.spec.rollout = None;
+                candidate.module_ref = None;
+                let candidate = self.load_module(Arc::new(candidate)).await?;
+                GuestWorker::new(candidate.clone(), cluster.clone())
+                    .warm_up()
+                    .await?;
+                Some(candidate)
+            }
+            None => None,
+        };
+        Ok(Prepared {
+            module,
+            cluster,
+            candidate,
+        })
+    }
+
+    /// Compile (on a blocking thread: it is CPU-bound) or find `manifest`'s module, governed by
+    /// the host's CPU and memory budgets.
+    async fn load_module(&self, manifest: Arc<Manifest>) -> Result<Arc<GuestModule>, StartError> {
         let inner = self.inner.clone();
         let loading = manifest.clone();
         let module = if let Some(runner) = inner.runners.get(&manifest.name) {
@@ -654,19 +695,35 @@ impl Manager {
             .await
             .map_err(|e| StartError::LoadPanicked(e.to_string()))??
         };
-        let module = Arc::new(module.governed_by(&self.inner.governor, &self.inner.host_memory));
-        let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
-            .with_reads(reads)
-            .with_metrics(self.inner.metrics.clone());
-        if let Some(tenures) = &self.inner.tenures {
-            live = live.with_fence(tenures.fence(&manifest.name));
-        }
-        let cluster: Arc<dyn ClusterAccess> = Arc::new(live);
-        // Instantiate once: a module whose start function traps is refused here.
-        GuestWorker::new(module.clone(), cluster.clone())
-            .warm_up()
-            .await?;
-        Ok(Prepared { module, cluster })
+        Ok(Arc::new(module.governed_by(
+            &self.inner.governor,
+            &self.inner.host_memory,
+        )))
+    }
+
+    /// Try `prepared`'s candidate, if it has one, beside `controller`'s running version.
+    fn try_candidate(
+        &self,
+        controller: &Arc<Controller>,
+        manifest: &Manifest,
+        prepared: &Prepared,
+    ) {
+        let (Some(candidate), Some(spec)) = (&prepared.candidate, &manifest.spec.rollout) else {
+            return;
+        };
+        let dry_run = crate::rollout::DryRun {
+            api: self.inner.cache.api().dry_run(),
+            field_manager: crate::cluster::live::field_manager(&manifest.name),
+        };
+        let rollout = crate::rollout::Rollout::start(
+            &manifest.name,
+            candidate.clone(),
+            spec.clone(),
+            prepared.cluster.clone(),
+            Some(dry_run),
+            self.inner.metrics.clone(),
+        );
+        controller.try_candidate(rollout);
     }
 
     /// Uses of the informers `manifest`'s guest watches, and those of its `for` kind, started
@@ -772,11 +829,12 @@ impl Manager {
             None => self.inner.gate.clone(),
         };
         let controller = Controller::new(
-            prepared.module,
-            prepared.cluster,
+            prepared.module.clone(),
+            prepared.cluster.clone(),
             self.inner.metrics.clone(),
             gate,
         );
+        self.try_candidate(&controller, &manifest, &prepared);
         let sink: Arc<dyn EventSink> = controller.clone();
         for informer in &informers {
             informer.subscribe(sink.clone());
@@ -818,11 +876,12 @@ impl Manager {
         let digest = prepared.module.digest().to_owned();
         // The new handlers first, so that objects of newly watched kinds map through them.
         let version = controller.swap(
-            prepared.module,
-            prepared.cluster,
+            prepared.module.clone(),
+            prepared.cluster.clone(),
             shared(&informers),
             for_informers,
         );
+        self.try_candidate(&controller, &manifest, &prepared);
         // Like a restarted controller, the new version sees every object: new subscriptions
         // replay theirs, kept ones are replayed here (the queue folds duplicates).
         for informer in &informers {

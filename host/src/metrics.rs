@@ -122,7 +122,8 @@ pub struct GuestLabel {
 pub struct OutcomeLabels {
     /// The guest's name.
     pub guest: String,
-    /// `caught_up` or `read_through`.
+    /// `caught_up` or `read_through`; for `krec_shadow_reconciles_total`, `same`,
+    /// `diverged`, `error`, `trap` or `skipped`.
     pub outcome: &'static str,
 }
 
@@ -283,6 +284,9 @@ pub struct Metrics {
     pub webhook_in_flight: Family<WebhookLabel, Gauge>,
     /// `krec_manifest_reloads_total`: reloads of the manifest directory, by result.
     pub reloads: Family<ReloadLabels, Counter>,
+    /// `krec_shadow_reconciles_total`: a candidate's shadow reconciles compared with the
+    /// live version's, by outcome (`same`, `diverged`, `error`, `trap`, `skipped`).
+    pub shadow_reconciles: Family<OutcomeLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -328,6 +332,7 @@ impl Metrics {
             quarantined: Family::default(),
             map_calls: Family::default(),
             ryw_waits: Family::default(),
+            shadow_reconciles: Family::default(),
             ryw_wait: Family::new_with_constructor(stage_buckets),
             event_stage: Family::new_with_constructor(stage_buckets),
             webhook_requests: Family::default(),
@@ -466,6 +471,11 @@ impl Metrics {
             "krec_guest_write_throttled_seconds",
             "Time guest writes waited for the guest's write rate limit",
             m.write_throttled.clone(),
+        );
+        registry.register(
+            "krec_shadow_reconciles",
+            "A candidate version's shadow reconciles, by outcome against the live version's: same, diverged, error, trap, or skipped (over its CPU share)",
+            m.shadow_reconciles.clone(),
         );
         registry.register(
             "krec_guest_quarantined_keys",

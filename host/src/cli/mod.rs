@@ -1,16 +1,21 @@
 //! The `krec` command line, one file per command: `krec new`, `krec check`, `krec cluster`,
-//! `krec dev`, `krec run`, `krec rbac` and `krec webhooks`. The binary's `main` is [`main`].
+//! `krec dev`, `krec run`, `krec rbac`, `krec webhooks`, `krec record`, `krec replay` and
+//! `krec diff`. The binary's `main` is [`main`].
 
+mod admin_client;
 mod args;
 mod check;
 #[cfg(feature = "embedded-apiserver")]
 mod cluster;
 #[cfg(feature = "embedded-apiserver")]
 pub mod dev;
+mod diff;
 mod install;
 mod new;
 mod push;
 mod rbac;
+mod record;
+pub mod replay;
 pub mod run;
 mod webhooks;
 
@@ -115,6 +120,17 @@ enum Command {
     Webhooks(webhooks::Args),
     /// Run the guests against a Kubernetes cluster until Ctrl-C or SIGTERM.
     Run(run::Args),
+    /// Record a running guest's reconciles — each request, every read's answer, the clock, the
+    /// writes, Events and result — into a file, through the host's admin server (Secrets'
+    /// values redacted unless --include-secrets).
+    Record(record::Args),
+    /// Run a module against a recording, reads answered from it, no cluster needed; prints
+    /// where its writes, Events and results differ from the recorded ones and exits 1 if any
+    /// do.
+    Replay(replay::Args),
+    /// Show a guest's rollout (spec.rollout): the candidate's phase, its counts against the
+    /// live version and its first divergences with their diff; --promote or --abort decide it.
+    Diff(diff::Args),
 }
 
 impl Command {
@@ -129,7 +145,10 @@ impl Command {
             | Command::Rbac(_)
             | Command::Webhooks(_)
             | Command::Install(_)
-            | Command::Push(_) => "warn",
+            | Command::Push(_)
+            | Command::Replay(_)
+            | Command::Diff(_) => "warn",
+            Command::Record(_) => "info",
             #[cfg(feature = "embedded-apiserver")]
             Command::Dev(_) => LIVE_LOG,
             Command::Run(_) => LIVE_LOG,
@@ -155,6 +174,9 @@ pub fn main() -> ExitCode {
         Command::Install(args) => block_on("install", install::execute(args)),
         Command::Push(args) => block_on("push", push::execute(args)),
         Command::Webhooks(args) => webhooks::execute(args),
+        Command::Record(args) => record::execute(args),
+        Command::Replay(args) => replay::execute(args),
+        Command::Diff(args) => diff::execute(args),
     }
 }
 
@@ -162,7 +184,7 @@ pub fn main() -> ExitCode {
 fn announce_admin(command: &str, admin: Option<std::net::SocketAddr>) {
     if let Some(addr) = admin {
         say(format_args!(
-            "krec {command}: admin server at http://{addr} (/metrics, /healthz, /readyz, POST /reconcile/GUEST/NAMESPACE/NAME)"
+            "krec {command}: admin server at http://{addr} (/metrics, /healthz, /readyz, POST /reconcile/GUEST/NAMESPACE/NAME, /diff/GUEST, /record/GUEST)"
         ));
     }
 }

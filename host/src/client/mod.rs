@@ -112,6 +112,9 @@ pub struct ApiClient {
     resolved: RwLock<HashMap<Gvk, Resolved>>,
     /// Aggregates and rate-limits the Events recorded through this client.
     events: std::sync::Mutex<events::EventRecorder>,
+    /// Every write is a server-side dry run (`dryRun=All`): validated, admitted and answered,
+    /// never stored.
+    dry_run: bool,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -123,6 +126,16 @@ impl std::fmt::Debug for ApiClient {
 impl ApiClient {
     /// Wrap a client.
     pub fn new(client: Client) -> Arc<Self> {
+        Self::with_dry_run(client, false)
+    }
+
+    /// A client on the same connection whose every write is a server-side dry run
+    /// (`dryRun=All`): what a shadow version's writes go through (see [`crate::rollout`]).
+    pub fn dry_run(&self) -> Arc<Self> {
+        Self::with_dry_run(self.client.clone(), true)
+    }
+
+    fn with_dry_run(client: Client, dry_run: bool) -> Arc<Self> {
         Arc::new_cyclic(|this| ApiClient {
             client,
             resolved: RwLock::new(HashMap::new()),
@@ -130,7 +143,14 @@ impl ApiClient {
                 Arc::new(ApiEvents(this.clone())),
                 events::Limits::default(),
             )),
+            dry_run,
         })
+    }
+
+    /// The query of a write as `field_manager` (and a dry run's flag).
+    fn write_query(&self, field_manager: &str) -> String {
+        let dry_run = if self.dry_run { "&dryRun=All" } else { "" };
+        format!("?fieldManager={}{dry_run}", percent(field_manager))
     }
 
     fn events_slot(&self) -> std::sync::MutexGuard<'_, events::EventRecorder> {
@@ -321,9 +341,9 @@ impl ApiClient {
         let namespace = head.namespace.as_deref();
         let builder = match kind {
             WriteKind::Create => http::Request::post(format!(
-                "{}?fieldManager={}",
+                "{}{}",
                 resolved.collection_url(namespace)?,
-                percent(field_manager)
+                self.write_query(field_manager)
             )),
             WriteKind::Update | WriteKind::UpdateStatus => {
                 let name = head
@@ -332,9 +352,9 @@ impl ApiClient {
                     .filter(|n| !n.is_empty())
                     .ok_or_else(|| AccessError::Invalid("object has no metadata.name".into()))?;
                 http::Request::put(format!(
-                    "{}?fieldManager={}",
+                    "{}{}",
                     resolved.object_url(namespace, name, kind == WriteKind::UpdateStatus)?,
-                    percent(field_manager)
+                    self.write_query(field_manager)
                 ))
             }
         };
@@ -381,9 +401,9 @@ impl ApiClient {
             ""
         };
         let url = format!(
-            "{}?fieldManager={}{force}",
+            "{}{}{force}",
             resolved.object_url(namespace, name, status)?,
-            percent(field_manager)
+            self.write_query(field_manager)
         );
         let builder = http::Request::patch(url).header("content-type", content_type);
         self.send(builder, Self::encode(body)?).await
@@ -404,7 +424,10 @@ impl ApiClient {
         if let Some(p) = preconditions {
             options["preconditions"] = json!({"uid": p.uid, "resourceVersion": p.resource_version});
         }
-        let url = resolved.object_url(namespace, name, false)?;
+        let mut url = resolved.object_url(namespace, name, false)?;
+        if self.dry_run {
+            url.push_str("?dryRun=All");
+        }
         let builder = http::Request::delete(url).header("content-type", "application/json");
         let answer = self.send(builder, Self::encode(&options)?).await?;
         // The deleted object (its last state at the deletion's version), or the object marked

@@ -48,6 +48,7 @@ use crate::cluster::ClusterAccess;
 use crate::guest::{Action, GuestModule};
 use crate::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
 use crate::queue::{RateLimit, WorkQueue};
+use crate::rollout::{Decision, Rollout, recording};
 use crate::vocab::Gvk;
 use map_backlog::MapBacklog;
 
@@ -87,6 +88,8 @@ pub struct Version {
     pub number: u64,
     /// When it was installed.
     pub installed: Instant,
+    /// The candidate tried beside it (`spec.rollout`), until promoted or rolled back.
+    pub rollout: Option<Arc<Rollout>>,
     first_reconcile: OnceLock<Instant>,
 }
 
@@ -99,7 +102,26 @@ impl Version {
             cluster,
             number: 1,
             installed: Instant::now(),
+            rollout: None,
             first_reconcile: OnceLock::new(),
+        }
+    }
+
+    /// This version with `module` in place of its own (a promoted candidate) and `rollout`.
+    fn derived(
+        &self,
+        module: Arc<GuestModule>,
+        number: u64,
+        rollout: Option<Arc<Rollout>>,
+    ) -> Self {
+        Version {
+            handlers: Handlers::from_manifest(module.manifest()),
+            module,
+            cluster: self.cluster.clone(),
+            number,
+            installed: self.installed,
+            rollout,
+            first_reconcile: self.first_reconcile.clone(),
         }
     }
 
@@ -190,6 +212,12 @@ pub struct Controller {
     mapper: Mutex<Option<JoinHandle<()>>>,
     /// Queues every key each time the gate opens (see [`Controller::new`]).
     opener: Mutex<Option<JoinHandle<()>>>,
+    /// The recording the workers write to, while one runs (`krec record`).
+    recording: recording::Slot,
+    /// Acts on the running rollout's decision.
+    concluder: Mutex<Option<JoinHandle<()>>>,
+    /// The report of the last rollout decided (promoted or rolled back).
+    concluded: Mutex<Option<serde_json::Value>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -204,7 +232,7 @@ impl Drop for Controller {
     /// The map task waits on the backlog, not on the controller: end it with the controller
     /// even without [`shutdown`](Controller::shutdown).
     fn drop(&mut self) {
-        for task in [&mut self.mapper, &mut self.opener] {
+        for task in [&mut self.mapper, &mut self.opener, &mut self.concluder] {
             if let Some(task) = task.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
                 task.abort();
             }
@@ -287,7 +315,92 @@ impl Controller {
             for_informers: Mutex::new(Vec::new()),
             informers: Mutex::new(Vec::new()),
             trap_streaks: Mutex::new(std::collections::HashMap::new()),
+            recording: recording::Slot::default(),
+            concluder: Mutex::new(None),
+            concluded: Mutex::new(None),
         })
+    }
+
+    /// Where `krec record` starts and stops a recording of this guest's reconciles.
+    pub fn recording(&self) -> &recording::Slot {
+        &self.recording
+    }
+
+    /// The candidate being tried beside the running version, if one is.
+    pub fn rollout(&self) -> Option<Arc<Rollout>> {
+        self.version.load().rollout.clone()
+    }
+
+    /// The rollout's report: the one running, else the last decided.
+    pub fn rollout_report(&self) -> Option<serde_json::Value> {
+        match self.rollout() {
+            Some(rollout) => Some(rollout.report()),
+            None => self
+                .concluded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    /// Try `rollout`'s candidate beside the running version; its decision is acted on as soon
+    /// as it is made (a promotion swaps the candidate in: the queue stays, 0 keys lost).
+    pub fn try_candidate(self: &Arc<Self>, rollout: Arc<Rollout>) {
+        let current = self.version.load_full();
+        let number = current.number;
+        self.version.store(Arc::new(current.derived(
+            current.module.clone(),
+            number,
+            Some(rollout.clone()),
+        )));
+        let controller = Arc::downgrade(self);
+        let mut decided = rollout.decided();
+        let task = tokio::spawn(async move {
+            if decided.wait_for(Option::is_some).await.is_err() {
+                return;
+            }
+            let decision = decided.borrow().clone();
+            if let (Some(controller), Some(decision)) = (controller.upgrade(), decision) {
+                controller.conclude(&rollout, &decision);
+            }
+        });
+        if let Some(old) = self
+            .concluder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(task)
+        {
+            old.abort();
+        }
+    }
+
+    /// Decide the running rollout by hand; `false` when none runs or it is decided already.
+    pub fn decide(&self, decision: Decision) -> bool {
+        self.rollout().is_some_and(|r| r.decide(decision))
+    }
+
+    /// Act on `rollout`'s `decision`, if it is still the running version's.
+    fn conclude(self: &Arc<Self>, rollout: &Arc<Rollout>, decision: &Decision) {
+        let current = self.version.load_full();
+        if !current
+            .rollout
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, rollout))
+        {
+            return;
+        }
+        rollout.stop();
+        *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = Some(rollout.report());
+        let next = match decision {
+            Decision::Promote(_) => {
+                let next = current.derived(rollout.candidate().clone(), current.number + 1, None);
+                publish_version(&self.metrics, &self.name, Some(&current), &next);
+                tracing::info!(guest = %self.name, "candidate promoted: version {} runs {}", next.number, next.module.digest());
+                next
+            }
+            Decision::RollBack(_) => current.derived(current.module.clone(), current.number, None),
+        };
+        self.version.store(Arc::new(next));
     }
 
     /// The guest's name.
@@ -362,6 +475,15 @@ impl Controller {
         for_informers: Vec<Arc<Informer>>,
     ) -> Arc<Version> {
         self.queue.set_rate_limit(rate_limit_of(&module));
+        // A rollout of the old version ends with it (the new one starts its own).
+        if let Some(task) = self
+            .concluder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
         let mut version = Version::new(module, cluster);
         let old = self.version.load_full();
         version.number = old.number + 1;

@@ -13,6 +13,7 @@ use super::{
     Controller, GROWN_INSTANCE_IDLE, QUARANTINE_AFTER, QUARANTINE_DELAY, Request, action_after,
 };
 use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError};
+use crate::rollout::{Outcome as Taped, Reconcile, Tap};
 
 impl Controller {
     /// Worker `index`: take a key, reconcile it on the current version, act on the result;
@@ -20,6 +21,10 @@ impl Controller {
     /// until shutdown, or until fewer workers are wanted.
     pub(super) async fn work(self: Arc<Self>, index: usize) {
         let mut worker: Option<GuestWorker> = None;
+        // What the live worker's calls go through: taped while shadowed or recorded.
+        let mut tap: Option<Arc<Tap>> = None;
+        // A canary candidate's worker.
+        let mut canary: Option<GuestWorker> = None;
         let mut gate = self.gate.clone();
         while index < self.workers_wanted.load(Ordering::SeqCst) {
             // Only the leader (the guest's owner) reconciles.
@@ -65,24 +70,83 @@ impl Controller {
                 .is_some_and(|w| Arc::ptr_eq(w.module(), &version.module));
             if !current {
                 // A new version: the old instance is dropped with the old worker.
+                let tapped = Arc::new(Tap::new(version.cluster.clone()));
                 worker = Some(
-                    GuestWorker::new(version.module.clone(), version.cluster.clone())
+                    GuestWorker::new(version.module.clone(), tapped.clone())
+                        .with_metrics(self.metrics.clone()),
+                );
+                tap = Some(tapped);
+            }
+            let (namespace, name) = (request.namespace.as_deref(), request.name.as_str());
+            let rollout = version.rollout.as_ref();
+            let candidate = rollout.filter(|r| r.takes(namespace, name));
+            if let Some(rollout) = candidate
+                && !canary
+                    .as_ref()
+                    .is_some_and(|w| Arc::ptr_eq(w.module(), rollout.candidate()))
+            {
+                canary = Some(
+                    GuestWorker::new(rollout.candidate().clone(), version.cluster.clone())
                         .with_metrics(self.metrics.clone()),
                 );
             }
-            let Some(guest) = worker.as_mut() else {
+            let (Some(live), Some(tap)) = (worker.as_mut(), tap.as_ref()) else {
                 break;
+            };
+            let guest = match (candidate, canary.as_mut()) {
+                (Some(_), Some(canary)) => canary,
+                _ => live,
+            };
+            let sink = self.recording.sink();
+            let taping =
+                candidate.is_none() && (sink.is_some() || rollout.is_some_and(|r| r.shadows()));
+            tap.arm(taping);
+            let clock_ms = if taping {
+                crate::rollout::tape::now_ms()
+            } else {
+                0
             };
             self.stats.begin(&request);
             self.series.active_workers().inc();
             let started = Instant::now();
             let _ = version.first_reconcile.set(started);
-            let result = guest
-                .reconcile(request.namespace.as_deref(), &request.name)
-                .await;
+            let result = guest.reconcile(namespace, name).await;
             self.series.active_workers().dec();
             self.stats.end(&request);
-            self.count_budgets(&version.module);
+            if let Some(rollout) = rollout {
+                let outcome = Taped::of(&result);
+                if candidate.is_some() {
+                    rollout.canary_ended(&outcome);
+                } else {
+                    rollout.live_ended(&outcome);
+                }
+                if taping {
+                    let taped = Reconcile {
+                        seq: rollout.next_seq(),
+                        namespace: request.namespace.clone(),
+                        name: request.name.clone(),
+                        clock_ms,
+                        tape: tap.take(),
+                        outcome,
+                    };
+                    if let Some(sink) = &sink {
+                        sink.push(taped.clone());
+                    }
+                    if rollout.shadows() {
+                        rollout.offer(taped);
+                    }
+                }
+            } else if let Some(sink) = sink.filter(|_| taping) {
+                sink.push(Reconcile {
+                    seq: 0,
+                    namespace: request.namespace.clone(),
+                    name: request.name.clone(),
+                    clock_ms,
+                    tape: tap.take(),
+                    outcome: Taped::of(&result),
+                });
+            }
+            self.count_budgets(guest.module());
             if let Some(usage) = guest.last_usage() {
                 self.observe_stages(origin, taken, &usage);
                 self.series.cpu().inc_by(usage.guest_time.as_secs_f64());

@@ -165,7 +165,8 @@ impl GuestModule {
             let mut instance = match kept {
                 Some(instance) => instance,
                 None => {
-                    let mut store = new_store(self, wasm.pre.engine(), cluster, metrics.clone());
+                    let mut store =
+                        new_store(self, wasm.pre.engine(), cluster, metrics.clone(), None);
                     let started = async {
                         let instance = self.start_instance(&mut store).await?;
                         let admission = match &wasm.admission {

@@ -679,16 +679,20 @@ fn new_store(
     engine: &Engine,
     cluster: &Arc<dyn ClusterAccess>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    clock: Option<&SetClock>,
 ) -> Store<HostState> {
     let manifest = &module.manifest;
     let name = manifest.name.as_str();
-    let wasi = WasiCtxBuilder::new()
-        .stdout(GuestOutput::new(name, "stdout", module.budgets.clone()))
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(GuestOutput::new(name, "stdout", module.budgets.clone()))
         .stderr(GuestOutput::new(name, "stderr", module.budgets.clone()))
         .allow_tcp(false)
         .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .build();
+        .allow_ip_name_lookup(false);
+    if let Some(clock) = clock {
+        wasi.wall_clock(clock.clone());
+    }
+    let wasi = wasi.build();
     let limits = GuestLimiter::new(
         usize::try_from(manifest.spec.limits.memory).unwrap_or(usize::MAX),
         module.budgets.memory.clone(),
@@ -727,6 +731,28 @@ fn new_store(
     store
 }
 
+/// A wall clock a worker's guests read instead of the host's: set to a recorded time, so that
+/// a replayed reconcile sees the clock it first ran at.
+#[derive(Clone, Debug, Default)]
+pub struct SetClock(Arc<std::sync::atomic::AtomicU64>);
+
+impl SetClock {
+    /// Set the time, in milliseconds since the Unix epoch.
+    pub fn set_ms(&self, ms: u64) {
+        self.0.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl wasmtime_wasi::HostWallClock for SetClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_millis(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 /// A live instance: its store and the typed handle to its exports.
 struct Instance {
     store: Store<HostState>,
@@ -741,6 +767,7 @@ pub struct GuestWorker {
     metrics: Option<Arc<crate::metrics::Metrics>>,
     instance: Option<Instance>,
     last_usage: Option<Usage>,
+    clock: Option<SetClock>,
 }
 
 /// What the last reconcile used.
@@ -766,7 +793,14 @@ impl GuestWorker {
             metrics: None,
             instance: None,
             last_usage: None,
+            clock: None,
         }
+    }
+
+    /// Give this worker's guests `clock` as their wall clock (a replay's).
+    pub fn with_clock(mut self, clock: SetClock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// Count this worker's host calls in `metrics`.
@@ -813,6 +847,7 @@ impl GuestWorker {
         module: &GuestModule,
         cluster: &Arc<dyn ClusterAccess>,
         metrics: Option<Arc<crate::metrics::Metrics>>,
+        clock: Option<&SetClock>,
     ) -> wasmtime::Result<Instance> {
         let Body::Wasm(wasm) = &module.body else {
             return Err(wasmtime::format_err!(
@@ -820,7 +855,7 @@ impl GuestWorker {
                 module.manifest.name
             ));
         };
-        let mut store = new_store(module, wasm.pre.engine(), cluster, metrics);
+        let mut store = new_store(module, wasm.pre.engine(), cluster, metrics, clock);
         let instance = module.start_instance(&mut store).await?;
         let bindings = wasm.reconciler.load(&mut store, &instance)?;
         store.data_mut().limits.mark_ready();
@@ -844,7 +879,7 @@ impl GuestWorker {
         let timeout = module.manifest.spec.limits.timeout;
         let started = tokio::time::timeout(
             timeout.saturating_add(HOST_CALL_GRACE),
-            Self::instantiate(&module, &cluster, self.metrics.clone()),
+            Self::instantiate(&module, &cluster, self.metrics.clone(), self.clock.as_ref()),
         )
         .await
         .unwrap_or_else(|_| {
@@ -924,11 +959,12 @@ impl GuestWorker {
         let kept = self.instance.take();
         let (module, cluster) = (self.module.clone(), self.cluster.clone());
         let metrics = self.metrics.clone();
+        let clock = self.clock.clone();
         let request_text = request.clone();
         let run = async move {
             let mut instance = match kept {
                 Some(instance) => instance,
-                None => Self::instantiate(&module, &cluster, metrics)
+                None => Self::instantiate(&module, &cluster, metrics, clock.as_ref())
                     .await
                     .map_err(|err| {
                         let cause = match classify(&err) {

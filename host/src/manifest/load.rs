@@ -112,6 +112,20 @@ impl Manifest {
             None if spec.module.is_relative() => spec.module = module_base.join(&spec.module),
             None => {}
         }
+        if let Some(rollout) = &mut spec.rollout {
+            match crate::oci::reference(&rollout.candidate) {
+                Some(_) => {
+                    return Err(invalid(
+                        "spec.rollout.candidate",
+                        "must be a file: a candidate is not pulled from a registry yet".into(),
+                    ));
+                }
+                None if rollout.candidate.is_relative() => {
+                    rollout.candidate = module_base.join(&rollout.candidate);
+                }
+                None => {}
+            }
+        }
         Ok(Manifest {
             path: path.to_owned(),
             name: raw.metadata.name,

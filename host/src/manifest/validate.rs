@@ -179,12 +179,25 @@ pub(super) fn configure(spec: &mut ReconcilerSpec) -> Result<(), FieldProblem> {
     let config = spec
         .config
         .get_or_insert_with(|| serde_json::Value::Object(Default::default()));
+    check_config(schema, config, "spec.config")?;
+    if let Some(config) = spec.rollout.as_mut().and_then(|r| r.config.as_mut()) {
+        check_config(schema, config, "spec.rollout.config")?;
+    }
+    Ok(())
+}
+
+/// Fill in `schema`'s defaults in `config` (at `field`) and check it against the schema.
+fn check_config(
+    schema: &serde_json::Value,
+    config: &mut serde_json::Value,
+    field: &str,
+) -> Result<(), FieldProblem> {
     krec_core::schema::apply_defaults(schema, config);
     let at = |path: &str| {
         if path.is_empty() {
-            "spec.config".to_owned()
+            field.to_owned()
         } else {
-            format!("spec.config.{path}")
+            format!("{field}.{path}")
         }
     };
     if let Some(path) = undeclared(schema, config, String::new()) {
@@ -206,6 +219,38 @@ pub(super) fn configure(spec: &mut ReconcilerSpec) -> Result<(), FieldProblem> {
             at(&path),
             format!("{message} (spec.configSchema)"),
         ));
+    }
+    Ok(())
+}
+
+/// Check `spec.rollout`'s bounds.
+fn validate_rollout(rollout: &super::RolloutSpec) -> Result<(), FieldProblem> {
+    let problem =
+        |field: &str, p: &str| Err(FieldProblem(format!("spec.rollout.{field}"), p.into()));
+    if rollout.candidate.as_os_str().is_empty() {
+        return problem("candidate", "must name the candidate's .wasm component");
+    }
+    if !(1..=100).contains(&rollout.share) {
+        return problem("share", "must be a percentage of the keys, 1 to 100");
+    }
+    if !(1..=100).contains(&rollout.shadow_cpu) {
+        return problem("shadowCpu", "must be a percentage of one core, 1 to 100");
+    }
+    if let Some(promote) = &rollout.promote {
+        if promote.after_reconciles == 0 {
+            return problem("promote.afterReconciles", "must be at least 1");
+        }
+        if !(0.0..=100.0).contains(&promote.max_divergence_percent) {
+            return problem("promote.maxDivergencePercent", "must be 0 to 100");
+        }
+    }
+    for (i, path) in rollout.critical.iter().enumerate() {
+        if path.is_empty() || path.starts_with('.') || path.ends_with('.') {
+            return problem(
+                &format!("critical[{i}]"),
+                "must be a field path such as spec.replicas",
+            );
+        }
     }
     Ok(())
 }
@@ -273,6 +318,9 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
     }
     if let Some(k) = &spec.for_kind {
         validate_kind("spec.for", k)?;
+    }
+    if let Some(rollout) = &spec.rollout {
+        validate_rollout(rollout)?;
     }
     for (i, k) in spec.owns.iter().enumerate() {
         validate_kind(&format!("spec.owns[{i}]"), k)?;

@@ -1,0 +1,256 @@
+//! Recordings: a guest's reconciles as JSON lines — a [`Header`] line, then one
+//! [`Reconcile`](super::Reconcile) per line — what `krec record` writes and `krec replay` reads.
+//!
+//! A Secret's `data` and `stringData` values read as `REDACTED` (their keys kept) unless the
+//! recording was asked to include them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::tape::{Answer, Json, KindName, Reconcile};
+use crate::manifest::Manifest;
+
+/// What a recording's first line says: the format, the guest and what it ran with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Header {
+    /// `krec.dev/recording/v1`.
+    pub recording: String,
+    /// The guest.
+    pub guest: String,
+    /// The module recorded, as the manifest names it.
+    pub module: String,
+    /// Its digest.
+    pub digest: String,
+    /// Its `spec.config` (defaults filled in).
+    #[serde(default)]
+    pub config: Option<Value>,
+    /// Its `spec.permissions`, as the manifest writes them.
+    #[serde(default)]
+    pub permissions: Vec<Value>,
+    /// When the recording started, in milliseconds since the Unix epoch.
+    pub started_ms: u64,
+    /// Whether Secrets' values are in it.
+    #[serde(default)]
+    pub secrets_included: bool,
+}
+
+/// The format a recording's header names.
+pub const FORMAT: &str = "krec.dev/recording/v1";
+
+impl Header {
+    /// The header of a recording of `manifest`'s guest running a module of `digest`.
+    pub fn of(manifest: &Manifest, digest: &str, secrets_included: bool) -> Self {
+        Header {
+            recording: FORMAT.into(),
+            guest: manifest.name.clone(),
+            module: manifest
+                .module_ref
+                .clone()
+                .unwrap_or_else(|| manifest.spec.module.display().to_string()),
+            digest: digest.to_owned(),
+            config: manifest.spec.config.clone(),
+            permissions: manifest
+                .spec
+                .permissions
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "apiVersion": p.api_version,
+                        "kind": p.kind,
+                        "verbs": p.verbs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                        "namespaces": p.namespaces,
+                    })
+                })
+                .collect(),
+            started_ms: super::tape::now_ms(),
+            secrets_included,
+        }
+    }
+}
+
+/// The last line of a recording: how many reconciles it holds and how many it missed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trailer {
+    /// Reconciles written.
+    pub reconciles: u64,
+    /// Reconciles not written: the reader fell behind.
+    pub dropped: u64,
+    /// Why the recording ended.
+    pub ended: String,
+}
+
+/// One line of a recording.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Line {
+    /// The first.
+    Header(Header),
+    /// A reconcile.
+    Reconcile(Box<Reconcile>),
+    /// The last.
+    End(Trailer),
+}
+
+const REDACTED: &str = "REDACTED";
+
+fn is_secret(kind: &KindName) -> bool {
+    kind.api_version == "v1" && kind.kind == "Secret"
+}
+
+/// `object` with its values redacted when it is a Secret.
+fn redact_value(object: &mut Value) {
+    if object["kind"] != "Secret" {
+        return;
+    }
+    for field in ["data", "stringData"] {
+        if let Some(map) = object.get_mut(field).and_then(Value::as_object_mut) {
+            for value in map.values_mut() {
+                *value = Value::String(REDACTED.into());
+            }
+        }
+    }
+}
+
+fn redact_json(json: &mut Json) {
+    let mut value = json.value();
+    redact_value(&mut value);
+    json.0 = Arc::from(value.to_string());
+}
+
+fn redact_answer(answer: &mut Answer) {
+    match answer {
+        Answer::Object(json) => redact_json(json),
+        Answer::Items(items) => items.iter_mut().for_each(redact_json),
+        Answer::Namespaced(_) | Answer::Error(_) => {}
+    }
+}
+
+/// `reconcile` with every Secret's values redacted.
+pub fn redact(reconcile: &mut Reconcile) {
+    for read in &mut reconcile.tape.reads {
+        if is_secret(read.call.kind()) {
+            redact_answer(&mut read.answer);
+        }
+    }
+    for write in &mut reconcile.tape.writes {
+        if is_secret(&write.kind) {
+            redact_value(&mut write.body);
+            redact_answer(&mut write.answer);
+        }
+    }
+}
+
+/// A recording in progress: where a guest's workers send each reconcile's line.
+#[derive(Debug)]
+pub struct Sink {
+    lines: mpsc::Sender<String>,
+    secrets_included: bool,
+    dropped: AtomicU64,
+    seq: AtomicU64,
+}
+
+/// Lines waiting for the recording's reader; past this, reconciles are dropped (counted in
+/// the trailer).
+pub const SINK_QUEUE: usize = 4096;
+
+impl Sink {
+    /// A sink and the receiving end of its lines.
+    pub fn new(secrets_included: bool) -> (Arc<Self>, mpsc::Receiver<String>) {
+        let (lines, receiver) = mpsc::channel(SINK_QUEUE);
+        (
+            Arc::new(Sink {
+                lines,
+                secrets_included,
+                dropped: AtomicU64::new(0),
+                seq: AtomicU64::new(0),
+            }),
+            receiver,
+        )
+    }
+
+    /// Write `reconcile` (numbered in this recording, redacted unless asked otherwise).
+    pub fn push(&self, mut reconcile: Reconcile) {
+        reconcile.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if !self.secrets_included {
+            redact(&mut reconcile);
+        }
+        let line = match serde_json::to_string(&Line::Reconcile(Box::new(reconcile))) {
+            Ok(line) => line,
+            Err(err) => {
+                tracing::warn!("a reconcile could not be recorded: {err}");
+                return;
+            }
+        };
+        if self.lines.try_send(line).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reconciles dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// The recording a guest's workers write to, if one runs.
+#[derive(Debug, Default)]
+pub struct Slot(Mutex<Option<Arc<Sink>>>);
+
+impl Slot {
+    /// The sink, while a recording runs.
+    pub fn sink(&self) -> Option<Arc<Sink>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Start writing to `sink`; `false` when a recording already runs.
+    pub fn start(&self, sink: Arc<Sink>) -> bool {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(sink);
+        true
+    }
+
+    /// Stop the recording.
+    pub fn stop(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Parse a recording's text: its header and reconciles.
+///
+/// # Errors
+///
+/// The line that is not part of a recording, by number.
+pub fn parse(text: &str) -> Result<(Header, Vec<Reconcile>), String> {
+    let mut header = None;
+    let mut reconciles = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed: Line = serde_json::from_str(line)
+            .map_err(|e| format!("line {}: not a line of a krec recording: {e}", i + 1))?;
+        match parsed {
+            Line::Header(h) if h.recording == FORMAT => header = Some(h),
+            Line::Header(h) => {
+                return Err(format!(
+                    "line {}: recording format {:?}, this krec reads {FORMAT:?}",
+                    i + 1,
+                    h.recording
+                ));
+            }
+            Line::Reconcile(r) => reconciles.push(*r),
+            Line::End(_) => {}
+        }
+    }
+    let header = header.ok_or("no header line: not a krec recording")?;
+    Ok((header, reconciles))
+}

@@ -1,0 +1,404 @@
+//! [`Replay`]: a [`ClusterAccess`] that answers a guest's reads from a recorded reconcile and
+//! keeps its writes instead of applying them.
+//!
+//! Reads are matched by call (the same `get` or `list` with the same selectors): the answers
+//! recorded for a call are served in order, the last one again when the guest reads more often
+//! than the recording did. A read the recording lacks goes to the fallback when there is one
+//! (the shadow's: the live cache), and is otherwise refused — reported, never invented.
+//!
+//! A write the recording holds (the same request, normalised) gets its recorded answer. Any
+//! other goes to the dry-run client when there is one (the shadow's: validated and admitted by
+//! the API server, never stored; sent without `resourceVersion` and delete preconditions, since
+//! the live version's own write has moved the object on) and is otherwise answered with the
+//! object as written (a patch: the object as last read). Events are kept, never sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::compare::normalised;
+use super::tape::{
+    Answer, Event, Json, KindName, Read, ReadCall, Reconcile, Tape, Verb, Write, delete_write,
+    object_write, patch_write, unit_answer, value_answer,
+};
+use crate::client::ApiClient;
+use crate::cluster::ClusterAccess;
+use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+
+/// The recorded answers of one reconcile, as they are served.
+#[derive(Default)]
+struct Script {
+    reads: HashMap<ReadCall, (VecDeque<Answer>, Option<Answer>)>,
+    writes: Vec<Option<Write>>,
+    tape: Tape,
+    missing: Vec<String>,
+}
+
+/// Writes that go to the API server as dry runs, as the guest's field manager.
+#[derive(Clone)]
+pub struct DryRun {
+    /// The dry-run client.
+    pub api: Arc<ApiClient>,
+    /// The guest's field manager.
+    pub field_manager: String,
+}
+
+/// See the [module docs](self).
+pub struct Replay {
+    script: Mutex<Script>,
+    fallback: Option<Arc<dyn ClusterAccess>>,
+    dry_run: Option<DryRun>,
+}
+
+/// What a replayed reconcile did, and the reads the recording could not answer.
+pub struct Played {
+    /// Its reads, writes and Events.
+    pub tape: Tape,
+    /// The reads the recording lacked (and no fallback answered), as `get v1 Pod ns/name`.
+    pub missing: Vec<String>,
+}
+
+impl Replay {
+    /// A replay with no recording loaded yet: reads the recording lacks go to `fallback` (or
+    /// are refused), writes it lacks to `dry_run` (or are answered as written).
+    pub fn new(fallback: Option<Arc<dyn ClusterAccess>>, dry_run: Option<DryRun>) -> Self {
+        Replay {
+            script: Mutex::new(Script::default()),
+            fallback,
+            dry_run,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.script.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Serve `recorded`'s answers from now on.
+    pub fn load(&self, recorded: &Reconcile) {
+        let mut script = Script::default();
+        for Read { call, answer } in &recorded.tape.reads {
+            script
+                .reads
+                .entry(call.clone())
+                .or_default()
+                .0
+                .push_back(answer.clone());
+        }
+        script.writes = recorded.tape.writes.iter().cloned().map(Some).collect();
+        *self.lock() = script;
+    }
+
+    /// What the reconcile since [`load`](Self::load) did.
+    pub fn take(&self) -> Played {
+        let script = std::mem::take(&mut *self.lock());
+        Played {
+            tape: script.tape,
+            missing: script.missing,
+        }
+    }
+
+    /// The recorded answer of `call`, if the recording has one.
+    fn recorded(&self, call: &ReadCall) -> Option<Answer> {
+        let mut script = self.lock();
+        let (queue, last) = script.reads.get_mut(call)?;
+        let answer = queue.pop_front().or_else(|| last.clone())?;
+        *last = Some(answer.clone());
+        Some(answer)
+    }
+
+    /// `call`'s answer: recorded, from the fallback (`ask`), or refused as missing.
+    async fn read<F, Fut>(&self, call: ReadCall, ask: F) -> Answer
+    where
+        F: FnOnce(Arc<dyn ClusterAccess>) -> Fut,
+        Fut: std::future::Future<Output = Answer>,
+    {
+        let answer = match self.recorded(&call) {
+            Some(answer) => answer,
+            None => match &self.fallback {
+                Some(fallback) => ask(fallback.clone()).await,
+                None => {
+                    let text = call.to_string();
+                    self.lock().missing.push(text.clone());
+                    Answer::Error(
+                        (&AccessError::Unavailable(format!(
+                            "the recording has no answer for {text} (not invented by a replay)"
+                        )))
+                            .into(),
+                    )
+                }
+            },
+        };
+        self.lock().tape.reads.push(Read {
+            call,
+            answer: answer.clone(),
+        });
+        answer
+    }
+
+    /// The object `target` was last read as, from the recording.
+    fn last_seen(&self, kind: &KindName, namespace: Option<&str>, name: &str) -> Option<Json> {
+        let script = self.lock();
+        let call = ReadCall::Get {
+            kind: kind.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        match script.reads.get(&call) {
+            Some((_, Some(Answer::Object(json)))) => Some(json.clone()),
+            _ => None,
+        }
+    }
+
+    /// The answer of `write`: recorded, from a dry run (`send`), or the object as written.
+    async fn write<F, Fut>(&self, mut write: Write, send: F) -> Answer
+    where
+        F: FnOnce(DryRun) -> Fut,
+        Fut: std::future::Future<Output = Answer>,
+    {
+        let recorded = {
+            let mut script = self.lock();
+            let body = normalised(&write.body);
+            script
+                .writes
+                .iter_mut()
+                .find(|w| {
+                    w.as_ref().is_some_and(|w| {
+                        w.target() == write.target()
+                            && w.patch_type == write.patch_type
+                            && normalised(&w.body) == body
+                    })
+                })
+                .and_then(Option::take)
+        };
+        let answer = match (recorded, &self.dry_run) {
+            (Some(recorded), _) => recorded.answer,
+            (None, Some(dry_run)) => send(dry_run.clone()).await,
+            (None, None) => match write.verb {
+                Verb::Delete => Answer::Object(Json(Arc::from("null"))),
+                Verb::Patch | Verb::PatchStatus => {
+                    let seen = write.name.as_deref().and_then(|name| {
+                        self.last_seen(&write.kind, write.namespace.as_deref(), name)
+                    });
+                    Answer::Object(seen.unwrap_or_else(|| Json(Arc::from(write.body.to_string()))))
+                }
+                _ => Answer::Object(Json(Arc::from(write.body.to_string()))),
+            },
+        };
+        write.answer = answer.clone();
+        self.lock().tape.writes.push(write);
+        answer
+    }
+}
+
+/// The answer of a write not yet made.
+fn pending() -> Answer {
+    Answer::Object(Json(Arc::from("null")))
+}
+
+/// An answer as an object.
+fn as_value(answer: Answer) -> Result<Value, AccessError> {
+    match answer {
+        Answer::Object(json) => Ok(json.value()),
+        Answer::Error(err) => Err(err.error()),
+        Answer::Items(_) | Answer::Namespaced(_) => Err(AccessError::Other(
+            "the recording answers this call with another kind of answer".into(),
+        )),
+    }
+}
+
+/// `object` without `metadata.resourceVersion`: a dry run of a write based on what the live
+/// version read, after the live version's own write moved the object on.
+fn unconditional(mut object: Value) -> Value {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    object
+}
+
+#[async_trait]
+impl ClusterAccess for Replay {
+    async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError> {
+        let text = self.get_json(gvk, namespace, name).await?;
+        serde_json::from_str(&text).map_err(|e| AccessError::Other(format!("recorded object: {e}")))
+    }
+
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+        self.list_json(gvk, options)
+            .await?
+            .iter()
+            .map(|t| {
+                serde_json::from_str(t)
+                    .map_err(|e| AccessError::Other(format!("recorded object: {e}")))
+            })
+            .collect()
+    }
+
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+        let call = ReadCall::Namespaced {
+            kind: KindName::of(gvk),
+        };
+        let answer = self
+            .read(call, |fallback| async move {
+                match fallback.namespaced(gvk).await {
+                    Ok(namespaced) => Answer::Namespaced(namespaced),
+                    Err(err) => Answer::Error((&err).into()),
+                }
+            })
+            .await;
+        match answer {
+            Answer::Namespaced(namespaced) => Ok(namespaced),
+            Answer::Error(err) => Err(err.error()),
+            _ => Err(AccessError::Other(
+                "the recording answers this call with another kind of answer".into(),
+            )),
+        }
+    }
+
+    async fn get_json(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<str>, AccessError> {
+        let call = ReadCall::Get {
+            kind: KindName::of(gvk),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        let answer = self
+            .read(call, |fallback| async move {
+                match fallback.get_json(gvk, namespace, name).await {
+                    Ok(text) => Answer::Object(Json(text)),
+                    Err(err) => Answer::Error((&err).into()),
+                }
+            })
+            .await;
+        match answer {
+            Answer::Object(json) => Ok(json.0),
+            Answer::Error(err) => Err(err.error()),
+            _ => Err(AccessError::Other(
+                "the recording answers this call with another kind of answer".into(),
+            )),
+        }
+    }
+
+    async fn list_json(
+        &self,
+        gvk: &Gvk,
+        options: &ListOptions,
+    ) -> Result<Vec<Arc<str>>, AccessError> {
+        let call = ReadCall::List {
+            kind: KindName::of(gvk),
+            namespace: options.namespace.clone(),
+            label_selector: options.label_selector.clone(),
+            field_selector: options.field_selector.clone(),
+            uncached: options.uncached,
+        };
+        let answer = self
+            .read(call, |fallback| async move {
+                match fallback.list_json(gvk, options).await {
+                    Ok(items) => Answer::Items(items.into_iter().map(Json).collect()),
+                    Err(err) => Answer::Error((&err).into()),
+                }
+            })
+            .await;
+        match answer {
+            Answer::Items(items) => Ok(items.into_iter().map(|j| j.0).collect()),
+            Answer::Error(err) => Err(err.error()),
+            _ => Err(AccessError::Other(
+                "the recording answers this call with another kind of answer".into(),
+            )),
+        }
+    }
+
+    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+        let write = object_write(Verb::Create, &object, pending());
+        as_value(
+            self.write(write, |d| async move {
+                value_answer(&d.api.create(&object, &d.field_manager).await)
+            })
+            .await,
+        )
+    }
+
+    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+        let verb = if status {
+            Verb::UpdateStatus
+        } else {
+            Verb::Update
+        };
+        let write = object_write(verb, &object, pending());
+        as_value(
+            self.write(write, |d| async move {
+                let object = unconditional(object);
+                value_answer(&d.api.update(&object, status, &d.field_manager).await)
+            })
+            .await,
+        )
+    }
+
+    async fn patch(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: Value,
+        status: bool,
+    ) -> Result<Value, AccessError> {
+        let write = patch_write(gvk, namespace, name, patch_type, &body, status, pending());
+        as_value(
+            self.write(write, |d| async move {
+                let body = match patch_type {
+                    PatchType::Json => body,
+                    _ => unconditional(body),
+                };
+                value_answer(
+                    &d.api
+                        .patch(
+                            gvk,
+                            namespace,
+                            name,
+                            patch_type,
+                            &body,
+                            status,
+                            &d.field_manager,
+                        )
+                        .await,
+                )
+            })
+            .await,
+        )
+    }
+
+    async fn delete(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<(), AccessError> {
+        let write = delete_write(gvk, namespace, name, preconditions, pending());
+        let answer = self
+            .write(write, |d| async move {
+                unit_answer(&d.api.delete(gvk, namespace, name, None).await.map(drop))
+            })
+            .await;
+        match answer {
+            Answer::Error(err) => Err(err.error()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+        self.lock().tape.events.push(Event::of(&event));
+        Ok(())
+    }
+}

@@ -1,0 +1,795 @@
+//! What one reconcile read and did — its [`Tape`] — and the [`Tap`] that takes it down.
+//!
+//! A tape holds every read's answer (by call, in order), every write as the guest asked for it
+//! with the answer it got, every Event and the reconcile's result. The shadow feeds a live
+//! reconcile's tape to the candidate; `krec record` writes tapes as JSON lines (one
+//! [`Reconcile`] per line) and `krec replay` serves them back.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::cluster::ClusterAccess;
+use crate::guest::{Action, ReconcileError};
+use crate::vocab::{
+    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+};
+
+/// JSON text kept as it is: an object as the cache handed it out, written into a recording
+/// without being parsed again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Json(pub Arc<str>);
+
+impl Serialize for Json {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw = RawValue::from_string(self.0.to_string()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        Ok(Json(Arc::from(raw.get())))
+    }
+}
+
+impl Json {
+    /// The text parsed (`null` if it is not JSON, which a tape never holds).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+/// A kind as a recording names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindName {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+}
+
+impl KindName {
+    /// The kind of `gvk`.
+    pub fn of(gvk: &Gvk) -> Self {
+        KindName {
+            api_version: gvk.api_version(),
+            kind: gvk.kind.clone(),
+        }
+    }
+
+    /// Back to a [`Gvk`].
+    pub fn gvk(&self) -> Gvk {
+        Gvk::from_api_version(&self.api_version, &self.kind)
+    }
+}
+
+/// A read a guest made: what identifies it, so that a replay can answer the same call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "camelCase")]
+pub enum ReadCall {
+    /// `get`.
+    #[serde(rename_all = "camelCase")]
+    Get {
+        /// The kind.
+        #[serde(flatten)]
+        kind: KindName,
+        /// Its namespace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        /// Its name.
+        name: String,
+    },
+    /// `list`.
+    #[serde(rename_all = "camelCase")]
+    List {
+        /// The kind.
+        #[serde(flatten)]
+        kind: KindName,
+        /// Only this namespace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        /// Label selector.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label_selector: Option<String>,
+        /// Field selector.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        field_selector: Option<String>,
+        /// Read past the cache.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        uncached: bool,
+    },
+    /// Whether a kind is namespaced (asked by permission checks).
+    Namespaced {
+        /// The kind.
+        #[serde(flatten)]
+        kind: KindName,
+    },
+}
+
+impl ReadCall {
+    fn get(gvk: &Gvk, namespace: Option<&str>, name: &str) -> Self {
+        ReadCall::Get {
+            kind: KindName::of(gvk),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        }
+    }
+
+    fn list(gvk: &Gvk, options: &ListOptions) -> Self {
+        ReadCall::List {
+            kind: KindName::of(gvk),
+            namespace: options.namespace.clone(),
+            label_selector: options.label_selector.clone(),
+            field_selector: options.field_selector.clone(),
+            uncached: options.uncached,
+        }
+    }
+
+    /// The kind read.
+    pub fn kind(&self) -> &KindName {
+        match self {
+            ReadCall::Get { kind, .. }
+            | ReadCall::List { kind, .. }
+            | ReadCall::Namespaced { kind } => kind,
+        }
+    }
+}
+
+impl std::fmt::Display for ReadCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadCall::Get {
+                kind,
+                namespace,
+                name,
+            } => {
+                let key = krec_core::KeyRef {
+                    namespace: namespace.as_deref(),
+                    name,
+                };
+                write!(f, "get {} {} {key}", kind.api_version, kind.kind)
+            }
+            ReadCall::List {
+                kind,
+                namespace,
+                label_selector,
+                field_selector,
+                ..
+            } => {
+                write!(f, "list {} {}", kind.api_version, kind.kind)?;
+                if let Some(ns) = namespace {
+                    write!(f, " in {ns}")?;
+                }
+                if let Some(l) = label_selector {
+                    write!(f, " -l {l}")?;
+                }
+                if let Some(s) = field_selector {
+                    write!(f, " --field-selector {s}")?;
+                }
+                Ok(())
+            }
+            ReadCall::Namespaced { kind } => {
+                write!(f, "scope of {} {}", kind.api_version, kind.kind)
+            }
+        }
+    }
+}
+
+/// An error as a recording keeps it: its reason (`NotFound`, …) and message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorText {
+    /// The reason, as [`AccessError::reason`] names it.
+    pub reason: String,
+    /// The message.
+    pub message: String,
+}
+
+impl From<&AccessError> for ErrorText {
+    fn from(err: &AccessError) -> Self {
+        let mut err = err.clone();
+        ErrorText {
+            reason: err.reason().to_owned(),
+            message: std::mem::take(err.message_mut()),
+        }
+    }
+}
+
+impl ErrorText {
+    /// The error again (`Other` for a reason this host does not know).
+    pub fn error(&self) -> AccessError {
+        macro_rules! by_reason {
+            ($($case:ident),* $(,)?) => {
+                match self.reason.as_str() {
+                    $(stringify!($case) => AccessError::$case(self.message.clone()),)*
+                    _ => AccessError::Other(self.message.clone()),
+                }
+            };
+        }
+        krec_core::with_call_error_cases!(by_reason)
+    }
+}
+
+/// What a read was answered with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Answer {
+    /// One object.
+    Object(Json),
+    /// A list's items.
+    Items(Vec<Json>),
+    /// Whether the kind is namespaced.
+    Namespaced(bool),
+    /// The call failed.
+    Error(ErrorText),
+}
+
+/// One read and its answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Read {
+    /// The call.
+    #[serde(flatten)]
+    pub call: ReadCall,
+    /// Its answer.
+    pub answer: Answer,
+}
+
+/// A write's verb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verb {
+    /// `create`.
+    Create,
+    /// `update`.
+    Update,
+    /// `update-status`.
+    UpdateStatus,
+    /// `patch`.
+    Patch,
+    /// `patch-status`.
+    PatchStatus,
+    /// `delete`.
+    Delete,
+}
+
+impl Verb {
+    /// The verb of a whole-object write.
+    pub fn of(kind: WriteKind) -> Self {
+        match kind {
+            WriteKind::Create => Verb::Create,
+            WriteKind::Update => Verb::Update,
+            WriteKind::UpdateStatus => Verb::UpdateStatus,
+        }
+    }
+
+    /// As the manifest's permissions name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::UpdateStatus => "update-status",
+            Verb::Patch => "patch",
+            Verb::PatchStatus => "patch-status",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// A write a guest asked for, and what it got back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Write {
+    /// The verb.
+    pub verb: Verb,
+    /// The kind written.
+    #[serde(flatten)]
+    pub kind: KindName,
+    /// Its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name (absent on a create with `generateName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A patch's `Content-Type`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    /// The object or patch sent (a delete's preconditions).
+    pub body: Value,
+    /// The object stored (`null` for a delete), or the error.
+    pub answer: Answer,
+}
+
+impl Write {
+    /// `update apps/v1 Deployment default/web`.
+    pub fn target(&self) -> String {
+        let key = krec_core::KeyRef {
+            namespace: self.namespace.as_deref(),
+            name: self.name.as_deref().unwrap_or("(generated name)"),
+        };
+        format!(
+            "{} {} {} {key}",
+            self.verb.as_str(),
+            self.kind.api_version,
+            self.kind.kind
+        )
+    }
+}
+
+/// An Event a guest recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Its reason.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+    /// The object it is about: kind, namespace, name.
+    pub regarding: String,
+}
+
+impl Event {
+    /// An Event as a tape keeps it.
+    pub(crate) fn of(event: &EventRecord) -> Self {
+        let r = &event.regarding;
+        Event {
+            event_type: event.event_type.as_str().to_owned(),
+            reason: event.reason.clone(),
+            message: event.message.clone(),
+            regarding: format!(
+                "{} {}",
+                r.gvk,
+                krec_core::KeyRef {
+                    namespace: r.namespace.as_deref(),
+                    name: &r.name
+                }
+            ),
+        }
+    }
+}
+
+/// What a reconcile read and did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tape {
+    /// Every read, in order.
+    #[serde(default)]
+    pub reads: Vec<Read>,
+    /// Every write, in order.
+    #[serde(default)]
+    pub writes: Vec<Write>,
+    /// Every Event.
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+/// How a reconcile ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// `done`.
+    Done,
+    /// `requeue`.
+    Requeue,
+    /// `requeue-after`, in milliseconds.
+    RequeueAfter(u64),
+    /// The guest returned an error.
+    Error(ErrorText),
+    /// The guest trapped (its cause, e.g. `panic`).
+    Trap(String),
+}
+
+impl Outcome {
+    /// The outcome of a reconcile's result.
+    pub fn of(result: &Result<Action, ReconcileError>) -> Self {
+        match result {
+            Ok(Action::Done) => Outcome::Done,
+            Ok(Action::Requeue) => Outcome::Requeue,
+            Ok(Action::RequeueAfter(d)) => {
+                Outcome::RequeueAfter(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            }
+            Err(ReconcileError::Trap { cause, .. }) => Outcome::Trap(cause.as_str().to_owned()),
+            Err(ReconcileError::Guest { error, .. }) => Outcome::Error(error.into()),
+            Err(err @ ReconcileError::Config { .. }) => Outcome::Error(ErrorText {
+                reason: "Invalid".into(),
+                message: err.to_string(),
+            }),
+        }
+    }
+
+    /// Whether it is a trap.
+    pub fn is_trap(&self) -> bool {
+        matches!(self, Outcome::Trap(_))
+    }
+
+    /// Whether the guest returned an error.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Outcome::Error(_))
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Done => f.write_str("done"),
+            Outcome::Requeue => f.write_str("requeue"),
+            Outcome::RequeueAfter(ms) => write!(f, "requeue-after {ms}ms"),
+            Outcome::Error(e) => write!(f, "error {}: {}", e.reason, e.message),
+            Outcome::Trap(cause) => write!(f, "trap ({cause})"),
+        }
+    }
+}
+
+/// One reconcile: the request, the clock it ran at, its tape and its outcome (a line of a
+/// recording).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reconcile {
+    /// Its number in the recording, from 1.
+    pub seq: u64,
+    /// The request's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The request's name.
+    pub name: String,
+    /// The wall clock when it started, in milliseconds since the Unix epoch.
+    pub clock_ms: u64,
+    /// What it read and did.
+    #[serde(flatten)]
+    pub tape: Tape,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl Reconcile {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        krec_core::KeyRef {
+            namespace: self.namespace.as_deref(),
+            name: &self.name,
+        }
+        .to_string()
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A [`ClusterAccess`] that passes every call on and, while armed, takes each down on its
+/// [`Tape`]. One per worker: a worker runs one reconcile at a time, so the tape is that
+/// reconcile's.
+pub struct Tap {
+    inner: Arc<dyn ClusterAccess>,
+    armed: AtomicBool,
+    tape: Mutex<Tape>,
+}
+
+impl Tap {
+    /// A disarmed tap on `inner`.
+    pub fn new(inner: Arc<dyn ClusterAccess>) -> Self {
+        Tap {
+            inner,
+            armed: AtomicBool::new(false),
+            tape: Mutex::new(Tape::default()),
+        }
+    }
+
+    /// Take calls down (or stop); the tape is emptied either way.
+    pub fn arm(&self, armed: bool) {
+        self.armed.store(armed, Ordering::Relaxed);
+        *self.lock() = Tape::default();
+    }
+
+    /// Whether calls are taken down.
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Relaxed)
+    }
+
+    /// The tape so far, leaving an empty one.
+    pub fn take(&self) -> Tape {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tape> {
+        self.tape.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self, call: impl FnOnce() -> ReadCall, answer: impl FnOnce() -> Answer) {
+        if self.is_armed() {
+            let read = Read {
+                call: call(),
+                answer: answer(),
+            };
+            self.lock().reads.push(read);
+        }
+    }
+
+    fn wrote(&self, write: impl FnOnce() -> Write) {
+        if self.is_armed() {
+            let write = write();
+            self.lock().writes.push(write);
+        }
+    }
+}
+
+/// The answer of a read of one object.
+fn object_answer(result: &Result<Arc<str>, AccessError>) -> Answer {
+    match result {
+        Ok(text) => Answer::Object(Json(text.clone())),
+        Err(err) => Answer::Error(err.into()),
+    }
+}
+
+/// The answer of a write that returns the object stored.
+pub(crate) fn value_answer(result: &Result<Value, AccessError>) -> Answer {
+    match result {
+        Ok(object) => Answer::Object(Json(Arc::from(object.to_string()))),
+        Err(err) => Answer::Error(err.into()),
+    }
+}
+
+/// A write of a whole `object`.
+pub(crate) fn object_write(verb: Verb, object: &Value, answer: Answer) -> Write {
+    let meta = |field: &str| {
+        object
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    Write {
+        verb,
+        kind: KindName {
+            api_version: object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            kind: object["kind"].as_str().unwrap_or_default().to_owned(),
+        },
+        namespace: meta("namespace"),
+        name: meta("name"),
+        patch_type: None,
+        body: object.clone(),
+        answer,
+    }
+}
+
+/// A patch.
+pub(crate) fn patch_write(
+    gvk: &Gvk,
+    namespace: Option<&str>,
+    name: &str,
+    patch_type: PatchType,
+    body: &Value,
+    status: bool,
+    answer: Answer,
+) -> Write {
+    Write {
+        verb: if status {
+            Verb::PatchStatus
+        } else {
+            Verb::Patch
+        },
+        kind: KindName::of(gvk),
+        namespace: namespace.map(str::to_owned),
+        name: Some(name.to_owned()),
+        patch_type: Some(patch_type.content_type().to_owned()),
+        body: body.clone(),
+        answer,
+    }
+}
+
+/// A delete.
+pub(crate) fn delete_write(
+    gvk: &Gvk,
+    namespace: Option<&str>,
+    name: &str,
+    preconditions: Option<&Preconditions>,
+    answer: Answer,
+) -> Write {
+    let body = match preconditions {
+        Some(p) => serde_json::json!({"uid": p.uid, "resourceVersion": p.resource_version}),
+        None => Value::Null,
+    };
+    Write {
+        verb: Verb::Delete,
+        kind: KindName::of(gvk),
+        namespace: namespace.map(str::to_owned),
+        name: Some(name.to_owned()),
+        patch_type: None,
+        body,
+        answer,
+    }
+}
+
+/// The answer of a delete.
+pub(crate) fn unit_answer(result: &Result<(), AccessError>) -> Answer {
+    match result {
+        Ok(()) => Answer::Object(Json(Arc::from("null"))),
+        Err(err) => Answer::Error(err.into()),
+    }
+}
+
+#[async_trait]
+impl ClusterAccess for Tap {
+    async fn get(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, AccessError> {
+        let result = self.inner.get(gvk, namespace, name).await;
+        self.read(
+            || ReadCall::get(gvk, namespace, name),
+            || match &result {
+                Ok(object) => Answer::Object(Json(Arc::from(object.to_string()))),
+                Err(err) => Answer::Error(err.into()),
+            },
+        );
+        result
+    }
+
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+        let result = self.inner.list(gvk, options).await;
+        self.read(
+            || ReadCall::list(gvk, options),
+            || match &result {
+                Ok(items) => Answer::Items(
+                    items
+                        .iter()
+                        .map(|o| Json(Arc::from(o.to_string())))
+                        .collect(),
+                ),
+                Err(err) => Answer::Error(err.into()),
+            },
+        );
+        result
+    }
+
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+        let result = self.inner.namespaced(gvk).await;
+        self.read(
+            || ReadCall::Namespaced {
+                kind: KindName::of(gvk),
+            },
+            || match &result {
+                Ok(namespaced) => Answer::Namespaced(*namespaced),
+                Err(err) => Answer::Error(err.into()),
+            },
+        );
+        result
+    }
+
+    async fn get_json(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<str>, AccessError> {
+        let result = self.inner.get_json(gvk, namespace, name).await;
+        self.read(
+            || ReadCall::get(gvk, namespace, name),
+            || object_answer(&result),
+        );
+        result
+    }
+
+    async fn list_json(
+        &self,
+        gvk: &Gvk,
+        options: &ListOptions,
+    ) -> Result<Vec<Arc<str>>, AccessError> {
+        let result = self.inner.list_json(gvk, options).await;
+        self.read(
+            || ReadCall::list(gvk, options),
+            || match &result {
+                Ok(items) => Answer::Items(items.iter().cloned().map(Json).collect()),
+                Err(err) => Answer::Error(err.into()),
+            },
+        );
+        result
+    }
+
+    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+        let taken = self.is_armed().then(|| object.clone());
+        let result = self.inner.create(object).await;
+        if let Some(object) = taken {
+            self.wrote(|| object_write(Verb::Create, &object, value_answer(&result)));
+        }
+        result
+    }
+
+    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+        let taken = self.is_armed().then(|| object.clone());
+        let result = self.inner.update(object, status).await;
+        if let Some(object) = taken {
+            let verb = if status {
+                Verb::UpdateStatus
+            } else {
+                Verb::Update
+            };
+            self.wrote(|| object_write(verb, &object, value_answer(&result)));
+        }
+        result
+    }
+
+    async fn patch(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        body: Value,
+        status: bool,
+    ) -> Result<Value, AccessError> {
+        let taken = self.is_armed().then(|| body.clone());
+        let result = self
+            .inner
+            .patch(gvk, namespace, name, patch_type, body, status)
+            .await;
+        if let Some(body) = taken {
+            self.wrote(|| {
+                patch_write(
+                    gvk,
+                    namespace,
+                    name,
+                    patch_type,
+                    &body,
+                    status,
+                    value_answer(&result),
+                )
+            });
+        }
+        result
+    }
+
+    async fn delete(
+        &self,
+        gvk: &Gvk,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<(), AccessError> {
+        let result = self.inner.delete(gvk, namespace, name, preconditions).await;
+        self.wrote(|| delete_write(gvk, namespace, name, preconditions, unit_answer(&result)));
+        result
+    }
+
+    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+        if self.is_armed() {
+            self.lock().events.push(Event::of(&event));
+        }
+        self.inner.record_event(event).await
+    }
+
+    async fn write_json(
+        &self,
+        kind: WriteKind,
+        head: &ObjectHead,
+        json: &str,
+    ) -> Result<String, AccessError> {
+        let result = self.inner.write_json(kind, head, json).await;
+        self.wrote(|| {
+            let body: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+            let answer = match &result {
+                Ok(text) => Answer::Object(Json(Arc::from(text.as_str()))),
+                Err(err) => Answer::Error(err.into()),
+            };
+            let mut write = object_write(Verb::of(kind), &body, answer);
+            write.kind = KindName::of(&head.gvk);
+            write.namespace.clone_from(&head.namespace);
+            write.name.clone_from(&head.name);
+            write
+        });
+        result
+    }
+}
