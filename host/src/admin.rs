@@ -223,22 +223,20 @@ fn unauthorized(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
     })
 }
 
-/// `guest`'s controller, or a 404 naming it.
+/// `guest`'s controller, or the 404 naming it.
 fn controller_of(
     state: &AdminState,
     guest: &str,
-) -> Result<Arc<crate::controller::Controller>, Response> {
+) -> Result<Arc<crate::controller::Controller>, (StatusCode, String)> {
     manager(state)
         .and_then(|m| m.controller(guest))
-        .ok_or_else(|| {
-            (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")).into_response()
-        })
+        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")))
 }
 
 async fn diff(State(state): State<Arc<AdminState>>, Path(guest): Path<String>) -> Response {
     let controller = match controller_of(&state, &guest) {
         Ok(c) => c,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     match controller.rollout_report() {
         Some(report) => (
@@ -264,7 +262,7 @@ async fn rollout(
     }
     let controller = match controller_of(&state, &guest) {
         Ok(c) => c,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let decision = match action.as_str() {
         "promote" => Decision::Promote("promoted by hand".into()),
@@ -335,7 +333,7 @@ async fn record(
     }
     let controller = match controller_of(&state, &guest) {
         Ok(c) => c,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let query = match RecordQuery::parse(query.as_deref()) {
         Ok(query) => query,
@@ -419,7 +417,7 @@ async fn trigger(
     }
     let controller = match controller_of(&state, &guest) {
         Ok(c) => c,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let namespace = (namespace != "_").then_some(namespace);
     let request = match Request::checked(namespace.as_deref(), &name) {

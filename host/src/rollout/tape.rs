@@ -34,8 +34,10 @@ impl Serialize for Json {
 
 impl<'de> Deserialize<'de> for Json {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Box::<RawValue>::deserialize(deserializer)?;
-        Ok(Json(Arc::from(raw.get())))
+        // Through a value: a recording's lines have flattened fields, which serde buffers,
+        // and raw JSON cannot be read from a buffer.
+        let value = Value::deserialize(deserializer)?;
+        Ok(Json(Arc::from(value.to_string())))
     }
 }
 

@@ -23,6 +23,7 @@ mod operate;
 mod policies;
 mod rbac;
 mod readme;
+mod rollout;
 mod samples;
 mod swap;
 mod webhooks;
