@@ -79,6 +79,8 @@ pub struct Running {
     pub quarantined: usize,
     /// The last error or trap, and when.
     pub last_error: Option<(String, SystemTime)>,
+    /// The rollout of `spec.rollout`, running or decided ([`crate::rollout::Rollout::report`]).
+    pub rollout: Option<Value>,
 }
 
 fn rfc3339(time: SystemTime) -> String {
@@ -91,8 +93,9 @@ fn rfc3339(time: SystemTime) -> String {
 /// One condition: `(type, status, reason, message)`.
 type Condition = (&'static str, &'static str, String, String);
 
-/// The conditions `observed` calls for: `Ready`, `ModuleResolved`, `Degraded`.
-fn conditions(observed: &Observed) -> [Condition; 3] {
+/// The conditions `observed` calls for: `Ready`, `ModuleResolved`, `Degraded`, and
+/// `RolloutProgressing` while or once a candidate is tried.
+fn conditions(observed: &Observed) -> Vec<Condition> {
     let refused = observed.refused.as_ref();
     match &observed.running {
         Some(running) => {
@@ -134,7 +137,11 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
                 ),
                 None => ("Degraded", "False", "AsExpected".to_owned(), String::new()),
             };
-            [ready, resolved, degraded]
+            let mut conditions = vec![ready, resolved, degraded];
+            if let Some(rollout) = &running.rollout {
+                conditions.push(rollout_condition(rollout));
+            }
+            conditions
         }
         None => match refused {
             Some(refused) => {
@@ -159,7 +166,7 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
                         String::new(),
                     )
                 };
-                [
+                vec![
                     ("Ready", "False", code.clone(), reason.clone()),
                     resolved,
                     ("Degraded", "True", code, reason),
@@ -167,7 +174,7 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
             }
             None => {
                 let waiting = "waiting for the host to load it".to_owned();
-                [
+                vec![
                     ("Ready", "False", "Loading".to_owned(), waiting),
                     (
                         "ModuleResolved",
@@ -180,6 +187,53 @@ fn conditions(observed: &Observed) -> [Condition; 3] {
             }
         },
     }
+}
+
+/// `RolloutProgressing`: `True` while the candidate is tried (reason `Shadowing` or `Canary`),
+/// `False` once decided (`Promoted`, `RolledBack`), as a Deployment's `Progressing`.
+fn rollout_condition(report: &Value) -> Condition {
+    let phase = report["phase"].as_str().unwrap_or_default().to_owned();
+    let message = match report["reason"].as_str().filter(|r| !r.is_empty()) {
+        Some(reason) => format!(
+            "candidate {}: {reason}",
+            report["digest"].as_str().unwrap_or_default()
+        ),
+        None => format!(
+            "candidate {} in {} mode",
+            report["digest"].as_str().unwrap_or_default(),
+            report["mode"].as_str().unwrap_or_default(),
+        ),
+    };
+    let status = if matches!(phase.as_str(), "Shadowing" | "Canary") {
+        "True"
+    } else {
+        "False"
+    };
+    ("RolloutProgressing", status, phase, message)
+}
+
+/// `status.rollout`: the candidate, its phase and counts, the last divergence kept.
+fn rollout_status(report: &Value) -> Value {
+    let mut status = json!({
+        "candidate": report["candidate"],
+        "digest": report["digest"],
+        "mode": report["mode"],
+        "phase": report["phase"],
+        "counts": {
+            "live": report["live"],
+            "candidate": report["candidateCounts"],
+        },
+    });
+    if let Some(reason) = report["reason"].as_str().filter(|r| !r.is_empty()) {
+        status["reason"] = json!(reason);
+    }
+    if let Some(last) = report["divergences"].as_array().and_then(|d| d.last()) {
+        status["lastDivergence"] = json!({
+            "key": last["key"],
+            "diff": last["diff"],
+        });
+    }
+    status
 }
 
 /// The status `observed` calls for, given the one the object has (`old`): conditions keep
@@ -221,6 +275,9 @@ pub fn desired(observed: &Observed, old: &Value, now: SystemTime) -> Value {
             "traps": running.traps,
             "quarantinedKeys": running.quarantined,
         });
+        if let Some(rollout) = &running.rollout {
+            status["rollout"] = rollout_status(rollout);
+        }
     }
     let last_error = match (&observed.refused, &observed.running) {
         (Some(refused), _) => Some(json!({"message": refused.reason, "time": rfc3339(now)})),
@@ -250,6 +307,9 @@ fn differs_beyond_counts(old: &Value, new: &Value) -> bool {
         if let Some(map) = v.as_object_mut() {
             map.remove("reconciles");
             map.remove("lastError");
+            if let Some(rollout) = map.get_mut("rollout").and_then(Value::as_object_mut) {
+                rollout.remove("counts");
+            }
         }
         v
     };
@@ -288,6 +348,36 @@ pub fn transitions(old: &Value, new: &Value) -> Vec<(EventType, String, String)>
         events.push((EventType::Normal, "Swapped".into(), message(new_ready)));
     } else if new["replica"] != old["replica"] && old.get("replica").is_some() {
         events.push((EventType::Normal, "Moved".into(), message(new_ready)));
+    }
+    if status_of(new, "RolloutProgressing") != status_of(old, "RolloutProgressing")
+        && let Some(c) = condition(new, "RolloutProgressing")
+    {
+        let (event_type, reason) = match c["reason"].as_str().unwrap_or_default() {
+            "Promoted" => (EventType::Normal, "CandidatePromoted"),
+            "RolledBack" => (EventType::Warning, "CandidateRolledBack"),
+            _ => (EventType::Normal, "CandidateTried"),
+        };
+        events.push((event_type, reason.into(), message(Some(c))));
+    }
+    if new["rollout"]["lastDivergence"] != old["rollout"]["lastDivergence"]
+        && let Some(last) = new["rollout"]["lastDivergence"].as_object()
+    {
+        let diff: Vec<&str> = last
+            .get("diff")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        events.push((
+            EventType::Warning,
+            "CandidateDiverged".into(),
+            format!(
+                "{}: {}",
+                last.get("key").and_then(Value::as_str).unwrap_or_default(),
+                diff.join("; ")
+            ),
+        ));
     }
     let degraded = condition(new, "Degraded");
     if status_of(new, "Degraded") != status_of(old, "Degraded")
@@ -339,6 +429,7 @@ fn observe(
                 traps: stats.traps(),
                 quarantined: controller.quarantined(),
                 last_error: stats.last_error(),
+                rollout: controller.rollout_report(),
             })
         }
         // Running nowhere: every active replica sees the same.
@@ -545,6 +636,7 @@ mod tests {
             traps: 0,
             quarantined: 0,
             last_error: None,
+            rollout: None,
         }
     }
 
@@ -605,6 +697,59 @@ mod tests {
                 "version 1 (sha256:aa) running on r1".into()
             )]
         );
+    }
+
+    #[test]
+    fn a_rollout_should_show_its_phase_divergence_and_decision() {
+        let report = |phase: &str, reason: &str, diverged: bool| {
+            json!({
+                "candidate": "/m/v2.wasm", "digest": "sha256:bb", "mode": "shadow",
+                "phase": phase, "reason": reason,
+                "live": {"reconciles": 4}, "candidateCounts": {"reconciles": 4},
+                "divergences": if diverged {
+                    json!([{"key": "default/x", "diff": ["write 1 (update apps/v1 Deployment default/x): spec.replicas: 3 → 4"]}])
+                } else {
+                    json!([])
+                },
+            })
+        };
+        let observed = |rollout: Value| Observed {
+            observed_generation: Some(1),
+            running: Some(Running {
+                rollout: Some(rollout),
+                ..running()
+            }),
+            refused: None,
+            unregistered_webhooks: false,
+        };
+        let before = desired(
+            &observed(report("Shadowing", "", false)),
+            &Value::Null,
+            at(0),
+        );
+        assert_eq!(
+            of(&before, "RolloutProgressing"),
+            ("True".into(), "Shadowing".into())
+        );
+        assert_eq!(before["rollout"]["digest"], "sha256:bb");
+        let diverged = desired(&observed(report("Shadowing", "", true)), &before, at(1));
+        let events = transitions(&before, &diverged);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].1, "CandidateDiverged");
+        assert!(events[0].2.contains("spec.replicas: 3 → 4"), "{events:?}");
+        let rolled_back = desired(
+            &observed(report("RolledBack", "the candidate trapped", true)),
+            &diverged,
+            at(2),
+        );
+        assert_eq!(
+            of(&rolled_back, "RolloutProgressing"),
+            ("False".into(), "RolledBack".into())
+        );
+        let events = transitions(&diverged, &rolled_back);
+        assert_eq!(events[0].0, EventType::Warning);
+        assert_eq!(events[0].1, "CandidateRolledBack");
+        assert!(events[0].2.contains("trapped"), "{events:?}");
     }
 
     #[test]

@@ -109,9 +109,33 @@ fn status_schema() -> Value {
                     "time": {"type": "string", "format": "date-time"},
                 },
             },
+            "rollout": {
+                "type": "object",
+                "description": "The candidate of spec.rollout: its phase (Shadowing, Canary, Promoted, RolledBack), counts against the live version and the last divergence kept.",
+                "properties": {
+                    "candidate": string("The candidate module."),
+                    "digest": string("Its digest."),
+                    "mode": string("shadow or canary."),
+                    "phase": string("Shadowing, Canary, Promoted or RolledBack."),
+                    "reason": string("Why it was promoted or rolled back."),
+                    "counts": {
+                        "type": "object",
+                        "description": "Reconciles of the live version and of the candidate while it is tried.",
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    },
+                    "lastDivergence": {
+                        "type": "object",
+                        "description": "The last divergence kept: the request and where the candidate's reconcile differed.",
+                        "properties": {
+                            "key": string("The request, namespace/name."),
+                            "diff": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                },
+            },
             "conditions": {
                 "type": "array",
-                "description": "Ready, ModuleResolved and Degraded.",
+                "description": "Ready, ModuleResolved, Degraded and, with spec.rollout, RolloutProgressing.",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {

@@ -7,18 +7,13 @@ use krec::manifest::{Manifest, PromotePolicy, RolloutMode, RolloutSpec};
 use krec::rollout::recording::{self, Sink};
 use krec::vocab::PatchType;
 use krec_tests::{
-    Live, deployment_gvk, foo_gvk, repo_root, rs_gvk, sample_manifest, sample_objects,
+    Live, annotation, built_module, cm_gvk, configmap, deployment_gvk, foo_gvk, rs_gvk,
+    sample_manifest, sample_objects,
 };
 use serde_json::{Value, json};
 
 fn module(name: &str) -> std::path::PathBuf {
-    let path = repo_root().join(format!("target/wasm32-wasip2/release/{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run `make guests` first",
-        path.display()
-    );
-    path
+    built_module(&format!("{name}.wasm"))
 }
 
 fn rollout(candidate: &str, promote: Option<u32>) -> RolloutSpec {
@@ -186,21 +181,77 @@ async fn a_trapping_candidate_should_be_rolled_back_and_lose_no_key() {
     );
 }
 
-#[test]
-fn a_canary_should_take_about_its_share_of_the_keys_stably() {
-    let keys: Vec<String> = (0..4000).map(|i| format!("object-{i}")).collect();
-    let taken = keys
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_should_reconcile_its_share_of_the_keys_for_real_by_a_stable_hash() {
+    const OBJECTS: usize = 200;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stamper.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{name: stamper}}
+spec:
+  module: {}
+  for: {{apiVersion: v1, kind: ConfigMap}}
+  maxConcurrentReconciles: 2
+  permissions:
+    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, patch]}}
+  rollout: {{candidate: {}, mode: canary, share: 25}}
+",
+            module("stamper_a").display(),
+            module("stamper_b").display()
+        ),
+    )
+    .expect("manifest");
+    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let live = Live::start(vec![manifest], (0..OBJECTS).map(configmap).collect()).await;
+    let stamps = live
+        .eventually("every ConfigMap stamped", || async {
+            let cms = live.api.list(&cm_gvk(), &Default::default()).await.ok()?;
+            let stamps: Vec<(String, String)> = cms
+                .iter()
+                .filter_map(|cm| {
+                    let name = cm["metadata"]["name"].as_str()?.to_owned();
+                    name.starts_with("cm-").then(|| {
+                        annotation(cm, "krec.dev/stamped-by").map(|b| (name, b.to_owned()))
+                    })?
+                })
+                .collect();
+            (stamps.len() == OBJECTS).then_some(stamps)
+        })
+        .await;
+    let by_candidate: Vec<&String> = stamps
         .iter()
-        .filter(|k| krec::rollout::key_percentile(Some("default"), k) < 25)
-        .count();
-    let share = taken as f64 / keys.len() as f64;
-    assert!((0.22..0.28).contains(&share), "{share}");
-    for k in &keys[..50] {
-        assert_eq!(
-            krec::rollout::key_percentile(Some("default"), k),
-            krec::rollout::key_percentile(Some("default"), k)
-        );
+        .filter(|(_, by)| by == "b")
+        .map(|(name, _)| name)
+        .collect();
+    // Exactly the keys whose hash falls in the share, written for real by the candidate.
+    for (name, by) in &stamps {
+        let expected = if krec::rollout::key_percentile(Some("default"), name) < 25 {
+            "b"
+        } else {
+            "a"
+        };
+        assert_eq!(by, expected, "{name}");
     }
+    let share = by_candidate.len() as f64 / OBJECTS as f64;
+    assert!((0.15..0.35).contains(&share), "{share}");
+    let report = live
+        .controller("stamper")
+        .rollout_report()
+        .expect("a rollout");
+    assert_eq!(report["mode"], "canary");
+    assert!(report["candidateCounts"]["reconciles"].as_u64() >= Some(by_candidate.len() as u64));
+}
+
+#[test]
+fn the_canary_hash_should_split_keys_evenly() {
+    let taken = (0..4000)
+        .filter(|i| krec::rollout::key_percentile(Some("default"), &format!("object-{i}")) < 25)
+        .count();
+    assert!((900..1100).contains(&taken), "{taken}");
 }
 
 fn pod(name: &str, owner_uid: &str) -> Value {
