@@ -264,9 +264,9 @@ async fn rollout(
         Ok(c) => c,
         Err(response) => return response.into_response(),
     };
-    let decision = match action.as_str() {
-        "promote" => Decision::Promote("promoted by hand".into()),
-        "abort" => Decision::RollBack("aborted by hand".into()),
+    let (decision, done) = match action.as_str() {
+        "promote" => (Decision::Promote("promoted by hand".into()), "promoted"),
+        "abort" => (Decision::RollBack("aborted by hand".into()), "aborted"),
         _ => {
             return (
                 StatusCode::NOT_FOUND,
@@ -276,7 +276,7 @@ async fn rollout(
         }
     };
     if controller.decide(decision) {
-        (StatusCode::OK, format!("{guest}: {action}d\n")).into_response()
+        (StatusCode::OK, format!("{guest}: candidate {done}\n")).into_response()
     } else {
         (
             StatusCode::CONFLICT,

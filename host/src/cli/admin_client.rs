@@ -28,6 +28,9 @@ impl Admin {
         } else {
             format!("http://{base}")
         };
+        // reqwest's rustls comes without a crypto provider (an admin server beyond loopback
+        // may be behind TLS).
+        crate::oci::install_crypto();
         Admin {
             base,
             token: args.admin_token.clone(),

@@ -55,15 +55,24 @@ fn manifest_for(
     let mut manifest = match manifest {
         Some(path) => Manifest::load(path)?,
         None => {
+            let mut spec = serde_json::json!({
+                "module": module,
+                "config": header.config,
+                "permissions": header.permissions,
+            });
+            // What calls the guest does not matter to a replay, but a manifest must say.
+            match &header.for_kind {
+                Some(for_kind) => spec["for"] = for_kind.clone(),
+                None => {
+                    spec["tickers"] =
+                        serde_json::json!([{"every": "1h", "request": {"name": "replay"}}])
+                }
+            }
             let text = serde_json::json!({
                 "apiVersion": "krec.dev/v1alpha1",
                 "kind": "Reconciler",
                 "metadata": {"name": header.guest},
-                "spec": {
-                    "module": module,
-                    "config": header.config,
-                    "permissions": header.permissions,
-                },
+                "spec": spec,
             })
             .to_string();
             Manifest::parse(Path::new("(the recording's header)"), &text)?

@@ -32,6 +32,9 @@ pub struct Header {
     /// Its `spec.permissions`, as the manifest writes them.
     #[serde(default)]
     pub permissions: Vec<Value>,
+    /// Its `spec.for`, `{apiVersion, kind}`.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_kind: Option<Value>,
     /// When the recording started, in milliseconds since the Unix epoch.
     pub started_ms: u64,
     /// Whether Secrets' values are in it.
@@ -67,6 +70,11 @@ impl Header {
                     })
                 })
                 .collect(),
+            for_kind: manifest
+                .spec
+                .for_kind
+                .as_ref()
+                .map(|k| serde_json::json!({"apiVersion": k.api_version, "kind": k.kind})),
             started_ms: super::tape::now_ms(),
             secrets_included,
         }

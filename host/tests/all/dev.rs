@@ -516,3 +516,163 @@ fn dev_from_cluster_should_run_a_reconciler_kubectl_applies_and_show_its_state()
     assert!(ok && out.is_empty(), "{out}");
     assert!(stop(&mut child, "-INT").success());
 }
+
+/// The address `krec dev` printed for its admin server.
+fn admin_addr(printed: &str) -> String {
+    printed
+        .lines()
+        .find_map(|l| l.split("admin server at ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the admin server's address printed")
+        .to_owned()
+}
+
+#[test]
+fn record_replay_and_a_shadow_should_work_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).expect("mkdir");
+    common::place_manifest(&manifests, "pod-counter");
+    common::place_manifest(&manifests, "foo-controller");
+    let foo_plus = common::module("foo_plus.wasm");
+    let foo_manifest = manifests.join("foo-controller.yaml");
+    let mut text = std::fs::read_to_string(&foo_manifest).expect("read");
+    text.push_str(&format!(
+        "  rollout:\n    candidate: {}\n",
+        foo_plus.display()
+    ));
+    std::fs::write(&foo_manifest, text).expect("write");
+    for example in [
+        "pod-counter/examples/replicaset.yaml",
+        "foo-controller/crd/foo-crd.yaml",
+        "foo-controller/crd/example-foo.yaml",
+    ] {
+        let from = repo().join("sample-guests").join(example);
+        let to = manifests.join(from.file_name().expect("name"));
+        std::fs::copy(&from, &to).expect("copy example");
+    }
+    let kubeconfig = dir.path().join("kc.yaml");
+    let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
+    let (mut child, printed, _lines) = start_dev(&manifests, &kubeconfig);
+    let admin = admin_addr(&printed);
+    kubectl.until(
+        &[
+            "get",
+            "replicaset",
+            "web",
+            "-o",
+            "jsonpath={.metadata.labels.pod-count}",
+        ],
+        |out| out == "3",
+    );
+
+    // Record pod-counter while the ReplicaSet scales.
+    let recording = dir.path().join("pod-counter.jsonl");
+    let recorder = std::process::Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args([
+            "record",
+            "pod-counter",
+            "--seconds",
+            "6",
+            "--admin",
+            &admin,
+            "-o",
+        ])
+        .arg(&recording)
+        .env("RUST_LOG", "off")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("krec record");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for (replicas, count) in [("5", "5"), ("2", "2")] {
+        let (ok, out, err) = kubectl.run(["scale", "replicaset", "web", "--replicas", replicas]);
+        assert!(ok, "{out}{err}");
+        kubectl.until(
+            &[
+                "get",
+                "replicaset",
+                "web",
+                "-o",
+                "jsonpath={.metadata.labels.pod-count}",
+            ],
+            |out| out == count,
+        );
+    }
+    let recorded = recorder.wait_with_output().expect("krec record ends");
+    let said = String::from_utf8_lossy(&recorded.stdout);
+    assert!(recorded.status.success(), "{said}");
+    assert!(said.contains("time is up"), "{said}");
+
+    // The shadow: the candidate (replicas + 1) never writes; its divergence names the field.
+    let (ok, out, err) = kubectl.run([
+        "patch",
+        "foo",
+        "example-foo",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"replicas":3}}"#,
+    ]);
+    assert!(ok, "{out}{err}");
+    kubectl.until(
+        &[
+            "get",
+            "deployment",
+            "example-foo",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        |out| out == "3",
+    );
+    let mut diff = String::new();
+    common::wait_until(
+        "krec diff shows the divergence",
+        std::time::Duration::from_secs(30),
+        || {
+            let (ok, out, err) = common::krec(["diff", "foo-controller", "--admin", &admin]);
+            assert!(ok, "{out}{err}");
+            diff = out;
+            diff.contains("spec.replicas: 3 → 4")
+        },
+    );
+    assert!(diff.contains("Shadowing"), "{diff}");
+    let (ok, out, err) = common::krec(["diff", "foo-controller", "--admin", &admin, "--abort"]);
+    assert!(ok && out.contains("aborted"), "{out}{err}");
+    let (_, out, _) = common::krec(["diff", "foo-controller", "--admin", &admin]);
+    assert!(out.contains("RolledBack"), "{out}");
+    let (_, out, _) = kubectl.run([
+        "get",
+        "deployment",
+        "example-foo",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!(out, "3", "the candidate's writes were dry runs");
+    let exit = stop(&mut child, "-INT");
+    assert!(exit.success(), "exit status {exit:?}");
+
+    // Replayed with no cluster: the same module does the same; a changed one does not.
+    let recording = recording.display().to_string();
+    let same = common::module("pod_counter.wasm").display().to_string();
+    let (ok, out, err) = common::krec(["replay", &recording, "--module", &same]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains(" 0 diverged"), "{out}");
+    let replayed: usize = out
+        .split("replayed ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(replayed >= 2, "{out}");
+    let changed = common::module("pod_counter_plus.wasm")
+        .display()
+        .to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_krec"))
+        .args(["replay", &recording, "--module", &changed])
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("krec replay");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("metadata.labels.pod-count"), "{text}");
+}
