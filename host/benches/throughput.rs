@@ -20,6 +20,10 @@
 //!   time from the driver sending a change to the driver seeing the reconciler's update of that
 //!   change on its watch (both ends in the driver's clock).
 //!
+//! Then the rollout figures: the wasm arm's live throughput (reconciles per wall-clock second
+//! of a bump) and latency with and without a shadow of the same module beside it
+//! (`spec.rollout`, default `shadowCpu`), and replay speed from a recording of a bump.
+//!
 //! Rounds alternate the arms, so machine noise hits them alike. `KREC_BENCH_QUICK=1` runs fewer
 //! rounds. Needs `make guests` (for `pod_stamper.wasm`).
 
@@ -292,6 +296,11 @@ async fn kube_rs_reconcile(
 }
 
 fn manifest(dir: &Path) -> Manifest {
+    manifest_with(dir, "")
+}
+
+/// The stamper's manifest with `extra` spec lines.
+fn manifest_with(dir: &Path, extra: &str) -> Manifest {
     let spec = format!(
         "  for: {{apiVersion: v1, kind: Pod}}
   maxConcurrentReconciles: {WORKERS}
@@ -299,7 +308,7 @@ fn manifest(dir: &Path) -> Manifest {
   limits: {{writeQps: 100000, writeBurst: 100000}}
   permissions:
     - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch, update]}}
-"
+{extra}"
     );
     common::manifest(dir, GUEST, "pod_stamper.wasm", &spec)
 }
@@ -468,6 +477,158 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     }
 }
 
+/// Live reconciles per wall-clock second while the driver bumps every write Pod (2 per Pod).
+async fn wall_throughput(running: &Running, driver: &mut common::Driver, generation: u64) -> f64 {
+    let before = running.reconciles();
+    let target = before + 2 * PODS as u64;
+    let started = Instant::now();
+    let answer = driver.ask(format!("bump {WRITE_NS} {generation}")).await;
+    assert_eq!(answer, "ok");
+    while running.reconciles() < target {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let took = started.elapsed().as_secs_f64();
+    running.settle(target).await;
+    (target - before) as f64 / took
+}
+
+/// The live version's throughput and latency with and without a shadow of the same module
+/// beside it (`spec.rollout`, default `shadowCpu`), and replay speed from a recording.
+async fn rollout_bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    let cluster = common::ClusterProcess::start();
+    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
+    let client = client(&kubeconfig).await;
+    let mut driver = common::Driver::start(&cluster.kubeconfig_path);
+    assert_eq!(driver.ask("setup".into()).await, "ok");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");
+    let plain = manifest(dir.path());
+    let candidate = common::module("pod_stamper.wasm");
+    let shadowed = manifest_with(
+        dir.path(),
+        &format!("  rollout: {{candidate: {}}}\n", candidate.display()),
+    );
+    let (rounds, load_seconds) = if quick() { (3, 3) } else { (7, 10) };
+    let mut generation = now_generation() * 1000 + 500_000_000;
+    let mut wall: HashMap<bool, Vec<f64>> = HashMap::new();
+    let mut shadow_counts = Value::Null;
+    let mut recorded = Vec::new();
+    for round in 0..rounds {
+        for shadow in [false, true] {
+            let manifest = if shadow { &shadowed } else { &plain };
+            let running = start(Arm::Wasm, &client, manifest, &module_cache).await;
+            let Running::Krec(manager) = &running else {
+                unreachable!("a krec arm")
+            };
+            let controller = manager.controller(GUEST).expect("the guest");
+            let sink = (round == 0 && !shadow).then(|| {
+                let (sink, lines) = krec::rollout::recording::Sink::new(false);
+                assert!(controller.recording().start(sink.clone()));
+                (sink, lines)
+            });
+            generation += 1;
+            let t = wall_throughput(&running, &mut driver, generation).await;
+            if let Some((_, mut lines)) = sink {
+                controller.recording().stop();
+                while let Ok(line) = lines.try_recv() {
+                    if let Ok(krec::rollout::recording::Line::Reconcile(r)) =
+                        serde_json::from_str(&line)
+                    {
+                        recorded.push(*r);
+                    }
+                }
+            }
+            if shadow {
+                // Let the shadow finish what it took, then read its counts.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                shadow_counts =
+                    controller.rollout_report().expect("a rollout")["candidateCounts"].clone();
+            }
+            eprintln!(
+                "round {round} shadow={shadow}: {t:.0} live reconciles/s{}",
+                if shadow {
+                    format!("; shadow {shadow_counts}")
+                } else {
+                    String::new()
+                }
+            );
+            wall.entry(shadow).or_default().push(t);
+            running.stop().await;
+        }
+    }
+    let (without, wmin, wmax) = median_min_max(wall[&false].clone());
+    let (with, smin, smax) = median_min_max(wall[&true].clone());
+    rows.push(format!(
+        "| rollout_live_throughput_without_shadow | {without:.0} | {wmin:.0}–{wmax:.0} | live reconciles per second, write variant (2 per Pod bump), no candidate |"
+    ));
+    rows.push(format!(
+        "| rollout_live_throughput_with_shadow | {with:.0} | {smin:.0}–{smax:.0} | the same with a shadow of the same module beside it (default shadowCpu, 25 % of a core); last round's shadow: {shadow_counts} |"
+    ));
+    let ratio = with / without;
+    rows.push(format!(
+        "| rollout_throughput_ratio_with_vs_without_shadow | {ratio:.2}× | | target ≥ 0.9 |"
+    ));
+    results.insert("rollout_throughput_ratio".into(), json!(ratio));
+    for (shadow, manifest) in [(false, &plain), (true, &shadowed)] {
+        let running = start(Arm::Wasm, &client, manifest, &module_cache).await;
+        generation += 1_000_000;
+        let answer = driver
+            .ask(format!("load {load_seconds} {generation}"))
+            .await;
+        let coverage = match &running {
+            Running::Krec(manager) if shadow => {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let report = manager
+                    .controller(GUEST)
+                    .and_then(|c| c.rollout_report())
+                    .expect("a rollout");
+                let c = &report["candidateCounts"];
+                format!(
+                    "; the shadow compared {} ({} same), skipped {}",
+                    c["reconciles"], c["same"], c["skipped"]
+                )
+            }
+            _ => String::new(),
+        };
+        running.stop().await;
+        let words: Vec<&str> = answer.split_whitespace().collect();
+        let [_, p50, p99, answered, sent] = words.as_slice() else {
+            panic!("driver answered {answer:?}");
+        };
+        let name = if shadow { "with" } else { "without" };
+        rows.push(format!(
+            "| rollout_latency_{name}_shadow_us | p50 {p50} / p99 {p99} | | change → the live version's update seen, {LOAD_RATE}/s for {load_seconds} s; {answered} of {sent} answered{coverage} |"
+        ));
+        results.insert(
+            format!("rollout_latency_p50_{name}_shadow_us"),
+            json!(p50.parse::<f64>().unwrap_or(0.0)),
+        );
+    }
+    // Replay: the recorded reconciles on the same module, no cluster.
+    let engine = krec::engine::new_engine().expect("engine");
+    let linker = krec::guest::new_linker(&engine).expect("linker");
+    let module = Arc::new(
+        krec::guest::GuestModule::load(&engine, &linker, plain.clone().into()).expect("module"),
+    );
+    let mut speeds = Vec::new();
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let summary = krec::cli::replay::replay(module.clone(), &recorded, |_, lines| {
+            panic!("the same module diverged: {lines:?}")
+        })
+        .await
+        .expect("replay");
+        speeds.push(summary.reconciles as f64 / started.elapsed().as_secs_f64());
+    }
+    let (speed, min, max) = median_min_max(speeds);
+    rows.push(format!(
+        "| replay_reconciles_per_s | {speed:.0} | {min:.0}–{max:.0} | {} recorded reconciles of the stamper replayed on its module, one worker, no cluster ({:.2}× the live version's wall throughput on 2 workers) |",
+        recorded.len(),
+        speed / without
+    ));
+    results.insert("replay_reconciles_per_s".into(), json!(speed));
+}
+
 fn main() {
     if let Some(kubeconfig) = std::env::var_os("KREC_BENCH_DRIVER") {
         driver_main(&kubeconfig.to_string_lossy());
@@ -480,7 +641,11 @@ fn main() {
         .expect("runtime");
     let mut rows = Vec::new();
     let mut results = serde_json::Map::new();
-    runtime.block_on(bench(&mut rows, &mut results));
+    // `KREC_THROUGHPUT=rollout` runs the rollout figures alone.
+    if std::env::var("KREC_THROUGHPUT").as_deref() != Ok("rollout") {
+        runtime.block_on(bench(&mut rows, &mut results));
+    }
+    runtime.block_on(rollout_bench(&mut rows, &mut results));
     common::print_table(&rows);
     common::write_results(results);
 }

@@ -655,7 +655,7 @@ impl Manager {
                     candidate.spec.config = rollout.config.clone();
                 }
                 candidate.spec.rollout = None;
-                candidate.module_ref = None;
+                candidate.module_ref = manifest.candidate_ref.clone();
                 let candidate = self.load_module(Arc::new(candidate)).await?;
                 GuestWorker::new(candidate.clone(), cluster.clone())
                     .warm_up()
@@ -975,34 +975,55 @@ impl Manager {
         pulled
     }
 
+    /// `manifest` with its `oci://` module (and `spec.rollout`'s candidate) pulled: each the
+    /// local file.
     async fn pull_module(&self, mut manifest: Manifest) -> Result<Manifest, ManifestError> {
-        let Some(Ok(reference)) = crate::oci::reference(&manifest.spec.module) else {
-            return Ok(manifest);
+        let module = manifest.spec.module.clone();
+        if let Some(file) = self.pull(&manifest, &module, "spec.module").await? {
+            manifest.module_ref = Some(module.display().to_string());
+            manifest.spec.module = file;
+        }
+        if let Some(candidate) = manifest.spec.rollout.as_ref().map(|r| r.candidate.clone())
+            && let Some(file) = self
+                .pull(&manifest, &candidate, "spec.rollout.candidate")
+                .await?
+            && let Some(rollout) = &mut manifest.spec.rollout
+        {
+            manifest.candidate_ref = Some(candidate.display().to_string());
+            rollout.candidate = file;
+        }
+        Ok(manifest)
+    }
+
+    /// The local file of `module` (named at `field`) if it is an `oci://` reference: pulled
+    /// with `manifest`'s credentials and pull policy.
+    async fn pull(
+        &self,
+        manifest: &Manifest,
+        module: &Path,
+        field: &'static str,
+    ) -> Result<Option<PathBuf>, ManifestError> {
+        let Some(Ok(reference)) = crate::oci::reference(module) else {
+            return Ok(None);
         };
-        let auth = match self.registry_auth(&manifest, &reference).await {
-            Ok(auth) => auth,
-            Err(problem) => {
-                return Err(ManifestError::Pull {
-                    path: manifest.path.clone(),
-                    field: "spec.pullSecret",
-                    problem,
-                });
-            }
-        };
+        let auth = self
+            .registry_auth(manifest, &reference)
+            .await
+            .map_err(|problem| ManifestError::Pull {
+                path: manifest.path.clone(),
+                field: "spec.pullSecret",
+                problem,
+            })?;
         let fetched = self
             .inner
             .registries
             .fetch(&reference, &auth, &manifest.spec.pull)
             .await;
         match fetched {
-            Ok((file, _)) => {
-                manifest.module_ref = Some(manifest.spec.module.display().to_string());
-                manifest.spec.module = file;
-                Ok(manifest)
-            }
+            Ok((file, _)) => Ok(Some(file)),
             Err(problem) => Err(ManifestError::Pull {
                 path: manifest.path.clone(),
-                field: "spec.module",
+                field,
                 problem,
             }),
         }

@@ -98,8 +98,8 @@ impl Controller {
                 _ => live,
             };
             let sink = self.recording.sink();
-            let taping =
-                candidate.is_none() && (sink.is_some() || rollout.is_some_and(|r| r.shadows()));
+            let shadowing = candidate.is_none() && rollout.is_some_and(|r| r.wants_tape());
+            let taping = shadowing || (candidate.is_none() && sink.is_some());
             tap.arm(taping);
             let clock_ms = if taping {
                 crate::rollout::tape::now_ms()
@@ -132,7 +132,7 @@ impl Controller {
                     if let Some(sink) = &sink {
                         sink.push(taped.clone());
                     }
-                    if rollout.shadows() {
+                    if shadowing {
                         rollout.offer(taped);
                     }
                 }

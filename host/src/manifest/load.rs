@@ -114,12 +114,9 @@ impl Manifest {
         }
         if let Some(rollout) = &mut spec.rollout {
             match crate::oci::reference(&rollout.candidate) {
-                Some(_) => {
-                    return Err(invalid(
-                        "spec.rollout.candidate",
-                        "must be a file: a candidate is not pulled from a registry yet".into(),
-                    ));
-                }
+                Some(Err(problem)) => return Err(invalid("spec.rollout.candidate", problem)),
+                // Pulled when the guest loads, as `spec.module` is.
+                Some(Ok(_)) => {}
                 None if rollout.candidate.is_relative() => {
                     rollout.candidate = module_base.join(&rollout.candidate);
                 }
@@ -132,6 +129,7 @@ impl Manifest {
             spec,
             tenant: None,
             module_ref: None,
+            candidate_ref: None,
         })
     }
 

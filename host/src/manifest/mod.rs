@@ -160,6 +160,50 @@ spec:
     }
 
     #[test]
+    fn a_rollout_should_be_resolved_defaulted_and_checked() {
+        let with = |rollout: &str| parse(&format!("{GOOD}  rollout: {rollout}\n"));
+        let m = with("{candidate: v2.wasm}").expect("valid");
+        let rollout = m.spec.rollout.expect("a rollout");
+        assert_eq!(rollout.candidate, Path::new("dir/v2.wasm"));
+        assert_eq!(rollout.mode, RolloutMode::Shadow);
+        assert_eq!((rollout.share, rollout.shadow_cpu), (10, 25));
+        let canary = with("{candidate: v2.wasm, mode: canary, share: 25, critical: [spec.replicas], promote: {afterReconciles: 100, maxDivergencePercent: 1}}")
+            .expect("valid");
+        let rollout = canary.spec.rollout.expect("a rollout");
+        assert_eq!(rollout.mode, RolloutMode::Canary);
+        let pulled = with("{candidate: \"oci://r.example/guests/g:v2\"}").expect("valid");
+        assert_eq!(
+            pulled.spec.rollout.expect("a rollout").candidate,
+            Path::new("oci://r.example/guests/g:v2"),
+            "pulled when the guest loads"
+        );
+        assert_eq!(rollout.promote.map(|p| p.after_reconciles), Some(100));
+        for (rollout, field) in [
+            ("{candidate: v2.wasm, share: 0}", "spec.rollout.share"),
+            (
+                "{candidate: v2.wasm, shadowCpu: 101}",
+                "spec.rollout.shadowCpu",
+            ),
+            ("{candidate: \"\"}", "spec.rollout.candidate"),
+            (
+                "{candidate: v2.wasm, promote: {afterReconciles: 0}}",
+                "spec.rollout.promote.afterReconciles",
+            ),
+            (
+                "{candidate: v2.wasm, critical: [\"spec.\"]}",
+                "spec.rollout.critical[0]",
+            ),
+            (
+                "{candidate: \"oci://r.example/\"}",
+                "spec.rollout.candidate",
+            ),
+        ] {
+            let err = with(rollout).expect_err(rollout);
+            assert!(err.to_string().contains(field), "{rollout}: {err}");
+        }
+    }
+
+    #[test]
     fn total_memory_should_default_to_four_instances_and_be_checked() {
         let m = parse(GOOD).expect("valid manifest");
         // Four instances at 64Mi; two workers and eight review instances at 8 MiB are fewer.

@@ -26,6 +26,8 @@ pub struct Manifest {
     /// The `oci://` reference `spec.module` was written as, once pulled: `spec.module` is then
     /// the pulled file (see [`crate::oci`]).
     pub module_ref: Option<String>,
+    /// The `oci://` reference `spec.rollout.candidate` was written as, once pulled.
+    pub candidate_ref: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -189,7 +191,7 @@ fn default_canary_share() -> u8 {
 }
 
 fn default_shadow_cpu() -> u8 {
-    50
+    25
 }
 
 fn default_min_reconciles() -> u32 {

@@ -158,7 +158,14 @@ fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Diverg
         ));
         return;
     }
-    let diffs = field_diffs(&normalised(&live.body), &normalised(&candidate.body));
+    // The same text is the same write: nothing to parse.
+    if live.body == candidate.body {
+        return;
+    }
+    let diffs = field_diffs(
+        &normalised(&live.body.value()),
+        &normalised(&candidate.body.value()),
+    );
     for diff in diffs {
         out.lines
             .push(format!("write {n} ({}): {diff}", live.target()));

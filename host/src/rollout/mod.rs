@@ -181,7 +181,8 @@ impl Rollout {
         tracing::info!(
             guest = %guest,
             "trying candidate {} ({}) in {} mode",
-            rollout.spec.candidate.display(),
+            rollout.candidate.manifest().module_ref.clone()
+                .unwrap_or_else(|| rollout.spec.candidate.display().to_string()),
             rollout.candidate.digest(),
             rollout.mode_name()
         );
@@ -200,9 +201,26 @@ impl Rollout {
         &self.candidate
     }
 
-    /// Whether live reconciles are to be taped for the shadow (still undecided, shadow mode).
-    pub fn shadows(&self) -> bool {
-        self.shadow.is_some() && self.decided.borrow().is_none()
+    /// Whether the live reconcile about to run is to be taped for the shadow: shadow mode,
+    /// undecided, and room in the shadow's queue — else it is skipped (and counted) before
+    /// anything is taped, so a busy shadow costs the live version nothing.
+    pub fn wants_tape(&self) -> bool {
+        let Some(shadow) = &self.shadow else {
+            return false;
+        };
+        if self.decided.borrow().is_some() {
+            return false;
+        }
+        if shadow.capacity() == 0 {
+            self.skipped();
+            return false;
+        }
+        true
+    }
+
+    fn skipped(&self) {
+        self.lock().counts.skipped += 1;
+        self.count("skipped");
     }
 
     /// Whether the candidate reconciles `namespace/name` for real (canary mode, its share).
@@ -250,8 +268,7 @@ impl Rollout {
             return;
         };
         if shadow.try_send(live).is_err() {
-            self.lock().counts.skipped += 1;
-            self.count("skipped");
+            self.skipped();
         }
     }
 
@@ -393,7 +410,8 @@ impl Rollout {
         };
         json!({
             "guest": self.guest,
-            "candidate": self.spec.candidate.display().to_string(),
+            "candidate": self.candidate.manifest().module_ref.clone()
+                .unwrap_or_else(|| self.spec.candidate.display().to_string()),
             "digest": self.candidate.digest(),
             "mode": self.mode_name(),
             "phase": phase,

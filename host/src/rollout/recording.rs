@@ -1,5 +1,5 @@
 //! Recordings: a guest's reconciles as JSON lines — a [`Header`] line, then one
-//! [`Reconcile`](super::Reconcile) per line — what `krec record` writes and `krec replay` reads.
+//! [`Reconcile`] per line — what `krec record` writes and `krec replay` reads.
 //!
 //! A Secret's `data` and `stringData` values read as `REDACTED` (their keys kept) unless the
 //! recording was asked to include them.
@@ -148,7 +148,7 @@ pub fn redact(reconcile: &mut Reconcile) {
     }
     for write in &mut reconcile.tape.writes {
         if is_secret(&write.kind) {
-            redact_value(&mut write.body);
+            redact_json(&mut write.body);
             redact_answer(&mut write.answer);
         }
     }
@@ -261,4 +261,60 @@ pub fn parse(text: &str) -> Result<(Header, Vec<Reconcile>), String> {
     }
     let header = header.ok_or("no header line: not a krec recording")?;
     Ok((header, reconciles))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::tape::{Outcome, Read, ReadCall, Tape};
+    use serde_json::json;
+
+    #[test]
+    fn secrets_should_be_redacted_and_a_recording_should_read_back() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "default"},
+            "data": {"password": "aHVudGVyMg=="}});
+        let read = Read {
+            call: ReadCall::Get {
+                kind: KindName {
+                    api_version: "v1".into(),
+                    kind: "Secret".into(),
+                },
+                namespace: Some("default".into()),
+                name: "db".into(),
+            },
+            answer: Answer::Object(Json::of(&secret)),
+        };
+        let reconcile = Reconcile {
+            seq: 0,
+            namespace: Some("default".into()),
+            name: "app".into(),
+            clock_ms: 1_764_000_000_000,
+            tape: Tape {
+                reads: vec![read],
+                ..Tape::default()
+            },
+            outcome: Outcome::RequeueAfter(5000),
+        };
+        let (sink, mut lines) = Sink::new(false);
+        sink.push(reconcile.clone());
+        let line = lines.try_recv().expect("a line");
+        assert!(!line.contains("aHVudGVyMg=="), "{line}");
+        assert!(line.contains("\"password\":\"REDACTED\""), "{line}");
+        let header = serde_json::json!({"header": {"recording": FORMAT, "guest": "g",
+            "module": "m.wasm", "digest": "sha256:aa", "startedMs": 0}});
+        let (header, reconciles) = parse(&format!("{header}\n{line}\n")).expect("parse");
+        assert_eq!(header.guest, "g");
+        assert_eq!(reconciles.len(), 1);
+        assert_eq!(reconciles[0].seq, 1);
+        assert_eq!(reconciles[0].outcome, Outcome::RequeueAfter(5000));
+        let (included, mut lines) = Sink::new(true);
+        included.push(reconcile);
+        assert!(lines.try_recv().expect("a line").contains("aHVudGVyMg=="));
+        let err = parse("{\"nonsense\": 1}\n").expect_err("not a recording");
+        assert!(
+            err.starts_with("line 1: not a line of a krec recording"),
+            "{err}"
+        );
+    }
 }

@@ -159,18 +159,24 @@ impl Replay {
     {
         let recorded = {
             let mut script = self.lock();
-            let body = normalised(&write.body);
-            script
+            let same_request =
+                |w: &Write| w.target() == write.target() && w.patch_type == write.patch_type;
+            // The same text first (nothing to parse), then the same body normalised.
+            let position = script
                 .writes
-                .iter_mut()
-                .find(|w| {
-                    w.as_ref().is_some_and(|w| {
-                        w.target() == write.target()
-                            && w.patch_type == write.patch_type
-                            && normalised(&w.body) == body
-                    })
+                .iter()
+                .position(|w| {
+                    w.as_ref()
+                        .is_some_and(|w| same_request(w) && w.body == write.body)
                 })
-                .and_then(Option::take)
+                .or_else(|| {
+                    let body = normalised(&write.body.value());
+                    script.writes.iter().position(|w| {
+                        w.as_ref()
+                            .is_some_and(|w| same_request(w) && normalised(&w.body.value()) == body)
+                    })
+                });
+            position.and_then(|i| script.writes[i].take())
         };
         let answer = match (recorded, &self.dry_run) {
             (Some(recorded), _) => recorded.answer,
@@ -181,9 +187,9 @@ impl Replay {
                     let seen = write.name.as_deref().and_then(|name| {
                         self.last_seen(&write.kind, write.namespace.as_deref(), name)
                     });
-                    Answer::Object(seen.unwrap_or_else(|| Json(Arc::from(write.body.to_string()))))
+                    Answer::Object(seen.unwrap_or_else(|| write.body.clone()))
                 }
-                _ => Answer::Object(Json(Arc::from(write.body.to_string()))),
+                _ => Answer::Object(write.body.clone()),
             },
         };
         write.answer = answer.clone();
@@ -400,5 +406,103 @@ impl ClusterAccess for Replay {
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
         self.lock().tape.events.push(Event::of(&event));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::tape::Outcome;
+    use serde_json::json;
+
+    fn pod(name: &str, rv: &str, label: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": rv,
+                "labels": {"app": label}}})
+    }
+
+    fn recorded() -> Reconcile {
+        let gvk = Gvk::new("", "v1", "Pod");
+        let get = |rv: &str| Read {
+            call: ReadCall::Get {
+                kind: KindName::of(&gvk),
+                namespace: Some("default".into()),
+                name: "web".into(),
+            },
+            answer: Answer::Object(Json::of(&pod("web", rv, "a"))),
+        };
+        let mut update = object_write(Verb::Update, &pod("web", "1", "b"), pending());
+        update.answer = Answer::Object(Json::of(&pod("web", "2", "b")));
+        Reconcile {
+            seq: 1,
+            namespace: Some("default".into()),
+            name: "web".into(),
+            clock_ms: 0,
+            tape: Tape {
+                reads: vec![get("1"), get("2")],
+                writes: vec![update],
+                events: Vec::new(),
+            },
+            outcome: Outcome::Done,
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_should_be_served_in_order_then_the_last_again_and_missing_ones_refused() {
+        let replay = Replay::new(None, None);
+        replay.load(&recorded());
+        let gvk = Gvk::new("", "v1", "Pod");
+        let rv = |v: Value| v["metadata"]["resourceVersion"].clone();
+        for expected in ["1", "2", "2"] {
+            let got = replay.get(&gvk, Some("default"), "web").await.expect("get");
+            assert_eq!(rv(got), json!(expected));
+        }
+        let err = replay
+            .get(&gvk, Some("default"), "other")
+            .await
+            .expect_err("not recorded");
+        assert!(
+            err.to_string().contains("get v1 Pod default/other"),
+            "{err}"
+        );
+        let played = replay.take();
+        assert_eq!(played.missing, ["get v1 Pod default/other"]);
+        assert_eq!(played.tape.reads.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_recorded_write_should_get_its_answer_and_another_the_object_as_written() {
+        let replay = Replay::new(None, None);
+        replay.load(&recorded());
+        // The same write, another resourceVersion: normalised, the same request.
+        let stored = replay
+            .update(pod("web", "9", "b"), false)
+            .await
+            .expect("update");
+        assert_eq!(
+            stored["metadata"]["resourceVersion"], "2",
+            "the recorded answer"
+        );
+        let other = replay
+            .update(pod("web", "1", "c"), false)
+            .await
+            .expect("update");
+        assert_eq!(
+            other["metadata"]["labels"]["app"], "c",
+            "answered as written"
+        );
+        let played = replay.take();
+        assert_eq!(played.tape.writes.len(), 2);
+        let compared = crate::rollout::compare::compare(
+            &recorded(),
+            &Reconcile {
+                tape: played.tape,
+                ..recorded()
+            },
+        );
+        assert_eq!(
+            compared.lines,
+            ["write 2: candidate update v1 Pod default/web, live made no such write"]
+        );
     }
 }

@@ -42,6 +42,11 @@ impl<'de> Deserialize<'de> for Json {
 }
 
 impl Json {
+    /// The text of `value`.
+    pub fn of(value: &Value) -> Self {
+        Json(Arc::from(value.to_string()))
+    }
+
     /// The text parsed (`null` if it is not JSON, which a tape never holds).
     pub fn value(&self) -> Value {
         serde_json::from_str(&self.0).unwrap_or(Value::Null)
@@ -302,8 +307,8 @@ pub struct Write {
     /// A patch's `Content-Type`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patch_type: Option<String>,
-    /// The object or patch sent (a delete's preconditions).
-    pub body: Value,
+    /// The object or patch sent (a delete's preconditions), as the guest sent it.
+    pub body: Json,
     /// The object stored (`null` for a delete), or the error.
     pub answer: Answer,
 }
@@ -560,7 +565,7 @@ pub(crate) fn object_write(verb: Verb, object: &Value, answer: Answer) -> Write 
         namespace: meta("namespace"),
         name: meta("name"),
         patch_type: None,
-        body: object.clone(),
+        body: Json::of(object),
         answer,
     }
 }
@@ -585,7 +590,7 @@ pub(crate) fn patch_write(
         namespace: namespace.map(str::to_owned),
         name: Some(name.to_owned()),
         patch_type: Some(patch_type.content_type().to_owned()),
-        body: body.clone(),
+        body: Json::of(body),
         answer,
     }
 }
@@ -599,8 +604,10 @@ pub(crate) fn delete_write(
     answer: Answer,
 ) -> Write {
     let body = match preconditions {
-        Some(p) => serde_json::json!({"uid": p.uid, "resourceVersion": p.resource_version}),
-        None => Value::Null,
+        Some(p) => {
+            Json::of(&serde_json::json!({"uid": p.uid, "resourceVersion": p.resource_version}))
+        }
+        None => Json(Arc::from("null")),
     };
     Write {
         verb: Verb::Delete,
@@ -780,17 +787,18 @@ impl ClusterAccess for Tap {
         json: &str,
     ) -> Result<String, AccessError> {
         let result = self.inner.write_json(kind, head, json).await;
-        self.wrote(|| {
-            let body: Value = serde_json::from_str(json).unwrap_or(Value::Null);
-            let answer = match &result {
+        // The text as it is: parsed only if a comparison needs it (off the live path).
+        self.wrote(|| Write {
+            verb: Verb::of(kind),
+            kind: KindName::of(&head.gvk),
+            namespace: head.namespace.clone(),
+            name: head.name.clone(),
+            patch_type: None,
+            body: Json(Arc::from(json)),
+            answer: match &result {
                 Ok(text) => Answer::Object(Json(Arc::from(text.as_str()))),
                 Err(err) => Answer::Error(err.into()),
-            };
-            let mut write = object_write(Verb::of(kind), &body, answer);
-            write.kind = KindName::of(&head.gvk);
-            write.namespace.clone_from(&head.namespace);
-            write.name.clone_from(&head.name);
-            write
+            },
         });
         result
     }

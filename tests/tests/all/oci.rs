@@ -266,3 +266,54 @@ async fn a_tenants_pull_secret_should_give_the_registrys_credentials() {
         "{refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_pulled_from_a_registry_should_be_tried_and_shown_in_status() {
+    let registry = Registry::start();
+    let store = tempfile::tempdir().expect("store");
+    push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
+    push(&registry, "stamper_b.wasm", "guests/stamper:v2").await;
+    let mut object = stamper(&registry.reference("guests/stamper:v1"));
+    // Every key to the candidate, for real.
+    object["spec"]["rollout"] = json!({"candidate": registry.reference("guests/stamper:v2"),
+        "mode": "canary", "share": 100});
+    let from = FromCluster {
+        module_dir: store.path().to_owned(),
+        ..Default::default()
+    };
+    let mut objects: Vec<Value> = (0..OBJECTS).map(configmap).collect();
+    objects.push(object);
+    let live =
+        Live::start_from_with(Vec::new(), objects, from, registry.registries(store.path())).await;
+    let status = StatusWriter::start(live.manager.clone(), live.api.clone(), "replica-1".into());
+    live.eventually("the candidate stamped everything", || async {
+        live.all_stamped("b", OBJECTS).await.then_some(())
+    })
+    .await;
+    let message = live
+        .wait_condition(&cluster_stamper(), "RolloutProgressing", "True", "Canary")
+        .await;
+    let candidate = live
+        .manager
+        .controller("stamper")
+        .and_then(|c| c.rollout())
+        .expect("a rollout");
+    let digest = candidate.candidate().digest().to_owned();
+    assert!(message.contains(&digest), "{message}");
+    let found = live
+        .get(&cluster_stamper().gvk(), None, "stamper")
+        .await
+        .expect("object");
+    let rollout = &found["status"]["rollout"];
+    assert_eq!(rollout["mode"], "canary", "{found:#}");
+    assert_eq!(rollout["digest"], digest.as_str());
+    assert_eq!(
+        rollout["candidate"],
+        registry.reference("guests/stamper:v2").as_str()
+    );
+    assert_ne!(
+        found["status"]["digest"], rollout["digest"],
+        "the live version's own"
+    );
+    status.stop().await;
+}
