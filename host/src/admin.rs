@@ -233,7 +233,15 @@ fn controller_of(
         .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")))
 }
 
-async fn diff(State(state): State<Arc<AdminState>>, Path(guest): Path<String>) -> Response {
+async fn diff(
+    State(state): State<Arc<AdminState>>,
+    Path(guest): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    // Divergences show what the guest wrote: as guarded as the trigger.
+    if let Some(refused) = unauthorized(&state, &headers) {
+        return refused;
+    }
     let controller = match controller_of(&state, &guest) {
         Ok(c) => c,
         Err(response) => return response.into_response(),
@@ -360,6 +368,8 @@ async fn record(
     .unwrap_or_default();
     tracing::info!(guest = %guest, "recording up to {limit} reconciles");
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
+    // Held weakly: a guest removed meanwhile is not kept alive by its recording.
+    let controller = Arc::downgrade(&controller);
     tokio::spawn(async move {
         let mut written = 0;
         let send = |line: String| {
@@ -371,7 +381,17 @@ async fn record(
                 if written >= limit {
                     break format!("{limit} reconciles recorded");
                 }
-                match tokio::time::timeout_at(until, lines.recv()).await {
+                if controller.strong_count() == 0 {
+                    break "the guest stopped".to_owned();
+                }
+                let next = tokio::select! {
+                    next = tokio::time::timeout(
+                        std::time::Duration::from_secs(1).min(until.saturating_duration_since(tokio::time::Instant::now())),
+                        lines.recv(),
+                    ) => next,
+                    () = tx.closed() => break "the reader went away".to_owned(),
+                };
+                match next {
                     Ok(Some(line)) => {
                         if !send(line).await {
                             break "the reader went away".to_owned();
@@ -379,13 +399,18 @@ async fn record(
                         written += 1;
                     }
                     Ok(None) => break "the guest stopped".to_owned(),
-                    Err(_) => break "time is up".to_owned(),
+                    Err(_) if tokio::time::Instant::now() >= until => {
+                        break "time is up".to_owned();
+                    }
+                    Err(_) => {}
                 }
             }
         } else {
             "the reader went away".to_owned()
         };
-        controller.recording().stop();
+        if let Some(controller) = controller.upgrade() {
+            controller.recording().stop();
+        }
         let trailer = Line::End(Trailer {
             reconciles: written,
             dropped: sink.dropped(),

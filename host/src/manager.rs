@@ -197,6 +197,8 @@ struct Guest {
     manifest: Arc<Manifest>,
     /// Digest of the module file it runs.
     digest: String,
+    /// Digest of its `spec.rollout` candidate's file, as loaded (empty: none, or not loaded).
+    candidate_digest: String,
     /// Its uses of the informers it watches: dropped, they stop the watches no guest needs.
     informers: Vec<InformerUse>,
     /// The informers its reads go through, kept across its versions.
@@ -341,8 +343,9 @@ fn shared(uses: &[InformerUse]) -> Vec<Arc<Informer>> {
 struct Prepared {
     module: Arc<GuestModule>,
     cluster: Arc<dyn ClusterAccess>,
-    /// `spec.rollout`'s candidate, loaded and instantiated as the module is.
-    candidate: Option<Arc<GuestModule>>,
+    /// `spec.rollout`'s candidate, loaded and instantiated as the module is — or why it could
+    /// not be (the live version runs regardless).
+    candidate: Option<Result<Arc<GuestModule>, String>>,
 }
 
 /// A version of a guest ready to run: loaded, instantiated, its watches started and synced.
@@ -648,20 +651,7 @@ impl Manager {
             .warm_up()
             .await?;
         let candidate = match &manifest.spec.rollout {
-            Some(rollout) => {
-                let mut candidate = (*manifest).clone();
-                candidate.spec.module = rollout.candidate.clone();
-                if rollout.config.is_some() {
-                    candidate.spec.config = rollout.config.clone();
-                }
-                candidate.spec.rollout = None;
-                candidate.module_ref = manifest.candidate_ref.clone();
-                let candidate = self.load_module(Arc::new(candidate)).await?;
-                GuestWorker::new(candidate.clone(), cluster.clone())
-                    .warm_up()
-                    .await?;
-                Some(candidate)
-            }
+            Some(rollout) => Some(self.load_candidate(&manifest, rollout, &cluster).await),
             None => None,
         };
         Ok(Prepared {
@@ -669,6 +659,47 @@ impl Manager {
             cluster,
             candidate,
         })
+    }
+
+    /// `rollout`'s candidate for `manifest`'s guest, loaded and instantiated; a shadow's `init`
+    /// runs on dry runs as its reconciles do (a canary's writes are real).
+    async fn load_candidate(
+        &self,
+        manifest: &Arc<Manifest>,
+        rollout: &crate::manifest::RolloutSpec,
+        cluster: &Arc<dyn ClusterAccess>,
+    ) -> Result<Arc<GuestModule>, String> {
+        let mut candidate = (**manifest).clone();
+        candidate.spec.module = rollout.candidate.clone();
+        if rollout.config.is_some() {
+            candidate.spec.config = rollout.config.clone();
+        }
+        candidate.spec.rollout = None;
+        candidate.module_ref = manifest.candidate_ref.clone();
+        let module = self
+            .load_module(Arc::new(candidate))
+            .await
+            .map_err(|e| e.to_string())?;
+        let access: Arc<dyn ClusterAccess> = match rollout.mode {
+            crate::manifest::RolloutMode::Shadow => Arc::new(crate::rollout::Replay::new(
+                Some(cluster.clone()),
+                Some(self.dry_run(&manifest.name)),
+            )),
+            crate::manifest::RolloutMode::Canary => cluster.clone(),
+        };
+        GuestWorker::new(module.clone(), access)
+            .warm_up()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(module)
+    }
+
+    /// Where `guest`'s shadow writes go: dry runs, as its field manager.
+    fn dry_run(&self, guest: &str) -> crate::rollout::DryRun {
+        crate::rollout::DryRun {
+            api: self.inner.cache.api().dry_run(),
+            field_manager: crate::cluster::live::field_manager(guest),
+        }
     }
 
     /// Compile (on a blocking thread: it is CPU-bound) or find `manifest`'s module, governed by
@@ -711,10 +742,19 @@ impl Manager {
         let (Some(candidate), Some(spec)) = (&prepared.candidate, &manifest.spec.rollout) else {
             return;
         };
-        let dry_run = crate::rollout::DryRun {
-            api: self.inner.cache.api().dry_run(),
-            field_manager: crate::cluster::live::field_manager(&manifest.name),
+        let candidate = match candidate {
+            Ok(candidate) => candidate,
+            Err(problem) => {
+                tracing::warn!(
+                    "guest {}: its candidate {} is not tried: {problem}; the live version runs",
+                    manifest.name,
+                    spec.candidate.display()
+                );
+                controller.candidate_refused(spec, problem);
+                return;
+            }
         };
+        let dry_run = self.dry_run(&manifest.name);
         let rollout = crate::rollout::Rollout::start(
             &manifest.name,
             candidate.clone(),
@@ -820,6 +860,10 @@ impl Manager {
         } = version;
         let name = manifest.name.clone();
         let digest = prepared.module.digest().to_owned();
+        let candidate_digest = match &prepared.candidate {
+            Some(Ok(candidate)) => candidate.digest().to_owned(),
+            _ => String::new(),
+        };
         tracing::info!(
             "loaded guest {name} ({digest}, {:?})",
             prepared.module.origin()
@@ -855,6 +899,7 @@ impl Manager {
                 controller,
                 manifest,
                 digest,
+                candidate_digest,
                 informers,
                 reads,
             },
@@ -874,6 +919,10 @@ impl Manager {
         let controller = guest.controller.clone();
         let sink: Arc<dyn EventSink> = controller.clone();
         let digest = prepared.module.digest().to_owned();
+        let candidate_digest = match &prepared.candidate {
+            Some(Ok(candidate)) => candidate.digest().to_owned(),
+            _ => String::new(),
+        };
         // The new handlers first, so that objects of newly watched kinds map through them.
         let version = controller.swap(
             prepared.module.clone(),
@@ -903,6 +952,7 @@ impl Manager {
         );
         guest.manifest = manifest;
         guest.digest = digest;
+        guest.candidate_digest = candidate_digest;
         // The old uses go: watches only the old version needed stop.
         guest.informers = informers;
     }
@@ -1184,7 +1234,18 @@ impl Manager {
                     let digest = bytes
                         .map(|b| crate::guest::module_cache::digest(&b))
                         .unwrap_or_default();
-                    if *guest.manifest != manifest || guest.digest != digest {
+                    // A candidate rebuilt in place is a new candidate.
+                    let candidate_digest = manifest
+                        .spec
+                        .rollout
+                        .as_ref()
+                        .and_then(|r| crate::guest::read_module(&r.candidate).ok())
+                        .map(|b| crate::guest::module_cache::digest(&b))
+                        .unwrap_or_default();
+                    if *guest.manifest != manifest
+                        || guest.digest != digest
+                        || guest.candidate_digest != candidate_digest
+                    {
                         loads.push((manifest, Some(guest.reads.clone())));
                     }
                 }

@@ -143,11 +143,18 @@ pub fn manifest_of(
         problem,
     };
     let spec = object.get("spec").cloned().unwrap_or(Value::Null);
-    if let Some(module) = spec
-        .get("module")
-        .and_then(Value::as_str)
-        .filter(|m| !m.starts_with(crate::oci::SCHEME))
-    {
+    // Modules are files of --module-dir (or registry references): the module and the
+    // candidate alike.
+    for (field, module) in [
+        ("spec.module", spec.get("module")),
+        ("spec.rollout.candidate", spec.pointer("/rollout/candidate")),
+    ] {
+        let Some(module) = module
+            .and_then(Value::as_str)
+            .filter(|m| !m.starts_with(crate::oci::SCHEME))
+        else {
+            continue;
+        };
         let module = Path::new(module);
         let escapes = module.is_absolute()
             || module
@@ -155,7 +162,7 @@ pub fn manifest_of(
                 .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
         if escapes {
             return Err(invalid(
-                "spec.module",
+                field,
                 format!(
                     "{:?} must be a path inside the host's --module-dir ({}), without '..'",
                     module.display().to_string(),

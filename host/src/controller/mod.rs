@@ -347,12 +347,17 @@ impl Controller {
     /// as it is made (a promotion swaps the candidate in: the queue stays, 0 keys lost).
     pub fn try_candidate(self: &Arc<Self>, rollout: Arc<Rollout>) {
         let current = self.version.load_full();
-        let number = current.number;
-        self.version.store(Arc::new(current.derived(
+        let next = Arc::new(current.derived(
             current.module.clone(),
-            number,
+            current.number,
             Some(rollout.clone()),
-        )));
+        ));
+        // Only over the version it was made for: a swap in between wins.
+        let previous = self.version.compare_and_swap(&current, next);
+        if !Arc::ptr_eq(&*previous, &current) {
+            rollout.stop();
+            return;
+        }
         let controller = Arc::downgrade(self);
         let mut decided = rollout.decided();
         let task = tokio::spawn(async move {
@@ -374,6 +379,23 @@ impl Controller {
         }
     }
 
+    /// Record that `spec`'s candidate could not be loaded (`problem`): the rollout's report
+    /// says so, rolled back before it started.
+    pub fn candidate_refused(&self, spec: &crate::manifest::RolloutSpec, problem: &str) {
+        *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = Some(serde_json::json!({
+            "guest": self.name,
+            "candidate": spec.candidate.display().to_string(),
+            "digest": "",
+            "mode": match spec.mode {
+                crate::manifest::RolloutMode::Shadow => "shadow",
+                crate::manifest::RolloutMode::Canary => "canary",
+            },
+            "phase": "RolledBack",
+            "reason": format!("the candidate could not be loaded: {problem}"),
+            "live": {}, "candidateCounts": {}, "divergences": [],
+        }));
+    }
+
     /// Decide the running rollout by hand; `false` when none runs or it is decided already.
     pub fn decide(&self, decision: Decision) -> bool {
         self.rollout().is_some_and(|r| r.decide(decision))
@@ -391,16 +413,19 @@ impl Controller {
         }
         rollout.stop();
         *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = Some(rollout.report());
-        let next = match decision {
-            Decision::Promote(_) => {
-                let next = current.derived(rollout.candidate().clone(), current.number + 1, None);
-                publish_version(&self.metrics, &self.name, Some(&current), &next);
-                tracing::info!(guest = %self.name, "candidate promoted: version {} runs {}", next.number, next.module.digest());
-                next
-            }
-            Decision::RollBack(_) => current.derived(current.module.clone(), current.number, None),
+        let promoted = matches!(decision, Decision::Promote(_));
+        let next = if promoted {
+            current.derived(rollout.candidate().clone(), current.number + 1, None)
+        } else {
+            current.derived(current.module.clone(), current.number, None)
         };
-        self.version.store(Arc::new(next));
+        let next = Arc::new(next);
+        // Only over the version the rollout ran beside: a swap in between wins.
+        let previous = self.version.compare_and_swap(&current, next.clone());
+        if promoted && Arc::ptr_eq(&*previous, &current) {
+            publish_version(&self.metrics, &self.name, Some(&current), &next);
+            tracing::info!(guest = %self.name, "candidate promoted: version {} runs {}", next.number, next.module.digest());
+        }
     }
 
     /// The guest's name.

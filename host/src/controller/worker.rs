@@ -80,6 +80,10 @@ impl Controller {
             let (namespace, name) = (request.namespace.as_deref(), request.name.as_str());
             let rollout = version.rollout.as_ref();
             let candidate = rollout.filter(|r| r.takes(namespace, name));
+            if rollout.is_none() {
+                // A rollout decided: its candidate's instance goes.
+                canary = None;
+            }
             if let Some(rollout) = candidate
                 && !canary
                     .as_ref()
@@ -120,7 +124,14 @@ impl Controller {
                 } else {
                     rollout.live_ended(&outcome);
                 }
-                if taping {
+                if taping && tap.is_cut() {
+                    if shadowing {
+                        rollout.skipped();
+                    }
+                    if let Some(sink) = &sink {
+                        sink.drop_one();
+                    }
+                } else if taping {
                     let taped = Reconcile {
                         seq: rollout.next_seq(),
                         namespace: request.namespace.clone(),
@@ -137,14 +148,18 @@ impl Controller {
                     }
                 }
             } else if let Some(sink) = sink.filter(|_| taping) {
-                sink.push(Reconcile {
-                    seq: 0,
-                    namespace: request.namespace.clone(),
-                    name: request.name.clone(),
-                    clock_ms,
-                    tape: tap.take(),
-                    outcome: Taped::of(&result),
-                });
+                if tap.is_cut() {
+                    sink.drop_one();
+                } else {
+                    sink.push(Reconcile {
+                        seq: 0,
+                        namespace: request.namespace.clone(),
+                        name: request.name.clone(),
+                        clock_ms,
+                        tape: tap.take(),
+                        outcome: Taped::of(&result),
+                    });
+                }
             }
             self.count_budgets(guest.module());
             if let Some(usage) = guest.last_usage() {

@@ -145,6 +145,45 @@ impl Divergence {
     }
 }
 
+/// Most lines kept of one divergence; the rest are counted.
+pub const MAX_LINES: usize = 20;
+
+/// Longest line kept (a field path can be long too).
+pub const MAX_LINE: usize = 400;
+
+/// Whether `write` is of a Secret: its values are not shown.
+fn is_secret(write: &Write) -> bool {
+    write.kind.api_version == "v1" && write.kind.kind == "Secret"
+}
+
+/// Every field path of the writes' bodies: what a write one side made and the other did not
+/// touches (for `critical` fields).
+fn fields_of(writes: &[&Write], out: &mut Divergence) {
+    fn leaves(value: &Value, path: &str, out: &mut Vec<String>) {
+        let at = |key: &str| {
+            if path.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{path}.{key}")
+            }
+        };
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                map.iter().for_each(|(k, v)| leaves(v, &at(k), out));
+            }
+            Value::Array(items) if !items.is_empty() => {
+                for (i, v) in items.iter().enumerate() {
+                    leaves(v, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => out.push(path.to_owned()),
+        }
+    }
+    for write in writes {
+        leaves(&write.body.value(), "", &mut out.fields);
+    }
+}
+
 /// Compare one write of each.
 fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Divergence) {
     let n = index + 1;
@@ -156,6 +195,7 @@ fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Diverg
             candidate.target(),
             candidate.patch_type.as_deref().unwrap_or("object"),
         ));
+        fields_of(&[live, candidate], out);
         return;
     }
     // The same text is the same write: nothing to parse.
@@ -166,7 +206,12 @@ fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Diverg
         &normalised(&live.body.value()),
         &normalised(&candidate.body.value()),
     );
-    for diff in diffs {
+    for mut diff in diffs {
+        if is_secret(live) {
+            // Where a Secret differs, never what it holds.
+            diff.live = "<redacted>".into();
+            diff.candidate = "<redacted>".into();
+        }
         out.lines
             .push(format!("write {n} ({}): {diff}", live.target()));
         out.fields.push(diff.path);
@@ -186,6 +231,7 @@ pub fn compare(live: &Reconcile, candidate: &Reconcile) -> Divergence {
             i + 1,
             l.target()
         ));
+        fields_of(&[l], &mut out);
     }
     for (i, c) in cw.iter().enumerate().skip(lw.len()) {
         out.lines.push(format!(
@@ -193,6 +239,7 @@ pub fn compare(live: &Reconcile, candidate: &Reconcile) -> Divergence {
             i + 1,
             c.target()
         ));
+        fields_of(&[c], &mut out);
     }
     let event = |e: &super::tape::Event| {
         format!(
@@ -217,7 +264,22 @@ pub fn compare(live: &Reconcile, candidate: &Reconcile) -> Divergence {
             live.outcome, candidate.outcome
         ));
     }
+    bound(&mut out.lines);
     out
+}
+
+/// `lines` cut to [`MAX_LINES`] of at most [`MAX_LINE`] bytes each.
+fn bound(lines: &mut Vec<String>) {
+    let more = lines.len().saturating_sub(MAX_LINES);
+    lines.truncate(MAX_LINES);
+    for line in lines.iter_mut() {
+        if crate::vocab::cut(line, MAX_LINE) {
+            line.push_str("...");
+        }
+    }
+    if more > 0 {
+        lines.push(format!("... and {more} more difference(s)"));
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +294,57 @@ mod tests {
         let b = json!({"metadata": {"name": "x", "resourceVersion": "7"},
             "status": {"conditions": [{"lastTransitionTime": "2026-11-27T11:30:00.123456+01:00"}]}});
         assert!(field_diffs(&normalised(&a), &normalised(&b)).is_empty());
+    }
+
+    fn reconcile(writes: Vec<Write>) -> Reconcile {
+        Reconcile {
+            seq: 1,
+            namespace: Some("default".into()),
+            name: "x".into(),
+            clock_ms: 0,
+            tape: crate::rollout::tape::Tape {
+                writes,
+                ..Default::default()
+            },
+            outcome: crate::rollout::tape::Outcome::Done,
+        }
+    }
+
+    fn write(object: Value) -> Write {
+        crate::rollout::tape::object_write(
+            crate::rollout::tape::Verb::Update,
+            &object,
+            crate::rollout::tape::Answer::Namespaced(false),
+        )
+    }
+
+    #[test]
+    fn a_secret_should_diverge_by_path_only_and_long_diffs_be_cut() {
+        let secret = |password: &str| {
+            write(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "db", "namespace": "default"}, "data": {"password": password}}))
+        };
+        let d = compare(
+            &reconcile(vec![secret("aHVudGVyMg==")]),
+            &reconcile(vec![secret("c2VjcmV0")]),
+        );
+        assert_eq!(
+            d.lines,
+            ["write 1 (update v1 Secret default/db): data.password: <redacted> → <redacted>"]
+        );
+        let wide = |n: i64| {
+            let fields: serde_json::Map<String, Value> =
+                (0..50).map(|i| (format!("k{i}"), json!(n))).collect();
+            write(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "default"}, "data": fields}))
+        };
+        let d = compare(&reconcile(vec![wide(1)]), &reconcile(vec![wide(2)]));
+        assert_eq!(d.lines.len(), MAX_LINES + 1);
+        assert_eq!(d.lines[MAX_LINES], "... and 30 more difference(s)");
+        assert_eq!(d.fields.len(), 50, "every field counts for critical ones");
+        // A write only one side made: its fields count too.
+        let d = compare(&reconcile(vec![]), &reconcile(vec![wide(1)]));
+        assert!(d.fields.contains(&"data.k7".to_owned()), "{:?}", d.fields);
     }
 
     #[test]

@@ -92,8 +92,12 @@ pub struct Counts {
     pub errors: u64,
     /// The candidate's traps.
     pub traps: u64,
-    /// Shadow: requests skipped (over its CPU share).
+    /// Shadow: requests skipped (over its CPU share, or too large a tape).
     pub skipped: u64,
+    /// Shadow: of the compared pairs, the live version's errors.
+    pub paired_live_errors: u64,
+    /// Shadow: compared pairs where the candidate trapped and the live version did not.
+    pub traps_beyond_live: u64,
 }
 
 /// One divergence kept for `krec diff`.
@@ -218,7 +222,8 @@ impl Rollout {
         true
     }
 
-    fn skipped(&self) {
+    /// Count a request the shadow did not take.
+    pub fn skipped(&self) {
         self.lock().counts.skipped += 1;
         self.count("skipped");
     }
@@ -283,8 +288,15 @@ impl Rollout {
         self.weigh(&[]);
     }
 
-    /// Count a compared shadow reconcile, keep its divergence, then weigh the policy.
-    fn compared(&self, key: String, outcome: &Outcome, divergence: &compare::Divergence) {
+    /// Count a compared shadow reconcile (`live`'s outcome beside the candidate's `outcome`),
+    /// keep its divergence, then weigh the policy.
+    fn compared(
+        &self,
+        key: String,
+        live: &Outcome,
+        outcome: &Outcome,
+        divergence: &compare::Divergence,
+    ) {
         let label = if outcome.is_trap() {
             "trap"
         } else if outcome.is_error() && !divergence.is_empty() {
@@ -301,6 +313,8 @@ impl Rollout {
             counts.candidate += 1;
             counts.errors += u64::from(outcome.is_error());
             counts.traps += u64::from(outcome.is_trap());
+            counts.paired_live_errors += u64::from(live.is_error());
+            counts.traps_beyond_live += u64::from(outcome.is_trap() && !live.is_trap());
             if divergence.is_empty() {
                 counts.same += 1;
             } else {
@@ -323,38 +337,57 @@ impl Rollout {
             return;
         }
         let counts = self.lock().counts.clone();
+        // A diverged field under a critical one, or above it (a whole `spec` differing).
+        let under = |a: &str, b: &str| {
+            a == b || a.starts_with(&format!("{b}.")) || a.starts_with(&format!("{b}["))
+        };
         let critical = diverged_fields.iter().find(|field| {
-            self.spec.critical.iter().any(|c| {
-                field.as_str() == c
-                    || field.starts_with(&format!("{c}."))
-                    || field.starts_with(&format!("{c}["))
-            })
+            self.spec
+                .critical
+                .iter()
+                .any(|c| under(field, c) || (!field.is_empty() && under(c, field)))
         });
         let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-        let decision = if counts.traps > counts.live_traps {
+        // A shadow is judged pair by pair (the same requests); a canary's keys are not the live
+        // version's, so their rates are compared.
+        let (trapped_beyond, errors, live_errors) = match self.spec.mode {
+            RolloutMode::Shadow => (
+                counts.traps_beyond_live > 0,
+                rate(counts.errors, counts.candidate),
+                rate(counts.paired_live_errors, counts.candidate),
+            ),
+            RolloutMode::Canary => (
+                rate(counts.traps, counts.candidate) > rate(counts.live_traps, counts.live),
+                rate(counts.errors, counts.candidate),
+                rate(counts.live_errors, counts.live),
+            ),
+        };
+        let weighed = counts.candidate >= u64::from(self.spec.min_reconciles);
+        let decision = if trapped_beyond {
             Some(Decision::RollBack(format!(
-                "the candidate trapped {} time(s) in {} reconciles, the live version {} in {}",
+                "the candidate trapped {} time(s) in {} reconciles, beyond the live version ({} in {})",
                 counts.traps, counts.candidate, counts.live_traps, counts.live
             )))
         } else if let Some(field) = critical {
             Some(Decision::RollBack(format!(
                 "the candidate diverged in {field}, a critical field"
             )))
-        } else if counts.candidate >= u64::from(self.spec.min_reconciles)
-            && rate(counts.errors, counts.candidate) > rate(counts.live_errors, counts.live)
-        {
+        } else if weighed && errors > live_errors {
             Some(Decision::RollBack(format!(
-                "the candidate's error rate ({} of {}) is above the live version's ({} of {})",
-                counts.errors, counts.candidate, counts.live_errors, counts.live
+                "the candidate's error rate ({:.1} % of {}) is above the live version's ({:.1} %)",
+                100.0 * errors,
+                counts.candidate,
+                100.0 * live_errors
             )))
         } else {
             self.spec.promote.as_ref().and_then(|promote| {
                 let divergence = 100.0 * rate(counts.diverged, counts.candidate);
-                (counts.candidate >= u64::from(promote.after_reconciles)
-                    && divergence <= promote.max_divergence_percent)
+                let enough = counts.candidate
+                    >= u64::from(promote.after_reconciles.max(self.spec.min_reconciles));
+                (enough && divergence <= promote.max_divergence_percent && errors <= live_errors)
                     .then(|| {
                         Decision::Promote(format!(
-                            "{} reconciles, {divergence:.1} % divergent (at most {} % allowed), no trap",
+                            "{} reconciles, {divergence:.1} % divergent (at most {} % allowed), no trap or error beyond the live version's",
                             counts.candidate, promote.max_divergence_percent
                         ))
                     })
@@ -476,12 +509,122 @@ async fn shadow_loop(
             ..recorded.clone()
         };
         let divergence = compare::compare(&recorded, &shadow);
-        rollout.compared(recorded.key(), &shadow.outcome, &divergence);
+        rollout.compared(
+            recorded.key(),
+            &recorded.outcome,
+            &shadow.outcome,
+            &divergence,
+        );
         drop(rollout);
         // At most `share` % of one core: rest (100/share − 1) times as long as it ran.
         let rest = ran.mul_f64(100.0 / f64::from(share) - 1.0);
         if !rest.is_zero() {
             tokio::time::sleep(rest.min(Duration::from_secs(10))).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::guest::Runner;
+    use crate::guest::script::Script;
+    use crate::manifest::Manifest;
+    use crate::rollout::tape::ErrorText;
+
+    /// A rollout of a scripted candidate with `rollout` as its spec (YAML flow mapping).
+    fn rollout(spec: &str) -> Arc<Rollout> {
+        let text = format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: t}}\nspec:\n  module: t.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  rollout: {spec}\n"
+        );
+        let manifest = Manifest::parse(Path::new("t.yaml"), &text).expect("manifest");
+        let spec = manifest.spec.rollout.clone().expect("a rollout");
+        let runner: Arc<dyn Runner> = Script::new(Vec::new());
+        let candidate = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
+        let live: Arc<dyn ClusterAccess> = Arc::new(crate::cluster::MemoryCluster::new());
+        Rollout::start("t", candidate, spec, live, None, Arc::new(Metrics::new()))
+    }
+
+    fn error() -> Outcome {
+        Outcome::Error(ErrorText {
+            reason: "Conflict".into(),
+            message: "x".into(),
+        })
+    }
+
+    fn same() -> compare::Divergence {
+        compare::Divergence::default()
+    }
+
+    fn decision(r: &Rollout) -> Option<Decision> {
+        r.decided().borrow().clone()
+    }
+
+    #[tokio::test]
+    async fn a_shadow_should_be_judged_pair_by_pair() {
+        // The live version traps on another key now and then: no allowance for the candidate.
+        let r = rollout("{candidate: c.wasm}");
+        r.live_ended(&Outcome::Trap("panic".into()));
+        r.compared("a".into(), &Outcome::Done, &Outcome::Done, &same());
+        assert_eq!(decision(&r), None);
+        r.compared(
+            "b".into(),
+            &Outcome::Done,
+            &Outcome::Trap("panic".into()),
+            &same(),
+        );
+        assert!(matches!(decision(&r), Some(Decision::RollBack(why)) if why.contains("trapped")));
+        // Trapping where the live version traps too is no worse.
+        let r = rollout("{candidate: c.wasm}");
+        let trap = Outcome::Trap("panic".into());
+        r.compared("a".into(), &trap, &trap, &same());
+        assert_eq!(decision(&r), None);
+    }
+
+    #[tokio::test]
+    async fn a_critical_field_above_or_below_should_roll_back() {
+        for field in ["spec.replicas", "spec", "spec.replicas.x"] {
+            let r = rollout("{candidate: c.wasm, critical: [spec.replicas]}");
+            let divergence = compare::Divergence {
+                lines: vec!["write 1: …".into()],
+                fields: vec![field.into()],
+            };
+            r.compared("a".into(), &Outcome::Done, &Outcome::Done, &divergence);
+            assert!(
+                matches!(decision(&r), Some(Decision::RollBack(why)) if why.contains("critical")),
+                "{field}"
+            );
+        }
+        let r = rollout("{candidate: c.wasm, critical: [spec.replicas]}");
+        let elsewhere = compare::Divergence {
+            lines: vec!["write 1: …".into()],
+            fields: vec!["spec.template".into()],
+        };
+        r.compared("a".into(), &Outcome::Done, &Outcome::Done, &elsewhere);
+        assert_eq!(decision(&r), None);
+    }
+
+    #[tokio::test]
+    async fn a_canary_failing_should_not_be_promoted() {
+        let r = rollout("{candidate: c.wasm, mode: canary, promote: {afterReconciles: 5}}");
+        for _ in 0..30 {
+            r.live_ended(&Outcome::Done);
+        }
+        for _ in 0..19 {
+            r.canary_ended(&error());
+        }
+        assert_eq!(decision(&r), None, "not before minReconciles");
+        r.canary_ended(&error());
+        assert!(
+            matches!(decision(&r), Some(Decision::RollBack(why)) if why.contains("error rate"))
+        );
+        let r = rollout("{candidate: c.wasm, mode: canary, promote: {afterReconciles: 5}}");
+        for _ in 0..20 {
+            r.live_ended(&Outcome::Done);
+            r.canary_ended(&Outcome::Done);
+        }
+        assert!(matches!(decision(&r), Some(Decision::Promote(_))));
     }
 }

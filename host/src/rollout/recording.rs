@@ -111,9 +111,22 @@ fn is_secret(kind: &KindName) -> bool {
     kind.api_version == "v1" && kind.kind == "Secret"
 }
 
-/// `object` with its values redacted when it is a Secret.
+/// The annotation `kubectl apply` keeps the whole object in (a Secret's values too).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A Secret's (or a patch of one's) values redacted: `data` and `stringData` values, JSON
+/// patch operations' values under them, and the last applied configuration.
 fn redact_value(object: &mut Value) {
-    if object["kind"] != "Secret" {
+    if let Some(ops) = object.as_array_mut() {
+        for op in ops {
+            let path = op["path"].as_str().unwrap_or_default();
+            let under = ["/data", "/stringData", "/metadata/annotations"]
+                .iter()
+                .any(|p| path.starts_with(p));
+            if under && let Some(value) = op.get_mut("value") {
+                *value = Value::String(REDACTED.into());
+            }
+        }
         return;
     }
     for field in ["data", "stringData"] {
@@ -122,6 +135,13 @@ fn redact_value(object: &mut Value) {
                 *value = Value::String(REDACTED.into());
             }
         }
+    }
+    if let Some(annotation) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+        .and_then(|a| a.get_mut(LAST_APPLIED))
+    {
+        *annotation = Value::String(REDACTED.into());
     }
 }
 
@@ -198,6 +218,12 @@ impl Sink {
         if self.lines.try_send(line).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Count a reconcile not written (its tape was cut at its size bound).
+    pub fn drop_one(&self) {
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        self.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Reconciles dropped so far.
@@ -311,6 +337,42 @@ mod tests {
         let (included, mut lines) = Sink::new(true);
         included.push(reconcile);
         assert!(lines.try_recv().expect("a line").contains("aHVudGVyMg=="));
+        let mut patched = Reconcile {
+            seq: 0,
+            namespace: Some("default".into()),
+            name: "app".into(),
+            clock_ms: 0,
+            tape: Tape::default(),
+            outcome: Outcome::Done,
+        };
+        let secret_gvk = crate::vocab::Gvk::new("", "v1", "Secret");
+        let mut with_last_applied = secret.clone();
+        with_last_applied["metadata"]["annotations"] =
+            json!({LAST_APPLIED: "{\"data\":{\"password\":\"aHVudGVyMg==\"}}"});
+        patched.tape.writes = vec![
+            crate::rollout::tape::patch_write(
+                &secret_gvk,
+                Some("default"),
+                "db",
+                crate::vocab::PatchType::Merge,
+                &json!({"data": {"password": "aHVudGVyMg=="}}),
+                false,
+                Answer::Object(Json::of(&with_last_applied)),
+            ),
+            crate::rollout::tape::patch_write(
+                &secret_gvk,
+                Some("default"),
+                "db",
+                crate::vocab::PatchType::Json,
+                &json!([{"op": "replace", "path": "/data/password", "value": "aHVudGVyMg=="}]),
+                false,
+                Answer::Object(Json::of(&secret)),
+            ),
+        ];
+        let (sink, mut lines) = Sink::new(false);
+        sink.push(patched);
+        let line = lines.try_recv().expect("a line");
+        assert!(!line.contains("aHVudGVyMg"), "{line}");
         let err = parse("{\"nonsense\": 1}\n").expect_err("not a recording");
         assert!(
             err.starts_with("line 1: not a line of a krec recording"),

@@ -441,7 +441,7 @@ mod tests {
             tape: Tape {
                 reads: vec![get("1"), get("2")],
                 writes: vec![update],
-                events: Vec::new(),
+                ..Tape::default()
             },
             outcome: Outcome::Done,
         }

@@ -376,7 +376,15 @@ pub struct Tape {
     /// Every Event.
     #[serde(default)]
     pub events: Vec<Event>,
+    /// The tape was cut at [`MAX_TAPE_BYTES`]: not a whole reconcile (never shadowed nor
+    /// recorded).
+    #[serde(skip)]
+    pub cut: bool,
 }
+
+/// The most JSON one reconcile's tape holds (reads' answers and writes' bodies); a reconcile
+/// that reads more is neither shadowed nor recorded (counted as skipped or dropped).
+pub const MAX_TAPE_BYTES: usize = 16 << 20;
 
 /// How a reconcile ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -481,7 +489,7 @@ pub fn now_ms() -> u64 {
 pub struct Tap {
     inner: Arc<dyn ClusterAccess>,
     armed: AtomicBool,
-    tape: Mutex<Tape>,
+    tape: Mutex<(Tape, usize)>,
 }
 
 impl Tap {
@@ -490,14 +498,14 @@ impl Tap {
         Tap {
             inner,
             armed: AtomicBool::new(false),
-            tape: Mutex::new(Tape::default()),
+            tape: Mutex::new((Tape::default(), 0)),
         }
     }
 
     /// Take calls down (or stop); the tape is emptied either way.
     pub fn arm(&self, armed: bool) {
         self.armed.store(armed, Ordering::Relaxed);
-        *self.lock() = Tape::default();
+        *self.lock() = (Tape::default(), 0);
     }
 
     /// Whether calls are taken down.
@@ -505,30 +513,63 @@ impl Tap {
         self.armed.load(Ordering::Relaxed)
     }
 
-    /// The tape so far, leaving an empty one.
-    pub fn take(&self) -> Tape {
-        std::mem::take(&mut *self.lock())
+    /// Whether the tape was cut at [`MAX_TAPE_BYTES`].
+    pub fn is_cut(&self) -> bool {
+        self.lock().0.cut
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Tape> {
+    /// The tape so far, leaving an empty one.
+    pub fn take(&self) -> Tape {
+        std::mem::take(&mut *self.lock()).0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Tape, usize)> {
         self.tape.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `bytes` more fit on the tape; past the bound it is cut and taking stops.
+    fn fits(tape: &mut (Tape, usize), bytes: usize) -> bool {
+        tape.1 = tape.1.saturating_add(bytes);
+        if tape.1 > MAX_TAPE_BYTES && !tape.0.cut {
+            tape.0 = Tape {
+                cut: true,
+                ..Tape::default()
+            };
+        }
+        !tape.0.cut
     }
 
     fn read(&self, call: impl FnOnce() -> ReadCall, answer: impl FnOnce() -> Answer) {
         if self.is_armed() {
-            let read = Read {
-                call: call(),
-                answer: answer(),
-            };
-            self.lock().reads.push(read);
+            let answer = answer();
+            let mut tape = self.lock();
+            if Self::fits(&mut tape, answer_bytes(&answer)) {
+                tape.0.reads.push(Read {
+                    call: call(),
+                    answer,
+                });
+            }
         }
     }
 
     fn wrote(&self, write: impl FnOnce() -> Write) {
         if self.is_armed() {
             let write = write();
-            self.lock().writes.push(write);
+            let mut tape = self.lock();
+            if Self::fits(&mut tape, write.body.0.len() + answer_bytes(&write.answer)) {
+                tape.0.writes.push(write);
+            }
         }
+    }
+}
+
+/// The JSON an answer holds, in bytes.
+fn answer_bytes(answer: &Answer) -> usize {
+    match answer {
+        Answer::Object(json) => json.0.len(),
+        Answer::Items(items) => items.iter().map(|j| j.0.len()).sum(),
+        Answer::Namespaced(_) => 0,
+        Answer::Error(e) => e.message.len(),
     }
 }
 
@@ -775,7 +816,10 @@ impl ClusterAccess for Tap {
 
     async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
         if self.is_armed() {
-            self.lock().events.push(Event::of(&event));
+            let mut tape = self.lock();
+            if Self::fits(&mut tape, event.message.len()) {
+                tape.0.events.push(Event::of(&event));
+            }
         }
         self.inner.record_event(event).await
     }

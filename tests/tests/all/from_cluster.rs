@@ -273,6 +273,21 @@ async fn an_invalid_or_outside_module_should_not_start_and_say_why_in_its_status
         "{message}"
     );
     wait_event(&live, &outside, "Invalid").await;
+    // A candidate is a module too: confined alike.
+    let candidate = ObjectRef {
+        namespace: None,
+        name: "candidate".into(),
+    };
+    let mut object = reconciler(&candidate, "stamper_a.wasm");
+    object["spec"]["rollout"] = serde_json::json!({"candidate": "/etc/stamper_b.wasm"});
+    live.api.create(&object, "test").await.expect("create");
+    let message = live
+        .wait_condition(&candidate, "Ready", "False", "Invalid")
+        .await;
+    assert!(
+        message.starts_with("ClusterReconciler candidate: spec.rollout.candidate: \"/etc/stamper_b.wasm\" must be a path inside the host's --module-dir"),
+        "{message}"
+    );
     let junk = ObjectRef {
         namespace: None,
         name: "junk".into(),

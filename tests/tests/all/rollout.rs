@@ -28,7 +28,7 @@ fn rollout(candidate: &str, promote: Option<u32>) -> RolloutSpec {
             max_divergence_percent: 0.0,
         }),
         critical: Vec::new(),
-        min_reconciles: 20,
+        min_reconciles: 3,
     }
 }
 
