@@ -482,6 +482,25 @@ impl Live {
     }
 }
 
+/// A Pod `name` in `default` labelled `app: web`, controlled by the ReplicaSet `web` of UID
+/// `owner_uid`.
+pub fn owned_pod(name: &str, owner_uid: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                "uid": owner_uid, "controller": true}]},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
+}
+
+/// The ReplicaSet `web` in `default` (3 replicas of `app: web`).
+pub fn replicaset() -> Value {
+    serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
+}
+
 /// ConfigMap `cm-<i>` in `default`, for the stamper test guests.
 pub fn configmap(i: usize) -> Value {
     serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",

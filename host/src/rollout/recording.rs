@@ -4,8 +4,8 @@
 //! A Secret's `data` and `stringData` values read as `REDACTED` (their keys kept) unless the
 //! recording was asked to include them.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -232,29 +232,26 @@ impl Sink {
     }
 }
 
-/// The recording a guest's workers write to, if one runs.
+/// The recording a guest's workers write to, if one runs: read without a lock, as every
+/// reconcile looks.
 #[derive(Debug, Default)]
-pub struct Slot(Mutex<Option<Arc<Sink>>>);
+pub struct Slot(arc_swap::ArcSwapOption<Sink>);
 
 impl Slot {
     /// The sink, while a recording runs.
     pub fn sink(&self) -> Option<Arc<Sink>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0.load_full()
     }
 
     /// Start writing to `sink`; `false` when a recording already runs.
     pub fn start(&self, sink: Arc<Sink>) -> bool {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_some() {
-            return false;
-        }
-        *slot = Some(sink);
-        true
+        let previous = self.0.compare_and_swap(&None::<Arc<Sink>>, Some(sink));
+        previous.is_none()
     }
 
     /// Stop the recording.
     pub fn stop(&self) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.0.store(None);
     }
 }
 

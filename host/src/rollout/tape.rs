@@ -248,44 +248,16 @@ pub struct Read {
     pub answer: Answer,
 }
 
-/// A write's verb.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verb {
-    /// `create`.
-    Create,
-    /// `update`.
-    Update,
-    /// `update-status`.
-    UpdateStatus,
-    /// `patch`.
-    Patch,
-    /// `patch-status`.
-    PatchStatus,
-    /// `delete`.
-    Delete,
-}
+/// A write's verb: the manifest's (create, update, update-status, patch, patch-status,
+/// delete).
+pub use crate::manifest::Verb;
 
-impl Verb {
-    /// The verb of a whole-object write.
-    pub fn of(kind: WriteKind) -> Self {
-        match kind {
-            WriteKind::Create => Verb::Create,
-            WriteKind::Update => Verb::Update,
-            WriteKind::UpdateStatus => Verb::UpdateStatus,
-        }
-    }
-
-    /// As the manifest's permissions name it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verb::Create => "create",
-            Verb::Update => "update",
-            Verb::UpdateStatus => "update-status",
-            Verb::Patch => "patch",
-            Verb::PatchStatus => "patch-status",
-            Verb::Delete => "delete",
-        }
+/// The verb of a whole-object write.
+pub fn verb_of(kind: WriteKind) -> Verb {
+    match kind {
+        WriteKind::Create => Verb::Create,
+        WriteKind::Update => Verb::Update,
+        WriteKind::UpdateStatus => Verb::UpdateStatus,
     }
 }
 
@@ -322,9 +294,7 @@ impl Write {
         };
         format!(
             "{} {} {} {key}",
-            self.verb.as_str(),
-            self.kind.api_version,
-            self.kind.kind
+            self.verb, self.kind.api_version, self.kind.kind
         )
     }
 }
@@ -833,7 +803,7 @@ impl ClusterAccess for Tap {
         let result = self.inner.write_json(kind, head, json).await;
         // The text as it is: parsed only if a comparison needs it (off the live path).
         self.wrote(|| Write {
-            verb: Verb::of(kind),
+            verb: verb_of(kind),
             kind: KindName::of(&head.gvk),
             namespace: head.namespace.clone(),
             name: head.name.clone(),

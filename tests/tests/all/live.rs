@@ -6,28 +6,13 @@ use std::sync::atomic::Ordering;
 use krec::manifest::Manifest;
 use krec::vocab::{Gvk, PatchType};
 use krec_tests::{
-    Live, cm_gvk, deployment_gvk, foo_gvk, pod_gvk, rs_gvk, sample_manifest, sample_objects,
+    Live, cm_gvk, deployment_gvk, foo_gvk, owned_pod as pod, pod_gvk, replicaset, rs_gvk,
+    sample_manifest, sample_objects,
 };
 use serde_json::{Value, json};
 
 fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.pointer(&format!("/metadata/labels/{key}"))?.as_str()
-}
-
-fn pod(name: &str, owner_uid: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                "uid": owner_uid, "controller": true}]},
-        "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
-}
-
-fn replicaset() -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
 }
 
 async fn pod_count(live: &Live) -> Option<String> {

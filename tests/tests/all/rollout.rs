@@ -7,8 +7,8 @@ use krec::manifest::{Manifest, PromotePolicy, RolloutMode, RolloutSpec};
 use krec::rollout::recording::{self, Sink};
 use krec::vocab::PatchType;
 use krec_tests::{
-    Live, annotation, built_module, cm_gvk, configmap, deployment_gvk, foo_gvk, rs_gvk,
-    sample_manifest, sample_objects,
+    Live, annotation, built_module, cm_gvk, configmap, deployment_gvk, foo_gvk, owned_pod as pod,
+    replicaset, rs_gvk, sample_manifest, sample_objects,
 };
 use serde_json::{Value, json};
 
@@ -252,22 +252,6 @@ fn the_canary_hash_should_split_keys_evenly() {
         .filter(|i| krec::rollout::key_percentile(Some("default"), &format!("object-{i}")) < 25)
         .count();
     assert!((900..1100).contains(&taken), "{taken}");
-}
-
-fn pod(name: &str, owner_uid: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                "uid": owner_uid, "controller": true}]},
-        "spec": {"containers": [{"name": "web", "image": "nginx"}]}})
-}
-
-fn replicaset() -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
