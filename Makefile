@@ -65,7 +65,7 @@ $(REGISTRY):
 ## wasm32-wasip2.
 guests: setup python-guests js-guests
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
-	$(CARGO) build --release --target wasm32-wasip2 -p pod-stamper
+	$(CARGO) build --release --target wasm32-wasip2 -p pod-stamper -p json-seam
 
 ## The TypeScript SDK: its tools from the npm registry (as its lock file pins them), compiled.
 $(JS_SDK): guest-sdk-js/package-lock.json $(wildcard guest-sdk-js/src/*.ts)
@@ -127,7 +127,7 @@ lint: setup
 	@if $(CARGO) tree -p krec-guest --features testing -e normal --prefix none | grep -E '^(axum|hyper|rustls|tokio-rustls|redb|prost|tower) '; then \
 		echo "krec-guest's testing feature pulls in the API server's HTTP stack" >&2; exit 1; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --document-private-items
-	$(CARGO) clippy -p krec-guest -p pod-stamper --target wasm32-wasip2 -- -D warnings
+	$(CARGO) clippy -p krec-guest -p pod-stamper -p json-seam --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 
 ## Format everything.

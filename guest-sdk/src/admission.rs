@@ -34,11 +34,11 @@
 //! ```
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use kube_core::GroupVersionKind;
 
 use crate::context::Context;
+use crate::lazy::FromJson;
 
 /// What a request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -168,8 +168,9 @@ impl Verdict {
 /// To let the webhook's `failurePolicy` decide instead (the check itself failed, e.g. a read
 /// from the cache), panic: the review traps and the API server is answered HTTP 500.
 pub trait Validator {
-    /// The objects it judges: a `k8s-openapi` type, a `CustomResource`, or `DynamicObject`.
-    type Object: DeserializeOwned;
+    /// The objects it judges: a `k8s-openapi` type, a `CustomResource`, `DynamicObject`, or
+    /// [`Lazy<K>`](crate::Lazy) to read only the fields it checks.
+    type Object: FromJson;
 
     /// Judge `req`.
     fn validate(&self, req: &AdmissionRequest<Self::Object>, ctx: &Context) -> Verdict;
@@ -181,7 +182,7 @@ pub trait Validator {
 pub trait Mutator {
     /// The objects it changes. Fields the type does not know are kept (the patch only touches
     /// what changed), but a type that drops fields it does not know would remove them.
-    type Object: DeserializeOwned + Serialize + Clone;
+    type Object: FromJson + Serialize + Clone;
 
     /// Change `object` (the request's new object) as needed and judge the request.
     fn mutate(

@@ -1,11 +1,12 @@
 //! [`Context`]: the reconciler's only way to read and write cluster state, through the host.
 
 use kube_core::{DynamicObject, GroupVersionKind, Resource};
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
 
 use crate::bindings::krec::reconciler::types as wit;
 use crate::error::{Error, Result};
 use crate::imports::{client, events};
+use crate::lazy::FromJson;
 use crate::params::{EventType, ListParams, Patch, Preconditions};
 
 /// Handle to the host for one reconcile: typed and untyped get/list/create/update/patch/delete,
@@ -39,8 +40,19 @@ fn wit_gvk(gvk: &GroupVersionKind) -> wit::Gvk {
     }
 }
 
-fn decode<K: DeserializeOwned>(json: &str, what: &str) -> Result<K> {
-    serde_json::from_str(json).map_err(|err| Error::Invalid(format!("decoding {what}: {err}")))
+fn decode<K: FromJson>(json: String, what: &str) -> Result<K> {
+    // The host's cache writes a metadata-only object's kind first (a prefix test, not a scan).
+    let hint = json.starts_with(r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata""#);
+    K::from_json_text(json).map_err(|err| {
+        if hint {
+            Error::Invalid(format!(
+                "decoding {what}: the guest's manifest watches {what} for its metadata only \
+                 (metadataOnly): read it as PartialObjectMeta<{what}> or Lazy<{what}> ({err})"
+            ))
+        } else {
+            Error::Invalid(format!("decoding {what}: {err}"))
+        }
+    })
 }
 
 fn encode<K: Serialize>(object: &K) -> Result<String> {
@@ -55,10 +67,10 @@ impl Context {
     /// Get one object. Fails with [`Error::NotFound`] if it does not exist.
     pub fn get<'a, K>(&self, namespace: impl Into<Option<&'a str>>, name: &str) -> Result<K>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
+        K: Resource<DynamicType = ()> + FromJson,
     {
         let json = client::get(&gvk_of::<K>(), namespace.into(), name)?;
-        decode(&json, &K::kind(&()))
+        decode(json, &K::kind(&()))
     }
 
     /// Get one object, or `None` if it does not exist.
@@ -68,7 +80,7 @@ impl Context {
         name: &str,
     ) -> Result<Option<K>>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
+        K: Resource<DynamicType = ()> + FromJson,
     {
         match self.get(namespace, name) {
             Ok(object) => Ok(Some(object)),
@@ -80,25 +92,25 @@ impl Context {
     /// List objects of a kind.
     pub fn list<K>(&self, params: &ListParams) -> Result<Vec<K>>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
+        K: Resource<DynamicType = ()> + FromJson,
     {
         self.list_json(&gvk_of::<K>(), params)
     }
 
     /// Create an object (which must have `apiVersion` and `kind`); returns it as stored.
-    pub fn create<K: Serialize + DeserializeOwned>(&self, object: &K) -> Result<K> {
-        decode(&client::create(&encode(object)?)?, "created object")
+    pub fn create<K: Serialize + FromJson>(&self, object: &K) -> Result<K> {
+        decode(client::create(&encode(object)?)?, "created object")
     }
 
     /// Replace an object. Its `metadata.resourceVersion` must be current, or the call fails with
     /// [`Error::Conflict`]. Status changes are ignored for kinds with a status subresource.
-    pub fn update<K: Serialize + DeserializeOwned>(&self, object: &K) -> Result<K> {
-        decode(&client::update(&encode(object)?)?, "updated object")
+    pub fn update<K: Serialize + FromJson>(&self, object: &K) -> Result<K> {
+        decode(client::update(&encode(object)?)?, "updated object")
     }
 
     /// Replace an object's status through the status subresource.
-    pub fn update_status<K: Serialize + DeserializeOwned>(&self, object: &K) -> Result<K> {
-        decode(&client::update_status(&encode(object)?)?, "updated object")
+    pub fn update_status<K: Serialize + FromJson>(&self, object: &K) -> Result<K> {
+        decode(client::update_status(&encode(object)?)?, "updated object")
     }
 
     /// Patch an object.
@@ -109,10 +121,10 @@ impl Context {
         patch: &Patch,
     ) -> Result<K>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
+        K: Resource<DynamicType = ()> + FromJson,
     {
         let json = self.patch_json(&gvk_of::<K>(), namespace.into(), name, patch, false)?;
-        decode(&json, "patched object")
+        decode(json, "patched object")
     }
 
     /// Patch an object's status subresource.
@@ -123,10 +135,10 @@ impl Context {
         patch: &Patch,
     ) -> Result<K>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
+        K: Resource<DynamicType = ()> + FromJson,
     {
         let json = self.patch_json(&gvk_of::<K>(), namespace.into(), name, patch, true)?;
-        decode(&json, "patched object")
+        decode(json, "patched object")
     }
 
     /// Delete an object. Objects with finalizers are only marked for deletion.
@@ -186,7 +198,7 @@ impl Context {
         name: &str,
     ) -> Result<DynamicObject> {
         let json = client::get(&wit_gvk(gvk), namespace.into(), name)?;
-        decode(&json, &gvk.kind)
+        decode(json, &gvk.kind)
     }
 
     /// List objects of any kind, untyped.
@@ -208,7 +220,7 @@ impl Context {
         status: bool,
     ) -> Result<DynamicObject> {
         let json = self.patch_json(&wit_gvk(gvk), namespace.into(), name, patch, status)?;
-        decode(&json, "patched object")
+        decode(json, "patched object")
     }
 
     /// Delete an object of any kind.
@@ -265,11 +277,7 @@ impl Context {
         Ok(events::record(&regarding, event_type, reason, message)?)
     }
 
-    fn list_json<K: DeserializeOwned>(
-        &self,
-        gvk: &wit::Gvk,
-        params: &ListParams,
-    ) -> Result<Vec<K>> {
+    fn list_json<K: FromJson>(&self, gvk: &wit::Gvk, params: &ListParams) -> Result<Vec<K>> {
         let options = wit::ListOptions {
             namespace: params.namespace.clone(),
             label_selector: params.label_selector.clone(),
@@ -277,7 +285,7 @@ impl Context {
             uncached: params.uncached,
         };
         client::list(gvk, &options)?
-            .iter()
+            .into_iter()
             .map(|json| decode(json, &gvk.kind))
             .collect()
     }

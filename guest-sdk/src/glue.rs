@@ -188,23 +188,37 @@ impl Converter for Unimplemented {
     }
 }
 
-/// The request decoded as `K`; a message when an object does not decode.
-fn request<K: serde::de::DeserializeOwned>(
-    req: &review::AdmissionRequest,
-) -> Result<AdmissionRequest<K>, String> {
-    let decode = |which: &str, text: &Option<String>| -> Result<Option<K>, String> {
-        text.as_deref()
-            .map(serde_json::from_str)
+/// The request decoded as `K` (its strings moved, not copied), and the request's object as
+/// text; a message when an object does not decode.
+fn request<K: crate::lazy::FromJson>(
+    mut req: review::AdmissionRequest,
+    keep_object: bool,
+) -> Result<(AdmissionRequest<K>, Option<String>), String> {
+    let decode = |which: &str, text: Option<String>| -> Result<Option<K>, String> {
+        text.map(K::from_json_text)
             .transpose()
             .map_err(|e| format!("the request's {which} does not decode: {e}"))
     };
-    Ok(AdmissionRequest {
-        uid: req.uid.clone(),
-        kind: kube_core::GroupVersionKind::gvk(&req.kind.group, &req.kind.version, &req.kind.kind),
-        resource: req.resource.clone(),
-        sub_resource: req.sub_resource.clone(),
-        name: req.name.clone(),
-        namespace: req.namespace.clone(),
+    // The request's object text is kept (a copy) only for a mutation, which is diffed against
+    // it; otherwise each text is moved into its object.
+    let text = if keep_object {
+        req.object.clone()
+    } else {
+        None
+    };
+    let object = decode("object", req.object.take())?;
+    let old_object = decode("oldObject", req.old_object.take())?;
+    let typed = AdmissionRequest {
+        uid: req.uid,
+        kind: kube_core::GroupVersionKind {
+            group: req.kind.group,
+            version: req.kind.version,
+            kind: req.kind.kind,
+        },
+        resource: req.resource,
+        sub_resource: req.sub_resource,
+        name: req.name,
+        namespace: req.namespace,
         operation: match req.operation {
             review::Operation::Create => Operation::Create,
             review::Operation::Update => Operation::Update,
@@ -212,13 +226,14 @@ fn request<K: serde::de::DeserializeOwned>(
             review::Operation::Connect => Operation::Connect,
         },
         user: UserInfo {
-            username: req.user_info.username.clone(),
-            groups: req.user_info.groups.clone(),
+            username: req.user_info.username,
+            groups: req.user_info.groups,
         },
-        object: decode("object", &req.object)?,
-        old_object: decode("oldObject", &req.old_object)?,
+        object,
+        old_object,
         dry_run: req.dry_run,
-    })
+    };
+    Ok((typed, text))
 }
 
 fn answer(verdict: Verdict, patched: Option<String>) -> review::Verdict {
@@ -257,8 +272,8 @@ pub fn validate_with<V: Validator>(
     validator: &V,
     req: review::AdmissionRequest,
 ) -> review::Verdict {
-    match request::<V::Object>(&req) {
-        Ok(typed) => answer(validator.validate(&typed, &Context::new()), None),
+    match request::<V::Object>(req, false) {
+        Ok((typed, _)) => answer(validator.validate(&typed, &Context::new()), None),
         Err(message) => undecodable(message),
     }
 }
@@ -275,8 +290,8 @@ pub fn mutate<M: Mutator + FromConfig + 'static>(
 /// Run `mutator` for a review: the object it leaves, as the request's object with the changes
 /// `mutate` made to its typed form (so fields the type does not know survive).
 pub fn mutate_with<M: Mutator>(mutator: &M, req: review::AdmissionRequest) -> review::Verdict {
-    let typed = match request::<M::Object>(&req) {
-        Ok(typed) => typed,
+    let (typed, text) = match request::<M::Object>(req, true) {
+        Ok(request) => request,
         Err(message) => return undecodable(message),
     };
     let Some(mut object) = typed.object.clone() else {
@@ -293,8 +308,7 @@ pub fn mutate_with<M: Mutator>(mutator: &M, req: review::AdmissionRequest) -> re
         return answer(verdict, None);
     }
     let changes = json_patch::diff(&before, &after);
-    let mut original: serde_json::Value = req
-        .object
+    let mut original: serde_json::Value = text
         .as_deref()
         .and_then(|o| serde_json::from_str(o).ok())
         .unwrap_or(serde_json::Value::Null);

@@ -85,6 +85,7 @@ mod helpers;
 #[cfg(not(target_arch = "wasm32"))]
 mod host;
 mod imports;
+pub mod lazy;
 mod params;
 mod reconciler;
 
@@ -112,6 +113,7 @@ pub use helpers::{
     Api, FinalizerEvent, OperationResult, condition, find_condition, is_controlled_by,
     set_condition, set_controller_reference,
 };
+pub use lazy::{FromJson, Lazy};
 pub use params::{
     EventType, ListParams, Patch, Preconditions, labels_to_selector, selector_string,
 };
@@ -122,6 +124,9 @@ pub use k8s_openapi;
 /// The `kube-core` crate the SDK is built with: [`Resource`],
 /// [`DynamicObject`], [`GroupVersionKind`].
 pub use kube_core;
+/// An object's metadata alone (`PartialObjectMetadata`): how a guest reads a kind its manifest
+/// watches with `metadataOnly` (`ctx.get::<PartialObjectMeta<Pod>>(…)`).
+pub use kube_core::PartialObjectMeta;
 /// Untyped Kubernetes object, for kinds without a Rust type.
 pub use kube_core::{DynamicObject, GroupVersionKind, Resource, ResourceExt};
 /// `serde_json`, for building untyped objects and patches.
@@ -144,9 +149,9 @@ pub mod prelude {
     };
     pub use crate::{
         Action, AdmissionRequest, Context, Converter, Error, EventType, FinalizerEvent, FromConfig,
-        ListParams, Mutator, Operation, OperationResult, Patch, Reconciler, Request, Resource,
-        ResourceExt, Result, Validator, Verdict, export, is_controlled_by, labels_to_selector,
-        selector_string, set_controller_reference,
+        Lazy, ListParams, Mutator, Operation, OperationResult, PartialObjectMeta, Patch,
+        Reconciler, Request, Resource, ResourceExt, Result, Validator, Verdict, export,
+        is_controlled_by, labels_to_selector, selector_string, set_controller_reference,
     };
 }
 

@@ -19,7 +19,7 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use common::{median_min_max, quick};
@@ -63,26 +63,103 @@ fn load(engines: &Engines, manifest: Arc<krec::manifest::Manifest>) -> GuestModu
     GuestModule::load(engine, linker, manifest).expect("module")
 }
 
+/// pod-stamper's validator built with [`LAZY_CONFIG`], natively: what the Wasm guest's lazy
+/// arm runs, compiled into the host.
+fn native_lazy_validate(
+    host: Arc<dyn krec_guest::native::Host>,
+    review: krec_guest::native::Review,
+) -> krec_guest::native::ReviewVerdict {
+    static VALIDATOR: OnceLock<pod_stamper::GenerationValidator> = OnceLock::new();
+    let validator = VALIDATOR.get_or_init(|| {
+        krec_guest::native::configure(LAZY_CONFIG).expect("the lazy validator's config")
+    });
+    krec_guest::native::validate_with(validator, host, review)
+}
+
+/// pod-stamper's reconciler built with [`LAZY_CONFIG`], natively.
+fn native_lazy_reconcile(
+    host: Arc<dyn krec_guest::native::Host>,
+    request: krec_guest::Request,
+) -> krec_guest::Result<krec_guest::Action> {
+    static STAMPER: OnceLock<pod_stamper::PodStamper> = OnceLock::new();
+    let stamper = STAMPER.get_or_init(|| {
+        krec_guest::native::configure(LAZY_CONFIG).expect("the lazy stamper's config")
+    });
+    krec_guest::native::reconcile_with(stamper, host, request)
+}
+
+/// One arm of a benchmark: its figure's name, what it is, and its samples.
+struct Arm<T> {
+    name: &'static str,
+    what: &'static str,
+    subject: T,
+    samples: Vec<f64>,
+    all: Vec<f64>,
+}
+
+impl<T> Arm<T> {
+    fn new(name: &'static str, what: &'static str, subject: T) -> Self {
+        Arm {
+            name,
+            what,
+            subject,
+            samples: Vec::new(),
+            all: Vec::new(),
+        }
+    }
+}
+
 async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let engines = Engines::new().expect("engines");
     let cluster = Arc::new(MemoryCluster::new());
     let mut pod = common::pod("default", "web-0");
     pod["metadata"]["labels"][pod_stamper::GENERATION] = json!("1");
-    cluster.create(pod.clone()).await.expect("pod");
+    let stored = cluster.create(pod).await.expect("pod");
     let access: Arc<dyn ClusterAccess> = cluster.clone();
-    let manifest = Arc::new(webhook_manifest(dir.path(), "reuse"));
-    let wasm = load(&engines, manifest.clone());
-    let fresh = load(
-        &engines,
-        Arc::new(webhook_manifest(dir.path(), "per-reconcile")),
-    );
-    let native = krec::native::module_with_validator(
-        manifest,
-        krec_guest::native::reconcile::<pod_stamper::PodStamper>,
-        krec_guest::native::validate::<pod_stamper::GenerationValidator>,
-    );
-    let request = pod_review(&pod);
+    let typed = Arc::new(webhook_manifest(dir.path(), "reuse", false));
+    let lazy = Arc::new(webhook_manifest(dir.path(), "reuse", true));
+    let native = |manifest: &Arc<Manifest>, validate: krec::native::NativeValidate| {
+        krec::native::module_with_validator(
+            manifest.clone(),
+            krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+            validate,
+        )
+    };
+    let mut arms = [
+        Arm::new(
+            "admission_native_p50_us",
+            "pod-stamper's `GenerationValidator` compiled natively, decoding both Pods whole (as `type Object = Pod`): one review of a Pod update inside the host (baseline)",
+            native(
+                &typed,
+                krec_guest::native::validate::<pod_stamper::GenerationValidator>,
+            ),
+        ),
+        Arm::new(
+            "admission_wasm_p50_us",
+            "the same validator as a Wasm guest, its instance kept between reviews (`isolation: reuse`, the default)",
+            load(&engines, typed),
+        ),
+        Arm::new(
+            "admission_wasm_fresh_p50_us",
+            "the same with a fresh instance per review (`isolation: per-reconcile`)",
+            load(
+                &engines,
+                Arc::new(webhook_manifest(dir.path(), "per-reconcile", false)),
+            ),
+        ),
+        Arm::new(
+            "admission_native_lazy_p50_us",
+            "the validator reading its one label from each Pod as a `Lazy<Pod>` (`spec.config.lazy`), compiled natively (baseline of the lazy arms)",
+            native(&lazy, native_lazy_validate),
+        ),
+        Arm::new(
+            "admission_wasm_lazy_p50_us",
+            "the lazy validator as a Wasm guest, instance reused",
+            load(&engines, lazy),
+        ),
+    ];
+    let request = pod_review(&stored);
     async fn review(
         module: &GuestModule,
         access: &Arc<dyn ClusterAccess>,
@@ -98,77 +175,95 @@ async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String,
     }
     let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
     for _ in 0..50 {
-        review(&wasm, &access, &request).await;
-        review(&fresh, &access, &request).await;
-        review(&native, &access, &request).await;
-    }
-    let (mut native_all, mut wasm_all, mut fresh_all) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut native_p50, mut wasm_p50, mut fresh_p50) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        for (module, all, p50s) in [
-            (&native, &mut native_all, &mut native_p50),
-            (&wasm, &mut wasm_all, &mut wasm_p50),
-            (&fresh, &mut fresh_all, &mut fresh_p50),
-        ] {
-            let mut round = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                round.push(review(module, &access, &request).await);
-            }
-            p50s.push(common::percentile(&mut round, 50.0));
-            all.extend(round);
+        for arm in &arms {
+            review(&arm.subject, &access, &request).await;
         }
     }
-    let (np50, np50_min, np50_max) = median_min_max(native_p50);
-    let (wp50, wp50_min, wp50_max) = median_min_max(wasm_p50);
-    let np99 = common::percentile(&mut native_all, 99.0);
-    let wp99 = common::percentile(&mut wasm_all, 99.0);
-    let (fp50, fp50_min, fp50_max) = median_min_max(fresh_p50);
-    let fp99 = common::percentile(&mut fresh_all, 99.0);
-    rows.push(format!(
-        "| admission_native_p50_us | {np50:.2} | {np50_min:.2}–{np50_max:.2} | pod-stamper's `GenerationValidator` compiled natively: one review of a Pod update inside the host (baseline); p99 {np99:.2} µs |"
-    ));
-    rows.push(format!(
-        "| admission_wasm_p50_us | {wp50:.2} | {wp50_min:.2}–{wp50_max:.2} | the same validator as a Wasm guest, its instance kept between reviews (`isolation: reuse`, the default); p99 {wp99:.2} µs |"
-    ));
-    rows.push(format!(
-        "| admission_wasm_fresh_p50_us | {fp50:.2} | {fp50_min:.2}–{fp50_max:.2} | the same with a fresh instance per review (`isolation: per-reconcile`); p99 {fp99:.2} µs |"
-    ));
-    rows.push(format!(
-        "| admission_ratio_wasm_vs_native | {:.2}× | | p50 Wasm / p50 native |",
-        wp50 / np50
-    ));
-    results.insert("admission_native_p50_us".into(), json!(np50));
-    results.insert("admission_native_p99_us".into(), json!(np99));
-    results.insert("admission_wasm_p50_us".into(), json!(wp50));
-    results.insert("admission_wasm_p99_us".into(), json!(wp99));
-    results.insert("admission_wasm_fresh_p50_us".into(), json!(fp50));
-    results.insert("admission_wasm_fresh_p99_us".into(), json!(fp99));
-    results.insert("admission_ratio_wasm_vs_native".into(), json!(wp50 / np50));
+    for _ in 0..rounds {
+        for arm in &mut arms {
+            let mut round = Vec::with_capacity(per_round);
+            for _ in 0..per_round {
+                round.push(review(&arm.subject, &access, &request).await);
+            }
+            arm.samples.push(common::percentile(&mut round, 50.0));
+            arm.all.extend(round);
+        }
+    }
+    let mut p50 = std::collections::HashMap::new();
+    for arm in &mut arms {
+        let (median, min, max) = median_min_max(std::mem::take(&mut arm.samples));
+        let p99 = common::percentile(&mut arm.all, 99.0);
+        rows.push(format!(
+            "| {} | {median:.2} | {min:.2}–{max:.2} | {}; p99 {p99:.2} µs |",
+            arm.name, arm.what
+        ));
+        results.insert(arm.name.into(), json!(median));
+        results.insert(arm.name.replace("p50", "p99"), json!(p99));
+        p50.insert(arm.name, median);
+    }
+    for (name, wasm, native) in [
+        (
+            "admission_ratio_wasm_vs_native",
+            "admission_wasm_p50_us",
+            "admission_native_p50_us",
+        ),
+        (
+            "admission_ratio_wasm_vs_native_lazy",
+            "admission_wasm_lazy_p50_us",
+            "admission_native_lazy_p50_us",
+        ),
+        (
+            "admission_ratio_lazy_vs_typed_wasm",
+            "admission_wasm_lazy_p50_us",
+            "admission_wasm_p50_us",
+        ),
+    ] {
+        let ratio = p50[wasm] / p50[native];
+        rows.push(format!(
+            "| {name} | {ratio:.2}× | | p50 {wasm} / p50 {native} |"
+        ));
+        results.insert(name.into(), json!(ratio));
+    }
 }
 
-/// pod-stamper as a validating webhook for Pod updates.
-fn webhook_manifest(dir: &Path, isolation: &str) -> Manifest {
+/// `spec.config` of the pod-stamper arms that read Pods as `Lazy` views.
+const LAZY_CONFIG: &str = r#"{"annotation": "bench.krec.dev/stamp", "lazy": true}"#;
+
+/// The manifest line giving pod-stamper [`LAZY_CONFIG`] when `lazy`.
+fn config_line(lazy: bool) -> String {
+    if lazy {
+        format!("  config: {LAZY_CONFIG}\n")
+    } else {
+        String::new()
+    }
+}
+
+/// pod-stamper as a validating webhook for Pod updates (reading Pods lazily when `lazy`).
+fn webhook_manifest(dir: &Path, isolation: &str, lazy: bool) -> Manifest {
     let module = common::module("pod_stamper.wasm");
-    let path = dir.join(format!("pod-stamper-webhook-{isolation}.yaml"));
+    let path = dir.join(format!("pod-stamper-webhook-{isolation}-{lazy}.yaml"));
     std::fs::write(
         &path,
         format!(
-            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: pod-stamper}}\nspec:\n  module: {}\n  isolation: {isolation}\n  webhooks:\n    - type: validating\n      rules: [{{apiGroups: [\"\"], apiVersions: [v1], resources: [pods], operations: [UPDATE]}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
-            module.display()
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: pod-stamper}}\nspec:\n  module: {}\n  isolation: {isolation}\n{}  webhooks:\n    - type: validating\n      rules: [{{apiGroups: [\"\"], apiVersions: [v1], resources: [pods], operations: [UPDATE]}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
+            module.display(),
+            config_line(lazy)
         ),
     )
     .expect("write manifest");
     Manifest::load(&path).expect("manifest")
 }
 
-fn manifest(dir: &Path, isolation: &str) -> Manifest {
+/// pod-stamper as a reconciler of Pods (reading them lazily when `lazy`).
+fn manifest(dir: &Path, isolation: &str, lazy: bool) -> Manifest {
     let module = common::module("pod_stamper.wasm");
-    let path = dir.join(format!("pod-stamper-{isolation}.yaml"));
+    let path = dir.join(format!("pod-stamper-{isolation}-{lazy}.yaml"));
     std::fs::write(
         &path,
         format!(
-            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: pod-stamper}}\nspec:\n  module: {}\n  isolation: {isolation}\n  tickers: [{{every: 1h, request: {{name: x}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
-            module.display()
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: pod-stamper}}\nspec:\n  module: {}\n  isolation: {isolation}\n{}  tickers: [{{every: 1h, request: {{name: x}}}}]\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get]}}\n",
+            module.display(),
+            config_line(lazy)
         ),
     )
     .expect("write manifest");
@@ -185,107 +280,257 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     let stored = cluster.create(pod).await.expect("pod");
     let bytes = serde_json::to_vec(&stored).expect("json").len();
     let access: Arc<dyn ClusterAccess> = cluster.clone();
-    let load =
-        |isolation: &str| Arc::new(load(&engines, Arc::new(manifest(dir.path(), isolation))));
-    let mut native = GuestWorker::new(
-        Arc::new(krec::native::module(
-            Arc::new(manifest(dir.path(), "reuse")),
-            krec_guest::native::reconcile::<pod_stamper::PodStamper>,
-        )),
-        access.clone(),
-    );
-    let mut reused = GuestWorker::new(load("reuse"), access.clone());
-    let mut fresh = GuestWorker::new(load("per-reconcile"), access.clone());
+    let wasm = |isolation: &str, lazy: bool| {
+        GuestWorker::new(
+            Arc::new(load(
+                &engines,
+                Arc::new(manifest(dir.path(), isolation, lazy)),
+            )),
+            access.clone(),
+        )
+    };
+    let native = |lazy: bool, reconcile: krec::native::NativeReconcile| {
+        GuestWorker::new(
+            Arc::new(krec::native::module(
+                Arc::new(manifest(dir.path(), "reuse", lazy)),
+                reconcile,
+            )),
+            access.clone(),
+        )
+    };
+    // Each arm: a worker, and how many of a round's reconciles it runs (a fresh instance per
+    // reconcile is slow: a quarter). The last arm only instantiates: a per-reconcile worker's
+    // `warm_up` creates an instance, configures it (`init`) and drops it, with no reconcile.
+    let mut arms = [
+        Arm::new(
+            "guest_call_native_us",
+            "pod-stamper compiled natively, run by a `GuestWorker`: get of the Pod from the in-memory cluster as text, parsed into `Pod` (baseline)",
+            (
+                native(
+                    false,
+                    krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+                ),
+                1,
+            ),
+        ),
+        Arm::new(
+            "guest_call_wasm_reused_us",
+            "the same crate as a Wasm guest, the worker's instance reused",
+            (wasm("reuse", false), 1),
+        ),
+        Arm::new(
+            "guest_call_wasm_fresh_us",
+            "the same with a fresh instance per reconcile (`isolation: per-reconcile`)",
+            (wasm("per-reconcile", false), 4),
+        ),
+        Arm::new(
+            "guest_call_instantiate_only_us",
+            "a fresh instance created, configured and dropped, no reconcile",
+            (wasm("per-reconcile", false), 4),
+        ),
+        Arm::new(
+            "guest_call_native_lazy_us",
+            "pod-stamper reading the Pod as a `Lazy<Pod>` (`stamp_lazy`: labels, annotation, the containers' env lists counted), compiled natively (baseline of the lazy arms)",
+            (native(true, native_lazy_reconcile), 1),
+        ),
+        Arm::new(
+            "guest_call_wasm_lazy_us",
+            "the lazy reconcile as a Wasm guest, instance reused",
+            (wasm("reuse", true), 1),
+        ),
+    ];
     let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
-    let (mut native_us, mut wasm_reused, mut wasm_fresh) = (Vec::new(), Vec::new(), Vec::new());
-    // Instantiation alone: a per-reconcile worker's `warm_up` creates an instance, configures
-    // it (`init`) and drops it, with no reconcile.
-    let mut instantiate_only = Vec::new();
-    // Warm up every arm.
     for _ in 0..50 {
-        reused
-            .reconcile(Some("default"), "web-0")
-            .await
-            .expect("reconcile");
-        fresh
-            .reconcile(Some("default"), "web-0")
-            .await
-            .expect("reconcile");
-        native
-            .reconcile(Some("default"), "web-0")
-            .await
-            .expect("reconcile");
+        for arm in &mut arms {
+            arm.subject
+                .0
+                .reconcile(Some("default"), "web-0")
+                .await
+                .expect("reconcile");
+        }
     }
     for _ in 0..rounds {
-        let started = Instant::now();
-        for _ in 0..per_round {
-            native
-                .reconcile(Some("default"), "web-0")
-                .await
-                .expect("reconcile");
+        for arm in &mut arms {
+            let (worker, share) = &mut arm.subject;
+            let count = per_round / *share;
+            let started = Instant::now();
+            for _ in 0..count {
+                if arm.name == "guest_call_instantiate_only_us" {
+                    worker.warm_up().await.expect("instantiate");
+                } else {
+                    worker
+                        .reconcile(Some("default"), "web-0")
+                        .await
+                        .expect("reconcile");
+                }
+            }
+            arm.samples
+                .push(started.elapsed().as_secs_f64() * 1e6 / count as f64);
         }
-        native_us.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
-        let started = Instant::now();
-        for _ in 0..per_round {
-            reused
-                .reconcile(Some("default"), "web-0")
-                .await
-                .expect("reconcile");
-        }
-        wasm_reused.push(started.elapsed().as_secs_f64() * 1e6 / per_round as f64);
-        let started = Instant::now();
-        for _ in 0..per_round / 4 {
-            fresh
-                .reconcile(Some("default"), "web-0")
-                .await
-                .expect("reconcile");
-        }
-        wasm_fresh.push(started.elapsed().as_secs_f64() * 1e6 / (per_round / 4) as f64);
-        let started = Instant::now();
-        for _ in 0..per_round / 4 {
-            fresh.warm_up().await.expect("instantiate");
-        }
-        instantiate_only.push(started.elapsed().as_secs_f64() * 1e6 / (per_round / 4) as f64);
     }
-    let (n, n_min, n_max) = median_min_max(native_us);
-    let (r, r_min, r_max) = median_min_max(wasm_reused);
-    let (f, f_min, f_max) = median_min_max(wasm_fresh);
-    let (i, i_min, i_max) = median_min_max(instantiate_only);
+    let mut figures = std::collections::HashMap::new();
+    for arm in &mut arms {
+        let (median, min, max) = median_min_max(std::mem::take(&mut arm.samples));
+        rows.push(format!(
+            "| {} | {median:.2} | {min:.2}–{max:.2} | {} |",
+            arm.name, arm.what
+        ));
+        results.insert(arm.name.into(), json!(median));
+        figures.insert(arm.name, median);
+    }
+    let figure = |name: &str| figures[name];
     rows.push(format!(
-        "| guest_call_native_us | {n:.2} | {n_min:.2}–{n_max:.2} | pod-stamper compiled natively, run by a `GuestWorker`: get of a {bytes}-byte Pod from the in-memory cluster as text, parsed into `Pod` (baseline) |"
+        "| pod bytes | {bytes} | | the Pod as stored: defaults and managedFields |"
     ));
-    rows.push(format!(
-        "| guest_call_wasm_reused_us | {r:.2} | {r_min:.2}–{r_max:.2} | the same crate as a Wasm guest, the worker's instance reused |"
-    ));
-    rows.push(format!(
-        "| guest_call_wasm_fresh_us | {f:.2} | {f_min:.2}–{f_max:.2} | the same with a fresh instance per reconcile (`isolation: per-reconcile`) |"
-    ));
-    rows.push(format!(
-        "| guest_call_instantiate_only_us | {i:.2} | {i_min:.2}–{i_max:.2} | a fresh instance created, configured and dropped, no reconcile |"
-    ));
-    rows.push(format!(
-        "| guest_call_ratio_fresh_vs_reused | {:.2}× | | fresh / reused (target ≤ 2) |",
-        f / r
-    ));
-    rows.push(format!(
-        "| guest_call_overhead_us | {:.2} | | reused − native |",
-        r - n
-    ));
-    rows.push(format!(
-        "| guest_call_ratio_wasm_vs_native | {:.2}× | | reused / native |",
-        r / n
-    ));
-    rows.push(format!(
-        "| guest_call_instantiate_us | {:.2} | | fresh − reused: instantiation per reconcile |",
-        f - r
-    ));
-    results.insert("guest_call_native_us".into(), json!(n));
-    results.insert("guest_call_wasm_reused_us".into(), json!(r));
-    results.insert("guest_call_wasm_fresh_us".into(), json!(f));
-    results.insert("guest_call_instantiate_only_us".into(), json!(i));
-    results.insert("guest_call_ratio_fresh_vs_reused".into(), json!(f / r));
-    results.insert("guest_call_overhead_us".into(), json!(r - n));
-    results.insert("guest_call_ratio_wasm_vs_native".into(), json!(r / n));
+    for (name, value, unit, what) in [
+        (
+            "guest_call_ratio_fresh_vs_reused",
+            figure("guest_call_wasm_fresh_us") / figure("guest_call_wasm_reused_us"),
+            "×",
+            "fresh / reused (target ≤ 2)",
+        ),
+        (
+            "guest_call_overhead_us",
+            figure("guest_call_wasm_reused_us") - figure("guest_call_native_us"),
+            "",
+            "reused − native, the Pod decoded whole",
+        ),
+        (
+            "guest_call_ratio_wasm_vs_native",
+            figure("guest_call_wasm_reused_us") / figure("guest_call_native_us"),
+            "×",
+            "reused / native",
+        ),
+        (
+            "guest_call_instantiate_us",
+            figure("guest_call_wasm_fresh_us") - figure("guest_call_wasm_reused_us"),
+            "",
+            "fresh − reused: instantiation per reconcile",
+        ),
+        (
+            "guest_call_overhead_lazy_us",
+            figure("guest_call_wasm_lazy_us") - figure("guest_call_native_lazy_us"),
+            "",
+            "lazy Wasm − lazy native: the sandbox's overhead per reconcile (target ≤ 10 µs)",
+        ),
+        (
+            "guest_call_ratio_lazy_vs_typed_wasm",
+            figure("guest_call_wasm_lazy_us") / figure("guest_call_wasm_reused_us"),
+            "×",
+            "a Wasm reconcile reading the Pod lazily / decoding it whole",
+        ),
+    ] {
+        rows.push(format!("| {name} | {value:.2}{unit} | | {what} |"));
+        results.insert(name.into(), json!(value));
+    }
+}
+
+/// Which JSON parser reads the stored Pod fastest, in Wasm and natively (`bench/json-seam`):
+/// the same candidates, the same text, one run.
+async fn parsers(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    let cluster = MemoryCluster::new();
+    let mut pod = common::pod("default", "web-0");
+    pod["metadata"]["labels"][pod_stamper::GENERATION] = json!("1");
+    let stored = cluster.create(pod).await.expect("pod");
+    let text = serde_json::to_string(&stored).expect("json");
+    let (rounds, per_round) = if quick() { (5, 500) } else { (15, 2000) };
+    let native = json_seam::measure(&text, rounds, per_round);
+    // As guests run (epoch interruption: a check at every loop and call), and without it.
+    let wasm = run_json_seam(&text, rounds, per_round, true).await;
+    let plain = run_json_seam(&text, rounds, per_round, false).await;
+    let mut parsers = serde_json::Map::new();
+    for ((native, (name, median, min, max)), (_, plain, _, _)) in
+        native.iter().zip(&wasm).zip(&plain)
+    {
+        assert_eq!(
+            native.name, name,
+            "the Wasm arm's candidates in the same order"
+        );
+        rows.push(format!(
+            "| parser: {name} | {median:.2} ({min:.2}–{max:.2}) | native {:.2} ({:.2}–{:.2}); Wasm without epochs {plain:.2} | Wasm/native {:.2}× |",
+            native.median_us,
+            native.min_us,
+            native.max_us,
+            median / native.median_us
+        ));
+        parsers.insert(
+            name.clone(),
+            json!({"wasm_us": median, "wasm_without_epochs_us": plain, "native_us": native.median_us}),
+        );
+    }
+    results.insert("json_parsers_stored_pod".into(), Value::Object(parsers));
+}
+
+/// `bench/json-seam` as a `wasm32-wasip2` command under wasmtime, the Pod on stdin, with epoch
+/// interruption as the host runs guests (`epochs`) or without: each candidate's name, median,
+/// min and max µs.
+async fn run_json_seam(
+    text: &str,
+    rounds: usize,
+    per_round: usize,
+    epochs: bool,
+) -> Vec<(String, f64, f64, f64)> {
+    use wasmtime::component::{Component, Linker, ResourceTable};
+    use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+    use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+    struct State {
+        wasi: WasiCtx,
+        table: ResourceTable,
+    }
+    impl WasiView for State {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.wasi,
+                table: &mut self.table,
+            }
+        }
+    }
+    let mut config = wasmtime::Config::new();
+    config.epoch_interruption(epochs);
+    let engine = wasmtime::Engine::new(&config).expect("engine");
+    let component =
+        Component::from_file(&engine, common::module("json-seam.wasm")).expect("json-seam.wasm");
+    let mut linker = Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+    let stdout = MemoryOutputPipe::new(1 << 20);
+    let wasi = WasiCtxBuilder::new()
+        .args(&[
+            "json-seam".to_owned(),
+            rounds.to_string(),
+            per_round.to_string(),
+        ])
+        .stdin(MemoryInputPipe::new(text.to_owned()))
+        .stdout(stdout.clone())
+        .inherit_stderr()
+        .build();
+    let mut store = wasmtime::Store::new(
+        &engine,
+        State {
+            wasi,
+            table: ResourceTable::new(),
+        },
+    );
+    // Checked, never reached (no ticker advances this engine's epoch).
+    store.set_epoch_deadline(u64::MAX / 2);
+    let command =
+        wasmtime_wasi::p2::bindings::Command::instantiate_async(&mut store, &component, &linker)
+            .await
+            .expect("instantiate json-seam");
+    command
+        .wasi_cli_run()
+        .call_run(&mut store)
+        .await
+        .expect("run json-seam")
+        .expect("json-seam's exit");
+    String::from_utf8_lossy(&stdout.contents())
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let number = |i: usize| fields[i].parse::<f64>().expect("a figure");
+            (fields[0].to_owned(), number(1), number(2), number(3))
+        })
+        .collect()
 }
 
 /// add + get + done cycles per second over `threads` tasks, each on its own keys.
@@ -347,10 +592,27 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(guest_call(&mut rows, &mut results));
-    runtime.block_on(admission(&mut rows, &mut results));
+    // `KREC_GUEST_CALL_SECTIONS=reconcile,admission,parsers,queue` runs only those (to profile
+    // one); by default, every section.
+    let sections = std::env::var("KREC_GUEST_CALL_SECTIONS").ok();
+    let wanted = |section: &str| {
+        sections
+            .as_deref()
+            .is_none_or(|list| list.split(',').any(|s| s.trim() == section))
+    };
+    if wanted("reconcile") {
+        runtime.block_on(guest_call(&mut rows, &mut results));
+    }
+    if wanted("admission") {
+        runtime.block_on(admission(&mut rows, &mut results));
+    }
+    if wanted("parsers") {
+        runtime.block_on(parsers(&mut rows, &mut results));
+    }
     drop(runtime);
-    queue_ops(&mut rows, &mut results);
+    if wanted("queue") {
+        queue_ops(&mut rows, &mut results);
+    }
     common::print_table(&rows);
     common::write_results(results);
 }

@@ -6,7 +6,9 @@
 //! - `startup_{1,1000}_guests_s`: a new host with 1 and 1 000 guests of one module, from an
 //!   empty module cache (cold) and from the filled one (warm);
 //! - `cache_bytes_per_object_ratio`: the heap the shared cache holds for 10 000 Pods of ~3 KB,
-//!   divided by the size of those Pods' JSON (live bytes counted by this binary's allocator).
+//!   divided by the size of those Pods' JSON (live bytes counted by this binary's allocator);
+//!   and `cache_bytes_per_object_metadata_only`: the same Pods watched for their metadata alone
+//!   (`metadataOnly`), beside the whole objects' bytes per Pod.
 //!
 //! The embedded API server runs in a child process (`krec cluster`), so neither figure includes
 //! it. Needs `make guests` (for `cleanup_ticker.wasm`).
@@ -187,33 +189,55 @@ async fn cache_ratio(
         .iter()
         .map(|p| serde_json::to_vec(p).expect("json").len())
         .sum();
-    let cache = krec::cache::Cache::new(api.clone());
-    let before = live_bytes();
-    let informer = cache
-        .informer(&Gvk::new("", "v1", "Pod"), Some(ns), "bench")
-        .await
-        .expect("informer");
-    informer
-        .wait_synced(Duration::from_secs(120))
-        .await
-        .expect("synced");
-    assert_eq!(informer.len(), pods_total);
-    // Let the initial list's buffers go.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let held = live_bytes() - before;
+    // Whole objects, then their metadata alone (`metadataOnly`), each arm a fresh cache.
+    let mut held_by = Vec::new();
+    for content in [
+        krec::cache::Content::Objects,
+        krec::cache::Content::Metadata,
+    ] {
+        let cache = krec::cache::Cache::new(api.clone());
+        let before = live_bytes();
+        let informer = cache
+            .informer(&Gvk::new("", "v1", "Pod"), Some(ns), content, "bench")
+            .await
+            .expect("informer");
+        informer
+            .wait_synced(Duration::from_secs(120))
+            .await
+            .expect("synced");
+        assert_eq!(informer.len(), pods_total);
+        // Let the initial list's buffers go.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        held_by.push(live_bytes() - before);
+        drop(informer);
+        drop(cache);
+    }
+    let (held, metadata) = (held_by[0], held_by[1]);
     let ratio = held / json_bytes as f64;
     rows.push(format!(
         "| cache_bytes_per_object_ratio | {ratio:.2}× | | heap held by the cache for {pods_total} Pods ({:.1} MB) / their JSON ({:.1} MB); target ≤ 1.5 |",
         held / 1e6,
         json_bytes as f64 / 1e6
     ));
+    let per_pod = held / pods_total as f64;
+    let per_pod_metadata = metadata / pods_total as f64;
+    rows.push(format!(
+        "| cache_bytes_per_object | {per_pod:.0} B | | per Pod, whole objects (`owns: Pod`) |"
+    ));
+    rows.push(format!(
+        "| cache_bytes_per_object_metadata_only | {per_pod_metadata:.0} B | | per Pod, `metadataOnly: true` (PartialObjectMetadata); {:.3}× the whole objects' (target ≤ 0.25) |",
+        per_pod_metadata / per_pod
+    ));
     results.insert("cache_bytes_per_object_ratio".into(), json!(ratio));
+    results.insert("cache_bytes_per_object".into(), json!(per_pod));
     results.insert(
-        "cache_bytes_per_object".into(),
-        json!(held / pods_total as f64),
+        "cache_bytes_per_object_metadata_only".into(),
+        json!(per_pod_metadata),
     );
-    drop(informer);
-    drop(cache);
+    results.insert(
+        "cache_metadata_only_vs_full_ratio".into(),
+        json!(per_pod_metadata / per_pod),
+    );
 }
 
 fn main() {

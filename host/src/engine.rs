@@ -63,6 +63,12 @@ fn base_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    // A build with `wasm-profiling`: `KREC_WASM_PROFILE=perfmap` writes /tmp/perf-PID.map, so
+    // `perf report` names guests' functions.
+    #[cfg(feature = "wasm-profiling")]
+    if std::env::var("KREC_WASM_PROFILE").as_deref() == Ok("perfmap") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

@@ -330,6 +330,16 @@ fn describe_all(informers: &[InformerUse]) -> String {
 }
 
 /// Whether `uses` holds a use of `informer`.
+/// What the informer of `gvk` holds for `manifest`'s guest: metadata when every mention of the
+/// kind in its manifest asks for metadata only.
+fn content_of(manifest: &Manifest, gvk: &Gvk) -> crate::cache::Content {
+    if manifest.metadata_only_kinds().contains(gvk) {
+        crate::cache::Content::Metadata
+    } else {
+        crate::cache::Content::Objects
+    }
+}
+
 fn holds(uses: &[InformerUse], informer: &Arc<Informer>) -> bool {
     uses.iter().any(|u| Arc::ptr_eq(u.informer(), informer))
 }
@@ -819,7 +829,12 @@ impl Manager {
                 let informer = self
                     .inner
                     .cache
-                    .informer(gvk, scope.as_deref(), &manifest.name)
+                    .informer(
+                        gvk,
+                        scope.as_deref(),
+                        content_of(manifest, gvk),
+                        &manifest.name,
+                    )
                     .await
                     .map_err(|source| StartError::Watch {
                         gvk: gvk.clone(),
@@ -1701,6 +1716,7 @@ mod tests {
         refused.spec.owns.push(crate::manifest::KindRef {
             api_version: "example.com/v1".into(),
             kind: "Missing".into(),
+            metadata_only: false,
         });
         let report = manager.apply(scanned(vec![refused])).await;
         assert_eq!(report.rejected.len(), 1, "{report:?}");
@@ -1717,6 +1733,7 @@ mod tests {
         broken.spec.owns.push(crate::manifest::KindRef {
             api_version: "example.com/v1".into(),
             kind: "Missing".into(),
+            metadata_only: false,
         });
         let manager = manager(&["a", "b"], vec![manifest("a", "ConfigMap")]).await;
         let report = manager

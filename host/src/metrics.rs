@@ -85,22 +85,59 @@ pub const STAGES: [&str; 6] = [
     "event_to_guest",
 ];
 
-/// One controller's `krec_event_stage_seconds` series, one per stage (see [`STAGES`]); clones
-/// of the registered series.
-#[derive(Clone, Debug)]
+/// One controller's `krec_event_stage_seconds` series, one per stage (see [`STAGES`]), each
+/// bound the first time it is observed: an idle guest carries none of their buckets, and an
+/// observation after the first looks nothing up and allocates nothing.
+#[derive(Debug)]
 pub struct StageSeries {
+    family: HistogramFamily<StageLabels>,
+    controller: String,
+    /// In [`STAGES`]' order.
+    series: [std::sync::OnceLock<Histogram>; 6],
+}
+
+impl StageSeries {
+    /// The series of `stage` (an index into [`STAGES`]).
+    fn stage(&self, stage: usize) -> &Histogram {
+        self.series[stage].get_or_init(|| {
+            self.family
+                .get_or_create(&StageLabels {
+                    controller: self.controller.clone(),
+                    stage: STAGES[stage],
+                })
+                .clone()
+        })
+    }
+
     /// `handler`: watch event received → requests enqueued.
-    pub handler: Histogram,
+    pub fn handler(&self) -> &Histogram {
+        self.stage(0)
+    }
+
     /// `queue`: enqueued → taken by a worker.
-    pub queue: Histogram,
+    pub fn queue(&self) -> &Histogram {
+        self.stage(1)
+    }
+
     /// `start`: taken → guest entered.
-    pub start: Histogram,
+    pub fn start(&self) -> &Histogram {
+        self.stage(2)
+    }
+
     /// `first_call`: guest entered → first host call.
-    pub first_call: Histogram,
+    pub fn first_call(&self) -> &Histogram {
+        self.stage(3)
+    }
+
     /// `guest`: guest entered → returned.
-    pub guest: Histogram,
+    pub fn guest(&self) -> &Histogram {
+        self.stage(4)
+    }
+
     /// `event_to_guest`: watch event received → guest entered for it.
-    pub event_to_guest: Histogram,
+    pub fn event_to_guest(&self) -> &Histogram {
+        self.stage(5)
+    }
 }
 
 /// `name` label (workqueues and leader election).
@@ -510,24 +547,12 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// `controller`'s series of `krec_event_stage_seconds`, looked up once: observing them
-    /// on every event and reconcile then allocates nothing.
+    /// `controller`'s series of `krec_event_stage_seconds`, each created when first observed.
     pub fn stages(&self, controller: &str) -> StageSeries {
-        let series = |stage| {
-            self.event_stage
-                .get_or_create(&StageLabels {
-                    controller: controller.to_owned(),
-                    stage,
-                })
-                .clone()
-        };
         StageSeries {
-            handler: series("handler"),
-            queue: series("queue"),
-            start: series("start"),
-            first_call: series("first_call"),
-            guest: series("guest"),
-            event_to_guest: series("event_to_guest"),
+            family: self.event_stage.clone(),
+            controller: controller.to_owned(),
+            series: Default::default(),
         }
     }
 
@@ -544,7 +569,7 @@ impl Metrics {
     pub fn queue_observer(self: &Arc<Self>, name: &str) -> Arc<dyn QueueObserver> {
         Arc::new(QueueMetrics {
             metrics: self.clone(),
-            queue_stage: self.stages(name).queue,
+            stages: self.stages(name),
             label: NameLabel {
                 name: name.to_owned(),
             },
@@ -554,8 +579,8 @@ impl Metrics {
 
 struct QueueMetrics {
     metrics: Arc<Metrics>,
-    /// `krec_event_stage_seconds{stage="queue"}` of this queue's controller.
-    queue_stage: Histogram,
+    /// Its controller's `krec_event_stage_seconds` (this observes `queue`).
+    stages: StageSeries,
     label: NameLabel,
 }
 
@@ -569,7 +594,7 @@ impl QueueObserver for QueueMetrics {
             .queue_duration
             .get_or_create(&self.label)
             .observe(waited.as_secs_f64());
-        self.queue_stage.observe(waited.as_secs_f64());
+        self.stages.queue().observe(waited.as_secs_f64());
     }
 
     fn finished(&self, worked: Duration) {

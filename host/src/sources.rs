@@ -291,7 +291,7 @@ impl ObjectSource {
         let mut uses = Vec::new();
         for gvk in [reconciler_gvk(), cluster_reconciler_gvk()] {
             let informer = cache
-                .informer(&gvk, None, USER)
+                .informer(&gvk, None, crate::cache::Content::Objects, USER)
                 .await
                 .map_err(|err| match err {
                     AccessError::NotFound(message) => AccessError::NotFound(format!(

@@ -20,6 +20,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use krec_net::connections::{self, Limits, Transport};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::bindings::WitGvk;
@@ -709,7 +711,8 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
             format!("no guest {guest:?} runs on this host"),
         );
     };
-    let review: Value = match serde_json::from_slice(body) {
+    // One pass over the body: the objects stay slices of it, handed to the guest as text.
+    let review: ReviewIn<'_> = match serde_json::from_slice(body) {
         Ok(review) => review,
         Err(err) => {
             return failure(
@@ -718,12 +721,16 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
             );
         }
     };
-    let request = match admission_request(&review) {
+    let api_version = review
+        .api_version
+        .as_deref()
+        .unwrap_or("admission.k8s.io/v1")
+        .to_owned();
+    let (request, object) = match admission_request(review, which) {
         Ok(request) => request,
         Err(problem) => return failure(StatusCode::BAD_REQUEST, problem.to_string()),
     };
     let uid = request.uid.clone();
-    let object = request.object.clone();
     let version = controller.version();
     let verdict = version
         .module
@@ -735,9 +742,9 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
         )
         .await;
     match verdict {
-        Ok(verdict) => match response(&uid, which, object.as_deref(), verdict) {
+        Ok(verdict) => match response(&uid, which, object, verdict) {
             Ok(response) => json_response(&json!({
-                "apiVersion": review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1"),
+                "apiVersion": api_version,
                 "kind": "AdmissionReview",
                 "response": response,
             })),
@@ -777,61 +784,104 @@ impl From<&str> for BadReview {
     }
 }
 
-/// The WIT request of an `AdmissionReview`.
-fn admission_request(review: &Value) -> Result<WitAdmissionRequest, BadReview> {
-    if review["kind"] != "AdmissionReview" {
+/// An `AdmissionReview` as received: the fields the guest is asked about, its objects left as
+/// slices of the body's text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn<'a> {
+    api_version: Option<String>,
+    kind: Option<Value>,
+    #[serde(borrow)]
+    request: Option<RequestIn<'a>>,
+}
+
+/// An `AdmissionReview`'s `request`.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct RequestIn<'a> {
+    uid: Option<String>,
+    kind: GroupVersionKindIn,
+    resource: ResourceIn,
+    sub_resource: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
+    operation: Option<String>,
+    user_info: UserInfoIn,
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow)]
+    old_object: Option<&'a RawValue>,
+    dry_run: Option<bool>,
+}
+
+/// A request's `kind`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct GroupVersionKindIn {
+    group: String,
+    version: String,
+    kind: String,
+}
+
+/// A request's `resource` (only its name is asked for).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResourceIn {
+    resource: String,
+}
+
+/// A request's `userInfo`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UserInfoIn {
+    username: String,
+    groups: Vec<String>,
+}
+
+/// The WIT request of an `AdmissionReview`, and for a mutation the request's object (the
+/// guest's patched object is diffed against it).
+fn admission_request<'a>(
+    review: ReviewIn<'a>,
+    which: Review,
+) -> Result<(WitAdmissionRequest, Option<&'a str>), BadReview> {
+    if review.kind.as_ref().and_then(Value::as_str) != Some("AdmissionReview") {
         return Err(BadReview(format!(
             "expected kind AdmissionReview, got {}",
-            review["kind"]
+            review.kind.unwrap_or(Value::Null)
         )));
     }
-    let request = review
-        .get("request")
-        .filter(|r| r.is_object())
-        .ok_or("the review has no request")?;
-    let text = |key: &str| request.get(key).and_then(Value::as_str);
-    let operation = match text("operation") {
+    let request = review.request.ok_or("the review has no request")?;
+    let operation = match request.operation.as_deref() {
         Some("CREATE") => WitOperation::Create,
         Some("UPDATE") => WitOperation::Update,
         Some("DELETE") => WitOperation::Delete,
         Some("CONNECT") => WitOperation::Connect,
         other => return Err(BadReview(format!("unknown operation {other:?}"))),
     };
-    let kind = &request["kind"];
-    let object = |key: &str| {
-        request
-            .get(key)
-            .filter(|o| o.is_object())
-            .map(Value::to_string)
-    };
-    Ok(WitAdmissionRequest {
-        uid: text("uid").ok_or("the request has no uid")?.to_owned(),
+    // An object is a JSON object; `null` (or anything else) is none.
+    let object = |raw: Option<&'a RawValue>| raw.map(RawValue::get).filter(|o| o.starts_with('{'));
+    let (object, old_object) = (object(request.object), object(request.old_object));
+    let wit = WitAdmissionRequest {
+        uid: request.uid.ok_or("the request has no uid")?,
         kind: WitGvk {
-            group: kind["group"].as_str().unwrap_or_default().to_owned(),
-            version: kind["version"].as_str().unwrap_or_default().to_owned(),
-            kind: kind["kind"].as_str().unwrap_or_default().to_owned(),
+            group: request.kind.group,
+            version: request.kind.version,
+            kind: request.kind.kind,
         },
-        resource: request["resource"]["resource"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        sub_resource: text("subResource").map(str::to_owned),
-        name: text("name").filter(|n| !n.is_empty()).map(str::to_owned),
-        namespace: text("namespace")
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned),
+        resource: request.resource.resource,
+        sub_resource: request.sub_resource,
+        name: request.name.filter(|n| !n.is_empty()),
+        namespace: request.namespace.filter(|n| !n.is_empty()),
         operation,
         user_info: WitUserInfo {
-            username: request["userInfo"]["username"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-            groups: krec_core::json::strings(request.pointer("/userInfo/groups")),
+            username: request.user_info.username,
+            groups: request.user_info.groups,
         },
-        object: object("object"),
-        old_object: object("oldObject"),
-        dry_run: request["dryRun"].as_bool().unwrap_or(false),
-    })
+        object: object.map(str::to_owned),
+        old_object: old_object.map(str::to_owned),
+        dry_run: request.dry_run.unwrap_or(false),
+    };
+    Ok((wit, object.filter(|_| which == Review::Mutate)))
 }
 
 /// The review's `response` for a verdict: status, warnings, audit annotations, and for a

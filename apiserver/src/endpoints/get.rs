@@ -2,12 +2,12 @@
 
 use super::*;
 
-/// GET of one object, in the requested version (and as a `Table` when asked).
+/// GET of one object, in the requested version (as a `Table` or its metadata when asked).
 pub(super) async fn get(
     server: &ApiServer,
     target: &Target,
     params: &Params,
-    table: bool,
+    rendering: Rendering,
 ) -> Result<Response, ApiError> {
     let object = server.store.get(
         &target.rt,
@@ -17,7 +17,7 @@ pub(super) async fn get(
     let object = conversion::one_to_version(&target.rt, object).await?;
     Ok(respond(
         200,
-        &maybe_table(&target.rt, vec![object], None, table, params),
+        &render_one(&target.rt, object, rendering, params),
     ))
 }
 
@@ -25,7 +25,7 @@ pub(super) async fn list(
     server: &ApiServer,
     target: &Target,
     params: &Params,
-    table: bool,
+    rendering: Rendering,
 ) -> Result<Response, ApiError> {
     let (labels, fields) = params.selectors(&target.rt)?;
     let limit = match params.get("limit") {
@@ -51,19 +51,28 @@ pub(super) async fn list(
     if let Some(remaining) = page.remaining {
         metadata["remainingItemCount"] = json!(remaining);
     }
-    if table {
-        return Ok(respond(
-            200,
-            &maybe_table(&target.rt, items, Some(metadata), true, params),
-        ));
-    }
+    let (kind, api_version) = match rendering {
+        Rendering::Table => {
+            return Ok(respond(
+                200,
+                &crate::registry::table(
+                    &target.rt,
+                    items,
+                    metadata,
+                    params.get("includeObject").unwrap_or("Metadata"),
+                ),
+            ));
+        }
+        Rendering::Metadata => ("PartialObjectMetadataList", "meta.k8s.io/v1".to_owned()),
+        Rendering::Objects => (target.rt.list_kind.as_str(), target.rt.api_version()),
+    };
     // Written from the stored objects without copying them into one tree (and each object's
     // `fieldsV1` texts as their JSON).
     let mut bytes = Vec::with_capacity(256 + 2048 * items.len());
     bytes.extend_from_slice(b"{\"kind\":");
-    krec_core::json::write(&mut bytes, &Value::from(target.rt.list_kind.as_str()));
+    krec_core::json::write(&mut bytes, &Value::from(kind));
     bytes.extend_from_slice(b",\"apiVersion\":");
-    krec_core::json::write(&mut bytes, &Value::from(target.rt.api_version()));
+    krec_core::json::write(&mut bytes, &Value::from(api_version));
     bytes.extend_from_slice(b",\"metadata\":");
     krec_core::json::write(&mut bytes, &metadata);
     bytes.extend_from_slice(b",\"items\":[");
@@ -71,7 +80,11 @@ pub(super) async fn list(
         if i > 0 {
             bytes.push(b',');
         }
-        krec_core::json::write_object(&mut bytes, item);
+        if rendering == Rendering::Metadata {
+            krec_core::json::write_object(&mut bytes, &partial_metadata(item));
+        } else {
+            krec_core::json::write_object(&mut bytes, item);
+        }
     }
     bytes.extend_from_slice(b"]}");
     Ok((

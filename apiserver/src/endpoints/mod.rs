@@ -49,8 +49,8 @@ mod update;
 mod watch;
 
 use negotiation::{
-    as_protobuf, decode_body, maybe_table, protobuf_only, read_body, wants_table, with_annotations,
-    with_warnings, yaml_or_json,
+    Rendering, as_protobuf, decode_body, partial_metadata, protobuf_only, read_body, render_one,
+    rendering, with_annotations, with_warnings, yaml_or_json,
 };
 use scale_subresource::scale_subresource;
 
@@ -378,7 +378,7 @@ async fn route(
         Ok(fault) => fault,
         Err(refused) => return Ok(refused),
     };
-    let table = wants_table(headers);
+    let rendering = rendering(headers);
     if target.name.is_some() && (scale || matches!(*method, Method::PUT | Method::PATCH)) {
         in_written_version(server, &target).await?;
     }
@@ -397,11 +397,11 @@ async fn route(
         };
     }
     match (method.clone(), target.name.is_some()) {
-        (Method::GET, true) => get::get(server, &target, &params, table).await,
+        (Method::GET, true) => get::get(server, &target, &params, rendering).await,
         (Method::GET, false) if params.flag("watch") => {
-            watch::watch(server.clone(), target, &params, table, fault).await
+            watch::watch(server.clone(), target, &params, rendering, fault).await
         }
-        (Method::GET, false) => get::list(server, &target, &params, table).await,
+        (Method::GET, false) => get::list(server, &target, &params, rendering).await,
         (Method::POST, false) => {
             create::create(server, user, &target, &params, headers, &body).await
         }

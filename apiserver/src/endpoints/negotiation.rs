@@ -248,34 +248,72 @@ pub(super) fn with_annotations(
     response
 }
 
-pub(super) fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| {
-            accept
-                .split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=Table"))
-        })
+/// How a read answers, as its `Accept` header asks: the objects, a `Table` (`as=Table`, what
+/// `kubectl get` asks for), or the objects' metadata alone (`as=PartialObjectMetadata` and
+/// `as=PartialObjectMetadataList`, what client-go's metadata informers and kube-rs's
+/// `metadata_watcher` ask for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rendering {
+    /// The objects themselves.
+    Objects,
+    /// A `meta.k8s.io/v1` `Table`.
+    Table,
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` (lists: `PartialObjectMetadataList`).
+    Metadata,
 }
 
-/// The objects as a `meta.k8s.io/v1` Table when the client asked for one (kubectl get), else
-/// the single object unchanged.
-pub(super) fn maybe_table(
+/// The [`Rendering`] the first JSON entry of the `Accept` header asks for (protobuf entries
+/// before it are passed over: this server answers JSON whenever the client takes it).
+pub(super) fn rendering(headers: &HeaderMap) -> Rendering {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Rendering::Objects;
+    };
+    let Some(entry) = accept
+        .split(',')
+        .find(|entry| entry.split(';').next().unwrap_or("").trim() != protobuf::MEDIA_TYPE)
+    else {
+        return Rendering::Objects;
+    };
+    let asked = |name: &str| {
+        entry.split(';').skip(1).any(|param| {
+            param
+                .split_once('=')
+                .is_some_and(|(key, value)| key.trim() == "as" && value.trim() == name)
+        })
+    };
+    if asked("Table") {
+        Rendering::Table
+    } else if asked("PartialObjectMetadata") || asked("PartialObjectMetadataList") {
+        Rendering::Metadata
+    } else {
+        Rendering::Objects
+    }
+}
+
+/// `object` as a `PartialObjectMetadata`: its kind's name for it and its metadata.
+pub(super) fn partial_metadata(object: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// One object as `rendering` asks: itself, a one-row Table, or its metadata.
+pub(super) fn render_one(
     rt: &ResourceType,
-    mut objects: Vec<Arc<Value>>,
-    list_meta: Option<Value>,
-    table: bool,
+    object: Arc<Value>,
+    rendering: Rendering,
     params: &Params,
 ) -> Arc<Value> {
-    if !table {
-        return objects.pop().unwrap_or_default();
+    match rendering {
+        Rendering::Objects => object,
+        Rendering::Metadata => Arc::new(partial_metadata(&object)),
+        Rendering::Table => Arc::new(crate::registry::table(
+            rt,
+            vec![object],
+            json!({}),
+            params.get("includeObject").unwrap_or("Metadata"),
+        )),
     }
-    Arc::new(crate::registry::table(
-        rt,
-        objects,
-        list_meta.unwrap_or_else(|| json!({})),
-        params.get("includeObject").unwrap_or("Metadata"),
-    ))
 }

@@ -11,7 +11,7 @@ pub(super) async fn watch(
     server: Arc<ApiServer>,
     target: Target,
     params: &Params,
-    table: bool,
+    rendering: Rendering,
     fault: Option<crate::faults::Fault>,
 ) -> Result<Response, ApiError> {
     use crate::faults::Fault;
@@ -96,6 +96,15 @@ pub(super) async fn watch(
                 .unwrap_or_default(),
         );
         let tx = tx;
+        // Bookmarks are objects of the kind the watch sends (kube-apiserver transforms them as
+        // it transforms events).
+        let (bookmark_kind, bookmark_api_version) = match rendering {
+            Rendering::Metadata => (
+                "PartialObjectMetadata".to_owned(),
+                "meta.k8s.io/v1".to_owned(),
+            ),
+            _ => (rt.kind.clone(), rt.api_version()),
+        };
         let send = async |line: Bytes| tx.send((tokio::time::Instant::now(), line)).await;
         let mut feed = start.feed;
         let mut last_rv = start.resource_version;
@@ -104,8 +113,8 @@ pub(super) async fn watch(
             let served = conversion::one_to_version(&rt, served)
                 .await
                 .map_err(|err| watch_line("ERROR", &err.status()))?;
-            Ok(if table {
-                watch_line(kind, &maybe_table(&rt, vec![served], None, true, &params))
+            Ok(if rendering != Rendering::Objects {
+                watch_line(kind, &render_one(&rt, served, rendering, &params))
             } else if Arc::ptr_eq(&served, &change.object) {
                 // Served as stored: every watch shares one encoding of the object.
                 watch_line_encoded(kind, change.object_json())
@@ -144,7 +153,7 @@ pub(super) async fn watch(
             }
         }
         if initial_events {
-            let end = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {
+            let end = json!({"kind": bookmark_kind, "apiVersion": bookmark_api_version, "metadata": {
                 "resourceVersion": last_rv.to_string(),
                 "annotations": {"k8s.io/initial-events-end": "true"}}});
             if send(watch_line("BOOKMARK", &end)).await.is_err() {
@@ -169,7 +178,8 @@ pub(super) async fn watch(
                 _ = bookmark.tick(), if bookmarks => {
                     // Only what this watch has already passed on: a bookmark must never run
                     // ahead of events still queued for it.
-                    watch_line("BOOKMARK", &json!({"kind": rt.kind, "apiVersion": rt.api_version(),
+                    watch_line("BOOKMARK", &json!({"kind": bookmark_kind,
+                        "apiVersion": bookmark_api_version,
                         "metadata": {"resourceVersion": last_rv.to_string()}}))
                 }
                 // The registry changes just after the CRD's own event: look again a moment later.

@@ -1455,3 +1455,90 @@ async fn managed_fields_should_read_as_json_everywhere() {
         other => panic!("expected Modified, got {other:?}"),
     }
 }
+
+/// Metadata-only reads (`as=PartialObjectMetadata`, `as=PartialObjectMetadataList`): what
+/// client-go's metadata informers and kube-rs's `Api<PartialObjectMeta<K>>` ask for.
+#[tokio::test]
+async fn metadata_only_reads_should_answer_partial_object_metadata() {
+    use kube::core::PartialObjectMeta;
+    let (_cluster, client) = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["meta-a", "meta-b"] {
+        cms.create(&PostParams::default(), &cm(name, json!({"app": name})))
+            .await
+            .expect("create");
+    }
+    // kube-rs: an `Api` of `PartialObjectMeta` sends the metadata media types.
+    let partial: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), "default");
+    let one = partial.get("meta-a").await.expect("get metadata");
+    assert_eq!(one.metadata.labels.unwrap_or_default()["app"], "meta-a");
+    let types = one.types.expect("typed");
+    assert_eq!(
+        (types.api_version.as_str(), types.kind.as_str()),
+        ("meta.k8s.io/v1", "PartialObjectMetadata")
+    );
+    let listed = partial
+        .list(&ListParams::default().labels("app=meta-b"))
+        .await
+        .expect("list metadata");
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].metadata.name.as_deref(), Some("meta-b"));
+    let rv = listed.metadata.resource_version.expect("list rv");
+    let mut events = partial
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch metadata")
+        .boxed();
+    cms.create(
+        &PostParams::default(),
+        &cm("meta-c", json!({"app": "meta-c"})),
+    )
+    .await
+    .expect("create");
+    match tokio::time::timeout(Duration::from_secs(10), events.next()).await {
+        Ok(Some(Ok(WatchEvent::Added(added)))) => {
+            assert_eq!(added.metadata.name.as_deref(), Some("meta-c"));
+            assert_eq!(
+                added.types.map(|t| t.kind).as_deref(),
+                Some("PartialObjectMetadata")
+            );
+        }
+        other => panic!("expected the metadata of meta-c, got {other:?}"),
+    }
+    // The raw answers: only metadata, as kube-apiserver sends them; client-go's Accept header
+    // (protobuf first) is answered in JSON.
+    let get = |path: &str, accept: &str| {
+        http::Request::get(path)
+            .header("accept", accept)
+            .body(Vec::new())
+            .expect("request")
+    };
+    let path = "/api/v1/namespaces/default/configmaps";
+    let object: serde_json::Value = client
+        .request(get(
+            &format!("{path}/meta-a"),
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ))
+        .await
+        .expect("raw get");
+    assert_eq!(object["kind"], "PartialObjectMetadata");
+    assert_eq!(object["metadata"]["name"], "meta-a");
+    assert!(object.get("data").is_none(), "{object}");
+    let list: serde_json::Value = client
+        .request(get(
+            path,
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+        ))
+        .await
+        .expect("raw list");
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert_eq!(list["apiVersion"], "meta.k8s.io/v1");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 3);
+    assert!(
+        items
+            .iter()
+            .all(|i| i["kind"] == "PartialObjectMetadata" && i.get("data").is_none())
+    );
+    assert!(list["metadata"]["resourceVersion"].is_string());
+}

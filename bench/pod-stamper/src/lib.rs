@@ -66,10 +66,34 @@ pub fn stamp_as(pod: &mut Pod, annotation: &str) -> Decision {
     }
 }
 
+/// [`stamp_as`] on a [`Lazy`] Pod: the same decision, reading only the labels, the annotation
+/// and the containers' environment lists from the text (their entries counted, not decoded).
+pub fn stamp_lazy(pod: &mut Lazy<Pod>, annotation: &str) -> Decision {
+    let wanted = pod.label(GENERATION).unwrap_or_default();
+    let settings: usize = pod.at(&["spec", "containers"]).map_or(0, |containers| {
+        containers
+            .elements()
+            .map(|c| c.get("env").map_or(0, |env| env.elements().count()))
+            .sum()
+    });
+    let value = format!("{wanted}/{settings}");
+    let read_only = pod.label(READ_ONLY).is_some();
+    if pod.annotation(annotation).as_deref() == Some(value.as_str()) {
+        return Decision::UpToDate;
+    }
+    pod.annotations_mut().insert(annotation.to_owned(), value);
+    if read_only {
+        Decision::ReadOnly
+    } else {
+        Decision::Write
+    }
+}
+
 /// The reconciler: get, [`stamp_as`] its annotation, write when needed.
 pub struct PodStamper {
     annotation: String,
     patch: bool,
+    lazy: bool,
 }
 
 /// `spec.config`: which annotation to stamp (absent: [`STAMP`]) and how to write it.
@@ -82,6 +106,9 @@ pub struct Settings {
     /// with other writers of the same Pod), instead of updating the whole Pod.
     #[serde(default)]
     pub patch: bool,
+    /// Read the Pod as a [`Lazy`] view ([`stamp_lazy`]) instead of decoding it whole.
+    #[serde(default)]
+    pub lazy: bool,
 }
 
 impl FromConfig for PodStamper {
@@ -92,10 +119,12 @@ impl FromConfig for PodStamper {
             Some(s) => PodStamper {
                 annotation: s.annotation,
                 patch: s.patch,
+                lazy: s.lazy,
             },
             None => PodStamper {
                 annotation: STAMP.to_owned(),
                 patch: false,
+                lazy: false,
             },
         })
     }
@@ -109,6 +138,9 @@ pub fn annotation_patch(pod: &Pod, annotation: &str) -> krec_guest::serde_json::
 
 impl Reconciler for PodStamper {
     fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
+        if self.lazy {
+            return self.reconcile_lazy(&req, ctx);
+        }
         let Some(mut pod) = ctx.get_opt::<Pod>(req.namespace(), &req.name)? else {
             return Ok(Action::done());
         };
@@ -124,31 +156,78 @@ impl Reconciler for PodStamper {
     }
 }
 
+impl PodStamper {
+    /// [`Reconciler::reconcile`] on a [`Lazy`] Pod.
+    fn reconcile_lazy(&self, req: &Request, ctx: &Context) -> Result<Action> {
+        let Some(mut pod) = ctx.get_opt::<Lazy<Pod>>(req.namespace(), &req.name)? else {
+            return Ok(Action::done());
+        };
+        if stamp_lazy(&mut pod, &self.annotation) == Decision::Write {
+            if self.patch {
+                let value = pod.annotation(&self.annotation).map(|v| v.into_owned());
+                let patch = krec_guest::serde_json::json!({"metadata": {"annotations": {&self.annotation: value}}});
+                ctx.patch::<Lazy<Pod>>(req.namespace(), &req.name, &Patch::Merge(patch))?;
+            } else {
+                ctx.update(&pod)?;
+            }
+        }
+        Ok(Action::done())
+    }
+}
+
 /// The benchmark's validating webhook: a Pod may not ask for an older generation than the one
-/// stored — the typed object decoded, and the stored Pod read from the host's cache (the
-/// cross-object check validators make, as `sample-guests/foo-validator` does with a `list`).
-#[derive(Default)]
-pub struct GenerationValidator;
+/// stored — the object read, and the stored Pod read from the host's cache (the cross-object
+/// check validators make, as `sample-guests/foo-validator` does with a `list`).
+///
+/// The review's objects arrive as [`Lazy`] Pods; with `spec.config.lazy` the validator reads
+/// the one label it needs from each, otherwise it decodes both Pods whole, as a validator with
+/// `type Object = Pod` does.
+pub struct GenerationValidator {
+    lazy: bool,
+}
+
+impl FromConfig for GenerationValidator {
+    type Config = Option<Settings>;
+
+    fn from_config(settings: Option<Settings>) -> Result<Self> {
+        Ok(GenerationValidator {
+            lazy: settings.is_some_and(|s| s.lazy),
+        })
+    }
+}
+
+impl GenerationValidator {
+    /// The generation `pod` asks for: from the text, or from the whole decoded Pod.
+    fn generation(&self, pod: &Lazy<Pod>) -> Option<u64> {
+        if self.lazy {
+            pod.label(GENERATION)?.parse().ok()
+        } else {
+            let pod = pod.decode().ok()?;
+            pod.labels().get(GENERATION)?.parse().ok()
+        }
+    }
+}
 
 impl Validator for GenerationValidator {
-    type Object = Pod;
+    type Object = Lazy<Pod>;
 
-    fn validate(&self, req: &AdmissionRequest<Pod>, ctx: &Context) -> Verdict {
+    fn validate(&self, req: &AdmissionRequest<Lazy<Pod>>, ctx: &Context) -> Verdict {
         let Some(pod) = &req.object else {
             return Verdict::allow();
         };
-        let generation = |pod: &Pod| -> Option<u64> { pod.labels().get(GENERATION)?.parse().ok() };
-        let Some(wanted) = generation(pod) else {
+        let Some(wanted) = self.generation(pod) else {
             return Verdict::invalid(format!(
                 "metadata.labels[{GENERATION}]: Invalid value: must be a number"
             ));
         };
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let stored = match ctx.get_opt::<Pod>(req.namespace.as_deref(), name) {
+        let Some(name) = req.name.as_deref() else {
+            return Verdict::allow();
+        };
+        let stored = match ctx.get_opt::<Lazy<Pod>>(req.namespace.as_deref(), name) {
             Ok(stored) => stored,
             Err(err) => panic!("reading the stored Pod: {err}"),
         };
-        match stored.as_ref().and_then(generation) {
+        match stored.as_ref().and_then(|stored| self.generation(stored)) {
             Some(current) if current > wanted => Verdict::invalid(format!(
                 "metadata.labels[{GENERATION}]: Invalid value: {wanted}: the Pod is at generation {current}"
             )),

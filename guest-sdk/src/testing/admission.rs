@@ -83,7 +83,8 @@ impl FakeCluster {
         Mutated {
             verdict: typed(verdict),
             object: object.map(|o| {
-                serde_json::from_value(o).expect("the mutated object decodes as the mutator's type")
+                crate::FromJson::from_json_text(o.to_string())
+                    .expect("the mutated object decodes as the mutator's type")
             }),
             patch,
         }

@@ -26,6 +26,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use krec_core::ObjectKey;
 use kube::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use serde_json::Value;
@@ -68,8 +69,21 @@ pub trait EventSink: Send + Sync {
     fn on_event(&self, gvk: &Gvk, event: &Event<'_>);
 }
 
-/// Key of an informer: the kind and the namespace scope (`None`: all namespaces).
-type Scope = (Gvk, Option<String>);
+/// What an informer holds of each object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Content {
+    /// The whole object (without `managedFields`).
+    #[default]
+    Objects,
+    /// `apiVersion`, `kind` and `metadata` alone, watched as `PartialObjectMetadata` (as
+    /// client-go's metadata informers and kube-rs's `metadata_watcher` watch): for kinds a guest
+    /// only owns or maps, a fraction of the memory and of the watch's traffic.
+    Metadata,
+}
+
+/// Key of an informer: the kind, the namespace scope (`None`: all namespaces) and what it
+/// holds of each object.
+type Scope = (Gvk, Option<String>, Content);
 
 #[derive(Default)]
 struct Indexes {
@@ -133,6 +147,7 @@ struct ObjectStore {
 pub struct Informer {
     gvk: Gvk,
     namespace: Option<String>,
+    content: Content,
     resolved: Resolved,
     store: RwLock<ObjectStore>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
@@ -164,6 +179,11 @@ impl Informer {
     /// The namespace watched; `None` for all namespaces (or a cluster-scoped kind).
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
+    }
+
+    /// What it holds of each object.
+    pub fn content(&self) -> Content {
+        self.content
     }
 
     /// Whether the initial list has been stored.
@@ -218,6 +238,7 @@ impl Informer {
         Arc::new(Informer {
             gvk,
             namespace: namespace.map(str::to_owned),
+            content: Content::Objects,
             resolved: Resolved {
                 resource,
                 namespaced: true,
@@ -249,12 +270,18 @@ impl Informer {
         }
     }
 
-    /// `v1 Pod in default` / `v1 Pod in all namespaces`.
+    /// `v1 Pod in default` / `v1 Pod in all namespaces` (`, metadata only`).
     pub fn describe(&self) -> String {
+        let content = match self.content {
+            Content::Objects => "",
+            Content::Metadata => " (metadata only)",
+        };
         match &self.namespace {
-            Some(ns) => format!("{} in {ns}", self.gvk),
-            None if self.resolved.namespaced => format!("{} in all namespaces", self.gvk),
-            None => self.gvk.to_string(),
+            Some(ns) => format!("{} in {ns}{content}", self.gvk),
+            None if self.resolved.namespaced => {
+                format!("{} in all namespaces{content}", self.gvk)
+            }
+            None => format!("{}{content}", self.gvk),
         }
     }
 
@@ -647,7 +674,11 @@ impl Drop for InformerUse {
         if self.informer.remove_user(&self.user) {
             return;
         }
-        let key = (self.informer.gvk.clone(), self.informer.namespace.clone());
+        let key = (
+            self.informer.gvk.clone(),
+            self.informer.namespace.clone(),
+            self.informer.content,
+        );
         if informers
             .get(&key)
             .is_some_and(|i| Arc::ptr_eq(i, &self.informer))
@@ -690,6 +721,8 @@ pub struct InformerInfo {
     pub subscribers: usize,
     /// Guests using it (subscribed or reading through it).
     pub users: Vec<String>,
+    /// What it holds of each object.
+    pub content: Content,
 }
 
 impl Cache {
@@ -706,10 +739,12 @@ impl Cache {
         &self.api
     }
 
-    /// A use of the informer of `gvk` in `namespace` (`None`: all namespaces) on behalf of the
-    /// guest `user`, started if none runs yet. A cluster-scoped kind is always watched
-    /// cluster-wide. The informer runs while any [`InformerUse`] of it is held: dropping the
-    /// last one stops its watch.
+    /// A use of the informer of `gvk` in `namespace` (`None`: all namespaces) holding
+    /// `content` of each object, on behalf of the guest `user`, started if none runs yet. A
+    /// cluster-scoped kind is always watched cluster-wide. The informer runs while any
+    /// [`InformerUse`] of it is held: dropping the last one stops its watch. An informer of
+    /// whole objects and one of metadata for the same kind and scope are two watches, as in
+    /// controller-runtime.
     ///
     /// # Errors
     ///
@@ -718,11 +753,12 @@ impl Cache {
         self: &Arc<Self>,
         gvk: &Gvk,
         namespace: Option<&str>,
+        content: Content,
         user: &str,
     ) -> Result<InformerUse, AccessError> {
         let resolved = self.api.resolve(gvk).await?;
         let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
-        let key = (gvk.clone(), namespace.clone());
+        let key = (gvk.clone(), namespace.clone(), content);
         let mut informers = self.informers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(found) = informers.get(&key) {
             return Ok(InformerUse::new(self, found.clone(), user));
@@ -730,6 +766,7 @@ impl Cache {
         let informer = Arc::new(Informer {
             gvk: gvk.clone(),
             namespace,
+            content,
             resolved,
             store: RwLock::default(),
             sinks: RwLock::new(Vec::new()),
@@ -745,12 +782,12 @@ impl Cache {
         Ok(InformerUse::new(self, informer, user))
     }
 
-    /// An informer already running for `gvk` in exactly this scope.
+    /// An informer of whole objects already running for `gvk` in exactly this scope.
     pub fn running(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Arc<Informer>> {
         self.informers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&(gvk.clone(), namespace.map(str::to_owned)))
+            .get(&(gvk.clone(), namespace.map(str::to_owned), Content::Objects))
             .cloned()
     }
 
@@ -766,9 +803,12 @@ impl Cache {
                 synced: i.is_synced(),
                 subscribers: i.subscribers(),
                 users: i.users(),
+                content: i.content,
             })
             .collect();
-        out.sort_by(|a, b| (&a.gvk, &a.namespace).cmp(&(&b.gvk, &b.namespace)));
+        out.sort_by(|a, b| {
+            (&a.gvk, &a.namespace, a.content).cmp(&(&b.gvk, &b.namespace, b.content))
+        });
         out
     }
 
@@ -794,18 +834,58 @@ impl Drop for Cache {
     }
 }
 
+/// An `Api` of `resource` in `namespace` (`None`: all namespaces).
+fn scoped<K>(
+    client: kube::Client,
+    namespace: Option<&str>,
+    resource: &kube::core::ApiResource,
+) -> Api<K>
+where
+    K: kube::Resource<
+            DynamicType = kube::core::ApiResource,
+            Scope = kube::core::DynamicResourceScope,
+        >,
+{
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, resource),
+        None => Api::all_with(client, resource),
+    }
+}
+
 /// The informer's task: watch, store, index, dispatch; errors are logged and the watch is
 /// retried with the watcher's default backoff.
 async fn run(api: Arc<ApiClient>, informer: Arc<Informer>) {
     let resource = &informer.resolved.resource;
     let client = api.client().clone();
-    let objects: Api<CachedObject> = match &informer.namespace {
-        Some(ns) => Api::namespaced_with(client, ns, resource),
-        None => Api::all_with(client, resource),
-    };
-    let mut stream = watcher(objects, watcher::Config::default())
+    let namespace = informer.namespace.as_deref();
+    let mut stream = match informer.content {
+        Content::Objects => watcher(
+            scoped::<CachedObject>(client, namespace, resource),
+            watcher::Config::default(),
+        )
         .default_backoff()
-        .boxed();
+        .boxed(),
+        Content::Metadata => {
+            // `PartialObjectMetadata`: what guests reading the kind get.
+            let partial = scoped::<PartialObjectMeta<CachedObject>>(client, namespace, resource);
+            watcher(partial, watcher::Config::default())
+                .default_backoff()
+                .map(move |event| {
+                    use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+                    let cached = |partial: PartialObjectMeta<CachedObject>| {
+                        CachedObject::of_metadata(partial.metadata)
+                    };
+                    event.map(|event| match event {
+                        Apply(o) => Apply(cached(o)),
+                        Delete(o) => Delete(cached(o)),
+                        InitApply(o) => InitApply(cached(o)),
+                        Init => Init,
+                        InitDone => InitDone,
+                    })
+                })
+                .boxed()
+        }
+    };
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => informer.apply(event),

@@ -108,6 +108,22 @@ impl CachedObject {
         }
     }
 
+    /// An object known only by its metadata (a metadata-only watch's): a `meta.k8s.io/v1`
+    /// `PartialObjectMetadata` with its `metadata` (without `managedFields`), as client-go's
+    /// metadata informers hold it. A guest decodes it as `PartialObjectMeta<K>` (or reads it as
+    /// `Lazy<K>`); decoding it as `K` fails on its kind rather than yield an object without its
+    /// spec that an update would write back.
+    pub fn of_metadata(metadata: ObjectMeta) -> Self {
+        CachedObject::new(
+            &Gvk::new("meta.k8s.io", "v1", "PartialObjectMetadata"),
+            DynamicObject {
+                types: None,
+                metadata,
+                data: Value::Object(serde_json::Map::new()),
+            },
+        )
+    }
+
     /// An object from its JSON text (one JSON object).
     ///
     /// # Errors

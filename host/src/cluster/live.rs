@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::ClusterAccess;
-use crate::cache::{Cache, Informer, InformerUse, SYNC_TIMEOUT};
+use crate::cache::{Cache, Content, Informer, InformerUse, SYNC_TIMEOUT};
 use crate::client::ApiClient;
 use crate::manifest::Manifest;
 use crate::vocab::{
@@ -59,18 +59,20 @@ struct ReadThrough {
 }
 
 impl ReadThrough {
-    fn answers(&self, gvk: &Gvk, namespace: Option<&str>) -> bool {
-        self.gvk == *gvk && self.namespace.as_deref() == namespace
+    fn answers(&self, gvk: &Gvk, namespace: Option<&str>, content: Content) -> bool {
+        self.gvk == *gvk
+            && self.namespace.as_deref() == namespace
+            && self.informer.content() == content
     }
 }
 
 impl Reads {
     /// The informer held for reads of `gvk` in `namespace`: a scan of the few a guest reads,
     /// without building a key (this runs for every cached read).
-    fn held(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Arc<Informer>> {
+    fn held(&self, gvk: &Gvk, namespace: Option<&str>, content: Content) -> Option<Arc<Informer>> {
         let held = self.0.lock().unwrap_or_else(|e| e.into_inner());
         held.iter()
-            .find(|r| r.answers(gvk, namespace))
+            .find(|r| r.answers(gvk, namespace, content))
             .map(|r| r.informer.informer().clone())
     }
 
@@ -78,7 +80,8 @@ impl Reads {
     /// the other dropped).
     fn keep(&self, gvk: &Gvk, namespace: Option<&str>, taken: InformerUse) -> Arc<Informer> {
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(kept) = held.iter().find(|r| r.answers(gvk, namespace)) {
+        let content = taken.content();
+        if let Some(kept) = held.iter().find(|r| r.answers(gvk, namespace, content)) {
             return kept.informer.informer().clone();
         }
         let informer = taken.informer().clone();
@@ -106,6 +109,8 @@ pub struct LiveCluster {
     api: Arc<ApiClient>,
     field_manager: String,
     uncached: Vec<Gvk>,
+    /// Kinds the manifest watches for their metadata alone: cached reads of them get metadata.
+    metadata_only: Vec<Gvk>,
     namespaces: Vec<String>,
     /// Read-your-own-writes: whether reads wait for the guest's writes, and how long at most.
     read_your_writes: Option<Duration>,
@@ -219,6 +224,7 @@ impl LiveCluster {
             cache,
             field_manager: field_manager(&manifest.name),
             uncached: manifest.spec.uncached.iter().map(|k| k.gvk()).collect(),
+            metadata_only: manifest.metadata_only_kinds(),
             namespaces: manifest.spec.namespaces.clone(),
             read_your_writes: manifest
                 .spec
@@ -420,10 +426,18 @@ impl LiveCluster {
         gvk: &Gvk,
         namespace: Option<&str>,
     ) -> Result<Arc<Informer>, AccessError> {
-        if let Some(held) = self.reads.held(gvk, namespace) {
+        let content = if self.metadata_only.contains(gvk) {
+            Content::Metadata
+        } else {
+            Content::Objects
+        };
+        if let Some(held) = self.reads.held(gvk, namespace, content) {
             return Ok(held);
         }
-        let taken = self.cache.informer(gvk, namespace, &self.guest).await?;
+        let taken = self
+            .cache
+            .informer(gvk, namespace, content, &self.guest)
+            .await?;
         Ok(self.reads.keep(gvk, namespace, taken))
     }
 

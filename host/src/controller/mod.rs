@@ -255,7 +255,7 @@ impl EventSink for Controller {
         }
         if enqueued {
             let took = event.received.elapsed();
-            self.stages.handler.observe(took.as_secs_f64());
+            self.stages.handler().observe(took.as_secs_f64());
         }
         if version.handlers.maps_by_guest(gvk) {
             // An update maps the old state too (controller-runtime's map handler does), so a

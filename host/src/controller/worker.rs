@@ -189,21 +189,21 @@ impl Controller {
         let stages = &self.stages;
         if let Some(origin) = origin {
             observe(
-                &stages.event_to_guest,
+                stages.event_to_guest(),
                 usage.entered.saturating_duration_since(origin),
             );
         }
         observe(
-            &stages.start,
+            stages.start(),
             usage.entered.saturating_duration_since(taken),
         );
         if let Some(first_call) = usage.first_call {
             observe(
-                &stages.first_call,
+                stages.first_call(),
                 first_call.saturating_duration_since(usage.entered),
             );
         }
-        observe(&stages.guest, usage.entered.elapsed());
+        observe(stages.guest(), usage.entered.elapsed());
     }
 
     /// Add what the guest's budgets held back since the last reconcile to the metrics.

@@ -278,6 +278,34 @@ pub(super) fn declares_other_kind(text: &str) -> bool {
 }
 
 impl Manifest {
+    /// The kinds the guest watches for their metadata alone: every mention of the kind in
+    /// `for`, `owns` and `watches` says `metadataOnly` (one that does not asks for whole
+    /// objects, which then serve every use).
+    pub fn metadata_only_kinds(&self) -> Vec<Gvk> {
+        let spec = &self.spec;
+        let mentions: Vec<(Gvk, bool)> = spec
+            .for_kind
+            .iter()
+            .chain(&spec.owns)
+            .map(|k| (k.gvk(), k.metadata_only))
+            .chain(
+                spec.watches
+                    .iter()
+                    .map(|w| (w.kind_ref().gvk(), w.metadata_only)),
+            )
+            .collect();
+        let mut kinds: Vec<Gvk> = Vec::new();
+        for (gvk, metadata_only) in &mentions {
+            if *metadata_only
+                && !kinds.contains(gvk)
+                && mentions.iter().all(|(g, m)| g != gvk || *m)
+            {
+                kinds.push(gvk.clone());
+            }
+        }
+        kinds
+    }
+
     /// The YAML files [`scan_dir`](Self::scan_dir) reads in `dir` (or `dir` itself, a single
     /// manifest file), sorted.
     ///

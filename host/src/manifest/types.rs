@@ -359,6 +359,11 @@ pub struct KindRef {
     pub api_version: String,
     /// CamelCase kind.
     pub kind: String,
+    /// In `for` and `owns`: watch and cache only the objects' metadata (`PartialObjectMetadata`,
+    /// as controller-runtime's `builder.OnlyMetadata`); the guest's cached reads of the kind get
+    /// `apiVersion`, `kind` and `metadata` alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metadata_only: bool,
 }
 
 impl KindRef {
@@ -413,6 +418,10 @@ pub struct Watch {
     /// Events map to the requests the guest's `map` export returns for the object.
     #[serde(default)]
     pub map_by_guest: bool,
+    /// Watch and cache only the objects' metadata (see [`KindRef::metadata_only`]); a `map`
+    /// export gets the metadata alone.
+    #[serde(default)]
+    pub metadata_only: bool,
 }
 
 impl Watch {
@@ -421,6 +430,7 @@ impl Watch {
         KindRef {
             api_version: self.api_version.clone(),
             kind: self.kind.clone(),
+            metadata_only: self.metadata_only,
         }
     }
 }

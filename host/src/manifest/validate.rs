@@ -354,6 +354,12 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
         }
         if let Some(owner) = &w.map_to_owner {
             validate_kind(&format!("{field}.mapToOwner"), owner)?;
+            if owner.metadata_only {
+                return problem(
+                    &format!("{field}.mapToOwner.metadataOnly"),
+                    "names the owners' kind, which is not watched: set metadataOnly on the watch itself".into(),
+                );
+            }
         }
         for (name, mapping) in [
             ("mapByLabel", &w.map_by_label),
@@ -512,6 +518,12 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
     }
     for (i, k) in spec.uncached.iter().enumerate() {
         validate_kind(&format!("spec.uncached[{i}]"), k)?;
+        if k.metadata_only {
+            return problem(
+                &format!("spec.uncached[{i}].metadataOnly"),
+                "uncached reads go to the API server whole: metadataOnly is for `for`, `owns` and `watches`".into(),
+            );
+        }
     }
     for (i, p) in spec.permissions.iter().enumerate() {
         let field = format!("spec.permissions[{i}]");
@@ -520,6 +532,7 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
             &KindRef {
                 api_version: p.api_version.clone(),
                 kind: p.kind.clone(),
+                metadata_only: false,
             },
         )?;
         if p.verbs.is_empty() {

@@ -472,6 +472,7 @@ async fn uncached_kinds_should_be_read_from_the_api_server_and_cached_ones_lazil
     uncached.spec.uncached = vec![krec::manifest::KindRef {
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
+        metadata_only: false,
     }];
     let live = Live::start(vec![uncached], sample_objects("cleanup-ticker")).await;
     wait_gone(&live, "old-cache", "old-cache deleted").await;
