@@ -567,10 +567,11 @@ mod scan {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
 
-    /// Whether any byte of `word` is `byte` (the classic word-at-a-time test).
-    fn has(word: u64, byte: u8) -> bool {
+    /// The bytes of `word` equal to `byte`, as their high bits; the lowest one set is exact
+    /// (the classic word-at-a-time test: bits above the first match may be false).
+    fn matches(word: u64, byte: u8) -> u64 {
         let x = word ^ (ONES * u64::from(byte));
-        x.wrapping_sub(ONES) & !x & HIGHS != 0
+        x.wrapping_sub(ONES) & !x & HIGHS
     }
 
     /// The index of the first byte at or after `i` that is not JSON whitespace.
@@ -585,23 +586,21 @@ mod scan {
     pub fn string(bytes: &[u8], i: usize) -> Option<usize> {
         let mut i = i + 1;
         loop {
-            // Eight bytes at a time while none is a quote or a backslash.
+            // Eight bytes at a time to the first quote or backslash (few loop turns: guests
+            // run with a check at every one).
             while let Some(chunk) = bytes.get(i..i + 8) {
                 let word = u64::from_le_bytes(chunk.try_into().ok()?);
-                if has(word, b'"') || has(word, b'\\') {
+                let found = matches(word, b'"') | matches(word, b'\\');
+                if found != 0 {
+                    i += (found.trailing_zeros() / 8) as usize;
                     break;
                 }
                 i += 8;
             }
-            loop {
-                match *bytes.get(i)? {
-                    b'"' => return Some(i + 1),
-                    b'\\' => {
-                        i += 2;
-                        break;
-                    }
-                    _ => i += 1,
-                }
+            match *bytes.get(i)? {
+                b'"' => return Some(i + 1),
+                b'\\' => i += 2,
+                _ => i += 1,
             }
         }
     }

@@ -67,7 +67,8 @@ pub fn stamp_as(pod: &mut Pod, annotation: &str) -> Decision {
 }
 
 /// [`stamp_as`] on a [`Lazy`] Pod: the same decision, reading only the labels, the annotation
-/// and the containers' environment lists from the text (their entries counted, not decoded).
+/// and the containers' environment lists from the text (their entries counted, not decoded);
+/// the metadata is decoded (for the annotation to be set) only when the Pod is to be written.
 pub fn stamp_lazy(pod: &mut Lazy<Pod>, annotation: &str) -> Decision {
     let wanted = pod.label(GENERATION).unwrap_or_default();
     let settings: usize = pod.at(&["spec", "containers"]).map_or(0, |containers| {
@@ -77,16 +78,14 @@ pub fn stamp_lazy(pod: &mut Lazy<Pod>, annotation: &str) -> Decision {
             .sum()
     });
     let value = format!("{wanted}/{settings}");
-    let read_only = pod.label(READ_ONLY).is_some();
     if pod.annotation(annotation).as_deref() == Some(value.as_str()) {
         return Decision::UpToDate;
     }
-    pod.annotations_mut().insert(annotation.to_owned(), value);
-    if read_only {
-        Decision::ReadOnly
-    } else {
-        Decision::Write
+    if pod.label(READ_ONLY).is_some() {
+        return Decision::ReadOnly;
     }
+    pod.annotations_mut().insert(annotation.to_owned(), value);
+    Decision::Write
 }
 
 /// The reconciler: get, [`stamp_as`] its annotation, write when needed.
@@ -273,5 +272,67 @@ mod tests {
     fn stamp_should_never_write_read_only_pods() {
         let mut p = pod(&[(GENERATION, "1"), (READ_ONLY, "")]);
         assert_eq!(stamp(&mut p), Decision::ReadOnly);
+    }
+
+    #[test]
+    fn the_lazy_stamp_should_decide_and_write_as_the_typed_one() {
+        use krec_guest::FromJson;
+        use krec_guest::k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec};
+        let env = |n: usize| {
+            (0..n)
+                .map(|i| EnvVar {
+                    name: format!("E{i}"),
+                    value: Some("\"quoted\" ]}".into()),
+                    ..Default::default()
+                })
+                .collect::<Vec<_>>()
+        };
+        for labels in [
+            vec![(GENERATION, "3")],
+            vec![(GENERATION, "1"), (READ_ONLY, "")],
+            vec![],
+        ] {
+            let mut typed = pod(&labels);
+            typed.spec = Some(PodSpec {
+                containers: vec![
+                    Container {
+                        name: "a".into(),
+                        env: Some(env(3)),
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "b".into(),
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "c".into(),
+                        env: Some(env(2)),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            });
+            let text = krec_guest::serde_json::to_string(&typed).expect("json");
+            let mut lazy = Lazy::<Pod>::from_json_text(text).expect("lazy");
+            // A read-only Pod is stamped in memory by the typed arm (what a write would have
+            // carried) and not at all by the lazy one: only the first decision compares.
+            let rounds = if labels.iter().any(|(k, _)| *k == READ_ONLY) {
+                1
+            } else {
+                2
+            };
+            for _ in 0..rounds {
+                let decision = stamp(&mut typed);
+                assert_eq!(stamp_lazy(&mut lazy, STAMP), decision, "{labels:?}");
+                if decision == Decision::Write {
+                    assert_eq!(
+                        lazy.annotation(STAMP),
+                        typed.annotations().get(STAMP).map(|v| v.as_str().into())
+                    );
+                    let sent: Pod = lazy.decode().expect("decode");
+                    assert_eq!(sent, typed);
+                }
+            }
+        }
     }
 }

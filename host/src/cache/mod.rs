@@ -55,10 +55,11 @@ pub struct Event<'a> {
     pub object: &'a ObjectMeta,
     /// For an update: the previous state's metadata.
     pub old: Option<&'a ObjectMeta>,
-    /// The object's JSON as the cache holds it, when the source has it.
-    pub json: Option<&'a std::sync::Arc<str>>,
-    /// For an update: the previous state's JSON, when the source has it.
-    pub old_json: Option<&'a std::sync::Arc<str>>,
+    /// The object as the cache holds it (its JSON text, written only when asked for), when
+    /// the source has it.
+    pub cached: Option<&'a CachedObject>,
+    /// For an update: the previous state as the cache held it, when the source has it.
+    pub old_cached: Option<&'a CachedObject>,
     /// When the informer received the change (for `krec_event_stage_seconds{stage="handler"}`).
     pub received: std::time::Instant,
 }
@@ -302,7 +303,7 @@ impl Informer {
 
     /// One object from the store as the JSON text guests receive (shared, not copied).
     pub fn get_json(&self, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
-        self.cached(namespace, name).map(|o| o.json().clone())
+        self.cached(namespace, name).map(|o| o.json())
     }
 
     /// One object from the store as cached.
@@ -406,8 +407,8 @@ impl Informer {
                     kind: EventKind::Create,
                     object: object.metadata(),
                     old: None,
-                    json: Some(object.json()),
-                    old_json: None,
+                    cached: Some(&object),
+                    old_cached: None,
                     received: std::time::Instant::now(),
                 },
             );
@@ -488,8 +489,8 @@ impl Informer {
             kind,
             object: object.metadata(),
             old: old.map(CachedObject::metadata),
-            json: Some(object.json()),
-            old_json: old.map(CachedObject::json),
+            cached: Some(object),
+            old_cached: old,
             received,
         };
         for sink in sinks.iter() {

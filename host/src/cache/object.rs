@@ -33,7 +33,9 @@ use crate::vocab::Gvk;
 #[derive(Clone, Debug)]
 pub struct CachedObject {
     metadata: ObjectMeta,
-    json: Arc<str>,
+    /// The text; `None` for an object known only by its metadata, whose text is written from
+    /// `metadata` when read (so a metadata-only cache holds each object's metadata once).
+    json: Option<Arc<str>>,
     /// Whether the text carries `apiVersion` and `kind` (list items from the API server do
     /// not; [`with_kind`](Self::with_kind) adds them).
     typed: bool,
@@ -103,25 +105,23 @@ impl CachedObject {
         });
         CachedObject {
             metadata,
-            json: json.into(),
+            json: Some(json.into()),
             typed: true,
         }
     }
 
-    /// An object known only by its metadata (a metadata-only watch's): a `meta.k8s.io/v1`
-    /// `PartialObjectMetadata` with its `metadata` (without `managedFields`), as client-go's
-    /// metadata informers hold it. A guest decodes it as `PartialObjectMeta<K>` (or reads it as
-    /// `Lazy<K>`); decoding it as `K` fails on its kind rather than yield an object without its
-    /// spec that an update would write back.
-    pub fn of_metadata(metadata: ObjectMeta) -> Self {
-        CachedObject::new(
-            &Gvk::new("meta.k8s.io", "v1", "PartialObjectMetadata"),
-            DynamicObject {
-                types: None,
-                metadata,
-                data: Value::Object(serde_json::Map::new()),
-            },
-        )
+    /// An object known only by its metadata (a metadata-only watch's): read as a
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` with its `metadata` (without `managedFields`),
+    /// as client-go's metadata informers hold it. A guest decodes it as `PartialObjectMeta<K>`
+    /// (or reads it as `Lazy<K>`); decoding it as `K` fails on its kind rather than yield an
+    /// object without its spec that an update would write back.
+    pub fn of_metadata(mut metadata: ObjectMeta) -> Self {
+        metadata.managed_fields = None;
+        CachedObject {
+            metadata,
+            json: None,
+            typed: true,
+        }
     }
 
     /// An object from its JSON text (one JSON object).
@@ -137,21 +137,17 @@ impl CachedObject {
         Ok(CachedObject {
             metadata: head.metadata.unwrap_or_default(),
             typed: head.api_version.is_some() && head.kind.is_some(),
-            json: text.into(),
+            json: Some(text.into()),
         })
     }
 
     /// This object with `apiVersion` and `kind` of `gvk` in its text, if it had neither.
     pub fn with_kind(self, gvk: &Gvk) -> Self {
-        if self.typed {
+        let Some(json) = self.json.as_deref().filter(|_| !self.typed) else {
             return self;
-        }
+        };
         let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""));
-        let rest = self
-            .json
-            .strip_prefix('{')
-            .unwrap_or(&self.json)
-            .trim_start();
+        let rest = json.strip_prefix('{').unwrap_or(json).trim_start();
         let separator = if rest.starts_with('}') { "" } else { "," };
         let text = format!(
             "{{\"apiVersion\":{},\"kind\":{}{separator}{rest}",
@@ -162,7 +158,7 @@ impl CachedObject {
             // Neither key was there, so the new text names each once.
             Ok(typed) if typed.typed => typed,
             // One of the two was there: rebuild the object the slow, exact way.
-            _ => match serde_json::from_str::<DynamicObject>(&self.json) {
+            _ => match serde_json::from_str::<DynamicObject>(json) {
                 Ok(object) => CachedObject::new(gvk, object),
                 Err(err) => {
                     tracing::debug!("a cached {gvk} keeps its text without a kind: {err}");
@@ -177,14 +173,29 @@ impl CachedObject {
         &self.metadata
     }
 
-    /// The whole object as JSON text, with `apiVersion` and `kind`.
-    pub fn json(&self) -> &Arc<str> {
-        &self.json
+    /// The whole object as JSON text, with `apiVersion` and `kind` (shared, not copied; an
+    /// object known only by its metadata is written as a `PartialObjectMetadata`).
+    pub fn json(&self) -> Arc<str> {
+        match &self.json {
+            Some(json) => json.clone(),
+            None => {
+                let partial = Typed {
+                    api_version: "meta.k8s.io/v1",
+                    kind: "PartialObjectMetadata",
+                    metadata: &self.metadata,
+                    rest: &Value::Object(serde_json::Map::new()),
+                };
+                // Serializing a map of string keys cannot fail; stay total all the same.
+                serde_json::to_string(&partial)
+                    .unwrap_or_else(|_| String::from("{}"))
+                    .into()
+            }
+        }
     }
 
     /// The whole object, parsed.
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+        serde_json::from_str(&self.json()).unwrap_or(Value::Null)
     }
 
     /// The UID of its controller owner reference, if any.
@@ -393,7 +404,7 @@ mod tests {
         let item: CachedObject = serde_json::from_str(text).expect("item");
         assert_eq!(item.metadata().resource_version.as_deref(), Some("7"));
         let typed = item.with_kind(&Gvk::new("apps", "v1", "Deployment"));
-        let value: Value = serde_json::from_str(typed.json()).expect("valid JSON");
+        let value: Value = serde_json::from_str(&typed.json()).expect("valid JSON");
         assert_eq!(value["apiVersion"], "apps/v1");
         assert_eq!(value["kind"], "Deployment");
         assert_eq!(value["spec"]["x"][2]["y"], "z\n");
@@ -412,7 +423,7 @@ mod tests {
             serde_json::from_str(r#"{"kind":"Pod","metadata":{"name":"h"}}"#).expect("half");
         let half = half.with_kind(&Gvk::new("", "v1", "Pod"));
         assert_eq!(half.json().matches("\"kind\"").count(), 1);
-        let value: Value = serde_json::from_str(half.json()).expect("valid JSON");
+        let value: Value = serde_json::from_str(&half.json()).expect("valid JSON");
         assert_eq!(value["apiVersion"], "v1");
     }
 
@@ -484,7 +495,7 @@ mod tests {
             ),
         ] {
             let cached = CachedObject::from_text(text.clone()).expect("object");
-            let value: Value = serde_json::from_str(cached.json()).expect("still valid JSON");
+            let value: Value = serde_json::from_str(&cached.json()).expect("still valid JSON");
             let mut expected: Value = serde_json::from_str(&text).expect("test JSON");
             expected["metadata"]
                 .as_object_mut()
@@ -513,7 +524,7 @@ mod tests {
             "status": {"phase": "Running"}}))
         .expect("object");
         let cached = CachedObject::new(&Gvk::new("", "v1", "Pod"), object);
-        let value: Value = serde_json::from_str(cached.json()).expect("valid JSON");
+        let value: Value = serde_json::from_str(&cached.json()).expect("valid JSON");
         assert_eq!(value["apiVersion"], "v1");
         assert_eq!(value["kind"], "Pod");
         assert_eq!(value["metadata"]["labels"]["app"], "web");

@@ -623,7 +623,7 @@ impl ClusterAccess for LiveCluster {
                         .as_deref()
                         .is_none_or(|ns| self.namespaces.iter().any(|n| n == ns));
                 if visible {
-                    out.push(object.json().clone());
+                    out.push(object.json());
                 }
             }
         }

@@ -339,8 +339,8 @@ mod tests {
             kind,
             object,
             old,
-            json: None,
-            old_json: None,
+            cached: None,
+            old_cached: None,
             received: std::time::Instant::now(),
         }
     }

@@ -43,6 +43,7 @@ use tokio::task::JoinHandle;
 pub use handlers::{Handlers, Request};
 pub use stats::Stats;
 
+use crate::cache::CachedObject;
 use crate::cache::{Event, EventSink, Informer};
 use crate::cluster::ClusterAccess;
 use crate::guest::{Action, GuestModule};
@@ -261,16 +262,16 @@ impl EventSink for Controller {
             // An update maps the old state too (controller-runtime's map handler does), so a
             // target the object stopped naming is reconciled as well.
             let old = match event.kind {
-                crate::vocab::EventKind::Update => event.old_json,
+                crate::vocab::EventKind::Update => event.old_cached.map(CachedObject::json),
                 _ => None,
             };
-            if let Some(object) = event.json {
+            if let Some(object) = event.cached {
                 self.map_backlog.push(
                     gvk,
                     event.object.namespace.as_deref(),
                     event.object.name.as_deref().unwrap_or_default(),
-                    object,
-                    old,
+                    &object.json(),
+                    old.as_ref(),
                 );
             }
         }

@@ -38,10 +38,8 @@ impl Reconciler for PodCounter {
         let params = ListParams::default()
             .namespace(req.namespace())
             .labels(&selector);
-        let count = ctx
-            .list::<PartialObjectMeta<Pod>>(&params)?
-            .len()
-            .to_string();
+        let pods = ctx.list::<PartialObjectMeta<Pod>>(&params)?;
+        let count = pods.len().to_string();
 
         let labels = rs.metadata.labels.get_or_insert_default();
         if labels.get(POD_COUNT_LABEL) == Some(&count) {
