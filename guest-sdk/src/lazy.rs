@@ -520,10 +520,9 @@ impl<K: Resource<DynamicType = ()>> Resource for Lazy<K> {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         self.decoded_meta();
         self.meta_changed = true;
-        self.meta.get_mut().map_or_else(
-            || unreachable!("the metadata was decoded just above"),
-            |meta| meta,
-        )
+        self.meta
+            .get_mut()
+            .unwrap_or_else(|| unreachable!("the metadata was decoded just above"))
     }
 }
 

@@ -214,6 +214,8 @@ async fn cache_ratio(
         held_by.push(live_bytes() - before);
         drop(informer);
         drop(cache);
+        // The watch task lets the store go once it has stopped: wait for that before the next.
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let (held, metadata) = (held_by[0], held_by[1]);
     let ratio = held / json_bytes as f64;
