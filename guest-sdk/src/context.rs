@@ -41,22 +41,53 @@ fn wit_gvk(gvk: &GroupVersionKind) -> wit::Gvk {
 }
 
 fn decode<K: FromJson>(json: String, what: &str) -> Result<K> {
+    K::from_json_text(json).map_err(|err| Error::Invalid(format!("decoding {what}: {err}")))
+}
+
+/// [`decode`] a read of kind `K`: an object the host's cache holds only the metadata of
+/// (`metadataOnly`) is refused unless `K` reads metadata (`PartialObjectMeta<K>`, `Lazy<K>`),
+/// rather than decoded into a `K` without its spec that an update would write back.
+fn decode_read<K: Resource<DynamicType = ()> + FromJson>(json: String) -> Result<K> {
+    let kind = K::kind(&());
     // The host's cache writes a metadata-only object's kind first (a prefix test, not a scan).
-    let hint = json.starts_with(r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata""#);
-    K::from_json_text(json).map_err(|err| {
-        if hint {
-            Error::Invalid(format!(
-                "decoding {what}: the guest's manifest watches {what} for its metadata only \
-                 (metadataOnly): read it as PartialObjectMeta<{what}> or Lazy<{what}> ({err})"
-            ))
-        } else {
-            Error::Invalid(format!("decoding {what}: {err}"))
-        }
-    })
+    if json.starts_with(METADATA_ONLY) && !(K::metadata_api() || K::TAKES_METADATA) {
+        return Err(Error::Invalid(format!(
+            "decoding {kind}: the guest's manifest watches {kind} for its metadata only \
+             (metadataOnly): read it as PartialObjectMeta<{kind}> or Lazy<{kind}>"
+        )));
+    }
+    decode(json, &kind)
+}
+
+/// A list's options as the WIT `client` interface takes them.
+fn list_options(params: &ListParams) -> wit::ListOptions {
+    wit::ListOptions {
+        namespace: params.namespace.clone(),
+        label_selector: params.label_selector.clone(),
+        field_selector: params.field_selector.clone(),
+        uncached: params.uncached,
+    }
 }
 
 fn encode<K: Serialize>(object: &K) -> Result<String> {
     Ok(serde_json::to_string(object)?)
+}
+
+/// How the host's cache writes an object it holds only the metadata of (`metadataOnly`).
+const METADATA_ONLY: &str = r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata""#;
+
+/// `object` as the whole object a create or update sends: one read for its metadata only is
+/// refused (sending it would name the wrong kind, or replace the object without its spec).
+fn encode_whole<K: Serialize>(object: &K) -> Result<String> {
+    let text = encode(object)?;
+    if text.starts_with(METADATA_ONLY) {
+        return Err(Error::Invalid(
+            "this object was read for its metadata only (metadataOnly in the guest's manifest): \
+             change it with patch, not create or update"
+                .into(),
+        ));
+    }
+    Ok(text)
 }
 
 impl Context {
@@ -70,7 +101,7 @@ impl Context {
         K: Resource<DynamicType = ()> + FromJson,
     {
         let json = client::get(&gvk_of::<K>(), namespace.into(), name)?;
-        decode(json, &K::kind(&()))
+        decode_read(json)
     }
 
     /// Get one object, or `None` if it does not exist.
@@ -94,23 +125,30 @@ impl Context {
     where
         K: Resource<DynamicType = ()> + FromJson,
     {
-        self.list_json(&gvk_of::<K>(), params)
+        let options = list_options(params);
+        client::list(&gvk_of::<K>(), &options)?
+            .into_iter()
+            .map(decode_read)
+            .collect()
     }
 
     /// Create an object (which must have `apiVersion` and `kind`); returns it as stored.
     pub fn create<K: Serialize + FromJson>(&self, object: &K) -> Result<K> {
-        decode(client::create(&encode(object)?)?, "created object")
+        decode(client::create(&encode_whole(object)?)?, "created object")
     }
 
     /// Replace an object. Its `metadata.resourceVersion` must be current, or the call fails with
     /// [`Error::Conflict`]. Status changes are ignored for kinds with a status subresource.
     pub fn update<K: Serialize + FromJson>(&self, object: &K) -> Result<K> {
-        decode(client::update(&encode(object)?)?, "updated object")
+        decode(client::update(&encode_whole(object)?)?, "updated object")
     }
 
     /// Replace an object's status through the status subresource.
     pub fn update_status<K: Serialize + FromJson>(&self, object: &K) -> Result<K> {
-        decode(client::update_status(&encode(object)?)?, "updated object")
+        decode(
+            client::update_status(&encode_whole(object)?)?,
+            "updated object",
+        )
     }
 
     /// Patch an object.
@@ -278,13 +316,7 @@ impl Context {
     }
 
     fn list_json<K: FromJson>(&self, gvk: &wit::Gvk, params: &ListParams) -> Result<Vec<K>> {
-        let options = wit::ListOptions {
-            namespace: params.namespace.clone(),
-            label_selector: params.label_selector.clone(),
-            field_selector: params.field_selector.clone(),
-            uncached: params.uncached,
-        };
-        client::list(gvk, &options)?
+        client::list(gvk, &list_options(params))?
             .into_iter()
             .map(|json| decode(json, &gvk.kind))
             .collect()
@@ -312,5 +344,48 @@ impl Context {
             &serde_json::to_string(body)?,
             status,
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Lazy;
+    use k8s_openapi::api::core::v1::Pod;
+
+    #[test]
+    fn an_object_read_for_its_metadata_only_should_not_be_written_whole() {
+        let partial: Lazy<Pod> = Lazy::from_json(
+            r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"p"}}"#,
+        );
+        let err = encode_whole(&partial).expect_err("refused");
+        assert!(
+            err.to_string().contains("use patch") || err.to_string().contains("with patch"),
+            "{err}"
+        );
+        let whole: Lazy<Pod> =
+            Lazy::from_json(r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#);
+        assert!(encode_whole(&whole).is_ok());
+    }
+
+    #[test]
+    fn a_metadata_only_read_should_decode_only_as_a_type_that_reads_metadata() {
+        let text = || {
+            r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"p"}}"#
+                .to_owned()
+        };
+        let err = decode_read::<Pod>(text()).expect_err("a Pod without its spec");
+        assert!(err.to_string().contains("PartialObjectMeta<Pod>"), "{err}");
+        let partial = decode_read::<kube_core::PartialObjectMeta<Pod>>(text()).expect("metadata");
+        assert_eq!(partial.metadata.name.as_deref(), Some("p"));
+        let lazy = decode_read::<Lazy<Pod>>(text()).expect("lazy");
+        assert_eq!(
+            lazy.at(&["metadata", "name"])
+                .and_then(|f| f.as_str())
+                .as_deref(),
+            Some("p")
+        );
+        let whole = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#.to_owned();
+        assert!(decode_read::<Pod>(whole).is_ok());
     }
 }

@@ -114,9 +114,10 @@ impl<'a> Field<'a> {
         }
     }
 
-    /// Whether this is `null`.
+    /// Whether this is `null` (read without looking past it).
     pub fn is_null(&self) -> bool {
-        self.json() == "null"
+        self.bytes().starts_with(b"null")
+            && !matches!(self.bytes().get(4), Some(b) if b.is_ascii_alphanumeric())
     }
 
     /// This string, borrowed from the text unless it has escapes (`None` when not a string).
@@ -292,7 +293,11 @@ impl<'a> Key<'a> {
 impl PartialEq<str> for Key<'_> {
     fn eq(&self, other: &str) -> bool {
         let raw = self.raw();
-        raw == other || (raw.contains('\\') && self.as_str() == other)
+        if raw.contains('\\') {
+            self.as_str() == other
+        } else {
+            raw == other
+        }
     }
 }
 
@@ -447,8 +452,8 @@ fn splice_metadata(json: &str, meta: &ObjectMeta) -> String {
     }
     match old {
         Some(old) => {
-            // `old.rest` is the tail of `json`: where it starts is the length before it.
-            let start = json.len() - old.rest.len();
+            // `old.rest` is a slice of `json`: its offset is where it starts.
+            let start = old.rest.as_ptr() as usize - json.as_ptr() as usize;
             let end = start + old.json().len();
             let mut out = String::with_capacity(json.len() + new_meta.len());
             out.push_str(&json[..start]);
@@ -539,6 +544,12 @@ impl<K> Serialize for Lazy<K> {
 /// `DynamicObject`, `PartialObjectMeta<K>`), the text itself, unread, for a [`Lazy`] object.
 /// `Context`'s reads and writes and a webhook's `Object` take any `FromJson` type.
 pub trait FromJson: Sized {
+    /// Whether a read may answer this type with an object the host's cache holds only the
+    /// metadata of (a `metadataOnly` kind): `Lazy` reads whatever text it gets; a typed object
+    /// would lack its spec, so such reads are refused for it (`PartialObjectMeta<K>` says so
+    /// through `Resource::metadata_api`).
+    const TAKES_METADATA: bool = false;
+
     /// The value `text` holds.
     ///
     /// # Errors
@@ -555,6 +566,8 @@ impl<T: DeserializeOwned> FromJson for T {
 }
 
 impl<K> FromJson for Lazy<K> {
+    const TAKES_METADATA: bool = true;
+
     fn from_json_text(text: String) -> std::result::Result<Self, serde_json::Error> {
         Ok(Lazy::from_json(text))
     }
@@ -788,9 +801,25 @@ mod tests {
     }
 
     #[test]
+    fn changed_metadata_should_splice_into_text_with_surrounding_whitespace() {
+        // kube-apiserver's answers end in a newline; a text may start with blanks too.
+        let mut pod: Lazy<Pod> = Lazy::from_json(format!("  {POD}\n"));
+        pod.labels_mut().insert("é".into(), "ü".into());
+        let sent: serde_json::Value = serde_json::from_str(&pod.to_json()).expect("valid JSON");
+        assert_eq!(sent["metadata"]["labels"]["é"], "ü");
+        assert_eq!(sent["spec"]["containers"][1]["name"], "b");
+        assert_eq!(sent["metadata"]["managedFields"][0]["manager"], "kubectl");
+    }
+
+    #[test]
     fn keys_with_escapes_should_compare_as_their_names() {
         let object: Lazy<Pod> = Lazy::from_json(r#"{"a\u0062": 1, "c": {"d\"": true}}"#);
         assert_eq!(object.get("ab").and_then(|f| f.as_i64()), Some(1));
+        assert_eq!(
+            object.get("a\\u0062"),
+            None,
+            "the name is ab, not its spelling"
+        );
         assert_eq!(
             object.at(&["c", "d\""]).and_then(|f| f.as_bool()),
             Some(true)

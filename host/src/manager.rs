@@ -329,7 +329,6 @@ fn describe_all(informers: &[InformerUse]) -> String {
         .join(", ")
 }
 
-/// Whether `uses` holds a use of `informer`.
 /// What the informer of `gvk` holds for `manifest`'s guest: metadata when every mention of the
 /// kind in its manifest asks for metadata only.
 fn content_of(manifest: &Manifest, gvk: &Gvk) -> crate::cache::Content {
@@ -340,6 +339,7 @@ fn content_of(manifest: &Manifest, gvk: &Gvk) -> crate::cache::Content {
     }
 }
 
+/// Whether `uses` holds a use of `informer`.
 fn holds(uses: &[InformerUse], informer: &Arc<Informer>) -> bool {
     uses.iter().any(|u| Arc::ptr_eq(u.informer(), informer))
 }
