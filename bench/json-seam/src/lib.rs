@@ -63,8 +63,8 @@ pub const CANDIDATES: [Candidate; 8] = [
     ("simd-json borrowed value (tape)", simd_value),
 ];
 
-fn serde_typed(text: String) -> Read {
-    let pod: Pod = serde_json::from_str(&text).unwrap_or_default();
+/// The read from a decoded `Pod` (both typed candidates').
+fn typed_read(pod: Pod) -> Read {
     let labels = pod.metadata.labels.unwrap_or_default();
     Read {
         generation: labels.get(GENERATION).cloned(),
@@ -77,6 +77,10 @@ fn serde_typed(text: String) -> Read {
                 .sum()
         }),
     }
+}
+
+fn serde_typed(text: String) -> Read {
+    typed_read(serde_json::from_str(&text).unwrap_or_default())
 }
 
 fn serde_value(text: String) -> Read {
@@ -180,19 +184,7 @@ fn sonic_lazy(text: String) -> Read {
 }
 
 fn sonic_typed(text: String) -> Read {
-    let pod: Pod = sonic_rs::from_str(&text).unwrap_or_default();
-    let labels = pod.metadata.labels.unwrap_or_default();
-    Read {
-        generation: labels.get(GENERATION).cloned(),
-        read_only: labels.contains_key(READ_ONLY),
-        stamp: pod.metadata.annotations.and_then(|mut a| a.remove(STAMP)),
-        settings: pod.spec.map_or(0, |s| {
-            s.containers
-                .iter()
-                .map(|c| c.env.as_ref().map_or(0, Vec::len))
-                .sum()
-        }),
-    }
+    typed_read(sonic_rs::from_str(&text).unwrap_or_default())
 }
 
 fn simd_value(text: String) -> Read {
