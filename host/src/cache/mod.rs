@@ -45,6 +45,9 @@ static NO_LABELS: std::collections::BTreeMap<String, String> = std::collections:
 /// Longest a read waits for a lazily started informer to sync before giving up.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long [`Informer::wait_synced`] waits before it warns that a cache is still syncing.
+pub const SYNC_PATIENCE: Duration = Duration::from_secs(10);
+
 /// One watch event as an informer tells its subscribers, and as the handlers see it: handlers and predicates look at an object's
 /// metadata only; a guest's map function gets the whole object's JSON.
 #[derive(Clone, Copy, Debug)]
@@ -198,15 +201,31 @@ impl Informer {
     ///
     /// `unavailable` when the informer has not synced in time (the API server is unreachable,
     /// or the guest lacks list/watch permission in a real cluster).
+    /// A wait longer than [`SYNC_PATIENCE`] is logged as a warning, then again each time as
+    /// long, so a start-up held up by a slow or silent API server says so.
     pub async fn wait_synced(&self, timeout: Duration) -> Result<(), AccessError> {
         let mut synced = self.synced.subscribe();
-        match tokio::time::timeout(timeout, synced.wait_for(|s| *s)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(AccessError::Unavailable(format!(
-                "the cache of {} has not synced within {timeout:?}",
-                self.describe()
-            ))),
+        let started = tokio::time::Instant::now();
+        let deadline = started + timeout;
+        let wait = synced.wait_for(|s| *s);
+        tokio::pin!(wait);
+        loop {
+            let next = (tokio::time::Instant::now() + SYNC_PATIENCE).min(deadline);
+            match tokio::time::timeout_at(next, &mut wait).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(_)) => break,
+                Err(_) if next >= deadline => break,
+                Err(_) => tracing::warn!(
+                    "the cache of {} has not synced after {:?}: still waiting for the API server's list (its errors are logged)",
+                    self.describe(),
+                    started.elapsed()
+                ),
+            }
         }
+        Err(AccessError::Unavailable(format!(
+            "the cache of {} has not synced within {timeout:?}",
+            self.describe()
+        )))
     }
 
     /// The highest `resourceVersion` the store reflects (0 before any object).

@@ -12,6 +12,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -50,6 +51,8 @@ struct Inner {
 pub(super) struct MapBacklog {
     inner: Mutex<Inner>,
     ready: Notify,
+    /// Jobs pushed and not yet [finished](Self::finished): waiting or being mapped.
+    unfinished: AtomicUsize,
 }
 
 impl MapBacklog {
@@ -75,6 +78,7 @@ impl MapBacklog {
                 }
             }
             Entry::Vacant(entry) => {
+                self.unfinished.fetch_add(1, Ordering::SeqCst);
                 order.push_back(entry.key().clone());
                 entry.insert(Pending {
                     newest: Some(object.clone()),
@@ -86,7 +90,8 @@ impl MapBacklog {
         self.ready.notify_one();
     }
 
-    /// Take the object that has waited longest, without waiting.
+    /// Take the object that has waited longest, without waiting; call
+    /// [`finished`](Self::finished) once it is mapped.
     pub fn pop(&self) -> Option<MapJob> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let key = inner.order.pop_front()?;
@@ -103,7 +108,18 @@ impl MapBacklog {
         })
     }
 
-    /// Take the object that has waited longest, waiting for one.
+    /// Record that a job [popped](Self::pop) has been mapped and its requests enqueued.
+    pub fn finished(&self) {
+        self.unfinished.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether every job pushed has [finished](Self::finished): nothing waits or is being mapped.
+    pub fn is_idle(&self) -> bool {
+        self.unfinished.load(Ordering::SeqCst) == 0
+    }
+
+    /// Take the object that has waited longest, waiting for one; call
+    /// [`finished`](Self::finished) once it is mapped.
     pub async fn next(&self) -> MapJob {
         loop {
             if let Some(job) = self.pop() {
@@ -155,6 +171,22 @@ mod tests {
         let second = backlog.pop().expect("y waits");
         assert_eq!(second.objects, vec![a]);
         assert!(backlog.pop().is_none());
+    }
+
+    #[test]
+    fn the_backlog_is_idle_only_once_every_job_popped_has_finished() {
+        let backlog = MapBacklog::default();
+        assert!(backlog.is_idle());
+        backlog.push(&gvk(), None, "x", &state("a"), None);
+        backlog.push(&gvk(), None, "x", &state("b"), None);
+        assert!(!backlog.is_idle(), "waiting");
+        let _job = backlog.pop().expect("x waits");
+        assert!(
+            !backlog.is_idle(),
+            "being mapped: its requests are not queued yet"
+        );
+        backlog.finished();
+        assert!(backlog.is_idle());
     }
 
     #[test]

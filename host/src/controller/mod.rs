@@ -454,6 +454,13 @@ impl Controller {
         &self.queue
     }
 
+    /// Whether the controller has nothing to do: no key queued or being reconciled, and no
+    /// object waiting for (or in) the guest's `map` export, whose requests would be queued.
+    /// Keys waiting out a delay (backoff, `requeueAfter`) are not counted.
+    pub fn is_idle(&self) -> bool {
+        self.map_backlog.is_idle() && self.queue.is_empty() && self.queue.processing() == 0
+    }
+
     /// Keys whose reconciles trapped [`QUARANTINE_AFTER`] times in a row or more: retried at
     /// most every [`QUARANTINE_DELAY`].
     pub fn quarantined(&self) -> usize {

@@ -58,6 +58,7 @@ impl Controller {
                 for object in job.objects {
                     controller.map(&job.gvk, object).await;
                 }
+                backlog.finished();
             }
         }));
     }

@@ -65,7 +65,7 @@ async fn one_deployment_should_reconcile_only_its_namespace(manifest: Manifest) 
     wait_count(&live, "default", ANNOTATION, "0").await;
     let controller = live.controller("namespace-labeller");
     live.eventually("the queue to drain", || async {
-        (controller.queue().is_empty() && controller.stats().active() == 0).then_some(())
+        controller.is_idle().then_some(())
     })
     .await;
     let before = controller.stats().total();
@@ -80,7 +80,7 @@ async fn one_deployment_should_reconcile_only_its_namespace(manifest: Manifest) 
         .expect("deployment");
     wait_count(&live, "team-a", ANNOTATION, "1").await;
     live.eventually("the queue to drain", || async {
-        (controller.queue().is_empty() && controller.stats().active() == 0).then_some(())
+        controller.is_idle().then_some(())
     })
     .await;
     assert_eq!(

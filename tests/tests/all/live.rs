@@ -91,7 +91,7 @@ async fn rapid_events_for_one_key_should_be_deduplicated_and_never_overlap() {
     }
     wait_pod_count(&live, "50").await;
     live.eventually("the queue to drain", || async {
-        (controller.queue().is_empty() && controller.stats().active() == 0).then_some(())
+        controller.is_idle().then_some(())
     })
     .await;
     let reconciles = controller.stats().total() - before;

@@ -73,10 +73,7 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
     // Its own update triggers another reconcile: wait until that one has finished too, so
     // that no worker is active when the series are read.
     live.eventually("the guest to be idle after its reconciles", || async {
-        (controller.stats().done() >= 1
-            && controller.queue().is_empty()
-            && controller.stats().active() == 0)
-            .then_some(())
+        (controller.stats().done() >= 1 && controller.is_idle()).then_some(())
     })
     .await;
     let admin = Admin::start("127.0.0.1:0".parse().expect("addr"), None)
@@ -286,10 +283,7 @@ async fn readiness_trigger_leadership_and_shutdown_through_the_runtime() {
     // The ticker's first tick reconciles at start-up: let it finish, so that only the trigger
     // can account for the next reconcile.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while controller.stats().total() == 0
-        || !controller.queue().is_empty()
-        || controller.stats().active() > 0
-    {
+    while controller.stats().total() == 0 || !controller.is_idle() {
         assert!(
             std::time::Instant::now() < deadline,
             "the first tick never ran"
