@@ -155,6 +155,11 @@ impl LabelSelector {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
+    /// Whether the labels `label` looks up satisfy the selector (no map built).
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str> + Copy) -> bool {
+        self.requirements.iter().all(|r| r.matches_with(label))
+    }
+
     /// Whether an object's `metadata.labels` satisfy the selector.
     pub fn matches_object(&self, object: &Value) -> bool {
         if self.requirements.is_empty() {

@@ -33,6 +33,10 @@
 //! `KREC_DENSITY_PODS=10000` sets the read-only Pods of a quick run (for looking into one
 //! figure; a full run runs all). The module cache is filled before the first measured arm, so
 //! no krec arm compiles.
+//!
+//! Beside them, `krec_metadata`: the bytes a host holds per Pod one guest owns, watched whole
+//! and `metadataOnly` (the PSS of a host whose guest owns every Pod, less that of one whose
+//! guest owns none), and their ratio.
 
 mod common;
 
@@ -566,6 +570,13 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
         &mut generation,
     )
     .await;
+    if named.is_empty() || named.split(',').any(|n| n == "krec_metadata") {
+        let pods = read_pods + WRITE_PODS;
+        metadata_only_cache(pods, &cluster, cache.path(), rounds, rows, results).await;
+    }
+    if arms.is_empty() {
+        return;
+    }
     let mut read_pods = read_pods;
     for &k in ks {
         // K = 50 runs once: each of its rounds is minutes of 50 processes on two cores.
@@ -598,6 +609,105 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
         }
         report(k, read_pods, rounds, &by_arm, rows, results);
     }
+}
+
+/// What a host holds per Pod that one guest owns: watched whole (`owns: Pod`) and for its
+/// metadata alone (`metadataOnly: true`), each the PSS of a `krec run` with that guest over
+/// `pods` Pods, less that of the same host whose guest owns no Pods; `rounds` rounds, the
+/// three arms interleaved.
+async fn metadata_only_cache(
+    pods: usize,
+    cluster: &common::ClusterProcess,
+    module_cache: &Path,
+    rounds: usize,
+    rows: &mut Vec<String>,
+    results: &mut serde_json::Map<String, Value>,
+) {
+    let arms = [("none", ""), ("full", "false"), ("metadata", "true")];
+    let mut pss: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for _ in 0..rounds {
+        for (arm, metadata_only) in arms {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let owns = if metadata_only.is_empty() {
+                String::new()
+            } else {
+                format!("  owns: [{{apiVersion: v1, kind: Pod, metadataOnly: {metadata_only}}}]\n")
+            };
+            // The guest reconciles ConfigMaps (there are none): it only holds the Pods it owns.
+            let text = format!(
+                "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{name: owner}}
+spec:
+  module: {module}
+  for: {{apiVersion: v1, kind: ConfigMap}}
+{owns}  namespaces: [{NS}]
+  config: {{annotation: example.com/owner}}
+  permissions:
+    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch]}}
+    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}
+",
+                module = common::module("pod_stamper.wasm").display(),
+            );
+            std::fs::write(dir.path().join("owner.yaml"), text).expect("write manifest");
+            let admin = format!("127.0.0.1:{}", free_port());
+            let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
+                .arg("run")
+                .arg("--manifests")
+                .arg(dir.path())
+                .arg("--kubeconfig")
+                .arg(&cluster.kubeconfig_path)
+                .arg("--module-cache")
+                .arg(module_cache)
+                .args(["--admin-addr", &admin])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start krec run");
+            // Ready once the guest's caches have synced.
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while http_get(&admin, "/readyz").is_none() {
+                assert!(Instant::now() < deadline, "krec run never became ready");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // The initial list's buffers go; then the median of five samples.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let mut samples = Vec::new();
+            for _ in 0..5 {
+                samples.push(rss_pss_kib_of(&child.id().to_string()).1);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            pss.entry(arm).or_default().push(median_min_max(samples).0);
+            eprintln!("metadata-only cache, {arm}: {:?}", pss[arm].last());
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let none = median_min_max(pss["none"].clone()).0;
+    let per_pod = |arm: &str| {
+        let bytes: Vec<f64> = pss[arm]
+            .iter()
+            .map(|kib| (kib - none) * 1024.0 / pods as f64)
+            .collect();
+        median_min_max(bytes)
+    };
+    let (full, full_min, full_max) = per_pod("full");
+    let (metadata, metadata_min, metadata_max) = per_pod("metadata");
+    rows.push(format!(
+        "| 1 ({pods} Pods) | cache bytes per owned Pod (PSS over a host owning none) | whole: {full:.0} ({full_min:.0}–{full_max:.0}) | metadataOnly: {metadata:.0} ({metadata_min:.0}–{metadata_max:.0}) | {:.3}× (target ≤ 0.25) | | | |",
+        metadata / full
+    ));
+    results.insert("density_owned_pod_bytes_full".into(), json!(full));
+    results.insert(
+        "density_owned_pod_bytes_metadata_only".into(),
+        json!(metadata),
+    );
+    results.insert(
+        "density_owned_pod_metadata_only_vs_full_ratio".into(),
+        json!(metadata / full),
+    );
 }
 
 fn report(

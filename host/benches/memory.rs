@@ -10,6 +10,8 @@
 //!   and `cache_bytes_per_object_metadata_only`: the same Pods watched for their metadata alone
 //!   (`metadataOnly`), beside the whole objects' bytes per Pod.
 //!
+//! `KREC_MEMORY_SECTIONS=guests,startup,cache` runs only the sections named.
+//!
 //! The embedded API server runs in a child process (`krec cluster`), so neither figure includes
 //! it. Needs `make guests` (for `cleanup_ticker.wasm`).
 
@@ -262,9 +264,17 @@ fn main() {
         let api = ApiClient::new(client.clone());
         // Guests first: the cache's 10 000 Pods, once freed, would leave heap that later
         // guests reuse without growing the RSS.
-        idle_guests(&api, &mut rows, &mut results).await;
-        startup(&api, &mut rows, &mut results).await;
-        cache_ratio(&client, &api, &mut rows, &mut results).await;
+        let sections = std::env::var("KREC_MEMORY_SECTIONS").unwrap_or_default();
+        let run = |name: &str| sections.is_empty() || sections.split(',').any(|s| s == name);
+        if run("guests") {
+            idle_guests(&api, &mut rows, &mut results).await;
+        }
+        if run("startup") {
+            startup(&api, &mut rows, &mut results).await;
+        }
+        if run("cache") {
+            cache_ratio(&client, &api, &mut rows, &mut results).await;
+        }
     });
     common::print_table(&rows);
     common::write_results(results);

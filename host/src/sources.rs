@@ -114,10 +114,12 @@ impl ObjectRef {
 
     /// The object `object` of the kind `gvk` names.
     fn of(gvk: &Gvk, object: &CachedObject) -> ObjectRef {
-        let meta = object.metadata();
         ObjectRef {
-            namespace: meta.namespace.clone().filter(|_| gvk.kind == KIND),
-            name: meta.name.clone().unwrap_or_default(),
+            namespace: object
+                .namespace()
+                .filter(|_| gvk.kind == KIND)
+                .map(str::to_owned),
+            name: object.name().unwrap_or_default().to_owned(),
         }
     }
 }

@@ -39,9 +39,6 @@ use krec_core::selector::{FieldSelector, LabelSelector};
 
 pub use object::CachedObject;
 
-/// The labels of an object without any.
-static NO_LABELS: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
-
 /// Longest a read waits for a lazily started informer to sync before giving up.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -96,10 +93,9 @@ struct Indexes {
 }
 
 fn key_of(object: &CachedObject) -> ObjectKey {
-    let meta = object.metadata();
     ObjectKey {
-        namespace: meta.namespace.clone(),
-        name: meta.name.clone().unwrap_or_default(),
+        namespace: object.namespace().map(str::to_owned),
+        name: object.name().unwrap_or_default().to_owned(),
     }
 }
 
@@ -275,9 +271,7 @@ impl Informer {
     /// Raise the version the store reflects to `object`'s, if higher.
     fn saw(&self, object: &CachedObject) {
         if let Some(version) = object
-            .metadata()
-            .resource_version
-            .as_deref()
+            .resource_version()
             .and_then(|v| v.parse::<u64>().ok())
         {
             self.seen.send_if_modified(|seen| {
@@ -373,11 +367,8 @@ impl Informer {
         let mut out: Vec<(ObjectKey, Arc<CachedObject>)> = objects
             .into_iter()
             .filter(|o| {
-                let meta = o.metadata();
-                labels.is_none_or(|s| s.matches(meta.labels.as_ref().unwrap_or(&NO_LABELS)))
-                    && fields.is_none_or(|s| {
-                        s.matches_meta(meta.name.as_deref(), meta.namespace.as_deref())
-                    })
+                labels.is_none_or(|s| s.matches_with(|key| o.label(key)))
+                    && fields.is_none_or(|s| s.matches_meta(o.name(), o.namespace()))
             })
             .map(|o| (key_of(&o), o))
             .collect();
@@ -424,7 +415,7 @@ impl Informer {
                 &self.gvk,
                 &Event {
                     kind: EventKind::Create,
-                    object: object.metadata(),
+                    object: &object.metadata(),
                     old: None,
                     cached: Some(&object),
                     old_cached: None,
@@ -504,10 +495,12 @@ impl Informer {
         if sinks.is_empty() {
             return;
         }
+        let metadata = object.metadata();
+        let old_metadata = old.map(CachedObject::metadata);
         let event = Event {
             kind,
-            object: object.metadata(),
-            old: old.map(CachedObject::metadata),
+            object: &metadata,
+            old: old_metadata.as_deref(),
             cached: Some(object),
             old_cached: old,
             received,
@@ -536,9 +529,7 @@ impl Informer {
                 self.saw(&object);
                 match old {
                     // A relisted object that did not change is no event.
-                    Some(old)
-                        if old.metadata().resource_version
-                            == object.metadata().resource_version => {}
+                    Some(old) if old.resource_version() == object.resource_version() => {}
                     Some(old) => self.dispatch(EventKind::Update, &object, Some(&old), received),
                     None => self.dispatch(EventKind::Create, &object, None, received),
                 }
@@ -586,10 +577,7 @@ impl Informer {
                 for object in &after {
                     match before.remove(&key_of(object)) {
                         None => self.dispatch_to(&sinks, EventKind::Create, object, None, received),
-                        Some(old)
-                            if old.metadata().resource_version
-                                != object.metadata().resource_version =>
-                        {
+                        Some(old) if old.resource_version() != object.resource_version() => {
                             self.dispatch_to(
                                 &sinks,
                                 EventKind::Update,

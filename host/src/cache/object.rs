@@ -7,6 +7,11 @@
 //! beside them. That is about the size of the object's JSON — a fraction of a parsed object
 //! tree — and a read costs a reference count, not a serialization.
 //!
+//! An object of a metadata-only watch is held as the text of its `PartialObjectMetadata` alone,
+//! with the few fields the cache reads itself (name, namespace, resourceVersion, labels, the
+//! controller's UID) beside it; the rest of its metadata is parsed from the text when an event
+//! handler asks. Reads share that text as they share a whole object's.
+//!
 //! A [`CachedObject`] deserializes straight from the watch stream: the object is transcoded
 //! token by token into compact JSON text (no intermediate JSON tree), then its metadata is read
 //! from that text.
@@ -32,18 +37,80 @@ use crate::vocab::Gvk;
 /// One cached object version. Cheap to clone (the JSON text is shared).
 #[derive(Clone, Debug)]
 pub struct CachedObject {
+    held: Held,
+}
+
+/// What the cache holds of one object.
+#[derive(Clone, Debug)]
+enum Held {
+    /// The whole object: its text, and its metadata parsed beside it.
+    Object {
+        metadata: Box<ObjectMeta>,
+        json: Arc<str>,
+        /// Whether the text carries `apiVersion` and `kind` (list items from the API server
+        /// do not; [`with_kind`](CachedObject::with_kind) adds them).
+        typed: bool,
+    },
+    /// An object known only by its metadata (a metadata-only watch's): the text of its
+    /// `PartialObjectMetadata`, and the few fields the cache itself reads, so a
+    /// metadata-only cache holds each object as little more than its metadata's JSON.
+    /// The rest of the metadata is parsed from the text when asked for.
+    Metadata { json: Arc<str>, head: Box<Head> },
+}
+
+/// What the cache reads of a metadata-only object without parsing its text.
+#[derive(Clone, Debug, Default)]
+struct Head {
+    name: Option<Box<str>>,
+    namespace: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    controller_uid: Option<Box<str>>,
+    /// Sorted by key.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The parsed metadata, kept once [`Resource::meta`] was asked for it (nothing in the
+    /// host asks: it reads [`CachedObject::metadata`], which parses without keeping).
+    parsed: std::sync::OnceLock<Box<ObjectMeta>>,
+}
+
+impl Head {
+    fn of(metadata: &ObjectMeta) -> Self {
+        let boxed = |s: &Option<String>| s.as_deref().map(Box::from);
+        Head {
+            name: boxed(&metadata.name),
+            namespace: boxed(&metadata.namespace),
+            resource_version: boxed(&metadata.resource_version),
+            controller_uid: controller_uid(metadata).map(Box::from),
+            labels: metadata
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (Box::from(k.as_str()), Box::from(v.as_str())))
+                .collect(),
+            parsed: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// The UID of `metadata`'s controller owner reference, if any.
+fn controller_uid(metadata: &ObjectMeta) -> Option<&str> {
+    metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// The metadata of a JSON object's text.
+#[derive(Deserialize)]
+struct MetadataOf {
+    #[serde(default)]
     metadata: ObjectMeta,
-    /// The text; `None` for an object known only by its metadata, whose text is written from
-    /// `metadata` when read (so a metadata-only cache holds each object's metadata once).
-    json: Option<Arc<str>>,
-    /// Whether the text carries `apiVersion` and `kind` (list items from the API server do
-    /// not; [`with_kind`](Self::with_kind) adds them).
-    typed: bool,
 }
 
 /// What the cache reads of an object's text besides keeping it.
 #[derive(Deserialize)]
-struct Head {
+struct Outline {
     #[serde(rename = "apiVersion")]
     api_version: Option<String>,
     kind: Option<String>,
@@ -104,9 +171,11 @@ impl CachedObject {
             String::from("{}")
         });
         CachedObject {
-            metadata,
-            json: Some(json.into()),
-            typed: true,
+            held: Held::Object {
+                metadata: Box::new(metadata),
+                json: json.into(),
+                typed: true,
+            },
         }
     }
 
@@ -117,10 +186,22 @@ impl CachedObject {
     /// object without its spec that an update would write back.
     pub fn of_metadata(mut metadata: ObjectMeta) -> Self {
         metadata.managed_fields = None;
+        let partial = Typed {
+            api_version: "meta.k8s.io/v1",
+            kind: "PartialObjectMetadata",
+            metadata: &metadata,
+            rest: &Value::Object(serde_json::Map::new()),
+        };
+        // Serializing a map of string keys cannot fail; stay total all the same.
+        let json = serde_json::to_string(&partial).unwrap_or_else(|err| {
+            tracing::error!("cannot serialize an object's metadata: {err}");
+            String::from("{}")
+        });
         CachedObject {
-            metadata,
-            json: None,
-            typed: true,
+            held: Held::Metadata {
+                json: json.into(),
+                head: Box::new(Head::of(&metadata)),
+            },
         }
     }
 
@@ -133,19 +214,25 @@ impl CachedObject {
         if let Some(span) = managed_fields_span(&text) {
             text.replace_range(span, "");
         }
-        let head: Head = serde_json::from_str(&text)?;
+        let head: Outline = serde_json::from_str(&text)?;
         Ok(CachedObject {
-            metadata: head.metadata.unwrap_or_default(),
-            typed: head.api_version.is_some() && head.kind.is_some(),
-            json: Some(text.into()),
+            held: Held::Object {
+                metadata: Box::new(head.metadata.unwrap_or_default()),
+                typed: head.api_version.is_some() && head.kind.is_some(),
+                json: text.into(),
+            },
         })
     }
 
     /// This object with `apiVersion` and `kind` of `gvk` in its text, if it had neither.
     pub fn with_kind(self, gvk: &Gvk) -> Self {
-        let Some(json) = self.json.as_deref().filter(|_| !self.typed) else {
-            return self;
+        let json = match &self.held {
+            Held::Object {
+                json, typed: false, ..
+            } => json.clone(),
+            _ => return self,
         };
+        let json = json.as_ref();
         let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""));
         let rest = json.strip_prefix('{').unwrap_or(json).trim_start();
         let separator = if rest.starts_with('}') { "" } else { "," };
@@ -156,7 +243,7 @@ impl CachedObject {
         );
         match CachedObject::from_text(text) {
             // Neither key was there, so the new text names each once.
-            Ok(typed) if typed.typed => typed,
+            Ok(typed) if typed.is_typed() => typed,
             // One of the two was there: rebuild the object the slow, exact way.
             _ => match serde_json::from_str::<DynamicObject>(json) {
                 Ok(object) => CachedObject::new(gvk, object),
@@ -168,28 +255,69 @@ impl CachedObject {
         }
     }
 
-    /// Its metadata.
-    pub fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    /// Whether its text carries `apiVersion` and `kind`.
+    fn is_typed(&self) -> bool {
+        match &self.held {
+            Held::Object { typed, .. } => *typed,
+            Held::Metadata { .. } => true,
+        }
+    }
+
+    /// Its metadata: borrowed for a whole object, parsed from the text for one known only by
+    /// its metadata (not kept: read [`name`](Self::name), [`namespace`](Self::namespace),
+    /// [`resource_version`](Self::resource_version), [`label`](Self::label) and
+    /// [`controller_uid`](Self::controller_uid) where they suffice).
+    pub fn metadata(&self) -> Cow<'_, ObjectMeta> {
+        match &self.held {
+            Held::Object { metadata, .. } => Cow::Borrowed(metadata),
+            Held::Metadata { json, head } => match head.parsed.get() {
+                Some(metadata) => Cow::Borrowed(metadata),
+                None => Cow::Owned(parse_metadata(json)),
+            },
+        }
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> Option<&str> {
+        match &self.held {
+            Held::Object { metadata, .. } => metadata.name.as_deref(),
+            Held::Metadata { head, .. } => head.name.as_deref(),
+        }
+    }
+
+    /// `metadata.namespace`.
+    pub fn namespace(&self) -> Option<&str> {
+        match &self.held {
+            Held::Object { metadata, .. } => metadata.namespace.as_deref(),
+            Held::Metadata { head, .. } => head.namespace.as_deref(),
+        }
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> Option<&str> {
+        match &self.held {
+            Held::Object { metadata, .. } => metadata.resource_version.as_deref(),
+            Held::Metadata { head, .. } => head.resource_version.as_deref(),
+        }
+    }
+
+    /// The value of the label `key`, if set.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        match &self.held {
+            Held::Object { metadata, .. } => metadata.labels.as_ref()?.get(key).map(String::as_str),
+            Held::Metadata { head, .. } => head
+                .labels
+                .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+                .ok()
+                .map(|i| head.labels[i].1.as_ref()),
+        }
     }
 
     /// The whole object as JSON text, with `apiVersion` and `kind` (shared, not copied; an
-    /// object known only by its metadata is written as a `PartialObjectMetadata`).
+    /// object known only by its metadata is a `meta.k8s.io/v1` `PartialObjectMetadata`).
     pub fn json(&self) -> Arc<str> {
-        match &self.json {
-            Some(json) => json.clone(),
-            None => {
-                let partial = Typed {
-                    api_version: "meta.k8s.io/v1",
-                    kind: "PartialObjectMetadata",
-                    metadata: &self.metadata,
-                    rest: &Value::Object(serde_json::Map::new()),
-                };
-                // Serializing a map of string keys cannot fail; stay total all the same.
-                serde_json::to_string(&partial)
-                    .unwrap_or_else(|_| String::from("{}"))
-                    .into()
-            }
+        match &self.held {
+            Held::Object { json, .. } | Held::Metadata { json, .. } => json.clone(),
         }
     }
 
@@ -200,13 +328,21 @@ impl CachedObject {
 
     /// The UID of its controller owner reference, if any.
     pub fn controller_uid(&self) -> Option<&str> {
-        self.metadata
-            .owner_references
-            .as_ref()?
-            .iter()
-            .find(|r| r.controller == Some(true))
-            .map(|r| r.uid.as_str())
+        match &self.held {
+            Held::Object { metadata, .. } => controller_uid(metadata),
+            Held::Metadata { head, .. } => head.controller_uid.as_deref(),
+        }
     }
+}
+
+/// The metadata in `json`, a metadata-only object's text (written by the cache, so valid).
+fn parse_metadata(json: &str) -> ObjectMeta {
+    serde_json::from_str::<MetadataOf>(json)
+        .map(|of| of.metadata)
+        .unwrap_or_else(|err| {
+            tracing::error!("a cached object's metadata does not parse: {err}");
+            ObjectMeta::default()
+        })
 }
 
 /// The bytes to cut to remove `managedFields` from the top-level `metadata` of the JSON object
@@ -384,11 +520,29 @@ impl Resource for CachedObject {
     }
 
     fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+        match &self.held {
+            Held::Object { metadata, .. } => metadata,
+            Held::Metadata { json, head } => {
+                head.parsed.get_or_init(|| Box::new(parse_metadata(json)))
+            }
+        }
     }
 
+    /// A metadata-only object's changed metadata is not written back into its text: nothing in
+    /// the host changes a cached object's metadata.
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+        match &mut self.held {
+            Held::Object { metadata, .. } => metadata,
+            Held::Metadata { json, head } => {
+                if head.parsed.get().is_none() {
+                    let _ = head.parsed.set(Box::new(parse_metadata(json)));
+                }
+                head.parsed
+                    .get_mut()
+                    .map(Box::as_mut)
+                    .unwrap_or_else(|| unreachable!("set above"))
+            }
+        }
     }
 }
 
@@ -513,6 +667,43 @@ mod tests {
         ] {
             assert_eq!(managed_fields_span(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn an_object_known_by_its_metadata_should_read_as_partial_object_metadata() {
+        let metadata: ObjectMeta = serde_json::from_value(json!({
+            "name": "p", "namespace": "a", "resourceVersion": "9", "uid": "u",
+            "labels": {"b": "2", "a": "1"},
+            "annotations": {"note": "kept"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "X", "name": "x", "uid": "other"},
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": true}],
+            "managedFields": [{"manager": "kubectl"}]}))
+        .expect("metadata");
+        let cached = CachedObject::of_metadata(metadata.clone());
+        assert_eq!(cached.name(), Some("p"));
+        assert_eq!(cached.namespace(), Some("a"));
+        assert_eq!(cached.resource_version(), Some("9"));
+        assert_eq!(cached.controller_uid(), Some("rs-uid"));
+        assert_eq!(
+            (cached.label("a"), cached.label("b")),
+            (Some("1"), Some("2"))
+        );
+        assert_eq!(cached.label("c"), None);
+        let value: Value = serde_json::from_str(&cached.json()).expect("valid JSON");
+        assert_eq!(value["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(value["kind"], "PartialObjectMetadata");
+        assert_eq!(value["metadata"]["annotations"]["note"], "kept");
+        assert!(value["metadata"].get("managedFields").is_none());
+        // Every field of the metadata but `managedFields`, parsed back from the text.
+        let expected = ObjectMeta {
+            managed_fields: None,
+            ..metadata
+        };
+        assert_eq!(*cached.metadata(), expected);
+        assert_eq!(*cached.meta(), expected);
+        // The text is shared, not written again.
+        assert!(Arc::ptr_eq(&cached.json(), &cached.json()));
     }
 
     #[test]

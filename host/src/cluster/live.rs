@@ -618,9 +618,7 @@ impl ClusterAccess for LiveCluster {
                 let visible = namespace.is_some()
                     || self.namespaces.is_empty()
                     || object
-                        .metadata()
-                        .namespace
-                        .as_deref()
+                        .namespace()
                         .is_none_or(|ns| self.namespaces.iter().any(|n| n == ns));
                 if visible {
                     out.push(object.json());
