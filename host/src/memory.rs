@@ -2,7 +2,8 @@
 //!
 //! Allocators keep freed memory for later allocations. After an initial list or a resync has
 //! queued every object of a kind for every guest, the megabytes those workqueues held would stay
-//! resident for the life of the process — about 2.5 MiB per guest for 10 000 objects.
+//! resident for the life of the process — about 2.5 MiB per guest for 10 000 objects — and so
+//! would the pages of every (re)list an informer decoded, several kilobytes per object listed.
 //! [`release_soon`] asks for one collection a moment later. With mimalloc (the `krec` binary's
 //! allocator, see `main.rs`) that returns the free memory of its arenas — where pages go once a
 //! thread has freed all of their blocks, as a drained queue's buffers are — to the operating

@@ -596,6 +596,9 @@ impl Informer {
                 }
                 self.synced.send_replace(true);
                 drop(sinks);
+                // The list's pages and the store it replaced are freed: give that memory back
+                // (an idle host allocates too little to have its allocator do so by itself).
+                crate::memory::release_soon();
             }
         }
     }
