@@ -2,7 +2,8 @@
 //!
 //! - `memory_per_idle_guest_kib`: this process's RSS and PSS with 1, 10, 100 and 1000 loaded,
 //!   idle guests (each has reconciled once, so each holds its worker's instance), and the slope
-//!   between 100 and 1000 guests — the cost of one more guest;
+//!   between 100 and 1000 guests — the cost of one more guest; `memory_per_released_guest_kib`:
+//!   the same once they have been idle past the instance idle time (their instances given back);
 //! - `startup_{1,1000}_guests_s`: a new host with 1 and 1 000 guests of one module, from an
 //!   empty module cache (cold) and from the filled one (warm);
 //! - `cache_bytes_per_object_ratio`: the heap the shared cache holds for 10 000 Pods of ~3 KB,
@@ -10,7 +11,9 @@
 //!   and `cache_bytes_per_object_metadata_only`: the same Pods watched for their metadata alone
 //!   (`metadataOnly`), beside the whole objects' bytes per Pod.
 //!
-//! `KREC_MEMORY_SECTIONS=guests,startup,cache` runs only the sections named.
+//! `KREC_MEMORY_SECTIONS=guests,startup,cache` runs only the sections named;
+//! `KREC_MEMORY_EXIT_WITH_GUESTS=1` exits while the idle guests are loaded, so that a heap
+//! profiler run on this binary (`heaptrack`) reports what they hold as left at exit.
 //!
 //! The embedded API server runs in a child process (`krec cluster`), so neither figure includes
 //! it. Needs `make guests` (for `cleanup_ticker.wasm`).
@@ -54,6 +57,9 @@ spec:
     Manifest::load(&path).expect("manifest")
 }
 
+/// How long the idle guests' workers keep their instances here.
+const INSTANCE_IDLE: Duration = Duration::from_secs(1);
+
 async fn idle_guests(
     api: &std::sync::Arc<ApiClient>,
     rows: &mut Vec<String>,
@@ -63,6 +69,8 @@ async fn idle_guests(
     let module = common::module("cleanup_ticker.wasm");
     let options = ManagerOptions {
         module_cache: ModuleCache::new(&dir.path().join("modules")).expect("cache"),
+        // Shorter than the default minute, so that a guest idle this long is measured too.
+        instance_idle: Some(INSTANCE_IDLE),
         ..Default::default()
     };
     let manager = Manager::start_with(api.clone(), Vec::new(), options)
@@ -77,6 +85,7 @@ async fn idle_guests(
     };
     let mut manifests = Vec::new();
     let mut points = Vec::new();
+    let mut idle_points = Vec::new();
     for &count in &counts {
         while manifests.len() < count {
             manifests.push(manifest(dir.path(), manifests.len(), &module));
@@ -100,13 +109,30 @@ async fn idle_guests(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (rss, pss) = common::rss_pss_kib();
+        let kept_heap = (live_bytes() - heap0) / 1024.0;
+        // Then idle past `INSTANCE_IDLE`: every worker has given its instance back.
+        while manager
+            .controllers()
+            .values()
+            .any(|c| c.stats().instances_released() == 0)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "idle workers kept their instances"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        krec::memory::release_soon();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (idle_rss, idle_pss) = common::rss_pss_kib();
+        idle_points.push((count, idle_rss, idle_pss, (live_bytes() - heap0) / 1024.0));
         let (per_rss, per_pss) = ((rss - rss0) / count as f64, (pss - pss0) / count as f64);
         rows.push(format!(
             "| memory_{count}_idle_guests_kib | RSS {rss:.0} / PSS {pss:.0} | | process with {count} loaded idle guests; {per_rss:.0} / {per_pss:.0} KiB per guest over the host alone ({rss0:.0} / {pss0:.0}) |"
         ));
         results.insert(format!("memory_{count}_idle_guests_rss_kib"), json!(rss));
         results.insert(format!("memory_{count}_idle_guests_pss_kib"), json!(pss));
-        points.push((count, rss, pss, (live_bytes() - heap0) / 1024.0));
+        points.push((count, rss, pss, kept_heap));
     }
     let (n1, rss1, pss1, heap1) = points[points.len() - 2];
     let (n2, rss2, pss2, heap2) = points[points.len() - 1];
@@ -119,6 +145,25 @@ async fn idle_guests(
     results.insert("memory_per_idle_guest_kib".into(), json!(slope_pss));
     results.insert("memory_per_idle_guest_rss_kib".into(), json!(slope_rss));
     results.insert("memory_per_idle_guest_heap_kib".into(), json!(slope_heap));
+    // The same guests idle past `INSTANCE_IDLE`, their instances given back.
+    let (n1, rss1, pss1, heap1) = idle_points[idle_points.len() - 2];
+    let (n2, rss2, pss2, heap2) = idle_points[idle_points.len() - 1];
+    let slope_rss = (rss2 - rss1) / (n2 - n1) as f64;
+    let slope_pss = (pss2 - pss1) / (n2 - n1) as f64;
+    let slope_heap = (heap2 - heap1) / (n2 - n1) as f64;
+    rows.push(format!(
+        "| memory_per_released_guest_kib | {slope_pss:.0} | | PSS slope from {n1} to {n2} guests idle past `instanceIdle` ({INSTANCE_IDLE:?} here), their instances given back (RSS slope {slope_rss:.0}; host heap {slope_heap:.1}); target ≤ 64 |"
+    ));
+    results.insert("memory_per_released_guest_kib".into(), json!(slope_pss));
+    results.insert(
+        "memory_per_released_guest_heap_kib".into(),
+        json!(slope_heap),
+    );
+    if std::env::var_os("KREC_MEMORY_EXIT_WITH_GUESTS").is_some() {
+        // For a heap profiler (`heaptrack`): what the guests hold is what is left at exit.
+        common::print_table(rows);
+        std::process::exit(0);
+    }
     manager.shutdown(Duration::from_secs(10)).await;
 }
 

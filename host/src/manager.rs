@@ -236,10 +236,15 @@ pub struct ManagerOptions {
     /// Where modules named `oci://…` are pulled from and kept; `None`: a store of this
     /// process's own, every registry over HTTPS.
     pub registries: Option<Arc<crate::oci::Registries>>,
+    /// How long a worker keeps its guest's instance with no key to reconcile before it gives it
+    /// back; `None`: [`crate::controller::IDLE_INSTANCE`].
+    pub instance_idle: Option<Duration>,
 }
 
 struct Inner {
     metrics: Arc<Metrics>,
+    /// How long an idle worker keeps its instance.
+    instance_idle: Duration,
     gate: tokio::sync::watch::Receiver<bool>,
     /// Keeps the always-open gate's channel alive when there is no leader election.
     _open: Option<tokio::sync::watch::Sender<bool>>,
@@ -490,6 +495,9 @@ impl Manager {
         let manager = Manager {
             inner: Arc::new(Inner {
                 metrics: options.metrics.unwrap_or_default(),
+                instance_idle: options
+                    .instance_idle
+                    .unwrap_or(crate::controller::IDLE_INSTANCE),
                 gate,
                 _open: open,
                 tenures: options.tenures,
@@ -893,6 +901,7 @@ impl Manager {
             self.inner.metrics.clone(),
             gate,
         );
+        controller.set_instance_idle(self.inner.instance_idle);
         self.try_candidate(&controller, &manifest, &prepared);
         let sink: Arc<dyn EventSink> = controller.clone();
         for informer in &informers {

@@ -528,8 +528,10 @@ impl Resource for CachedObject {
         }
     }
 
-    /// A metadata-only object's changed metadata is not written back into its text: nothing in
-    /// the host changes a cached object's metadata.
+    /// A metadata-only object's changed metadata is not written back into its text, nor into
+    /// the fields [`name`](CachedObject::name) and the like read: nothing in the host changes
+    /// a cached object's metadata. Its [`meta`](Resource::meta) keeps the parse for the
+    /// object's life (read [`CachedObject::metadata`] instead, which does not).
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         match &mut self.held {
             Held::Object { metadata, .. } => metadata,

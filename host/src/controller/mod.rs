@@ -67,6 +67,11 @@ pub const QUARANTINE_DELAY: Duration = Duration::from_secs(30);
 /// [`IDLE_GROWTH_ALLOWANCE`](crate::guest::IDLE_GROWTH_ALLOWANCE) waits for its next key before
 /// it gives the instance back (see [`GuestWorker::release_grown_instance`](crate::guest::GuestWorker::release_grown_instance)).
 pub const GROWN_INSTANCE_IDLE: Duration = Duration::from_secs(5);
+/// How long a worker keeps its guest's instance with no key to reconcile before it gives it
+/// back (the next reconcile instantiates the module again, tens of microseconds): a guest idle
+/// this long holds no instance, its linear memory or its stack, so a host of many mostly idle
+/// guests holds little for each. The manager's default ([`ManagerOptions::instance_idle`](crate::manager::ManagerOptions::instance_idle)).
+pub const IDLE_INSTANCE: Duration = Duration::from_secs(60);
 
 /// What the queue does with a reconcile's result (errors aside): the [module docs](self)' table.
 fn action_after(action: Action) -> Action {
@@ -196,6 +201,9 @@ pub struct Controller {
     stats: Arc<Stats>,
     /// Workers wanted (`maxConcurrentReconciles`); workers with a higher index stop.
     workers_wanted: AtomicUsize,
+    /// How long an idle worker keeps its instance, in milliseconds ([`IDLE_INSTANCE`] unless
+    /// [set](Self::set_instance_idle)).
+    instance_idle_ms: std::sync::atomic::AtomicU64,
     workers: Mutex<Vec<Option<JoinHandle<()>>>>,
     sources: Mutex<Vec<JoinHandle<()>>>,
     for_informers: Mutex<Vec<Arc<Informer>>>,
@@ -311,6 +319,9 @@ impl Controller {
             queue: Arc::new(queue),
             stats,
             workers_wanted: AtomicUsize::new(0),
+            instance_idle_ms: std::sync::atomic::AtomicU64::new(
+                u64::try_from(IDLE_INSTANCE.as_millis()).unwrap_or(u64::MAX),
+            ),
             workers: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
             for_informers: Mutex::new(Vec::new()),
@@ -454,9 +465,24 @@ impl Controller {
         &self.queue
     }
 
+    /// How long a worker keeps its guest's instance with no key to reconcile (default
+    /// [`IDLE_INSTANCE`]); workers read it each time they wait for a key.
+    pub fn set_instance_idle(&self, idle: Duration) {
+        self.instance_idle_ms.store(
+            u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+
+    /// How long a worker keeps its guest's instance with no key to reconcile.
+    pub fn instance_idle(&self) -> Duration {
+        Duration::from_millis(self.instance_idle_ms.load(Ordering::SeqCst))
+    }
+
     /// Whether the controller has nothing to do: no key queued or being reconciled, and no
     /// object waiting for (or in) the guest's `map` export, whose requests would be queued.
-    /// Keys waiting out a delay (backoff, `requeueAfter`) are not counted.
+    /// Keys waiting out a delay (backoff, `requeueAfter`) are not counted. Meaningless after
+    /// shutdown (a map call cut short stays counted).
     pub fn is_idle(&self) -> bool {
         self.map_backlog.is_idle() && self.queue.is_empty() && self.queue.processing() == 0
     }

@@ -49,6 +49,8 @@ pub struct Stats {
     active: Mutex<HashSet<Request>>,
     /// The last error or trap, and when.
     last_error: Mutex<Option<(String, std::time::SystemTime)>>,
+    /// Instances idle workers gave back.
+    instances_released: AtomicU64,
 }
 
 /// The Prometheus series a guest's outcomes are counted in.
@@ -81,6 +83,7 @@ impl Stats {
             requeue: AtomicU64::new(0),
             requeue_after: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            instances_released: AtomicU64::new(0),
             traps: Mutex::default(),
             series: OutcomeSeries {
                 success: result("success"),
@@ -160,6 +163,16 @@ impl Stats {
     /// Reconciles that returned `requeue` or `requeue-after`.
     pub fn requeued(&self) -> u64 {
         self.requeue.load(Ordering::Relaxed) + self.requeue_after.load(Ordering::Relaxed)
+    }
+
+    /// Instances workers gave back after [`IDLE_INSTANCE`](super::IDLE_INSTANCE) with no key.
+    pub fn instances_released(&self) -> u64 {
+        self.instances_released.load(Ordering::Relaxed)
+    }
+
+    /// Count an instance an idle worker gave back.
+    pub(super) fn instance_released(&self) {
+        self.instances_released.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Reconciles that trapped.

@@ -17,7 +17,8 @@ use crate::rollout::{Outcome as Taped, Reconcile, Tap};
 
 impl Controller {
     /// Worker `index`: take a key, reconcile it on the current version, act on the result;
-    /// give back an instance a burst grew once idle for [`GROWN_INSTANCE_IDLE`];
+    /// give back an instance a burst grew once idle for [`GROWN_INSTANCE_IDLE`], and any
+    /// instance once idle for the controller's [`instance_idle`](Controller::instance_idle);
     /// until shutdown, or until fewer workers are wanted.
     pub(super) async fn work(self: Arc<Self>, index: usize) {
         let mut worker: Option<GuestWorker> = None;
@@ -37,15 +38,25 @@ impl Controller {
                     std::future::pending::<()>().await;
                 }
             };
-            // An instance a burst grew is given back once the worker has been idle a while.
+            // An instance a burst grew is given back once the worker has been idle a while, any
+            // other after a longer while.
+            let holds = |w: &Option<GuestWorker>| w.as_ref().is_some_and(GuestWorker::has_instance);
             let grown = worker
                 .as_ref()
                 .is_some_and(GuestWorker::holds_grown_instance);
+            let instance_idle = self.instance_idle();
+            // How long to wait for a key, and whether every kept instance goes after that.
+            let (patience, release_all) = if grown && GROWN_INSTANCE_IDLE < instance_idle {
+                (Some(GROWN_INSTANCE_IDLE), false)
+            } else if holds(&worker) || holds(&canary) {
+                (Some(instance_idle), true)
+            } else {
+                (None, false)
+            };
             let idle = async {
-                if grown {
-                    tokio::time::sleep(GROWN_INSTANCE_IDLE).await;
-                } else {
-                    std::future::pending::<()>().await;
+                match patience {
+                    Some(patience) => tokio::time::sleep(patience).await,
+                    None => std::future::pending::<()>().await,
                 }
             };
             let request = tokio::select! {
@@ -54,9 +65,16 @@ impl Controller {
                     None => break,
                 },
                 // `get` is cancel-safe: a key is only taken in the poll that returns it.
-                () = closing => continue,
+                // A closed gate (leadership or the guest's lease lost) may stay closed for long:
+                // the instances go now rather than wait for it.
+                () = closing => {
+                    self.release_instances([worker.as_mut(), canary.as_mut()]);
+                    continue;
+                }
                 () = idle => {
-                    if let Some(guest) = worker.as_mut() {
+                    if release_all {
+                        self.release_instances([worker.as_mut(), canary.as_mut()]);
+                    } else if let Some(guest) = worker.as_mut() {
                         guest.release_grown_instance();
                     }
                     continue;
@@ -173,6 +191,16 @@ impl Controller {
             }
             self.finish(&request, result, started.elapsed());
             self.queue.done(&request);
+        }
+    }
+
+    /// Give back the instances `workers` keep, counting each.
+    fn release_instances(&self, workers: [Option<&mut GuestWorker>; 2]) {
+        for guest in workers.into_iter().flatten() {
+            if guest.has_instance() {
+                guest.release_instance();
+                self.stats.instance_released();
+            }
         }
     }
 

@@ -846,6 +846,12 @@ impl GuestWorker {
         }
     }
 
+    /// Drop the kept instance, if any, giving back its memory and stack; the next reconcile
+    /// starts a fresh one. For a worker idle for [`IDLE_INSTANCE`](crate::controller::IDLE_INSTANCE).
+    pub fn release_instance(&mut self) {
+        self.instance = None;
+    }
+
     async fn instantiate(
         module: &GuestModule,
         cluster: &Arc<dyn ClusterAccess>,

@@ -419,6 +419,58 @@ async fn cleanup_ticker_should_delete_expired_configmaps_on_its_ticks() {
     .await;
 }
 
+/// A worker with no key for its controller's `instance_idle` gives its instance back (its
+/// memory and stack go); the next key instantiates the module again and reconciles as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_should_give_its_instance_back_and_instantiate_again_for_the_next_key() {
+    let mut manifest = sample_manifest("cleanup-ticker");
+    manifest.spec.tickers[0].every = std::time::Duration::from_secs(3600);
+    let live = Live::start(vec![manifest], sample_objects("cleanup-ticker")).await;
+    let controller = live.controller("cleanup-ticker");
+    live.eventually("the start-up tick", || async {
+        (controller.stats().total() == 1 && controller.is_idle()).then_some(())
+    })
+    .await;
+    wait_gone(&live, "old-cache", "old-cache deleted on the first tick").await;
+    // Idle until a key comes: the worker waiting now waits out the default (a minute); the
+    // next wait is the shorter one.
+    controller.set_instance_idle(std::time::Duration::from_millis(200));
+    assert_eq!(controller.stats().instances_released(), 0);
+    controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
+    live.eventually(
+        "the instance given back after 200 ms without a key",
+        || async { (controller.stats().instances_released() == 1).then_some(()) },
+    )
+    .await;
+    // A new instance for the next key: it reconciles as the first did.
+    live.api
+        .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
+        .await
+        .expect("cm");
+    let informer = live
+        .manager
+        .cache()
+        .running(&cm_gvk(), None)
+        .expect("the guest's list started a ConfigMap informer");
+    live.eventually("the cache to see stale", || async {
+        informer.get(Some("default"), "stale").map(drop)
+    })
+    .await;
+    controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
+    wait_gone(
+        &live,
+        "stale",
+        "stale deleted by a reconcile on a new instance",
+    )
+    .await;
+    live.eventually("that instance given back too", || async {
+        (controller.stats().instances_released() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(controller.stats().traps(), 0);
+    assert_eq!(controller.stats().errors(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resync_should_re_enqueue_every_object_of_the_for_kind() {
     let mut manifest = sample_manifest("pod-counter");
