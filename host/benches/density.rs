@@ -329,26 +329,33 @@ spec:
     }
 }
 
+/// `krec run` of the manifests in `manifests` against `kubeconfig`'s cluster, quiet, with its
+/// admin server on a free port: the child and that address.
+fn krec_run(manifests: &Path, kubeconfig: &Path, module_cache: &Path) -> (Child, String) {
+    let admin = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_krec"))
+        .arg("run")
+        .arg("--manifests")
+        .arg(manifests)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--module-cache")
+        .arg(module_cache)
+        .args(["--admin-addr", &admin])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start krec run");
+    (child, admin)
+}
+
 fn start(arm: Arm, k: usize, kubeconfig: &Path, module_cache: &Path) -> Running {
     match arm {
         Arm::Krec => {
             let dir = tempfile::tempdir().expect("tempdir");
             write_manifests(dir.path(), k);
-            let admin = format!("127.0.0.1:{}", free_port());
-            let child = Command::new(env!("CARGO_BIN_EXE_krec"))
-                .arg("run")
-                .arg("--manifests")
-                .arg(dir.path())
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .arg("--module-cache")
-                .arg(module_cache)
-                .args(["--admin-addr", &admin])
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start krec run");
+            let (child, admin) = krec_run(dir.path(), kubeconfig, module_cache);
             Running::Krec {
                 child,
                 admin,
@@ -650,21 +657,7 @@ spec:
                 module = common::module("pod_stamper.wasm").display(),
             );
             std::fs::write(dir.path().join("owner.yaml"), text).expect("write manifest");
-            let admin = format!("127.0.0.1:{}", free_port());
-            let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
-                .arg("run")
-                .arg("--manifests")
-                .arg(dir.path())
-                .arg("--kubeconfig")
-                .arg(&cluster.kubeconfig_path)
-                .arg("--module-cache")
-                .arg(module_cache)
-                .args(["--admin-addr", &admin])
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start krec run");
+            let (mut child, admin) = krec_run(dir.path(), &cluster.kubeconfig_path, module_cache);
             // Ready once the guest's caches have synced.
             let deadline = Instant::now() + Duration::from_secs(300);
             while http_get(&admin, "/readyz").is_none() {

@@ -96,32 +96,21 @@ async fn idle_guests(
         assert_eq!(manager.controllers().len(), count, "{report:?}");
         // Every guest has reconciled once (its ticker fires at start) and holds its instance.
         let deadline = std::time::Instant::now() + Duration::from_secs(300);
-        while manager
-            .controllers()
-            .values()
-            .any(|c| c.stats().total() == 0)
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "guests did not reconcile"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        every_guest(&manager, deadline, "guests did not reconcile", |s| {
+            s.total() > 0
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (rss, pss) = common::rss_pss_kib();
         let kept_heap = (live_bytes() - heap0) / 1024.0;
         // Then idle past `INSTANCE_IDLE`: every worker has given its instance back.
-        while manager
-            .controllers()
-            .values()
-            .any(|c| c.stats().instances_released() == 0)
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "idle workers kept their instances"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        every_guest(
+            &manager,
+            deadline,
+            "idle workers kept their instances",
+            |s| s.instances_released() > 0,
+        )
+        .await;
         krec::memory::release_soon();
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (idle_rss, idle_pss) = common::rss_pss_kib();
@@ -134,11 +123,7 @@ async fn idle_guests(
         results.insert(format!("memory_{count}_idle_guests_pss_kib"), json!(pss));
         points.push((count, rss, pss, kept_heap));
     }
-    let (n1, rss1, pss1, heap1) = points[points.len() - 2];
-    let (n2, rss2, pss2, heap2) = points[points.len() - 1];
-    let slope_rss = (rss2 - rss1) / (n2 - n1) as f64;
-    let slope_pss = (pss2 - pss1) / (n2 - n1) as f64;
-    let slope_heap = (heap2 - heap1) / (n2 - n1) as f64;
+    let (n1, n2, slope_rss, slope_pss, slope_heap) = last_slopes(&points);
     rows.push(format!(
         "| memory_per_idle_guest_kib | {slope_pss:.0} | | PSS slope from {n1} to {n2} guests (RSS slope {slope_rss:.0}; of it the host's heap {slope_heap:.1}, the rest the instances' memory and stacks); target ≤ 64 |"
     ));
@@ -146,11 +131,7 @@ async fn idle_guests(
     results.insert("memory_per_idle_guest_rss_kib".into(), json!(slope_rss));
     results.insert("memory_per_idle_guest_heap_kib".into(), json!(slope_heap));
     // The same guests idle past `INSTANCE_IDLE`, their instances given back.
-    let (n1, rss1, pss1, heap1) = idle_points[idle_points.len() - 2];
-    let (n2, rss2, pss2, heap2) = idle_points[idle_points.len() - 1];
-    let slope_rss = (rss2 - rss1) / (n2 - n1) as f64;
-    let slope_pss = (pss2 - pss1) / (n2 - n1) as f64;
-    let slope_heap = (heap2 - heap1) / (n2 - n1) as f64;
+    let (n1, n2, slope_rss, slope_pss, slope_heap) = last_slopes(&idle_points);
     rows.push(format!(
         "| memory_per_released_guest_kib | {slope_pss:.0} | | PSS slope from {n1} to {n2} guests idle past `instanceIdle` ({INSTANCE_IDLE:?} here), their instances given back (RSS slope {slope_rss:.0}; host heap {slope_heap:.1}); target ≤ 64 |"
     ));
@@ -165,6 +146,29 @@ async fn idle_guests(
         std::process::exit(0);
     }
     manager.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Wait until `done` holds for the stats of every guest `manager` runs, failing with `what`
+/// after `deadline`.
+async fn every_guest(
+    manager: &Manager,
+    deadline: std::time::Instant,
+    what: &str,
+    done: impl Fn(&krec::controller::Stats) -> bool,
+) {
+    while !manager.controllers().values().all(|c| done(c.stats())) {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Between the last two `(guests, RSS, PSS, heap)` points: the guest counts and the RSS, PSS
+/// and heap per guest more.
+fn last_slopes(points: &[(usize, f64, f64, f64)]) -> (usize, usize, f64, f64, f64) {
+    let (n1, rss1, pss1, heap1) = points[points.len() - 2];
+    let (n2, rss2, pss2, heap2) = points[points.len() - 1];
+    let per = |a: f64, b: f64| (b - a) / (n2 - n1) as f64;
+    (n1, n2, per(rss1, rss2), per(pss1, pss2), per(heap1, heap2))
 }
 
 /// Start-up of a host with `count` guests of one module (a new manager, its guests loaded,

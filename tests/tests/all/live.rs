@@ -377,6 +377,25 @@ async fn configmap_watchers_summary_should_follow_configmap_changes() {
 }
 
 /// Wait until the ConfigMap `default/name` is gone.
+/// Create the expired ConfigMap `stale` and, once the cache the guest reads has seen it, trigger
+/// cleanup-ticker's reconcile.
+async fn trigger_once_stale_is_cached(live: &Live, controller: &krec::controller::Controller) {
+    live.api
+        .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
+        .await
+        .expect("cm");
+    let informer = live
+        .manager
+        .cache()
+        .running(&cm_gvk(), None)
+        .expect("the guest's first list started a ConfigMap informer");
+    live.eventually("the cache to see stale", || async {
+        informer.get(Some("default"), "stale").map(drop)
+    })
+    .await;
+    controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
+}
+
 async fn wait_gone(live: &Live, name: &str, what: &str) {
     live.eventually(what, || async {
         live.get(&cm_gvk(), Some("default"), name)
@@ -443,20 +462,7 @@ async fn an_idle_worker_should_give_its_instance_back_and_instantiate_again_for_
     )
     .await;
     // A new instance for the next key: it reconciles as the first did.
-    live.api
-        .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
-        .await
-        .expect("cm");
-    let informer = live
-        .manager
-        .cache()
-        .running(&cm_gvk(), None)
-        .expect("the guest's list started a ConfigMap informer");
-    live.eventually("the cache to see stale", || async {
-        informer.get(Some("default"), "stale").map(drop)
-    })
-    .await;
-    controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
+    trigger_once_stale_is_cached(&live, &controller).await;
     wait_gone(
         &live,
         "stale",
@@ -542,21 +548,7 @@ async fn the_manual_trigger_should_enqueue_a_reconcile() {
         (controller.stats().total() == 1).then_some(())
     })
     .await;
-    live.api
-        .create(&expiring("stale", "2021-06-01T00:00:00Z"), "test")
-        .await
-        .expect("cm");
-    // The guest reads from the cache: trigger once the cache has seen the new ConfigMap.
-    let informer = live
-        .manager
-        .cache()
-        .running(&cm_gvk(), None)
-        .expect("the guest's first list started a ConfigMap informer");
-    live.eventually("the cache to see stale", || async {
-        informer.get(Some("default"), "stale").map(drop)
-    })
-    .await;
-    controller.trigger(krec::controller::Request::new(None, "expired-configmaps"));
+    trigger_once_stale_is_cached(&live, &controller).await;
     wait_gone(&live, "stale", "stale deleted by the triggered reconcile").await;
     // The delete is seen before the reconcile that made it is counted.
     live.eventually("the triggered reconcile counted", || async {
