@@ -83,6 +83,7 @@ mod warnings;
 mod webhook;
 
 pub use krec_core::{ApiError, ErrorKind};
+pub use registry::apiextensions::formats::unrecognized as unrecognized_crd_formats;
 pub use resources::{Registry, ResourceType};
 #[cfg(feature = "server")]
 pub use server::{Builder, Server, StartError, in_process};

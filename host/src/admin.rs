@@ -275,10 +275,17 @@ async fn rollout(
     let (decision, done) = match action.as_str() {
         "promote" => (Decision::Promote("promoted by hand".into()), "promoted"),
         "abort" => (Decision::RollBack("aborted by hand".into()), "aborted"),
+        "retry" => {
+            return match controller.retry_candidate() {
+                Ok(()) => (StatusCode::OK, format!("{guest}: candidate tried again\n")),
+                Err(why) => (StatusCode::CONFLICT, format!("{guest}: {why}\n")),
+            }
+            .into_response();
+        }
         _ => {
             return (
                 StatusCode::NOT_FOUND,
-                format!("no rollout action {action:?}: promote or abort\n"),
+                format!("no rollout action {action:?}: promote, abort or retry\n"),
             )
                 .into_response();
         }
@@ -289,7 +296,8 @@ async fn rollout(
         (
             StatusCode::CONFLICT,
             format!(
-                "{guest}: no candidate is being tried (none in spec.rollout, or already decided)\n"
+                "{guest}: no candidate is being tried: {}\n",
+                controller.no_rollout_reason()
             ),
         )
             .into_response()

@@ -264,6 +264,9 @@ struct Inner {
     /// Counts changes of [`controllers`](Self::controllers) (guests started, swapped, removed).
     changes: tokio::sync::watch::Sender<u64>,
     skipped: RwLock<Vec<Skipped>>,
+    /// The manifests refused because the host may not do what they ask: checked again every
+    /// [`PERMISSION_RECHECK`], so that the RBAC that allows one starts it within seconds.
+    permission_refused: RwLock<Vec<Arc<Manifest>>>,
     /// The cluster's guest objects, with `--from-cluster`.
     objects: Option<ObjectSource>,
     /// What the guest objects were when the running set was last brought in line with them:
@@ -415,6 +418,42 @@ impl Retry {
     }
 }
 
+/// When the modules pulled by tag are next resolved again: a deadline kept across the watch
+/// loop's turns, so that the loop waking for anything else (a status write, a file event that
+/// changes nothing) never postpones it.
+#[derive(Debug, Default)]
+struct Period {
+    at: Option<tokio::time::Instant>,
+}
+
+impl Period {
+    /// Keep the deadline for a period of `every` (none: no deadline); a period shorter than
+    /// the one the deadline was set for brings it forward, never back.
+    fn arm(&mut self, every: Option<Duration>) {
+        self.at = every.map(|every| {
+            let next = tokio::time::Instant::now() + every;
+            self.at.map_or(next, |at| at.min(next))
+        });
+    }
+
+    /// The deadline has been met (the modules were resolved): the next one is a period on.
+    fn restart(&mut self) {
+        self.at = None;
+    }
+
+    /// Resolves when the deadline is due; never when there is none.
+    async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// How often the manifests refused for the host's permissions are checked again (a few access
+/// reviews each): a Role or binding that allows one starts it within this.
+pub const PERMISSION_RECHECK: Duration = Duration::from_secs(2);
+
 /// The manifest files of a directory and the module files they name, as the file system
 /// describes them (size, modification time, inode) without opening them: two are equal when
 /// no file was written, replaced, added or removed.
@@ -519,6 +558,7 @@ impl Manager {
                 controllers: RwLock::new(BTreeMap::new()),
                 changes: tokio::sync::watch::channel(0).0,
                 skipped: RwLock::new(Vec::new()),
+                permission_refused: RwLock::new(Vec::new()),
                 objects,
                 applied,
                 registries: options
@@ -604,6 +644,11 @@ impl Manager {
         if let Some((field, problem)) =
             crate::access::first_missing(self.inner.cache.api(), &manifest).await
         {
+            self.inner
+                .permission_refused
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::new(manifest.clone()));
             return Err(StartError::PermissionRefused {
                 path: manifest.path.clone(),
                 field,
@@ -693,6 +738,7 @@ impl Manager {
             candidate.spec.config = rollout.config.clone();
         }
         candidate.spec.rollout = None;
+        candidate.candidate = true;
         candidate.module_ref = manifest.candidate_ref.clone();
         let module = self
             .load_module(Arc::new(candidate))
@@ -758,6 +804,9 @@ impl Manager {
         prepared: &Prepared,
     ) {
         let (Some(candidate), Some(spec)) = (&prepared.candidate, &manifest.spec.rollout) else {
+            if manifest.spec.rollout.is_none() {
+                controller.forget_rollout();
+            }
             return;
         };
         let candidate = match candidate {
@@ -1202,6 +1251,12 @@ impl Manager {
     pub async fn apply(&self, scanned: Vec<Result<Manifest, ManifestError>>) -> ReloadReport {
         let mut report = ReloadReport::default();
         let mut guests = self.inner.guests.lock().await;
+        // Filled again by this reload's loads.
+        self.inner
+            .permission_refused
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let mut wanted: BTreeMap<String, Manifest> = BTreeMap::new();
         let mut broken_files: BTreeSet<PathBuf> = BTreeSet::new();
         for result in scanned {
@@ -1414,6 +1469,7 @@ impl Manager {
         let mut objects = self.inner.objects.as_ref().map(ObjectSource::changes);
         let mut seen_objects = self.generations();
         let mut retry = Retry::default();
+        let mut resolve = Period::default();
         let what = match (&dir, &self.inner.objects) {
             (Some(dir), None) => dir.display().to_string(),
             (Some(dir), Some(_)) => format!("{} and the guest objects", dir.display()),
@@ -1443,14 +1499,9 @@ impl Manager {
                     None => std::future::pending::<()>().await,
                 }
             };
-            // Modules pulled by tag: resolved again as their `pull.every` says.
-            let resolve_every = self.pull_interval().await;
-            let resolve = async {
-                match resolve_every {
-                    Some(every) => tokio::time::sleep(every).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
+            // Modules pulled by tag: resolved again as their `pull.every` says, whatever else
+            // wakes the loop meanwhile.
+            resolve.arm(self.pull_interval().await);
             // Whether neither the files nor the objects changed since the last reload. Both are
             // compared whichever woke the loop: a file event that changes nothing can win the
             // race with an object's change (and drop its debounce), which must not be lost.
@@ -1462,7 +1513,7 @@ impl Manager {
             // reloads.
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return,
-                () = resolve => tracing::debug!("resolving the modules' tags again"),
+                () = resolve.due() => tracing::debug!("resolving the modules' tags again"),
                 changed = rx.recv(), if debouncer.is_some() => {
                     if changed.is_none() {
                         return;
@@ -1481,6 +1532,9 @@ impl Manager {
                     "retrying the changes refused {:?} ago",
                     retry.delay
                 ),
+                guest = self.permission_granted() => tracing::info!(
+                    "guest {guest}: the host may now do what it asks; loading it"
+                ),
             }
             while rx.try_recv().is_ok() {}
             if let Some(changes) = objects.as_mut() {
@@ -1490,8 +1544,32 @@ impl Manager {
             seen = Fingerprint::of(dir.as_deref(), &modules);
             seen_objects = self.generations();
             let refused = self.reload_logged(dir.as_deref(), &what).await;
+            // A reload resolves every tag: the next resolve is a period from now.
+            resolve.restart();
             retry.after(refused);
             refresh(&mut debouncer, modules.clone());
+        }
+    }
+
+    /// Resolves (with its name) once the host may do everything some guest refused for its
+    /// permissions asks for: checked every [`PERMISSION_RECHECK`]; never while none is refused.
+    async fn permission_granted(&self) -> String {
+        loop {
+            tokio::time::sleep(PERMISSION_RECHECK).await;
+            let refused = self
+                .inner
+                .permission_refused
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for manifest in refused {
+                if crate::access::first_missing(self.inner.cache.api(), &manifest)
+                    .await
+                    .is_none()
+                {
+                    return manifest.name.clone();
+                }
+            }
         }
     }
 
@@ -1614,6 +1692,39 @@ impl Manager {
 mod tests {
     use super::*;
     use crate::guest::Runner;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_period_should_fire_on_time_whatever_else_wakes_the_loop() {
+        // The watch loop's turns as they go with a busy guest: a status write every second
+        // wakes it (and changes nothing), and each turn arms the period again.
+        let every = Duration::from_secs(60);
+        let start = tokio::time::Instant::now();
+        let mut period = Period::default();
+        let mut status_writes = tokio::time::interval(Duration::from_secs(1));
+        let fired = loop {
+            period.arm(Some(every));
+            tokio::select! {
+                () = period.due() => break tokio::time::Instant::now(),
+                _ = status_writes.tick() => {}
+            }
+        };
+        assert_eq!(fired - start, every);
+        // Resolved: the next deadline is a period on; a shorter period brings it forward.
+        period.restart();
+        period.arm(Some(every));
+        period.arm(Some(Duration::from_secs(5)));
+        period.arm(Some(every));
+        let before = tokio::time::Instant::now();
+        period.due().await;
+        assert_eq!(tokio::time::Instant::now() - before, Duration::from_secs(5));
+        period.arm(None);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3600), period.due())
+                .await
+                .is_err(),
+            "no module pulled by tag: never due"
+        );
+    }
     use crate::guest::script::Script;
     use crate::vocab::ListOptions;
 

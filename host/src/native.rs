@@ -315,6 +315,7 @@ impl Host for NativeHost {
         };
         guest_log(
             &self.manifest.name,
+            self.manifest.version_role(),
             &self.request,
             level,
             message.to_owned(),

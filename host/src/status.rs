@@ -118,7 +118,13 @@ fn conditions(observed: &Observed) -> Vec<Condition> {
                 Some(refused) => (
                     "Degraded",
                     "True",
-                    "NewVersionRefused".to_owned(),
+                    // The registry's failure named as such: the module was never looked at.
+                    if refused.code == "PullFailed" {
+                        "PullFailed"
+                    } else {
+                        "NewVersionRefused"
+                    }
+                    .to_owned(),
                     format!(
                         "{}; version {} keeps running",
                         refused.reason, running.version
@@ -501,12 +507,13 @@ impl StatusWriter {
                     }
                 };
                 tokio::select! {
-                    _ = stopped.wait_for(|s| *s) => return,
+                    _ = stopped.wait_for(|s| *s) => break,
                     _ = changes.changed() => {}
                     () = object_changed => {}
                     () = tokio::time::sleep(TICK) => {}
                 }
             }
+            mark_stopped(&manager, &api, &identity).await;
         });
         StatusWriter { stop, task }
     }
@@ -566,6 +573,60 @@ async fn write_all(
                 counts_written.insert(reference, now);
             }
             Err(err) => tracing::warn!("{reference}: writing its status: {err}"),
+        }
+    }
+}
+
+/// The reason of `Ready=Unknown` on a guest whose replica stopped.
+pub const HOST_STOPPED: &str = "HostStopped";
+
+/// As replica `identity` stops: every guest object whose status says it runs here says now that
+/// its replica stopped (`Ready=Unknown`, reason [`HOST_STOPPED`]) — unless another replica has
+/// written it meanwhile (the write is conditional on the object's `resourceVersion`), which
+/// then runs it. A replica taking the guest over writes `Ready=True` again.
+async fn mark_stopped(manager: &Manager, api: &ApiClient, identity: &str) {
+    let Some(source) = manager.objects() else {
+        return;
+    };
+    for (reference, object) in source.objects() {
+        let value = object.to_value();
+        let status = &value["status"];
+        let ready = condition(status, "Ready");
+        if status["replica"] != identity || !ready.is_some_and(|c| c["status"] == "True") {
+            continue;
+        }
+        let now = rfc3339(SystemTime::now());
+        let conditions: Vec<Value> = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                if c["type"] == "Ready" {
+                    json!({"type": "Ready", "status": "Unknown", "reason": HOST_STOPPED,
+                        "message": format!("replica {identity} stopped: the guest runs nowhere until a replica takes it over"),
+                        "lastTransitionTime": now})
+                } else {
+                    c.clone()
+                }
+            })
+            .collect();
+        let patch = json!({
+            "metadata": {"resourceVersion": value["metadata"]["resourceVersion"]},
+            "status": {"conditions": conditions},
+        });
+        if let Err(err) = api
+            .patch(
+                &reference.gvk(),
+                reference.namespace.as_deref(),
+                &reference.name,
+                PatchType::Merge,
+                &patch,
+                true,
+                FIELD_MANAGER,
+            )
+            .await
+        {
+            tracing::debug!("{reference}: marking its replica stopped: {err}");
         }
     }
 }

@@ -23,7 +23,8 @@ pub(super) async fn create(
             user,
         )
         .await?;
-    let warnings = [warnings, created.warnings].concat();
+    let formats = target.crd_warnings(&created.object, None);
+    let warnings = [warnings, created.warnings, formats].concat();
     let object = conversion::one_to_version(&target.rt, created.object).await?;
     Ok(with_annotations(
         with_warnings(respond(201, &object), &warnings),

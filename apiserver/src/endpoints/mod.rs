@@ -118,6 +118,32 @@ struct Target {
 }
 
 impl Target {
+    /// Whether this is a write of a CRD's spec, which kube answers with warnings for the
+    /// schemas' unrecognised formats.
+    fn is_crd(&self) -> bool {
+        !self.status
+            && self.rt.group == "apiextensions.k8s.io"
+            && self.rt.plural == "customresourcedefinitions"
+    }
+
+    /// The stored CRD an update or patch replaces (for its warnings' ratcheting).
+    fn crd_before(&self, server: &ApiServer) -> Option<Arc<Value>> {
+        let name = self.name.as_deref()?;
+        self.is_crd()
+            .then(|| server.store.get(&self.rt, None, name).ok())
+            .flatten()
+    }
+
+    /// The warnings a write of the CRD `stored` (over `old`) gets for its unrecognised
+    /// formats; none for other kinds.
+    fn crd_warnings(&self, stored: &Value, old: Option<&Value>) -> Vec<String> {
+        if self.is_crd() {
+            crate::registry::apiextensions::formats::warnings(stored, old)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The served resource `resource` (of a served group-version) names, or 404 as
     /// kube-apiserver answers a path it does not serve (an unknown resource, a namespace on a
     /// cluster-scoped kind, `scale` of a kind without it).

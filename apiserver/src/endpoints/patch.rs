@@ -40,6 +40,7 @@ pub(super) async fn patch(
         .contains(&target.rt, target.namespace.as_deref(), name);
     let mut options = params.write_options(headers);
     let mut warnings = Vec::new();
+    let before = target.crd_before(server);
     let stored = if kind == PatchType::Apply {
         options.applied = true;
         let rt = &target.rt;
@@ -95,7 +96,8 @@ pub(super) async fn patch(
             )
             .await?
     };
-    let warnings = [warnings, stored.warnings].concat();
+    let formats = target.crd_warnings(&stored.object, before.as_deref());
+    let warnings = [warnings, stored.warnings, formats].concat();
     let object = conversion::one_to_version(&target.rt, stored.object).await?;
     Ok(with_annotations(
         with_warnings(respond(if existed { 200 } else { 201 }, &object), &warnings),

@@ -14,6 +14,7 @@ pub(super) async fn update(
     let (mut object, duplicates) = decode_body(body, headers).await?;
     let warnings = check_fields(&target.rt, &mut object, duplicates, params)?;
     let name = target.name.as_deref().unwrap_or_default();
+    let before = target.crd_before(server);
     let updated = server
         .admission
         .update(
@@ -26,7 +27,8 @@ pub(super) async fn update(
             user,
         )
         .await?;
-    let warnings = [warnings, updated.warnings].concat();
+    let formats = target.crd_warnings(&updated.object, before.as_deref());
+    let warnings = [warnings, updated.warnings, formats].concat();
     let object = conversion::one_to_version(&target.rt, updated.object).await?;
     Ok(with_annotations(
         with_warnings(respond(200, &object), &warnings),

@@ -1137,3 +1137,41 @@ async fn client_side_apply_should_upgrade_to_server_side_apply_as_on_kube() {
     assert_eq!(stored["metadata"]["labels"]["x"], "y");
     cluster.shutdown().await;
 }
+
+/// A CRD whose schema has formats kube does not know is accepted with kube's warning, once per
+/// occurrence on create and only for new formats on an update (as kube-apiserver 1.36).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_schema_formats_should_be_warned_as_kube_apiserver_warns() {
+    let (_cluster, dir, kubectl) = start().await;
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        let crd = |extra: &str| {
+            format!(
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gauges.example.com}}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {{plural: gauges, singular: gauge, kind: Gauge}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            properties:\n              small: {{type: integer, format: uint8}}\n              big: {{type: integer, format: int64}}\n              ratio: {{type: number, format: double}}\n              at: {{type: string, format: date-time}}\n{extra}"
+            )
+        };
+        let file = dir.path().join("gauge.yaml");
+        std::fs::write(&file, crd("")).expect("write");
+        let path = file.display().to_string();
+        let out = k.run(&["apply", "-f", &path]);
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.trim(),
+            "Warning: unrecognized format \"uint8\"",
+            "int64, double and date-time are kube's own"
+        );
+        // Applied again with one more field: only the new format warns.
+        std::fs::write(
+            &file,
+            crd("              count: {type: integer, format: uint32}\n              level: {type: integer, format: uint8}\n"),
+        )
+        .expect("write");
+        let out = k.run(&["apply", "-f", &path]);
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim(), "Warning: unrecognized format \"uint32\"");
+    })
+    .await
+    .expect("formats");
+}

@@ -1,5 +1,6 @@
 //! `krec diff GUEST`: the guest's rollout — phase, counts, first divergences with their diff —
-//! from the host's admin server; `--promote` and `--abort` decide it by hand.
+//! from the host's admin server; `--promote` and `--abort` decide it by hand, `--retry` tries a
+//! rolled-back candidate again.
 
 use std::process::ExitCode;
 
@@ -11,11 +12,14 @@ pub(super) struct Args {
     /// The guest.
     guest: String,
     /// Promote the candidate now.
-    #[arg(long, conflicts_with = "abort")]
+    #[arg(long, conflicts_with_all = ["abort", "retry"])]
     promote: bool,
     /// Stop trying the candidate now.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "retry")]
     abort: bool,
+    /// Try the candidate last rolled back again, its counts from zero.
+    #[arg(long)]
+    retry: bool,
     /// Print the JSON the admin server answers.
     #[arg(long)]
     json: bool,
@@ -60,8 +64,14 @@ fn render(report: &serde_json::Value) -> String {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let admin = Admin::new(&args.admin);
-    if args.promote || args.abort {
-        let action = if args.promote { "promote" } else { "abort" };
+    if args.promote || args.abort || args.retry {
+        let action = if args.promote {
+            "promote"
+        } else if args.abort {
+            "abort"
+        } else {
+            "retry"
+        };
         let answer = admin
             .post(&format!("/rollout/{}/{action}", args.guest))
             .await?;

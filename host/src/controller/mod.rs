@@ -227,6 +227,8 @@ pub struct Controller {
     concluder: Mutex<Option<JoinHandle<()>>>,
     /// The report of the last rollout decided (promoted or rolled back).
     concluded: Mutex<Option<serde_json::Value>>,
+    /// The last rollout rolled back, which `krec diff --retry` tries again.
+    rolled_back: Mutex<Option<Arc<Rollout>>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -330,6 +332,7 @@ impl Controller {
             recording: recording::Slot::default(),
             concluder: Mutex::new(None),
             concluded: Mutex::new(None),
+            rolled_back: Mutex::new(None),
         })
     }
 
@@ -413,6 +416,58 @@ impl Controller {
         self.rollout().is_some_and(|r| r.decide(decision))
     }
 
+    /// Forget the last rollout's report: its manifest no longer has `spec.rollout`, so its
+    /// status and condition go.
+    pub fn forget_rollout(&self) {
+        *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.rolled_back.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Why no candidate is being tried, and how to try one: for a refused promote or abort.
+    pub fn no_rollout_reason(&self) -> String {
+        match self.rollout_report() {
+            Some(report) => {
+                let phase = report["phase"].as_str().unwrap_or_default();
+                let reason = report["reason"].as_str().unwrap_or_default();
+                let how = if phase == "Promoted" {
+                    "it is the running version now; to try another, name it in spec.rollout.candidate"
+                } else if report["digest"] != "" {
+                    "`krec diff --retry` tries it again from zero"
+                } else {
+                    "fix the candidate and apply spec.rollout again"
+                };
+                format!("the last candidate was decided: {phase} ({reason}); {how}")
+            }
+            None => "its manifest has no spec.rollout".into(),
+        }
+    }
+
+    /// Try the candidate last rolled back again, from zero; the reason when there is none to
+    /// try or one is being tried.
+    pub fn retry_candidate(self: &Arc<Self>) -> Result<(), String> {
+        if self
+            .rollout()
+            .is_some_and(|r| r.decided().borrow().is_none())
+        {
+            return Err("a candidate is being tried already".into());
+        }
+        let last = self
+            .rolled_back
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match last {
+            Some(last) => {
+                self.try_candidate(last.again());
+                Ok(())
+            }
+            None => Err(format!(
+                "no candidate to try again: {}",
+                self.no_rollout_reason()
+            )),
+        }
+    }
+
     /// Act on `rollout`'s `decision`, if it is still the running version's.
     fn conclude(self: &Arc<Self>, rollout: &Arc<Rollout>, decision: &Decision) {
         let current = self.version.load_full();
@@ -426,8 +481,16 @@ impl Controller {
         rollout.stop();
         *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = Some(rollout.report());
         let promoted = matches!(decision, Decision::Promote(_));
+        *self.rolled_back.lock().unwrap_or_else(|e| e.into_inner()) =
+            (!promoted).then(|| rollout.clone());
         let next = if promoted {
-            current.derived(rollout.candidate().clone(), current.number + 1, None)
+            // Versions of the module: the same module promoted keeps its number.
+            let number = if rollout.candidate().digest() == current.module.digest() {
+                current.number
+            } else {
+                current.number + 1
+            };
+            current.derived(rollout.candidate().clone(), number, None)
         } else {
             current.derived(current.module.clone(), current.number, None)
         };
@@ -545,7 +608,12 @@ impl Controller {
         }
         let mut version = Version::new(module, cluster);
         let old = self.version.load_full();
-        version.number = old.number + 1;
+        // Versions of the module: a spec change that keeps the module keeps its number.
+        version.number = if old.module.digest() == version.module.digest() {
+            old.number
+        } else {
+            old.number + 1
+        };
         publish_version(&self.metrics, &self.name, Some(&old), &version);
         let version = Arc::new(version);
         self.version.store(version.clone());

@@ -684,11 +684,25 @@ fn new_store(
     let manifest = &module.manifest;
     let name = manifest.name.as_str();
     let mut wasi = WasiCtxBuilder::new();
-    wasi.stdout(GuestOutput::new(name, "stdout", module.budgets.clone()))
-        .stderr(GuestOutput::new(name, "stderr", module.budgets.clone()))
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
+    let version = manifest.version_role();
+    wasi.stdout(GuestOutput::new(
+        name,
+        "stdout",
+        version,
+        module.budgets.clone(),
+    ))
+    .stderr(GuestOutput::new(
+        name,
+        "stderr",
+        version,
+        module.budgets.clone(),
+    ))
+    // WASI's argv: the guest's name as the program's name (Go's `os.Args[0]`, which k8s.io/klog
+    // reads at start-up; a guest is never given arguments).
+    .args(&[name])
+    .allow_tcp(false)
+    .allow_udp(false)
+    .allow_ip_name_lookup(false);
     if let Some(clock) = clock {
         // A replay's run: the recorded clock, and the seed Rust's `HashMap`s take their order
         // from fixed, so that the same inputs give the same writes.

@@ -28,18 +28,27 @@ pub struct GuestOutput {
 struct Sink {
     guest: String,
     stream: &'static str,
+    /// `live` or `candidate`.
+    version: &'static str,
     /// The unfinished line, at most [`MAX_OUTPUT_LINE_BYTES`].
     pending: Mutex<(Vec<u8>, bool)>,
     budgets: Arc<GuestBudgets>,
 }
 
 impl GuestOutput {
-    /// A stream named `stream` (`stdout`/`stderr`) of `guest`, within its log budget.
-    pub fn new(guest: &str, stream: &'static str, budgets: Arc<GuestBudgets>) -> Self {
+    /// A stream named `stream` (`stdout`/`stderr`) of `guest` (its `version`: `live` or
+    /// `candidate`), within its log budget.
+    pub fn new(
+        guest: &str,
+        stream: &'static str,
+        version: &'static str,
+        budgets: Arc<GuestBudgets>,
+    ) -> Self {
         GuestOutput {
             inner: Arc::new(Sink {
                 guest: guest.to_owned(),
                 stream,
+                version,
                 pending: Mutex::new((Vec::new(), false)),
                 budgets,
             }),
@@ -71,7 +80,7 @@ impl Sink {
         let text = String::from_utf8_lossy(line);
         let text = crate::vocab::printable(&text);
         let more = if truncated { " [truncated]" } else { "" };
-        tracing::info!(guest = %self.guest, stream = self.stream, "{text}{more}");
+        tracing::info!(guest = %self.guest, version = self.version, stream = self.stream, "{text}{more}");
     }
 }
 

@@ -5,11 +5,12 @@ use crate::bindings::krec::reconciler::log::{Host, Level};
 use crate::guest::log_budget::LogBudget;
 use crate::guest::state::HostState;
 
-/// Write a line `guest` logged while reconciling `request` into the host's log (target
-/// `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`] and its control characters escaped (one
+/// Write a line `guest` (its `version`: `live` or `candidate`) logged while reconciling
+/// `request` into the host's log (target `krec::guest`), cut at [`MAX_LOG_LINE_BYTES`] and its control characters escaped (one
 /// line, which cannot pose as a host line), if the guest's `budget` allows it.
 pub(crate) fn guest_log(
     guest: &str,
+    version: &'static str,
     request: &str,
     level: Level,
     message: String,
@@ -25,11 +26,17 @@ pub(crate) fn guest_log(
         message.push_str(" [truncated]");
     }
     match level {
-        Level::Trace => tracing::trace!(target: "krec::guest", guest, request, "{message}"),
-        Level::Debug => tracing::debug!(target: "krec::guest", guest, request, "{message}"),
-        Level::Info => tracing::info!(target: "krec::guest", guest, request, "{message}"),
-        Level::Warn => tracing::warn!(target: "krec::guest", guest, request, "{message}"),
-        Level::Error => tracing::error!(target: "krec::guest", guest, request, "{message}"),
+        Level::Trace => {
+            tracing::trace!(target: "krec::guest", guest, version, request, "{message}")
+        }
+        Level::Debug => {
+            tracing::debug!(target: "krec::guest", guest, version, request, "{message}")
+        }
+        Level::Info => tracing::info!(target: "krec::guest", guest, version, request, "{message}"),
+        Level::Warn => tracing::warn!(target: "krec::guest", guest, version, request, "{message}"),
+        Level::Error => {
+            tracing::error!(target: "krec::guest", guest, version, request, "{message}")
+        }
     }
 }
 
@@ -37,6 +44,7 @@ impl Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         guest_log(
             &self.manifest.name,
+            self.manifest.version_role(),
             &self.request,
             level,
             message,
@@ -81,6 +89,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             guest_log(
                 "sly",
+                "live",
                 "default/x",
                 Level::Info,
                 "ok\n2026-01-01T00:00:00.000000Z ERROR krec::host: guest healthy stopped\x1b[2K"
@@ -96,5 +105,31 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_candidates_lines_should_say_so() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for version in ["live", "candidate"] {
+                guest_log(
+                    "mirror",
+                    version,
+                    "default/x",
+                    Level::Info,
+                    "created team-c/settings".into(),
+                    &LogBudget::new("mirror"),
+                );
+            }
+        });
+        let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("version=\"live\""), "{text}");
+        assert!(lines[1].contains("version=\"candidate\""), "{text}");
     }
 }

@@ -49,7 +49,45 @@ pub fn spec_schema() -> Value {
         fields.remove("$schema");
     }
     drop_null_defaults(&mut schema);
+    kube_formats(&mut schema);
     schema
+}
+
+/// The integer formats schemars writes for Rust's types (`uint8`, `uint32`, …) as kube reads
+/// them: kube-apiserver knows only `int32` and `int64` for integers and warns `unrecognized
+/// format` on every install of a CRD with another, so the format goes and its range stays (as
+/// `minimum`/`maximum`).
+fn kube_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(fields) => {
+            let is_integer = fields.get("type").and_then(Value::as_str) == Some("integer");
+            let format = fields
+                .get("format")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let (true, Some(format)) = (is_integer, format)
+                && !matches!(format.as_str(), "int32" | "int64")
+            {
+                fields.remove("format");
+                let range: Option<(i64, i64)> = match format.as_str() {
+                    "uint8" => Some((0, i64::from(u8::MAX))),
+                    "uint16" => Some((0, i64::from(u16::MAX))),
+                    "uint32" => Some((0, i64::from(u32::MAX))),
+                    "int8" => Some((i64::from(i8::MIN), i64::from(i8::MAX))),
+                    "int16" => Some((i64::from(i16::MIN), i64::from(i16::MAX))),
+                    "uint64" | "uint" => Some((0, i64::MAX)),
+                    _ => None,
+                };
+                if let Some((min, max)) = range {
+                    fields.entry("minimum").or_insert(Value::from(min));
+                    fields.entry("maximum").or_insert(Value::from(max));
+                }
+            }
+            fields.values_mut().for_each(kube_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(kube_formats),
+        _ => {}
+    }
 }
 
 /// An optional field's `default: null` (schemars writes the Rust default): an absent field
@@ -273,6 +311,23 @@ mod tests {
             }
             (stored, given) => stored == given,
         }
+    }
+
+    /// kube-apiserver takes them without a warning: every schema format is one it knows.
+    #[cfg(feature = "embedded-apiserver")]
+    #[test]
+    fn the_crds_should_use_only_formats_kube_knows() {
+        for crd in crds() {
+            let unknown = krec_apiserver::unrecognized_crd_formats(&crd);
+            assert!(
+                unknown.is_empty(),
+                "{}: {unknown:?}",
+                crd["metadata"]["name"]
+            );
+        }
+        let spec = spec_schema();
+        let workers = &spec["properties"]["maxConcurrentReconciles"];
+        assert!(workers.get("format").is_none(), "{workers}");
     }
 
     /// The embedded API server (validating CRDs as kube-apiserver does) takes them.

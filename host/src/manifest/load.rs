@@ -130,6 +130,7 @@ impl Manifest {
             tenant: None,
             module_ref: None,
             candidate_ref: None,
+            candidate: false,
         })
     }
 

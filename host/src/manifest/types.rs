@@ -28,6 +28,16 @@ pub struct Manifest {
     pub module_ref: Option<String>,
     /// The `oci://` reference `spec.rollout.candidate` was written as, once pulled.
     pub candidate_ref: Option<String>,
+    /// Whether this is a rollout's candidate (its logs say `version=candidate`), not the live
+    /// version.
+    pub candidate: bool,
+}
+
+impl Manifest {
+    /// `live` or `candidate`: the `version` field of the guest's log lines.
+    pub fn version_role(&self) -> &'static str {
+        if self.candidate { "candidate" } else { "live" }
+    }
 }
 
 #[derive(Deserialize)]

@@ -7,7 +7,9 @@
 
 use serde_json::Value;
 
-use super::tape::{Reconcile, Write};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::tape::{Answer, Json, Read, ReadCall, Reconcile, Verb, Write};
 
 /// Metadata the server fills in: left out of comparisons.
 const SERVER_FIELDS: [&str; 6] = [
@@ -134,8 +136,9 @@ pub fn field_diffs(a: &Value, b: &Value) -> Vec<FieldDiff> {
 pub struct Divergence {
     /// One line per difference.
     pub lines: Vec<String>,
-    /// The field paths that differ in writes (for `critical` fields).
-    pub fields: Vec<String>,
+    /// The fields whose written values differ, with both values (for `critical` fields): what
+    /// the live version left a field as beside what the candidate left it as.
+    pub fields: Vec<FieldDiff>,
 }
 
 impl Divergence {
@@ -156,38 +159,190 @@ fn is_secret(write: &Write) -> bool {
     write.kind.api_version == "v1" && write.kind.kind == "Secret"
 }
 
-/// Every field path of the writes' bodies: what a write one side made and the other did not
-/// touches (for `critical` fields).
-fn fields_of(writes: &[&Write], out: &mut Divergence) {
-    fn leaves(value: &Value, path: &str, out: &mut Vec<String>) {
-        let at = |key: &str| {
-            if path.is_empty() {
-                key.to_owned()
-            } else {
-                format!("{path}.{key}")
-            }
-        };
-        match value {
-            Value::Object(map) if !map.is_empty() => {
-                map.iter().for_each(|(k, v)| leaves(v, &at(k), out));
-            }
-            Value::Array(items) if !items.is_empty() => {
-                for (i, v) in items.iter().enumerate() {
-                    leaves(v, &format!("{path}[{i}]"), out);
-                }
-            }
-            _ => out.push(path.to_owned()),
+/// Whether two writes are of the same object (the same kind, namespace and name; two creates
+/// with generated names are taken as the same object in order).
+fn same_object(a: &Write, b: &Write) -> bool {
+    a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+}
+
+/// Every leaf of `value` by field path (`data.color`, `spec.containers[0].image`).
+fn leaves(value: &Value, path: &str, out: &mut BTreeMap<String, Value>) {
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
         }
-    }
-    for write in writes {
-        leaves(&write.body.value(), "", &mut out.fields);
+    };
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            map.iter().for_each(|(k, v)| leaves(v, &at(k), out));
+        }
+        Value::Array(items) if !items.is_empty() => {
+            for (i, v) in items.iter().enumerate() {
+                leaves(v, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {
+            out.insert(path.to_owned(), value.clone());
+        }
     }
 }
 
-/// Compare one write of each.
-fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Divergence) {
-    let n = index + 1;
-    if live.target() != candidate.target() || live.patch_type != candidate.patch_type {
+/// `patch` applied to `target` as a JSON merge patch (RFC 7386; a strategic merge or apply
+/// patch is read the same way, close enough to tell which fields it sets).
+fn merged(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(map) = target {
+        for (key, value) in patch {
+            if value.is_null() {
+                map.remove(key);
+            } else {
+                merged(map.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
+/// The object as the live version found it before `write`: its last read (a `get`, or an
+/// item of a `list`) in `reads`, normalised.
+fn before(write: &Write, reads: &[&Read]) -> Option<Value> {
+    let name = write.name.as_deref()?;
+    let is_it = |object: &Value| {
+        object.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+            && object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                == write.namespace.as_deref()
+    };
+    reads
+        .iter()
+        .rev()
+        .find_map(|read| match (&read.call, &read.answer) {
+            (ReadCall::Get { kind, .. }, Answer::Object(json)) if *kind == write.kind => {
+                Some(json.value()).filter(is_it)
+            }
+            (ReadCall::List { kind, .. }, Answer::Items(items)) if *kind == write.kind => items
+                .iter()
+                .filter(|item| item.0.contains(name))
+                .map(Json::value)
+                .find(is_it),
+            _ => None,
+        })
+        .map(|object| normalised(&object))
+}
+
+/// What `write` leaves each field it changes as, beside the object `before` it: a field path
+/// and its new value (`None`: removed). A create changes every field it sets, a delete every
+/// field of the object, a JSON patch the paths of its operations.
+fn effect(write: &Write, before: Option<&Value>) -> BTreeMap<String, Option<Value>> {
+    let mut old = BTreeMap::new();
+    if let Some(before) = before {
+        leaves(before, "", &mut old);
+    }
+    let body = normalised(&write.body.value());
+    let after = match (write.verb, write.patch_type.as_deref()) {
+        (Verb::Delete, _) => {
+            return old.into_keys().map(|path| (path, None)).collect();
+        }
+        (_, Some(content_type)) if content_type.contains("json-patch") => {
+            // A JSON patch: each operation's path, as the field it sets.
+            let ops = body.as_array().cloned().unwrap_or_default();
+            return ops
+                .iter()
+                .filter_map(|op| {
+                    let path = op.get("path")?.as_str()?;
+                    let field = path
+                        .trim_start_matches('/')
+                        .split('/')
+                        .map(|part| part.replace("~1", "/").replace("~0", "~"))
+                        .collect::<Vec<_>>()
+                        .join(".");
+                    Some((field, op.get("value").cloned()))
+                })
+                .collect();
+        }
+        (_, Some(_)) => {
+            let mut object = before.cloned().unwrap_or(Value::Null);
+            merged(&mut object, &body);
+            object
+        }
+        _ => body,
+    };
+    let mut new = BTreeMap::new();
+    leaves(&after, "", &mut new);
+    let mut changes: BTreeMap<String, Option<Value>> = new
+        .iter()
+        .filter(|(path, value)| old.get(*path) != Some(*value))
+        .map(|(path, value)| (path.clone(), Some(value.clone())))
+        .collect();
+    if write.patch_type.is_none() {
+        // A whole object: what it leaves out is removed.
+        for path in old.keys().filter(|path| !new.contains_key(*path)) {
+            changes.insert(path.clone(), None);
+        }
+    }
+    changes
+}
+
+/// The fields where `live` and `candidate` (either may be absent: a write the other side did
+/// not make) leave the object differently, with both values.
+fn effect_diffs(
+    live: Option<&Write>,
+    candidate: Option<&Write>,
+    reads: &[&Read],
+) -> Vec<FieldDiff> {
+    let Some(any) = live.or(candidate) else {
+        return Vec::new();
+    };
+    let before = before(any, reads);
+    let of = |write: Option<&Write>| {
+        write
+            .map(|w| effect(w, before.as_ref()))
+            .unwrap_or_default()
+    };
+    let (l, c) = (of(live), of(candidate));
+    let mut old = BTreeMap::new();
+    if let Some(before) = &before {
+        leaves(before, "", &mut old);
+    }
+    let secret = is_secret(any);
+    let shown = |path: &String, change: Option<&Option<Value>>| {
+        if secret {
+            return "<redacted>".to_owned();
+        }
+        match change {
+            Some(value) => brief(value.as_ref()),
+            None => brief(old.get(path)),
+        }
+    };
+    let paths: BTreeSet<&String> = l.keys().chain(c.keys()).collect();
+    paths
+        .into_iter()
+        .filter(|path| {
+            let value = |side: &BTreeMap<String, Option<Value>>| match side.get(*path) {
+                Some(change) => change.clone(),
+                None => old.get(*path).cloned(),
+            };
+            value(&l) != value(&c)
+        })
+        .map(|path| FieldDiff {
+            path: path.clone(),
+            live: shown(path, l.get(path)),
+            candidate: shown(path, c.get(path)),
+        })
+        .collect()
+}
+
+/// Compare a live write with the candidate's write of the same object.
+fn compare_write(n: usize, live: &Write, candidate: &Write, reads: &[&Read], out: &mut Divergence) {
+    if live.verb != candidate.verb || live.patch_type != candidate.patch_type {
         out.lines.push(format!(
             "write {n}: live {} ({}), candidate {} ({})",
             live.target(),
@@ -195,7 +350,8 @@ fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Diverg
             candidate.target(),
             candidate.patch_type.as_deref().unwrap_or("object"),
         ));
-        fields_of(&[live, candidate], out);
+        out.fields
+            .extend(effect_diffs(Some(live), Some(candidate), reads));
         return;
     }
     // The same text is the same write: nothing to parse.
@@ -214,32 +370,49 @@ fn compare_write(index: usize, live: &Write, candidate: &Write, out: &mut Diverg
         }
         out.lines
             .push(format!("write {n} ({}): {diff}", live.target()));
-        out.fields.push(diff.path);
     }
+    // The bodies are the requests; what each leaves the object as is what `critical` judges
+    // (a patch setting a field to the value it has changes nothing).
+    out.fields
+        .extend(effect_diffs(Some(live), Some(candidate), reads));
 }
 
-/// How `candidate` differs from `live`: writes in order, Events, outcome.
+/// How `candidate` differs from `live`: writes of the same object paired (in order, whatever
+/// order each side made them in), Events, outcome.
 pub fn compare(live: &Reconcile, candidate: &Reconcile) -> Divergence {
     let mut out = Divergence::default();
     let (lw, cw) = (&live.tape.writes, &candidate.tape.writes);
-    for (i, (l, c)) in lw.iter().zip(cw).enumerate() {
-        compare_write(i, l, c, &mut out);
+    let reads: Vec<&Read> = live
+        .tape
+        .reads
+        .iter()
+        .chain(&candidate.tape.reads)
+        .collect();
+    let mut paired = vec![false; cw.len()];
+    for (i, l) in lw.iter().enumerate() {
+        let n = i + 1;
+        let partner = (0..cw.len()).find(|&j| !paired[j] && same_object(l, &cw[j]));
+        match partner {
+            Some(j) => {
+                paired[j] = true;
+                compare_write(n, l, &cw[j], &reads, &mut out);
+            }
+            None => {
+                out.lines.push(format!(
+                    "write {n}: live {}, candidate made no such write",
+                    l.target()
+                ));
+                out.fields.extend(effect_diffs(Some(l), None, &reads));
+            }
+        }
     }
-    for (i, l) in lw.iter().enumerate().skip(cw.len()) {
-        out.lines.push(format!(
-            "write {}: live {}, candidate made no such write",
-            i + 1,
-            l.target()
-        ));
-        fields_of(&[l], &mut out);
-    }
-    for (i, c) in cw.iter().enumerate().skip(lw.len()) {
+    for (j, c) in cw.iter().enumerate().filter(|(j, _)| !paired[*j]) {
         out.lines.push(format!(
             "write {}: candidate {}, live made no such write",
-            i + 1,
+            j + 1,
             c.target()
         ));
-        fields_of(&[c], &mut out);
+        out.fields.extend(effect_diffs(None, Some(c), &reads));
     }
     let event = |e: &super::tape::Event| {
         format!(
@@ -344,7 +517,11 @@ mod tests {
         assert_eq!(d.fields.len(), 50, "every field counts for critical ones");
         // A write only one side made: its fields count too.
         let d = compare(&reconcile(vec![]), &reconcile(vec![wide(1)]));
-        assert!(d.fields.contains(&"data.k7".to_owned()), "{:?}", d.fields);
+        assert!(
+            d.fields.iter().any(|f| f.path == "data.k7"),
+            "{:?}",
+            d.fields
+        );
     }
 
     #[test]
@@ -360,6 +537,99 @@ mod tests {
             [
                 "spec.replicas: 2 → 3",
                 "spec.template.spec.containers[0].image: \"a\" → \"b\""
+            ]
+        );
+    }
+
+    fn cm(namespace: &str, labels: Value, color: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": namespace, "resourceVersion": "4",
+                "labels": labels},
+            "data": {"color": color}})
+    }
+
+    fn read_of(object: &Value) -> Read {
+        Read {
+            call: ReadCall::Get {
+                kind: crate::rollout::tape::KindName {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                },
+                namespace: object["metadata"]["namespace"].as_str().map(str::to_owned),
+                name: "settings".into(),
+            },
+            answer: Answer::Object(Json::of(object)),
+        }
+    }
+
+    fn whole(verb: Verb, object: Value) -> Write {
+        crate::rollout::tape::object_write(
+            verb,
+            &object,
+            crate::rollout::tape::Answer::Namespaced(false),
+        )
+    }
+
+    #[test]
+    fn critical_fields_should_be_judged_by_value_not_by_touch() {
+        let stored = cm("default", json!({"app": "x"}), "red");
+        let mut live = reconcile(vec![]);
+        live.tape.reads = vec![read_of(&stored)];
+        // The candidate updates the whole object to add a label: data.color is written, unchanged.
+        let labelled = whole(
+            Verb::Update,
+            cm("default", json!({"app": "x", "v": "2"}), "red"),
+        );
+        let d = compare(&live, &reconcile(vec![labelled]));
+        let paths: Vec<&str> = d.fields.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["metadata.labels.v"], "{d:?}");
+        // One that changes the value names both.
+        let blue = whole(Verb::Update, cm("default", json!({"app": "x"}), "blue"));
+        let d = compare(&live, &reconcile(vec![blue]));
+        assert_eq!(
+            d.fields,
+            [FieldDiff {
+                path: "data.color".into(),
+                live: "\"red\"".into(),
+                candidate: "\"blue\"".into()
+            }]
+        );
+        // A merge patch setting a field to the value it has changes nothing.
+        let mut live = reconcile(vec![patch(json!({"metadata": {"labels": {"v": "2"}}}))]);
+        live.tape.reads = vec![read_of(&stored)];
+        let candidate = reconcile(vec![patch(
+            json!({"metadata": {"labels": {"v": "2"}}, "data": {"color": "red"}}),
+        )]);
+        let d = compare(&live, &candidate);
+        assert!(!d.lines.is_empty(), "the requests differ");
+        assert!(d.fields.is_empty(), "{d:?}");
+    }
+
+    fn patch(body: Value) -> Write {
+        crate::rollout::tape::patch_write(
+            &crate::vocab::Gvk::new("", "v1", "ConfigMap"),
+            Some("default"),
+            "settings",
+            crate::vocab::PatchType::Merge,
+            &body,
+            false,
+            crate::rollout::tape::Answer::Namespaced(false),
+        )
+    }
+
+    #[test]
+    fn writes_should_be_paired_by_object_whatever_their_order() {
+        let live = reconcile(vec![whole(Verb::Create, cm("team-c", json!({}), "red"))]);
+        let candidate = reconcile(vec![
+            whole(Verb::Update, cm("team-b", json!({"v": "2"}), "red")),
+            whole(Verb::Create, cm("team-c", json!({"v": "2"}), "red")),
+        ]);
+        let d = compare(&live, &candidate);
+        assert_eq!(
+            d.lines,
+            [
+                "write 1 (create v1 ConfigMap team-c/settings): metadata.labels.v: (absent) → \"2\"",
+                "write 1: candidate update v1 ConfigMap team-b/settings, live made no such write"
             ]
         );
     }

@@ -125,6 +125,9 @@ pub struct Rollout {
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     metrics: Arc<Metrics>,
     seq: AtomicU64,
+    /// Where a shadow's reads go, and its writes: kept to try the candidate [`again`](Self::again).
+    live: Arc<dyn ClusterAccess>,
+    dry_run: Option<DryRun>,
 }
 
 impl std::fmt::Debug for Rollout {
@@ -167,6 +170,8 @@ impl Rollout {
             task: Mutex::new(None),
             metrics,
             seq: AtomicU64::new(0),
+            live: live.clone(),
+            dry_run: dry_run.clone(),
         });
         if let Some(receiver) = receiver {
             let replay = Arc::new(Replay::new(Some(live), dry_run));
@@ -191,6 +196,18 @@ impl Rollout {
             rollout.mode_name()
         );
         rollout
+    }
+
+    /// The same candidate tried afresh, as the same spec says: counts at zero, undecided.
+    pub fn again(&self) -> Arc<Self> {
+        Rollout::start(
+            &self.guest,
+            self.candidate.clone(),
+            self.spec.clone(),
+            self.live.clone(),
+            self.dry_run.clone(),
+            self.metrics.clone(),
+        )
     }
 
     fn mode_name(&self) -> &'static str {
@@ -332,7 +349,7 @@ impl Rollout {
     }
 
     /// Decide (once) what the counts so far and the fields that just diverged call for.
-    fn weigh(&self, diverged_fields: &[String]) {
+    fn weigh(&self, diverged_fields: &[compare::FieldDiff]) {
         if self.decided.borrow().is_some() {
             return;
         }
@@ -341,7 +358,8 @@ impl Rollout {
         let under = |a: &str, b: &str| {
             a == b || a.starts_with(&format!("{b}.")) || a.starts_with(&format!("{b}["))
         };
-        let critical = diverged_fields.iter().find(|field| {
+        let critical = diverged_fields.iter().find(|diff| {
+            let field = diff.path.as_str();
             self.spec
                 .critical
                 .iter()
@@ -368,9 +386,10 @@ impl Rollout {
                 "the candidate trapped {} time(s) in {} reconciles, beyond the live version ({} in {})",
                 counts.traps, counts.candidate, counts.live_traps, counts.live
             )))
-        } else if let Some(field) = critical {
+        } else if let Some(diff) = critical {
             Some(Decision::RollBack(format!(
-                "the candidate diverged in {field}, a critical field"
+                "the candidate diverged in {}, a critical field: the live version left it {}, the candidate {}",
+                diff.path, diff.live, diff.candidate
             )))
         } else if weighed && errors > live_errors {
             Some(Decision::RollBack(format!(
@@ -558,6 +577,14 @@ mod tests {
         compare::Divergence::default()
     }
 
+    fn diff(path: &str) -> compare::FieldDiff {
+        compare::FieldDiff {
+            path: path.into(),
+            live: "3".into(),
+            candidate: "4".into(),
+        }
+    }
+
     fn decision(r: &Rollout) -> Option<Decision> {
         r.decided().borrow().clone()
     }
@@ -589,7 +616,7 @@ mod tests {
             let r = rollout("{candidate: c.wasm, critical: [spec.replicas]}");
             let divergence = compare::Divergence {
                 lines: vec!["write 1: …".into()],
-                fields: vec![field.into()],
+                fields: vec![diff(field)],
             };
             r.compared("a".into(), &Outcome::Done, &Outcome::Done, &divergence);
             assert!(
@@ -600,7 +627,7 @@ mod tests {
         let r = rollout("{candidate: c.wasm, critical: [spec.replicas]}");
         let elsewhere = compare::Divergence {
             lines: vec!["write 1: …".into()],
-            fields: vec!["spec.template".into()],
+            fields: vec![diff("spec.template")],
         };
         r.compared("a".into(), &Outcome::Done, &Outcome::Done, &elsewhere);
         assert_eq!(decision(&r), None);

@@ -32,6 +32,9 @@ use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Precon
 struct Script {
     reads: HashMap<ReadCall, (VecDeque<Answer>, Option<Answer>)>,
     writes: Vec<Option<Write>>,
+    /// Every write the recording holds, matched or not: what the live version did to the
+    /// world after reading it.
+    live_writes: Vec<Write>,
     tape: Tape,
     missing: Vec<String>,
 }
@@ -87,6 +90,7 @@ impl Replay {
                 .push_back(answer.clone());
         }
         script.writes = recorded.tape.writes.iter().cloned().map(Some).collect();
+        script.live_writes = recorded.tape.writes.clone();
         *self.lock() = script;
     }
 
@@ -151,6 +155,55 @@ impl Replay {
         }
     }
 
+    /// The answer of a candidate's `write` that a dry run would judge against the live
+    /// version's own write of the same object in this reconcile instead of the world the live
+    /// version read: a create after the live version created it (the server would answer
+    /// `AlreadyExists`), any write after the live version deleted it (`NotFound`). Answered
+    /// from the tape: a create as the object written with the server's fields of the live
+    /// version's answer, a delete as done, an update as written, a patch as the object last
+    /// read.
+    fn after_live_write(&self, write: &Write) -> Option<Answer> {
+        let live = self
+            .lock()
+            .live_writes
+            .iter()
+            .find(|live| {
+                live.kind == write.kind
+                    && live.namespace == write.namespace
+                    && live.name.is_some()
+                    && live.name == write.name
+                    && !matches!(live.answer, Answer::Error(_))
+                    && (live.verb == Verb::Delete
+                        || (live.verb == Verb::Create && write.verb == Verb::Create))
+            })?
+            .clone();
+        let answer = match write.verb {
+            Verb::Create => {
+                let mut object = write.body.value();
+                if let (Some(meta), Answer::Object(stored)) = (
+                    object.get_mut("metadata").and_then(Value::as_object_mut),
+                    &live.answer,
+                ) {
+                    let stored = stored.value();
+                    for field in ["uid", "resourceVersion", "creationTimestamp", "generation"] {
+                        if let Some(value) = stored.pointer(&format!("/metadata/{field}")) {
+                            meta.insert(field.to_owned(), value.clone());
+                        }
+                    }
+                }
+                Answer::Object(Json::of(&object))
+            }
+            Verb::Delete => Answer::Object(Json(Arc::from("null"))),
+            Verb::Patch | Verb::PatchStatus => {
+                let name = write.name.as_deref()?;
+                let seen = self.last_seen(&write.kind, write.namespace.as_deref(), name);
+                Answer::Object(seen.unwrap_or_else(|| write.body.clone()))
+            }
+            _ => Answer::Object(write.body.clone()),
+        };
+        Some(answer)
+    }
+
     /// The answer of `write`: recorded, from a dry run (`send`), or the object as written.
     async fn write<F, Fut>(&self, mut write: Write, send: F) -> Answer
     where
@@ -180,6 +233,7 @@ impl Replay {
         };
         let answer = match (recorded, &self.dry_run) {
             (Some(recorded), _) => recorded.answer,
+            (None, _) if let Some(answer) = self.after_live_write(&write) => answer,
             (None, Some(dry_run)) => send(dry_run.clone()).await,
             (None, None) => match write.verb {
                 Verb::Delete => Answer::Object(Json(Arc::from("null"))),
@@ -468,6 +522,29 @@ mod tests {
         let played = replay.take();
         assert_eq!(played.missing, ["get v1 Pod default/other"]);
         assert_eq!(played.tape.reads.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_create_after_the_live_versions_own_should_be_answered_from_the_tape() {
+        let mut recorded = recorded();
+        let mut create = object_write(Verb::Create, &pod("copy", "", "a"), pending());
+        let mut stored = pod("copy", "7", "a");
+        stored["metadata"]["uid"] = json!("u-1");
+        create.answer = Answer::Object(Json::of(&stored));
+        recorded.tape.writes = vec![create];
+        let replay = Replay::new(None, None);
+        replay.load(&recorded);
+        // Another body (a label changed): not the live request, yet the object exists only
+        // because the live version created it.
+        let answer = replay
+            .create(pod("copy", "", "b"))
+            .await
+            .expect("answered from the tape, not AlreadyExists");
+        assert_eq!(answer["metadata"]["uid"], "u-1");
+        assert_eq!(
+            answer["metadata"]["labels"]["app"], "b",
+            "as the candidate wrote it"
+        );
     }
 
     #[tokio::test]

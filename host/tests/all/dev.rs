@@ -640,6 +640,19 @@ fn record_replay_and_a_shadow_should_work_from_the_command_line() {
     assert!(ok && out.contains("aborted"), "{out}{err}");
     let (_, out, _) = common::krec(["diff", "foo-controller", "--admin", &admin]);
     assert!(out.contains("RolledBack"), "{out}");
+    // Decided: promoting now says why not and how to try again; `--retry` does.
+    let (ok, out, err) = common::krec(["diff", "foo-controller", "--admin", &admin, "--promote"]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("RolledBack (aborted by hand)") && err.contains("krec diff --retry"),
+        "{err}"
+    );
+    let (ok, out, err) = common::krec(["diff", "foo-controller", "--admin", &admin, "--retry"]);
+    assert!(ok && out.contains("tried again"), "{out}{err}");
+    let (_, out, _) = common::krec(["diff", "foo-controller", "--admin", &admin]);
+    assert!(out.contains("Shadowing"), "{out}");
+    let (ok, out, err) = common::krec(["diff", "foo-controller", "--admin", &admin, "--abort"]);
+    assert!(ok && out.contains("aborted"), "{out}{err}");
     let (_, out, _) = kubectl.run([
         "get",
         "deployment",

@@ -374,7 +374,14 @@ async fn files_and_objects_should_run_side_by_side_and_a_file_should_win_its_nam
     );
     live.wait_condition(&cluster, "Ready", "True", "Running")
         .await;
+    // The only replica stops: its guests' objects no longer say they run.
     status.stop().await;
+    for reference in [&cluster, &team_a] {
+        let message = live
+            .wait_condition(reference, "Ready", "Unknown", "HostStopped")
+            .await;
+        assert!(message.contains("replica-1 stopped"), "{message}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -617,6 +624,38 @@ async fn a_guest_asking_for_more_than_the_host_may_do_should_be_refused_before_i
         krec_tests::annotation(&cm, "krec.dev/stamped-by").is_none(),
         "never reconciled"
     );
+    // Refused for a while: the reload's retries have backed off past 8 s by now.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    // The Role the README's flow applies (`krec rbac`): the guest starts within seconds of
+    // it, not at the next backed-off retry.
+    admin
+        .create(
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "stamper", "namespace": "default"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}]}),
+            "test",
+        )
+        .await
+        .expect("role");
+    let granted = std::time::Instant::now();
+    admin
+        .create(
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "stamper", "namespace": "default"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "stamper"},
+                "subjects": [{"kind": "ServiceAccount", "name": "krec", "namespace": "krec-system"}]}),
+            "test",
+        )
+        .await
+        .expect("binding");
+    let deadline = granted + Duration::from_secs(5);
+    while manager.controller("default.stamper").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not started within 5 s of the RBAC that allows it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     status.stop().await;
     watcher.stop().await;
     manager.cache().stop();

@@ -352,3 +352,17 @@ async fn a_key_that_keeps_trapping_should_be_quarantined() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(traps(), quarantined, "a quarantined key was retried early");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_should_find_its_name_as_argv0() {
+    // Go's runtime and k8s.io/klog's `init` read `os.Args[0]`: an empty argv traps them.
+    let live = Live::start(vec![], vec![]).await;
+    let manifest = misbehave_manifest();
+    let name = manifest.name.clone();
+    let mut worker = live.worker(manifest);
+    let error = guest_error(worker.reconcile(None, "argv").await, "argv");
+    assert!(
+        error.to_string().contains(&format!("argv: [{name:?}]")),
+        "{error}"
+    );
+}

@@ -148,7 +148,7 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
         .await;
     registry.stop();
     let unreachable = live
-        .wait_condition(&cluster_stamper(), "Degraded", "True", "NewVersionRefused")
+        .wait_condition(&cluster_stamper(), "Degraded", "True", "PullFailed")
         .await;
     assert!(
         unreachable.contains(&format!("spec.module: {tagged}")),
@@ -173,6 +173,61 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
         watcher.stop().await;
     }
     second.cache().stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_should_be_swapped_on_time_while_the_guest_objects_keep_changing() {
+    // A busy cluster: the Reconciler object written every 300 ms (status writes, label edits:
+    // nothing to reload). The tag's lookup must still come every `pull.every`.
+    let registry = Registry::start();
+    let store = tempfile::tempdir().expect("store");
+    push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
+    let tagged = registry.reference("guests/stamper:v1");
+    let from = FromCluster {
+        module_dir: store.path().to_owned(),
+        ..Default::default()
+    };
+    let mut object = stamper(&tagged);
+    object["spec"]["pull"]["every"] = json!("3s");
+    let live = Live::start_from_with(
+        Vec::new(),
+        vec![configmap(0), object],
+        from,
+        registry.registries(store.path()),
+    )
+    .await;
+    let watcher = live.manager.watch_sources(None);
+    live.eventually("version a stamped", || async {
+        live.all_stamped("a", 1).await.then_some(())
+    })
+    .await;
+    let busy = {
+        let api = live.api.clone();
+        tokio::spawn(async move {
+            for i in 0u64.. {
+                let _ = api
+                    .patch(
+                        &cluster_stamper().gvk(),
+                        None,
+                        "stamper",
+                        krec::vocab::PatchType::Merge,
+                        &json!({"metadata": {"annotations": {"busy": i.to_string()}}}),
+                        false,
+                        "test",
+                    )
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        })
+    };
+    push(&registry, "stamper_b.wasm", "guests/stamper:v1").await;
+    // Before the fix the lookup never came while the writes went on.
+    live.eventually("the moved tag swapped in", || async {
+        (live.manager.controller("stamper")?.version().number == 2).then_some(())
+    })
+    .await;
+    busy.abort();
+    watcher.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,7 +133,11 @@ async fn an_unchanged_candidate_should_agree_and_be_promoted() {
     assert_eq!(report["candidateCounts"]["diverged"], 0, "{report:#}");
     assert_eq!(report["candidateCounts"]["traps"], 0, "{report:#}");
     let controller = live.controller("foo-controller");
-    assert_eq!(controller.version().number, version + 1, "swapped in");
+    assert_eq!(
+        controller.version().number,
+        version,
+        "the same module promoted: the same version of the module"
+    );
     assert!(controller.rollout().is_none());
     // The promoted version reconciles.
     scale_foo(&live, 7).await;
@@ -325,4 +329,198 @@ async fn a_recording_of_pod_counter_should_replay_the_same_on_its_module_and_dif
             .any(|d| d.contains("metadata.labels.pod-count")),
         "{diffs:?}"
     );
+}
+
+/// The mirror test guest (`tests/guests/mirror.rs`): version `live` running, `candidate`
+/// shadowing it under `rollout` (YAML, beside `candidate`).
+fn mirror_trying(live: &str, candidate: &str, rollout: &str) -> Manifest {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("mirror.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{name: mirror}}
+spec:
+  module: {}
+  for: {{apiVersion: v1, kind: ConfigMap}}
+  permissions:
+    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, create, update, delete]}}
+  rollout: {{candidate: {}, mode: shadow, shadowCpu: 100, {rollout}}}
+",
+            module(live).display(),
+            module(candidate).display()
+        ),
+    )
+    .expect("manifest");
+    Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A source ConfigMap for the mirror guest: `data.value` copied into `to`.
+fn mirror_source(value: u32, to: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "default",
+            "annotations": {"mirror.krec.dev/to": to}},
+        "data": {"value": value.to_string()}})
+}
+
+/// Runs the mirror's live version beside `candidate` through 24 edits of its source (data
+/// changed, a namespace dropped, one added) and answers the rollout's last report.
+async fn mirror_shadowed(candidate: &str, rollout: &str) -> Value {
+    let namespaces: Vec<Value> = ["team-a", "team-b", "team-c", "team-d"]
+        .iter()
+        .map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+        .collect();
+    let live = Live::start(
+        vec![mirror_trying("mirror_a", candidate, rollout)],
+        namespaces,
+    )
+    .await;
+    let copy = |ns: &'static str| {
+        let live = &live;
+        async move { live.get(&cm_gvk(), Some(ns), "settings").await }
+    };
+    live.api
+        .create(&mirror_source(0, "team-a,team-b,team-c"), "test")
+        .await
+        .expect("source");
+    for i in 1..=24u32 {
+        // Every fourth edit moves the copies: team-c dropped, team-d added, and back.
+        let to = if i % 8 == 4 {
+            "team-a,team-b,team-d"
+        } else {
+            "team-a,team-b,team-c"
+        };
+        let source = live
+            .get(&cm_gvk(), Some("default"), "settings")
+            .await
+            .expect("source");
+        let mut edited = mirror_source(i, to);
+        edited["metadata"]["resourceVersion"] = source["metadata"]["resourceVersion"].clone();
+        live.api.update(&edited, false, "test").await.expect("edit");
+        let (kept, gone) = if i % 8 == 4 {
+            ("team-d", "team-c")
+        } else {
+            ("team-c", "team-d")
+        };
+        let copy_kept = live
+            .eventually(&format!("edit {i} mirrored"), || async {
+                let copy_kept = copy(kept).await?;
+                let value = copy_kept.pointer("/data/value")?.as_str()? == i.to_string();
+                (value && copy(gone).await.is_none()).then_some(copy_kept)
+            })
+            .await;
+        // While it is tried, the candidate never writes for real: the copies carry no
+        // version label (read before the phase: a promotion after it is no matter).
+        let phase = live
+            .controller("mirror")
+            .rollout_report()
+            .map(|r| r["phase"].clone());
+        if phase.as_ref().is_some_and(|p| p == "Shadowing") {
+            assert!(
+                copy_kept
+                    .pointer("/metadata/labels/mirror.krec.dev~1by")
+                    .is_none(),
+                "{copy_kept:#}"
+            );
+        }
+    }
+    let controller = live.controller("mirror");
+    live.eventually("the rollout decided", || async {
+        let report = controller.rollout_report()?;
+        (report["phase"] != "Shadowing").then_some(report)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_that_creates_updates_and_deletes_should_be_judged_on_its_own_writes() {
+    // Version b labels its copies: every write differs from the live version's, never fails.
+    let report = mirror_shadowed(
+        "mirror_b",
+        "minReconciles: 20, critical: [data], promote: {afterReconciles: 20, maxDivergencePercent: 100}",
+    )
+    .await;
+    assert_eq!(report["phase"], "Promoted", "{report:#}");
+    let counts = &report["candidateCounts"];
+    assert_eq!(counts["errors"], 0, "{report:#}");
+    assert_eq!(counts["traps"], 0, "{report:#}");
+    assert!(counts["reconciles"].as_u64() >= Some(20), "{report:#}");
+    assert!(counts["diverged"].as_u64() > Some(0), "{report:#}");
+    // Writes paired by object: the label differs, the copy's data never does.
+    let lines: Vec<&str> = report["divergences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|d| d["diff"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("metadata.labels.mirror.krec.dev/by")),
+        "{report:#}"
+    );
+    for line in &lines {
+        assert!(!line.contains("data.value"), "{line}");
+        // Never one object's write against another's ("live create team-c, candidate update
+        // team-b"): writes are paired by object.
+        assert!(!line.contains("), candidate "), "{line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_shadow_that_creates_should_agree_and_be_promoted() {
+    let report = mirror_shadowed(
+        "mirror_a",
+        "minReconciles: 20, critical: [data], promote: {afterReconciles: 20, maxDivergencePercent: 0}",
+    )
+    .await;
+    assert_eq!(report["phase"], "Promoted", "{report:#}");
+    assert_eq!(report["candidateCounts"]["errors"], 0, "{report:#}");
+    assert_eq!(report["candidateCounts"]["diverged"], 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_rollout_should_be_retried_and_forgotten_with_its_spec() {
+    let manifest = foo_controller_trying(rollout("foo_plus", None));
+    let live = Live::start(vec![manifest.clone()], sample_objects("foo-controller")).await;
+    live.eventually("the Deployment", || replicas(&live)).await;
+    let controller = live.controller("foo-controller");
+    assert!(controller.decide(krec::rollout::Decision::RollBack("aborted by hand".into())));
+    let report = report_when(&live, "the rollback", |r| r["phase"] == "RolledBack").await;
+    assert_eq!(report["reason"], "aborted by hand");
+    live.eventually("the rollback acted on", || async {
+        controller.rollout().is_none().then_some(())
+    })
+    .await;
+    // Decided: nothing to promote, and the reason says how to try again.
+    assert!(!controller.decide(krec::rollout::Decision::Promote("by hand".into())));
+    assert!(
+        controller
+            .no_rollout_reason()
+            .contains("`krec diff --retry` tries it again"),
+        "{}",
+        controller.no_rollout_reason()
+    );
+    controller.retry_candidate().expect("retried");
+    report_when(&live, "the candidate tried again", |r| {
+        r["phase"] == "Shadowing"
+    })
+    .await;
+    assert!(controller.retry_candidate().is_err(), "one is being tried");
+    // The candidate's log lines say `version="candidate"`, the live version's `"live"`.
+    let tried = controller.rollout().expect("a rollout");
+    assert_eq!(tried.candidate().manifest().version_role(), "candidate");
+    assert_eq!(controller.module().manifest().version_role(), "live");
+    // `spec.rollout` removed: the module is the same, so is its version; no rollout is left
+    // to report (its condition goes from the status).
+    let version = controller.version().number;
+    let mut without = manifest;
+    without.spec.rollout = None;
+    let report = live.manager.apply(vec![Ok(without)]).await;
+    assert_eq!(report.swapped, ["foo-controller"], "{report:?}");
+    assert!(controller.rollout_report().is_none());
+    assert_eq!(controller.version().number, version, "the same module");
 }

@@ -3,4 +3,5 @@
 mod approval;
 mod conversion;
 pub mod crd;
+pub mod formats;
 mod validation;

@@ -56,6 +56,11 @@ impl Reconciler for Misbehave {
     fn reconcile(&self, req: Request, ctx: &Context) -> Result<Action> {
         match req.name.as_str() {
             "ok" => Ok(Action::done()),
+            // What a Go guest's runtime reads at start-up (k8s.io/klog indexes `os.Args[0]`).
+            "argv" => Err(Error::Invalid(format!(
+                "argv: {:?}",
+                std::env::args().collect::<Vec<_>>()
+            ))),
             "loop" => loop {
                 std::hint::black_box(());
             },
