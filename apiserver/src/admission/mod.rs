@@ -631,9 +631,10 @@ impl Admission {
                     outcome.warnings.extend(verdict.warnings);
                 }
             }
-            let policies = self
-                .policies
-                .admit(&self.store, &attributes, None, Some(old))?;
+            let policies = off_runtime(|| {
+                self.policies
+                    .admit(&self.store, &attributes, None, Some(old))
+            })?;
             outcome.warnings.extend(policies.warnings);
             outcome.annotations.extend(policies.annotations);
             outcome
@@ -657,13 +658,15 @@ impl Admission {
         let mut warnings = Vec::new();
         let initial = object.clone();
         // Mutating admission policies come first, then the mutating webhooks.
-        self.policies.mutate(
-            &self.store,
-            attributes,
-            &mut object,
-            old,
-            crate::managed::Schema::of(attributes.rt),
-        )?;
+        off_runtime(|| {
+            self.policies.mutate(
+                &self.store,
+                attributes,
+                &mut object,
+                old,
+                crate::managed::Schema::of(attributes.rt),
+            )
+        })?;
         // Each `IfNeeded` webhook with the object as it left it, for reinvocation.
         let mut left: Vec<(&Hook, Value)> = Vec::new();
         for hook in &hooks.mutating {
@@ -706,10 +709,12 @@ impl Admission {
             &candidate,
             old,
         )?;
-        // Admission policies run between the mutating and the validating webhooks.
-        let policies = self
-            .policies
-            .admit(&self.store, attributes, Some(&candidate), old)?;
+        // Admission policies run between the mutating and the validating webhooks — off the
+        // async workers: their expressions may run up to their cost budget.
+        let policies = off_runtime(|| {
+            self.policies
+                .admit(&self.store, attributes, Some(&candidate), old)
+        })?;
         warnings.extend(policies.warnings);
         warnings.extend(validate(attributes, &validating, Some(&candidate), old).await?);
         Ok((
@@ -899,6 +904,19 @@ fn denied(hook: &Hook, status: Option<&Value>) -> ApiError {
         .filter(|c| *c >= 400)
         .unwrap_or(400);
     ApiError::from_webhook(code, field("reason").unwrap_or(""), message)
+}
+
+/// Run CPU-bound `work` (CEL expressions, up to their cost budget) without holding up the
+/// runtime's other tasks: in place on a multi-threaded runtime, whose other tasks move to
+/// another worker meanwhile; as it is elsewhere.
+fn off_runtime<R>(work: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }
 
 /// Run `future` to its end from synchronous code on a Tokio runtime (the built-in

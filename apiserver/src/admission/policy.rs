@@ -11,7 +11,8 @@
 //! Expressions see `object`, `oldObject`, `request` (the admission request without its
 //! objects), `params`, `namespaceObject` and `variables`; compiled once per policy
 //! `resourceVersion`. Not yet: `authorizer`, the type checking written into
-//! `status.typeChecking`, and the runtime cost budget (docs/apiserver.md, differences).
+//! `status.typeChecking` (docs/apiserver.md, differences). Expressions are metered with kube's
+//! runtime cost limits ([`expressions::cost`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -44,7 +45,8 @@ impl Expression {
         let compiled = expressions::compile(text).and_then(|expr| {
             match expressions::undeclared(&expr, expressions::POLICY_VARIABLES) {
                 Some(error) => Err(error),
-                None => Ok(expr),
+                // Charged as it runs (kube's runtime cost limits).
+                None => Ok(expressions::cost::metered(&expr)),
             }
         });
         Expression {
@@ -511,21 +513,30 @@ impl Policies {
                 }
             };
             for param in params {
-                let mut variables =
-                    variables_of(attributes, object, old, &param, namespace_object.as_ref());
-                match conditions_hold(&policy, &variables) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(error) => {
-                        if policy.fail_closed {
-                            decisions.push(decide(error, "Invalid", 0));
+                // One runtime cost budget per binding and parameter object, as kube's.
+                expressions::cost::with_budget(|| {
+                    let mut variables =
+                        variables_of(attributes, object, old, &param, namespace_object.as_ref());
+                    match conditions_hold(&policy, &variables) {
+                        Ok(true) => {}
+                        Ok(false) => return,
+                        Err(error) => {
+                            if policy.fail_closed {
+                                decisions.push(decide(error, "Invalid", 0));
+                            }
+                            return;
                         }
-                        continue;
                     }
-                }
-                variables.push(("variables", composed_variables(&policy, &variables)));
-                for (index, validation) in policy.validations.iter().enumerate() {
-                    match validation.expression.evaluate(&variables) {
+                    variables.push(("variables", composed_variables(&policy, &variables)));
+                    for (index, validation) in policy.validations.iter().enumerate() {
+                        match validation.expression.evaluate(&variables) {
+                        // The budget spent: one decision, and no further expression runs.
+                        Err(error) if error == expressions::cost::BUDGET_EXHAUSTED => {
+                            if policy.fail_closed {
+                                decisions.push(decide(error, "Invalid", index));
+                            }
+                            return;
+                        }
                         Ok(cel::Value::Bool(true)) => {}
                         Ok(cel::Value::Bool(false)) => {
                             let message = validation
@@ -556,16 +567,18 @@ impl Policies {
                         )),
                         _ => {}
                     }
-                }
-                for (key, expression) in &policy.audit_annotations {
-                    if let Ok(cel::Value::String(value)) = expression.evaluate(&variables)
-                        && !value.is_empty()
-                    {
-                        outcome
-                            .annotations
-                            .push((format!("{}/{key}", policy.name), value.as_str().to_owned()));
                     }
-                }
+                    for (key, expression) in &policy.audit_annotations {
+                        if let Ok(cel::Value::String(value)) = expression.evaluate(&variables)
+                            && !value.is_empty()
+                        {
+                            outcome.annotations.push((
+                                format!("{}/{key}", policy.name),
+                                value.as_str().to_owned(),
+                            ));
+                        }
+                    }
+                });
             }
         }
         let mut audited = Vec::new();

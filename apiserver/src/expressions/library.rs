@@ -73,6 +73,7 @@ pub const FUNCTIONS: &[&str] = &[
 /// The root context rules are evaluated in: the standard functions and Kubernetes'.
 pub fn context() -> Context<'static> {
     let mut context = Context::default();
+    context.add_function(super::cost::COST, super::cost::charge);
     context.add_function("size", size);
     context.add_function("min", min);
     context.add_function("max", max);

@@ -13,12 +13,12 @@
 //!
 //! Differences from kube: no type checker (a rule that is not a bool, or names a field the
 //! schema has not, fails when it runs, not at creation), compile errors carry the `cel`
-//! crate's parser messages and no position for undeclared references, the runtime cost is not
-//! metered (only estimated before: a rule kube's budget refuses is refused, but one the estimate
-//! underrates runs to its end), failing rules on unchanged values are not
+//! crate's parser messages and no position for undeclared references, the runtime cost is
+//! metered in kube's units within a small factor ([`cost`]), failing rules on unchanged values are not
 //! ratcheted into warnings, and the library lacks URLs, quantities, IPs, `format`, semver,
 //! sets and `type()` ([`library`]).
 
+pub mod cost;
 mod estimate;
 mod library;
 mod value;
@@ -188,12 +188,13 @@ impl Rules {
                 Some(Rule {
                     text: source.trim().to_owned(),
                     uses_old_self: mentions(&expr, "oldSelf"),
-                    expr,
+                    expr: cost::metered(&expr),
                     message: text(rule, "message").trim().to_owned(),
                     message_expression: rule
                         .get("messageExpression")
                         .and_then(Value::as_str)
-                        .and_then(|m| parse(m).ok()),
+                        .and_then(|m| parse(m).ok())
+                        .map(|m| cost::metered(&m)),
                     reason: rule
                         .get("reason")
                         .and_then(Value::as_str)
@@ -231,7 +232,10 @@ impl Rules {
     /// could not be evaluated.
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
-        ROOT.with(|root| self.walk(root, object, old, "", true, &mut causes));
+        // One budget for all the object's rules.
+        cost::with_budget(|| {
+            ROOT.with(|root| self.walk(root, object, old, "", true, &mut causes));
+        });
         causes
     }
 
@@ -244,8 +248,8 @@ impl Rules {
         resource: bool,
         causes: &mut Vec<Cause>,
     ) {
-        // Only values that are there are validated.
-        if value.is_null() {
+        // Only values that are there are validated; none once the budget is spent.
+        if value.is_null() || cost::exhausted() {
             return;
         }
         if !self.rules.is_empty() {
@@ -299,6 +303,9 @@ impl Rules {
         let node_type = text(&self.schema, "type");
         let at = if path.is_empty() { "<nil>" } else { path };
         for rule in &self.rules {
+            if cost::exhausted() {
+                return;
+            }
             if rule.uses_old_self && before.is_none() && !rule.optional_old_self {
                 // A transition rule needs a value to compare with.
                 continue;
@@ -352,6 +359,18 @@ impl Rules {
                         "Invalid value: {node_type:?}: rule did not evaluate to a bool evaluating rule: {rule_text}"
                     ),
                 )),
+                Err(error) if error == cost::BUDGET_EXHAUSTED => {
+                    causes.push((at.to_owned(), format!("Invalid value: {node_type:?}: {error}")));
+                }
+                Err(error) if error == cost::CALL_LIMIT_EXCEEDED => {
+                    causes.push((
+                        at.to_owned(),
+                        format!(
+                            "Invalid value: {node_type:?}: '{error}': no further validation rules will be run due to call cost exceeds limit for rule: {rule_text}"
+                        ),
+                    ));
+                    cost::stop();
+                }
                 Err(error) if error == "no such overload" => causes.push((
                     at.to_owned(),
                     format!(
@@ -533,13 +552,21 @@ thread_local! {
     static ROOT: cel::Context<'static> = library::context();
 }
 
-/// Evaluate `expr`: its value, or the error as cel-go words it.
+/// Evaluate `expr` (a [`cost::metered`] one), charged to the current budget: its value, or
+/// the error as cel-go words it — [`cost::CALL_LIMIT_EXCEEDED`] past the per-call limit,
+/// [`cost::BUDGET_EXHAUSTED`] when it cost more than the budget had left.
 fn run(expr: &IdedExpr, scope: &cel::Context<'_>) -> Result<cel::Value, String> {
+    cost::start_call();
     // The `cel` crate has panicking corners; a rule must not take the server down.
-    match std::panic::catch_unwind(AssertUnwindSafe(|| cel::Value::resolve(expr, scope))) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(go_error(&error)),
-        Err(_) => Err("internal error".into()),
+    let result =
+        match std::panic::catch_unwind(AssertUnwindSafe(|| cel::Value::resolve(expr, scope))) {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(go_error(&error)),
+            Err(_) => Err("internal error".into()),
+        };
+    match cost::end_call() {
+        Err(exhausted) => Err(exhausted.to_owned()),
+        Ok(_) => result,
     }
 }
 

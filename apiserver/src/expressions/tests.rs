@@ -272,3 +272,57 @@ fn an_expression_too_deep_should_be_refused_not_crash() {
             .contains("size exceeds limit")
     );
 }
+
+/// A rule quadratic in its object (every value unique, by filtering the map once per key).
+fn unique_values() -> Value {
+    json!({"type": "object", "properties": {"data": {"type": "object",
+        "additionalProperties": {"type": "string"},
+        "x-kubernetes-validations": [
+            {"rule": "self.all(k, self.filter(k2, self[k2] == self[k]).size() == 1)",
+             "message": "values must be unique"}]}}})
+}
+
+fn keys(n: usize) -> Value {
+    let data: serde_json::Map<String, Value> = (0..n)
+        .map(|i| (format!("key-{i}"), json!(format!("value-{i}"))))
+        .collect();
+    json!({"data": data})
+}
+
+#[test]
+fn a_rule_over_its_runtime_cost_limit_should_be_stopped_with_kubes_message() {
+    let rules = Rules::compile(&unique_values()).expect("rules");
+    // 100 keys: 10 000 inner steps, well within the limit.
+    assert_eq!(rules.validate(&keys(100), None), Vec::<Cause>::new());
+    // 1 000 keys: a million inner steps and more: stopped, never run to its end.
+    let started = std::time::Instant::now();
+    let causes = rules.validate(&keys(1000), None);
+    let took = started.elapsed();
+    assert_eq!(
+        causes,
+        [(
+            "data".to_owned(),
+            "Invalid value: \"object\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: values must be unique".to_owned()
+        )]
+    );
+    eprintln!("stopped after {took:?}");
+}
+
+#[test]
+fn rules_should_share_one_budget_per_object() {
+    // Each rule costs under the per-call limit; together past the budget, the last ones are
+    // refused with kube's message and no further rule runs.
+    let rule = json!({"rule": "self.all(k, self.filter(k2, self[k2] == self[k]).size() == 1)"});
+    let schema = json!({"type": "object", "properties": {"data": {"type": "object",
+        "additionalProperties": {"type": "string"},
+        "x-kubernetes-validations": vec![rule; 40]}}});
+    let rules = Rules::compile(&schema).expect("rules");
+    let causes = rules.validate(&keys(200), None);
+    assert_eq!(
+        causes,
+        [(
+            "data".to_owned(),
+            format!("Invalid value: \"object\": {}", cost::BUDGET_EXHAUSTED)
+        )]
+    );
+}
