@@ -25,7 +25,7 @@
 //! [`watch`](Manager::watch) runs `reload` when files in the manifest directory or the module
 //! files change (debounced), and on SIGHUP.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -168,6 +168,9 @@ pub struct ReloadReport {
     pub removed: Vec<String>,
     /// Changes refused (the old version, if any, keeps running): guest or file, and why.
     pub rejected: Vec<Skipped>,
+    /// Guests whose new version still loads in the background (the old one, if any, keeps
+    /// running): taken up by the reload that its end starts.
+    pub loading: Vec<String>,
 }
 
 impl Skipped {
@@ -188,6 +191,7 @@ impl ReloadReport {
             && self.swapped.is_empty()
             && self.removed.is_empty()
             && self.rejected.is_empty()
+            && self.loading.is_empty()
     }
 }
 
@@ -209,6 +213,25 @@ struct Guest {
 #[derive(Clone)]
 pub struct Manager {
     inner: Arc<Inner>,
+}
+
+/// The digest of `manifest`'s rollout candidate's file (empty: none, or unreadable).
+fn candidate_digest(manifest: &Manifest) -> String {
+    manifest
+        .spec
+        .rollout
+        .as_ref()
+        .and_then(|r| crate::guest::read_module(&r.candidate).ok())
+        .map(|b| crate::guest::module_cache::digest(&b))
+        .unwrap_or_default()
+}
+
+/// The digests of `manifest`'s module file and its candidate's (empty: unreadable, none).
+fn module_digests(manifest: &Manifest) -> (String, String) {
+    let module = crate::guest::read_module(&manifest.spec.module)
+        .map(|b| crate::guest::module_cache::digest(&b))
+        .unwrap_or_default();
+    (module, candidate_digest(manifest))
 }
 
 /// How a [`Manager`] runs.
@@ -274,6 +297,15 @@ struct Inner {
     applied: RwLock<Generations>,
     /// Modules from registries.
     registries: Arc<crate::oci::Registries>,
+    /// Pulls from slow registries going on in the background, by guest and reference
+    /// ([`LOOP_WAIT`]).
+    pulling: std::sync::Mutex<HashMap<String, PullTask>>,
+    /// Versions loading in the background, by guest name ([`LOOP_WAIT`]).
+    loading: std::sync::Mutex<HashMap<String, Loading>>,
+    /// Counts the background loads that ended: the watch loop reloads to take them up.
+    loads_done: tokio::sync::watch::Sender<u64>,
+    /// Each tenant's bound on its loads at once ([`TENANT_LOADS_AT_ONCE`]).
+    tenant_loads: std::sync::Mutex<HashMap<Option<String>, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -379,6 +411,42 @@ struct Version {
 /// may take up to its `limits.timeout` in `init`, so one slow guest delays no other; the
 /// bound keeps the memory of compiling many large components at once in check.
 pub const LOADS_AT_ONCE: usize = 4;
+
+/// Versions one tenant (a namespace's `Reconciler`s; the files and `ClusterReconciler`s are one
+/// more) loads at once on a reload: a tenant whose guests block in `init` holds its own loads
+/// only — every other tenant's load in parallel.
+pub const TENANT_LOADS_AT_ONCE: usize = 2;
+
+/// How long a reload the watch loop makes (on a changed file or object) waits for the modules
+/// it pulls and the versions it loads before it goes on without the slow ones: each guest
+/// starts or swaps as its own load ends, and a pull or load still running then carries on in
+/// the background and is taken up by the reload its end starts — so a tenant's slow registry
+/// or blocking `init` never holds another's guest. [`Manager::reload`] waits for all.
+pub const LOOP_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the host's start waits for the modules it pulls before it starts without the guests
+/// whose registries are slower (the watch loop starts them once pulled).
+pub const START_PULL_WAIT: Duration = Duration::from_secs(30);
+
+/// How long [`Manager::reload`] and [`Manager::apply`] wait for their pulls and loads: past
+/// any guest's `init` time limit, so they answer what became of every guest.
+pub const FULL_WAIT: Duration = Duration::from_secs(600);
+
+/// The longest a pull may take in all (a registry answering a byte at a time): past it, the
+/// pull fails as a registry that does not answer does.
+pub const PULL_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A pull going on in the background: the module's file and manifest digest, or why not.
+type PullTask = tokio::task::JoinHandle<Result<(PathBuf, String), String>>;
+
+/// A version still loading after the reload that started it.
+struct Loading {
+    /// The manifest it loads, and its module's and candidate's digests: a reload wanting the
+    /// same takes it up, one wanting another starts again.
+    manifest: Manifest,
+    digests: (String, String),
+    task: tokio::task::JoinHandle<Result<Version, StartError>>,
+}
 
 /// First wait before a refused reload is retried without a change to its files (a kind not
 /// served yet may be by then); doubled after every refusal up to [`MAX_RELOAD_RETRY`].
@@ -559,6 +627,10 @@ impl Manager {
                 changes: tokio::sync::watch::channel(0).0,
                 skipped: RwLock::new(Vec::new()),
                 permission_refused: RwLock::new(Vec::new()),
+                loading: std::sync::Mutex::new(HashMap::new()),
+                pulling: std::sync::Mutex::new(HashMap::new()),
+                loads_done: tokio::sync::watch::channel(0).0,
+                tenant_loads: std::sync::Mutex::new(HashMap::new()),
                 objects,
                 applied,
                 registries: options
@@ -566,11 +638,14 @@ impl Manager {
                     .unwrap_or_else(|| Arc::new(crate::oci::Registries::private())),
             }),
         };
-        let wanted = manager.pull_modules(wanted).await;
+        // A registry too slow for this holds only its own guests: the watch loop starts them.
+        let wanted = manager.pull_modules(wanted, START_PULL_WAIT).await;
         let mut manifests = Vec::new();
         for result in wanted {
             match result {
                 Ok(manifest) => manifests.push(manifest),
+                // Started once its pull is done (the watch loop's reload).
+                Err(err @ ManifestError::Pulling { .. }) => tracing::info!("{err}"),
                 Err(err) => {
                     tracing::error!("not started: {err}");
                     manager.skip(Skipped::refused(&err));
@@ -1061,6 +1136,16 @@ impl Manager {
     ///
     /// When `dir` cannot be read; the running guests are untouched then.
     pub async fn reload_sources(&self, dir: Option<&Path>) -> Result<ReloadReport, ManifestError> {
+        self.reload_within(dir, FULL_WAIT).await
+    }
+
+    /// [`reload_sources`](Self::reload_sources), waiting at most `wait` for the pulls and the
+    /// loads (the rest go on in the background).
+    async fn reload_within(
+        &self,
+        dir: Option<&Path>,
+        wait: Duration,
+    ) -> Result<ReloadReport, ManifestError> {
         let files = match dir {
             Some(dir) => Manifest::scan_dir(dir)?,
             None => Vec::new(),
@@ -1071,8 +1156,8 @@ impl Manager {
             Some(objects) => crate::sources::merge(files, objects.scan()),
             None => files,
         };
-        let scanned = self.pull_modules(scanned).await;
-        let report = self.apply(scanned).await;
+        let scanned = self.pull_modules(scanned, wait).await;
+        let report = self.apply_within(scanned, wait).await;
         *self
             .inner
             .applied
@@ -1086,29 +1171,33 @@ impl Manager {
     async fn pull_modules(
         &self,
         scanned: Vec<Result<Manifest, ManifestError>>,
+        wait: Duration,
     ) -> Vec<Result<Manifest, ManifestError>> {
-        let mut pulled = Vec::with_capacity(scanned.len());
-        for result in scanned {
-            let result = match result {
-                Ok(manifest) => self.pull_module(manifest).await,
+        // All at once: a slow registry holds none of the others.
+        futures::future::join_all(scanned.into_iter().map(|result| async move {
+            match result {
+                Ok(manifest) => self.pull_module(manifest, wait).await,
                 refused => refused,
-            };
-            pulled.push(result);
-        }
-        pulled
+            }
+        }))
+        .await
     }
 
     /// `manifest` with its `oci://` module (and `spec.rollout`'s candidate) pulled: each the
     /// local file.
-    async fn pull_module(&self, mut manifest: Manifest) -> Result<Manifest, ManifestError> {
+    async fn pull_module(
+        &self,
+        mut manifest: Manifest,
+        wait: Duration,
+    ) -> Result<Manifest, ManifestError> {
         let module = manifest.spec.module.clone();
-        if let Some(file) = self.pull(&manifest, &module, "spec.module").await? {
+        if let Some(file) = self.pull(&manifest, &module, "spec.module", wait).await? {
             manifest.module_ref = Some(module.display().to_string());
             manifest.spec.module = file;
         }
         if let Some(candidate) = manifest.spec.rollout.as_ref().map(|r| r.candidate.clone())
             && let Some(file) = self
-                .pull(&manifest, &candidate, "spec.rollout.candidate")
+                .pull(&manifest, &candidate, "spec.rollout.candidate", wait)
                 .await?
             && let Some(rollout) = &mut manifest.spec.rollout
         {
@@ -1125,6 +1214,7 @@ impl Manager {
         manifest: &Manifest,
         module: &Path,
         field: &'static str,
+        wait: Duration,
     ) -> Result<Option<PathBuf>, ManifestError> {
         let Some(Ok(reference)) = crate::oci::reference(module) else {
             return Ok(None);
@@ -1137,11 +1227,60 @@ impl Manager {
                 field: "spec.pullSecret",
                 problem,
             })?;
-        let fetched = self
+        let key = format!("{}\u{0}{}", manifest.name, module.display());
+        let pending = self
             .inner
-            .registries
-            .fetch(&reference, &auth, &manifest.spec.pull)
-            .await;
+            .pulling
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        // A pull already going on is not waited for again.
+        let (mut task, wait) = match pending {
+            Some(task) => (task, Duration::ZERO),
+            None => {
+                let registries = self.inner.registries.clone();
+                let pull = manifest.spec.pull.clone();
+                let done = self.inner.loads_done.clone();
+                let task = tokio::spawn(async move {
+                    let fetched = tokio::time::timeout(
+                        PULL_DEADLINE,
+                        registries.fetch(&reference, &auth, &pull),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!(
+                            "{}{}: the registry did not finish the pull within {PULL_DEADLINE:?}",
+                            crate::oci::SCHEME,
+                            reference.whole()
+                        ))
+                    });
+                    done.send_modify(|n| *n += 1);
+                    fetched
+                });
+                (task, wait)
+            }
+        };
+        // A slow registry holds this guest only: past the wait, the pull goes on alone.
+        let joined = if task.is_finished() || !wait.is_zero() {
+            tokio::time::timeout(wait.max(Duration::from_millis(1)), &mut task)
+                .await
+                .ok()
+        } else {
+            None
+        };
+        let Some(joined) = joined else {
+            self.inner
+                .pulling
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, task);
+            return Err(ManifestError::Pulling {
+                path: manifest.path.clone(),
+                field,
+                reference: module.display().to_string(),
+            });
+        };
+        let fetched = joined.unwrap_or_else(|err| Err(format!("the pull stopped: {err}")));
         match fetched {
             Ok((file, _)) => Ok(Some(file)),
             Err(problem) => Err(ManifestError::Pull {
@@ -1249,6 +1388,16 @@ impl Manager {
 
     /// [`reload`](Self::reload) from already scanned manifests.
     pub async fn apply(&self, scanned: Vec<Result<Manifest, ManifestError>>) -> ReloadReport {
+        self.apply_within(scanned, FULL_WAIT).await
+    }
+
+    /// [`apply`](Self::apply), waiting at most `wait` for the versions it starts loading (those
+    /// loading already are taken up if done, never waited for).
+    async fn apply_within(
+        &self,
+        scanned: Vec<Result<Manifest, ManifestError>>,
+        wait: Duration,
+    ) -> ReloadReport {
         let mut report = ReloadReport::default();
         let mut guests = self.inner.guests.lock().await;
         // Filled again by this reload's loads.
@@ -1263,6 +1412,11 @@ impl Manager {
             match result {
                 Ok(manifest) => {
                     wanted.insert(manifest.name.clone(), manifest);
+                }
+                Err(err @ ManifestError::Pulling { .. }) => {
+                    // Not refused: the pull's end reloads.
+                    tracing::info!("{err}; the guest it defines keeps its running version");
+                    broken_files.insert(err.path().to_owned());
                 }
                 Err(err) => {
                     tracing::error!("{err}; the guest it defines keeps its running version");
@@ -1314,13 +1468,7 @@ impl Manager {
                         .map(|b| crate::guest::module_cache::digest(&b))
                         .unwrap_or_default();
                     // A candidate rebuilt in place is a new candidate.
-                    let candidate_digest = manifest
-                        .spec
-                        .rollout
-                        .as_ref()
-                        .and_then(|r| crate::guest::read_module(&r.candidate).ok())
-                        .map(|b| crate::guest::module_cache::digest(&b))
-                        .unwrap_or_default();
+                    let candidate_digest = candidate_digest(&manifest);
                     if *guest.manifest != manifest
                         || guest.digest != digest
                         || guest.candidate_digest != candidate_digest
@@ -1330,41 +1478,46 @@ impl Manager {
                 }
             }
         }
-        for (name, version) in self.load_versions(loads, |_| {}).await {
-            let Some(guest) = guests.get_mut(&name) else {
-                match version {
-                    Ok(version) => {
-                        self.start_guest(&mut guests, version);
-                        report.started.push(name);
-                    }
-                    Err(reason) => {
-                        tracing::error!("guest {name} not started: {reason}");
-                        report.rejected.push(Skipped {
-                            guest: name,
-                            reason: reason.to_string(),
-                            code: reason.code(),
-                        });
-                    }
-                }
-                continue;
-            };
-            match version {
-                Ok(version) => {
-                    self.swap_guest(guest, version);
-                    report.swapped.push(name);
-                }
-                Err(reason) => {
-                    tracing::error!(
-                        "guest {name}: new version rejected, version {} ({}) keeps running: {reason}",
-                        guest.controller.version().number,
-                        guest.digest
-                    );
-                    report.rejected.push(Skipped {
-                        guest: name,
-                        reason: reason.to_string(),
-                        code: reason.code(),
-                    });
-                }
+        let mut waiting = self.start_loads(loads);
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut ended = self.inner.loads_done.subscribe();
+        // Each guest starts or swaps as its load ends; past the wait, the rest carry on alone.
+        loop {
+            let (done, running): (Vec<_>, Vec<_>) = waiting
+                .into_iter()
+                .partition(|(_, loading, _)| loading.task.is_finished());
+            waiting = running;
+            for (name, loading, _) in done {
+                let version = loading
+                    .task
+                    .await
+                    .unwrap_or_else(|err| Err(StartError::LoadPanicked(err.to_string())));
+                self.finish_load(&mut guests, name, version, &mut report);
+            }
+            // Only the loads this reload started are waited for (all of them by a reload that
+            // waits for everything).
+            if !waiting
+                .iter()
+                .any(|(_, _, fresh)| *fresh || wait >= FULL_WAIT)
+            {
+                break;
+            }
+            self.publish(&guests);
+            // A load signals just before its task ends: looked at again shortly after.
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => break,
+                _ = ended.changed() => tokio::time::sleep(Duration::from_millis(5)).await,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        if !waiting.is_empty() {
+            let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
+            for (name, pending, _) in waiting {
+                tracing::info!(
+                    "guest {name}: its version is still loading after {wait:?}; it is taken up when it is done"
+                );
+                report.loading.push(name.clone());
+                loading.insert(name, pending);
             }
         }
         self.publish(&guests);
@@ -1374,6 +1527,105 @@ impl Manager {
             .write()
             .unwrap_or_else(|e| e.into_inner()) = report.rejected.clone();
         report
+    }
+
+    /// Start loading each of `loads` (the one already loading in the background for the same
+    /// manifest and modules taken up instead), each within its tenant's bound; loads in the
+    /// background no longer wanted are stopped. The loads by guest name.
+    fn start_loads(
+        &self,
+        loads: Vec<(Manifest, Option<Arc<Reads>>)>,
+    ) -> Vec<(String, Loading, bool)> {
+        let mut pending = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
+        let mut started = Vec::with_capacity(loads.len());
+        for (manifest, reads) in loads {
+            let name = manifest.name.clone();
+            let digests = module_digests(&manifest);
+            if let Some(loading) = pending.remove(&name) {
+                if loading.manifest == manifest && loading.digests == digests {
+                    started.push((name, loading, false));
+                    continue;
+                }
+                loading.task.abort();
+            }
+            let permits = self
+                .inner
+                .tenant_loads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(manifest.tenant.clone())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(TENANT_LOADS_AT_ONCE)))
+                .clone();
+            let manager = self.clone();
+            let to_load = manifest.clone();
+            let task = tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                let version = manager
+                    .load_version(to_load, reads.unwrap_or_default())
+                    .await;
+                manager.inner.loads_done.send_modify(|n| *n += 1);
+                version
+            });
+            started.push((
+                name,
+                Loading {
+                    manifest,
+                    digests,
+                    task,
+                },
+                true,
+            ));
+        }
+        // What is still loading in the background and no longer wanted stops.
+        for (_, loading) in pending.drain() {
+            loading.task.abort();
+        }
+        started
+    }
+
+    /// Start or swap `name` to the loaded `version`, or report why it was refused.
+    fn finish_load(
+        &self,
+        guests: &mut BTreeMap<String, Guest>,
+        name: String,
+        version: Result<Version, StartError>,
+        report: &mut ReloadReport,
+    ) {
+        let Some(guest) = guests.get_mut(&name) else {
+            match version {
+                Ok(version) => {
+                    self.start_guest(guests, version);
+                    report.started.push(name);
+                }
+                Err(reason) => {
+                    tracing::error!("guest {name} not started: {reason}");
+                    report.rejected.push(Skipped {
+                        guest: name,
+                        reason: reason.to_string(),
+                        code: reason.code(),
+                    });
+                }
+            }
+            return;
+        };
+        match version {
+            Ok(version) => {
+                self.swap_guest(guest, version);
+                report.swapped.push(name);
+            }
+            Err(reason) => {
+                tracing::error!(
+                    "guest {name}: new version rejected, version {} ({}) keeps running: {reason}",
+                    guest.controller.version().number,
+                    guest.digest
+                );
+                report.rejected.push(Skipped {
+                    guest: name,
+                    reason: reason.to_string(),
+                    code: reason.code(),
+                });
+            }
+        }
     }
 
     /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
@@ -1470,6 +1722,7 @@ impl Manager {
         let mut seen_objects = self.generations();
         let mut retry = Retry::default();
         let mut resolve = Period::default();
+        let mut loads_ended = self.inner.loads_done.subscribe();
         let what = match (&dir, &self.inner.objects) {
             (Some(dir), None) => dir.display().to_string(),
             (Some(dir), Some(_)) => format!("{} and the guest objects", dir.display()),
@@ -1535,6 +1788,9 @@ impl Manager {
                 guest = self.permission_granted() => tracing::info!(
                     "guest {guest}: the host may now do what it asks; loading it"
                 ),
+                _ = loads_ended.changed() => tracing::debug!(
+                    "a version loading in the background is done: taking it up"
+                ),
             }
             while rx.try_recv().is_ok() {}
             if let Some(changes) = objects.as_mut() {
@@ -1543,6 +1799,8 @@ impl Manager {
             modules = self.module_paths(dir.as_deref()).await;
             seen = Fingerprint::of(dir.as_deref(), &modules);
             seen_objects = self.generations();
+            // Loads ending from here on start another reload.
+            loads_ended.borrow_and_update();
             let refused = self.reload_logged(dir.as_deref(), &what).await;
             // A reload resolves every tag: the next resolve is a period from now.
             resolve.restart();
@@ -1575,7 +1833,7 @@ impl Manager {
 
     /// Reload and log what changed; whether anything was refused.
     async fn reload_logged(&self, dir: Option<&Path>, what: &str) -> bool {
-        let result = self.reload_sources(dir).await;
+        let result = self.reload_within(dir, LOOP_WAIT).await;
         let counted = match &result {
             Ok(report) if report.is_empty() => "unchanged",
             Ok(report) if report.rejected.is_empty() => "changed",
@@ -1680,6 +1938,15 @@ impl Manager {
 
     /// Stop every guest (running reconciles get up to `timeout` to finish), then the watches.
     pub async fn shutdown(self, timeout: Duration) {
+        for (_, loading) in self
+            .inner
+            .loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            loading.task.abort();
+        }
         let mut guests = self.inner.guests.lock().await;
         let stops = guests.values().map(|g| g.controller.shutdown(timeout));
         futures::future::join_all(stops).await;

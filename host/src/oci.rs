@@ -65,6 +65,9 @@ fn parse(text: &str, rest: &str) -> Result<Reference, String> {
 pub struct Registries {
     /// Registries spoken to over plain HTTP (`host:port`, as references name them).
     insecure: Vec<String>,
+    /// Hosts (`host` or `host:port`) a registry may redirect a pull to, or name as its token
+    /// realm, beside its own (`--registry-redirect-host`).
+    trusted: Vec<String>,
     /// Where pulled modules are kept: `blobs/sha256/<hex>.wasm`, and `manifests/<hex>` naming
     /// the layer digest of a manifest digest.
     dir: PathBuf,
@@ -94,10 +97,32 @@ impl Registries {
     pub fn new(dir: PathBuf, insecure: Vec<String>) -> Self {
         Registries {
             insecure,
+            trusted: Vec::new(),
             dir,
             tags: Mutex::default(),
             verified: Mutex::default(),
         }
+    }
+
+    /// These registries, letting a pull follow a registry to `hosts` too (a CDN its blobs are
+    /// served from; `host` or `host:port`).
+    #[must_use]
+    pub fn with_redirect_hosts(mut self, hosts: Vec<String>) -> Self {
+        self.trusted = hosts;
+        self
+    }
+
+    /// The HTTP of a pull of `reference` with `auth` (see [`crate::oci_pull`]).
+    fn puller(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<crate::oci_pull::Pull, String> {
+        let insecure = self
+            .insecure
+            .iter()
+            .any(|i| i == reference.registry() || i == reference.resolve_registry());
+        crate::oci_pull::Pull::new(reference, auth, insecure, &self.trusted)
     }
 
     /// Registries keeping pulled modules in a directory of this process's own, none insecure.
@@ -132,11 +157,26 @@ impl Registries {
             .join(format!("{hex}.wasm"))
     }
 
-    fn link(&self, manifest_digest: &str) -> PathBuf {
+    /// Where the layer digest of `manifest_digest`, as pulled from `reference`'s registry and
+    /// repository, is kept: a digest pulled from one repository is never the answer for
+    /// another (whose registry could claim any digest without having its content).
+    fn link(&self, reference: &Reference, manifest_digest: &str) -> PathBuf {
         let hex = manifest_digest
             .strip_prefix("sha256:")
             .unwrap_or(manifest_digest);
-        self.dir.join("manifests").join(hex)
+        let source = crate::guest::module_cache::digest(
+            format!(
+                "{}/{}",
+                reference.resolve_registry(),
+                reference.repository()
+            )
+            .as_bytes(),
+        );
+        let source = source.strip_prefix("sha256:").unwrap_or(&source);
+        self.dir
+            .join("manifests")
+            .join(&source[..16.min(source.len())])
+            .join(hex)
     }
 
     /// The manifest digest `reference` names: its own, or its tag's as `pull` says to resolve
@@ -170,11 +210,7 @@ impl Registries {
             }
             _ => {}
         }
-        let digest = self
-            .client()?
-            .fetch_manifest_digest(reference, auth)
-            .await
-            .map_err(|err| describe(reference, &err))?;
+        let digest = self.puller(reference, auth)?.manifest_digest().await?;
         self.tags
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -198,7 +234,7 @@ impl Registries {
         let digest = self.digest_of(reference, auth, pull).await?;
         let pinned = reference.clone_with_digest(digest.clone());
         let access = (pinned.whole(), fingerprint(auth));
-        if let Ok(layer) = std::fs::read_to_string(self.link(&digest)) {
+        if let Ok(layer) = std::fs::read_to_string(self.link(reference, &digest)) {
             let file = self.blob(layer.trim());
             if file.is_file() {
                 let verified = self
@@ -214,10 +250,7 @@ impl Registries {
                 }
                 if !verified {
                     // Kept, but not yet known to be readable with these credentials.
-                    self.client()?
-                        .fetch_manifest_digest(&pinned, auth)
-                        .await
-                        .map_err(|err| describe(reference, &err))?;
+                    self.puller(&pinned, auth)?.manifest_digest().await?;
                     self.verified
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -232,17 +265,11 @@ impl Registries {
                 reference.whole()
             ));
         }
-        let client = self.client()?;
-        let (manifest, _) = client
-            .pull_image_manifest(&pinned, auth)
-            .await
-            .map_err(|err| describe(reference, &err))?;
+        let puller = self.puller(&pinned, auth)?;
+        let (manifest, _) = puller.manifest(&digest).await?;
         let layer = wasm_layer(reference, &manifest)?;
-        let mut bytes = Vec::new();
-        client
-            .pull_blob(&pinned, layer, &mut bytes)
-            .await
-            .map_err(|err| describe(reference, &err))?;
+        let max = usize::try_from(crate::files::MAX_MODULE_BYTES).unwrap_or(usize::MAX);
+        let bytes = puller.blob(&layer.digest, max).await?;
         let actual = crate::guest::module_cache::digest(&bytes);
         if actual != layer.digest {
             return Err(format!(
@@ -253,7 +280,7 @@ impl Registries {
         }
         let file = self.blob(&layer.digest);
         write_atomically(&file, &bytes)?;
-        write_atomically(&self.link(&digest), layer.digest.as_bytes())?;
+        write_atomically(&self.link(reference, &digest), layer.digest.as_bytes())?;
         self.verified
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -439,8 +466,42 @@ fn wasm_layer<'a>(
 }
 
 /// A registry error as a sentence naming the reference.
+/// What went wrong talking to a registry (a push's), naming the reference — its status code and
+/// error codes, never the body it answered with.
 fn describe(reference: &Reference, err: &oci_client::errors::OciDistributionError) -> String {
-    format!("{SCHEME}{}: {err}", reference.whole())
+    use oci_client::errors::OciDistributionError as E;
+    let problem = match err {
+        E::ServerError { code, .. } => format!("the registry answered {code}"),
+        E::RegistryError { envelope, .. } => format!(
+            "the registry answered {}",
+            envelope
+                .errors
+                .iter()
+                .map(|e| format!("{:?}", e.code))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => {
+            "the registry refused the credentials".to_owned()
+        }
+        E::GenericError(_) => "the registry's answer could not be used".to_owned(),
+        E::RequestError(request) => {
+            let mut text = request.to_string();
+            let mut source = std::error::Error::source(request);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            if request.is_connect() || request.is_request() {
+                text.push_str(
+                    " (a registry that speaks plain HTTP needs --insecure: krec push --insecure)",
+                );
+            }
+            text
+        }
+        other => other.to_string(),
+    };
+    format!("{SCHEME}{}: {problem}", reference.whole())
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {

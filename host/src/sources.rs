@@ -172,6 +172,21 @@ pub fn manifest_of(
                 ),
             ));
         }
+        // Nor through a symbolic link: what the path resolves to must be inside too.
+        if let Ok(real) = std::fs::canonicalize(module_dir.join(module)) {
+            let root = std::fs::canonicalize(module_dir).unwrap_or_else(|_| module_dir.to_owned());
+            if !real.starts_with(&root) {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{:?} is a symbolic link to {}, outside the host's --module-dir ({})",
+                        module.display().to_string(),
+                        real.display(),
+                        module_dir.display()
+                    ),
+                ));
+            }
+        }
     }
     // Only what a manifest file says: the server's metadata and the status are not the guest's.
     let text = json!({
@@ -489,6 +504,38 @@ mod tests {
         )
         .expect("file");
         assert_eq!(manifest.spec, file.spec);
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn a_symbolic_link_out_of_module_dir_should_be_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::write(outside.path().join("secret.wasm"), b"x").expect("write");
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.wasm"),
+            dir.path().join("link-out.wasm"),
+        )
+        .expect("symlink");
+        std::fs::write(dir.path().join("inside.wasm"), b"x").expect("write");
+        std::os::unix::fs::symlink(
+            dir.path().join("inside.wasm"),
+            dir.path().join("link-in.wasm"),
+        )
+        .expect("symlink");
+        let reference = ObjectRef {
+            namespace: None,
+            name: "g".into(),
+        };
+        let object = |module: &str| json!({"spec": {"module": module, "tickers": [{"every": "1h", "request": {"name": "x"}}]}});
+        let err = manifest_of(&reference, &object("link-out.wasm"), dir.path())
+            .expect_err("a link out is refused");
+        assert!(
+            err.to_string()
+                .contains("spec.module: \"link-out.wasm\" is a symbolic link to"),
+            "{err}"
+        );
+        manifest_of(&reference, &object("link-in.wasm"), dir.path()).expect("a link within");
     }
 
     #[test]

@@ -43,6 +43,12 @@ pub const MAX_CONCURRENT_REVIEWS: usize = 32;
 /// the other guests' reviews go on.
 pub const MAX_CONCURRENT_REVIEWS_PER_GUEST: usize = crate::manifest::KEPT_REVIEW_INSTANCES as usize;
 
+/// Reviews of one tenant's guests (a namespace's `Reconciler`s; the files and
+/// `ClusterReconciler`s are one more tenant) run at once, at most: more than one guest's share,
+/// well under the host's, so neither one guest nor one tenant's storm of slow reviews leaves
+/// another tenant's guests without a place before their callers' timeouts.
+pub const MAX_CONCURRENT_REVIEWS_PER_TENANT: usize = 12;
+
 /// What the admission server needs: the running guests, where to count, and the bounds on
 /// concurrent reviews.
 #[derive(Clone)]
@@ -52,18 +58,36 @@ struct Served {
     permits: Arc<tokio::sync::Semaphore>,
     /// Each guest's share, made when the guest is first asked for.
     shares: Arc<std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Semaphore>>>>,
+    /// Each tenant's share, made when one of its guests is first asked for.
+    tenant_shares: Arc<std::sync::Mutex<BTreeMap<Option<String>, Arc<tokio::sync::Semaphore>>>>,
 }
 
-/// A review's places: one of its guest's share, one of the host's.
+/// A review's places: one of its guest's share, one of its tenant's, one of the host's.
 type Slot = (
+    tokio::sync::OwnedSemaphorePermit,
     tokio::sync::OwnedSemaphorePermit,
     tokio::sync::OwnedSemaphorePermit,
 );
 
 impl Served {
-    /// Wait for a place in `guest`'s share and then in the host's, until `deadline`: `None`
-    /// when it passes first (or the server stops).
+    /// Wait for a place in `guest`'s share, then in its tenant's, then in the host's, until
+    /// `deadline`: `None` when it passes first (or the server stops).
     async fn slot(&self, guest: &str, deadline: tokio::time::Instant) -> Option<Slot> {
+        let tenant = self
+            .manager
+            .controller(guest)
+            .and_then(|c| c.module().manifest().tenant.clone());
+        let tenant_share = self
+            .tenant_shares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(tenant)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    MAX_CONCURRENT_REVIEWS_PER_TENANT,
+                ))
+            })
+            .clone();
         let share = self
             .shares
             .lock()
@@ -75,12 +99,13 @@ impl Served {
                 ))
             })
             .clone();
-        let both = async {
+        let all = async {
             let own = share.acquire_owned().await.ok()?;
+            let tenant = tenant_share.acquire_owned().await.ok()?;
             let host = self.permits.clone().acquire_owned().await.ok()?;
-            Some((own, host))
+            Some((own, tenant, host))
         };
-        tokio::time::timeout_at(deadline, both).await.ok().flatten()
+        tokio::time::timeout_at(deadline, all).await.ok().flatten()
     }
 }
 
@@ -161,6 +186,7 @@ pub fn router(manager: Manager) -> axum::Router {
             metrics,
             permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_REVIEWS)),
             shares: Arc::default(),
+            tenant_shares: Arc::default(),
         })
 }
 

@@ -170,6 +170,11 @@ pub(super) struct HostArgs {
     /// rather than HTTPS; repeatable. Only for registries on a trusted network.
     #[arg(long = "insecure-registry")]
     insecure_registries: Vec<String>,
+    /// A host (`host` or `host:port`) a registry may redirect a pull to, or name as its token
+    /// service, beside its own (a CDN serving its blobs); repeatable. Other redirects and
+    /// realms are refused: a registry cannot make the host fetch other addresses.
+    #[arg(long = "registry-redirect-host")]
+    registry_redirect_hosts: Vec<String>,
 }
 
 impl HostArgs {
@@ -240,6 +245,7 @@ impl HostArgs {
                 quota: self.tenant_quota.unwrap_or_default(),
             }),
             insecure_registries: self.insecure_registries,
+            registry_redirect_hosts: self.registry_redirect_hosts,
         })
     }
 }

@@ -57,6 +57,17 @@ pub enum ManifestError {
         /// What went wrong, naming the reference.
         problem: String,
     },
+    /// The module named in a registry is still being pulled (a slow registry): not an error
+    /// yet — the running version, if any, stays, and the pull's end reloads.
+    #[error("{path}: {field}: {reference} is still being pulled")]
+    Pulling {
+        /// The manifest file or object.
+        path: PathBuf,
+        /// `spec.module` or `spec.rollout.candidate`.
+        field: &'static str,
+        /// The reference.
+        reference: String,
+    },
     /// A tenant's guest would take its namespace over its quota.
     #[error("{path}: {problem}")]
     OverQuota {
@@ -86,6 +97,7 @@ impl ManifestError {
             ManifestError::Duplicate { .. } => "Duplicate",
             ManifestError::OverQuota { .. } => "QuotaExceeded",
             ManifestError::Pull { .. } => "PullFailed",
+            ManifestError::Pulling { .. } => "Pulling",
         }
     }
 
@@ -96,7 +108,8 @@ impl ManifestError {
             | ManifestError::Invalid { path, .. }
             | ManifestError::Duplicate { path, .. }
             | ManifestError::OverQuota { path, .. }
-            | ManifestError::Pull { path, .. } => path,
+            | ManifestError::Pull { path, .. }
+            | ManifestError::Pulling { path, .. } => path,
         }
     }
 }

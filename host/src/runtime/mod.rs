@@ -70,6 +70,8 @@ pub struct HostOptions {
     pub from_cluster: Option<crate::sources::FromCluster>,
     /// Registries spoken to over plain HTTP (`--insecure-registry host:port`).
     pub insecure_registries: Vec<String>,
+    /// Hosts a registry may redirect a pull to (`--registry-redirect-host`).
+    pub registry_redirect_hosts: Vec<String>,
 }
 
 /// Whether and how the host keeps the cluster's webhook registrations (the
@@ -107,6 +109,7 @@ impl Default for HostOptions {
             guest_memory: None,
             from_cluster: None,
             insecure_registries: Vec::new(),
+            registry_redirect_hosts: Vec::new(),
         }
     }
 }
@@ -115,7 +118,7 @@ impl HostOptions {
     /// Where modules from registries are kept — beside the compiled modules, or in a directory
     /// of this process's own — and which registries are insecure.
     pub fn registries(&self) -> crate::oci::Registries {
-        match self.module_cache.dir() {
+        let registries = match self.module_cache.dir() {
             Some(dir) => {
                 crate::oci::Registries::new(dir.join("oci"), self.insecure_registries.clone())
             }
@@ -123,7 +126,8 @@ impl HostOptions {
                 crate::oci::Registries::private_dir(),
                 self.insecure_registries.clone(),
             ),
-        }
+        };
+        registries.with_redirect_hosts(self.registry_redirect_hosts.clone())
     }
 
     /// The identity this host's requests carry in their `User-Agent` (see

@@ -270,3 +270,102 @@ fn map_results_no_object_could_have_should_be_refused() {
     }
     assert!(Request::checked(Some("default"), "web-0").is_ok());
 }
+
+/// A registry that answers every request a byte at a time, and never finishes (slowloris).
+async fn slowloris_registry() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    .iter()
+                    .cycle()
+                {
+                    if socket.write_all(&[*byte]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_blocking_inits_and_slow_pulls_should_not_hold_another_tenants_guest() {
+    let modules = tempfile::tempdir().expect("modules");
+    for file in ["stamper_a.wasm", "misbehave.wasm"] {
+        std::fs::copy(built_module(file), modules.path().join(file)).expect("copy");
+    }
+    let slow = slowloris_registry().await;
+    let store = tempfile::tempdir().expect("store");
+    let registries = Arc::new(krec::oci::Registries::new(
+        store.path().to_owned(),
+        vec![slow.to_string()],
+    ));
+    let namespace = |name: &str| serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    let live = krec_tests::Live::start_from_with(
+        Vec::new(),
+        vec![
+            namespace("team-a"),
+            namespace("team-b"),
+            krec_tests::configmap(0),
+        ],
+        krec::sources::FromCluster {
+            module_dir: modules.path().to_owned(),
+            ..Default::default()
+        },
+        registries,
+    )
+    .await;
+    let watcher = live.manager.watch_sources(None);
+    let team_a = |name: String, module: String, config: serde_json::Value| {
+        serde_json::json!({"apiVersion": "krec.dev/v1alpha1", "kind": "Reconciler",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"module": module, "config": config,
+                "limits": {"timeout": "60s"},
+                "tickers": [{"every": "1h", "request": {"name": "ok"}}]}})
+    };
+    // Team a: six guests whose `init` blocks for their whole 60 s, five pulls from a registry
+    // that answers a byte at a time.
+    for i in 0..6 {
+        let object = team_a(
+            format!("sleeper-{i}"),
+            "misbehave.wasm".into(),
+            serde_json::json!({"init": "sleep"}),
+        );
+        live.api.create(&object, "test").await.expect("sleeper");
+    }
+    for i in 0..5 {
+        let object = team_a(
+            format!("slow-{i}"),
+            format!("oci://{slow}/team-a/slow-{i}:v1"),
+            serde_json::json!({}),
+        );
+        live.api.create(&object, "test").await.expect("slow pull");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Team b's healthy guest, a file module: running within seconds all the same.
+    let bob = serde_json::json!({"apiVersion": "krec.dev/v1alpha1", "kind": "Reconciler",
+        "metadata": {"name": "stamper", "namespace": "team-b"},
+        "spec": {"module": "stamper_a.wasm", "for": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "permissions": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "verbs": ["get", "list", "watch", "patch"]}]}});
+    let created = std::time::Instant::now();
+    live.api.create(&bob, "test").await.expect("bob's guest");
+    while live.manager.controller("team-b.stamper").is_none() {
+        assert!(
+            created.elapsed() < Duration::from_secs(5),
+            "team b's guest waited on team a's inits and pulls"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    watcher.stop().await;
+}

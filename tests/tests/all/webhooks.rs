@@ -830,3 +830,51 @@ async fn a_webhook_should_use_its_spec_config() {
         .expect("requests");
     assert_eq!(requests["cpu"].0, "250m");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_storm_of_slow_reviews_should_not_time_out_another_tenants() {
+    // Team a: twelve webhook guests, each within its own share — together three times the
+    // host's places — and a storm of slow reviews for each.
+    let team_a: Vec<Manifest> = (1..=12)
+        .map(|i| {
+            let mut manifest = misbehaving_webhook("Ignore");
+            manifest.name = format!("misbehave-{i}");
+            manifest.tenant = Some("team-a".into());
+            manifest
+        })
+        .collect();
+    let mut bob = sample_manifest("foo-validator");
+    bob.name = "bob-validator".into();
+    bob.tenant = Some("team-b".into());
+    let mut extra = team_a;
+    extra.push(bob);
+    let (_live, server) = start(extra).await;
+    let ca = trusting(server.ca_pem());
+    let post = |path: String, body: Value| {
+        let url = format!("{}{path}", server.url());
+        let ca = ca.clone();
+        async move { https_post(&ca, &url, &body).await }
+    };
+    let mut slow = tokio::task::JoinSet::new();
+    for i in 1..=12 {
+        for _ in 0..10 {
+            slow.spawn(post(
+                format!("/validate/misbehave-{i}?timeout=10s"),
+                config_map_review("sleep"),
+            ));
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Team b's quick webhook, with the 2 s kube-apiserver gives it: answered in time.
+    let (status, answer) = post(
+        "/validate/bob-validator?timeout=2s".into(),
+        documented_review("good-name"),
+    )
+    .await;
+    assert_eq!(
+        (status, &answer["response"]["allowed"]),
+        (200, &json!(true)),
+        "{answer}"
+    );
+    while slow.join_next().await.is_some() {}
+}
