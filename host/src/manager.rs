@@ -1191,12 +1191,13 @@ impl Manager {
         wait: Duration,
     ) -> Result<Manifest, ManifestError> {
         let module = manifest.spec.module.clone();
-        if let Some(file) = self.pull(&manifest, &module, "spec.module", wait).await? {
+        if let Some((file, digest)) = self.pull(&manifest, &module, "spec.module", wait).await? {
             manifest.module_ref = Some(module.display().to_string());
+            manifest.artifact_digest = Some(digest);
             manifest.spec.module = file;
         }
         if let Some(candidate) = manifest.spec.rollout.as_ref().map(|r| r.candidate.clone())
-            && let Some(file) = self
+            && let Some((file, _)) = self
                 .pull(&manifest, &candidate, "spec.rollout.candidate", wait)
                 .await?
             && let Some(rollout) = &mut manifest.spec.rollout
@@ -1215,7 +1216,7 @@ impl Manager {
         module: &Path,
         field: &'static str,
         wait: Duration,
-    ) -> Result<Option<PathBuf>, ManifestError> {
+    ) -> Result<Option<(PathBuf, String)>, ManifestError> {
         let Some(Ok(reference)) = crate::oci::reference(module) else {
             return Ok(None);
         };
@@ -1282,7 +1283,7 @@ impl Manager {
         };
         let fetched = joined.unwrap_or_else(|err| Err(format!("the pull stopped: {err}")));
         match fetched {
-            Ok((file, _)) => Ok(Some(file)),
+            Ok(pulled) => Ok(Some(pulled)),
             Err(problem) => Err(ManifestError::Pull {
                 path: manifest.path.clone(),
                 field,
@@ -1690,8 +1691,10 @@ impl Manager {
         >,
                            modules: Vec<PathBuf>| {
             let Some(debouncer) = debouncer else { return };
+            // Files only: a module in a registry (`oci://…`) is watched by its pull period.
             let absolute: BTreeSet<PathBuf> = modules
                 .iter()
+                .filter(|m| crate::oci::reference(m).is_none())
                 .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
                 .collect();
             for module in &absolute {
@@ -2081,7 +2084,11 @@ mod tests {
             .apply(scanned(vec![manifest("a", "ConfigMap")]))
             .await;
         assert_eq!(report.swapped, ["a"], "{report:?}");
-        assert_eq!(controller.version().number, 2);
+        assert_eq!(
+            controller.version().number,
+            1,
+            "the same module: the same version of it"
+        );
         assert_eq!(informers(&manager), ["ConfigMap a (1)"]);
 
         // Back to Secrets: the ConfigMap watch stays, for the guest's reads.

@@ -231,6 +231,34 @@ impl Registries {
         auth: &RegistryAuth,
         pull: &PullSpec,
     ) -> Result<(PathBuf, String), String> {
+        // A component file's digest (status.moduleDigest) where an artifact's belongs.
+        if let Some(named) = reference.digest()
+            && self.blob(named).is_file()
+            && !self.link(reference, named).is_file()
+        {
+            return Err(format!(
+                "{SCHEME}{}: {named} is the digest of the component file (status.moduleDigest), not of its artifact: name the artifact's digest (status.digest, what `krec push` prints)",
+                reference.whole()
+            ));
+        }
+        self.fetch_pinned(reference, auth, pull).await.map_err(|err| {
+            if reference.digest().is_some() && err.contains("answered") {
+                format!(
+                    "{err} (a reference's @sha256: digest names the artifact — status.digest, what `krec push` prints — not the component file's sha256)"
+                )
+            } else {
+                err
+            }
+        })
+    }
+
+    /// [`fetch`](Self::fetch) past its check of the digest named.
+    async fn fetch_pinned(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        pull: &PullSpec,
+    ) -> Result<(PathBuf, String), String> {
         let digest = self.digest_of(reference, auth, pull).await?;
         let pinned = reference.clone_with_digest(digest.clone());
         let access = (pinned.whole(), fingerprint(auth));
@@ -553,6 +581,62 @@ fn component_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_module_kept_from_one_repository_should_not_answer_for_another() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Team a's private module, kept here as pulled from its registry's repository.
+        let store = tempfile::tempdir().expect("store");
+        let registries = Registries::new(store.path().to_owned(), vec!["127.0.0.1:1".into()]);
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let layer = format!("sha256:{}", "b".repeat(64));
+        let private: Reference = format!("127.0.0.1:1/private/p@{digest}")
+            .parse()
+            .expect("ref");
+        write_atomically(&registries.blob(&layer), b"the private module").expect("blob");
+        write_atomically(&registries.link(&private, &digest), layer.as_bytes()).expect("link");
+        // Team b names the same digest in a registry of its own that claims to have anything.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let echo = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = vec![0u8; 8192];
+                    let n = socket.read(&mut request).await.unwrap_or(0);
+                    let text = String::from_utf8_lossy(&request[..n]).to_string();
+                    let named = text
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or("")
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or("")
+                        .to_owned();
+                    let answer = if text.starts_with("HEAD") {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ndocker-content-digest: {named}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        )
+                    } else {
+                        "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            .to_owned()
+                    };
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let registries = Registries::new(store.path().to_owned(), vec![echo.clone()]);
+        let claimed: Reference = format!("{echo}/echo/anything@{digest}")
+            .parse()
+            .expect("ref");
+        let pull = PullSpec::default();
+        let err = registries
+            .fetch(&claimed, &RegistryAuth::Anonymous, &pull)
+            .await
+            .expect_err("another repository's claim is pulled, and fails");
+        assert!(err.contains("answered 404"), "{err}");
+    }
 
     #[test]
     fn oci_references_should_name_their_registry() {

@@ -65,8 +65,11 @@ pub struct Running {
     pub replica: String,
     /// The module as the spec names it, resolved.
     pub module: String,
-    /// The module's digest.
+    /// The module's digest: its registry artifact's when pulled (what a rollback names), else
+    /// its file's.
     pub digest: String,
+    /// The digest of the component file itself (`status.moduleDigest`), when it differs.
+    pub module_digest: Option<String>,
     /// 1, then counting swaps.
     pub version: u64,
     /// Reconciles ended so far on this replica.
@@ -274,6 +277,9 @@ pub fn desired(observed: &Observed, old: &Value, now: SystemTime) -> Value {
         status["replica"] = json!(running.replica);
         status["module"] = json!(running.module);
         status["digest"] = json!(running.digest);
+        if let Some(file) = &running.module_digest {
+            status["moduleDigest"] = json!(file);
+        }
         status["version"] = json!(running.version);
         status["reconciles"] = json!({
             "total": running.reconciles,
@@ -428,7 +434,12 @@ fn observe(
                     .module_ref
                     .clone()
                     .unwrap_or_else(|| module.manifest().spec.module.display().to_string()),
-                digest: module.digest().to_owned(),
+                digest: module.manifest().shown_digest(module.digest()).to_owned(),
+                module_digest: module
+                    .manifest()
+                    .artifact_digest
+                    .is_some()
+                    .then(|| module.digest().to_owned()),
                 version: controller.version().number,
                 reconciles: stats.total(),
                 errors: stats.errors(),
@@ -691,6 +702,7 @@ mod tests {
             replica: "r1".into(),
             module: "/guests/a.wasm".into(),
             digest: "sha256:aa".into(),
+            module_digest: None,
             version: 1,
             reconciles: 3,
             errors: 0,

@@ -165,7 +165,11 @@ fn publish_version(metrics: &Metrics, guest: &str, old: Option<&Version>, new: &
     let info = |v: &Version| ModuleLabels {
         guest: guest.to_owned(),
         version: v.number.to_string(),
-        digest: v.module.digest().to_owned(),
+        digest: v
+            .module
+            .manifest()
+            .shown_digest(v.module.digest())
+            .to_owned(),
     };
     if let Some(old) = old {
         metrics.module_info.remove(&info(old));
@@ -674,7 +678,11 @@ impl Controller {
         self.metrics.module_info.remove(&ModuleLabels {
             guest: self.name.clone(),
             version: version.number.to_string(),
-            digest: version.module.digest().to_owned(),
+            digest: version
+                .module
+                .manifest()
+                .shown_digest(version.module.digest())
+                .to_owned(),
         });
     }
 

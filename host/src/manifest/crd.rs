@@ -127,7 +127,8 @@ fn status_schema() -> Value {
             "observedGeneration": integer("The generation the host last acted on."),
             "replica": string("The replica whose workers run the guest."),
             "module": string("The module it runs, resolved."),
-            "digest": string("The digest of the module it runs."),
+            "digest": string("The digest of the module it runs: its registry artifact's (what krec push prints and an oci://…@sha256: reference names) when pulled, else its file's."),
+            "moduleDigest": string("The sha256 of the component file itself, when the module was pulled from a registry."),
             "version": integer("1 for the first version loaded, then counting swaps."),
             "reconciles": {
                 "type": "object",

@@ -131,6 +131,7 @@ impl Manifest {
             module_ref: None,
             candidate_ref: None,
             candidate: false,
+            artifact_digest: None,
         })
     }
 

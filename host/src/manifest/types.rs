@@ -28,12 +28,21 @@ pub struct Manifest {
     pub module_ref: Option<String>,
     /// The `oci://` reference `spec.rollout.candidate` was written as, once pulled.
     pub candidate_ref: Option<String>,
+    /// The digest of the registry artifact (its manifest's) `spec.module` was pulled as — what
+    /// `krec push` prints and an `oci://…@sha256:` reference names; `None` for a file.
+    pub artifact_digest: Option<String>,
     /// Whether this is a rollout's candidate (its logs say `version=candidate`), not the live
     /// version.
     pub candidate: bool,
 }
 
 impl Manifest {
+    /// The digest to show for the module whose file has `file_digest`: its artifact's when it
+    /// was pulled (what a rollback names), else the file's.
+    pub fn shown_digest<'a>(&'a self, file_digest: &'a str) -> &'a str {
+        self.artifact_digest.as_deref().unwrap_or(file_digest)
+    }
+
     /// `live` or `candidate`: the `version` field of the guest's log lines.
     pub fn version_role(&self) -> &'static str {
         if self.candidate { "candidate" } else { "live" }

@@ -168,6 +168,50 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
         2
     );
 
+    // The DIGEST kubectl shows is the artifact's, what `krec push` printed: naming it rolls
+    // back. The component file's own (status.moduleDigest) is refused, saying which to use.
+    assert_eq!(
+        digest_of_a,
+        json!(digest_a),
+        "status.digest is the artifact's"
+    );
+    let file_digest = found["status"]["moduleDigest"]
+        .as_str()
+        .expect("moduleDigest")
+        .to_owned();
+    assert_ne!(file_digest, digest_a);
+    let pin = |digest: &str| {
+        let api = live.api.clone();
+        let module = registry.reference(&format!("guests/stamper@{digest}"));
+        async move {
+            api.patch(
+                &cluster_stamper().gvk(),
+                None,
+                "stamper",
+                krec::vocab::PatchType::Merge,
+                &json!({"spec": {"module": module}}),
+                false,
+                "test",
+            )
+            .await
+            .expect("patch");
+        }
+    };
+    pin(&file_digest).await;
+    let refused = live
+        .wait_condition(&cluster_stamper(), "Degraded", "True", "PullFailed")
+        .await;
+    assert!(
+        refused.contains("is the digest of the component file")
+            && refused.contains("status.digest"),
+        "{refused}"
+    );
+    pin(&digest_a).await;
+    live.eventually("rolled back to version a", || async {
+        live.all_stamped("a", OBJECTS).await.then_some(())
+    })
+    .await;
+
     status.stop().await;
     for watcher in watchers {
         watcher.stop().await;
