@@ -1446,7 +1446,10 @@ impl Manager {
         let mut loads = Vec::new();
         for (name, manifest) in wanted {
             match guests.get(&name) {
-                None => loads.push((manifest, None)),
+                None => {
+                    let digests = module_digests(&manifest);
+                    loads.push((manifest, None, digests));
+                }
                 Some(guest) => {
                     let bytes = crate::guest::read_module(&manifest.spec.module);
                     // A build replaces a module by deleting it and writing the new one: while
@@ -1474,42 +1477,40 @@ impl Manager {
                         || guest.digest != digest
                         || guest.candidate_digest != candidate_digest
                     {
-                        loads.push((manifest, Some(guest.reads.clone())));
+                        let reads = Some(guest.reads.clone());
+                        loads.push((manifest, reads, (digest, candidate_digest)));
                     }
                 }
             }
         }
         let mut waiting = self.start_loads(loads);
         let deadline = tokio::time::Instant::now() + wait;
-        let mut ended = self.inner.loads_done.subscribe();
         // Each guest starts or swaps as its load ends; past the wait, the rest carry on alone.
+        // Only the loads this reload started are waited for (all of them by a reload that
+        // waits for everything); one already loading is taken up if it is done.
         loop {
-            let (done, running): (Vec<_>, Vec<_>) = waiting
-                .into_iter()
-                .partition(|(_, loading, _)| loading.task.is_finished());
-            waiting = running;
-            for (name, loading, _) in done {
-                let version = loading
-                    .task
-                    .await
-                    .unwrap_or_else(|err| Err(StartError::LoadPanicked(err.to_string())));
-                self.finish_load(&mut guests, name, version, &mut report);
-            }
-            // Only the loads this reload started are waited for (all of them by a reload that
-            // waits for everything).
-            if !waiting
-                .iter()
-                .any(|(_, _, fresh)| *fresh || wait >= FULL_WAIT)
-            {
+            let waited: Vec<usize> = (0..waiting.len())
+                .filter(|&i| waiting[i].2 || wait >= FULL_WAIT || waiting[i].1.task.is_finished())
+                .collect();
+            if waited.is_empty() {
                 break;
             }
             self.publish(&guests);
-            // A load signals just before its task ends: looked at again shortly after.
-            tokio::select! {
+            let ended = futures::future::select_all(
+                waiting
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(i, _)| waited.contains(i))
+                    .map(|(_, (_, loading, _))| &mut loading.task),
+            );
+            let (joined, at, _) = tokio::select! {
                 () = tokio::time::sleep_until(deadline) => break,
-                _ = ended.changed() => tokio::time::sleep(Duration::from_millis(5)).await,
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
+                ended = ended => ended,
+            };
+            let (name, _, _) = waiting.remove(waited[at]);
+            let version =
+                joined.unwrap_or_else(|err| Err(StartError::LoadPanicked(err.to_string())));
+            self.finish_load(&mut guests, name, version, &mut report);
         }
         if !waiting.is_empty() {
             let mut loading = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
@@ -1535,13 +1536,12 @@ impl Manager {
     /// background no longer wanted are stopped. The loads by guest name.
     fn start_loads(
         &self,
-        loads: Vec<(Manifest, Option<Arc<Reads>>)>,
+        loads: Vec<(Manifest, Option<Arc<Reads>>, (String, String))>,
     ) -> Vec<(String, Loading, bool)> {
         let mut pending = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
         let mut started = Vec::with_capacity(loads.len());
-        for (manifest, reads) in loads {
+        for (manifest, reads, digests) in loads {
             let name = manifest.name.clone();
-            let digests = module_digests(&manifest);
             if let Some(loading) = pending.remove(&name) {
                 if loading.manifest == manifest && loading.digests == digests {
                     started.push((name, loading, false));

@@ -78,15 +78,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_forged_line_should_stay_on_the_guests_line_escaped() {
+    /// What `log` writes into the host's log, as text.
+    fn logged(log: impl FnOnce()) -> String {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(subscriber, log);
+        let text = captured.0.lock().expect("log").clone();
+        String::from_utf8(text).expect("utf-8")
+    }
+
+    #[test]
+    fn a_forged_line_should_stay_on_the_guests_line_escaped() {
+        let text = logged(|| {
             guest_log(
                 "sly",
                 "live",
@@ -97,7 +104,6 @@ mod tests {
                 &LogBudget::new("sly"),
             );
         });
-        let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("utf-8");
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(
             text.contains(
@@ -109,13 +115,7 @@ mod tests {
 
     #[test]
     fn a_candidates_lines_should_say_so() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let text = logged(|| {
             for version in ["live", "candidate"] {
                 guest_log(
                     "mirror",
@@ -127,7 +127,6 @@ mod tests {
                 );
             }
         });
-        let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("version=\"live\""), "{text}");
         assert!(lines[1].contains("version=\"candidate\""), "{text}");

@@ -241,15 +241,16 @@ fn before(write: &Write, reads: &[&Read]) -> Option<Value> {
 /// What `write` leaves each field it changes as, beside the object `before` it: a field path
 /// and its new value (`None`: removed). A create changes every field it sets, a delete every
 /// field of the object, a JSON patch the paths of its operations.
-fn effect(write: &Write, before: Option<&Value>) -> BTreeMap<String, Option<Value>> {
-    let mut old = BTreeMap::new();
-    if let Some(before) = before {
-        leaves(before, "", &mut old);
-    }
+/// `old` is `before`'s leaves.
+fn effect(
+    write: &Write,
+    before: Option<&Value>,
+    old: &BTreeMap<String, Value>,
+) -> BTreeMap<String, Option<Value>> {
     let body = normalised(&write.body.value());
     let after = match (write.verb, write.patch_type.as_deref()) {
         (Verb::Delete, _) => {
-            return old.into_keys().map(|path| (path, None)).collect();
+            return old.keys().map(|path| (path.clone(), None)).collect();
         }
         (_, Some(content_type)) if content_type.contains("json-patch") => {
             // A JSON patch: each operation's path, as the field it sets.
@@ -302,16 +303,16 @@ fn effect_diffs(
         return Vec::new();
     };
     let before = before(any, reads);
-    let of = |write: Option<&Write>| {
-        write
-            .map(|w| effect(w, before.as_ref()))
-            .unwrap_or_default()
-    };
-    let (l, c) = (of(live), of(candidate));
     let mut old = BTreeMap::new();
     if let Some(before) = &before {
         leaves(before, "", &mut old);
     }
+    let of = |write: Option<&Write>| {
+        write
+            .map(|w| effect(w, before.as_ref(), &old))
+            .unwrap_or_default()
+    };
+    let (l, c) = (of(live), of(candidate));
     let secret = is_secret(any);
     let shown = |path: &String, change: Option<&Option<Value>>| {
         if secret {
