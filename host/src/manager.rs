@@ -439,6 +439,10 @@ pub const PULL_DEADLINE: Duration = Duration::from_secs(120);
 /// A pull going on in the background: the module's file and manifest digest, or why not.
 type PullTask = tokio::task::JoinHandle<Result<(PathBuf, String), String>>;
 
+/// A version a reload loads: its manifest, the read set of the guest it replaces (if any), and
+/// its module's and candidate's digests.
+type ToLoad = (Manifest, Option<Arc<Reads>>, (String, String));
+
 /// A version still loading after the reload that started it.
 struct Loading {
     /// The manifest it loads, and its module's and candidate's digests: a reload wanting the
@@ -1534,10 +1538,7 @@ impl Manager {
     /// Start loading each of `loads` (the one already loading in the background for the same
     /// manifest and modules taken up instead), each within its tenant's bound; loads in the
     /// background no longer wanted are stopped. The loads by guest name.
-    fn start_loads(
-        &self,
-        loads: Vec<(Manifest, Option<Arc<Reads>>, (String, String))>,
-    ) -> Vec<(String, Loading, bool)> {
+    fn start_loads(&self, loads: Vec<ToLoad>) -> Vec<(String, Loading, bool)> {
         let mut pending = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
         let mut started = Vec::with_capacity(loads.len());
         for (manifest, reads, digests) in loads {
