@@ -131,6 +131,10 @@ const MAX_HEADERS: usize = 4096;
 /// How long a connection closed while its client still sends is drained (see the module docs).
 pub const LINGER: Duration = Duration::from_secs(1);
 
+/// How long a connection told to close at its idle or header timeout may take to close when
+/// no request is in flight (a head still arriving) before it is dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
 /// Longest pause of the accept loop after an error (Go's `Serve` backs off the same way).
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// First pause after an accept error.
@@ -555,10 +559,21 @@ async fn serve_connection<I, S>(
         let busy = slot.busy.load(Ordering::Acquire) > 0;
         if !busy && idle_for >= limit {
             // Idle past its limit: HTTP/1 closes at once, HTTP/2 says GOAWAY first; a request
-            // that arrived meanwhile is served to its end.
+            // that arrived meanwhile is served to its end. A request head begun and never
+            // finished holds hyper's graceful close forever: dropped once nothing is in flight
+            // for a grace period, as Go's `ReadHeaderTimeout` closes such a connection.
             connection.as_mut().graceful_shutdown();
-            let _ = connection.as_mut().await;
-            return;
+            loop {
+                tokio::select! {
+                    _ = connection.as_mut() => return,
+                    () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+                        if slot.busy.load(Ordering::Acquire) == 0 {
+                            tracing::debug!("closing a connection whose request head never ended");
+                            return;
+                        }
+                    }
+                }
+            }
         }
         let check_in = if busy { limit } else { limit - idle_for };
         tokio::select! {

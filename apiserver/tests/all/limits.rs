@@ -170,6 +170,26 @@ async fn silent_connections_should_be_closed_and_never_keep_a_request_out() {
     }
 }
 
+/// A client that starts a request's headers and never ends them (curl 7.88 stalls so after
+/// 128 KB of a large header over TLS) is closed at the header timeout, as Go's
+/// `ReadHeaderTimeout` closes kube-apiserver's; it held the connection for good before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_never_ends_should_be_closed_at_the_header_timeout() {
+    let cluster = tight_server().await;
+    let mut tls = tls_connection(&cluster).await;
+    let head = format!(
+        "GET /api HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}",
+        "a".repeat(128 << 10)
+    );
+    tls.write_all(head.as_bytes()).await.expect("a partial head");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest)).await;
+    assert!(
+        read.is_ok(),
+        "a connection with a head that never ends was still open after 5 s (header timeout 300 ms)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_keep_alive_connection_should_be_closed_but_a_long_watch_kept() {
     let cluster = tight_server().await;
