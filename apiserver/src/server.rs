@@ -31,6 +31,7 @@ pub struct Builder {
     audit: Option<Arc<AuditLog>>,
     limits: Option<Limits>,
     anonymous: bool,
+    max_token_expiration: Option<Duration>,
 }
 
 impl Default for Builder {
@@ -45,6 +46,7 @@ impl Default for Builder {
             audit: None,
             limits: None,
             anonymous: false,
+            max_token_expiration: None,
         }
     }
 }
@@ -112,6 +114,14 @@ impl Builder {
     /// `/version`).
     pub fn anonymous_auth(mut self, allowed: bool) -> Self {
         self.anonymous = allowed;
+        self
+    }
+
+    /// The longest lifetime a TokenRequest gets: a longer `expirationSeconds` is shortened to
+    /// it, with a warning — kube-apiserver's `--service-account-max-token-expiration`. By
+    /// default, as in kube, there is none (2^32 seconds at most).
+    pub fn max_token_expiration(mut self, longest: Option<Duration>) -> Self {
+        self.max_token_expiration = longest;
         self
     }
 
@@ -232,6 +242,9 @@ impl Server {
             admission: admission.clone(),
             metrics: Default::default(),
             authenticator: Authenticator::new(&token, signer).anonymous(config.anonymous),
+            max_token_seconds: config
+                .max_token_expiration
+                .map(|longest| i64::try_from(longest.as_secs()).unwrap_or(i64::MAX)),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());
@@ -384,6 +397,7 @@ pub fn in_process(
         authenticator: Authenticator::trusting(
             Signer::generate().map_err(|err| ApiError::internal(err.to_string()))?,
         ),
+        max_token_seconds: None,
     });
     let app = axum::Router::new()
         .fallback(endpoints::handle)

@@ -87,6 +87,8 @@ pub struct ApiServer {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Who a request is from.
     pub authenticator: crate::authentication::Authenticator,
+    /// The longest lifetime of a requested token, in seconds (`None`: 2^32, kube's default).
+    pub max_token_seconds: Option<i64>,
 }
 
 fn respond(code: u16, body: &Value) -> Response {

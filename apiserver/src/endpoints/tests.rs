@@ -38,6 +38,7 @@ fn app() -> axum::Router {
         authenticator: crate::authentication::Authenticator::trusting(
             crate::authentication::Signer::generate().expect("key"),
         ),
+        max_token_seconds: None,
     });
     axum::Router::new().fallback(handle).with_state(server)
 }

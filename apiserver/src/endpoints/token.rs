@@ -86,6 +86,17 @@ pub(super) async fn request(
             format!("Invalid value: {seconds}: {detail}"),
         ));
     }
+    // As kube's `--service-account-max-token-expiration`: shortened, and said so.
+    let mut warnings = Vec::new();
+    let seconds = match server.max_token_seconds {
+        Some(longest) if seconds > longest => {
+            warnings.push(format!(
+                "requested expiration of {seconds} seconds shortened to {longest} seconds"
+            ));
+            longest
+        }
+        _ => seconds,
+    };
     let audiences: Vec<String> = asked
         .at("/spec/audiences")
         .and_then(Value::as_array)
@@ -128,8 +139,9 @@ pub(super) async fn request(
     let expires = jiff::Timestamp::from_second(now + seconds)
         .map(crate::timestamp::rfc3339)
         .map_err(|err| ApiError::internal(err.to_string()))?;
-    Ok(respond(
-        201,
+    Ok(negotiation::with_warnings(
+        respond(
+            201,
         &json!({
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
@@ -138,6 +150,8 @@ pub(super) async fn request(
             "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": bound},
             "status": {"token": token, "expirationTimestamp": expires},
         }),
+        ),
+        &warnings,
     ))
 }
 

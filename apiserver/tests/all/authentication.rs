@@ -279,6 +279,42 @@ async fn a_service_accounts_token_should_stand_for_it_while_it_exists() {
     cluster.shutdown().await;
 }
 
+/// `--service-account-max-token-expiration`: a token asked for longer (a hundred years) is
+/// issued for the longest allowed, and kubectl shows kube's warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_asked_for_longer_than_allowed_should_be_shortened_with_a_warning() {
+    let (cluster, _dir, kubectl): (Server, _, Kubectl) = kubectl::start_with(
+        Server::builder().max_token_expiration(Some(std::time::Duration::from_secs(86_400))),
+    )
+    .await;
+    kubectl.ok(&["create", "serviceaccount", "long", "-n", "default"]);
+    let out = kubectl.run(&[
+        "create",
+        "token",
+        "long",
+        "-n",
+        "default",
+        "--duration=876000h",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "Warning: requested expiration of 3153600000 seconds shortened to 86400 seconds"
+    );
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let claims = token.split('.').nth(1).expect("a JWT's claims");
+    use base64::Engine as _;
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .expect("base64url"),
+    )
+    .expect("JSON claims");
+    let lifetime = claims["exp"].as_i64().unwrap_or(0) - claims["iat"].as_i64().unwrap_or(0);
+    assert_eq!(lifetime, 86_400, "{claims}");
+    cluster.shutdown().await;
+}
+
 /// `--anonymous-auth`: a request without a token is `system:anonymous`'s, which kube's default
 /// policy lets read health and version only — a 403, not a 401, for the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,11 @@ pub(super) struct Args {
     /// name. Without it they get 401.
     #[arg(long)]
     anonymous_auth: bool,
+    /// The longest lifetime a TokenRequest (`kubectl create token`) gets: a longer
+    /// `expirationSeconds` is shortened to it, with a warning — kube-apiserver's flag of the
+    /// same name (e.g. `24h`; between 1h and 2^32 s). By default there is none, as in kube.
+    #[arg(long, value_parser = super::args::duration)]
+    service_account_max_token_expiration: Option<std::time::Duration>,
     #[command(flatten)]
     simulation: SimulationArgs,
 }
@@ -40,13 +45,21 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         data_dir,
         audit_log_path,
         anonymous_auth,
+        service_account_max_token_expiration,
         simulation,
     } = args;
+    if service_account_max_token_expiration.is_some_and(|longest| {
+        longest < std::time::Duration::from_secs(3600)
+            || longest > std::time::Duration::from_secs(1 << 32)
+    }) {
+        anyhow::bail!("the service-account-max-token-expiration must be between 1 hour and 2^32 seconds");
+    }
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
     let stop = super::shutdown_signal();
     let mut server = krec_apiserver::Server::builder()
         .addr(addr)
         .anonymous_auth(anonymous_auth)
+        .max_token_expiration(service_account_max_token_expiration)
         .simulation(simulation.config())
         .faults(simulation.faults()?);
     if let Some(dir) = &data_dir {
