@@ -644,8 +644,9 @@ async fn rollout_bench(rows: &mut Vec<String>, results: &mut serde_json::Map<Str
     );
     let mut speeds = Vec::new();
     for _ in 0..rounds {
+        let copy = recorded.clone();
         let started = Instant::now();
-        let summary = krec::cli::replay::replay(module.clone(), &recorded, |_, lines| {
+        let summary = krec::cli::replay::replay(module.clone(), copy, |_, lines| {
             panic!("the same module diverged: {lines:?}")
         })
         .await

@@ -90,7 +90,7 @@ fn manifest_for(
 /// When the module cannot be instantiated.
 pub async fn replay(
     module: Arc<GuestModule>,
-    reconciles: &[Reconcile],
+    reconciles: impl IntoIterator<Item = Reconcile>,
     mut print: impl FnMut(&Reconcile, &[String]),
 ) -> Result<Summary, guest::ReconcileError> {
     let replay = Arc::new(Replay::new(None, None));
@@ -101,7 +101,7 @@ pub async fn replay(
     let mut summary = Summary::default();
     for recorded in reconciles {
         clock.set_ms(recorded.clock_ms);
-        replay.load(recorded);
+        replay.load(&recorded);
         let result = worker
             .reconcile(recorded.namespace.as_deref(), &recorded.name)
             .await;
@@ -111,7 +111,7 @@ pub async fn replay(
             outcome: Outcome::of(&result),
             ..recorded.clone()
         };
-        let mut lines = compare::compare(recorded, &again).lines;
+        let mut lines = compare::compare(&recorded, &again).lines;
         for read in &played.missing {
             lines.push(format!("read the recording lacks: {read}"));
         }
@@ -119,17 +119,18 @@ pub async fn replay(
         summary.missing += played.missing.len();
         if !lines.is_empty() {
             summary.diverged += 1;
-            print(recorded, &lines);
+            print(&recorded, &lines);
         }
     }
     Ok(summary)
 }
 
 fn run(args: &Args) -> anyhow::Result<bool> {
-    let text = std::fs::read_to_string(&args.file)
+    let file = std::fs::File::open(&args.file)
         .with_context(|| format!("{}: cannot read the recording", args.file.display()))?;
-    let (header, reconciles) =
-        recording::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
+    // Read as it is replayed, a line at a time: a recording of any length holds one line.
+    let (header, mut reader) = recording::Reader::open(std::io::BufReader::new(file))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let manifest = manifest_for(&header, &args.module, args.manifest.as_deref())?;
     let engine = crate::engine::new_engine()
         .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
@@ -143,7 +144,15 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         .context("cannot start the async runtime")?;
     let quiet = args.quiet;
     let started = Instant::now();
-    let summary = runtime.block_on(replay(module, &reconciles, |recorded, lines| {
+    let mut unreadable = None;
+    let reconciles = std::iter::from_fn(|| match reader.next_reconcile() {
+        Ok(next) => next,
+        Err(err) => {
+            unreadable = Some(err);
+            None
+        }
+    });
+    let summary = runtime.block_on(replay(module, reconciles, |recorded, lines| {
         if !quiet {
             println!("#{} {}: diverged", recorded.seq, recorded.key());
             for line in lines {
@@ -151,6 +160,14 @@ fn run(args: &Args) -> anyhow::Result<bool> {
             }
         }
     }))?;
+    if let Some(err) = unreadable {
+        anyhow::bail!(
+            "{}: {err} (after {} reconcile(s) replayed, {} diverged)",
+            args.file.display(),
+            summary.reconciles,
+            summary.diverged
+        );
+    }
     let took = started.elapsed().as_secs_f64();
     println!(
         "replayed {} reconcile(s) of {} (recorded on {}) on {} ({digest}): {} same, {} diverged{} — {:.0} reconciles/s",

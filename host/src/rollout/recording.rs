@@ -255,34 +255,102 @@ impl Slot {
     }
 }
 
-/// Parse a recording's text: its header and reconciles.
+/// The longest line a recording may hold: a reconcile's tape is cut at
+/// [`MAX_TAPE_BYTES`](super::tape::MAX_TAPE_BYTES), so krec never writes a longer one (twice
+/// that for JSON's escapes, and a mebibyte for the rest of the line).
+pub const MAX_LINE_BYTES: usize = 2 * super::tape::MAX_TAPE_BYTES + (1 << 20);
+
+/// A recording read a line at a time: its header first, then one reconcile at a time, so that
+/// reading a recording of any length holds one line in memory, and a line longer than any krec
+/// writes ([`MAX_LINE_BYTES`]) is refused rather than read.
+pub struct Reader<R> {
+    input: R,
+    /// The number of the last line read.
+    line: usize,
+}
+
+impl<R: std::io::BufRead> Reader<R> {
+    /// Read the header (the first line that is not blank).
+    ///
+    /// # Errors
+    ///
+    /// When the first line is not a krec recording's header, names the line.
+    pub fn open(input: R) -> Result<(Header, Self), String> {
+        let mut reader = Reader { input, line: 0 };
+        match reader.next_line()? {
+            Some(Line::Header(header)) if header.recording == FORMAT => Ok((header, reader)),
+            Some(Line::Header(header)) => Err(format!(
+                "line {}: recording format {:?}, this krec reads {FORMAT:?}",
+                reader.line, header.recording
+            )),
+            Some(_) => Err(format!(
+                "line {}: not a recording's header: not a krec recording",
+                reader.line
+            )),
+            None => Err("no header line: not a krec recording".to_owned()),
+        }
+    }
+
+    /// The next reconcile; `None` at the end of the recording (its trailer, or the input's end).
+    ///
+    /// # Errors
+    ///
+    /// A line that is not part of a recording, or too long to be one, by number.
+    pub fn next_reconcile(&mut self) -> Result<Option<Reconcile>, String> {
+        match self.next_line()? {
+            Some(Line::Reconcile(reconcile)) => Ok(Some(*reconcile)),
+            Some(Line::End(_)) | None => Ok(None),
+            Some(Line::Header(_)) => Err(format!(
+                "line {}: a second header: not one krec recording",
+                self.line
+            )),
+        }
+    }
+
+    /// The next line that is not blank, parsed.
+    fn next_line(&mut self) -> Result<Option<Line>, String> {
+        use std::io::{BufRead as _, Read as _};
+        loop {
+            let mut bytes = Vec::new();
+            let limit = u64::try_from(MAX_LINE_BYTES).unwrap_or(u64::MAX) + 1;
+            let read = (&mut self.input)
+                .take(limit)
+                .read_until(b'\n', &mut bytes)
+                .map_err(|e| format!("line {}: {e}", self.line + 1))?;
+            if read == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            if bytes.len() > MAX_LINE_BYTES {
+                return Err(format!(
+                    "line {}: longer than {} MiB, which no krec recording's line is (a reconcile's tape is at most {} MiB)",
+                    self.line,
+                    MAX_LINE_BYTES >> 20,
+                    super::tape::MAX_TAPE_BYTES >> 20
+                ));
+            }
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                format!("line {}: not a line of a krec recording: {e}", self.line)
+            });
+        }
+    }
+}
+
+/// Parse a whole recording's text: its header and reconciles (see [`Reader`] to read one of any
+/// length).
 ///
 /// # Errors
 ///
 /// The line that is not part of a recording, by number.
 pub fn parse(text: &str) -> Result<(Header, Vec<Reconcile>), String> {
-    let mut header = None;
+    let (header, mut reader) = Reader::open(text.as_bytes())?;
     let mut reconciles = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed: Line = serde_json::from_str(line)
-            .map_err(|e| format!("line {}: not a line of a krec recording: {e}", i + 1))?;
-        match parsed {
-            Line::Header(h) if h.recording == FORMAT => header = Some(h),
-            Line::Header(h) => {
-                return Err(format!(
-                    "line {}: recording format {:?}, this krec reads {FORMAT:?}",
-                    i + 1,
-                    h.recording
-                ));
-            }
-            Line::Reconcile(r) => reconciles.push(*r),
-            Line::End(_) => {}
-        }
+    while let Some(reconcile) = reader.next_reconcile()? {
+        reconciles.push(reconcile);
     }
-    let header = header.ok_or("no header line: not a krec recording")?;
     Ok((header, reconciles))
 }
 
@@ -291,6 +359,53 @@ mod tests {
     use super::*;
     use crate::rollout::tape::{Outcome, Read, ReadCall, Tape};
     use serde_json::json;
+
+    /// A crafted recording is read a line at a time: a line longer than krec writes is refused
+    /// by number without being read whole, and a long one is never held at once.
+    #[test]
+    fn a_line_longer_than_krec_writes_should_be_refused_without_reading_it() {
+        let header = serde_json::json!({"header": {"recording": FORMAT, "guest": "g",
+            "module": "m.wasm", "digest": "sha256:aa", "startedMs": 0}});
+        let reconcile = serde_json::json!({"reconcile": {"seq": 1, "name": "a", "clockMs": 0,
+            "tape": {}, "outcome": "done"}});
+        // 100 MB of one line, produced as it is read: never in memory as a whole.
+        struct Endless {
+            head: std::io::Cursor<Vec<u8>>,
+            left: usize,
+        }
+        impl std::io::Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.head.read(buf)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                let n = buf.len().min(self.left);
+                buf[..n].fill(b' ');
+                self.left -= n;
+                Ok(n)
+            }
+        }
+        let head = format!("{header}\n{reconcile}\n[");
+        let input = std::io::BufReader::new(Endless {
+            head: std::io::Cursor::new(head.into_bytes()),
+            left: 100 << 20,
+        });
+        let (header, mut reader) = Reader::open(input).expect("the header");
+        assert_eq!(header.guest, "g");
+        let first = reader.next_reconcile();
+        assert!(
+            matches!(&first, Ok(Some(r)) if r.name == "a"),
+            "{first:?}"
+        );
+        let err = reader.next_reconcile().expect_err("a 100 MB line");
+        assert!(err.starts_with("line 3: longer than 33 MiB"), "{err}");
+        // Not a recording at all: said at its first line.
+        let err = Reader::open("{\"x\": 1}\n".as_bytes()).err();
+        assert_eq!(
+            err.as_deref(),
+            Some("line 1: not a line of a krec recording: unknown variant `x`, expected one of `header`, `reconcile`, `end` at line 1 column 4")
+        );
+    }
 
     #[test]
     fn secrets_should_be_redacted_and_a_recording_should_read_back() {

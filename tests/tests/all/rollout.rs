@@ -309,7 +309,7 @@ async fn a_recording_of_pod_counter_should_replay_the_same_on_its_module_and_dif
                 krec::guest::GuestModule::load(&engine, &linker, manifest.into()).expect("load");
             let mut diffs = Vec::new();
             let summary =
-                krec::cli::replay::replay(std::sync::Arc::new(module), &reconciles, |r, lines| {
+                krec::cli::replay::replay(std::sync::Arc::new(module), reconciles, |r, lines| {
                     diffs.push(format!("{}: {}", r.key(), lines.join("; ")));
                 })
                 .await
