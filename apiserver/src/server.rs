@@ -32,6 +32,7 @@ pub struct Builder {
     limits: Option<Limits>,
     anonymous: bool,
     max_token_expiration: Option<Duration>,
+    max_watches_per_user: usize,
 }
 
 impl Default for Builder {
@@ -47,6 +48,7 @@ impl Default for Builder {
             limits: None,
             anonymous: false,
             max_token_expiration: None,
+            max_watches_per_user: endpoints::watchers::DEFAULT_MAX_PER_USER,
         }
     }
 }
@@ -122,6 +124,14 @@ impl Builder {
     /// default, as in kube, there is none (2^32 seconds at most).
     pub fn max_token_expiration(mut self, longest: Option<Duration>) -> Self {
         self.max_token_expiration = longest;
+        self
+    }
+
+    /// The most watches one user (not a member of `system:masters`) holds open at once; past
+    /// it a watch is answered 429 with `Retry-After`, as kube's priority and fairness sheds a
+    /// request (default 1000).
+    pub fn max_watches_per_user(mut self, most: usize) -> Self {
+        self.max_watches_per_user = most;
         self
     }
 
@@ -245,6 +255,9 @@ impl Server {
             max_token_seconds: config
                 .max_token_expiration
                 .map(|longest| i64::try_from(longest.as_secs()).unwrap_or(i64::MAX)),
+            watchers: Arc::new(endpoints::watchers::Watchers::new(
+                config.max_watches_per_user,
+            )),
         });
         let mut simulation = config.simulation;
         simulation.root_ca = Some(certs.ca_pem.clone());
@@ -398,6 +411,7 @@ pub fn in_process(
             Signer::generate().map_err(|err| ApiError::internal(err.to_string()))?,
         ),
         max_token_seconds: None,
+        watchers: Default::default(),
     });
     let app = axum::Router::new()
         .fallback(endpoints::handle)

@@ -47,6 +47,7 @@ mod scale_subresource;
 mod token;
 mod update;
 mod watch;
+pub mod watchers;
 
 use negotiation::{
     Rendering, as_protobuf, decode_body, partial_metadata, protobuf_only, read_body, render_one,
@@ -89,6 +90,8 @@ pub struct ApiServer {
     pub authenticator: crate::authentication::Authenticator,
     /// The longest lifetime of a requested token, in seconds (`None`: 2^32, kube's default).
     pub max_token_seconds: Option<i64>,
+    /// The watches each user holds open, capped.
+    pub watchers: Arc<watchers::Watchers>,
 }
 
 fn respond(code: u16, body: &Value) -> Response {
@@ -427,7 +430,11 @@ async fn route(
     match (method.clone(), target.name.is_some()) {
         (Method::GET, true) => get::get(server, &target, &params, rendering).await,
         (Method::GET, false) if params.flag("watch") => {
-            watch::watch(server.clone(), target, &params, rendering, fault).await
+            let held = match server.watchers.admit(user) {
+                Ok(held) => held,
+                Err(refused) => return Ok(refused),
+            };
+            watch::watch(server.clone(), target, &params, rendering, fault, held).await
         }
         (Method::GET, false) => get::list(server, &target, &params, rendering).await,
         (Method::POST, false) => {

@@ -39,6 +39,7 @@ fn app() -> axum::Router {
             crate::authentication::Signer::generate().expect("key"),
         ),
         max_token_seconds: None,
+        watchers: Default::default(),
     });
     axum::Router::new().fallback(handle).with_state(server)
 }

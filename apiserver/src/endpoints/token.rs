@@ -142,14 +142,14 @@ pub(super) async fn request(
     Ok(negotiation::with_warnings(
         respond(
             201,
-        &json!({
-            "kind": "TokenRequest",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"name": name, "namespace": namespace,
-                "uid": subject_uid, "creationTimestamp": crate::timestamp::rfc3339(jiff::Timestamp::now())},
-            "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": bound},
-            "status": {"token": token, "expirationTimestamp": expires},
-        }),
+            &json!({
+                "kind": "TokenRequest",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"name": name, "namespace": namespace,
+                    "uid": subject_uid, "creationTimestamp": crate::timestamp::rfc3339(jiff::Timestamp::now())},
+                "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": bound},
+                "status": {"token": token, "expirationTimestamp": expires},
+            }),
         ),
         &warnings,
     ))

@@ -13,6 +13,7 @@ pub(super) async fn watch(
     params: &Params,
     rendering: Rendering,
     fault: Option<crate::faults::Fault>,
+    held: Option<watchers::Held>,
 ) -> Result<Response, ApiError> {
     use crate::faults::Fault;
     if fault == Some(Fault::ExpireWatch) {
@@ -88,8 +89,8 @@ pub(super) async fn watch(
         .metrics
         .watch_opened(&rt.group, &rt.version, &rt.plural, namespace.is_some());
     tokio::spawn(async move {
-        // Counted as open until the stream ends.
-        let _open = open;
+        // Counted as open (and against its user) until the stream ends.
+        let _open = (open, held);
         let params = Params(
             include
                 .map(|i| HashMap::from([("includeObject".to_owned(), i)]))

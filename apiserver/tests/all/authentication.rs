@@ -296,7 +296,11 @@ async fn a_token_asked_for_longer_than_allowed_should_be_shortened_with_a_warnin
         "default",
         "--duration=876000h",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
         "Warning: requested expiration of 3153600000 seconds shortened to 86400 seconds"

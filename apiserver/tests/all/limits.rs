@@ -181,7 +181,9 @@ async fn a_request_head_that_never_ends_should_be_closed_at_the_header_timeout()
         "GET /api HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}",
         "a".repeat(128 << 10)
     );
-    tls.write_all(head.as_bytes()).await.expect("a partial head");
+    tls.write_all(head.as_bytes())
+        .await
+        .expect("a partial head");
     let mut rest = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest)).await;
     assert!(
@@ -287,4 +289,117 @@ async fn a_body_over_the_limit_should_be_answered_413_over_http2() {
 
 fn bytes_of(len: usize) -> axum::body::Bytes {
     axum::body::Bytes::from(vec![b' '; len])
+}
+
+/// A view-only ServiceAccount's watches past the per-user cap are answered 429 with
+/// `Retry-After`, as kube's priority and fairness sheds a request, while the admin and other
+/// users keep watching; one ending makes room. Before the cap 11 000 were all served (422 MB,
+/// 10 018 file descriptors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_watches_past_its_cap_should_be_shed_and_no_one_elses() {
+    use futures::StreamExt as _;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use kube::api::WatchParams;
+    let cluster = Server::builder()
+        .max_watches_per_user(3)
+        .start()
+        .await
+        .expect("start");
+    let admin = client_for(&cluster).await;
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "reader"}})).expect("account");
+    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("the account");
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}],
+    }))
+    .expect("binding");
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("the binding");
+    let request = http::Request::post("/api/v1/namespaces/default/serviceaccounts/reader/token")
+        .header("content-type", "application/json")
+        .body(
+            br#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}"#
+                .to_vec(),
+        )
+        .expect("request");
+    let answer: serde_json::Value = admin.request(request).await.expect("a token");
+    let token = answer["status"]["token"]
+        .as_str()
+        .expect("token")
+        .to_owned();
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(cluster.kubeconfig()).expect("kubeconfig parses");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kube config");
+    config.auth_info.token = Some(token.clone().into());
+    let reader = Client::try_from(config).expect("client");
+
+    let cms = Api::<ConfigMap>::namespaced(reader.clone(), "default");
+    let params = WatchParams::default().timeout(60);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(Box::pin(
+            cms.watch(&params, "0")
+                .await
+                .expect("a watch within the cap"),
+        ));
+    }
+    // Raw: kube-rs retries a 429 itself (as client-go's reflector backs off).
+    let mut tls = tls_connection(&cluster).await;
+    let fourth = format!(
+        "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    tls.write_all(fourth.as_bytes())
+        .await
+        .expect("the fourth watch");
+    let mut buf = vec![0u8; 4096];
+    let n = tls.read(&mut buf).await.expect("an answer");
+    let answer = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+    assert!(answer.starts_with("http/1.1 429"), "{answer}");
+    assert!(answer.contains("retry-after: 1\r\n"), "{answer}");
+    assert!(
+        answer.ends_with("too many requests, please try again later.\n"),
+        "{answer}"
+    );
+    // The admin is not counted, and lists are not watches.
+    let admin_cms = Api::<ConfigMap>::namespaced(admin.clone(), "default");
+    let _admin_watches: Vec<_> =
+        futures::future::join_all((0..5).map(|_| admin_cms.watch(&params, "0")))
+            .await
+            .into_iter()
+            .map(|watch| watch.expect("the admin's watch"))
+            .collect();
+    cms.list(&Default::default())
+        .await
+        .expect("the reader's list");
+    // One ends: room for another.
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..50 {
+        match cms.watch(&params, "0").await {
+            Ok(watch) => {
+                again = Some(Box::pin(watch));
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let mut again = again.expect("a watch once one of the three ended");
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "seen"}})).expect("configmap");
+    admin_cms
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create");
+    let event = tokio::time::timeout(Duration::from_secs(5), again.next()).await;
+    assert!(matches!(event, Ok(Some(Ok(_)))), "{event:?}");
 }

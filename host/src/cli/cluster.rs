@@ -52,7 +52,9 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         longest < std::time::Duration::from_secs(3600)
             || longest > std::time::Duration::from_secs(1 << 32)
     }) {
-        anyhow::bail!("the service-account-max-token-expiration must be between 1 hour and 2^32 seconds");
+        anyhow::bail!(
+            "the service-account-max-token-expiration must be between 1 hour and 2^32 seconds"
+        );
     }
     // Handlers first: a Ctrl-C right after the kubeconfig is announced must stop cleanly.
     let stop = super::shutdown_signal();

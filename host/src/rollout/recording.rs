@@ -332,9 +332,9 @@ impl<R: std::io::BufRead> Reader<R> {
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            return serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                format!("line {}: not a line of a krec recording: {e}", self.line)
-            });
+            return serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("line {}: not a line of a krec recording: {e}", self.line));
         }
     }
 }
@@ -393,17 +393,16 @@ mod tests {
         let (header, mut reader) = Reader::open(input).expect("the header");
         assert_eq!(header.guest, "g");
         let first = reader.next_reconcile();
-        assert!(
-            matches!(&first, Ok(Some(r)) if r.name == "a"),
-            "{first:?}"
-        );
+        assert!(matches!(&first, Ok(Some(r)) if r.name == "a"), "{first:?}");
         let err = reader.next_reconcile().expect_err("a 100 MB line");
         assert!(err.starts_with("line 3: longer than 33 MiB"), "{err}");
         // Not a recording at all: said at its first line.
         let err = Reader::open("{\"x\": 1}\n".as_bytes()).err();
         assert_eq!(
             err.as_deref(),
-            Some("line 1: not a line of a krec recording: unknown variant `x`, expected one of `header`, `reconcile`, `end` at line 1 column 4")
+            Some(
+                "line 1: not a line of a krec recording: unknown variant `x`, expected one of `header`, `reconcile`, `end` at line 1 column 4"
+            )
         );
     }
 
