@@ -33,6 +33,7 @@ mod read;
 mod update;
 mod validate;
 mod write;
+use validate::RulesVerdict;
 
 #[cfg(feature = "server")]
 pub use crate::storage::Persistence;

@@ -75,7 +75,6 @@ impl Store {
         } else {
             None
         };
-        let mut state = self.lock();
         let name = match meta_str(&object, "name").filter(|n| !n.is_empty()) {
             Some(name) => name.to_owned(),
             None => match meta_str(&object, "generateName").filter(|p| !p.is_empty()) {
@@ -93,13 +92,6 @@ impl Store {
                 }
             },
         };
-        if let Some(ns) = &namespace {
-            Self::check_namespace(&state, rt, ns, &name, true)?;
-        }
-        let key = Key::new(rt, namespace.as_deref(), &name);
-        if state.storage.objects().contains_key(&key) {
-            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
-        }
         let api_version = rt.api_version();
         let now = now_rfc3339();
         let strategy = registry::strategy(rt);
@@ -143,7 +135,17 @@ impl Store {
             meta.insert("generation".into(), json!(1));
         }
         Self::default_new(rt, &mut object);
-        self.validate(rt, &object, &name, None)?;
+        // Judged before the lock: nothing above reads the store.
+        let judged = Self::judge_rules(rt, &object, None);
+        let mut state = self.lock();
+        if let Some(ns) = &namespace {
+            Self::check_namespace(&state, rt, ns, &name, true)?;
+        }
+        let key = Key::new(rt, namespace.as_deref(), &name);
+        if state.storage.objects().contains_key(&key) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        self.validate(rt, &object, &name, None, judged.as_ref())?;
         let mut siblings = state
             .storage
             .objects()
@@ -203,8 +205,81 @@ impl Store {
         options: impl Into<WriteOptions>,
     ) -> Result<Arc<Value>, ApiError> {
         let options = options.into();
+        let judged = Self::has_rules(rt)
+            .then(|| {
+                let key = Key::new(rt, namespace, name);
+                let old = self.lock().storage.get(&key).cloned()?;
+                self.judge_update(rt, namespace, name, &old, object.clone(), status, &options)
+            })
+            .flatten();
         let mut state = self.lock();
-        self.update_locked(&mut state, rt, namespace, name, object, status, &options)
+        self.update_locked(
+            &mut state,
+            rt,
+            namespace,
+            name,
+            object,
+            status,
+            &options,
+            judged.as_ref(),
+        )
+    }
+
+    /// Whether `rt` has CEL rules to judge its objects by.
+    fn has_rules(rt: &ResourceType) -> bool {
+        #[cfg(feature = "server")]
+        {
+            rt.schema
+                .as_ref()
+                .and_then(crate::expressions::rules_for)
+                .is_some()
+        }
+        #[cfg(not(feature = "server"))]
+        {
+            let _ = rt;
+            false
+        }
+    }
+
+    /// Judge by `rt`'s CEL rules the object `new` would be stored as, replacing `old`, without
+    /// the lock: what [`update_locked`](Self::update_locked) would validate if `old` is still
+    /// the stored object then. `None` when the write fails before validation (it fails the same
+    /// way under the lock).
+    #[allow(clippy::too_many_arguments)]
+    fn judge_update(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        old: &Value,
+        mut new: Value,
+        status: bool,
+        options: &WriteOptions,
+    ) -> Option<RulesVerdict> {
+        update::check_target(rt, namespace, name, &new, status).ok()?;
+        update::check_precondition(rt, name, old, &new).ok()?;
+        Self::prepare_update(rt, old, &mut new, status, options.applied);
+        Self::judge_rules(rt, &new, Some(old))
+    }
+
+    /// What an update makes of `new` from `old` before it is validated: the status strategy,
+    /// the server's fields carried over, the generation, the schema's defaults and pruning.
+    fn prepare_update(
+        rt: &ResourceType,
+        old: &Value,
+        new: &mut Value,
+        status: bool,
+        applied: bool,
+    ) {
+        update::status_strategy(rt, status, old, new);
+        update::carry_system_fields(rt, old, new, applied);
+        update::next_generation(rt, old, new);
+        if let Some(schema) = &rt.schema {
+            schema::apply_defaults(schema, new);
+            schema::prune(schema, new);
+        } else {
+            registry::strategy(rt).default(new);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -217,6 +292,7 @@ impl Store {
         mut new: Value,
         status: bool,
         options: &WriteOptions,
+        judged: Option<&RulesVerdict>,
     ) -> Result<Arc<Value>, ApiError> {
         update::check_target(rt, namespace, name, &new, status)?;
         let key = Key::new(rt, namespace, name);
@@ -226,17 +302,9 @@ impl Store {
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
         update::check_precondition(rt, name, &old, &new)?;
-        update::status_strategy(rt, status, &old, &mut new);
-        update::carry_system_fields(rt, &old, &mut new, options.applied);
-        update::next_generation(rt, &old, &mut new);
+        Self::prepare_update(rt, &old, &mut new, status, options.applied);
         update::check_finalizers(rt, name, &old, &new)?;
-        if let Some(schema) = &rt.schema {
-            schema::apply_defaults(schema, &mut new);
-            schema::prune(schema, &mut new);
-        } else {
-            registry::strategy(rt).default(&mut new);
-        }
-        self.validate(rt, &new, name, Some(&old))?;
+        self.validate(rt, &new, name, Some(&old), judged)?;
         if !status {
             registry::strategy(rt)
                 .prepare_for_update(&old, &mut new)
@@ -303,12 +371,8 @@ impl Store {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let current = self
-                .lock()
-                .storage
-                .objects()
-                .get(&key)
-                .map(|o| Self::served(rt, o));
+            let stored = self.lock().storage.objects().get(&key).cloned();
+            let current = stored.as_ref().map(|o| Self::served(rt, o));
             let Some(current) = current else {
                 return match apply(None)? {
                     Some(mut created) if !status => {
@@ -345,8 +409,25 @@ impl Store {
             // A patch that names no other version than the one it was applied to is retried on
             // a concurrent change, as kube-apiserver does (up to 5 times).
             let retriable = patched_rv.is_none() || patched_rv == current_rv;
+            // The CEL rules judged without the lock too, on the object as it is stored.
+            let judged = match &stored {
+                Some(old) if Self::has_rules(rt) => {
+                    self.judge_update(rt, namespace, name, old, patched.clone(), status, &options)
+                }
+                _ => None,
+            };
             let mut state = self.lock();
-            match self.update_locked(&mut state, rt, namespace, name, patched, status, &options) {
+            let written = self.update_locked(
+                &mut state,
+                rt,
+                namespace,
+                name,
+                patched,
+                status,
+                &options,
+                judged.as_ref(),
+            );
+            match written {
                 Err(err) if err.code == 409 && retriable && attempt < MAX_PATCH_ATTEMPTS => {
                     continue;
                 }
