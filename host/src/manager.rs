@@ -1113,6 +1113,7 @@ impl Manager {
         let name = guest.controller.name().to_owned();
         guest.controller.shutdown(SHUTDOWN_TIMEOUT).await;
         guest.controller.forget_metrics();
+        self.inner.metrics.forget_guest(&name);
         let sink: Arc<dyn EventSink> = guest.controller.clone();
         for informer in &guest.informers {
             informer.unsubscribe(&sink);

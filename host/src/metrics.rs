@@ -251,9 +251,20 @@ fn queue_buckets() -> Histogram {
     Histogram::new(exponential_buckets(10e-9, 10.0, 12))
 }
 
+/// The label values a guest's series were made with beyond its name (trap causes, host calls,
+/// webhook answers), so that [`Metrics::forget_guest`] removes every one of them.
+#[derive(Debug, Default)]
+struct Made {
+    traps: std::collections::BTreeSet<&'static str>,
+    calls: std::collections::BTreeSet<(&'static str, &'static str)>,
+    webhook_codes: std::collections::BTreeSet<(String, u16)>,
+}
+
 /// Every series the host exports. Shared (`Arc`) by the controllers and the admin server.
 pub struct Metrics {
     registry: Registry,
+    /// Per guest, the label values of its series with more labels than its name.
+    made: std::sync::Mutex<std::collections::HashMap<String, Made>>,
     /// `controller_runtime_reconcile_total`.
     pub reconcile_total: Family<ResultLabels, Counter>,
     /// `controller_runtime_reconcile_errors_total`.
@@ -339,6 +350,151 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Note a label value of `guest`'s series, unless its series exists already.
+    fn note(&self, guest: &str, exists: bool, add: impl FnOnce(&mut Made)) {
+        if !exists {
+            let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+            add(made.entry(guest.to_owned()).or_default());
+        }
+    }
+
+    /// Count a trap of `guest`'s (`krec_guest_traps_total`), by its cause.
+    pub fn count_trap(&self, guest: &str, cause: &'static str) {
+        let labels = TrapLabels {
+            guest: guest.to_owned(),
+            cause: cause.to_owned(),
+        };
+        self.note(guest, self.traps.get(&labels).is_some(), |made| {
+            made.traps.insert(cause);
+        });
+        self.traps.get_or_create(&labels).inc();
+    }
+
+    /// Count a host call of `guest`'s (`krec_host_calls_total`), by verb and result.
+    pub fn count_call(&self, guest: &str, verb: &'static str, result: &'static str) {
+        let labels = CallLabels {
+            guest: guest.to_owned(),
+            verb: verb.to_owned(),
+            result: result.to_owned(),
+        };
+        self.note(guest, self.host_calls.get(&labels).is_some(), |made| {
+            made.calls.insert((verb, result));
+        });
+        self.host_calls.get_or_create(&labels).inc();
+    }
+
+    /// Count an admission request answered by `guest`'s webhook at `path`
+    /// (`controller_runtime_webhook_requests_total`), by status code.
+    pub fn count_webhook_request(&self, guest: &str, path: &str, code: u16) {
+        let labels = WebhookCodeLabels {
+            webhook: path.to_owned(),
+            code: code.to_string(),
+        };
+        self.note(
+            guest,
+            self.webhook_requests.get(&labels).is_some(),
+            |made| {
+                made.webhook_codes.insert((path.to_owned(), code));
+            },
+        );
+        self.webhook_requests.get_or_create(&labels).inc();
+    }
+
+    /// Remove every series of `guest` (its manifest is gone): a deleted guest leaves no series
+    /// behind, and one of the same name starts from zero.
+    pub fn forget_guest(&self, guest: &str) {
+        let made = self
+            .made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(guest)
+            .unwrap_or_default();
+        let controller = ControllerLabel {
+            controller: guest.to_owned(),
+        };
+        let name = NameLabel {
+            name: guest.to_owned(),
+        };
+        let label = GuestLabel {
+            guest: guest.to_owned(),
+        };
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            self.reconcile_total.remove(&ResultLabels {
+                controller: guest.to_owned(),
+                result: result.to_owned(),
+            });
+        }
+        for result in ["ok", "error", "trap"] {
+            self.map_calls.remove(&ResultLabels {
+                controller: guest.to_owned(),
+                result: result.to_owned(),
+            });
+        }
+        self.reconcile_errors.remove(&controller);
+        self.reconcile_time.remove(&controller);
+        self.max_concurrent.remove(&controller);
+        self.active_workers.remove(&controller);
+        self.queue_depth.remove(&name);
+        self.queue_adds.remove(&name);
+        self.queue_duration.remove(&name);
+        self.work_duration.remove(&name);
+        self.unfinished_work.remove(&name);
+        self.longest_running.remove(&name);
+        self.queue_retries.remove(&name);
+        self.shard_owned.remove(&label);
+        self.guest_cpu.remove(&label);
+        self.guest_memory_peak.remove(&label);
+        self.log_dropped.remove(&label);
+        self.cpu_throttled.remove(&label);
+        self.write_throttled.remove(&label);
+        self.quarantined.remove(&label);
+        self.ryw_wait.remove(&label);
+        for outcome in ["caught_up", "read_through"] {
+            self.ryw_waits.remove(&OutcomeLabels {
+                guest: guest.to_owned(),
+                outcome,
+            });
+        }
+        for outcome in ["same", "diverged", "error", "trap", "skipped"] {
+            self.shadow_reconciles.remove(&OutcomeLabels {
+                guest: guest.to_owned(),
+                outcome,
+            });
+        }
+        for stage in STAGES {
+            self.event_stage.remove(&StageLabels {
+                controller: guest.to_owned(),
+                stage,
+            });
+        }
+        for which in ["validate", "mutate"] {
+            let webhook = WebhookLabel {
+                webhook: format!("/{which}/{guest}"),
+            };
+            self.webhook_latency.remove(&webhook);
+            self.webhook_in_flight.remove(&webhook);
+        }
+        for cause in made.traps {
+            self.traps.remove(&TrapLabels {
+                guest: guest.to_owned(),
+                cause: cause.to_owned(),
+            });
+        }
+        for (verb, result) in made.calls {
+            self.host_calls.remove(&CallLabels {
+                guest: guest.to_owned(),
+                verb: verb.to_owned(),
+                result: result.to_owned(),
+            });
+        }
+        for (webhook, code) in made.webhook_codes {
+            self.webhook_requests.remove(&WebhookCodeLabels {
+                webhook,
+                code: code.to_string(),
+            });
+        }
+    }
+
     /// Every series registered, all empty.
     pub fn new() -> Self {
         let mut registry = Registry::default();
@@ -377,6 +533,7 @@ impl Metrics {
             webhook_in_flight: Family::default(),
             reloads: Family::default(),
             registry: Registry::default(),
+            made: std::sync::Mutex::default(),
         };
         // Counters are registered without `_total`: the encoder appends it.
         registry.register(

@@ -431,10 +431,27 @@ impl Sharder {
             }
         }
         let leaving = *self.leaving.borrow();
+        // Guests no replica runs any more (their manifests deleted everywhere), as this round's
+        // view tells; `None` without a view, or when a replica does not say what it runs.
+        let mut unrun: Option<BTreeSet<String>> = None;
         // Without a view of the group, keep what is held (renewing it) and take nothing.
         let mine: Vec<String> = match self.view().await {
             Ok(_) if leaving => Vec::new(),
             Ok(members) => {
+                if members.iter().all(|(_, runs)| runs.is_some()) {
+                    unrun = Some(
+                        self.guests
+                            .keys()
+                            .filter(|name| {
+                                !running.contains_key(*name)
+                                    && members.iter().all(|(_, runs)| {
+                                        runs.as_ref().is_some_and(|r| !r.contains(*name))
+                                    })
+                            })
+                            .cloned()
+                            .collect(),
+                    );
+                }
                 self.metrics
                     .shard_replicas
                     .set(i64::try_from(members.len()).unwrap_or(i64::MAX));
@@ -480,9 +497,61 @@ impl Sharder {
             }
         });
         futures::future::join_all(steps).await;
-        // Guests gone from the manager and no longer held are forgotten.
-        self.guests
-            .retain(|name, lease| running.contains_key(name) || lease.standing != Standing::Idle);
+        // Guests gone from the manager and no longer held are forgotten with their series;
+        // those no replica runs any more lose their Lease too.
+        let forgotten: Vec<String> = self
+            .guests
+            .iter()
+            .filter(|(name, lease)| {
+                !running.contains_key(*name) && lease.standing == Standing::Idle
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in forgotten {
+            self.guests.remove(&name);
+            self.metrics.shard_owned.remove(&GuestLabel {
+                guest: name.clone(),
+            });
+            // The last replica to stop running it removes the Lease.
+            if unrun.as_ref().is_some_and(|unrun| unrun.contains(&name)) {
+                self.delete_guest_lease(&name).await;
+            }
+        }
+    }
+
+    /// Delete the Lease of `guest`, which no replica runs any more, unless another replica
+    /// holds it (a replica that runs the guest again since this round's view).
+    async fn delete_guest_lease(&self, guest: &str) {
+        let name = self.config.guest_lease(guest);
+        let lease = match self.leases.get_opt(&name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::debug!("reading the Lease {name} of deleted guest {guest}: {err}");
+                return;
+            }
+        };
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.as_deref())
+            .unwrap_or_default();
+        if !holder.is_empty() && holder != self.config.identity {
+            return;
+        }
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: lease.metadata.resource_version.clone(),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.leases.delete(&name, &params).await {
+            Ok(_) => tracing::info!("removed the Lease {name} of deleted guest {guest}"),
+            Err(err) => {
+                tracing::debug!("removing the Lease {name} of deleted guest {guest}: {err}")
+            }
+        }
     }
 
     /// Create or renew this replica's membership Lease.

@@ -29,7 +29,7 @@ use crate::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo, Wit
 use crate::guest::{ReconcileError, Review};
 use crate::manager::Manager;
 use crate::manifest::{Manifest, WebhookType};
-use crate::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
+use crate::metrics::{Metrics, WebhookLabel};
 
 /// Largest review body accepted (kube-apiserver's request limit).
 const MAX_REVIEW_BYTES: usize = 3 << 20;
@@ -721,12 +721,7 @@ async fn review(
         .observe(started.elapsed().as_secs_f64());
     served
         .metrics
-        .webhook_requests
-        .get_or_create(&WebhookCodeLabels {
-            webhook: label.webhook,
-            code: response.status().as_u16().to_string(),
-        })
-        .inc();
+        .count_webhook_request(&guest, &label.webhook, response.status().as_u16());
     response
 }
 
@@ -787,14 +782,7 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
 fn trapped(served: &Served, guest: &str, err: &ReconcileError) -> Response {
     tracing::warn!(%guest, "admission review failed: {err}");
     if let ReconcileError::Trap { cause, .. } = err {
-        served
-            .metrics
-            .traps
-            .get_or_create(&crate::metrics::TrapLabels {
-                guest: guest.to_owned(),
-                cause: cause.as_str().to_owned(),
-            })
-            .inc();
+        served.metrics.count_trap(guest, cause.as_str());
     }
     failure(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
 }

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::Request;
 use crate::guest::TrapCause;
-use crate::metrics::{ControllerLabel, Metrics, ResultLabels, TrapLabels};
+use crate::metrics::{ControllerLabel, Metrics, ResultLabels};
 
 /// How one reconcile ended, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,13 +62,14 @@ struct OutcomeSeries {
     error: Counter,
     /// `reconcile_errors_total`: errors and traps.
     errors_total: Counter,
-    traps: prometheus_client::metrics::family::Family<TrapLabels, Counter>,
+    /// For the trap series (`krec_guest_traps_total`, by cause).
+    metrics: std::sync::Arc<Metrics>,
     guest: String,
 }
 
 impl Stats {
     /// Tallies from zero, counted also in guest `name`'s series in `metrics`.
-    pub(super) fn new(metrics: &Metrics, name: &str) -> Self {
+    pub(super) fn new(metrics: &std::sync::Arc<Metrics>, name: &str) -> Self {
         let result = |result: &str| {
             metrics
                 .reconcile_total
@@ -96,7 +97,7 @@ impl Stats {
                         controller: name.to_owned(),
                     })
                     .clone(),
-                traps: metrics.traps.clone(),
+                metrics: metrics.clone(),
                 guest: name.to_owned(),
             },
             overlaps: AtomicU64::new(0),
@@ -128,13 +129,7 @@ impl Stats {
                     .unwrap_or_else(|e| e.into_inner())
                     .entry(cause.as_str())
                     .or_insert(0) += 1;
-                series
-                    .traps
-                    .get_or_create(&TrapLabels {
-                        guest: series.guest.clone(),
-                        cause: cause.as_str().to_owned(),
-                    })
-                    .inc();
+                series.metrics.count_trap(&series.guest, cause.as_str());
                 series.error.inc();
                 series.errors_total.inc();
             }

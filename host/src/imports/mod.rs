@@ -129,14 +129,7 @@ pub(crate) fn count_call<T>(
         Ok(_) => "ok",
         Err(err) => err.label(),
     };
-    metrics
-        .host_calls
-        .get_or_create(&crate::metrics::CallLabels {
-            guest: guest.to_owned(),
-            verb: verb.to_owned(),
-            result: outcome.to_owned(),
-        })
-        .inc();
+    metrics.count_call(guest, verb, outcome);
 }
 
 impl HostState {

@@ -603,3 +603,54 @@ async fn sharded_hosts_should_run_reconciler_objects_once_with_status_from_the_h
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A guest whose manifest is deleted leaves nothing behind (issue 52): its Lease is removed
+/// once no replica runs it, and no replica exports a series of it any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_guest_should_leave_no_lease_and_no_series_behind() {
+    let setup = Setup::new().await;
+    let hosts: Vec<Host> = (0..2).map(|_| setup.host()).collect();
+    wait_until("the guests spread 3/3", Duration::from_secs(60), || {
+        spread(&all(&hosts)) == [3, 3]
+    });
+    setup.all_reconciled().await;
+    assert!(lease_holder(&setup.client, "g5").await.is_some());
+    let series = |host: &Host| {
+        host.metrics()
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("\"g5\""))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        hosts.iter().any(|host| !series(host).is_empty()),
+        "g5 has series while it runs"
+    );
+    std::fs::remove_file(setup.manifests.join("g5.yaml")).expect("delete the manifest");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(setup.client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lease = leases.get_opt("krec-g5").await.expect("read the Lease");
+        let left: Vec<String> = hosts.iter().flat_map(series).collect();
+        if lease.is_none() && left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "30 s after g5's manifest was deleted: Lease {:?}, series {left:#?}",
+            lease.map(|l| l.spec)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The other guests' Leases stay, held.
+    for i in 0..5 {
+        assert!(
+            lease_holder(&setup.client, &format!("g{i}"))
+                .await
+                .is_some(),
+            "g{i}"
+        );
+    }
+}
