@@ -432,7 +432,7 @@ async fn route(
         (Method::GET, false) if params.flag("watch") => {
             let held = match server.watchers.admit(user) {
                 Ok(held) => held,
-                Err(refused) => return Ok(refused),
+                Err(shed) => return Ok(shed.into_response()),
             };
             watch::watch(server.clone(), target, &params, rendering, fault, held).await
         }

@@ -773,7 +773,7 @@ mod tests {
 
     #[test]
     fn outcomes_should_be_counted_once_per_controller_and_in_the_guests_series() {
-        let metrics = Metrics::new();
+        let metrics = Arc::new(Metrics::new());
         let series = |result: &str| {
             metrics
                 .reconcile_total
@@ -799,13 +799,7 @@ mod tests {
         stats.record(Outcome::Trap(TrapCause::Timeout));
         // An admission review of the same guest trapped: its series count it, its reconciles
         // do not.
-        metrics
-            .traps
-            .get_or_create(&TrapLabels {
-                guest: "g".into(),
-                cause: TrapCause::Timeout.as_str().into(),
-            })
-            .inc();
+        metrics.count_trap("g", TrapCause::Timeout.as_str());
         assert_eq!(
             (
                 stats.done(),
