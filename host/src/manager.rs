@@ -437,7 +437,33 @@ pub const FULL_WAIT: Duration = Duration::from_secs(600);
 pub const PULL_DEADLINE: Duration = Duration::from_secs(120);
 
 /// A pull going on in the background: the module's file and manifest digest, or why not.
-type PullTask = tokio::task::JoinHandle<Result<(PathBuf, String), String>>;
+type PullTask = (
+    tokio::task::JoinHandle<Result<(PathBuf, String), String>>,
+    Background,
+);
+
+/// Whether a pull or load was left to finish in the background: only then does its end wake
+/// the watch loop (`loads_done`). A pull or load a reload waited for and took up itself must
+/// not — the reload its end started would start the same again: a loop, hot when it fails.
+#[derive(Clone, Debug, Default)]
+struct Background(Arc<std::sync::atomic::AtomicBool>);
+
+impl Background {
+    /// At the task's end: tell the watch loop, if no reload waits for it.
+    fn ended(&self, done: &tokio::sync::watch::Sender<u64>) {
+        if self.0.load(std::sync::atomic::Ordering::Acquire) {
+            done.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Left to finish alone: its end wakes the watch loop (now, if it ended meanwhile).
+    fn detach(&self, finished: bool, done: &tokio::sync::watch::Sender<u64>) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+        if finished {
+            done.send_modify(|n| *n += 1);
+        }
+    }
+}
 
 /// A version a reload loads: its manifest, the read set of the guest it replaces (if any), and
 /// its module's and candidate's digests.
@@ -450,6 +476,7 @@ struct Loading {
     manifest: Manifest,
     digests: (String, String),
     task: tokio::task::JoinHandle<Result<Version, StartError>>,
+    background: Background,
 }
 
 /// First wait before a refused reload is retried without a change to its files (a kind not
@@ -1241,12 +1268,14 @@ impl Manager {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key);
         // A pull already going on is not waited for again.
-        let (mut task, wait) = match pending {
+        let ((mut task, background), wait) = match pending {
             Some(task) => (task, Duration::ZERO),
             None => {
                 let registries = self.inner.registries.clone();
                 let pull = manifest.spec.pull.clone();
                 let done = self.inner.loads_done.clone();
+                let background = Background::default();
+                let ended = background.clone();
                 let task = tokio::spawn(async move {
                     let fetched = tokio::time::timeout(
                         PULL_DEADLINE,
@@ -1260,10 +1289,10 @@ impl Manager {
                             reference.whole()
                         ))
                     });
-                    done.send_modify(|n| *n += 1);
+                    ended.ended(&done);
                     fetched
                 });
-                (task, wait)
+                ((task, background), wait)
             }
         };
         // A slow registry holds this guest only: past the wait, the pull goes on alone.
@@ -1275,11 +1304,12 @@ impl Manager {
             None
         };
         let Some(joined) = joined else {
+            background.detach(task.is_finished(), &self.inner.loads_done);
             self.inner
                 .pulling
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(key, task);
+                .insert(key, (task, background));
             return Err(ManifestError::Pulling {
                 path: manifest.path.clone(),
                 field,
@@ -1524,6 +1554,9 @@ impl Manager {
                     "guest {name}: its version is still loading after {wait:?}; it is taken up when it is done"
                 );
                 report.loading.push(name.clone());
+                pending
+                    .background
+                    .detach(pending.task.is_finished(), &self.inner.loads_done);
                 loading.insert(name, pending);
             }
         }
@@ -1561,12 +1594,14 @@ impl Manager {
                 .clone();
             let manager = self.clone();
             let to_load = manifest.clone();
+            let background = Background::default();
+            let ended = background.clone();
             let task = tokio::spawn(async move {
                 let _permit = permits.acquire_owned().await;
                 let version = manager
                     .load_version(to_load, reads.unwrap_or_default())
                     .await;
-                manager.inner.loads_done.send_modify(|n| *n += 1);
+                ended.ended(&manager.inner.loads_done);
                 version
             });
             started.push((
@@ -1575,6 +1610,7 @@ impl Manager {
                     manifest,
                     digests,
                     task,
+                    background,
                 },
                 true,
             ));

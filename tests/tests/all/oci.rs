@@ -206,6 +206,27 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
             && refused.contains("status.digest"),
         "{refused}"
     );
+    // Refused, it is retried with backoff, not at once again and again: a pull's end woke the
+    // watch loop even when the reload had waited for it, and the next reload pulled again (a
+    // loop logging its refusal hundreds of times a second).
+    let reloads = || {
+        let metrics = live.manager.metrics();
+        ["changed", "unchanged", "refused"]
+            .into_iter()
+            .map(|result| {
+                metrics
+                    .reloads
+                    .get_or_create(&krec::metrics::ReloadLabels {
+                        result: result.to_owned(),
+                    })
+                    .get()
+            })
+            .sum::<u64>()
+    };
+    let before = reloads();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let during = reloads() - before;
+    assert!(during <= 5, "{during} reloads in 2 s of a refused pin");
     pin(&digest_a).await;
     live.eventually("rolled back to version a", || async {
         live.all_stamped("a", OBJECTS).await.then_some(())
