@@ -26,8 +26,13 @@ JS_SDK := guest-sdk-js/dist/src/index.js
 JS_GUESTS := sample-guests/foo-validator-ts tests/guests/misbehave-ts tests/guests/pod-counter-ts
 JS_GUEST_DIR := $(abspath $(TARGET_DIR))/js-guests
 REGISTRY := .tools/docker-registry/usr/bin/docker-registry
+# Go guests: `krec build` (go build for wasip1, then krec's own component step) with the
+# machine's Go (1.25 or later); modules from the Go module proxy as each go.sum pins them.
+# Each folder is a Go module; its component is target/go-guests/<folder, - as _>.wasm.
+GO_GUESTS := sample-guests/pod-counter-go
+GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 
-.PHONY: all setup tools guests python-guests js-guests build test lint fmt demo check bench bench-quick bench-baseline clean
+.PHONY: all setup tools guests python-guests js-guests go-guests go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean
 
 all: test
 
@@ -63,7 +68,7 @@ $(REGISTRY):
 
 ## Build every guest component (sample guests, test guests and the benchmark reconciler) for
 ## wasm32-wasip2.
-guests: setup python-guests js-guests
+guests: setup python-guests js-guests go-guests
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) build --release) || exit 1; done
 	$(CARGO) build --release --target wasm32-wasip2 -p pod-stamper -p json-seam
 
@@ -83,6 +88,26 @@ js-guests: $(JS_SDK)
 			(cd $$dir && node_modules/.bin/krec-guest build src/app.ts -o $$out) || exit 1; \
 		fi; \
 	done
+
+## Build the Go guests with `krec build` (each again only when it or the SDK changed).
+go-guests: setup
+	@command -v go >/dev/null 2>&1 || { echo "the Go guests need Go 1.25 or later (https://go.dev/dl)" >&2; exit 1; }
+	$(CARGO) build -q -p krec
+	@mkdir -p $(GO_GUEST_DIR)
+	@for dir in $(GO_GUESTS); do \
+		out=$(GO_GUEST_DIR)/$$(basename $$dir | tr - _).wasm; \
+		if [ ! -f $$out ] || [ -n "$$(find $$dir guest-sdk-go \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) -newer $$out | head -1)" ]; then \
+			$(TARGET_DIR)/debug/krec build $$dir -o $$out || exit 1; \
+		fi; \
+	done
+
+## Regenerate the Go SDK's bindings of wit/ (wit-bindgen-go, pinned in tools/go-bindgen) and
+## the hash its test checks them against. Only when wit/ changes.
+go-bindings:
+	cd tools/go-bindgen && $(CARGO) build -q --release
+	tools/go-bindgen/target/release/go-bindgen wit guest-sdk-go/internal/wit krec.dev/guest/internal/wit
+	gofmt -w guest-sdk-go/internal/wit
+	cat wit/*.wit | sha256sum | cut -d' ' -f1 > guest-sdk-go/internal/wit/wit.sha256
 
 ## Build the Python guests (each again only when it or the SDK changed).
 python-guests: $(PYTHON_SDK)
@@ -110,6 +135,9 @@ test: guests tools
 	@# The Python SDK's tests, then each Python guest's (one pytest each: every guest is an `app`).
 	$(TOOLS)/bin/python -m pytest -q guest-sdk-python
 	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
+	@# The Go SDK's tests (on this machine's architecture), then each Go guest's.
+	cd guest-sdk-go && go test ./...
+	@for dir in $(GO_GUESTS); do (cd $$dir && go test ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.
 	cd guest-sdk-js && npm test --silent
 	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && node_modules/.bin/krec-guest test) || exit 1; fi; done
@@ -129,6 +157,12 @@ lint: setup
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --document-private-items
 	$(CARGO) clippy -p krec-guest -p pod-stamper -p json-seam --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
+	@# The Go SDK and guests: gofmt, and go vet for the guests' platform.
+	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.25 or later" >&2; exit 1; }
+	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS))" || { gofmt -l guest-sdk-go $(GO_GUESTS); echo "gofmt: the files above are not formatted" >&2; exit 1; }
+	@# (not -unsafeptr: the generated ABI glue reads guest memory by address)
+	cd guest-sdk-go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...
+	@for dir in $(GO_GUESTS); do (cd $$dir && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
 
 ## Format everything.
 fmt:

@@ -24,6 +24,7 @@ pub mod cache;
 pub mod cli;
 pub mod client;
 pub mod cluster;
+pub mod componentize;
 pub mod connect;
 pub mod controller;
 pub mod engine;

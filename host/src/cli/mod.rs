@@ -1,9 +1,10 @@
-//! The `krec` command line, one file per command: `krec new`, `krec check`, `krec cluster`,
+//! The `krec` command line, one file per command: `krec new`, `krec build`, `krec check`, `krec cluster`,
 //! `krec dev`, `krec run`, `krec rbac`, `krec webhooks`, `krec record`, `krec replay` and
 //! `krec diff`. The binary's `main` is [`main`].
 
 mod admin_client;
 mod args;
+mod build;
 mod check;
 #[cfg(feature = "embedded-apiserver")]
 mod cluster;
@@ -88,6 +89,11 @@ enum Command {
     /// Prints one line per file: `ok` with the module digest, or what is wrong. Exits non-zero if
     /// any file is invalid.
     Check(check::Args),
+    /// Build a Go guest: `go build` for wasip1, then the component krec runs (`<name>.wasm`).
+    ///
+    /// Needs only Go (1.25 or later) beside krec: the component step (the guest world and the
+    /// WASI adapter) is krec's own.
+    Build(build::Args),
     /// Serve the embedded Kubernetes API server, for kubectl and kube clients.
     ///
     /// HTTPS with a generated CA; the kubeconfig trusting it is written to --kubeconfig-out.
@@ -141,6 +147,7 @@ impl Command {
             #[cfg(feature = "embedded-apiserver")]
             Command::Cluster(_) => "info",
             // `krec check`: a guest's own log lines from `init` would break "one line per file".
+            Command::Build(_) => "info",
             Command::Check(_)
             | Command::Rbac(_)
             | Command::Webhooks(_)
@@ -165,6 +172,13 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::New(args) => new::execute(args),
         Command::Check(args) => check::execute(args),
+        Command::Build(args) => match build::execute(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("krec build: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
         #[cfg(feature = "embedded-apiserver")]
         Command::Cluster(args) => block_on("cluster", cluster::execute(args)),
         #[cfg(feature = "embedded-apiserver")]

@@ -1,4 +1,4 @@
-//! Guests written in Python and TypeScript beside the Rust ones, in one host: the same
+//! Guests written in Python, TypeScript and Go beside the Rust ones, in one host: the same
 //! behaviour from the same manifest semantics.
 
 use std::collections::BTreeMap;
@@ -83,30 +83,35 @@ fn expected(pairs: &[(&str, &str)]) -> BTreeMap<String, Option<String>> {
         .collect()
 }
 
+/// The Rust, Python and Go pod-counters (seed 000's reconciler), each on its own copy of the
+/// same ReplicaSets, label them alike, and follow a scale alike.
 #[tokio::test]
-async fn python_and_rust_pod_counters_should_label_the_same_replica_sets_alike() {
-    let mut objects = vec![namespace("rust"), namespace("python")];
-    objects.extend(replica_sets("rust"));
-    objects.extend(replica_sets("python"));
+async fn rust_python_and_go_pod_counters_should_label_the_same_replica_sets_alike() {
+    const LANGUAGES: [&str; 3] = ["rust", "python", "go"];
+    let mut objects: Vec<Value> = LANGUAGES.iter().map(|ns| namespace(ns)).collect();
+    for ns in LANGUAGES {
+        objects.extend(replica_sets(ns));
+    }
     let live = Live::start_alive(
         vec![
             in_namespace(sample_manifest("pod-counter"), "rust"),
             in_namespace(sample_manifest("pod-counter-py"), "python"),
+            in_namespace(sample_manifest("pod-counter-go"), "go"),
         ],
         objects,
     )
     .await;
 
     let want = expected(&[("none", "0"), ("one", "1"), ("three", "3"), ("expr", "2")]);
-    for ns in ["rust", "python"] {
+    for ns in LANGUAGES {
         live.eventually(&format!("the pod counts in {ns}"), || async {
             (counts(&live, ns).await == want).then_some(())
         })
         .await;
     }
 
-    // Scaled the same way, both follow.
-    for ns in ["rust", "python"] {
+    // Scaled the same way, all follow.
+    for ns in LANGUAGES {
         live.api
             .patch(
                 &rs_gvk(),
@@ -121,13 +126,14 @@ async fn python_and_rust_pod_counters_should_label_the_same_replica_sets_alike()
             .expect("scale down");
     }
     let want = expected(&[("none", "0"), ("one", "1"), ("three", "1"), ("expr", "2")]);
-    for ns in ["rust", "python"] {
+    for ns in LANGUAGES {
         live.eventually(&format!("the pod counts in {ns} after scaling"), || async {
             (counts(&live, ns).await == want).then_some(())
         })
         .await;
     }
     assert_eq!(counts(&live, "rust").await, counts(&live, "python").await);
+    assert_eq!(counts(&live, "rust").await, counts(&live, "go").await);
 }
 
 /// The reviews both foo-validators answer: creates of good and bad names (empty, too long,

@@ -1,0 +1,243 @@
+// Package host wraps the host's calls (krec:reconciler's client, reader, events and log) in Go
+// types: Kubernetes group/version/kinds, options and `*apierrors.StatusError`s.
+package host
+
+import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	witTypes "go.bytecodealliance.org/pkg/wit/types"
+
+	"krec.dev/guest/internal/wit/krec_reconciler_client"
+	"krec.dev/guest/internal/wit/krec_reconciler_events"
+	"krec.dev/guest/internal/wit/krec_reconciler_log"
+	"krec.dev/guest/internal/wit/krec_reconciler_reader"
+	wit "krec.dev/guest/internal/wit/krec_reconciler_types"
+)
+
+// ListOptions select the objects of a List.
+type ListOptions struct {
+	Namespace     string
+	LabelSelector string
+	FieldSelector string
+	Uncached      bool
+}
+
+// Calls are the host's client calls: the guest's world (a reconciler) or, for webhooks, the
+// reader's (Get and List only).
+type Calls interface {
+	Get(gvk schema.GroupVersionKind, namespace, name string) (string, error)
+	List(gvk schema.GroupVersionKind, options ListOptions) ([]string, error)
+	Create(object string) (string, error)
+	Update(object string) (string, error)
+	UpdateStatus(object string) (string, error)
+	Patch(gvk schema.GroupVersionKind, namespace, name string, patchType types.PatchType, body []byte, status bool) (string, error)
+	Delete(gvk schema.GroupVersionKind, namespace, name string, preconditions *metav1.Preconditions) error
+}
+
+// Client is the host's client interface.
+var Client Calls = hostClient{}
+
+type hostClient struct{}
+
+func gvkOf(gvk schema.GroupVersionKind) wit.Gvk {
+	return wit.Gvk{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
+}
+
+func option(s string) witTypes.Option[string] {
+	if s == "" {
+		return witTypes.None[string]()
+	}
+	return witTypes.Some(s)
+}
+
+func listOptions(o ListOptions) wit.ListOptions {
+	return wit.ListOptions{
+		Namespace:     option(o.Namespace),
+		LabelSelector: option(o.LabelSelector),
+		FieldSelector: option(o.FieldSelector),
+		Uncached:      o.Uncached,
+	}
+}
+
+func (hostClient) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
+	return text(krec_reconciler_client.Get(gvkOf(gvk), option(namespace), name), gvk, name)
+}
+
+func (hostClient) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
+	result := krec_reconciler_client.List(gvkOf(gvk), listOptions(o))
+	if result.IsErr() {
+		return nil, StatusError(result.Err(), gvk, "")
+	}
+	return result.Ok(), nil
+}
+
+func (hostClient) Create(object string) (string, error) {
+	return text(krec_reconciler_client.Create(object), schema.GroupVersionKind{}, "")
+}
+
+func (hostClient) Update(object string) (string, error) {
+	return text(krec_reconciler_client.Update(object), schema.GroupVersionKind{}, "")
+}
+
+func (hostClient) UpdateStatus(object string) (string, error) {
+	return text(krec_reconciler_client.UpdateStatus(object), schema.GroupVersionKind{}, "")
+}
+
+func (hostClient) Patch(gvk schema.GroupVersionKind, namespace, name string, patchType types.PatchType, body []byte, status bool) (string, error) {
+	var how wit.PatchType
+	switch patchType {
+	case types.MergePatchType:
+		how = wit.PatchTypeMerge
+	case types.JSONPatchType:
+		how = wit.PatchTypeJson
+	case types.StrategicMergePatchType:
+		how = wit.PatchTypeStrategic
+	case types.ApplyPatchType, types.ApplyCBORPatchType:
+		how = wit.PatchTypeApply
+	default:
+		return "", apierrors.NewBadRequest("unsupported patch type " + string(patchType))
+	}
+	return text(krec_reconciler_client.Patch(gvkOf(gvk), option(namespace), name, how, string(body), status), gvk, name)
+}
+
+func (hostClient) Delete(gvk schema.GroupVersionKind, namespace, name string, pre *metav1.Preconditions) error {
+	preconditions := witTypes.None[wit.Preconditions]()
+	if pre != nil {
+		var p wit.Preconditions
+		if pre.UID != nil {
+			p.Uid = witTypes.Some(string(*pre.UID))
+		}
+		if pre.ResourceVersion != nil {
+			p.ResourceVersion = witTypes.Some(*pre.ResourceVersion)
+		}
+		preconditions = witTypes.Some(p)
+	}
+	result := krec_reconciler_client.Delete(gvkOf(gvk), option(namespace), name, preconditions)
+	if result.IsErr() {
+		return StatusError(result.Err(), gvk, name)
+	}
+	return nil
+}
+
+// Reader is the host's reader interface (webhooks): Get and List of the host's cache.
+var Reader Calls = hostReader{}
+
+type hostReader struct{ hostClient }
+
+func (hostReader) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
+	return text(krec_reconciler_reader.Get(gvkOf(gvk), option(namespace), name), gvk, name)
+}
+
+func (hostReader) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
+	result := krec_reconciler_reader.List(gvkOf(gvk), listOptions(o))
+	if result.IsErr() {
+		return nil, StatusError(result.Err(), gvk, "")
+	}
+	return result.Ok(), nil
+}
+
+func text(result witTypes.Result[string, wit.Error], gvk schema.GroupVersionKind, name string) (string, error) {
+	if result.IsErr() {
+		return "", StatusError(result.Err(), gvk, name)
+	}
+	return result.Ok(), nil
+}
+
+// StatusError is the host's error as the API server's: `apierrors.IsNotFound` and the others
+// answer for it as for client-go's.
+func StatusError(err wit.Error, gvk schema.GroupVersionKind, name string) error {
+	var (
+		message string
+		reason  metav1.StatusReason
+		code    int32
+	)
+	switch err.Tag() {
+	case wit.ErrorNotFound:
+		message, reason, code = err.NotFound(), metav1.StatusReasonNotFound, 404
+	case wit.ErrorAlreadyExists:
+		message, reason, code = err.AlreadyExists(), metav1.StatusReasonAlreadyExists, 409
+	case wit.ErrorConflict:
+		message, reason, code = err.Conflict(), metav1.StatusReasonConflict, 409
+	case wit.ErrorForbidden:
+		message, reason, code = err.Forbidden(), metav1.StatusReasonForbidden, 403
+	case wit.ErrorInvalid:
+		message, reason, code = err.Invalid(), metav1.StatusReasonInvalid, 422
+	case wit.ErrorTimeout:
+		message, reason, code = err.Timeout(), metav1.StatusReasonTimeout, 504
+	case wit.ErrorUnavailable:
+		message, reason, code = err.Unavailable(), metav1.StatusReasonServiceUnavailable, 503
+	default:
+		message, reason, code = err.Other(), metav1.StatusReasonInternalError, 500
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Message: message,
+		Reason:  reason,
+		Code:    code,
+		Details: &metav1.StatusDetails{Name: name, Group: gvk.Group, Kind: gvk.Kind},
+	}}
+}
+
+// WitError is `err` as the host's error variant (for a reconcile's or map's result).
+func WitError(err error) wit.Error {
+	status, ok := err.(apierrors.APIStatus)
+	if !ok {
+		return wit.MakeErrorOther(err.Error())
+	}
+	message := err.Error()
+	switch status.Status().Reason {
+	case metav1.StatusReasonNotFound:
+		return wit.MakeErrorNotFound(message)
+	case metav1.StatusReasonAlreadyExists:
+		return wit.MakeErrorAlreadyExists(message)
+	case metav1.StatusReasonConflict:
+		return wit.MakeErrorConflict(message)
+	case metav1.StatusReasonForbidden:
+		return wit.MakeErrorForbidden(message)
+	case metav1.StatusReasonInvalid, metav1.StatusReasonBadRequest:
+		return wit.MakeErrorInvalid(message)
+	case metav1.StatusReasonTimeout:
+		return wit.MakeErrorTimeout(message)
+	case metav1.StatusReasonServiceUnavailable:
+		return wit.MakeErrorUnavailable(message)
+	default:
+		return wit.MakeErrorOther(message)
+	}
+}
+
+// Level is a log line's severity.
+type Level = krec_reconciler_log.Level
+
+// The levels.
+const (
+	Trace = krec_reconciler_log.LevelTrace
+	Debug = krec_reconciler_log.LevelDebug
+	Info  = krec_reconciler_log.LevelInfo
+	Warn  = krec_reconciler_log.LevelWarn
+	Error = krec_reconciler_log.LevelError
+)
+
+// Log writes one line into the host's log.
+func Log(level Level, message string) { krec_reconciler_log.Log(level, message) }
+
+// Event records an Event about the object of gvk, namespace, name and uid.
+func Event(gvk schema.GroupVersionKind, namespace, name, uid string, warning bool, reason, message string) error {
+	kind := krec_reconciler_events.EventTypeNormal
+	if warning {
+		kind = krec_reconciler_events.EventTypeWarning
+	}
+	regarding := krec_reconciler_events.ObjectReference{
+		Kind:      gvkOf(gvk),
+		Namespace: option(namespace),
+		Name:      name,
+		Uid:       option(uid),
+	}
+	result := krec_reconciler_events.Record(regarding, kind, reason, message)
+	if result.IsErr() {
+		return StatusError(result.Err(), gvk, name)
+	}
+	return nil
+}

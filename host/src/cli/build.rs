@@ -1,0 +1,119 @@
+//! `krec build`: a Go guest's module built and made a component, in one command — `go build`
+//! for `wasip1` (the flags Go's component bindings need), then [`crate::componentize`].
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
+
+use crate::progress::say;
+
+/// The arguments of `krec build`.
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// The Go module's folder (with `go.mod` and the guest's `package main`).
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// Where to write the component; by default `<name>.wasm` in the folder, `<name>` being
+    /// the last element of the module path in `go.mod`.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// The `go` command to build with.
+    #[arg(long, env = "KREC_GO", default_value = "go")]
+    go: PathBuf,
+}
+
+/// Build and componentize; prints where the component went.
+pub(super) fn execute(args: Args) -> anyhow::Result<()> {
+    let go_mod = args.dir.join("go.mod");
+    let text = std::fs::read_to_string(&go_mod).with_context(|| {
+        format!(
+            "{}: cannot read it — krec build builds a Go guest (a folder with go.mod); a Rust guest builds with `cargo build-guest`, Python with `python -m krec_guest.build`, TypeScript with `npm run build`",
+            go_mod.display()
+        )
+    })?;
+    let name =
+        module_name(&text).with_context(|| format!("{}: no `module` line", go_mod.display()))?;
+    let output = args
+        .output
+        .unwrap_or_else(|| args.dir.join(format!("{name}.wasm")));
+    let scratch = tempfile::Builder::new()
+        .prefix("krec-build-")
+        .tempdir()
+        .context("creating a scratch folder")?;
+    let core = scratch.path().join("core.wasm");
+    let started = std::time::Instant::now();
+    build_core(&args.go, &args.dir, &core)?;
+    let bytes = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
+    let component = crate::componentize::componentize(&bytes).with_context(|| {
+        format!(
+            "{}: the module Go built is not a krec guest (does its main package import krec.dev/guest?)",
+            args.dir.display()
+        )
+    })?;
+    std::fs::write(&output, &component).with_context(|| format!("writing {}", output.display()))?;
+    say(format_args!(
+        "krec build: {} ({:.1} MB, {:.1} s)",
+        output.display(),
+        component.len() as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// `go build` of the module in `dir` for `wasip1`, to `core`.
+fn build_core(go: &Path, dir: &Path, core: &Path) -> anyhow::Result<()> {
+    let status = Command::new(go)
+        .current_dir(dir)
+        .env("GOOS", "wasip1")
+        .env("GOARCH", "wasm")
+        .env("CGO_ENABLED", "0")
+        // A library the host calls into (its exports are the world's functions), not a
+        // program run once; the component bindings reach into Go's runtime by linkname.
+        .args([
+            "build",
+            "-buildmode=c-shared",
+            "-trimpath",
+            "-ldflags=-checklinkname=0",
+            "-o",
+        ])
+        .arg(core)
+        .arg(".")
+        .status()
+        .map_err(|err| {
+            anyhow::anyhow!(
+                "cannot run {}: {err} — krec build needs Go 1.25 or later on PATH (or --go)",
+                go.display()
+            )
+        })?;
+    if !status.success() {
+        anyhow::bail!("go build failed in {} ({status})", dir.display());
+    }
+    Ok(())
+}
+
+/// The last element of the module path on `go.mod`'s `module` line.
+fn module_name(go_mod: &str) -> Option<String> {
+    let path = go_mod
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("module "))?
+        .trim()
+        .trim_matches('"');
+    let last = path.rsplit('/').next()?;
+    (!last.is_empty()).then(|| last.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_component_should_be_named_after_the_module() {
+        assert_eq!(
+            module_name("// x\nmodule example.com/team/pod-counter\n\ngo 1.26\n").as_deref(),
+            Some("pod-counter")
+        );
+        assert_eq!(module_name("module \"app\"\n").as_deref(), Some("app"));
+        assert_eq!(module_name("go 1.26\n"), None);
+    }
+}
