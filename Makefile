@@ -27,7 +27,7 @@ JS_GUESTS := sample-guests/foo-validator-ts tests/guests/misbehave-ts tests/gues
 JS_GUEST_DIR := $(abspath $(TARGET_DIR))/js-guests
 REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 # Go guests: `krec build` (go build for wasip1, then krec's own component step) with the
-# machine's Go (1.25 or later); modules from the Go module proxy as each go.sum pins them.
+# machine's Go (1.26 or later); modules from the Go module proxy as each go.sum pins them.
 # Each folder is a Go module; its component is target/go-guests/<folder, - as _>.wasm.
 GO_GUESTS := sample-guests/pod-counter-go
 GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
@@ -91,7 +91,7 @@ js-guests: $(JS_SDK)
 
 ## Build the Go guests with `krec build` (each again only when it or the SDK changed).
 go-guests: setup
-	@command -v go >/dev/null 2>&1 || { echo "the Go guests need Go 1.25 or later (https://go.dev/dl)" >&2; exit 1; }
+	@command -v go >/dev/null 2>&1 || { echo "the Go guests need Go 1.26 or later (https://go.dev/dl)" >&2; exit 1; }
 	$(CARGO) build -q -p krec
 	@mkdir -p $(GO_GUEST_DIR)
 	@for dir in $(GO_GUESTS); do \
@@ -158,7 +158,7 @@ lint: setup
 	$(CARGO) clippy -p krec-guest -p pod-stamper -p json-seam --target wasm32-wasip2 -- -D warnings
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 	@# The Go SDK and guests: gofmt, and go vet for the guests' platform.
-	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.25 or later" >&2; exit 1; }
+	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.26 or later" >&2; exit 1; }
 	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS))" || { gofmt -l guest-sdk-go $(GO_GUESTS); echo "gofmt: the files above are not formatted" >&2; exit 1; }
 	@# (not -unsafeptr: the generated ABI glue reads guest memory by address)
 	cd guest-sdk-go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...

@@ -11,6 +11,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -130,6 +131,33 @@ func (c *hostClient) gvk(obj runtime.Object) (schema.GroupVersionKind, error) {
 	return GVKForObject(obj, c.scheme)
 }
 
+// isMetadata reports whether obj is a metadata-only object or list.
+func isMetadata(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *metav1.PartialObjectMetadata, *metav1.PartialObjectMetadataList:
+		return true
+	}
+	return false
+}
+
+// checkKind refuses text of a metadata-only object for a typed or unstructured obj: the host
+// serves a kind the manifest watches with `metadataOnly` as PartialObjectMetadata, and decoding
+// it into the full type would give an object without its contents (one that, written back,
+// would lose them).
+func checkKind(text []byte, obj runtime.Object, gvk schema.GroupVersionKind) error {
+	if isMetadata(obj) {
+		return nil
+	}
+	var meta metav1.TypeMeta
+	if err := json.Unmarshal(text, &meta); err != nil {
+		return err
+	}
+	if meta.Kind == "PartialObjectMetadata" {
+		return fmt.Errorf("%s is watched metadataOnly by this guest's manifest: read it as *metav1.PartialObjectMetadata (with its kind set), or watch it whole", gvk.Kind)
+	}
+	return nil
+}
+
 // decode sets obj to the object of text (obj's previous contents dropped).
 func decode(text []byte, obj runtime.Object) error {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -163,6 +191,9 @@ func (c *hostClient) Get(_ context.Context, key ObjectKey, obj Object, opts ...G
 	if err != nil {
 		return err
 	}
+	if err := checkKind([]byte(text), obj, gvk); err != nil {
+		return err
+	}
 	if err := decode([]byte(text), obj); err != nil {
 		return fmt.Errorf("decoding %s %s: %w", gvk.Kind, key, err)
 	}
@@ -179,6 +210,10 @@ func (c *hostClient) List(_ context.Context, list ObjectList, opts ...ListOption
 	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List")
 	var o ListOptions
 	o.ApplyOptions(opts)
+	// A selector that selects nothing (labels.Nothing(), what LabelSelectorAsSelector makes of
+	// a nil selector) is written as "", which would select everything: nothing it is.
+	nothing := (o.LabelSelector != nil && !o.LabelSelector.Empty() && o.LabelSelector.String() == "") ||
+		(o.FieldSelector != nil && !o.FieldSelector.Empty() && o.FieldSelector.String() == "")
 	options := host.ListOptions{Namespace: o.Namespace, Uncached: o.Uncached}
 	if o.LabelSelector != nil {
 		options.LabelSelector = o.LabelSelector.String()
@@ -186,9 +221,17 @@ func (c *hostClient) List(_ context.Context, list ObjectList, opts ...ListOption
 	if o.FieldSelector != nil {
 		options.FieldSelector = o.FieldSelector.String()
 	}
-	items, err := c.calls.List(gvk, options)
-	if err != nil {
-		return err
+	var items []string
+	if !nothing {
+		items, err = c.calls.List(gvk, options)
+		if err != nil {
+			return err
+		}
+	}
+	if len(items) > 0 {
+		if err := checkKind([]byte(items[0]), list, gvk); err != nil {
+			return err
+		}
 	}
 	var text strings.Builder
 	text.WriteString(`{"apiVersion":"`)
@@ -213,10 +256,20 @@ func (c *hostClient) List(_ context.Context, list ObjectList, opts ...ListOption
 		return fmt.Errorf("decoding a %s: %w", listGVK.Kind, err)
 	}
 	list.GetObjectKind().SetGroupVersionKind(listGVK)
+	// Each metadata-only item names the kind listed (as controller-runtime's cache sets it),
+	// so that it can be patched, deleted or reported on as it is.
+	if partial, ok := list.(*metav1.PartialObjectMetadataList); ok {
+		for i := range partial.Items {
+			partial.Items[i].SetGroupVersionKind(gvk)
+		}
+	}
 	return nil
 }
 
 func (c *hostClient) Create(_ context.Context, obj Object, opts ...CreateOption) error {
+	if isMetadata(obj) {
+		return fmt.Errorf("cannot create using only metadata")
+	}
 	var o CreateOptions
 	o.ApplyOptions(opts)
 	if len(o.DryRun) > 0 {
@@ -230,6 +283,9 @@ func (c *hostClient) Create(_ context.Context, obj Object, opts ...CreateOption)
 }
 
 func (c *hostClient) Update(_ context.Context, obj Object, opts ...UpdateOption) error {
+	if isMetadata(obj) {
+		return fmt.Errorf("cannot update using only metadata -- did you mean to patch?")
+	}
 	text, gvk, err := c.encode(obj)
 	if err != nil {
 		return err
@@ -268,6 +324,13 @@ func (c *hostClient) Delete(_ context.Context, obj Object, opts ...DeleteOption)
 func (c *hostClient) written(text string, err error) func(Object, schema.GroupVersionKind) error {
 	return func(obj Object, gvk schema.GroupVersionKind) error {
 		if err != nil {
+			// Named as client-go names it: the kind and the object.
+			var status *apierrors.StatusError
+			if errors.As(err, &status) && status.ErrStatus.Details != nil && status.ErrStatus.Details.Kind == "" {
+				status.ErrStatus.Details.Group = gvk.Group
+				status.ErrStatus.Details.Kind = gvk.Kind
+				status.ErrStatus.Details.Name = obj.GetName()
+			}
 			return err
 		}
 		if err := decode([]byte(text), obj); err != nil {
@@ -283,6 +346,9 @@ func (c *hostClient) Status() SubResourceWriter { return statusWriter{c} }
 type statusWriter struct{ c *hostClient }
 
 func (s statusWriter) Update(_ context.Context, obj Object, opts ...SubResourceUpdateOption) error {
+	if isMetadata(obj) {
+		return fmt.Errorf("cannot update using only metadata -- did you mean to patch?")
+	}
 	text, gvk, err := s.c.encode(obj)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -105,5 +106,50 @@ func TestTypedReadsWritesAndErrorsShouldBeControllerRuntimes(t *testing.T) {
 	}
 	if sent["apiVersion"] != "apps/v1" || sent["kind"] != "ReplicaSet" {
 		t.Fatalf("sent %v", sent)
+	}
+}
+
+func TestMetadataOnlyKindsShouldNeverBeReadAsWholeObjects(t *testing.T) {
+	partial := `{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"db","namespace":"demo","labels":{"app":"db"}}}`
+	host := &calls{objects: map[string]string{"demo/db": partial}}
+	c := client.NewWithCalls(nil, host)
+	ctx := context.Background()
+
+	// Read whole, the contents would be missing (and an update would wipe them): refused.
+	err := c.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "db"}, &corev1.Secret{})
+	if err == nil || !strings.Contains(err.Error(), "metadataOnly") {
+		t.Fatalf("a metadata-only Secret read whole: %v", err)
+	}
+	if err := c.List(ctx, &corev1.SecretList{}); err == nil {
+		t.Fatal("a metadata-only Secret listed whole")
+	}
+
+	// Read as metadata, each item names the kind listed, and cannot be updated whole.
+	secrets := &metav1.PartialObjectMetadataList{}
+	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := c.List(ctx, secrets); err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets.Items) != 1 || secrets.Items[0].Kind != "Secret" || secrets.Items[0].APIVersion != "v1" {
+		t.Fatalf("listed %+v", secrets.Items)
+	}
+	if err := c.Update(ctx, &secrets.Items[0]); err == nil {
+		t.Fatal("a metadata-only object updated")
+	}
+}
+
+func TestASelectorOfNothingShouldListNothing(t *testing.T) {
+	host := &calls{objects: map[string]string{"demo/a": `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"demo"}}`}}
+	c := client.NewWithCalls(nil, host)
+	nothing, err := metav1.LabelSelectorAsSelector(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(context.Background(), pods, client.MatchingLabelsSelector{Selector: nothing}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 || len(host.asked) != 0 {
+		t.Fatalf("labels.Nothing() listed %d pods (asked %v)", len(pods.Items), host.asked)
 	}
 }

@@ -71,8 +71,9 @@ func (te *terminalError) Is(target error) bool {
 	return ok
 }
 
-// TerminalError wraps an error that retrying cannot fix: the host logs and counts it but
-// does not requeue the request (controller-runtime's TerminalError).
+// TerminalError wraps an error that retrying cannot fix: it is logged at error level and the
+// request is not requeued (controller-runtime's TerminalError); the host counts the reconcile
+// as done, not as an error (its WIT has no terminal outcome).
 func TerminalError(wrapped error) error { return &terminalError{err: wrapped} }
 
 // IsTerminal reports whether err is (or wraps) a TerminalError.

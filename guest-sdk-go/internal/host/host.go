@@ -3,11 +3,16 @@
 package host
 
 import (
+	"errors"
+	"strings"
+	"unicode/utf8"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	witRuntime "go.bytecodealliance.org/pkg/wit/runtime"
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
 
 	"krec.dev/guest/internal/wit/krec_reconciler_client"
@@ -62,11 +67,18 @@ func listOptions(o ListOptions) wit.ListOptions {
 	}
 }
 
+// released lets the buffers the host's answer was written into be collected once nothing
+// refers to them: the bindings pin every buffer the host allocates until the next export call,
+// so a reconcile of many reads would hold them all.
+func released() { witRuntime.Unpin() }
+
 func (hostClient) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
+	defer released()
 	return text(krec_reconciler_client.Get(gvkOf(gvk), option(namespace), name), gvk, name)
 }
 
 func (hostClient) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
+	defer released()
 	result := krec_reconciler_client.List(gvkOf(gvk), listOptions(o))
 	if result.IsErr() {
 		return nil, StatusError(result.Err(), gvk, "")
@@ -75,14 +87,17 @@ func (hostClient) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, er
 }
 
 func (hostClient) Create(object string) (string, error) {
+	defer released()
 	return text(krec_reconciler_client.Create(object), schema.GroupVersionKind{}, "")
 }
 
 func (hostClient) Update(object string) (string, error) {
+	defer released()
 	return text(krec_reconciler_client.Update(object), schema.GroupVersionKind{}, "")
 }
 
 func (hostClient) UpdateStatus(object string) (string, error) {
+	defer released()
 	return text(krec_reconciler_client.UpdateStatus(object), schema.GroupVersionKind{}, "")
 }
 
@@ -95,11 +110,15 @@ func (hostClient) Patch(gvk schema.GroupVersionKind, namespace, name string, pat
 		how = wit.PatchTypeJson
 	case types.StrategicMergePatchType:
 		how = wit.PatchTypeStrategic
-	case types.ApplyPatchType, types.ApplyCBORPatchType:
+	case types.ApplyPatchType:
 		how = wit.PatchTypeApply
 	default:
 		return "", apierrors.NewBadRequest("unsupported patch type " + string(patchType))
 	}
+	if !utf8Valid(body) {
+		return "", apierrors.NewBadRequest("a patch body must be JSON text (UTF-8)")
+	}
+	defer released()
 	return text(krec_reconciler_client.Patch(gvkOf(gvk), option(namespace), name, how, string(body), status), gvk, name)
 }
 
@@ -115,6 +134,7 @@ func (hostClient) Delete(gvk schema.GroupVersionKind, namespace, name string, pr
 		}
 		preconditions = witTypes.Some(p)
 	}
+	defer released()
 	result := krec_reconciler_client.Delete(gvkOf(gvk), option(namespace), name, preconditions)
 	if result.IsErr() {
 		return StatusError(result.Err(), gvk, name)
@@ -128,10 +148,12 @@ var Reader Calls = hostReader{}
 type hostReader struct{ hostClient }
 
 func (hostReader) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
+	defer released()
 	return text(krec_reconciler_reader.Get(gvkOf(gvk), option(namespace), name), gvk, name)
 }
 
 func (hostReader) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
+	defer released()
 	result := krec_reconciler_reader.List(gvkOf(gvk), listOptions(o))
 	if result.IsErr() {
 		return nil, StatusError(result.Err(), gvk, "")
@@ -183,11 +205,11 @@ func StatusError(err wit.Error, gvk schema.GroupVersionKind, name string) error 
 
 // WitError is `err` as the host's error variant (for a reconcile's or map's result).
 func WitError(err error) wit.Error {
-	status, ok := err.(apierrors.APIStatus)
-	if !ok {
-		return wit.MakeErrorOther(err.Error())
+	message := Text(err.Error())
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return wit.MakeErrorOther(message)
 	}
-	message := err.Error()
 	switch status.Status().Reason {
 	case metav1.StatusReasonNotFound:
 		return wit.MakeErrorNotFound(message)
@@ -220,8 +242,18 @@ const (
 	Error = krec_reconciler_log.LevelError
 )
 
+// Text is s as the host takes text: invalid UTF-8 (a Go string may hold any bytes) replaced.
+func Text(s string) string {
+	if utf8Valid([]byte(s)) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+func utf8Valid(b []byte) bool { return utf8.Valid(b) }
+
 // Log writes one line into the host's log.
-func Log(level Level, message string) { krec_reconciler_log.Log(level, message) }
+func Log(level Level, message string) { krec_reconciler_log.Log(level, Text(message)) }
 
 // Event records an Event about the object of gvk, namespace, name and uid.
 func Event(gvk schema.GroupVersionKind, namespace, name, uid string, warning bool, reason, message string) error {
@@ -235,7 +267,7 @@ func Event(gvk schema.GroupVersionKind, namespace, name, uid string, warning boo
 		Name:      name,
 		Uid:       option(uid),
 	}
-	result := krec_reconciler_events.Record(regarding, kind, reason, message)
+	result := krec_reconciler_events.Record(regarding, kind, Text(reason), Text(message))
 	if result.IsErr() {
 		return StatusError(result.Err(), gvk, name)
 	}

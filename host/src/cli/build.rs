@@ -82,7 +82,7 @@ fn build_core(go: &Path, dir: &Path, core: &Path) -> anyhow::Result<()> {
         .status()
         .map_err(|err| {
             anyhow::anyhow!(
-                "cannot run {}: {err} — krec build needs Go 1.25 or later on PATH (or --go)",
+                "cannot run {}: {err} — krec build needs Go 1.26 or later on PATH (or --go): the SDK's modules require it",
                 go.display()
             )
         })?;
@@ -92,14 +92,24 @@ fn build_core(go: &Path, dir: &Path, core: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The last element of the module path on `go.mod`'s `module` line.
+/// The last element of the module path on `go.mod`'s `module` line (before a major version
+/// suffix: `example.com/op/v2` is `op`).
 fn module_name(go_mod: &str) -> Option<String> {
     let path = go_mod
         .lines()
         .find_map(|line| line.trim().strip_prefix("module "))?
         .trim()
         .trim_matches('"');
-    let last = path.rsplit('/').next()?;
+    let is_major = |element: &str| {
+        element
+            .strip_prefix('v')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let last = path
+        .rsplit('/')
+        .enumerate()
+        .find(|(i, element)| !(*i == 0 && is_major(element)))
+        .map(|(_, element)| element)?;
     (!last.is_empty()).then(|| last.to_owned())
 }
 
@@ -114,6 +124,10 @@ mod tests {
             Some("pod-counter")
         );
         assert_eq!(module_name("module \"app\"\n").as_deref(), Some("app"));
+        assert_eq!(
+            module_name("module example.com/op/v2\n").as_deref(),
+            Some("op")
+        );
         assert_eq!(module_name("go 1.26\n"), None);
     }
 }

@@ -91,7 +91,7 @@ enum Command {
     Check(check::Args),
     /// Build a Go guest: `go build` for wasip1, then the component krec runs (`<name>.wasm`).
     ///
-    /// Needs only Go (1.25 or later) beside krec: the component step (the guest world and the
+    /// Needs only Go (1.26 or later) beside krec: the component step (the guest world and the
     /// WASI adapter) is krec's own.
     Build(build::Args),
     /// Serve the embedded Kubernetes API server, for kubectl and kube clients.

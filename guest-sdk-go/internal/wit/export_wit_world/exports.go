@@ -23,6 +23,25 @@ import (
 	"krec.dev/guest/reconcile"
 )
 
+// recovered turns a panic into an error, as controller-runtime recovers a reconciler's panic:
+// the instance lives on and the request is retried with backoff.
+func recovered(what string, err *error) {
+	if p := recover(); p != nil {
+		host.Log(host.Error, fmt.Sprintf("%s panicked: %v\n%s", what, p, debug.Stack()))
+		*err = fmt.Errorf("panic: %v [recovered]", p)
+	}
+}
+
+func reconcileSafely(request reconcile.Request) (result reconcile.Result, err error) {
+	defer recovered("reconcile of "+request.String(), &err)
+	return registry.Reconciler.Reconcile(context.Background(), request)
+}
+
+func mapSafely(gvk schema.GroupVersionKind, object []byte) (requests []reconcile.Request, err error) {
+	defer recovered("the map function", &err)
+	return registry.Map(context.Background(), gvk, object)
+}
+
 // Reconcile runs the guest's reconciler for one request.
 func Reconcile(req wit.Request) witTypes.Result[wit.Action, wit.Error] {
 	if registry.Reconciler == nil {
@@ -32,10 +51,11 @@ func Reconcile(req wit.Request) witTypes.Result[wit.Action, wit.Error] {
 		Namespace: req.Namespace.SomeOr(""),
 		Name:      req.Name,
 	}}
-	result, err := registry.Reconciler.Reconcile(context.Background(), request)
+	result, err := reconcileSafely(request)
 	if err != nil {
 		if reconcile.IsTerminal(err) {
-			// Not retried (controller-runtime's TerminalError): said in the log, not requeued.
+			// Not retried (controller-runtime's TerminalError): said in the log and answered as
+			// done — the host's error counts do not include it (its WIT has no terminal error).
 			host.Log(host.Error, fmt.Sprintf("%s: %v (terminal: not retried)", request, err))
 			return witTypes.Ok[wit.Action, wit.Error](wit.MakeActionDone())
 		}
@@ -58,7 +78,7 @@ func Init(config string) witTypes.Result[witTypes.Unit, string] {
 		return witTypes.Ok[witTypes.Unit, string](witTypes.Unit{})
 	}
 	if err := registry.Configure([]byte(config)); err != nil {
-		return witTypes.Err[witTypes.Unit](err.Error())
+		return witTypes.Err[witTypes.Unit](host.Text(err.Error()))
 	}
 	return witTypes.Ok[witTypes.Unit, string](witTypes.Unit{})
 }
@@ -69,7 +89,7 @@ func Map(kind wit.Gvk, object string) witTypes.Result[[]wit.Request, wit.Error] 
 		return witTypes.Err[[]wit.Request](wit.MakeErrorOther("this guest registers no map function (guest.Map(…))"))
 	}
 	gvk := schema.GroupVersionKind{Group: kind.Group, Version: kind.Version, Kind: kind.Kind}
-	requests, err := registry.Map(context.Background(), gvk, []byte(object))
+	requests, err := mapSafely(gvk, []byte(object))
 	if err != nil {
 		return witTypes.Err[[]wit.Request](host.WitError(err))
 	}
@@ -105,7 +125,7 @@ func Convert(objects []string, desired string) witTypes.Result[[]string, string]
 	}
 	out, err := registry.Convert(in, desired)
 	if err != nil {
-		return witTypes.Err[[]string](err.Error())
+		return witTypes.Err[[]string](host.Text(err.Error()))
 	}
 	texts := make([]string, len(out))
 	for i, o := range out {
@@ -154,18 +174,18 @@ func review(handler registry.Handler, what string, req admission.AdmissionReques
 		r.OldObject = []byte(req.OldObject.Some())
 	}
 	v := handler(context.Background(), r)
-	out := admission.Verdict{Allowed: v.Allowed, Warnings: v.Warnings}
-	if out.Warnings == nil {
-		out.Warnings = []string{}
+	out := admission.Verdict{Allowed: v.Allowed, Warnings: []string{}}
+	for _, warning := range v.Warnings {
+		out.Warnings = append(out.Warnings, host.Text(warning))
 	}
 	if v.Code != 0 {
 		out.Code = witTypes.Some(uint16(v.Code))
 	}
 	if v.Message != "" {
-		out.Message = witTypes.Some(v.Message)
+		out.Message = witTypes.Some(host.Text(v.Message))
 	}
 	if v.Reason != "" {
-		out.Reason = witTypes.Some(v.Reason)
+		out.Reason = witTypes.Some(host.Text(v.Reason))
 	}
 	if v.Patched != nil {
 		out.Patched = witTypes.Some(string(v.Patched))
