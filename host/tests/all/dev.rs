@@ -50,7 +50,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("7 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter, pod-counter-py), 4 serving webhooks (foo-converter, foo-validator, foo-validator-ts, pod-defaulter)"),
+        text.contains("8 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter, pod-counter-go, pod-counter-py), 4 serving webhooks (foo-converter, foo-validator, foo-validator-ts, pod-defaulter)"),
         "{text}"
     );
 
