@@ -370,19 +370,35 @@ impl Live {
 
     /// Wait (at most [`EVENTUALLY`]) until `check` returns `Some`, polling the API server;
     /// panics with `what` otherwise.
-    pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    pub async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = std::time::Instant::now() + EVENTUALLY;
+        self.eventually_within(what, EVENTUALLY, check).await
+    }
+
+    /// [`eventually`](Self::eventually) with a bound of its own: for what takes several slow
+    /// instantiations (a Python guest's traps, each followed by a fresh CPython instance) on a
+    /// machine busy with the other tests.
+    pub async fn eventually_within<T, F, Fut>(
+        &self,
+        what: &str,
+        within: std::time::Duration,
+        mut check: F,
+    ) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = std::time::Instant::now() + within;
         loop {
             if let Some(found) = check().await {
                 return found;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "timed out after {EVENTUALLY:?} waiting for {what}"
+                "timed out after {within:?} waiting for {what}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }

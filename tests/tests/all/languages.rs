@@ -269,9 +269,12 @@ async fn hostile_python_and_typescript_guests_should_be_contained_beside_a_healt
     for guest in ["misbehave-py", "misbehave-ts"] {
         let bad = live.controller(guest);
         // The loop is cut at its deadline, the memory bomb at its limit; both are counted.
+        // Each trap costs a new CPython (or SpiderMonkey) instance: slow in a debug host beside
+        // the other tests (the Go pod-counter's 43 MB component compiling meanwhile).
         let causes = live
-            .eventually(
+            .eventually_within(
                 &format!("{guest}'s timeouts and out-of-memory traps"),
+                std::time::Duration::from_secs(90),
                 || async {
                     let causes = bad.stats().traps_by_cause();
                     ["timeout", "out_of_memory"]
