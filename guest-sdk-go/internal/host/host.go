@@ -79,11 +79,7 @@ func (hostClient) Get(gvk schema.GroupVersionKind, namespace, name string) (stri
 
 func (hostClient) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
 	defer released()
-	result := krec_reconciler_client.List(gvkOf(gvk), listOptions(o))
-	if result.IsErr() {
-		return nil, StatusError(result.Err(), gvk, "")
-	}
-	return result.Ok(), nil
+	return texts(krec_reconciler_client.List(gvkOf(gvk), listOptions(o)), gvk)
 }
 
 func (hostClient) Create(object string) (string, error) {
@@ -145,7 +141,7 @@ func (hostClient) Delete(gvk schema.GroupVersionKind, namespace, name string, pr
 // Reader is the host's reader interface (webhooks): Get and List of the host's cache.
 var Reader Calls = hostReader{}
 
-type hostReader struct{ hostClient }
+type hostReader struct{}
 
 func (hostReader) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
 	defer released()
@@ -154,7 +150,25 @@ func (hostReader) Get(gvk schema.GroupVersionKind, namespace, name string) (stri
 
 func (hostReader) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
 	defer released()
-	result := krec_reconciler_reader.List(gvkOf(gvk), listOptions(o))
+	return texts(krec_reconciler_reader.List(gvkOf(gvk), listOptions(o)), gvk)
+}
+
+// refused is the answer to a write through the reader: a webhook reads, it never writes.
+func refused() error {
+	return apierrors.NewForbidden(schema.GroupResource{}, "", errors.New("an admission webhook reads the host's cache and writes nothing"))
+}
+
+func (hostReader) Create(string) (string, error)       { return "", refused() }
+func (hostReader) Update(string) (string, error)       { return "", refused() }
+func (hostReader) UpdateStatus(string) (string, error) { return "", refused() }
+func (hostReader) Patch(schema.GroupVersionKind, string, string, types.PatchType, []byte, bool) (string, error) {
+	return "", refused()
+}
+func (hostReader) Delete(schema.GroupVersionKind, string, string, *metav1.Preconditions) error {
+	return refused()
+}
+
+func texts(result witTypes.Result[[]string, wit.Error], gvk schema.GroupVersionKind) ([]string, error) {
 	if result.IsErr() {
 		return nil, StatusError(result.Err(), gvk, "")
 	}
