@@ -351,11 +351,36 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Note a label value of `guest`'s series, unless its series exists already.
-    fn note(&self, guest: &str, exists: bool, add: impl FnOnce(&mut Made)) {
-        if !exists {
-            let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-            add(made.entry(guest.to_owned()).or_default());
+    /// Count one in `family`'s series of `labels`, a series of `guest`'s: an existing one with
+    /// a single lookup (a host call's path); a new one noted by `add` first, for
+    /// [`forget_guest`](Self::forget_guest).
+    fn count<L>(
+        &self,
+        family: &Family<L, Counter>,
+        labels: &L,
+        guest: &str,
+        add: impl FnOnce(&mut Made),
+    ) where
+        L: Clone
+            + std::hash::Hash
+            + Eq
+            + prometheus_client::encoding::EncodeLabelSet
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        if let Some(counter) = family.get(labels) {
+            counter.inc();
+            return;
         }
+        add(self
+            .made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(guest.to_owned())
+            .or_default());
+        family.get_or_create(labels).inc();
     }
 
     /// Count a trap of `guest`'s (`krec_guest_traps_total`), by its cause.
@@ -364,10 +389,9 @@ impl Metrics {
             guest: guest.to_owned(),
             cause: cause.to_owned(),
         };
-        self.note(guest, self.traps.get(&labels).is_some(), |made| {
+        self.count(&self.traps, &labels, guest, |made| {
             made.traps.insert(cause);
         });
-        self.traps.get_or_create(&labels).inc();
     }
 
     /// Count a host call of `guest`'s (`krec_host_calls_total`), by verb and result.
@@ -377,10 +401,9 @@ impl Metrics {
             verb: verb.to_owned(),
             result: result.to_owned(),
         };
-        self.note(guest, self.host_calls.get(&labels).is_some(), |made| {
+        self.count(&self.host_calls, &labels, guest, |made| {
             made.calls.insert((verb, result));
         });
-        self.host_calls.get_or_create(&labels).inc();
     }
 
     /// Count an admission request answered by `guest`'s webhook at `path`
@@ -390,14 +413,9 @@ impl Metrics {
             webhook: path.to_owned(),
             code: code.to_string(),
         };
-        self.note(
-            guest,
-            self.webhook_requests.get(&labels).is_some(),
-            |made| {
-                made.webhook_codes.insert((path.to_owned(), code));
-            },
-        );
-        self.webhook_requests.get_or_create(&labels).inc();
+        self.count(&self.webhook_requests, &labels, guest, |made| {
+            made.webhook_codes.insert((path.to_owned(), code));
+        });
     }
 
     /// Remove every series of `guest` (its manifest is gone): a deleted guest leaves no series
