@@ -19,7 +19,9 @@ package guest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,6 +32,7 @@ import (
 	"krec.dev/guest/internal/registry"
 	_ "krec.dev/guest/internal/wit/wit_exports" // the component's exports
 	"krec.dev/guest/reconcile"
+	"krec.dev/guest/webhook/admission"
 )
 
 // Scheme is the kinds the guest's client knows typed objects of: every built-in kind; add a
@@ -50,6 +53,54 @@ func Configure(hook func(config []byte) error) { registry.Configure = hook }
 func Map(fn func(ctx context.Context, gvk schema.GroupVersionKind, object []byte) ([]reconcile.Request, error)) {
 	registry.Map = fn
 }
+
+// Validator registers v as the validating webhook for obj's kind (controller-runtime's
+// WebhookManagedBy(mgr).For(obj).WithValidator(v)); the manifest's `webhooks` say which
+// requests reach it. Register one per kind.
+func Validator(obj client.Object, v admission.CustomValidator) {
+	register(validators, obj, admission.ValidatorHandler(obj, v))
+	registry.Validate = dispatch(validators, "validating")
+}
+
+// Defaulter registers d as the mutating webhook for obj's kind (controller-runtime's
+// WebhookManagedBy(mgr).For(obj).WithDefaulter(d)).
+func Defaulter(obj client.Object, d admission.CustomDefaulter) {
+	register(defaulters, obj, admission.DefaulterHandler(obj, d))
+	registry.Mutate = dispatch(defaulters, "mutating")
+}
+
+// Converter registers the guest's CRD conversion: objects (JSON) to desiredAPIVersion, in
+// order, for a manifest's `conversion` webhook.
+func Converter(convert func(objects []json.RawMessage, desiredAPIVersion string) ([]json.RawMessage, error)) {
+	registry.Convert = convert
+}
+
+var validators, defaulters = map[schema.GroupKind]registry.Handler{}, map[schema.GroupKind]registry.Handler{}
+
+func register(handlers map[schema.GroupKind]registry.Handler, obj client.Object, handler registry.Handler) {
+	gvk, err := client.GVKForObject(obj, Scheme)
+	if err != nil {
+		panic(fmt.Sprintf("krec guest: registering a webhook for %T: %v (add its type to guest.Scheme)", obj, err))
+	}
+	handlers[gvk.GroupKind()] = handler
+}
+
+// dispatch picks the handler registered for the request's kind (any of its versions: the
+// request carries the version the webhook's rules matched).
+func dispatch(handlers map[schema.GroupKind]registry.Handler, what string) registry.Handler {
+	return func(ctx context.Context, review *registry.Review) registry.Verdict {
+		handler, ok := handlers[review.Kind.GroupKind()]
+		if !ok {
+			return registry.Verdict{Allowed: false, Code: http.StatusInternalServerError,
+				Message: fmt.Sprintf("this guest has no %s webhook for %s", what, review.Kind.GroupKind())}
+		}
+		return handler(ctx, review)
+	}
+}
+
+// Reader is a client for webhooks: Get and List from the host's cache (the manifest's
+// permissions allowing); writes are refused.
+func Reader() client.Client { return client.NewReader(Scheme) }
 
 // Client is a client of the host (reads from its cache, writes to the API server), knowing
 // Scheme's kinds.

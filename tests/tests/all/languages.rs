@@ -177,7 +177,7 @@ fn foo_reviews() -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_typescript_and_python_foo_validators_should_give_the_same_verdicts_and_messages() {
+async fn rust_typescript_python_and_go_foo_validators_should_give_the_same_verdicts_and_messages() {
     let mut objects = sample_objects("foo-controller");
     objects.push(namespace("other"));
     objects.push(
@@ -190,6 +190,7 @@ async fn rust_typescript_and_python_foo_validators_should_give_the_same_verdicts
             sample_manifest("foo-validator"),
             sample_manifest("foo-validator-ts"),
             built_manifest(&repo_root().join("tests/guests/foo-validator-py/manifest.yaml")),
+            sample_manifest("foo-validator-go"),
         ],
         objects,
     )
@@ -201,22 +202,25 @@ async fn rust_typescript_and_python_foo_validators_should_give_the_same_verdicts
     let mut denied = 0;
     for review in foo_reviews() {
         let mut answers = Vec::new();
-        for guest in ["foo-validator", "foo-validator-ts", "foo-validator-py"] {
+        let guests = [
+            "foo-validator",
+            "foo-validator-ts",
+            "foo-validator-py",
+            "foo-validator-go",
+        ];
+        for guest in guests {
             let url = format!("{}/validate/{guest}", server.url());
             let (status, answer) = https_post(&ca, &url, &review).await;
             assert_eq!(status, 200, "{guest}: {answer}");
             answers.push(answer["response"].clone());
         }
-        assert_eq!(
-            answers[0], answers[1],
-            "Rust and TypeScript differ on {}",
-            review["request"]
-        );
-        assert_eq!(
-            answers[0], answers[2],
-            "Rust and Python differ on {}",
-            review["request"]
-        );
+        for (i, other) in answers.iter().enumerate().skip(1) {
+            assert_eq!(
+                &answers[0], other,
+                "Rust and {} differ on {}",
+                guests[i], review["request"]
+            );
+        }
         denied += usize::from(answers[0]["allowed"] == false);
     }
     // Both deny the bad names and the taken one, and allow the rest.
