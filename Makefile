@@ -135,9 +135,10 @@ test: guests tools
 	@# The Python SDK's tests, then each Python guest's (one pytest each: every guest is an `app`).
 	$(TOOLS)/bin/python -m pytest -q guest-sdk-python
 	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
-	@# The Go SDK's tests (on this machine's architecture), then each Go guest's.
-	cd guest-sdk-go && go test ./...
-	@for dir in $(GO_GUESTS); do (cd $$dir && go test ./...) || exit 1; done
+	@# The Go SDK's tests (on this machine's architecture), then each Go guest's; their fake
+	@# cluster is this krec's API server (krec.dev/guest/fake runs $$KREC).
+	cd guest-sdk-go && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...
+	@for dir in $(GO_GUESTS); do (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.
 	cd guest-sdk-js && npm test --silent
 	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && node_modules/.bin/krec-guest test) || exit 1; fi; done
@@ -161,8 +162,8 @@ lint: setup
 	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.26 or later" >&2; exit 1; }
 	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS))" || { gofmt -l guest-sdk-go $(GO_GUESTS); echo "gofmt: the files above are not formatted" >&2; exit 1; }
 	@# (not -unsafeptr: the generated ABI glue reads guest memory by address)
-	cd guest-sdk-go && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...
-	@for dir in $(GO_GUESTS); do (cd $$dir && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
+	cd guest-sdk-go && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...
+	@for dir in $(GO_GUESTS); do (cd $$dir && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
 
 ## Format everything.
 fmt:

@@ -1,0 +1,150 @@
+//go:build wasip1
+
+package host
+
+import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	witRuntime "go.bytecodealliance.org/pkg/wit/runtime"
+	witTypes "go.bytecodealliance.org/pkg/wit/types"
+
+	"krec.dev/guest/internal/wit/krec_reconciler_client"
+	"krec.dev/guest/internal/wit/krec_reconciler_events"
+	"krec.dev/guest/internal/wit/krec_reconciler_log"
+	"krec.dev/guest/internal/wit/krec_reconciler_reader"
+	wit "krec.dev/guest/internal/wit/krec_reconciler_types"
+)
+
+// Client is the host's client interface.
+var Client Calls = hostClient{}
+
+type hostClient struct{}
+
+func gvkOf(gvk schema.GroupVersionKind) wit.Gvk {
+	return wit.Gvk{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
+}
+
+func option(s string) witTypes.Option[string] {
+	if s == "" {
+		return witTypes.None[string]()
+	}
+	return witTypes.Some(s)
+}
+
+func listOptions(o ListOptions) wit.ListOptions {
+	return wit.ListOptions{
+		Namespace:     option(o.Namespace),
+		LabelSelector: option(o.LabelSelector),
+		FieldSelector: option(o.FieldSelector),
+		Uncached:      o.Uncached,
+	}
+}
+
+// released lets the buffers the host's answer was written into be collected once nothing
+// refers to them: the bindings pin every buffer the host allocates until the next export call,
+// so a reconcile of many reads would hold them all.
+func released() { witRuntime.Unpin() }
+
+func (hostClient) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
+	defer released()
+	return text(krec_reconciler_client.Get(gvkOf(gvk), option(namespace), name), gvk, name)
+}
+
+func (hostClient) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
+	defer released()
+	return texts(krec_reconciler_client.List(gvkOf(gvk), listOptions(o)), gvk)
+}
+
+func (hostClient) Create(object string) (string, error) {
+	defer released()
+	return text(krec_reconciler_client.Create(object), schema.GroupVersionKind{}, "")
+}
+
+func (hostClient) Update(object string) (string, error) {
+	defer released()
+	return text(krec_reconciler_client.Update(object), schema.GroupVersionKind{}, "")
+}
+
+func (hostClient) UpdateStatus(object string) (string, error) {
+	defer released()
+	return text(krec_reconciler_client.UpdateStatus(object), schema.GroupVersionKind{}, "")
+}
+
+func (hostClient) Patch(gvk schema.GroupVersionKind, namespace, name string, patchType types.PatchType, body []byte, status bool) (string, error) {
+	var how wit.PatchType
+	switch patchType {
+	case types.MergePatchType:
+		how = wit.PatchTypeMerge
+	case types.JSONPatchType:
+		how = wit.PatchTypeJson
+	case types.StrategicMergePatchType:
+		how = wit.PatchTypeStrategic
+	case types.ApplyPatchType:
+		how = wit.PatchTypeApply
+	default:
+		return "", apierrors.NewBadRequest("unsupported patch type " + string(patchType))
+	}
+	if !utf8Valid(body) {
+		return "", apierrors.NewBadRequest("a patch body must be JSON text (UTF-8)")
+	}
+	defer released()
+	return text(krec_reconciler_client.Patch(gvkOf(gvk), option(namespace), name, how, string(body), status), gvk, name)
+}
+
+func (hostClient) Delete(gvk schema.GroupVersionKind, namespace, name string, pre *metav1.Preconditions) error {
+	preconditions := witTypes.None[wit.Preconditions]()
+	if pre != nil {
+		var p wit.Preconditions
+		if pre.UID != nil {
+			p.Uid = witTypes.Some(string(*pre.UID))
+		}
+		if pre.ResourceVersion != nil {
+			p.ResourceVersion = witTypes.Some(*pre.ResourceVersion)
+		}
+		preconditions = witTypes.Some(p)
+	}
+	defer released()
+	result := krec_reconciler_client.Delete(gvkOf(gvk), option(namespace), name, preconditions)
+	if result.IsErr() {
+		return StatusError(result.Err(), gvk, name)
+	}
+	return nil
+}
+
+// Reader is the host's reader interface (webhooks): Get and List of the host's cache.
+var Reader Calls = hostReader{}
+
+func (hostReader) Get(gvk schema.GroupVersionKind, namespace, name string) (string, error) {
+	defer released()
+	return text(krec_reconciler_reader.Get(gvkOf(gvk), option(namespace), name), gvk, name)
+}
+
+func (hostReader) List(gvk schema.GroupVersionKind, o ListOptions) ([]string, error) {
+	defer released()
+	return texts(krec_reconciler_reader.List(gvkOf(gvk), listOptions(o)), gvk)
+}
+
+// Log writes one line into the host's log.
+func Log(level Level, message string) { krec_reconciler_log.Log(level, Text(message)) }
+
+// Event records an Event about the object of gvk, namespace, name and uid.
+func Event(gvk schema.GroupVersionKind, namespace, name, uid string, warning bool, reason, message string) error {
+	kind := krec_reconciler_events.EventTypeNormal
+	if warning {
+		kind = krec_reconciler_events.EventTypeWarning
+	}
+	regarding := krec_reconciler_events.ObjectReference{
+		Kind:      gvkOf(gvk),
+		Namespace: option(namespace),
+		Name:      name,
+		Uid:       option(uid),
+	}
+	result := krec_reconciler_events.Record(regarding, kind, Text(reason), Text(message))
+	if result.IsErr() {
+		return StatusError(result.Err(), gvk, name)
+	}
+	return nil
+}
