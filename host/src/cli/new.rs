@@ -1,4 +1,4 @@
-//! `krec new`: start a guest — a Rust crate, or a Python or TypeScript project.
+//! `krec new`: start a guest — a Rust crate, a Python or TypeScript project, or a Go module.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +16,9 @@ enum LangArg {
     /// A TypeScript project (@krec/guest, componentize-js).
     #[value(alias = "ts")]
     Typescript,
+    /// A Go module (krec.dev/guest, `krec build`).
+    #[value(alias = "golang")]
+    Go,
 }
 
 /// The arguments of `krec new`.
@@ -36,7 +39,8 @@ pub(super) struct Args {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// The SDK's folder (default: this krec's own sources, when present — guest-sdk,
-    /// guest-sdk-python or guest-sdk-js; else the SDK from the language's registry).
+    /// guest-sdk-python, guest-sdk-js or guest-sdk-go; else the SDK from the language's
+    /// registry — Go has none: a Go guest needs this folder).
     #[arg(long)]
     sdk: Option<PathBuf>,
 }
@@ -55,6 +59,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
         LangArg::Rust => Lang::Rust,
         LangArg::Python => Lang::Python,
         LangArg::Typescript => Lang::TypeScript,
+        LangArg::Go => Lang::Go,
     };
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
     // This krec's own SDK, when its sources are on this machine (a build from a checkout).
@@ -62,6 +67,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
         Lang::Rust => ("guest-sdk", "Cargo.toml"),
         Lang::Python => ("guest-sdk-python", "pyproject.toml"),
         Lang::TypeScript => ("guest-sdk-js", "package.json"),
+        Lang::Go => ("guest-sdk-go", "go.mod"),
     };
     let sdk_path = sdk.or_else(|| {
         let own = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -121,5 +127,6 @@ fn next_steps(new: &crate::scaffold::NewGuest) -> String {
                 "{setup}  npm install                # once\n  npm run build              # the .wasm\n  npm test                   # unit tests\n  krec dev --manifests .     # a local cluster, reconciling live"
             )
         }
+        Lang::Go => "  krec build                 # the .wasm (go build for wasip1, then the component)\n  go test ./...              # unit tests against krec's own API server\n  krec dev --manifests .     # a local cluster, reconciling live".into(),
     }
 }

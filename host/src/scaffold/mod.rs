@@ -1,5 +1,5 @@
 //! `krec new`: a guest project, ready to build, test and run, anywhere on disk — a Rust crate,
-//! or a Python or TypeScript project (`scripted.rs`).
+//! a Python or TypeScript project (`scripted.rs`), or a Go module (`golang.rs`).
 //!
 //! The crate has the SDK as a dependency (by path to this krec's sources when they are on this
 //! machine, pinned to this release), a `.cargo/config.toml` with `cargo build-guest` (the
@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod golang;
 mod scripted;
 
 /// The language of a new guest.
@@ -22,6 +23,8 @@ pub enum Lang {
     Python,
     /// A TypeScript project over `@krec/guest`, built with componentize-js.
     TypeScript,
+    /// A Go module over `krec.dev/guest`, built with `krec build`.
+    Go,
 }
 
 /// What to scaffold.
@@ -146,6 +149,11 @@ pub enum NewError {
     /// The folder exists.
     #[error("{0}: already exists; krec new writes a new folder")]
     Exists(PathBuf),
+    /// A Go guest needs the Go SDK's folder: its module is not published.
+    #[error(
+        "a Go guest needs the Go SDK's folder (guest-sdk-go in krec's sources): this krec was built without them; pass --sdk PATH/guest-sdk-go"
+    )]
+    NoGoSdk,
     /// Writing failed.
     #[error("{path}: {source}")]
     Io {
@@ -277,6 +285,7 @@ pub fn scaffold(dir: &Path, new: &NewGuest) -> Result<Vec<PathBuf>, NewError> {
         Lang::Rust => rust_files(new, kind),
         Lang::Python => scripted::python_files(new, kind),
         Lang::TypeScript => scripted::typescript_files(new, kind),
+        Lang::Go => golang::go_files(new, kind)?,
     };
     let mut written = Vec::new();
     for (relative, text) in files {
@@ -302,6 +311,18 @@ pub fn scaffold(dir: &Path, new: &NewGuest) -> Result<Vec<PathBuf>, NewError> {
         .args(&rust)
         .stderr(std::process::Stdio::null())
         .status();
+    // And as gofmt would, when Go is installed (it is for a Go guest to build).
+    let go: Vec<&PathBuf> = written
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "go"))
+        .collect();
+    if !go.is_empty() {
+        let _ = std::process::Command::new("gofmt")
+            .arg("-w")
+            .args(&go)
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
     Ok(written)
 }
 
@@ -873,6 +894,7 @@ mod tests {
             (Lang::Rust, 8, "target/wasm32-wasip2/release/my_guest.wasm"),
             (Lang::Python, 7, "my_guest.wasm"),
             (Lang::TypeScript, 8, "my_guest.wasm"),
+            (Lang::Go, 8, "my-guest.wasm"),
         ];
         for (lang, files, module) in languages {
             for kind in KNOWN {
@@ -885,6 +907,9 @@ mod tests {
                 let mut guest = new(&text);
                 guest.webhook = true;
                 guest.lang = lang;
+                if lang == Lang::Go {
+                    guest.sdk_path = Some(go_sdk());
+                }
                 let written = scaffold(&dir.path().join("g"), &guest).expect("scaffolded");
                 assert_eq!(written.len(), files, "{lang:?}");
                 let manifest = crate::manifest::Manifest::load(&dir.path().join("g/manifest.yaml"))
@@ -896,13 +921,45 @@ mod tests {
         }
     }
 
+    fn go_sdk() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk-go")
+    }
+
     #[test]
-    fn python_and_typescript_guests_may_take_names_rust_reserves() {
+    fn a_go_guest_should_require_the_sdks_folder_and_carry_its_requirements() {
         let dir = tempfile::tempdir().expect("tempdir");
-        for lang in [Lang::Python, Lang::TypeScript] {
+        let mut guest = new("apps/v1/ReplicaSet");
+        guest.lang = Lang::Go;
+        let err = scaffold(&dir.path().join("none"), &guest).expect_err("no SDK");
+        assert!(matches!(err, NewError::NoGoSdk), "{err}");
+        guest.sdk_path = Some(go_sdk());
+        scaffold(&dir.path().join("g"), &guest).expect("scaffolded");
+        let go_mod = std::fs::read_to_string(dir.path().join("g/go.mod")).expect("go.mod");
+        let sdk_go_mod = std::fs::read_to_string(go_sdk().join("go.mod")).expect("SDK go.mod");
+        for required in sdk_go_mod
+            .lines()
+            .filter(|l| l.starts_with('\t'))
+            .filter_map(|l| l.split_whitespace().next())
+        {
+            assert!(
+                go_mod.contains(&format!("\t{required} ")),
+                "{required}: {go_mod}"
+            );
+        }
+        assert!(go_mod.contains("replace krec.dev/guest => "), "{go_mod}");
+        let main = std::fs::read_to_string(dir.path().join("g/main.go")).expect("main.go");
+        assert!(main.contains("appsv1 \"k8s.io/api/apps/v1\""), "{main}");
+        assert!(main.contains("obj := &appsv1.ReplicaSet{}"), "{main}");
+    }
+
+    #[test]
+    fn python_typescript_and_go_guests_may_take_names_rust_reserves() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for lang in [Lang::Python, Lang::TypeScript, Lang::Go] {
             let mut guest = new("v1/ConfigMap");
             guest.name = "test".into();
             guest.lang = lang;
+            guest.sdk_path = (lang == Lang::Go).then(go_sdk);
             scaffold(&dir.path().join(format!("{lang:?}")), &guest).expect("scaffolded");
         }
     }

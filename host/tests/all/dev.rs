@@ -50,7 +50,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("8 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter, pod-counter-go, pod-counter-py), 4 serving webhooks (foo-converter, foo-validator, foo-validator-ts, pod-defaulter)"),
+        text.contains("8 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter, pod-counter-go, pod-counter-py), 5 serving webhooks (foo-converter, foo-validator, foo-validator-go, foo-validator-ts, pod-defaulter)"),
         "{text}"
     );
 
@@ -310,7 +310,7 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
     keep_cache(&crate_dir);
 }
 
-/// The journey of a Python or TypeScript guest author: `krec new NAME --lang LANG --webhook`,
+/// The journey of a Python, TypeScript or Go guest author: `krec new NAME --lang LANG --webhook`,
 /// then the commands it prints, run as printed (one-time installs aside: `make test` installed
 /// the SDKs and their tools), then `krec dev --manifests .`: the example is marked and a frozen
 /// object refused.
@@ -328,10 +328,15 @@ fn scripted_guest_journey(lang: &str, name: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     let project = outside.path().join(name);
-    // The tools venv first on PATH: its python has componentize-py, pytest and the SDK.
+    // The tools venv first on PATH: its python has componentize-py, pytest and the SDK; then
+    // this krec, as a guest author has it (`krec build`, and Go's fake cluster runs it).
+    let krec_dir = Path::new(env!("CARGO_BIN_EXE_krec"))
+        .parent()
+        .expect("krec's folder");
     let path = format!(
-        "{}:{}",
+        "{}:{}:{}",
         repo().join(".tools/venv/bin").display(),
+        krec_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let commands: Vec<String> = printed
@@ -385,6 +390,11 @@ fn krec_new_python_should_make_a_guest_that_builds_tests_and_runs() {
 #[test]
 fn krec_new_typescript_should_make_a_guest_that_builds_tests_and_runs() {
     scripted_guest_journey("typescript", "ts-guest");
+}
+
+#[test]
+fn krec_new_go_should_make_a_guest_that_builds_tests_and_runs() {
+    scripted_guest_journey("go", "go-guest");
 }
 
 #[test]
