@@ -29,7 +29,7 @@ REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 # Go guests: `krec build` (go build for wasip1, then krec's own component step) with the
 # machine's Go (1.26 or later); modules from the Go module proxy as each go.sum pins them.
 # Each folder is a Go module; its component is target/go-guests/<folder, - as _>.wasm.
-GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go
+GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go sample-guests/replicaset-reconciler-go
 GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 
 .PHONY: all setup tools guests python-guests js-guests go-guests go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean

@@ -83,20 +83,33 @@ fn expected(pairs: &[(&str, &str)]) -> BTreeMap<String, Option<String>> {
         .collect()
 }
 
-/// The Rust, Python and Go pod-counters (seed 000's reconciler), each on its own copy of the
-/// same ReplicaSets, label them alike, and follow a scale alike.
+/// The Rust, Python and Go pod-counters (seed 000's reconciler), and seed 000's own
+/// controller-runtime ReplicaSetReconciler compiled unchanged, each on its own copy of the same
+/// ReplicaSets, label them alike, and follow a scale alike.
 #[tokio::test]
-async fn rust_python_and_go_pod_counters_should_label_the_same_replica_sets_alike() {
-    const LANGUAGES: [&str; 3] = ["rust", "python", "go"];
+async fn rust_python_go_and_controller_runtime_pod_counters_should_label_the_same_replica_sets_alike()
+ {
+    const LANGUAGES: [&str; 4] = ["rust", "python", "go", "controller-runtime"];
     let mut objects: Vec<Value> = LANGUAGES.iter().map(|ns| namespace(ns)).collect();
     for ns in LANGUAGES {
-        objects.extend(replica_sets(ns));
+        let mut sets = replica_sets(ns);
+        if ns == "controller-runtime" {
+            // The post's Reconcile writes into the ReplicaSet's labels as they are: it needs some.
+            for rs in &mut sets {
+                rs["metadata"]["labels"] = json!({"owner": "test"});
+            }
+        }
+        objects.extend(sets);
     }
     let live = Live::start_alive(
         vec![
             in_namespace(sample_manifest("pod-counter"), "rust"),
             in_namespace(sample_manifest("pod-counter-py"), "python"),
             in_namespace(sample_manifest("pod-counter-go"), "go"),
+            in_namespace(
+                sample_manifest("replicaset-reconciler-go"),
+                "controller-runtime",
+            ),
         ],
         objects,
     )
@@ -134,6 +147,18 @@ async fn rust_python_and_go_pod_counters_should_label_the_same_replica_sets_alik
     }
     assert_eq!(counts(&live, "rust").await, counts(&live, "python").await);
     assert_eq!(counts(&live, "rust").await, counts(&live, "go").await);
+    assert_eq!(
+        counts(&live, "rust").await,
+        counts(&live, "controller-runtime").await
+    );
+    // The controller-runtime guest never trapped. (Its Update may meet a conflict — the
+    // ReplicaSet controller writes status meanwhile — an error retried, as in any controller.)
+    let seed = live.controller("replicaset-reconciler-go");
+    assert!(
+        seed.stats().traps_by_cause().is_empty(),
+        "{:?}",
+        seed.stats().traps_by_cause()
+    );
 }
 
 /// The reviews both foo-validators answer: creates of good and bad names (empty, too long,
