@@ -29,6 +29,9 @@ REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 # Go guests: `krec build` (go build for wasip1, then krec's own component step) with the
 # machine's Go (1.26 or later); modules from the Go module proxy as each go.sum pins them.
 # Each folder is a Go module; its component is target/go-guests/<folder, - as _>.wasm.
+# The Go SDK's modules: the SDK, and its controller-runtime adapter (a module of its own, so a
+# guest without controller-runtime does not build it).
+GO_SDK := guest-sdk-go guest-sdk-go/controllerruntime
 GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go sample-guests/replicaset-reconciler-go
 GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 
@@ -137,7 +140,7 @@ test: guests tools
 	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
 	@# The Go SDK's tests (on this machine's architecture), then each Go guest's; their fake
 	@# cluster is this krec's API server (krec.dev/guest/fake runs $$KREC).
-	cd guest-sdk-go && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...
+	@for dir in $(GO_SDK); do (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
 	@for dir in $(GO_GUESTS); do (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.
 	cd guest-sdk-js && npm test --silent
@@ -162,7 +165,7 @@ lint: setup
 	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.26 or later" >&2; exit 1; }
 	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS))" || { gofmt -l guest-sdk-go $(GO_GUESTS); echo "gofmt: the files above are not formatted" >&2; exit 1; }
 	@# (not -unsafeptr: the generated ABI glue reads guest memory by address)
-	cd guest-sdk-go && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...
+	@for dir in $(GO_SDK); do (cd $$dir && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
 	@for dir in $(GO_GUESTS); do (cd $$dir && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
 
 ## Format everything.
