@@ -50,7 +50,7 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
     );
     assert!(text.contains("try: kubectl --kubeconfig "), "{text}");
     assert!(
-        text.contains("8 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, greeter, namespace-labeller, pod-counter, pod-counter-go, pod-counter-py), 5 serving webhooks (foo-converter, foo-validator, foo-validator-go, foo-validator-ts, pod-defaulter)"),
+        text.contains("10 guest(s) reconciling (cleanup-ticker, configmap-watcher, foo-controller, foo-controller-go, greeter, namespace-labeller, pod-counter, pod-counter-go, pod-counter-py, replicaset-reconciler-go), 5 serving webhooks (foo-converter, foo-validator, foo-validator-go, foo-validator-ts, pod-defaulter)"),
         "{text}"
     );
 
@@ -98,6 +98,19 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
             "jsonpath={.status.availableReplicas}",
         ],
         |out| out == "1",
+    );
+    // The Go foo-controller (controller-runtime code) made its Foo's Deployment in foo-go.
+    kubectl.until(
+        &[
+            "get",
+            "deployment",
+            "example-foo",
+            "-n",
+            "foo-go",
+            "-o",
+            "jsonpath={.metadata.ownerReferences[0].kind}",
+        ],
+        |out| out == "Foo",
     );
     // foo-converter serves the Foo's v1beta1 (spec.replicas is spec.instances there).
     kubectl.until(

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use krec::manifest::Manifest;
 use krec::webhooks::WebhookServer;
 use krec_tests::{
-    Live, built_manifest, built_script_module, repo_root, rs_gvk, sample_manifest, sample_objects,
+    Live, built_manifest, built_script_module, deployment_gvk, foo_gvk, repo_root, rs_gvk,
+    sample_manifest, sample_objects,
 };
 use serde_json::{Value, json};
 
@@ -329,4 +330,82 @@ async fn hostile_python_and_typescript_guests_should_be_contained_beside_a_healt
     // The host and the healthy guest never failed for their neighbours' sake.
     assert_eq!(live.controller("pod-counter").stats().traps(), 0);
     assert_eq!(live.controller("pod-counter").stats().errors(), 0);
+}
+
+/// sample-controller's Foo reconciler as controller-runtime code (Go, through
+/// krec.dev/guest/controllerruntime) beside the Rust foo-controller, each on its own Foo: the
+/// same Deployment, owned alike, and the Foo's status following what the cluster's controllers
+/// make available, through a scale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_controller_runtime_foo_controller_should_do_what_the_rust_one_does() {
+    let mut objects = sample_objects("foo-controller");
+    objects.extend(sample_objects("foo-controller-go"));
+    let live = Live::start_alive(
+        vec![
+            in_namespace(sample_manifest("foo-controller"), "default"),
+            sample_manifest("foo-controller-go"),
+        ],
+        objects,
+    )
+    .await;
+    let (foo_gvk, deployment_gvk) = (foo_gvk(), deployment_gvk());
+    let available = |namespace: &'static str, n: i64| {
+        let (live, foo_gvk) = (&live, &foo_gvk);
+        move || async move {
+            let foo = live.get(foo_gvk, Some(namespace), "example-foo").await?;
+            (foo.pointer("/status/availableReplicas") == Some(&json!(n))).then_some(())
+        }
+    };
+    for (namespace, replicas) in [("default", 1), ("foo-go", 1)] {
+        live.eventually(
+            &format!("the Foo in {namespace}: {replicas} available"),
+            available(namespace, replicas),
+        )
+        .await;
+    }
+    for namespace in ["default", "foo-go"] {
+        live.api
+            .patch(
+                &foo_gvk,
+                Some(namespace),
+                "example-foo",
+                krec::vocab::PatchType::Merge,
+                &json!({"spec": {"replicas": 3}}),
+                false,
+                "test",
+            )
+            .await
+            .expect("scale the Foo");
+    }
+    for namespace in ["default", "foo-go"] {
+        live.eventually(
+            &format!("the Foo in {namespace}: 3 available"),
+            available(namespace, 3),
+        )
+        .await;
+    }
+    // The same Deployment: spec, and a controller reference to its Foo.
+    let made = |namespace: &'static str| {
+        let (live, deployment_gvk) = (&live, &deployment_gvk);
+        async move {
+            let d = live
+                .get(deployment_gvk, Some(namespace), "example-foo")
+                .await
+                .expect("the Deployment");
+            let owner = &d["metadata"]["ownerReferences"][0];
+            assert_eq!(
+                (&owner["kind"], &owner["controller"]),
+                (&json!("Foo"), &json!(true)),
+                "{d:#}"
+            );
+            d["spec"].clone()
+        }
+    };
+    assert_eq!(made("default").await, made("foo-go").await);
+    let go = live.controller("foo-controller-go");
+    assert!(
+        go.stats().traps_by_cause().is_empty(),
+        "{:?}",
+        go.stats().traps_by_cause()
+    );
 }
