@@ -32,7 +32,7 @@ REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 # The Go SDK's modules: the SDK, and its controller-runtime adapter (a module of its own, so a
 # guest without controller-runtime does not build it).
 GO_SDK := guest-sdk-go guest-sdk-go/controllerruntime
-GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go sample-guests/replicaset-reconciler-go sample-guests/foo-controller-go
+GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go sample-guests/replicaset-reconciler-go sample-guests/foo-controller-go tests/guests/misbehave-go
 GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 
 .PHONY: all setup tools guests python-guests js-guests go-guests go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean

@@ -253,11 +253,12 @@ async fn rust_typescript_python_and_go_foo_validators_should_give_the_same_verdi
     assert_eq!(denied, 9);
 }
 
-/// The hostile guest in `language` (`py` or `ts`), one ticker per misbehaviour.
+/// The hostile guest in `language` (`py`, `ts` or `go`), one ticker per misbehaviour.
 fn misbehave(dir: &std::path::Path, language: &str) -> Manifest {
-    let (folder, raise) = match language {
-        "py" => ("python-guests", "raise"),
-        _ => ("js-guests", "throw"),
+    let (folder, raise, memory) = match language {
+        "py" => ("python-guests", "raise", "96Mi"),
+        "go" => ("go-guests", "panic", "128Mi"),
+        _ => ("js-guests", "throw", "96Mi"),
     };
     let module = built_script_module(folder, &format!("misbehave_{language}.wasm"));
     let tickers: String = ["loop", "oom", raise, "forbidden"]
@@ -268,7 +269,7 @@ fn misbehave(dir: &std::path::Path, language: &str) -> Manifest {
     std::fs::write(
         &path,
         format!(
-            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: misbehave-{language}}}\nspec:\n  module: {}\n  maxConcurrentReconciles: 2\n  limits: {{timeout: 1s, memory: 96Mi}}\n  tickers:\n{tickers}",
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: misbehave-{language}}}\nspec:\n  module: {}\n  maxConcurrentReconciles: 2\n  limits: {{timeout: 1s, memory: {memory}}}\n  tickers:\n{tickers}",
             module.display()
         ),
     )
@@ -278,25 +279,36 @@ fn misbehave(dir: &std::path::Path, language: &str) -> Manifest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_python_and_typescript_guests_should_be_contained_beside_a_healthy_guest() {
+    hostile_guests_contained(&["py", "ts"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_go_guest_should_be_contained_beside_a_healthy_guest() {
+    hostile_guests_contained(&["go"]).await;
+}
+
+/// The hostile guests in `languages` loop, allocate without bound, fail (an exception, a
+/// panic) and call what they may not, beside the healthy Rust pod-counter: each is cut,
+/// counted and retried with backoff, and the healthy guest keeps its pace.
+async fn hostile_guests_contained(languages: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut objects = vec![namespace("rust")];
     objects.extend(replica_sets("rust"));
-    let live = Live::start_alive(
-        vec![
-            misbehave(dir.path(), "py"),
-            misbehave(dir.path(), "ts"),
-            in_namespace(sample_manifest("pod-counter"), "rust"),
-        ],
-        objects,
-    )
-    .await;
+    let mut manifests: Vec<Manifest> = languages
+        .iter()
+        .map(|language| misbehave(dir.path(), language))
+        .collect();
+    manifests.push(in_namespace(sample_manifest("pod-counter"), "rust"));
+    let live = Live::start_alive(manifests, objects).await;
     // The healthy guest does its work while the others trap.
     let want = expected(&[("none", "0"), ("one", "1"), ("three", "3"), ("expr", "2")]);
     live.eventually("pod-counter's counts beside the hostile guests", || async {
         (counts(&live, "rust").await == want).then_some(())
     })
     .await;
-    for guest in ["misbehave-py", "misbehave-ts"] {
+    for language in languages {
+        let guest = format!("misbehave-{language}");
+        let guest = guest.as_str();
         let bad = live.controller(guest);
         // The loop is cut at its deadline, the memory bomb at its limit; both are counted.
         // Each trap costs a new CPython (or SpiderMonkey) instance: slow in a debug host beside

@@ -1,0 +1,48 @@
+// misbehave, in Go: a hostile guest for the containment tests. The request's name says what it
+// does: `ok` returns, `loop` spins forever, `oom` allocates until it is stopped, `panic`
+// panics, `forbidden` reads what its manifest does not permit.
+package main
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"krec.dev/guest"
+	"krec.dev/guest/client"
+	"krec.dev/guest/reconcile"
+)
+
+// Misbehave misbehaves as asked.
+type Misbehave struct{ client.Client }
+
+var hoard [][]byte
+
+// Reconcile does what the request's name says.
+func (m *Misbehave) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	switch req.Name {
+	case "loop":
+		for i := 0; ; i++ {
+			_ = i
+		}
+	case "oom":
+		for {
+			chunk := make([]byte, 1<<20)
+			for i := range chunk {
+				chunk[i] = byte(i) // touched: not a lazily zeroed page
+			}
+			hoard = append(hoard, chunk)
+		}
+	case "panic":
+		panic("misbehave was asked to panic")
+	case "forbidden":
+		secret := &corev1.Secret{}
+		return reconcile.Result{}, m.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "anything"}, secret)
+	}
+	return reconcile.Result{}, nil
+}
+
+func init() { guest.Reconcile(&Misbehave{Client: guest.Client()}) }
+
+func main() {}
