@@ -673,6 +673,21 @@ fn shadow_stack_overflow(err: &wasmtime::Error) -> bool {
 
 /// A store for one of `module`'s instances: no WASI files, sockets or environment (clocks and
 /// random allowed), the manifest's memory limit, and an epoch callback that traps past the
+
+/// The random bytes a replay's guest reads, in a cycle: fixed, and without a short period (an
+/// xorshift sequence), so that a guest seeding from them sees no pattern.
+fn replay_random_bytes() -> Vec<u8> {
+    let mut state: u64 = 0x6b72_6563_7265_706c;
+    (0..4096)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state.to_le_bytes()[0]
+        })
+        .collect()
+}
+
 /// deadline and otherwise yields (held back for the CPU budget when it is spent).
 fn new_store(
     module: &GuestModule,
@@ -704,10 +719,14 @@ fn new_store(
     .allow_udp(false)
     .allow_ip_name_lookup(false);
     if let Some(clock) = clock {
-        // A replay's run: the recorded clock, and the seed Rust's `HashMap`s take their order
-        // from fixed, so that the same inputs give the same writes.
+        // A replay's run: the recorded clock, and every source of randomness fixed — the seed
+        // Rust's `HashMap`s take their order from, and the "secure" random bytes Go's runtime
+        // seeds its map iteration and `math/rand` from — so that the same inputs give the same
+        // writes.
         wasi.wall_clock(clock.clone())
-            .insecure_random_seed(0x6b72_6563);
+            .insecure_random_seed(0x6b72_6563)
+            .secure_random(wasmtime_wasi::Deterministic::new(replay_random_bytes()))
+            .insecure_random(wasmtime_wasi::Deterministic::new(replay_random_bytes()));
     }
     let wasi = wasi.build();
     let limits = GuestLimiter::new(

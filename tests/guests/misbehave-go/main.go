@@ -1,10 +1,15 @@
 // misbehave, in Go: a hostile guest for the containment tests. The request's name says what it
 // does: `ok` returns, `loop` spins forever, `oom` allocates until it is stopped, `panic`
-// panics, `forbidden` reads what its manifest does not permit.
+// panics, `forbidden` reads what its manifest does not permit, `random` fails with a message
+// made of Go's map iteration order and math/rand (what `krec replay` must fix).
 package main
 
 import (
 	"context"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +41,16 @@ func (m *Misbehave) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 	case "panic":
 		panic("misbehave was asked to panic")
+	case "random":
+		set := map[int]bool{}
+		for i := 0; i < 16; i++ {
+			set[i] = true
+		}
+		var order []string
+		for k := range set {
+			order = append(order, strconv.Itoa(k))
+		}
+		return reconcile.Result{}, fmt.Errorf("map order %s, rand %d", strings.Join(order, ","), rand.Int())
 	case "forbidden":
 		secret := &corev1.Secret{}
 		return reconcile.Result{}, m.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "anything"}, secret)
