@@ -71,6 +71,11 @@ fn langs() -> Vec<Lang> {
             counter: built(target.join("js-guests/pod_counter_ts.wasm")),
             validator: built(target.join("js-guests/foo_validator_ts.wasm")),
         },
+        Lang {
+            name: "go",
+            counter: built(target.join("go-guests/pod_counter_go.wasm")),
+            validator: built(target.join("go-guests/foo_validator_go.wasm")),
+        },
     ]
 }
 
