@@ -35,7 +35,7 @@ GO_SDK := guest-sdk-go guest-sdk-go/controllerruntime
 GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go sample-guests/replicaset-reconciler-go sample-guests/foo-controller-go tests/guests/misbehave-go
 GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 
-.PHONY: all setup tools guests python-guests js-guests go-guests go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean
+.PHONY: all setup tools guests python-guests js-guests go-guests go-bench go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean
 
 all: test
 
@@ -163,7 +163,8 @@ lint: setup
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 	@# The Go SDK and guests: gofmt, and go vet for the guests' platform.
 	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.26 or later" >&2; exit 1; }
-	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS))" || { gofmt -l guest-sdk-go $(GO_GUESTS); echo "gofmt: the files above are not formatted" >&2; exit 1; }
+	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS) bench/controller-runtime)" || { gofmt -l guest-sdk-go $(GO_GUESTS) bench/controller-runtime; echo "gofmt: the files above are not formatted" >&2; exit 1; }
+	cd bench/controller-runtime && go vet -unsafeptr=false ./... && cd guest && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false .
 	@# (not -unsafeptr: the generated ABI glue reads guest memory by address)
 	@for dir in $(GO_SDK); do (cd $$dir && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
 	@for dir in $(GO_GUESTS); do (cd $$dir && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
@@ -184,7 +185,7 @@ demo: guests tools
 ## same Pods in krec and in kube-rs (density).
 KOPF_VERSION := 1.45.2
 
-bench: guests tools $(TOOLS)/bin/kopf
+bench: guests tools $(TOOLS)/bin/kopf go-bench
 	$(CARGO) bench -p krec --bench throughput
 	$(CARGO) bench -p krec --bench guest_call
 	$(CARGO) bench -p krec-apiserver --bench local_cluster
@@ -200,6 +201,14 @@ bench: guests tools $(TOOLS)/bin/kopf
 	$(CARGO) bench -p krec --bench languages
 	$(MAKE) bench-baseline
 	$(CARGO) bench -p krec --bench server_versions
+
+## The languages benchmark's controller-runtime arms: one reconciler
+## (bench/controller-runtime/podreader) built as a controller-runtime operator (native) and as
+## a krec guest (through the adapter).
+go-bench: go-guests
+	@mkdir -p $(abspath $(TARGET_DIR))/go-bench
+	cd bench/controller-runtime && go build -trimpath -o $(abspath $(TARGET_DIR))/go-bench/pod-reader-operator ./operator
+	$(TARGET_DIR)/debug/krec build bench/controller-runtime/guest -o $(abspath $(TARGET_DIR))/go-bench/pod_reader_go.wasm
 
 ## kopf, for the languages benchmark's ten kopf operators beside ten Python guests.
 $(TOOLS)/bin/kopf: $(TOOLS)/bin/kubectl

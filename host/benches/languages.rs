@@ -194,6 +194,11 @@ async fn main() {
         kopf_arms().await;
         return;
     }
+    // `KREC_LANGUAGES=controller-runtime` runs only the comparison with controller-runtime.
+    if std::env::var("KREC_LANGUAGES").as_deref() == Ok("controller-runtime") {
+        controller_runtime_arms().await;
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let engines = Engines::new().expect("engines");
     let (engine, linker) = engines.for_isolation(krec::manifest::Isolation::Reuse);
@@ -338,6 +343,7 @@ async fn main() {
     report(&langs, figures);
     drop((reused, fresh, validators));
     kopf_arms().await;
+    controller_runtime_arms().await;
 }
 
 /// Controllers in each arm: ten, as in the issue.
@@ -559,6 +565,206 @@ fn report(langs: &[Lang], figures: Vec<Figures>) {
             "reconcile_reused_vs_rust": r / rust_reused,
         });
         results.insert(format!("lang_{name}"), figures);
+    }
+    common::print_table(&rows);
+    common::write_results(results);
+}
+
+/// CPU seconds (user and system) `pids` have used.
+fn cpu_secs(pids: &[u32]) -> f64 {
+    let ticks = 100.0; // _SC_CLK_TCK on Linux
+    pids.iter()
+        .map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let field = |i: usize| {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (field(11) + field(12)) / ticks
+        })
+        .sum()
+}
+
+/// The host's reconciles so far, from its /metrics.
+fn host_reconciles(admin: &str) -> u64 {
+    http_get(admin, "/metrics").map_or(0, |text| {
+        text.lines()
+            .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    })
+}
+
+/// One arm's figures: seconds to converge, PSS, reconciles seen, CPU seconds.
+struct Arm {
+    secs: f64,
+    mib: f64,
+    seen: u64,
+    cpu: f64,
+}
+
+/// `count` pod-reader guests (`module`, controller-runtime code through the adapter) in one
+/// `krec run`, the module compiled into the cache beforehand, until each has reconciled every
+/// Pod.
+async fn go_guests_arm(
+    dir: &Path,
+    kubeconfig: &Path,
+    module: &Path,
+    count: usize,
+    expected: u64,
+) -> Arm {
+    let cache = dir.join("module-cache");
+    let guests = dir.join(format!("guests-{count}"));
+    std::fs::create_dir_all(&guests).expect("mkdir");
+    for i in 0..count {
+        std::fs::write(
+            guests.join(format!("reader-{i}.yaml")),
+            format!(
+                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: reader-{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: Pod}}\n  limits: {{timeout: 5s, memory: 192Mi}}\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}\n",
+                module.display()
+            ),
+        )
+        .expect("manifest");
+    }
+    let engines = Engines::new().expect("engines");
+    let (engine, linker) = engines.for_isolation(Default::default());
+    let first = Arc::new(Manifest::load(&guests.join("reader-0.yaml")).expect("manifest"));
+    GuestModule::load_cached(
+        engine,
+        linker,
+        first,
+        &ModuleCache::new(&cache).expect("cache"),
+    )
+    .expect("fill the module cache");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut krec = std::process::Command::new(env!("CARGO_BIN_EXE_krec"))
+        .arg("run")
+        .arg("--manifests")
+        .arg(&guests)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--module-cache")
+        .arg(&cache)
+        .args(["--admin-addr", &admin])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start krec run");
+    let pids = [krec.id()];
+    let (secs, mib, seen) = settle(&pids, expected, || host_reconciles(&admin)).await;
+    let cpu = cpu_secs(&pids);
+    let _ = krec.kill();
+    let _ = krec.wait();
+    Arm {
+        secs,
+        mib,
+        seen,
+        cpu,
+    }
+}
+
+/// `count` controller-runtime operator processes (`operator`), each with its own cache, until
+/// each has reconciled every Pod.
+async fn operators_arm(
+    dir: &Path,
+    kubeconfig: &Path,
+    operator: &Path,
+    count: usize,
+    expected: u64,
+) -> Arm {
+    let counts: Vec<_> = (0..count)
+        .map(|i| dir.join(format!("operator-{count}-{i}.count")))
+        .collect();
+    let mut operators: Vec<_> = counts
+        .iter()
+        .map(|path| {
+            std::process::Command::new(operator)
+                .env("KUBECONFIG", kubeconfig)
+                .env("POD_READER_COUNT", path)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start the operator")
+        })
+        .collect();
+    let pids: Vec<u32> = operators.iter().map(std::process::Child::id).collect();
+    let (secs, mib, seen) = settle(&pids, expected, || {
+        counts
+            .iter()
+            .filter_map(|c| std::fs::read_to_string(c).ok()?.trim().parse::<u64>().ok())
+            .sum()
+    })
+    .await;
+    let cpu = cpu_secs(&pids);
+    for operator in &mut operators {
+        let _ = operator.kill();
+        let _ = operator.wait();
+    }
+    Arm {
+        secs,
+        mib,
+        seen,
+        cpu,
+    }
+}
+
+/// The same reconciler (`bench/controller-runtime/podreader`) as Go guests in one krec host and
+/// as controller-runtime operator processes, over the same `krec cluster` and Pods: ten against
+/// ten (memory, CPU per reconcile, time to converge), then one against one (throughput).
+async fn controller_runtime_arms() {
+    let operator = built(repo().join("target/go-bench/pod-reader-operator"));
+    let module = built(repo().join("target/go-bench/pod_reader_go.wasm"));
+    let pods = if quick() { 2_000 } else { 10_000 };
+    let cluster = common::ClusterProcess::start();
+    let text = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
+    let client = krec::connect::client_from_kubeconfig(&text)
+        .await
+        .expect("client");
+    common::create_pods(&client, "bench", pods, |i| {
+        common::pod("bench", &format!("p-{i:05}"))
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = cluster.kubeconfig_path.clone();
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+    for count in [CONTROLLERS, 1] {
+        let expected = (pods * count) as u64;
+        let guests = go_guests_arm(dir.path(), &kubeconfig, &module, count, expected).await;
+        let operators = operators_arm(dir.path(), &kubeconfig, &operator, count, expected).await;
+        let per = |arm: &Arm| arm.cpu * 1e6 / arm.seen.max(1) as f64;
+        let rate = |arm: &Arm| arm.seen as f64 / arm.secs.max(1e-3);
+        rows.push(format!(
+            "| go_guests_{count}_pss_mib | {:.0} | | {count} Go pod-reader guest(s) in one krec host over {pods} Pods: {} reconciles in {:.1} s, {:.0} µs CPU each |",
+            guests.mib, guests.seen, guests.secs, per(&guests)
+        ));
+        rows.push(format!(
+            "| controller_runtime_{count}_pss_mib | {:.0} | | {count} controller-runtime operator process(es), the same reconciler: {} reconciles in {:.1} s, {:.0} µs CPU each |",
+            operators.mib, operators.seen, operators.secs, per(&operators)
+        ));
+        rows.push(format!(
+            "| go_guests_vs_controller_runtime_{count} | memory {:.2}×, throughput {:.2}×, CPU per reconcile {:.2}× | | krec's / the operators' (targets: memory ≤ 0.1× for ten, throughput ≥ 1.0× for one) |",
+            guests.mib / operators.mib,
+            rate(&guests) / rate(&operators),
+            per(&guests) / per(&operators)
+        ));
+        results.insert(
+            format!("go_guests_vs_controller_runtime_{count}"),
+            json!({"pods": pods, "controllers": count,
+                "krec_pss_mib": guests.mib, "krec_seconds": guests.secs,
+                "krec_reconciles": guests.seen, "krec_cpu_us_per_reconcile": per(&guests),
+                "operators_pss_mib": operators.mib, "operators_seconds": operators.secs,
+                "operators_reconciles": operators.seen,
+                "operators_cpu_us_per_reconcile": per(&operators),
+                "memory_ratio": guests.mib / operators.mib,
+                "throughput_ratio": rate(&guests) / rate(&operators)}),
+        );
     }
     common::print_table(&rows);
     common::write_results(results);

@@ -11,11 +11,13 @@ use crate::progress::say;
 /// The arguments of `krec build`.
 #[derive(clap::Args)]
 pub(super) struct Args {
-    /// The Go module's folder (with `go.mod` and the guest's `package main`).
+    /// The guest's `package main`: a module's folder (with `go.mod`), or a package folder
+    /// inside one (`./cmd/guest`).
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Where to write the component; by default `<name>.wasm` in the folder, `<name>` being
-    /// the last element of the module path in `go.mod`.
+    /// the last element of the module path in `go.mod` (or the package folder's name, for a
+    /// package below the module's root).
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// The `go` command to build with.
@@ -25,15 +27,20 @@ pub(super) struct Args {
 
 /// Build and componentize; prints where the component went.
 pub(super) fn execute(args: Args) -> anyhow::Result<()> {
-    let go_mod = args.dir.join("go.mod");
-    let text = std::fs::read_to_string(&go_mod).with_context(|| {
+    let (go_mod, root) = find_go_mod(&args.dir).with_context(|| {
         format!(
-            "{}: cannot read it — krec build builds a Go guest (a folder with go.mod); a Rust guest builds with `cargo build-guest`, Python with `python -m krec_guest.build`, TypeScript with `npm run build`",
-            go_mod.display()
+            "{}: no go.mod in it or above it — krec build builds a Go guest (a module's package main); a Rust guest builds with `cargo build-guest`, Python with `python -m krec_guest.build`, TypeScript with `npm run build`",
+            args.dir.display()
         )
     })?;
-    let name =
-        module_name(&text).with_context(|| format!("{}: no `module` line", go_mod.display()))?;
+    let text = std::fs::read_to_string(&go_mod)
+        .with_context(|| format!("{}: cannot read it", go_mod.display()))?;
+    let name = if root {
+        module_name(&text).with_context(|| format!("{}: no `module` line", go_mod.display()))?
+    } else {
+        package_name(&args.dir)
+            .with_context(|| format!("{}: cannot name the package", args.dir.display()))?
+    };
     let output = args
         .output
         .unwrap_or_else(|| args.dir.join(format!("{name}.wasm")));
@@ -61,7 +68,22 @@ pub(super) fn execute(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `go build` of the module in `dir` for `wasip1`, to `core`.
+/// The `go.mod` of the module `dir` is in, and whether `dir` is that module's root.
+fn find_go_mod(dir: &Path) -> Option<(PathBuf, bool)> {
+    let start = dir.canonicalize().ok()?;
+    start.ancestors().enumerate().find_map(|(depth, folder)| {
+        let go_mod = folder.join("go.mod");
+        go_mod.is_file().then_some((go_mod, depth == 0))
+    })
+}
+
+/// A package folder's own name (`./cmd/guest` is `guest`).
+fn package_name(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    Some(dir.file_name()?.to_string_lossy().into_owned())
+}
+
+/// `go build` of the package in `dir` for `wasip1`, to `core`.
 fn build_core(go: &Path, dir: &Path, core: &Path) -> anyhow::Result<()> {
     let status = Command::new(go)
         .current_dir(dir)
@@ -129,5 +151,21 @@ mod tests {
             Some("op")
         );
         assert_eq!(module_name("go 1.26\n"), None);
+    }
+
+    #[test]
+    fn a_package_below_the_module_root_should_find_its_go_mod_and_be_named_after_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let package = dir.path().join("cmd/guest");
+        std::fs::create_dir_all(&package).expect("mkdir");
+        std::fs::write(dir.path().join("go.mod"), "module example.com/op\n").expect("go.mod");
+        let (go_mod, root) = find_go_mod(&package).expect("found");
+        assert_eq!(
+            go_mod,
+            dir.path().canonicalize().expect("dir").join("go.mod")
+        );
+        assert!(!root);
+        assert_eq!(package_name(&package).as_deref(), Some("guest"));
+        assert!(find_go_mod(dir.path()).expect("found").1);
     }
 }

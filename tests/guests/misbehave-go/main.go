@@ -1,7 +1,9 @@
 // misbehave, in Go: a hostile guest for the containment tests. The request's name says what it
 // does: `ok` returns, `loop` spins forever, `oom` allocates until it is stopped, `panic`
 // panics, `forbidden` reads what its manifest does not permit, `random` fails with a message
-// made of Go's map iteration order and math/rand (what `krec replay` must fix).
+// made of Go's map iteration order and math/rand (what `krec replay` must fix), `churn` lists
+// the Pods of namespace churn many times while making garbage (the host writes each answer
+// into the guest through its allocator, where Go's collector must not run).
 package main
 
 import (
@@ -51,6 +53,19 @@ func (m *Misbehave) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			order = append(order, strconv.Itoa(k))
 		}
 		return reconcile.Result{}, fmt.Errorf("map order %s, rand %d", strings.Join(order, ","), rand.Int())
+	case "churn":
+		var kept [][]byte
+		for i := 0; i < 200; i++ {
+			pods := &corev1.PodList{}
+			if err := m.List(ctx, pods, client.InNamespace("churn")); err != nil {
+				return reconcile.Result{}, err
+			}
+			kept = append(kept, make([]byte, 256<<10))
+			if len(kept) > 8 {
+				kept = kept[1:]
+			}
+		}
+		return reconcile.Result{}, nil
 	case "forbidden":
 		secret := &corev1.Secret{}
 		return reconcile.Result{}, m.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "anything"}, secret)

@@ -482,3 +482,43 @@ async fn replays_of_a_go_guest_should_see_the_same_randomness() {
     assert!(!first.is_empty(), "{text}");
     assert_eq!(first, second);
 }
+
+/// A Go guest that makes garbage between host calls whose answers are long lists: Go's
+/// collector must never run inside the allocator the host writes an answer through (it reads
+/// the clock there, a call out of the guest the component model forbids: "cannot leave
+/// component instance"). The benchmark found it; here each reconcile lists 100 Pods 200 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_guest_collecting_garbage_between_host_calls_should_never_trap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("churn.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: churn-go}}\nspec:\n  module: {}\n  limits: {{timeout: 20s, memory: 128Mi}}\n  tickers:\n    - {{every: 100ms, request: {{name: churn}}}}\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}\n",
+            built_script_module("go-guests", "misbehave_go.wasm").display()
+        ),
+    )
+    .expect("write");
+    let manifest = Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let mut objects = vec![namespace("churn")];
+    objects.extend((0..100).map(|i| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("p-{i}"), "namespace": "churn",
+                "labels": {"app": "churn", "index": i.to_string()}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+    }));
+    let live = Live::start(vec![manifest], objects).await;
+    let churn = live.controller("churn-go");
+    live.eventually_within(
+        "five churning reconciles",
+        std::time::Duration::from_secs(90),
+        || async { (churn.stats().done() >= 5).then_some(()) },
+    )
+    .await;
+    assert!(
+        churn.stats().traps_by_cause().is_empty(),
+        "{:?}",
+        churn.stats().traps_by_cause()
+    );
+    assert_eq!(churn.stats().errors(), 0);
+}

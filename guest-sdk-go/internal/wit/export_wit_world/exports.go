@@ -44,6 +44,8 @@ func mapSafely(gvk schema.GroupVersionKind, object []byte) (requests []reconcile
 
 // Reconcile runs the guest's reconciler for one request.
 func Reconcile(req wit.Request) witTypes.Result[wit.Action, wit.Error] {
+	host.EnterExport()
+	defer host.LeaveExport()
 	if registry.Reconciler == nil {
 		return witTypes.Err[wit.Action](wit.MakeErrorOther("this guest registers no reconciler (guest.Reconcile(…) in an init function)"))
 	}
@@ -74,6 +76,8 @@ func Reconcile(req wit.Request) witTypes.Result[wit.Action, wit.Error] {
 
 // Init hands the guest its configuration, once per instance, before anything else.
 func Init(config string) witTypes.Result[witTypes.Unit, string] {
+	host.EnterExport()
+	defer host.LeaveExport()
 	if registry.Configure == nil {
 		return witTypes.Ok[witTypes.Unit, string](witTypes.Unit{})
 	}
@@ -85,6 +89,8 @@ func Init(config string) witTypes.Result[witTypes.Unit, string] {
 
 // Map maps an object of a watched kind to requests.
 func Map(kind wit.Gvk, object string) witTypes.Result[[]wit.Request, wit.Error] {
+	host.EnterExport()
+	defer host.LeaveExport()
 	if registry.Map == nil {
 		return witTypes.Err[[]wit.Request](wit.MakeErrorOther("this guest registers no map function (guest.Map(…))"))
 	}
@@ -106,16 +112,22 @@ func Map(kind wit.Gvk, object string) witTypes.Result[[]wit.Request, wit.Error] 
 
 // Validate judges an admission request.
 func Validate(req admission.AdmissionRequest) admission.Verdict {
+	host.EnterExport()
+	defer host.LeaveExport()
 	return review(registry.Validate, "validating", req)
 }
 
 // Mutate judges an admission request and says how its object should change.
 func Mutate(req admission.AdmissionRequest) admission.Verdict {
+	host.EnterExport()
+	defer host.LeaveExport()
 	return review(registry.Mutate, "mutating", req)
 }
 
 // Convert converts objects of a custom resource to another version.
 func Convert(objects []string, desired string) witTypes.Result[[]string, string] {
+	host.EnterExport()
+	defer host.LeaveExport()
 	if registry.Convert == nil {
 		return witTypes.Err[[]string]("this guest registers no converter (guest.Converter(…))")
 	}
