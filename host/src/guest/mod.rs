@@ -671,9 +671,6 @@ fn shadow_stack_overflow(err: &wasmtime::Error) -> bool {
     u64::from_str_radix(&hex, 16).is_ok_and(|address| address >= SHADOW_STACK_WRAP)
 }
 
-/// A store for one of `module`'s instances: no WASI files, sockets or environment (clocks and
-/// random allowed), the manifest's memory limit, and an epoch callback that traps past the
-
 /// The random bytes a replay's guest reads, in a cycle: fixed, and without a short period (an
 /// xorshift sequence), so that a guest seeding from them sees no pattern.
 fn replay_random_bytes() -> Vec<u8> {
@@ -688,6 +685,8 @@ fn replay_random_bytes() -> Vec<u8> {
         .collect()
 }
 
+/// A store for one of `module`'s instances: no WASI files, sockets or environment (clocks and
+/// random allowed), the manifest's memory limit, and an epoch callback that traps past the
 /// deadline and otherwise yields (held back for the CPU budget when it is spent).
 fn new_store(
     module: &GuestModule,
