@@ -155,6 +155,10 @@ async fn krec_webhooks_should_register_the_guests_behind_the_deployments_service
             ("ValidatingWebhookConfiguration", "/validate/foo-validator"),
             (
                 "ValidatingWebhookConfiguration",
+                "/validate/foo-validator-go"
+            ),
+            (
+                "ValidatingWebhookConfiguration",
                 "/validate/foo-validator-ts"
             ),
             ("MutatingWebhookConfiguration", "/mutate/pod-defaulter"),

@@ -355,7 +355,7 @@ async fn the_go_controller_runtime_foo_controller_should_do_what_the_rust_one_do
     let live = Live::start_alive(
         vec![
             in_namespace(sample_manifest("foo-controller"), "default"),
-            sample_manifest("foo-controller-go"),
+            in_namespace(sample_manifest("foo-controller-go"), "foo-go"),
         ],
         objects,
     )
