@@ -32,35 +32,20 @@ type MutateFn func() error
 // CreateOrUpdate gets obj by its key, sets its desired state with f and creates or updates it
 // — nothing when f changed nothing. obj holds the object as the API server answered.
 func CreateOrUpdate(ctx context.Context, c client.Client, obj client.Object, f MutateFn) (OperationResult, error) {
-	key := client.ObjectKeyFromObject(obj)
-	if err := c.Get(ctx, key, obj); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return OperationResultNone, err
-		}
-		if err := mutate(f, key, obj); err != nil {
-			return OperationResultNone, err
-		}
-		if err := c.Create(ctx, obj); err != nil {
-			return OperationResultNone, err
-		}
-		return OperationResultCreated, nil
-	}
-	existing := obj.DeepCopyObject()
-	if err := mutate(f, key, obj); err != nil {
-		return OperationResultNone, err
-	}
-	if equality.Semantic.DeepEqual(existing, obj) {
-		return OperationResultNone, nil
-	}
-	if err := c.Update(ctx, obj); err != nil {
-		return OperationResultNone, err
-	}
-	return OperationResultUpdated, nil
+	return createOr(ctx, c, obj, f, func(client.Object) error { return c.Update(ctx, obj) })
 }
 
 // CreateOrPatch is CreateOrUpdate with a merge patch of what f changed instead of an update
 // (no conflict on a stale resourceVersion).
 func CreateOrPatch(ctx context.Context, c client.Client, obj client.Object, f MutateFn) (OperationResult, error) {
+	return createOr(ctx, c, obj, f, func(existing client.Object) error {
+		return c.Patch(ctx, obj, client.MergeFrom(existing))
+	})
+}
+
+// createOr gets obj, sets its desired state with f, and creates it, or writes it with write
+// (given the object as it was) when f changed it.
+func createOr(ctx context.Context, c client.Client, obj client.Object, f MutateFn, write func(existing client.Object) error) (OperationResult, error) {
 	key := client.ObjectKeyFromObject(obj)
 	if err := c.Get(ctx, key, obj); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -84,7 +69,7 @@ func CreateOrPatch(ctx context.Context, c client.Client, obj client.Object, f Mu
 	if equality.Semantic.DeepEqual(existing, obj) {
 		return OperationResultNone, nil
 	}
-	if err := c.Patch(ctx, obj, client.MergeFrom(existing)); err != nil {
+	if err := write(existing); err != nil {
 		return OperationResultNone, err
 	}
 	return OperationResultUpdated, nil
