@@ -406,55 +406,20 @@ async fn kopf_arms() {
     let module = built(repo().join("target/python-guests/pod_reader_py.wasm"));
 
     // Ten Python guests in one krec host, the module compiled into the cache beforehand.
-    let cache = dir.path().join("module-cache");
-    let engines = Engines::new().expect("engines");
-    let (engine, linker) = engines.for_isolation(Default::default());
-    let guests = dir.path().join("guests");
-    std::fs::create_dir(&guests).expect("mkdir");
-    for i in 0..CONTROLLERS {
-        std::fs::write(
-            guests.join(format!("reader-{i}.yaml")),
-            format!(
-                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: reader-{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: Pod}}\n  limits: {{timeout: 5s, memory: 96Mi}}\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}\n",
-                module.display()
-            ),
-        )
-        .expect("manifest");
-    }
-    let first = Arc::new(Manifest::load(&guests.join("reader-0.yaml")).expect("manifest"));
-    GuestModule::load_cached(
-        engine,
-        linker,
-        first,
-        &ModuleCache::new(&cache).expect("cache"),
+    let Arm {
+        secs: krec_secs,
+        mib: krec_mib,
+        seen: krec_seen,
+        ..
+    } = guests_arm(
+        dir.path(),
+        &cluster.kubeconfig_path,
+        &module,
+        "96Mi",
+        CONTROLLERS,
+        expected,
     )
-    .expect("fill the module cache");
-    let admin = format!("127.0.0.1:{}", free_port());
-    let mut krec = std::process::Command::new(env!("CARGO_BIN_EXE_krec"))
-        .arg("run")
-        .arg("--manifests")
-        .arg(&guests)
-        .arg("--kubeconfig")
-        .arg(&cluster.kubeconfig_path)
-        .arg("--module-cache")
-        .arg(&cache)
-        .args(["--admin-addr", &admin])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start krec run");
-    let (krec_secs, krec_mib, krec_seen) = settle(&[krec.id()], expected, || {
-        http_get(&admin, "/metrics").map_or(0, |text| {
-            text.lines()
-                .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum::<f64>() as u64
-        })
-    })
     .await;
-    let _ = krec.kill();
-    let _ = krec.wait();
 
     // Ten kopf operators, one process each.
     let operator = repo().join("bench/kopf/pod_reader.py");
@@ -608,13 +573,13 @@ struct Arm {
     cpu: f64,
 }
 
-/// `count` pod-reader guests (`module`, controller-runtime code through the adapter) in one
-/// `krec run`, the module compiled into the cache beforehand, until each has reconciled every
-/// Pod.
-async fn go_guests_arm(
+/// `count` pod-reader guests of `module` (each limited to `memory`) in one `krec run`, the
+/// module compiled into the cache beforehand, until each has reconciled every Pod.
+async fn guests_arm(
     dir: &Path,
     kubeconfig: &Path,
     module: &Path,
+    memory: &str,
     count: usize,
     expected: u64,
 ) -> Arm {
@@ -625,7 +590,7 @@ async fn go_guests_arm(
         std::fs::write(
             guests.join(format!("reader-{i}.yaml")),
             format!(
-                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: reader-{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: Pod}}\n  limits: {{timeout: 5s, memory: 192Mi}}\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}\n",
+                "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: reader-{i}}}\nspec:\n  module: {}\n  for: {{apiVersion: v1, kind: Pod}}\n  limits: {{timeout: 5s, memory: {memory}}}\n  permissions:\n    - {{apiVersion: v1, kind: Pod, verbs: [get, list, watch]}}\n",
                 module.display()
             ),
         )
@@ -736,7 +701,7 @@ async fn controller_runtime_arms() {
     let mut results = serde_json::Map::new();
     for count in [CONTROLLERS, 1] {
         let expected = (pods * count) as u64;
-        let guests = go_guests_arm(dir.path(), &kubeconfig, &module, count, expected).await;
+        let guests = guests_arm(dir.path(), &kubeconfig, &module, "192Mi", count, expected).await;
         let operators = operators_arm(dir.path(), &kubeconfig, &operator, count, expected).await;
         let per = |arm: &Arm| arm.cpu * 1e6 / arm.seen.max(1) as f64;
         let rate = |arm: &Arm| arm.seen as f64 / arm.secs.max(1e-3);
