@@ -139,9 +139,10 @@ test: guests tools
 	$(TOOLS)/bin/python -m pytest -q guest-sdk-python
 	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
 	@# The Go SDK's tests (on this machine's architecture), then each Go guest's; their fake
-	@# cluster is this krec's API server (krec.dev/guest/fake runs $$KREC).
-	@for dir in $(GO_SDK); do (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
-	@for dir in $(GO_GUESTS); do (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
+	@# cluster is this krec's API server (krec.dev/guest/fake runs $$KREC). With the JSON that
+	@# `krec build` builds guests with (GOEXPERIMENT=jsonv2).
+	@for dir in $(GO_SDK); do (cd $$dir && GOEXPERIMENT=jsonv2 KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
+	@for dir in $(GO_GUESTS); do (cd $$dir && GOEXPERIMENT=jsonv2 KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.
 	cd guest-sdk-js && npm test --silent
 	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && node_modules/.bin/krec-guest test) || exit 1; fi; done

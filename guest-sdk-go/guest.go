@@ -25,7 +25,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"krec.dev/guest/client"
 	"krec.dev/guest/internal/host"
@@ -35,9 +34,10 @@ import (
 	"krec.dev/guest/webhook/admission"
 )
 
-// Scheme is the kinds the guest's client knows typed objects of: every built-in kind; add a
-// CRD's Go types with their AddToScheme.
-var Scheme = clientgoscheme.Scheme
+// Scheme is the kinds the guest's client knows typed objects of beyond the built-in ones (the
+// client knows k8s.io/api's types by their package): add a CRD's Go types with their
+// AddToScheme.
+var Scheme = runtime.NewScheme()
 
 // Reconcile registers the guest's reconciler.
 func Reconcile(r reconcile.Reconciler) { registry.Reconciler = r }

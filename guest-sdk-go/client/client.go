@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"krec.dev/guest/internal/host"
 )
@@ -81,8 +80,8 @@ type Client interface {
 	Scheme() *runtime.Scheme
 }
 
-// New is a client of the host's calls, knowing the kinds of scheme (nil: client-go's, every
-// built-in kind).
+// New is a client of the host's calls, knowing every built-in kind (k8s.io/api's types) and
+// the kinds of scheme (a CRD's Go types; nil: none).
 func New(scheme *runtime.Scheme) Client {
 	return NewWithCalls(scheme, host.Client)
 }
@@ -96,7 +95,7 @@ func NewReader(scheme *runtime.Scheme) Client {
 // NewWithCalls is a client over calls (the host's, or a fake's).
 func NewWithCalls(scheme *runtime.Scheme, calls host.Calls) Client {
 	if scheme == nil {
-		scheme = clientgoscheme.Scheme
+		scheme = runtime.NewScheme()
 	}
 	return &hostClient{scheme: scheme, calls: calls}
 }
@@ -109,7 +108,8 @@ type hostClient struct {
 func (c *hostClient) Scheme() *runtime.Scheme { return c.scheme }
 
 // GVKForObject is obj's group, version and kind: what it says (unstructured objects, partial
-// metadata) or what the scheme knows of its type.
+// metadata), what the scheme knows of its type, or, for a type of k8s.io/api, its package's
+// group and version and its name.
 func GVKForObject(obj runtime.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
 	switch obj.(type) {
 	case *unstructured.Unstructured, *unstructured.UnstructuredList,
@@ -120,11 +120,15 @@ func GVKForObject(obj runtime.Object, scheme *runtime.Scheme) (schema.GroupVersi
 		}
 		return gvk, nil
 	}
-	kinds, _, err := scheme.ObjectKinds(obj)
-	if err != nil {
-		return schema.GroupVersionKind{}, err
+	if scheme != nil {
+		if kinds, _, err := scheme.ObjectKinds(obj); err == nil {
+			return kinds[0], nil
+		}
 	}
-	return kinds[0], nil
+	if gvk, ok := builtinKind(obj); ok {
+		return gvk, nil
+	}
+	return schema.GroupVersionKind{}, fmt.Errorf("no kind is known for the type %T: add a custom resource's Go types to the scheme with their AddToScheme", obj)
 }
 
 func (c *hostClient) gvk(obj runtime.Object) (schema.GroupVersionKind, error) {

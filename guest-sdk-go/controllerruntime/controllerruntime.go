@@ -36,12 +36,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"krec.dev/guest"
 	"krec.dev/guest/client"
 )
+
+// controller-runtime code expects its manager's scheme to hold every built-in kind (kubebuilder's
+// main adds client-go's scheme): guest.Scheme is client-go's here, which controller-runtime's
+// client package links anyway (the SDK alone knows built-in kinds by their Go package).
+func init() { guest.Scheme = clientgoscheme.Scheme }
 
 // Client is controller-runtime's client over the host's calls, knowing guest.Scheme's kinds.
 func Client() crclient.Client { return NewClient(client.New(guest.Scheme)) }

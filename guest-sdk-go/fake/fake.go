@@ -41,12 +41,12 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"krec.dev/guest"
 	"krec.dev/guest/client"
 	"krec.dev/guest/internal/host"
 )
@@ -137,12 +137,12 @@ func NewCluster(t testing.TB) *Cluster {
 		Config:  config,
 		dynamic: dyn,
 		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco)),
-		scheme:  clientgoscheme.Scheme,
+		scheme:  guest.Scheme,
 	}
 }
 
-// WithScheme makes the cluster's clients know scheme's kinds (a CRD's Go types); the default
-// is every built-in kind.
+// WithScheme makes the cluster's clients know scheme's kinds (a CRD's Go types) beside the
+// built-in ones, which they always know; the default is guest.Scheme, the guest's own.
 func (c *Cluster) WithScheme(scheme *runtime.Scheme) *Cluster {
 	c.scheme = scheme
 	return c

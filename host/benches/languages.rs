@@ -21,7 +21,9 @@
 //! the time until then.
 //!
 //! Printed as a Markdown table and merged into `bench/results.json`. `KREC_BENCH_QUICK=1` runs
-//! fewer rounds; `KREC_LANGUAGES=kopf` only the kopf comparison.
+//! fewer rounds; `KREC_LANGUAGES=kopf` only the kopf comparison, `KREC_LANGUAGES=controller-runtime`
+//! only the controller-runtime one, and a list of languages (`KREC_LANGUAGES=rust,go`) only their
+//! side-by-side figures (Rust first, as the ratios' base).
 
 mod common;
 
@@ -55,7 +57,9 @@ fn built(path: PathBuf) -> PathBuf {
 
 fn langs() -> Vec<Lang> {
     let target = repo().join("target");
-    vec![
+    let chosen = std::env::var("KREC_LANGUAGES").unwrap_or_default();
+    let chosen: Vec<&str> = chosen.split(',').filter(|name| !name.is_empty()).collect();
+    let all = vec![
         Lang {
             name: "rust",
             counter: common::module("pod_counter.wasm"),
@@ -76,7 +80,10 @@ fn langs() -> Vec<Lang> {
             counter: built(target.join("go-guests/pod_counter_go.wasm")),
             validator: built(target.join("go-guests/foo_validator_go.wasm")),
         },
-    ]
+    ];
+    all.into_iter()
+        .filter(|lang| chosen.is_empty() || lang.name == "rust" || chosen.contains(&lang.name))
+        .collect()
 }
 
 /// A manifest for `module`: the same limits for every language (what a Python guest needs).
@@ -342,6 +349,9 @@ async fn main() {
 
     report(&langs, figures);
     drop((reused, fresh, validators));
+    if std::env::var("KREC_LANGUAGES").is_ok_and(|chosen| !chosen.is_empty()) {
+        return;
+    }
     kopf_arms().await;
     controller_runtime_arms().await;
 }
@@ -499,8 +509,10 @@ fn report(langs: &[Lang], figures: Vec<Figures>) {
         rows.push(format!(
             "| lang_{name}_compile_ms | {c:.0} | {c_min:.0}–{c_max:.0} | compiled cold (no module cache) |"
         ));
+        // The targets: issue 40's for the interpreters, issue 53's for Go.
+        let target = if name == "go" { 100 } else { 50 };
         rows.push(format!(
-            "| lang_{name}_cached_load_ms | {l:.1} | {l_min:.1}–{l_max:.1} | loaded from the module cache on disk (target ≤ 50 ms) |"
+            "| lang_{name}_cached_load_ms | {l:.1} | {l_min:.1}–{l_max:.1} | loaded from the module cache on disk (target ≤ {target} ms) |"
         ));
         rows.push(format!(
             "| lang_{name}_memory_kib | module {:.0}, idle {:.0}, active {:.0} | | PSS: the compiled module; per instance instantiated and configured; per instance after 20 reconciles |",
@@ -571,6 +583,8 @@ struct Arm {
     mib: f64,
     seen: u64,
     cpu: f64,
+    /// A krec host's PSS in compiled modules and in anonymous memory, MiB (see [`pss_parts`]).
+    parts: Option<(f64, f64)>,
 }
 
 /// `count` pod-reader guests of `module` (each limited to `memory`) in one `krec run`, the
@@ -624,6 +638,7 @@ async fn guests_arm(
     let pids = [krec.id()];
     let (secs, mib, seen) = settle(&pids, expected, || host_reconciles(&admin)).await;
     let cpu = cpu_secs(&pids);
+    let (module_mib, anon_mib) = pss_parts(krec.id());
     let _ = krec.kill();
     let _ = krec.wait();
     Arm {
@@ -631,7 +646,36 @@ async fn guests_arm(
         mib,
         seen,
         cpu,
+        parts: Some((module_mib, anon_mib)),
     }
+}
+
+/// The PSS of process `pid` in MiB, in two of its parts: the mappings of compiled modules (the
+/// module cache's files: code and memory images, shared by every instance) and anonymous memory
+/// (the host's cache and structures, the guests' linear memories).
+fn pss_parts(pid: u32) -> (f64, f64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let (mut module, mut anon) = (0.0, 0.0);
+    let mut mapping = "";
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or_default();
+        if first == "Pss:" {
+            let kib = fields
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if mapping.ends_with(".cwasm") {
+                module += kib / 1024.0;
+            } else if mapping.is_empty() {
+                anon += kib / 1024.0;
+            }
+        } else if !first.ends_with(':') && first.contains('-') {
+            // A mapping's header: address range, perms, offset, device, inode, [path].
+            mapping = line.split_whitespace().nth(5).unwrap_or_default();
+        }
+    }
+    (module, anon)
 }
 
 /// `count` controller-runtime operator processes (`operator`), each with its own cache, until
@@ -676,6 +720,7 @@ async fn operators_arm(
         mib,
         seen,
         cpu,
+        parts: None,
     }
 }
 
@@ -705,8 +750,9 @@ async fn controller_runtime_arms() {
         let operators = operators_arm(dir.path(), &kubeconfig, &operator, count, expected).await;
         let per = |arm: &Arm| arm.cpu * 1e6 / arm.seen.max(1) as f64;
         let rate = |arm: &Arm| arm.seen as f64 / arm.secs.max(1e-3);
+        let (module_mib, anon_mib) = guests.parts.unwrap_or_default();
         rows.push(format!(
-            "| go_guests_{count}_pss_mib | {:.0} | | {count} Go pod-reader guest(s) in one krec host over {pods} Pods: {} reconciles in {:.1} s, {:.0} µs CPU each |",
+            "| go_guests_{count}_pss_mib | {:.0} | | {count} Go pod-reader guest(s) in one krec host over {pods} Pods: {} reconciles in {:.1} s, {:.0} µs CPU each; compiled module {module_mib:.0} MiB, anonymous {anon_mib:.0} MiB |",
             guests.mib, guests.seen, guests.secs, per(&guests)
         ));
         rows.push(format!(
@@ -723,6 +769,7 @@ async fn controller_runtime_arms() {
             format!("go_guests_vs_controller_runtime_{count}"),
             json!({"pods": pods, "controllers": count,
                 "krec_pss_mib": guests.mib, "krec_seconds": guests.secs,
+                "krec_module_pss_mib": module_mib, "krec_anon_pss_mib": anon_mib,
                 "krec_reconciles": guests.seen, "krec_cpu_us_per_reconcile": per(&guests),
                 "operators_pss_mib": operators.mib, "operators_seconds": operators.secs,
                 "operators_reconciles": operators.seen,
