@@ -33,6 +33,8 @@ pub struct Builder {
     anonymous: bool,
     max_token_expiration: Option<Duration>,
     max_watches_per_user: usize,
+    serving: Option<(String, String)>,
+    client_ca: Option<String>,
 }
 
 impl Default for Builder {
@@ -49,6 +51,8 @@ impl Default for Builder {
             anonymous: false,
             max_token_expiration: None,
             max_watches_per_user: endpoints::watchers::DEFAULT_MAX_PER_USER,
+            serving: None,
+            client_ca: None,
         }
     }
 }
@@ -132,6 +136,21 @@ impl Builder {
     /// request (default 1000).
     pub fn max_watches_per_user(mut self, most: usize) -> Self {
         self.max_watches_per_user = most;
+        self
+    }
+
+    /// Serve PEM certificate chain `cert_pem` with PEM private key `key_pem` (kube-apiserver's
+    /// `--tls-cert-file` and `--tls-private-key-file`) instead of a certificate of the
+    /// server's own CA; the kubeconfig then trusts the chain as given.
+    pub fn serving_certificate(mut self, cert_pem: String, key_pem: String) -> Self {
+        self.serving = Some((cert_pem, key_pem));
+        self
+    }
+
+    /// Take client certificates issued by the CAs of PEM bundle `pem` (kube-apiserver's
+    /// `--client-ca-file`): CN the user, each O a group. By default the server's own CA's.
+    pub fn client_ca(mut self, pem: String) -> Self {
+        self.client_ca = Some(pem);
         self
     }
 
@@ -228,6 +247,20 @@ impl Server {
         let token = admin_token(config.data_dir.as_deref()).map_err(StartError::Token)?;
         let signer = Signer::in_data_dir(config.data_dir.as_deref()).map_err(StartError::Token)?;
         let certs = tls::generate(&addr, config.data_dir.as_deref())?;
+        let client_cas = krec_net::client_certs::ClientCas::from_pem(
+            config.client_ca.as_deref().unwrap_or(&certs.ca_pem),
+        )?;
+        // What clients trust: the server's own CA, or the chain it was given to serve.
+        let (server_config, trusted_pem) = match &config.serving {
+            Some((cert_pem, key_pem)) => (
+                tls::server_config_for(cert_pem, key_pem, Some(&client_cas))?,
+                cert_pem.clone(),
+            ),
+            None => (
+                tls::server_config_for(&certs.cert_pem, &certs.key_pem, Some(&client_cas))?,
+                certs.ca_pem.clone(),
+            ),
+        };
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {
@@ -238,7 +271,7 @@ impl Server {
         } else {
             format!("https://{host}:{}", addr.port())
         };
-        let kubeconfig = tls::kubeconfig(&url, &certs.ca_pem, &token);
+        let kubeconfig = tls::kubeconfig(&url, &trusted_pem, &token);
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let admission = Arc::new(crate::admission::Admission::new(store.clone()));
         let server = Arc::new(endpoints::ApiServer {
@@ -251,7 +284,9 @@ impl Server {
             audit: config.audit.clone(),
             admission: admission.clone(),
             metrics: Default::default(),
-            authenticator: Authenticator::new(&token, signer).anonymous(config.anonymous),
+            authenticator: Authenticator::new(&token, signer)
+                .anonymous(config.anonymous)
+                .client_cas(Some(client_cas)),
             max_token_seconds: config
                 .max_token_expiration
                 .map(|longest| i64::try_from(longest.as_secs()).unwrap_or(i64::MAX)),
@@ -260,12 +295,12 @@ impl Server {
             )),
         });
         let mut simulation = config.simulation;
-        simulation.root_ca = Some(certs.ca_pem.clone());
+        simulation.root_ca = Some(trusted_pem.clone());
         let controllers = controllers::spawn(admission.clone(), simulation, stopped.clone());
         let limits = config.limits.unwrap_or_else(Limits::for_this_process);
         let task = tokio::spawn(serve(
             listener,
-            certs.server_config,
+            server_config,
             server.clone(),
             limits,
             stopped,

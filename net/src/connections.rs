@@ -44,6 +44,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt as _;
 
+use crate::client_certs::PeerCertificates;
+
 /// How a server treats its connections. The defaults are kube-apiserver's (Go's `net/http` as
 /// kube-apiserver configures it), plus caps Go does not have.
 #[derive(Clone, Debug)]
@@ -486,11 +488,15 @@ impl Connection {
             table: table.clone(),
             slot: slot.clone(),
         };
-        let service = {
+        // Each request carries the client certificates of its connection, if any.
+        let service = |peer_certs: Option<PeerCertificates>| {
             let (table, slot) = (table.clone(), slot.clone());
-            hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
                 let in_flight = InFlight::begin(&slot, &table);
                 let app = app.clone();
+                if let Some(certs) = &peer_certs {
+                    request.extensions_mut().insert(certs.clone());
+                }
                 async move {
                     let response = app.oneshot(request.map(Body::new)).await?;
                     Ok::<_, std::convert::Infallible>(response.map(|body| {
@@ -510,13 +516,22 @@ impl Connection {
                         tokio::time::timeout(limits.first_request_timeout, acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(tls)) => {
+                            let certs = tls.get_ref().1.peer_certificates().map(|chain| {
+                                PeerCertificates(Arc::new(
+                                    chain.iter().map(|c| c.clone().into_owned()).collect(),
+                                ))
+                            });
+                            let service = service(certs);
                             serve_connection(&http, TokioIo::new(tls), service, &table, &slot).await
                         }
                         Ok(Err(err)) => tracing::debug!(%peer, "TLS handshake failed: {err}"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 }
-                None => serve_connection(&http, TokioIo::new(stream), service, &table, &slot).await,
+                None => {
+                    serve_connection(&http, TokioIo::new(stream), service(None), &table, &slot)
+                        .await
+                }
             }
         };
         tokio::select! {

@@ -2,5 +2,6 @@
 //! and its admin port alike: which connections they accept and for how long
 //! ([`connections`]), and the certificates they serve and trust ([`tls`]).
 
+pub mod client_certs;
 pub mod connections;
 pub mod tls;

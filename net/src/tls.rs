@@ -11,12 +11,18 @@ use base64::Engine as _;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::client_certs::ClientCas;
+
 /// The generated CA and serving certificate.
 pub struct Certificates {
     /// PEM of the CA certificate, written into the kubeconfig.
     pub ca_pem: String,
-    /// The server's rustls configuration.
-    pub server_config: Arc<rustls::ServerConfig>,
+    /// PEM of the CA's private key: what issues client certificates the server trusts.
+    pub ca_key_pem: String,
+    /// PEM of the serving certificate.
+    pub cert_pem: String,
+    /// PEM of the serving certificate's private key.
+    pub key_pem: String,
 }
 
 /// File in the data directory holding the CA's private key, so that a restarted server keeps its
@@ -77,10 +83,14 @@ fn ca_key(data_dir: Option<&Path>) -> Result<KeyPair, TlsError> {
 /// With a `data_dir`, the CA key is kept there: the CA certificate is re-issued from the same key
 /// and name on every start, so clients that trusted the previous one keep working.
 pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificates, TlsError> {
-    let issued = issue_with("krec-cluster", local_names(addr), ca_key(data_dir)?)?;
+    let ca_key = ca_key(data_dir)?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let issued = issue_with("krec-cluster", local_names(addr), ca_key)?;
     Ok(Certificates {
-        server_config: server_config(&issued.cert_pem, &issued.key_pem)?,
         ca_pem: issued.ca_pem,
+        ca_key_pem,
+        cert_pem: issued.cert_pem,
+        key_pem: issued.key_pem,
     })
 }
 
@@ -325,12 +335,25 @@ fn parse_pem(
 /// A TLS server configuration (HTTP/2 and HTTP/1.1) serving the PEM certificate chain
 /// `cert_pem` with the PEM private key `key_pem` (PKCS#8, PKCS#1 or SEC1).
 pub fn server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    server_config_for(cert_pem, key_pem, None)
+}
+
+/// [`server_config`] asking clients for a certificate, for `client_cas` to judge afterwards
+/// (see [`crate::client_certs`]); none asked for without.
+pub fn server_config_for(
+    cert_pem: &str,
+    key_pem: &str,
+    client_cas: Option<&ClientCas>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let (chain, key) = parse_pem(cert_pem, key_pem)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_cas {
+        Some(cas) => builder.with_client_cert_verifier(cas.requester()),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

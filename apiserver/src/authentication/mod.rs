@@ -15,6 +15,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use axum::http::{HeaderMap, header};
+use krec_net::client_certs::{ClientCas, PeerCertificates};
 
 use crate::store::Store;
 
@@ -86,10 +87,12 @@ impl UserInfo {
     }
 }
 
-/// The server's authenticator: the static tokens it knows and whom each stands for, and the
-/// key ServiceAccount tokens are signed with.
+/// The server's authenticator: the client CAs it takes certificates of, the static tokens it
+/// knows and whom each stands for, and the key ServiceAccount tokens are signed with.
 #[derive(Debug)]
 pub struct Authenticator {
+    /// The CAs whose client certificates name users (`--client-ca-file`).
+    client_cas: Option<ClientCas>,
     tokens: HashMap<String, UserInfo>,
     /// Signs the TokenRequest API's tokens and checks them.
     pub signer: Signer,
@@ -105,6 +108,7 @@ impl Authenticator {
     /// by `signer`.
     pub fn new(admin_token: &str, signer: Signer) -> Self {
         Authenticator {
+            client_cas: None,
             tokens: HashMap::from([(admin_token.to_owned(), UserInfo::admin())]),
             signer,
             trusting: false,
@@ -121,6 +125,7 @@ impl Authenticator {
     /// The in-process server's: a request without credentials is the admin's.
     pub fn trusting(signer: Signer) -> Self {
         Authenticator {
+            client_cas: None,
             tokens: HashMap::new(),
             signer,
             trusting: true,
@@ -128,10 +133,27 @@ impl Authenticator {
         }
     }
 
-    /// The user whose credentials `headers` carry; `None` for no credentials or unknown ones.
-    /// A ServiceAccount token names its user only while the ServiceAccount (and the Pod it is
-    /// bound to) exists in `store` with the uid the token names.
-    pub fn authenticate(&self, headers: &HeaderMap, store: &Store) -> Option<UserInfo> {
+    /// This authenticator taking client certificates issued by `cas`.
+    pub fn client_cas(mut self, cas: Option<ClientCas>) -> Self {
+        self.client_cas = cas;
+        self
+    }
+
+    /// The user whose credentials the request carries — its connection's client certificate
+    /// (`peer`), else its bearer token in `headers` — as kube-apiserver's authenticators are
+    /// tried, x509 first; `None` for no credentials or unknown ones. A certificate the client
+    /// CAs do not vouch for is logged and leaves the token to decide. A ServiceAccount token
+    /// names its user only while the ServiceAccount (and the Pod it is bound to) exists in
+    /// `store` with the uid the token names.
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<&PeerCertificates>,
+        store: &Store,
+    ) -> Option<UserInfo> {
+        if let Some(user) = self.certificate_user(peer) {
+            return Some(user);
+        }
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
@@ -142,6 +164,34 @@ impl Authenticator {
             None if self.anonymous => Some(UserInfo::anonymous()),
             None => None,
         }
+    }
+
+    /// The user a client certificate names, as kube-apiserver's x509 authenticator
+    /// (`CommonNameUserConversion`) names it: CN the user, each O a group, its fingerprint the
+    /// credential id. A certificate without a CN names no one.
+    fn certificate_user(&self, peer: Option<&PeerCertificates>) -> Option<UserInfo> {
+        let (cas, peer) = (self.client_cas.as_ref()?, peer?);
+        let subject = match cas.verify(&peer.0) {
+            Ok(subject) => subject,
+            Err(why) => {
+                tracing::info!("a client certificate was not taken: {why}");
+                return None;
+            }
+        };
+        if subject.common_name.is_empty() {
+            return None;
+        }
+        let mut groups = subject.organizations;
+        groups.push("system:authenticated".into());
+        Some(UserInfo {
+            username: subject.common_name,
+            groups,
+            extra: BTreeMap::from([(
+                "authentication.kubernetes.io/credential-id".to_owned(),
+                vec![format!("X509SHA256={}", subject.fingerprint)],
+            )]),
+            ..Default::default()
+        })
     }
 
     /// The user `token` stands for at the API server, if any.
@@ -338,7 +388,7 @@ mod tests {
     fn only_the_known_token_should_name_a_user() {
         let authenticator = Authenticator::new("s3cret", signer());
         let store = store();
-        let authenticate = |headers| authenticator.authenticate(&headers, &store);
+        let authenticate = |headers| authenticator.authenticate(&headers, None, &store);
         assert_eq!(authenticate(with("Bearer s3cret")), Some(UserInfo::admin()));
         assert_eq!(
             authenticate(with(" bearer s3cret trailing")),
@@ -356,11 +406,11 @@ mod tests {
             assert_eq!(authenticate(with(refused)), None, "{refused:?}");
         }
         assert_eq!(
-            Authenticator::trusting(signer()).authenticate(&HeaderMap::new(), &store),
+            Authenticator::trusting(signer()).authenticate(&HeaderMap::new(), None, &store),
             Some(UserInfo::admin())
         );
         assert_eq!(
-            Authenticator::trusting(signer()).authenticate(&with("Bearer unknown"), &store),
+            Authenticator::trusting(signer()).authenticate(&with("Bearer unknown"), None, &store),
             None,
             "credentials are checked even when none are needed"
         );

@@ -244,10 +244,14 @@ pub async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    peer: Option<axum::Extension<krec_net::client_certs::PeerCertificates>>,
     body: Body,
 ) -> Response {
     let received = jiff::Timestamp::now();
-    let user = server.authenticator.authenticate(&headers, &server.store);
+    let peer = peer.map(|axum::Extension(certs)| certs);
+    let user = server
+        .authenticator
+        .authenticate(&headers, peer.as_ref(), &server.store);
     let mut impersonated = None;
     let response = match &user {
         Some(user) => match impersonation::impersonated(&server, user, &headers) {

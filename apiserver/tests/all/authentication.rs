@@ -351,3 +351,126 @@ async fn anonymous_requests_should_be_judged_by_rbac_when_allowed() {
     );
     cluster.shutdown().await;
 }
+
+/// A test CA: its certificate (PEM) and what issues under it.
+struct TestCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = params.self_signed(&key).expect("CA").pem();
+        TestCa {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A client certificate for `user` in `group` (PEM certificate and key), valid now — or
+    /// expired in 2021.
+    fn client(&self, user: &str, group: &str, expired: bool) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, user);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, group);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("client certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// `cluster`'s kubeconfig with a client certificate in place of the token, as kind's and
+/// kubeadm's are written: `client-certificate-data` and `client-key-data`.
+fn certificate_kubeconfig(cluster: &Server, (cert, key): (String, String)) -> String {
+    use base64::Engine as _;
+    let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    cluster.kubeconfig().replace(
+        &format!("token: {}", cluster.token()),
+        &format!(
+            "client-certificate-data: {}\n    client-key-data: {}",
+            encode(&cert),
+            encode(&key)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_a_client_certificate_should_be_its_cn_in_its_o_groups() {
+    let ca = TestCa::new("test-client-ca");
+    let (cluster, dir, kubectl) =
+        kubectl::start_with(Server::builder().client_ca(ca.pem.clone())).await;
+    let as_cert = |name: &str, client: (String, String)| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, certificate_kubeconfig(&cluster, client)).expect("kubeconfig");
+        kubectl.with_kubeconfig(path)
+    };
+
+    // CN the user, each O a group, the certificate's fingerprint its credential id.
+    let jane = as_cert("jane", ca.client("jane", "dev", false));
+    let review: Value =
+        serde_json::from_str(&jane.ok(&["auth", "whoami", "-o", "json"])).expect("JSON");
+    let user = &review["status"]["userInfo"];
+    assert_eq!(user["username"], "jane", "{review}");
+    assert_eq!(
+        user["groups"],
+        serde_json::json!(["dev", "system:authenticated"]),
+        "{review}"
+    );
+    let id = user["extra"]["authentication.kubernetes.io/credential-id"][0]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        id.starts_with("X509SHA256=") && id.len() == 11 + 64,
+        "{review}"
+    );
+    // RBAC judges her as any other user.
+    let out = jane.run(&["get", "namespaces"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"User "jane" cannot list resource "namespaces""#),
+        "{stderr}"
+    );
+    // O=system:masters is cluster admin, as kind's and kubeadm's admin certificates are.
+    let admin = as_cert(
+        "admin",
+        ca.client("kubernetes-admin", "system:masters", false),
+    );
+    assert!(admin.ok(&["get", "namespaces"]).contains("kube-system"));
+
+    // A certificate of another CA, or an expired one, is no one: kube-apiserver's 401.
+    let stranger = as_cert(
+        "stranger",
+        TestCa::new("other-ca").client("mallory", "system:masters", false),
+    );
+    let expired = as_cert("expired", ca.client("jane", "system:masters", true));
+    for kubectl in [&stranger, &expired] {
+        let out = kubectl.run(&["get", "namespaces"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("error: You must be logged in to the server (Unauthorized)"),
+            "{stderr}"
+        );
+    }
+    cluster.shutdown().await;
+}

@@ -136,7 +136,9 @@ async fn webhook_server() -> (SocketAddr, String, Seen) {
         krec_net::connections::serve(
             "test webhook",
             listener,
-            krec_net::connections::Transport::Tls(certs.server_config),
+            krec_net::connections::Transport::Tls(
+                tls::server_config(&certs.cert_pem, &certs.key_pem).expect("TLS"),
+            ),
             app,
             krec_net::connections::Limits::default(),
             stopped,

@@ -38,6 +38,16 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// The same kubectl with another kubeconfig.
+    #[allow(dead_code)]
+    pub fn with_kubeconfig(&self, kubeconfig: PathBuf) -> Kubectl {
+        Kubectl {
+            binary: self.binary.clone(),
+            kubeconfig,
+            cache: self.cache.clone(),
+        }
+    }
+
     /// The command with its kubeconfig and cache set.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.binary);
