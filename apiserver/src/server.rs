@@ -35,6 +35,7 @@ pub struct Builder {
     max_watches_per_user: usize,
     serving: Option<(String, String)>,
     client_ca: Option<String>,
+    always_allow: bool,
 }
 
 impl Default for Builder {
@@ -53,6 +54,7 @@ impl Default for Builder {
             max_watches_per_user: endpoints::watchers::DEFAULT_MAX_PER_USER,
             serving: None,
             client_ca: None,
+            always_allow: false,
         }
     }
 }
@@ -154,6 +156,13 @@ impl Builder {
         self
     }
 
+    /// Authorize every authenticated request (kube-apiserver's
+    /// `--authorization-mode=AlwaysAllow`); by default RBAC decides.
+    pub fn always_allow(mut self, on: bool) -> Self {
+        self.always_allow = on;
+        self
+    }
+
     /// How connections are bounded (default: kube-apiserver's timeouts, and a cap that leaves
     /// this process's file descriptors room: [`Limits::for_this_process`]).
     pub fn connection_limits(mut self, limits: Limits) -> Self {
@@ -226,6 +235,7 @@ impl Server {
             None => Store::with_history(registry, config.watch_history),
         };
         let store = Arc::new(store);
+        store.set_always_allow(config.always_allow);
         ensure_namespaces(&store).map_err(StartError::Storage)?;
         crate::authorization::bootstrap::ensure_policy(&store).map_err(StartError::Storage)?;
         let listener = TcpListener::bind(config.addr)

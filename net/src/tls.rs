@@ -358,6 +358,100 @@ pub fn server_config_for(
     Ok(Arc::new(config))
 }
 
+/// A verifier of servers' certificates that trusts `certs` as Go's crypto/x509 trusts a root
+/// pool — what kube-apiserver does with a webhook's `caBundle`: a chain to one of them, or a
+/// certificate that is itself one of them (envtest puts its webhook's serving certificate in
+/// the `caBundle`), valid now and for the name dialled.
+///
+/// # Errors
+///
+/// When none of `certs` is a certificate rustls can take as a root.
+pub fn bundle_verifier(
+    certs: Vec<CertificateDer<'static>>,
+) -> Result<Arc<dyn rustls::client::danger::ServerCertVerifier>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in &certs {
+        roots
+            .add(cert.clone())
+            .map_err(|e| TlsError::Pem(format!("a CA certificate: {e}")))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chains = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider,
+    )
+    .build()
+    .map_err(|e| TlsError::Pem(format!("the CA certificates: {e}")))?;
+    Ok(Arc::new(BundleVerifier { chains, certs }))
+}
+
+#[derive(Debug)]
+struct BundleVerifier {
+    chains: Arc<rustls::client::WebPkiServerVerifier>,
+    certs: Vec<CertificateDer<'static>>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for BundleVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError;
+        if !self.certs.iter().any(|c| c.as_ref() == end_entity.as_ref()) {
+            return self.chains.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            );
+        }
+        // Trusted as it is: still valid now and for the name.
+        use x509_parser::prelude::FromDer as _;
+        let bad = |e: CertificateError| rustls::Error::InvalidCertificate(e);
+        let (_, parsed) = x509_parser::certificate::X509Certificate::from_der(end_entity.as_ref())
+            .map_err(|_| bad(CertificateError::BadEncoding))?;
+        let at = x509_parser::time::ASN1Time::from_timestamp(
+            i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
+        )
+        .map_err(|_| bad(CertificateError::BadEncoding))?;
+        if !parsed.validity().is_valid_at(at) {
+            return Err(bad(CertificateError::Expired));
+        }
+        webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|_| bad(CertificateError::BadEncoding))?
+            .verify_is_valid_for_subject_name(server_name)
+            .map_err(|_| bad(CertificateError::NotValidForName))?;
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.chains.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.chains.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.chains.supported_verify_schemes()
+    }
+}
+
 /// A kubeconfig for `server` (an `https://` URL) trusting `ca_pem`, with context `krec`, whose
 /// user presents `token`.
 pub fn kubeconfig(server: &str, ca_pem: &str, token: &str) -> String {

@@ -178,6 +178,8 @@ pub struct Store {
     watches_started: Mutex<BTreeMap<String, u64>>,
     /// Whether running Pods on existing nodes terminate gracefully (a kubelet removes them).
     graceful_pods: std::sync::atomic::AtomicBool,
+    /// Whether every authenticated request is authorized (`--authorization-mode=AlwaysAllow`).
+    always_allow: std::sync::atomic::AtomicBool,
 }
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
@@ -209,6 +211,7 @@ impl Store {
             feed,
             watches_started: Mutex::new(BTreeMap::new()),
             graceful_pods: Default::default(),
+            always_allow: Default::default(),
         }
     }
 
@@ -270,6 +273,19 @@ impl Store {
     pub fn set_graceful_pod_deletion(&self, on: bool) {
         self.graceful_pods
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Authorize every authenticated request, as kube-apiserver's `AlwaysAllow` authorizer
+    /// does (RBAC's objects are still served, and still checked for escalation by their
+    /// writers' permissions — which are all of them). Off by default: RBAC decides.
+    pub fn set_always_allow(&self, on: bool) {
+        self.always_allow
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether every authenticated request is authorized ([`Store::set_always_allow`]).
+    pub fn always_allows(&self) -> bool {
+        self.always_allow.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current resourceVersion.

@@ -13,22 +13,38 @@ use super::CallError;
 /// Largest answer read from a webhook (kube-apiserver's limit on a response body).
 const MAX_RESPONSE_BYTES: usize = 3 << 20;
 
-/// The certificates of a PEM bundle.
-fn roots(ca_bundle: &[u8]) -> Result<rustls::RootCertStore, CallError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_bundle) {
-        let cert = cert.map_err(|e| CallError(format!("caBundle: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| CallError(format!("caBundle: {e}")))?;
-    }
-    if roots.is_empty() {
+/// What verifies a webhook's certificate: the certificates of PEM bundle `ca_bundle`, trusted
+/// as kube-apiserver's Go client trusts them ([`krec_net::tls::bundle_verifier`]).
+fn verifier(
+    ca_bundle: &[u8],
+) -> Result<Arc<dyn rustls::client::danger::ServerCertVerifier>, CallError> {
+    let certs = CertificateDer::pem_slice_iter(ca_bundle)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CallError(format!("caBundle: {e}")))?;
+    if certs.is_empty() {
         return Err(CallError(
             "no caBundle: the embedded API server trusts a webhook's certificate only through clientConfig.caBundle"
                 .into(),
         ));
     }
-    Ok(roots)
+    krec_net::tls::bundle_verifier(certs).map_err(|e| CallError(format!("caBundle: {e}")))
+}
+
+/// `path` as kube-apiserver's webhook client sends it: joined onto `/` as Go's `path.Join`
+/// joins (client-go's request path), so `//mutate` is `/mutate`, `.` and `..` are resolved and
+/// a trailing slash is dropped.
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// POST `body` as JSON to an `https://` URL, trusting `ca_bundle`.
@@ -49,7 +65,8 @@ pub async fn post(url: &str, ca_bundle: &[u8], body: &Value) -> Result<Vec<u8>, 
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| failed("tls: ", &e))?
-        .with_root_certificates(roots(ca_bundle)?)
+        .dangerous()
+        .with_custom_certificate_verifier(verifier(ca_bundle)?)
         .with_no_client_auth();
     let server_name = ServerName::try_from(host.clone()).map_err(|e| failed("", &e))?;
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
@@ -66,7 +83,10 @@ pub async fn post(url: &str, ca_bundle: &[u8], body: &Value) -> Result<Vec<u8>, 
     tokio::spawn(async move {
         let _ = connection.await;
     });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let path = match uri.query() {
+        Some(query) => format!("{}?{query}", clean_path(uri.path())),
+        None => clean_path(uri.path()),
+    };
     let request = axum::http::Request::post(path)
         .header(
             axum::http::header::HOST,
@@ -93,4 +113,17 @@ pub async fn post(url: &str, ca_bundle: &[u8], body: &Value) -> Result<Vec<u8>, 
         )));
     }
     Ok(bytes.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean_path;
+
+    #[test]
+    fn a_webhooks_path_should_be_joined_as_client_go_joins_it() {
+        assert_eq!(clean_path("//mutate-v1-widget"), "/mutate-v1-widget");
+        assert_eq!(clean_path("/a/./b/../c/"), "/a/c");
+        assert_eq!(clean_path(""), "/");
+        assert_eq!(clean_path("/validate"), "/validate");
+    }
 }

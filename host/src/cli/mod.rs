@@ -11,6 +11,7 @@ mod cluster;
 #[cfg(feature = "embedded-apiserver")]
 pub mod dev;
 mod diff;
+mod envtest;
 mod install;
 mod new;
 mod push;
@@ -100,6 +101,24 @@ enum Command {
     /// There is no authentication: it binds loopback unless told otherwise. Ctrl-C stops it.
     #[cfg(feature = "embedded-apiserver")]
     Cluster(cluster::Args),
+    /// Put a `kube-apiserver`, an `etcd` and a `kubectl` for envtest into a folder and print
+    /// it: `KUBEBUILDER_ASSETS=$(krec envtest) go test ./...` runs a controller-runtime suite's
+    /// envtest control plane on krec's API server (see docs/envtest.md).
+    Envtest(envtest::Args),
+    /// kube-apiserver's command line, served by krec's API server (envtest's `kube-apiserver`).
+    #[cfg(feature = "embedded-apiserver")]
+    #[command(
+        name = "kube-apiserver",
+        hide = true,
+        disable_help_flag = true,
+        disable_version_flag = true
+    )]
+    KubeApiserver(envtest::Flags),
+    /// etcd's command line: envtest's `etcd`, answering its health check (krec's store is the
+    /// API server's own).
+    #[cfg(feature = "embedded-apiserver")]
+    #[command(hide = true, disable_help_flag = true, disable_version_flag = true)]
+    Etcd(envtest::Flags),
     /// Start the embedded API server, apply example objects and reconcile them with the guests.
     ///
     /// Writes a kubeconfig so kubectl can watch the guests work, and logs every reconcile until
@@ -156,6 +175,9 @@ impl Command {
             | Command::Replay(_)
             | Command::Diff(_) => "warn",
             Command::Record(_) => "info",
+            Command::Envtest(_) => "warn",
+            #[cfg(feature = "embedded-apiserver")]
+            Command::KubeApiserver(_) | Command::Etcd(_) => "info",
             #[cfg(feature = "embedded-apiserver")]
             Command::Dev(_) => LIVE_LOG,
             Command::Run(_) => LIVE_LOG,
@@ -184,6 +206,17 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "embedded-apiserver")]
         Command::Dev(args) => block_on("dev", dev::execute(args)),
         Command::Run(args) => block_on("run", run::execute(args)),
+        Command::Envtest(args) => match envtest::execute(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("krec envtest: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        #[cfg(feature = "embedded-apiserver")]
+        Command::KubeApiserver(args) => block_on("kube-apiserver", envtest::kube_apiserver(args)),
+        #[cfg(feature = "embedded-apiserver")]
+        Command::Etcd(args) => block_on("etcd", envtest::etcd(args)),
         Command::Rbac(args) => rbac::execute(args),
         Command::Install(args) => block_on("install", install::execute(args)),
         Command::Push(args) => block_on("push", push::execute(args)),
