@@ -34,6 +34,10 @@ REGISTRY := .tools/docker-registry/usr/bin/docker-registry
 GO_SDK := guest-sdk-go guest-sdk-go/controllerruntime
 GO_GUESTS := sample-guests/pod-counter-go sample-guests/foo-validator-go sample-guests/replicaset-reconciler-go sample-guests/foo-controller-go tests/guests/misbehave-go
 GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
+# Go programs run against krec: a kubebuilder-style project's envtest suites on `krec envtest`,
+# and existing controllers (sample-controller, a controller-runtime manager) on `krec cluster`.
+GO_TESTS := tests/envtest tests/go-controllers
+ENVTEST_ASSETS := $(abspath $(TARGET_DIR))/envtest
 
 .PHONY: all setup tools guests python-guests js-guests go-guests go-bench go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean
 
@@ -143,6 +147,10 @@ test: guests tools
 	@# `krec build` builds guests with (GOEXPERIMENT=jsonv2).
 	@for dir in $(GO_SDK); do (cd $$dir && GOEXPERIMENT=jsonv2 KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
 	@for dir in $(GO_GUESTS); do (cd $$dir && GOEXPERIMENT=jsonv2 KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
+	@# krec as envtest's control plane (KUBEBUILDER_ASSETS from `krec envtest`), and Go
+	@# controllers built from the module proxy against `krec cluster` ($$KREC).
+	$(TARGET_DIR)/debug/krec envtest --dir $(ENVTEST_ASSETS) >/dev/null
+	@for dir in $(GO_TESTS); do (cd $$dir && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KREC=$(abspath $(TARGET_DIR))/debug/krec go test -count=1 ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.
 	cd guest-sdk-js && npm test --silent
 	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && node_modules/.bin/krec-guest test) || exit 1; fi; done
@@ -164,7 +172,8 @@ lint: setup
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) clippy --release -- -D warnings) || exit 1; done
 	@# The Go SDK and guests: gofmt, and go vet for the guests' platform.
 	@command -v go >/dev/null 2>&1 || { echo "linting the Go SDK needs Go 1.26 or later" >&2; exit 1; }
-	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS) bench/controller-runtime)" || { gofmt -l guest-sdk-go $(GO_GUESTS) bench/controller-runtime; echo "gofmt: the files above are not formatted" >&2; exit 1; }
+	@test -z "$$(gofmt -l guest-sdk-go $(GO_GUESTS) $(GO_TESTS) bench/controller-runtime)" || { gofmt -l guest-sdk-go $(GO_GUESTS) $(GO_TESTS) bench/controller-runtime; echo "gofmt: the files above are not formatted" >&2; exit 1; }
+	@for dir in $(GO_TESTS); do (cd $$dir && go vet ./...) || exit 1; done
 	cd bench/controller-runtime && go vet -unsafeptr=false ./... && cd guest && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false .
 	@# (not -unsafeptr: the generated ABI glue reads guest memory by address)
 	@for dir in $(GO_SDK); do (cd $$dir && go vet -unsafeptr=false ./... && GOOS=wasip1 GOARCH=wasm go vet -unsafeptr=false ./...) || exit 1; done
