@@ -376,12 +376,10 @@ pub fn bundle_verifier(
             .map_err(|e| TlsError::Pem(format!("a CA certificate: {e}")))?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chains = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider,
-    )
-    .build()
-    .map_err(|e| TlsError::Pem(format!("the CA certificates: {e}")))?;
+    let chains =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| TlsError::Pem(format!("the CA certificates: {e}")))?;
     Ok(Arc::new(BundleVerifier { chains, certs }))
 }
 

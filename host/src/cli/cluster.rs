@@ -33,6 +33,18 @@ pub(super) struct Args {
     /// same name (e.g. `24h`; between 1h and 2^32 s). By default there is none, as in kube.
     #[arg(long, value_parser = super::args::duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
+    /// Take client certificates issued by the CAs in this PEM file: the certificate's CN is the
+    /// user, each O a group (`O=system:masters` is cluster admin) — kube-apiserver's flag of the
+    /// same name. By default, certificates of the cluster's own CA are taken.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// Serve this PEM certificate (chain) instead of one of the cluster's own CA —
+    /// kube-apiserver's flag of the same name; with --tls-private-key-file.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
     #[command(flatten)]
     simulation: SimulationArgs,
 }
@@ -46,8 +58,15 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         audit_log_path,
         anonymous_auth,
         service_account_max_token_expiration,
+        client_ca_file,
+        tls_cert_file,
+        tls_private_key_file,
         simulation,
     } = args;
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("--{flag}: reading {}", path.display()))
+    };
     if service_account_max_token_expiration.is_some_and(|longest| {
         longest < std::time::Duration::from_secs(3600)
             || longest > std::time::Duration::from_secs(1 << 32)
@@ -66,6 +85,15 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         .faults(simulation.faults()?);
     if let Some(dir) = &data_dir {
         server = server.data_dir(dir);
+    }
+    if let Some(path) = &client_ca_file {
+        server = server.client_ca(read("client-ca-file", path)?);
+    }
+    if let (Some(cert), Some(key)) = (&tls_cert_file, &tls_private_key_file) {
+        server = server.serving_certificate(
+            read("tls-cert-file", cert)?,
+            read("tls-private-key-file", key)?,
+        );
     }
     if let Some(path) = &audit_log_path {
         let log = krec_apiserver::audit::AuditLog::to_file(path)

@@ -97,8 +97,10 @@ enum Command {
     Build(build::Args),
     /// Serve the embedded Kubernetes API server, for kubectl and kube clients.
     ///
-    /// HTTPS with a generated CA; the kubeconfig trusting it is written to --kubeconfig-out.
-    /// There is no authentication: it binds loopback unless told otherwise. Ctrl-C stops it.
+    /// HTTPS with a generated CA; the kubeconfig trusting it (and carrying the admin's token)
+    /// is written to --kubeconfig-out. Clients authenticate with that token, ServiceAccount
+    /// tokens, or client certificates (--client-ca-file); it binds loopback unless told
+    /// otherwise. Ctrl-C or SIGTERM stops it.
     #[cfg(feature = "embedded-apiserver")]
     Cluster(cluster::Args),
     /// Put a `kube-apiserver`, an `etcd` and a `kubectl` for envtest into a folder and print
