@@ -271,7 +271,6 @@ fn say_ignored(flags: &BTreeMap<String, Vec<String>>, known: &[(&str, Kind, Use)
 const KUBERNETES_VERSION: &str = "v1.36.0";
 
 /// `krec kube-apiserver`: krec's API server as kube-apiserver is started.
-#[cfg(feature = "embedded-apiserver")]
 pub(super) async fn kube_apiserver(args: Flags) -> anyhow::Result<()> {
     if args
         .args
@@ -387,7 +386,6 @@ fn authorization(modes: &str) -> anyhow::Result<bool> {
 
 /// `krec etcd`: answers envtest's health check on each `--listen-client-urls` address until
 /// SIGTERM. krec's store is the API server's own; nothing is kept here.
-#[cfg(feature = "embedded-apiserver")]
 pub(super) async fn etcd(args: Flags) -> anyhow::Result<()> {
     if args
         .args

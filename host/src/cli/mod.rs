@@ -11,6 +11,7 @@ mod cluster;
 #[cfg(feature = "embedded-apiserver")]
 pub mod dev;
 mod diff;
+#[cfg(feature = "embedded-apiserver")]
 mod envtest;
 mod install;
 mod new;
@@ -106,6 +107,7 @@ enum Command {
     /// Put a `kube-apiserver`, an `etcd` and a `kubectl` for envtest into a folder and print
     /// it: `KUBEBUILDER_ASSETS=$(krec envtest) go test ./...` runs a controller-runtime suite's
     /// envtest control plane on krec's API server (see docs/envtest.md).
+    #[cfg(feature = "embedded-apiserver")]
     Envtest(envtest::Args),
     /// kube-apiserver's command line, served by krec's API server (envtest's `kube-apiserver`).
     #[cfg(feature = "embedded-apiserver")]
@@ -177,6 +179,7 @@ impl Command {
             | Command::Replay(_)
             | Command::Diff(_) => "warn",
             Command::Record(_) => "info",
+            #[cfg(feature = "embedded-apiserver")]
             Command::Envtest(_) => "warn",
             #[cfg(feature = "embedded-apiserver")]
             Command::KubeApiserver(_) | Command::Etcd(_) => "info",
@@ -208,6 +211,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "embedded-apiserver")]
         Command::Dev(args) => block_on("dev", dev::execute(args)),
         Command::Run(args) => block_on("run", run::execute(args)),
+        #[cfg(feature = "embedded-apiserver")]
         Command::Envtest(args) => match envtest::execute(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
