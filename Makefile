@@ -149,6 +149,7 @@ test: guests tools
 	@for dir in $(GO_GUESTS); do (cd $$dir && GOEXPERIMENT=jsonv2 KREC=$(abspath $(TARGET_DIR))/debug/krec go test ./...) || exit 1; done
 	@# krec as envtest's control plane (KUBEBUILDER_ASSETS from `krec envtest`), and Go
 	@# controllers built from the module proxy against `krec cluster` ($$KREC).
+	@command -v go >/dev/null 2>&1 || { echo "the Go tests need Go 1.26 or later (https://go.dev/dl)" >&2; exit 1; }
 	$(TARGET_DIR)/debug/krec envtest --dir $(ENVTEST_ASSETS) >/dev/null
 	@for dir in $(GO_TESTS); do (cd $$dir && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KREC=$(abspath $(TARGET_DIR))/debug/krec go test -count=1 ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.

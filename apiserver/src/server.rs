@@ -150,7 +150,7 @@ impl Builder {
     }
 
     /// Take client certificates issued by the CAs of PEM bundle `pem` (kube-apiserver's
-    /// `--client-ca-file`): CN the user, each O a group. By default the server's own CA's.
+    /// `--client-ca-file`): CN the user, each O a group. By default none are asked for.
     pub fn client_ca(mut self, pem: String) -> Self {
         self.client_ca = Some(pem);
         self
@@ -257,17 +257,20 @@ impl Server {
         let token = admin_token(config.data_dir.as_deref()).map_err(StartError::Token)?;
         let signer = Signer::in_data_dir(config.data_dir.as_deref()).map_err(StartError::Token)?;
         let certs = tls::generate(&addr, config.data_dir.as_deref())?;
-        let client_cas = krec_net::client_certs::ClientCas::from_pem(
-            config.client_ca.as_deref().unwrap_or(&certs.ca_pem),
-        )?;
+        // Client certificates only with a client CA, as kube-apiserver asks for none without
+        // `--client-ca-file`.
+        let client_cas = match &config.client_ca {
+            Some(pem) => Some(krec_net::client_certs::ClientCas::from_pem(pem)?),
+            None => None,
+        };
         // What clients trust: the server's own CA, or the chain it was given to serve.
         let (server_config, trusted_pem) = match &config.serving {
             Some((cert_pem, key_pem)) => (
-                tls::server_config_for(cert_pem, key_pem, Some(&client_cas))?,
+                tls::server_config_for(cert_pem, key_pem, client_cas.as_ref())?,
                 cert_pem.clone(),
             ),
             None => (
-                tls::server_config_for(&certs.cert_pem, &certs.key_pem, Some(&client_cas))?,
+                tls::server_config_for(&certs.cert_pem, &certs.key_pem, client_cas.as_ref())?,
                 certs.ca_pem.clone(),
             ),
         };
@@ -296,7 +299,7 @@ impl Server {
             metrics: Default::default(),
             authenticator: Authenticator::new(&token, signer)
                 .anonymous(config.anonymous)
-                .client_cas(Some(client_cas)),
+                .client_cas(client_cas),
             max_token_seconds: config
                 .max_token_expiration
                 .map(|longest| i64::try_from(longest.as_secs()).unwrap_or(i64::MAX)),

@@ -120,8 +120,13 @@ fn subject(der: &CertificateDer<'_>) -> Result<Subject, String> {
     let text = |attr: &x509_parser::x509::AttributeTypeAndValue<'_>| {
         attr.as_str().map(str::to_owned).unwrap_or_default()
     };
-    let common_name = name.iter_common_name().next().map(text).unwrap_or_default();
-    let organizations = name.iter_organization().map(text).collect();
+    // As Go's pkix.Name reads a subject: the last CN wins; each O is a group.
+    let common_name = name.iter_common_name().last().map(text).unwrap_or_default();
+    let organizations = name
+        .iter_organization()
+        .map(text)
+        .filter(|o| !o.is_empty())
+        .collect();
     Ok(Subject {
         common_name,
         organizations,

@@ -17,8 +17,6 @@ use crate::client_certs::ClientCas;
 pub struct Certificates {
     /// PEM of the CA certificate, written into the kubeconfig.
     pub ca_pem: String,
-    /// PEM of the CA's private key: what issues client certificates the server trusts.
-    pub ca_key_pem: String,
     /// PEM of the serving certificate.
     pub cert_pem: String,
     /// PEM of the serving certificate's private key.
@@ -83,12 +81,9 @@ fn ca_key(data_dir: Option<&Path>) -> Result<KeyPair, TlsError> {
 /// With a `data_dir`, the CA key is kept there: the CA certificate is re-issued from the same key
 /// and name on every start, so clients that trusted the previous one keep working.
 pub fn generate(addr: &SocketAddr, data_dir: Option<&Path>) -> Result<Certificates, TlsError> {
-    let ca_key = ca_key(data_dir)?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let issued = issue_with("krec-cluster", local_names(addr), ca_key)?;
+    let issued = issue_with("krec-cluster", local_names(addr), ca_key(data_dir)?)?;
     Ok(Certificates {
         ca_pem: issued.ca_pem,
-        ca_key_pem,
         cert_pem: issued.cert_pem,
         key_pem: issued.key_pem,
     })
@@ -224,6 +219,8 @@ impl Authority {
             params.not_after =
                 now + time::Duration::try_from(validity).unwrap_or(time::Duration::days(365 * 100));
         }
+        // For serving only: never taken as a client's certificate.
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let server_cert = params.signed_by(&server_key, &issuer)?;
         Ok(Issued {
             ca_pem: self.cert_pem.clone(),
@@ -369,12 +366,9 @@ pub fn server_config_for(
 pub fn bundle_verifier(
     certs: Vec<CertificateDer<'static>>,
 ) -> Result<Arc<dyn rustls::client::danger::ServerCertVerifier>, TlsError> {
+    // As Go's AppendCertsFromPEM: a certificate that does not parse is skipped.
     let mut roots = rustls::RootCertStore::empty();
-    for cert in &certs {
-        roots
-            .add(cert.clone())
-            .map_err(|e| TlsError::Pem(format!("a CA certificate: {e}")))?;
-    }
+    roots.add_parsable_certificates(certs.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chains =
         rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -419,6 +413,13 @@ impl rustls::client::danger::ServerCertVerifier for BundleVerifier {
         .map_err(|_| bad(CertificateError::BadEncoding))?;
         if !parsed.validity().is_valid_at(at) {
             return Err(bad(CertificateError::Expired));
+        }
+        // Go still asks it to be for serving (no extended key usage is any usage).
+        if let Ok(Some(usage)) = parsed.extended_key_usage()
+            && !usage.value.server_auth
+            && !usage.value.any
+        {
+            return Err(bad(CertificateError::InvalidPurpose));
         }
         webpki::EndEntityCert::try_from(end_entity)
             .map_err(|_| bad(CertificateError::BadEncoding))?

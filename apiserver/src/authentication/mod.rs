@@ -151,7 +151,8 @@ impl Authenticator {
         peer: Option<&PeerCertificates>,
         store: &Store,
     ) -> Option<UserInfo> {
-        if let Some(user) = self.certificate_user(peer) {
+        let certificate = self.certificate_user(peer);
+        if let Ok(Some(user)) = certificate {
             return Some(user);
         }
         let token = headers
@@ -160,30 +161,51 @@ impl Authenticator {
             .and_then(bearer);
         match token {
             Some(token) => self.user_of(token, store),
+            // A certificate that was refused is a credential that failed: kube-apiserver's
+            // anonymous fallback runs only when no authenticator failed.
+            None if certificate.is_err() => None,
             None if self.trusting => Some(UserInfo::admin()),
             None if self.anonymous => Some(UserInfo::anonymous()),
             None => None,
         }
     }
 
+    /// Whether the request's client certificate was refused (not issued by the client CAs,
+    /// expired, not for client authentication): such a request is a 401 even where requests
+    /// without credentials are answered.
+    pub fn refuses_certificate(&self, peer: Option<&PeerCertificates>) -> bool {
+        self.certificate_user(peer).is_err()
+    }
+
     /// The user a client certificate names, as kube-apiserver's x509 authenticator
     /// (`CommonNameUserConversion`) names it: CN the user, each O a group, its fingerprint the
     /// credential id. A certificate without a CN names no one.
-    fn certificate_user(&self, peer: Option<&PeerCertificates>) -> Option<UserInfo> {
-        let (cas, peer) = (self.client_cas.as_ref()?, peer?);
+    /// `Ok(None)` when no certificate was presented (or no client CA is configured), or the
+    /// certificate has no CN; `Err` when it was refused.
+    fn certificate_user(&self, peer: Option<&PeerCertificates>) -> Result<Option<UserInfo>, ()> {
+        let (Some(cas), Some(peer)) = (self.client_cas.as_ref(), peer) else {
+            return Ok(None);
+        };
         let subject = match cas.verify(&peer.0) {
             Ok(subject) => subject,
             Err(why) => {
                 tracing::info!("a client certificate was not taken: {why}");
-                return None;
+                return Err(());
             }
         };
         if subject.common_name.is_empty() {
-            return None;
+            return Ok(None);
         }
+        // kube's group adder: `system:authenticated` once, and not for a user who claims to
+        // be anonymous.
         let mut groups = subject.organizations;
-        groups.push("system:authenticated".into());
-        Some(UserInfo {
+        let claimed = groups
+            .iter()
+            .any(|g| g == "system:authenticated" || g == "system:unauthenticated");
+        if !claimed && subject.common_name != "system:anonymous" {
+            groups.push("system:authenticated".into());
+        }
+        Ok(Some(UserInfo {
             username: subject.common_name,
             groups,
             extra: BTreeMap::from([(
@@ -191,7 +213,7 @@ impl Authenticator {
                 vec![format!("X509SHA256={}", subject.fingerprint)],
             )]),
             ..Default::default()
-        })
+        }))
     }
 
     /// The user `token` stands for at the API server, if any.

@@ -268,6 +268,7 @@ pub async fn handle(
         // Health checks and the version answer everyone without credentials (wrong ones are a
         // 401 anywhere); the rest only a known user.
         None if !headers.contains_key(header::AUTHORIZATION)
+            && !server.authenticator.refuses_certificate(peer.as_ref())
             && matches!(Route::of(uri.path()), Some(Route::Health | Route::Version)) =>
         {
             route(

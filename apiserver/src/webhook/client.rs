@@ -18,9 +18,10 @@ const MAX_RESPONSE_BYTES: usize = 3 << 20;
 fn verifier(
     ca_bundle: &[u8],
 ) -> Result<Arc<dyn rustls::client::danger::ServerCertVerifier>, CallError> {
-    let certs = CertificateDer::pem_slice_iter(ca_bundle)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CallError(format!("caBundle: {e}")))?;
+    // PEM blocks that do not parse are skipped, as Go's AppendCertsFromPEM skips them.
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(ca_bundle)
+        .filter_map(Result::ok)
+        .collect();
     if certs.is_empty() {
         return Err(CallError(
             "no caBundle: the embedded API server trusts a webhook's certificate only through clientConfig.caBundle"

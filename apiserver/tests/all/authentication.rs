@@ -472,5 +472,83 @@ async fn kubectl_with_a_client_certificate_should_be_its_cn_in_its_o_groups() {
             "{stderr}"
         );
     }
+    // A refused certificate beside a valid token: the token decides, as kube's union of
+    // authenticators does.
+    let path = dir.path().join("both");
+    let both = certificate_kubeconfig(
+        &cluster,
+        TestCa::new("other-ca").client("mallory", "dev", false),
+    )
+    .replace(
+        "    client-key-data:",
+        &format!("    token: {}\n    client-key-data:", cluster.token()),
+    );
+    std::fs::write(&path, both).expect("kubeconfig");
+    assert!(
+        kubectl
+            .with_kubeconfig(path)
+            .ok(&["get", "namespaces"])
+            .contains("kube-system")
+    );
     cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_client_certificate_should_not_fall_back_to_anonymous() {
+    let ca = TestCa::new("test-client-ca");
+    let (cluster, dir, kubectl) = kubectl::start_with(
+        Server::builder()
+            .client_ca(ca.pem.clone())
+            .anonymous_auth(true),
+    )
+    .await;
+    let path = dir.path().join("stranger");
+    std::fs::write(
+        &path,
+        certificate_kubeconfig(
+            &cluster,
+            TestCa::new("other-ca").client("mallory", "dev", false),
+        ),
+    )
+    .expect("kubeconfig");
+    let stranger = kubectl.with_kubeconfig(path);
+    // kube-apiserver's anonymous fallback runs only when no credential failed: a 401, even
+    // where anonymous requests are answered.
+    for args in [
+        &["get", "namespaces"][..],
+        &["get", "--raw", "/healthz"][..],
+    ] {
+        let out = stranger.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(unauthorized(&stderr), "{args:?}: {stderr}");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_client_ca_no_client_certificate_should_be_taken() {
+    // As kube-apiserver without --client-ca-file: a certificate is not even asked for, so the
+    // request has no credentials.
+    let ca = TestCa::new("test-client-ca");
+    let (cluster, dir, kubectl) = kubectl::start_with(Server::builder()).await;
+    let path = dir.path().join("admin");
+    std::fs::write(
+        &path,
+        certificate_kubeconfig(
+            &cluster,
+            ca.client("kubernetes-admin", "system:masters", false),
+        ),
+    )
+    .expect("kubeconfig");
+    let out = kubectl.with_kubeconfig(path).run(&["get", "namespaces"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(unauthorized(&stderr), "{stderr}");
+    cluster.shutdown().await;
+}
+
+/// Whether kubectl's `stderr` tells of a 401 (its discovery words it as the server asking for
+/// credentials; a request as `Unauthorized`).
+fn unauthorized(stderr: &str) -> bool {
+    stderr.contains("(Unauthorized)")
+        || stderr.contains("the server has asked for the client to provide credentials")
 }

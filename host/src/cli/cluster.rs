@@ -35,11 +35,13 @@ pub(super) struct Args {
     service_account_max_token_expiration: Option<std::time::Duration>,
     /// Take client certificates issued by the CAs in this PEM file: the certificate's CN is the
     /// user, each O a group (`O=system:masters` is cluster admin) — kube-apiserver's flag of the
-    /// same name. By default, certificates of the cluster's own CA are taken.
+    /// same name. Without it no client certificate is asked for, as in kube.
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
     /// Serve this PEM certificate (chain) instead of one of the cluster's own CA —
-    /// kube-apiserver's flag of the same name; with --tls-private-key-file.
+    /// kube-apiserver's flag of the same name; with --tls-private-key-file. The kubeconfig
+    /// written then trusts the chain as given: end it with its CA's certificate for clients
+    /// (kube-rs, rustls) that trust only CAs.
     #[arg(long, requires = "tls_private_key_file")]
     tls_cert_file: Option<PathBuf>,
     /// The private key of --tls-cert-file (PEM).

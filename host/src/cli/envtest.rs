@@ -78,8 +78,9 @@ fn write_entry(path: &Path, krec: &Path, command: &str) -> anyhow::Result<()> {
     let script = format!(
         "#!/bin/sh\n# krec's {command} for envtest (written by `krec envtest`).\nexec '{quoted}' {command} \"$@\"\n"
     );
-    // Written beside and renamed: a suite running the old entry never reads half a script.
-    let temporary = path.with_extension("tmp");
+    // Written beside and renamed: a suite running the old entry never reads half a script,
+    // and two `krec envtest`s at once each rename a whole one of their own.
+    let temporary = path.with_extension(format!("{}.tmp", std::process::id()));
     std::fs::write(&temporary, script)
         .with_context(|| format!("writing {}", temporary.display()))?;
     #[cfg(unix)]
@@ -96,6 +97,7 @@ fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|path| path.is_file())
+        .and_then(|path| path.canonicalize().ok())
 }
 
 fn link_or_copy(from: &Path, to: &Path) -> anyhow::Result<()> {
@@ -213,11 +215,20 @@ fn parse(
                 .cloned()
                 .ok_or_else(|| format!("flag needs an argument: --{name}"))?,
         };
-        if *kind == Kind::Bool && value != "true" && value != "false" {
-            return Err(format!(
-                "invalid argument {value:?} for \"--{name}\" flag: strconv.ParseBool: parsing {value:?}: invalid syntax"
-            ));
-        }
+        let value = if *kind == Kind::Bool {
+            // strconv.ParseBool's spellings.
+            match value.as_str() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => "true".to_owned(),
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => "false".to_owned(),
+                _ => {
+                    return Err(format!(
+                        "invalid argument {value:?} for \"--{name}\" flag: strconv.ParseBool: parsing {value:?}: invalid syntax"
+                    ));
+                }
+            }
+        } else {
+            value
+        };
         flags.entry(name.to_owned()).or_default().push(value);
     }
     Ok(flags)
@@ -246,9 +257,26 @@ fn usage(binary: &str, known: &[(&str, Kind, Use)]) -> String {
     text
 }
 
-/// The last value of flag `name`.
+/// The last value of flag `name`; an empty value is no value (kube's flags read `--x=` as
+/// unset).
 fn last<'a>(flags: &'a BTreeMap<String, Vec<String>>, name: &str) -> Option<&'a str> {
-    flags.get(name)?.last().map(String::as_str)
+    flags
+        .get(name)?
+        .last()
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// Every value of list flag `name` (pflag's string slices append: `--x=a --x=b,c` is
+/// `a,b,c`), joined by commas; `None` when it was not given or only empty.
+fn joined(flags: &BTreeMap<String, Vec<String>>, name: &str) -> Option<String> {
+    let values: Vec<&str> = flags
+        .get(name)?
+        .iter()
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+        .collect();
+    (!values.is_empty()).then(|| values.join(","))
 }
 
 /// Log the ignored flags given, once each.
@@ -286,7 +314,7 @@ pub(super) async fn kube_apiserver(args: Flags) -> anyhow::Result<()> {
     }
     let flags = parse(&args.args, APISERVER_FLAGS).map_err(anyhow::Error::msg)?;
     say_ignored(&flags, APISERVER_FLAGS, "kube-apiserver");
-    if last(&flags, "etcd-servers").is_none_or(str::is_empty) {
+    if joined(&flags, "etcd-servers").is_none() {
         anyhow::bail!("[--etcd-servers must be specified]");
     }
     let port: u16 = last(&flags, "secure-port")
@@ -330,7 +358,9 @@ pub(super) async fn kube_apiserver(args: Flags) -> anyhow::Result<()> {
             }
         }
     };
-    let always_allow = authorization(last(&flags, "authorization-mode").unwrap_or("AlwaysAllow"))?;
+    let always_allow = authorization(
+        &joined(&flags, "authorization-mode").unwrap_or_else(|| "AlwaysAllow".to_owned()),
+    )?;
     let anonymous = last(&flags, "anonymous-auth").unwrap_or("true") == "true";
     let simulation = krec_apiserver::controllers::Config {
         controllers: krec_apiserver::controllers::Selection::none(),
@@ -403,7 +433,8 @@ pub(super) async fn etcd(args: Flags) -> anyhow::Result<()> {
     }
     let flags = parse(&args.args, ETCD_FLAGS).map_err(anyhow::Error::msg)?;
     say_ignored(&flags, ETCD_FLAGS, "etcd");
-    let urls = last(&flags, "listen-client-urls").unwrap_or("http://localhost:2379");
+    let urls =
+        joined(&flags, "listen-client-urls").unwrap_or_else(|| "http://localhost:2379".to_owned());
     let json = |text: String| {
         move || async move {
             (
@@ -425,7 +456,7 @@ pub(super) async fn etcd(args: Flags) -> anyhow::Result<()> {
         );
     let stop = super::shutdown_signal();
     let mut servers = tokio::task::JoinSet::new();
-    for url in urls.split(',') {
+    for url in urls.split(',').filter(|u| !u.trim().is_empty()) {
         let address = url
             .trim()
             .strip_prefix("http://")
@@ -485,6 +516,19 @@ mod tests {
             Some("flag needs an argument: --cert-dir")
         );
         assert!(parse(&args("--allow-privileged=yes"), APISERVER_FLAGS).is_err());
+        // strconv.ParseBool's spellings; an empty value is unset; list flags append.
+        let flags = parse(
+            &args("--anonymous-auth=F --allow-privileged=1 --client-ca-file= --authorization-mode=Node --authorization-mode=RBAC,AlwaysAllow"),
+            APISERVER_FLAGS,
+        )
+        .expect("flags");
+        assert_eq!(last(&flags, "anonymous-auth"), Some("false"));
+        assert_eq!(last(&flags, "allow-privileged"), Some("true"));
+        assert_eq!(last(&flags, "client-ca-file"), None);
+        assert_eq!(
+            joined(&flags, "authorization-mode").as_deref(),
+            Some("Node,RBAC,AlwaysAllow")
+        );
     }
 
     #[test]

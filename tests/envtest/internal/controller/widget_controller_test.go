@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -106,11 +107,14 @@ var _ = Describe("Widget Controller", func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect((&WidgetReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}).SetupWithManager(mgr)).To(Succeed())
 			mgrCtx, stop := context.WithCancel(ctx)
-			defer stop()
+			stopped := make(chan struct{})
 			go func() {
 				defer GinkgoRecover()
+				defer close(stopped)
 				Expect(mgr.Start(mgrCtx)).To(Succeed())
 			}()
+			// The manager ends with the spec.
+			defer func() { stop(); <-stopped }()
 
 			key := types.NamespacedName{Name: "managed", Namespace: "default"}
 			managed := &appsexamplev1.Widget{
@@ -124,9 +128,15 @@ var _ = Describe("Widget Controller", func() {
 				g.Expect(*deployment.Spec.Replicas).To(Equal(int32(1)))
 			}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 
-			Expect(k8sClient.Get(ctx, key, managed)).To(Succeed())
-			managed.Spec.Size = size(3)
-			Expect(k8sClient.Update(ctx, managed)).To(Succeed())
+			// The controller writes the Widget's status meanwhile: retried on conflict, as a
+			// client updating a reconciled object must be.
+			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := k8sClient.Get(ctx, key, managed); err != nil {
+					return err
+				}
+				managed.Spec.Size = size(3)
+				return k8sClient.Update(ctx, managed)
+			})).To(Succeed())
 			Eventually(func(g Gomega) {
 				g.Expect(k8sClient.Get(ctx, key, deployment)).To(Succeed())
 				g.Expect(*deployment.Spec.Replicas).To(Equal(int32(3)))
@@ -135,8 +145,13 @@ var _ = Describe("Widget Controller", func() {
 			}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 
 			// A Deployment changed behind the controller's back is put right (Owns).
-			deployment.Spec.Replicas = size(7)
-			Expect(k8sClient.Update(ctx, deployment)).To(Succeed())
+			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := k8sClient.Get(ctx, key, deployment); err != nil {
+					return err
+				}
+				deployment.Spec.Replicas = size(7)
+				return k8sClient.Update(ctx, deployment)
+			})).To(Succeed())
 			Eventually(func(g Gomega) {
 				g.Expect(k8sClient.Get(ctx, key, deployment)).To(Succeed())
 				g.Expect(*deployment.Spec.Replicas).To(Equal(int32(3)))
@@ -167,7 +182,10 @@ var _ = Describe("Widget Controller", func() {
 				Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: "dev"}},
 			}
 			Expect(k8sClient.Create(ctx, binding)).To(Succeed())
-			Expect(janeClient.List(ctx, &appsexamplev1.WidgetList{}, client.InNamespace("default"))).To(Succeed())
+			// kube-apiserver's RBAC authorizer sees a new binding once its informer has it.
+			Eventually(func() error {
+				return janeClient.List(ctx, &appsexamplev1.WidgetList{}, client.InNamespace("default"))
+			}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 			err = janeClient.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}})
 			Expect(errors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		})
