@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
-use crate::tls::TlsError;
+use crate::error::TlsError;
 
 /// The certificates a client presented in its TLS handshake, leaf first: in the extensions of
 /// every request of the connection (absent when it presented none).

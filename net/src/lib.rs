@@ -4,4 +4,5 @@
 
 pub mod client_certs;
 pub mod connections;
+mod error;
 pub mod tls;

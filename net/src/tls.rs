@@ -27,27 +27,7 @@ pub struct Certificates {
 /// identity and existing kubeconfigs (and running clients) still trust it.
 pub const CA_KEY_FILE: &str = "ca-key.pem";
 
-/// TLS set-up failures.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// The CA key in the data directory could not be read or written.
-    #[error("{path}: {source}")]
-    KeyFile {
-        /// The key file.
-        path: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// Certificate generation failed.
-    #[error("generating certificates: {0}")]
-    Generate(#[from] rcgen::Error),
-    /// A PEM certificate or key could not be read.
-    #[error("reading PEM: {0}")]
-    Pem(String),
-    /// rustls refused the configuration.
-    #[error("configuring TLS: {0}")]
-    Config(#[from] rustls::Error),
-}
+pub use crate::error::TlsError;
 
 /// The CA key: read from `data_dir` if it holds one, else generated (and saved there, mode 0600).
 fn ca_key(data_dir: Option<&Path>) -> Result<KeyPair, TlsError> {

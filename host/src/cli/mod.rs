@@ -199,26 +199,14 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::New(args) => new::execute(args),
         Command::Check(args) => check::execute(args),
-        Command::Build(args) => match build::execute(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("krec build: {err:#}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Build(args) => exit_code("build", build::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
         Command::Cluster(args) => block_on("cluster", cluster::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
         Command::Dev(args) => block_on("dev", dev::execute(args)),
         Command::Run(args) => block_on("run", run::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
-        Command::Envtest(args) => match envtest::execute(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("krec envtest: {err:#}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Envtest(args) => exit_code("envtest", envtest::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
         Command::KubeApiserver(args) => block_on("kube-apiserver", envtest::kube_apiserver(args)),
         #[cfg(feature = "embedded-apiserver")]
@@ -230,6 +218,17 @@ pub fn main() -> ExitCode {
         Command::Record(args) => record::execute(args),
         Command::Replay(args) => replay::execute(args),
         Command::Diff(args) => diff::execute(args),
+    }
+}
+
+/// What `krec` exits with after `command` ended in `result` (its error said on stderr).
+fn exit_code(command: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("krec {command}: {err:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -321,13 +320,7 @@ fn block_on(
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(future) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("krec {command}: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(command, runtime.block_on(future))
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
