@@ -198,9 +198,7 @@ impl GuestModule {
             state.cpu_paused = std::time::Duration::ZERO;
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
-            instance.store.data_mut().start_cpu();
             let result = call(&instance.bindings, &mut instance.store).await;
-            let _ = instance.store.data_mut().charge_cpu(false);
             // An instance that trapped may be mid-way through anything: it is dropped.
             let value = result.map_err(|err| (classify(&err), one_line(&err)))?;
             if reuse && instance.store.data().limits.worth_keeping() {
@@ -211,6 +209,7 @@ impl GuestModule {
             }
             Ok(value)
         };
+        let run = super::cpu_clock::Metered::new(self.budgets.cpu.clone(), run);
         match tokio::time::timeout(timeout.saturating_add(HOST_CALL_GRACE), run).await {
             Ok(result) => result,
             Err(_) => {

@@ -7,8 +7,10 @@
 //!   than an equal share keep what they use; the heavy ones share the rest equally) — or, while
 //!   the machine has idle cores, of what they use plus what is idle, less a quarter kept free:
 //!   nobody is held back while cores idle. The rest stays with the host's own work and with the
-//!   light guests' bursts. Usage is charged while the guest runs (at every epoch tick and when a reconcile
-//!   ends) against a token bucket; a guest in debt is held back — its code yields to the
+//!   light guests' bursts. Usage — the CPU time of the threads running the guest's calls, not
+//!   the wall-clock time that passed (see [`super::cpu_clock`]) — is charged while the guest
+//!   runs (at every epoch tick and when a poll of its call returns) against a token bucket; a
+//!   guest in debt is held back — its code yields to the
 //!   runtime for the time that repays the debt, and its next reconcile waits before it starts —
 //!   like a CFS quota.
 //! - **Writes** ([`WriteLimiter`]): `limits.writeQps` writes per second with bursts of
@@ -104,6 +106,7 @@ impl CpuGovernor {
                 usage_at: now,
             }),
             throttled_nanos: AtomicU64::new(0),
+            charged_nanos: AtomicU64::new(0),
         });
         let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
         accounts.retain(|a| a.strong_count() > 0);
@@ -255,6 +258,8 @@ pub struct CpuAccount {
     bucket: Mutex<Bucket>,
     /// Time held back, not yet added to the metrics.
     throttled_nanos: AtomicU64,
+    /// CPU time charged so far.
+    charged_nanos: AtomicU64,
 }
 
 impl CpuAccount {
@@ -281,6 +286,10 @@ impl CpuAccount {
     /// Charge `used` CPU time; how long the guest must now be held back, if at all (the caller
     /// holds it back and says so with [`held_back`](Self::held_back)).
     pub fn charge(&self, used: Duration) -> Option<Duration> {
+        self.charged_nanos.fetch_add(
+            u64::try_from(used.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         let share = self.share();
         let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
@@ -316,6 +325,11 @@ impl CpuAccount {
             u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    /// CPU time charged to the guest so far.
+    pub fn charged(&self) -> Duration {
+        Duration::from_nanos(self.charged_nanos.load(Ordering::Relaxed))
     }
 
     /// Time held back since the last call, for `krec_guest_cpu_throttled_seconds_total`.

@@ -9,6 +9,7 @@
 mod admission;
 pub(crate) mod budget;
 mod compile_gate;
+pub(crate) mod cpu_clock;
 pub(crate) mod limits;
 pub(crate) mod log_budget;
 pub mod module_cache;
@@ -28,6 +29,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 pub use admission::{ConversionRefused, Review};
 pub use budget::{CPU_BURST, CpuAccount, CpuGovernor, GuestBudgets, MAX_CPU_PAUSE, WriteLimiter};
+use cpu_clock::Metered;
 pub use limits::{
     GuestLimiter, IDLE_GROWTH_ALLOWANCE, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES,
     MAX_TABLE_ELEMENTS, MAX_TABLES, MemoryPool,
@@ -742,8 +744,6 @@ fn new_store(
         first_call: None,
         metrics,
         budgets: module.budgets.clone(),
-        cpu_mark: Instant::now(),
-        host_time_mark: Duration::ZERO,
         cpu_paused: Duration::ZERO,
         read_only: false,
         wasi,
@@ -757,7 +757,7 @@ fn new_store(
         if Instant::now() >= state.deadline {
             return Err(DeadlineExceeded(timeout).into());
         }
-        Ok(match state.charge_cpu(true) {
+        Ok(match state.charge_cpu() {
             Some(pause) => UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(pause))),
             None => UpdateDeadline::Yield(1),
         })
@@ -920,7 +920,10 @@ impl GuestWorker {
         let timeout = module.manifest.spec.limits.timeout;
         let started = tokio::time::timeout(
             timeout.saturating_add(HOST_CALL_GRACE),
-            Self::instantiate(&module, &cluster, self.metrics.clone(), self.clock.as_ref()),
+            Metered::new(
+                module.budgets.cpu.clone(),
+                Self::instantiate(&module, &cluster, self.metrics.clone(), self.clock.as_ref()),
+            ),
         )
         .await
         .unwrap_or_else(|_| {
@@ -1027,13 +1030,10 @@ impl GuestWorker {
                 name: name.to_owned(),
             };
             let started = Instant::now();
-            instance.store.data_mut().start_cpu();
             let outcome = instance
                 .bindings
                 .call_reconcile(&mut instance.store, &wit_request)
                 .await;
-            // What the last stretch used; a debt is paid before the next reconcile.
-            let _ = instance.store.data_mut().charge_cpu(false);
             let state = instance.store.data();
             let usage = Usage {
                 guest_time: started
@@ -1050,6 +1050,7 @@ impl GuestWorker {
                 Err(err) => Err((classify(&err), err)),
             }
         };
+        let run = Metered::new(self.module.budgets.cpu.clone(), run);
         let (instance, result, usage) = match tokio::time::timeout(outer, run).await {
             Ok(Ok(done)) => done,
             Ok(Err((cause, err))) => return Err(trap(cause, &err)),

@@ -31,10 +31,6 @@ pub struct HostState {
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The guest's budgets (log, CPU, writes), shared by all its workers and instances.
     pub budgets: Arc<super::budget::GuestBudgets>,
-    /// When guest code was last charged to its CPU account.
-    pub cpu_mark: Instant,
-    /// `host_time` when guest code was last charged.
-    pub host_time_mark: std::time::Duration,
     /// Time the current reconcile was held back for its CPU budget.
     pub cpu_paused: std::time::Duration,
     /// Serving an admission review: every write (`client` writes, Events) is refused.
@@ -49,33 +45,16 @@ impl HostState {
         &self.manifest.name
     }
 
-    /// Start counting the guest's CPU from now (entering guest code).
-    pub fn start_cpu(&mut self) {
-        self.cpu_mark = Instant::now();
-        self.host_time_mark = self.host_time;
-    }
-
-    /// Charge the guest's CPU account with the time since the last charge, less the time spent
-    /// in host calls; how long the guest must now be held back, if at all. With `hold`, the
-    /// caller holds it back for that long (and it is counted so); without, the debt is paid
-    /// before the next reconcile.
-    pub fn charge_cpu(&mut self, hold: bool) -> Option<std::time::Duration> {
-        let now = Instant::now();
-        let wall = now.saturating_duration_since(self.cpu_mark);
-        let in_host = self.host_time.saturating_sub(self.host_time_mark);
-        let pause = self
-            .budgets
-            .cpu
-            .charge(wall.saturating_sub(in_host))
-            .filter(|_| hold);
-        if let Some(pause) = pause {
-            // The pause is not the guest's time.
-            self.budgets.cpu.held_back(pause);
-            self.cpu_paused += pause;
-        }
-        self.cpu_mark = now + pause.unwrap_or_default();
-        self.host_time_mark = self.host_time;
-        pause
+    /// Charge the guest's CPU account with the CPU its call used since the last charge
+    /// ([`cpu_clock`](super::cpu_clock): the thread's CPU time while the call is polled); how
+    /// long the guest must now be held back, if at all — and it is, for that long, counted so.
+    pub fn charge_cpu(&mut self) -> Option<std::time::Duration> {
+        let used = super::cpu_clock::take_since_mark();
+        let pause = self.budgets.cpu.charge(used)?;
+        // The pause is not the guest's time.
+        self.budgets.cpu.held_back(pause);
+        self.cpu_paused += pause;
+        Some(pause)
     }
 }
 

@@ -36,8 +36,8 @@ func (m *Misbehave) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	case "oom":
 		for {
 			chunk := make([]byte, 1<<20)
-			for i := range chunk {
-				chunk[i] = byte(i) // touched: not a lazily zeroed page
+			for i := 0; i < len(chunk); i += 4096 {
+				chunk[i] = 1 // every page touched: resident, not a lazily zeroed page
 			}
 			hoard = append(hoard, chunk)
 		}
