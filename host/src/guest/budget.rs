@@ -8,7 +8,7 @@
 //!   the machine has idle cores, of what they use plus what is idle, less a quarter kept free:
 //!   nobody is held back while cores idle. The rest stays with the host's own work and with the
 //!   light guests' bursts. Usage — the CPU time of the threads running the guest's calls, not
-//!   the wall-clock time that passed (see [`super::cpu_clock`]) — is charged while the guest
+//!   the wall-clock time that passed (see `cpu_clock`) — is charged while the guest
 //!   runs (at every epoch tick and when a poll of its call returns) against a token bucket; a
 //!   guest in debt is held back — its code yields to the
 //!   runtime for the time that repays the debt, and its next reconcile waits before it starts —

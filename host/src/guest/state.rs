@@ -46,7 +46,7 @@ impl HostState {
     }
 
     /// Charge the guest's CPU account with the CPU its call used since the last charge
-    /// ([`cpu_clock`](super::cpu_clock): the thread's CPU time while the call is polled); how
+    /// (`cpu_clock`: the thread's CPU time while the call is polled); how
     /// long the guest must now be held back, if at all — and it is, for that long, counted so.
     pub fn charge_cpu(&mut self) -> Option<std::time::Duration> {
         let used = super::cpu_clock::take_since_mark();
