@@ -41,7 +41,6 @@ pub mod metrics;
 pub mod native;
 pub mod objects;
 pub mod oci;
-pub(crate) mod oci_pull;
 pub mod progress;
 pub mod queue;
 pub mod rbac;

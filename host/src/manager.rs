@@ -438,7 +438,7 @@ pub const PULL_DEADLINE: Duration = Duration::from_secs(120);
 
 /// A pull going on in the background: the module's file and manifest digest, or why not.
 type PullTask = (
-    tokio::task::JoinHandle<Result<(PathBuf, String), String>>,
+    tokio::task::JoinHandle<Result<(PathBuf, String), crate::oci::OciError>>,
     Background,
 );
 
@@ -1252,14 +1252,17 @@ impl Manager {
         let Some(Ok(reference)) = crate::oci::reference(module) else {
             return Ok(None);
         };
-        let auth = self
-            .registry_auth(manifest, &reference)
-            .await
-            .map_err(|problem| ManifestError::Pull {
-                path: manifest.path.clone(),
-                field: "spec.pullSecret",
-                problem,
-            })?;
+        let auth = crate::oci::pull_secret_auth(
+            self.inner.cache.api(),
+            manifest.spec.pull_secret.as_ref(),
+            reference.resolve_registry(),
+        )
+        .await
+        .map_err(|err| ManifestError::Pull {
+            path: manifest.path.clone(),
+            field: "spec.pullSecret",
+            problem: err.to_string(),
+        })?;
         let key = format!("{}\u{0}{}", manifest.name, module.display());
         let pending = self
             .inner
@@ -1283,11 +1286,12 @@ impl Manager {
                     )
                     .await
                     .unwrap_or_else(|_| {
-                        Err(format!(
-                            "{}{}: the registry did not finish the pull within {PULL_DEADLINE:?}",
-                            crate::oci::SCHEME,
-                            reference.whole()
-                        ))
+                        Err(crate::oci::OciError::Registry {
+                            reference: reference.whole(),
+                            problem: format!(
+                                "the registry did not finish the pull within {PULL_DEADLINE:?}"
+                            ),
+                        })
                     });
                     ended.ended(&done);
                     fetched
@@ -1316,51 +1320,19 @@ impl Manager {
                 reference: module.display().to_string(),
             });
         };
-        let fetched = joined.unwrap_or_else(|err| Err(format!("the pull stopped: {err}")));
-        match fetched {
-            Ok(pulled) => Ok(Some(pulled)),
-            Err(problem) => Err(ManifestError::Pull {
+        match joined {
+            Ok(Ok(pulled)) => Ok(Some(pulled)),
+            Ok(Err(err)) => Err(ManifestError::Pull {
                 path: manifest.path.clone(),
                 field,
-                problem,
+                problem: err.to_string(),
+            }),
+            Err(stopped) => Err(ManifestError::Pull {
+                path: manifest.path.clone(),
+                field,
+                problem: format!("the pull stopped: {stopped}"),
             }),
         }
-    }
-
-    /// The credentials `manifest`'s `pullSecret` holds for `reference`'s registry (read from the
-    /// API server, never cached), or none.
-    async fn registry_auth(
-        &self,
-        manifest: &Manifest,
-        reference: &crate::oci::Reference,
-    ) -> Result<crate::oci::RegistryAuth, String> {
-        use base64::Engine as _;
-        let Some(secret) = &manifest.spec.pull_secret else {
-            return Ok(crate::oci::RegistryAuth::Anonymous);
-        };
-        let Some(namespace) = &secret.namespace else {
-            return Err(
-                "namespace: required (only a Reconciler's defaults to its own namespace)".into(),
-            );
-        };
-        let shown = format!("Secret {namespace}/{}", secret.name);
-        let object = self
-            .inner
-            .cache
-            .api()
-            .get(&Gvk::new("", "v1", "Secret"), Some(namespace), &secret.name)
-            .await
-            .map_err(|err| format!("reading {shown}: {err}"))?;
-        let data = object["data"][".dockerconfigjson"]
-            .as_str()
-            .ok_or_else(|| {
-                format!("{shown} has no .dockerconfigjson (is it of type kubernetes.io/dockerconfigjson?)")
-            })?;
-        let config = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .map_err(|err| format!("{shown}: {err}"))?;
-        crate::oci::auth_from_docker_config(&config, reference.resolve_registry())
-            .map_err(|err| format!("{shown}: {err}"))
     }
 
     /// How often the running guests' module tags are to be resolved again (the shortest

@@ -106,7 +106,7 @@ impl Manifest {
         validate_spec(&spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         configure(&mut spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         match crate::oci::reference(&spec.module) {
-            Some(Err(problem)) => return Err(invalid("spec.module", problem)),
+            Some(Err(problem)) => return Err(invalid("spec.module", problem.to_string())),
             // Pulled when the guest loads (see `crate::oci`).
             Some(Ok(_)) => {}
             None if spec.module.is_relative() => spec.module = module_base.join(&spec.module),
@@ -114,7 +114,9 @@ impl Manifest {
         }
         if let Some(rollout) = &mut spec.rollout {
             match crate::oci::reference(&rollout.candidate) {
-                Some(Err(problem)) => return Err(invalid("spec.rollout.candidate", problem)),
+                Some(Err(problem)) => {
+                    return Err(invalid("spec.rollout.candidate", problem.to_string()));
+                }
                 // Pulled when the guest loads, as `spec.module` is.
                 Some(Ok(_)) => {}
                 None if rollout.candidate.is_relative() => {

@@ -1,15 +1,5 @@
-//! Modules from OCI registries: `spec.module: oci://HOST[:PORT]/REPOSITORY:TAG` (or
-//! `@sha256:DIGEST`), in the CNCF Wasm OCI artifact layout — a manifest whose config is
-//! `application/vnd.wasm.config.v0+json` and whose one layer is the `application/wasm`
-//! component, what `wkg oci push` and [`Registries::push`] (`krec push`) write.
-//!
-//! A pulled module is verified against its digests (the manifest's against the reference or the
-//! resolved digest, the layer's against the manifest, and again here) and kept in a local store
-//! by layer digest, so a digest already pulled never touches the network. A tag is resolved to a
-//! digest (one `HEAD`) when first seen and, with the pull policy `Always` (the default), again
-//! every `spec.pull.every`: moving a tag swaps the guest in every replica. A resolution or pull
-//! that fails is an error of that guest's manifest, so the version it runs keeps running and the
-//! reload is retried with backoff.
+//! [`Registries`]: one host's registry clients and its local store of pulled modules —
+//! resolving tags, pulling and verifying artifacts, keeping them by digest, and pushing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -17,48 +7,18 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use oci_client::Client;
-pub use oci_client::Reference;
+use oci_client::Reference;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
-use oci_client::manifest::OciImageManifest;
-pub use oci_client::secrets::RegistryAuth;
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 
+use super::artifact::{
+    OCI_MANIFEST, SCHEME, WASM_CONFIG, WASM_LAYER, component_names, install_crypto,
+};
+use super::error::OciError;
+use super::pull::Pull;
 use crate::manifest::{PullPolicy, PullSpec};
-
-/// What `spec.module` starts with to name a module in a registry.
-pub const SCHEME: &str = "oci://";
-/// The config media type of a Wasm OCI artifact.
-pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
-/// The media type of its one layer, the component.
-pub const WASM_LAYER: &str = "application/wasm";
-/// The OCI image manifest media type.
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-
-/// Make ring the TLS crypto provider of the process (the registry client's rustls has none of
-/// its own); harmless when one is installed already.
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// The registry reference `module` names, if it is an `oci://` one (`Err`: it is one, and it is
-/// malformed).
-pub fn reference(module: &Path) -> Option<Result<Reference, String>> {
-    let text = module.to_str()?;
-    let rest = text.strip_prefix(SCHEME)?;
-    Some(parse(text, rest))
-}
-
-fn parse(text: &str, rest: &str) -> Result<Reference, String> {
-    let usage =
-        "expected oci://HOST[:PORT]/REPOSITORY:TAG or oci://HOST[:PORT]/REPOSITORY@sha256:DIGEST";
-    // Without a registry host, the reference would silently mean Docker Hub.
-    let host = rest.split('/').next().unwrap_or_default();
-    if !rest.contains('/') || !(host.contains('.') || host.contains(':') || host == "localhost") {
-        return Err(format!("{text:?} names no registry: {usage}"));
-    }
-    rest.parse::<Reference>()
-        .map_err(|err| format!("{text:?} is not an OCI reference ({err}): {usage}"))
-}
 
 /// The OCI clients and the local store of pulled modules of one host.
 #[derive(Debug)]
@@ -112,17 +72,13 @@ impl Registries {
         self
     }
 
-    /// The HTTP of a pull of `reference` with `auth` (see [`crate::oci_pull`]).
-    fn puller(
-        &self,
-        reference: &Reference,
-        auth: &RegistryAuth,
-    ) -> Result<crate::oci_pull::Pull, String> {
+    /// The HTTP of a pull of `reference` with `auth` (see `pull`).
+    fn puller(&self, reference: &Reference, auth: &RegistryAuth) -> Result<Pull, OciError> {
         let insecure = self
             .insecure
             .iter()
             .any(|i| i == reference.registry() || i == reference.resolve_registry());
-        crate::oci_pull::Pull::new(reference, auth, insecure, &self.trusted)
+        Pull::new(reference, auth, insecure, &self.trusted)
     }
 
     /// Registries keeping pulled modules in a directory of this process's own, none insecure.
@@ -135,7 +91,7 @@ impl Registries {
         std::env::temp_dir().join(format!("krec-oci-{}", std::process::id()))
     }
 
-    fn client(&self) -> Result<Client, String> {
+    fn client(&self) -> Result<Client, OciError> {
         install_crypto();
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
@@ -146,7 +102,7 @@ impl Registries {
             read_timeout: Some(Duration::from_secs(30)),
             ..Default::default()
         };
-        Client::try_from(config).map_err(|err| format!("creating the registry client: {err}"))
+        Client::try_from(config).map_err(|err| OciError::Client(err.to_string()))
     }
 
     fn blob(&self, digest: &str) -> PathBuf {
@@ -186,7 +142,7 @@ impl Registries {
         reference: &Reference,
         auth: &RegistryAuth,
         pull: &PullSpec,
-    ) -> Result<String, String> {
+    ) -> Result<String, OciError> {
         if let Some(digest) = reference.digest() {
             return Ok(digest.to_owned());
         }
@@ -203,9 +159,9 @@ impl Registries {
                 return Ok(digest);
             }
             (PullPolicy::Never, None) => {
-                return Err(format!(
-                    "{SCHEME}{} was never resolved here and spec.pull.policy is Never",
-                    key.0
+                return Err(OciError::policy(
+                    reference,
+                    "was never resolved here and spec.pull.policy is Never",
                 ));
             }
             _ => {}
@@ -230,26 +186,31 @@ impl Registries {
         reference: &Reference,
         auth: &RegistryAuth,
         pull: &PullSpec,
-    ) -> Result<(PathBuf, String), String> {
+    ) -> Result<(PathBuf, String), OciError> {
         // A component file's digest (status.moduleDigest) where an artifact's belongs.
         if let Some(named) = reference.digest()
             && self.blob(named).is_file()
             && !self.link(reference, named).is_file()
         {
-            return Err(format!(
-                "{SCHEME}{}: {named} is the digest of the component file (status.moduleDigest), not of its artifact: name the artifact's digest (status.digest, what `krec push` prints)",
-                reference.whole()
+            return Err(OciError::registry(
+                reference,
+                format!(
+                    "{named} is the digest of the component file (status.moduleDigest), not of its artifact: name the artifact's digest (status.digest, what `krec push` prints)"
+                ),
             ));
         }
-        self.fetch_pinned(reference, auth, pull).await.map_err(|err| {
-            if reference.digest().is_some() && err.contains("answered") {
-                format!(
-                    "{err} (a reference's @sha256: digest names the artifact — status.digest, what `krec push` prints — not the component file's sha256)"
-                )
-            } else {
-                err
-            }
-        })
+        self.fetch_pinned(reference, auth, pull)
+            .await
+            .map_err(|err| match &err {
+                OciError::Registry { problem, .. }
+                    if reference.digest().is_some() && problem.contains("answered") =>
+                {
+                    err.with_hint(
+                        " (a reference's @sha256: digest names the artifact — status.digest, what `krec push` prints — not the component file's sha256)",
+                    )
+                }
+                _ => err,
+            })
     }
 
     /// [`fetch`](Self::fetch) past its check of the digest named.
@@ -258,7 +219,7 @@ impl Registries {
         reference: &Reference,
         auth: &RegistryAuth,
         pull: &PullSpec,
-    ) -> Result<(PathBuf, String), String> {
+    ) -> Result<(PathBuf, String), OciError> {
         let digest = self.digest_of(reference, auth, pull).await?;
         let pinned = reference.clone_with_digest(digest.clone());
         let access = (pinned.whole(), fingerprint(auth));
@@ -271,9 +232,9 @@ impl Registries {
                     .unwrap_or_else(|e| e.into_inner())
                     .contains(&access);
                 if !verified && pull.policy == PullPolicy::Never {
-                    return Err(format!(
-                        "{SCHEME}{} is kept here but was never read with these credentials, and spec.pull.policy is Never",
-                        reference.whole()
+                    return Err(OciError::policy(
+                        reference,
+                        "is kept here but was never read with these credentials, and spec.pull.policy is Never",
                     ));
                 }
                 if !verified {
@@ -288,9 +249,9 @@ impl Registries {
             }
         }
         if pull.policy == PullPolicy::Never {
-            return Err(format!(
-                "{SCHEME}{} is not kept here and spec.pull.policy is Never",
-                reference.whole()
+            return Err(OciError::policy(
+                reference,
+                "is not kept here and spec.pull.policy is Never",
             ));
         }
         let puller = self.puller(&pinned, auth)?;
@@ -300,10 +261,12 @@ impl Registries {
         let bytes = puller.blob(&layer.digest, max).await?;
         let actual = crate::guest::module_cache::digest(&bytes);
         if actual != layer.digest {
-            return Err(format!(
-                "{SCHEME}{}: the layer's content has digest {actual}, not {}",
-                reference.whole(),
-                layer.digest
+            return Err(OciError::registry(
+                reference,
+                format!(
+                    "the layer's content has digest {actual}, not {}",
+                    layer.digest
+                ),
             ));
         }
         let file = self.blob(&layer.digest);
@@ -331,11 +294,21 @@ impl Registries {
         file: &Path,
         reference: &Reference,
         auth: &RegistryAuth,
-    ) -> Result<String, String> {
-        let bytes =
-            crate::guest::read_module(file).map_err(|err| format!("{}: {err}", file.display()))?;
-        component_names(&bytes)
-            .map_err(|err| format!("{}: not a WebAssembly component: {err}", file.display()))?;
+    ) -> Result<String, OciError> {
+        let refused = |problem: String| OciError::Module {
+            path: file.to_owned(),
+            problem,
+        };
+        let bytes = crate::guest::read_module(file).map_err(|err| refused(err.to_string()))?;
+        match component_names(&bytes) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(refused(
+                    "not a WebAssembly component: it is a core module or something else".into(),
+                ));
+            }
+            Err(err) => return Err(refused(format!("not a WebAssembly component: {err}"))),
+        }
         let title = file
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -356,8 +329,8 @@ impl Registries {
         title: &str,
         reference: &Reference,
         auth: &RegistryAuth,
-    ) -> Result<String, String> {
-        let (imports, exports) = component_names(&bytes).unwrap_or_default();
+    ) -> Result<String, OciError> {
+        let names = component_names(&bytes).ok().flatten().unwrap_or_default();
         let layer_digest = crate::guest::module_cache::digest(&bytes);
         let title = title.to_owned();
         let layer = ImageLayer::new(
@@ -377,7 +350,7 @@ impl Registries {
             "architecture": "wasm",
             "os": "wasip2",
             "layerDigests": [layer_digest],
-            "component": {"exports": exports, "imports": imports, "target": null},
+            "component": {"exports": names.exports, "imports": names.imports, "target": null},
         });
         let config = Config::new(
             serde_json::to_vec(&config).unwrap_or_default(),
@@ -397,97 +370,52 @@ impl Registries {
             .next()
             .filter(|d| d.starts_with("sha256:"))
             .map(str::to_owned)
-            .ok_or_else(|| format!("the registry answered {:?}", pushed.manifest_url))
+            .ok_or_else(|| {
+                OciError::registry(
+                    reference,
+                    format!("the registry answered {:?}", pushed.manifest_url),
+                )
+            })
     }
-}
-
-/// The credentials for `registry` (`host[:port]`, as a reference names it) in a Docker config
-/// (a `kubernetes.io/dockerconfigjson` Secret's `.dockerconfigjson`), matched as the kubelet
-/// matches them: by host (and port), `https://` and `/v1/`, `/v2/` paths aside; an `auth`
-/// (base64 `user:password`) wins over `username` and `password`. `Anonymous` when none matches.
-///
-/// # Errors
-///
-/// When the text is not a Docker config.
-pub fn auth_from_docker_config(config: &[u8], registry: &str) -> Result<RegistryAuth, String> {
-    use base64::Engine as _;
-    #[derive(serde::Deserialize)]
-    struct DockerConfig {
-        #[serde(default)]
-        auths: HashMap<String, Entry>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        #[serde(default)]
-        username: String,
-        #[serde(default)]
-        password: String,
-        #[serde(default)]
-        auth: String,
-    }
-    let config: DockerConfig = serde_json::from_slice(config)
-        .map_err(|err| format!("not a Docker config (.dockerconfigjson): {err}"))?;
-    let host_of = |key: &str| {
-        let key = key
-            .strip_prefix("https://")
-            .or_else(|| key.strip_prefix("http://"))
-            .unwrap_or(key);
-        let host = key.split('/').next().unwrap_or_default();
-        host.to_owned()
-    };
-    let Some(entry) = config
-        .auths
-        .iter()
-        .find(|(key, _)| host_of(key) == registry)
-        .map(|(_, entry)| entry)
-    else {
-        return Ok(RegistryAuth::Anonymous);
-    };
-    if !entry.auth.is_empty() {
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(entry.auth.trim())
-            .map_err(|err| format!("auths[{registry:?}].auth is not base64: {err}"))?;
-        let text = String::from_utf8_lossy(&decoded);
-        let (user, password) = text
-            .split_once(':')
-            .ok_or_else(|| format!("auths[{registry:?}].auth is not user:password"))?;
-        return Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()));
-    }
-    Ok(RegistryAuth::Basic(
-        entry.username.clone(),
-        entry.password.clone(),
-    ))
 }
 
 /// The one `application/wasm` layer of a CNCF Wasm artifact's `manifest`.
 fn wasm_layer<'a>(
     reference: &Reference,
     manifest: &'a OciImageManifest,
-) -> Result<&'a oci_client::manifest::OciDescriptor, String> {
-    let whole = reference.whole();
+) -> Result<&'a OciDescriptor, OciError> {
     if manifest.config.media_type != WASM_CONFIG {
-        return Err(format!(
-            "{SCHEME}{whole} is no Wasm component artifact: its config is {:?}, not {WASM_CONFIG:?} (push it with `krec push` or `wkg oci push`)",
-            manifest.config.media_type
+        return Err(OciError::registry(
+            reference,
+            format!(
+                "is no Wasm component artifact: its config is {:?}, not {WASM_CONFIG:?} (push it with `krec push` or `wkg oci push`)",
+                manifest.config.media_type
+            ),
         ));
     }
     let [layer] = manifest.layers.as_slice() else {
-        return Err(format!(
-            "{SCHEME}{whole} has {} layers: a Wasm component artifact has exactly one",
-            manifest.layers.len()
+        return Err(OciError::registry(
+            reference,
+            format!(
+                "has {} layers: a Wasm component artifact has exactly one",
+                manifest.layers.len()
+            ),
         ));
     };
     if layer.media_type != WASM_LAYER {
-        return Err(format!(
-            "{SCHEME}{whole}: its layer is {:?}, not {WASM_LAYER:?}",
-            layer.media_type
+        return Err(OciError::registry(
+            reference,
+            format!("its layer is {:?}, not {WASM_LAYER:?}", layer.media_type),
         ));
     }
     if u64::try_from(layer.size).unwrap_or(u64::MAX) > crate::files::MAX_MODULE_BYTES {
-        return Err(format!(
-            "{SCHEME}{whole}: its layer is {} bytes, more than a module may be ({})",
-            layer.size,
-            crate::files::MAX_MODULE_BYTES
+        return Err(OciError::registry(
+            reference,
+            format!(
+                "its layer is {} bytes, more than a module may be ({})",
+                layer.size,
+                crate::files::MAX_MODULE_BYTES
+            ),
         ));
     }
     Ok(layer)
@@ -496,7 +424,7 @@ fn wasm_layer<'a>(
 /// A registry error as a sentence naming the reference.
 /// What went wrong talking to a registry (a push's), naming the reference — its status code and
 /// error codes, never the body it answered with.
-fn describe(reference: &Reference, err: &oci_client::errors::OciDistributionError) -> String {
+fn describe(reference: &Reference, err: &oci_client::errors::OciDistributionError) -> OciError {
     use oci_client::errors::OciDistributionError as E;
     let problem = match err {
         E::ServerError { code, .. } => format!("the registry answered {code}"),
@@ -529,10 +457,10 @@ fn describe(reference: &Reference, err: &oci_client::errors::OciDistributionErro
         }
         other => other.to_string(),
     };
-    format!("{SCHEME}{}: {problem}", reference.whole())
+    OciError::registry(reference, problem)
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OciError> {
     let write = || -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -541,41 +469,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, path)
     };
-    write().map_err(|err| format!("keeping {}: {err}", path.display()))
-}
-
-/// The names a component imports and exports at its top level.
-fn component_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
-    use wasmparser::{Parser, Payload};
-    let (mut imports, mut exports) = (Vec::new(), Vec::new());
-    let mut depth = 0usize;
-    let mut component = false;
-    for payload in Parser::new(0).parse_all(bytes) {
-        match payload.map_err(|e| e.to_string())? {
-            Payload::Version { encoding, .. } => {
-                depth += 1;
-                if depth == 1 {
-                    component = encoding == wasmparser::Encoding::Component;
-                }
-            }
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::ComponentImportSection(reader) if depth == 1 => {
-                for import in reader {
-                    imports.push(import.map_err(|e| e.to_string())?.name.name.to_owned());
-                }
-            }
-            Payload::ComponentExportSection(reader) if depth == 1 => {
-                for export in reader {
-                    exports.push(export.map_err(|e| e.to_string())?.name.name.to_owned());
-                }
-            }
-            _ => {}
-        }
-    }
-    if !component {
-        return Err("it is a core module or something else".into());
-    }
-    Ok((imports, exports))
+    write().map_err(|error| OciError::Store {
+        path: path.to_owned(),
+        error,
+    })
 }
 
 #[cfg(test)]
@@ -635,58 +532,6 @@ mod tests {
             .fetch(&claimed, &RegistryAuth::Anonymous, &pull)
             .await
             .expect_err("another repository's claim is pulled, and fails");
-        assert!(err.contains("answered 404"), "{err}");
-    }
-
-    #[test]
-    fn oci_references_should_name_their_registry() {
-        let ok = reference(Path::new("oci://127.0.0.1:5000/team/pod-counter:v1"))
-            .expect("oci")
-            .expect("valid");
-        assert_eq!(ok.registry(), "127.0.0.1:5000");
-        assert_eq!(ok.repository(), "team/pod-counter");
-        assert_eq!(ok.tag(), Some("v1"));
-        let pinned = format!("oci://ghcr.io/a/b@sha256:{}", "0".repeat(64));
-        let pinned = reference(Path::new(&pinned)).expect("oci").expect("valid");
-        assert!(pinned.digest().is_some());
-        assert!(reference(Path::new("pod_counter.wasm")).is_none(), "a file");
-        for bad in [
-            "oci://pod-counter:v1",
-            "oci://team/pod-counter:v1",
-            "oci://ghcr.io/A b",
-        ] {
-            let err = reference(Path::new(bad)).expect("oci").expect_err(bad);
-            assert!(err.contains("oci://HOST[:PORT]/REPOSITORY:TAG"), "{err}");
-        }
-    }
-
-    #[test]
-    fn docker_config_credentials_should_match_the_registry_as_the_kubelet_does() {
-        let config = br#"{"auths": {
-            "https://ghcr.io/v2/": {"auth": "dTE6cDE6eA=="},
-            "127.0.0.1:5000": {"username": "u2", "password": "p2"},
-            "https://index.docker.io/v1/": {"username": "hub", "password": "h"}}}"#;
-        let shown = |registry: &str| match auth_from_docker_config(config, registry) {
-            Ok(RegistryAuth::Basic(u, p)) => format!("{u}:{p}"),
-            Ok(RegistryAuth::Anonymous) => "anonymous".into(),
-            other => format!("{other:?}"),
-        };
-        assert_eq!(shown("ghcr.io"), "u1:p1:x", "split at the first colon");
-        assert_eq!(shown("127.0.0.1:5000"), "u2:p2");
-        assert_eq!(shown("index.docker.io"), "hub:h");
-        assert_eq!(shown("127.0.0.1:5001"), "anonymous");
-        assert!(auth_from_docker_config(b"not json", "x").is_err());
-    }
-
-    #[test]
-    fn a_core_module_should_not_pass_for_a_component() {
-        let core = wat_module();
-        assert!(component_names(&core).is_err());
-        assert!(component_names(b"junk").is_err());
-    }
-
-    fn wat_module() -> Vec<u8> {
-        // `(module)`: the smallest core module.
-        vec![0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]
+        assert!(err.to_string().contains("answered 404"), "{err}");
     }
 }

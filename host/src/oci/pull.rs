@@ -14,7 +14,8 @@ use oci_client::secrets::RegistryAuth;
 use reqwest::header::{ACCEPT, HeaderValue, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode};
 
-use super::oci::{OCI_MANIFEST, SCHEME, install_crypto};
+use super::artifact::{OCI_MANIFEST, install_crypto};
+use super::error::OciError;
 
 /// The media types a manifest is asked for in.
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json";
@@ -75,7 +76,7 @@ impl Pull {
         auth: &RegistryAuth,
         insecure: bool,
         trusted: &[String],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, OciError> {
         install_crypto();
         let registry = reference.resolve_registry().to_owned();
         let own = registry_authority(&registry, insecure);
@@ -97,7 +98,7 @@ impl Pull {
             .connect_timeout(Duration::from_secs(10))
             .read_timeout(Duration::from_secs(30))
             .build()
-            .map_err(|err| format!("creating the registry client: {err}"))?;
+            .map_err(|err| OciError::Client(err.to_string()))?;
         let scheme = if insecure { "http" } else { "https" };
         Ok(Pull {
             http,
@@ -111,12 +112,12 @@ impl Pull {
     }
 
     /// `problem`, naming the reference.
-    fn error(&self, problem: impl std::fmt::Display) -> String {
-        format!("{SCHEME}{}: {problem}", self.reference.whole())
+    fn error(&self, problem: impl ToString) -> OciError {
+        OciError::registry(&self.reference, problem)
     }
 
     /// A request error in words: what failed, with a hint for a registry that speaks HTTP.
-    fn request_error(&self, what: &str, err: &reqwest::Error) -> String {
+    fn request_error(&self, what: &str, err: &reqwest::Error) -> OciError {
         let mut text = format!("{what}: {err}");
         let mut source = std::error::Error::source(err);
         while let Some(cause) = source {
@@ -139,7 +140,7 @@ impl Pull {
         path: &str,
         accept: Option<&str>,
         what: &str,
-    ) -> Result<reqwest::Response, String> {
+    ) -> Result<reqwest::Response, OciError> {
         let url = format!("{}/{path}", self.base);
         for attempt in 0..2 {
             let mut request = self.http.request(method.clone(), &url);
@@ -190,7 +191,7 @@ impl Pull {
 
     /// A token from the realm of a `Bearer` challenge — only on the registry's host or a
     /// trusted one.
-    async fn token_for(&self, challenge: &str) -> Result<String, String> {
+    async fn token_for(&self, challenge: &str) -> Result<String, OciError> {
         let mut params = std::collections::BTreeMap::new();
         for part in challenge["Bearer".len().min(challenge.len())..].split(',') {
             if let Some((key, value)) = part.trim().split_once('=') {
@@ -237,9 +238,9 @@ impl Pull {
                 status.canonical_reason().unwrap_or("")
             )));
         }
-        let body = read_limited(response, MAX_TOKEN_BYTES)
-            .await
-            .map_err(|problem| self.error(format!("the token: {problem}")))?;
+        let body = self
+            .read_limited(response, MAX_TOKEN_BYTES, "the token")
+            .await?;
         let answer: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|_| self.error("the registry's token answer is not JSON"))?;
         answer["token"]
@@ -250,7 +251,7 @@ impl Pull {
     }
 
     /// The digest of the manifest the reference names (its tag's, resolved).
-    pub(crate) async fn manifest_digest(&self) -> Result<String, String> {
+    pub(crate) async fn manifest_digest(&self) -> Result<String, OciError> {
         let tag = self
             .reference
             .digest()
@@ -283,7 +284,7 @@ impl Pull {
     pub(crate) async fn manifest(
         &self,
         reference: &str,
-    ) -> Result<(OciImageManifest, String), String> {
+    ) -> Result<(OciImageManifest, String), OciError> {
         let response = self
             .send(
                 Method::GET,
@@ -297,9 +298,9 @@ impl Pull {
             .get(reqwest::header::CONTENT_TYPE)
             .cloned()
             .unwrap_or_else(|| HeaderValue::from_static(OCI_MANIFEST));
-        let bytes = read_limited(response, MAX_MANIFEST_BYTES)
-            .await
-            .map_err(|problem| self.error(format!("the manifest: {problem}")))?;
+        let bytes = self
+            .read_limited(response, MAX_MANIFEST_BYTES, "the manifest")
+            .await?;
         let digest = crate::guest::module_cache::digest(&bytes);
         if reference.starts_with("sha256:") && digest != reference {
             return Err(self.error(format!(
@@ -321,30 +322,33 @@ impl Pull {
     }
 
     /// The blob `digest`, at most `max` bytes.
-    pub(crate) async fn blob(&self, digest: &str, max: usize) -> Result<Vec<u8>, String> {
+    pub(crate) async fn blob(&self, digest: &str, max: usize) -> Result<Vec<u8>, OciError> {
         let response = self
             .send(Method::GET, &format!("blobs/{digest}"), None, "layer")
             .await?;
-        read_limited(response, max)
-            .await
-            .map_err(|problem| self.error(format!("the layer: {problem}")))
+        self.read_limited(response, max, "the layer").await
     }
-}
 
-/// The body of `response`, at most `max` bytes.
-async fn read_limited(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|err| format!("reading the answer: {err}"))?
-    {
-        if body.len() + chunk.len() > max {
-            return Err(format!("the answer is larger than {max} bytes"));
+    /// The body of `response` (`what` it is), at most `max` bytes.
+    async fn read_limited(
+        &self,
+        mut response: reqwest::Response,
+        max: usize,
+        what: &str,
+    ) -> Result<Vec<u8>, OciError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| self.error(format!("{what}: reading the answer: {err}")))?
+        {
+            if body.len() + chunk.len() > max {
+                return Err(self.error(format!("{what}: the answer is larger than {max} bytes")));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(body)
     }
-    Ok(body)
 }
 
 #[cfg(test)]
@@ -409,7 +413,8 @@ mod tests {
         let err = pull(redirecting)
             .manifest_digest()
             .await
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(
             err.contains(&format!("redirected to {inside}, not its own host")),
             "{err}"
@@ -422,7 +427,8 @@ mod tests {
         let err = pull(challenging)
             .manifest_digest()
             .await
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(
             err.contains(&format!("token realm is on {inside}")),
             "{err}"
@@ -436,7 +442,8 @@ mod tests {
         let err = pull(inside.clone())
             .manifest_digest()
             .await
-            .expect_err("500");
+            .expect_err("500")
+            .to_string();
         assert!(err.contains("answered 500 Internal Server Error"), "{err}");
         assert!(!err.contains(secret), "{err}");
     }
