@@ -34,7 +34,7 @@ use common::{median_min_max, percentile, quick};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use krec::guest::ModuleCache;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use krec_apiserver::Store;
 use krec_apiserver::store::WriteOptions;

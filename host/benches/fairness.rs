@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use common::{median_min_max, percentile, quick};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;

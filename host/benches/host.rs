@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{median_min_max, module};
 use krec::client::ApiClient;
 use krec::guest::ModuleCache;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use krec_apiserver::Server;
 use serde_json::json;

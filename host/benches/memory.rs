@@ -26,7 +26,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use krec::client::ApiClient;
 use krec::guest::ModuleCache;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use krec::vocab::Gvk;
 use kube::api::{Api, ListParams};

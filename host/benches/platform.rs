@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::{median_min_max, module, print_table, quick, write_results};
 use krec::client::ApiClient;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::oci::{Registries, RegistryAuth};
 use krec::sources::{FromCluster, cluster_reconciler_gvk};
 use registry::Registry;

@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Pod;
 use krec::client::ApiClient;
 use krec::controller::Request;
 use krec::guest::ModuleCache;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use krec_apiserver::Store;
 use kube::api::Api;

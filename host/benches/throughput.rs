@@ -41,7 +41,7 @@ use common::{median_min_max, percentile, process_cpu_seconds, quick};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use krec::guest::ModuleCache;
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{controller, watcher};

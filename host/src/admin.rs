@@ -31,7 +31,7 @@ use axum::routing::{get, post};
 use krec_net::connections::{self, Limits, Transport};
 
 use crate::controller::Request;
-use crate::manager::Manager;
+use crate::guests::Manager;
 use crate::rollout::Decision;
 use krec_core::BadObjectName;
 

@@ -6,7 +6,7 @@
 //! checks and conversions the WIT host traits use (`Calls`), so one reconciler can run as a Wasm
 //! guest and natively in the same host, on the same path: that is how the benchmarks measure
 //! what the sandbox costs. A [`NativeRunner`] is the guest's [`Runner`]: register one with
-//! [`ManagerOptions::runners`](crate::manager::ManagerOptions::runners), or build a module with
+//! [`ManagerOptions::runners`](crate::guests::ManagerOptions::runners), or build a module with
 //! [`module`]. Only with the cargo feature `native` (the benchmarks and tests enable it).
 //!
 //! # Caveats
@@ -58,7 +58,7 @@ pub struct NativeRunner {
     pub validate: Option<NativeValidate>,
 }
 
-/// A runner of `reconcile` alone, for [`ManagerOptions::runners`](crate::manager::ManagerOptions::runners).
+/// A runner of `reconcile` alone, for [`ManagerOptions::runners`](crate::guests::ManagerOptions::runners).
 pub fn runner(reconcile: NativeReconcile) -> Arc<dyn Runner> {
     Arc::new(NativeRunner {
         reconcile,

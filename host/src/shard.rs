@@ -41,8 +41,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use tokio::time::Instant;
 
+use crate::guests::Manager;
 use crate::leader::{LeaderConfig, LeaderElector, lease_seconds};
-use crate::manager::Manager;
 use crate::metrics::{GuestLabel, Metrics};
 use crate::tenure::Tenures;
 
@@ -800,7 +800,7 @@ mod tests {
     use super::*;
     use crate::guest::Runner;
     use crate::guest::script::Script;
-    use crate::manager::ManagerOptions;
+    use crate::guests::ManagerOptions;
     use crate::manifest::Manifest;
 
     const GUESTS: [&str; 4] = ["g0", "g1", "g2", "g3"];

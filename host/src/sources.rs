@@ -1,6 +1,6 @@
 //! Guests registered as Kubernetes objects: `Reconciler` (namespaced) and `ClusterReconciler`
 //! (cluster-scoped) objects read from the shared cache and turned into the same [`Manifest`]s a
-//! file gives, so that the [`Manager`](crate::manager::Manager) starts, swaps and removes them
+//! file gives, so that the [`Manager`](crate::guests::Manager) starts, swaps and removes them
 //! with exactly the guarantees of a manifest file edit.
 //!
 //! # Names

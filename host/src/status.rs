@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 use crate::client::ApiClient;
-use crate::manager::{Manager, Skipped};
+use crate::guests::{Manager, Skipped};
 use crate::sources::ObjectRef;
 use crate::vocab::{EventRecord, EventType, ObjectReference, PatchType};
 

@@ -8,7 +8,7 @@
 //!   naming another one is refused;
 //! - kinds the Kubernetes API serves cluster-scoped are refused in `for`, `owns`, `watches`,
 //!   `permissions` and `uncached` (kinds from CRDs are checked against discovery when the guest
-//!   loads: see [`crate::manager`]);
+//!   loads: see [`crate::guests`]);
 //! - requests (`mapTo`, `mapByLabel`/`mapByAnnotation` namespaces, tickers) must be in the
 //!   namespace, `mapToNamespace` (cluster-scoped requests) is refused, and the controller drops
 //!   any request its handlers or `map` export produce elsewhere;

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::bindings::WitGvk;
 use crate::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo, WitVerdict};
 use crate::guest::{ReconcileError, Review};
-use crate::manager::Manager;
+use crate::guests::Manager;
 use crate::manifest::{Manifest, WebhookType};
 use crate::metrics::{Metrics, WebhookLabel};
 

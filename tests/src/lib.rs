@@ -149,7 +149,7 @@ pub struct Live {
     /// The host's API client.
     pub api: Arc<krec::client::ApiClient>,
     /// The running guests.
-    pub manager: krec::manager::Manager,
+    pub manager: krec::guests::Manager,
 }
 
 impl Live {
@@ -214,7 +214,7 @@ impl Live {
             .into_iter()
             .map(|(guest, reconcile)| (guest, krec::native::runner(reconcile)))
             .collect();
-        let options = krec::manager::ManagerOptions {
+        let options = krec::guests::ManagerOptions {
             runners,
             ..Default::default()
         };
@@ -231,7 +231,7 @@ impl Live {
     /// the guests of `Reconciler` and `ClusterReconciler` objects, their modules under
     /// `module_dir`; guests that do not start are in `manager.skipped()`. Nothing watches for
     /// changes yet: see
-    /// [`Manager::watch_sources`](krec::manager::Manager::watch_sources).
+    /// [`Manager::watch_sources`](krec::guests::Manager::watch_sources).
     pub async fn start_from_cluster(
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
@@ -267,7 +267,7 @@ impl Live {
         from: krec::sources::FromCluster,
         registries: Arc<krec::oci::Registries>,
     ) -> Self {
-        let options = krec::manager::ManagerOptions {
+        let options = krec::guests::ManagerOptions {
             from_cluster: Some(from),
             registries: Some(registries),
             ..Default::default()
@@ -291,7 +291,7 @@ impl Live {
         objects: Vec<Value>,
         module_cache: krec::guest::ModuleCache,
     ) -> Self {
-        let options = krec::manager::ManagerOptions {
+        let options = krec::guests::ManagerOptions {
             module_cache,
             ..Default::default()
         };
@@ -303,7 +303,7 @@ impl Live {
         builder: krec_apiserver::Builder,
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
-        options: krec::manager::ManagerOptions,
+        options: krec::guests::ManagerOptions,
     ) -> Self {
         let live = Self::start_unchecked(builder, manifests, objects, options).await;
         assert!(
@@ -319,7 +319,7 @@ impl Live {
         builder: krec_apiserver::Builder,
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
-        options: krec::manager::ManagerOptions,
+        options: krec::guests::ManagerOptions,
     ) -> Self {
         // `RUST_LOG=krec=debug cargo test` shows what the host did.
         let _ = tracing_subscriber::fmt()
@@ -329,7 +329,7 @@ impl Live {
         let (cluster, client, api) = local_cluster_on(builder).await;
         let problems = krec::objects::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
-        let manager = krec::manager::Manager::start_with(api.clone(), manifests, options)
+        let manager = krec::guests::Manager::start_with(api.clone(), manifests, options)
             .await
             .expect("manager starts");
         Live {

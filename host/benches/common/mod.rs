@@ -453,9 +453,9 @@ pub fn manifest(dir: &Path, name: &str, module_file: &str, spec: &str) -> krec::
 pub async fn start_manager(
     client: &kube::Client,
     manifest: &krec::manifest::Manifest,
-    options: krec::manager::ManagerOptions,
-) -> krec::manager::Manager {
-    let manager = krec::manager::Manager::start_with(
+    options: krec::guests::ManagerOptions,
+) -> krec::guests::Manager {
+    let manager = krec::guests::Manager::start_with(
         krec::client::ApiClient::new(client.clone()),
         vec![manifest.clone()],
         options,
@@ -492,12 +492,12 @@ pub async fn settle(
 }
 
 /// Reconciles the manager's guest `guest` has run.
-pub fn guest_reconciles(manager: &krec::manager::Manager, guest: &str) -> u64 {
+pub fn guest_reconciles(manager: &krec::guests::Manager, guest: &str) -> u64 {
     manager.controller(guest).map_or(0, |c| c.stats().total())
 }
 
 /// Whether the manager's guest `guest` has keys queued or reconciling.
-pub fn guest_busy(manager: &krec::manager::Manager, guest: &str) -> bool {
+pub fn guest_busy(manager: &krec::guests::Manager, guest: &str) -> bool {
     manager
         .controller(guest)
         .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0)

@@ -72,7 +72,7 @@ pub struct DevOptions {
 }
 
 /// `krec dev`: run until `stop` resolves, then shut down gracefully. Manifest and module
-/// changes are picked up live (see [`crate::manager::Manager::watch`]).
+/// changes are picked up live (see [`crate::guests::Manager::watch`]).
 ///
 /// # Errors
 ///
@@ -146,7 +146,7 @@ pub async fn dev(
             .manager()
             .controllers()
             .into_iter()
-            .partition(|(_, c)| crate::manager::reconciles(c.module().manifest()));
+            .partition(|(_, c)| crate::guests::reconciles(c.module().manifest()));
         let names = |guests: Vec<(String, _)>| {
             guests
                 .into_iter()

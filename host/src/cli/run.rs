@@ -35,7 +35,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
 /// `krec run`: the guests in `manifests_dir` (and, with [`HostOptions::from_cluster`], those
 /// registered as objects) against the cluster of `kubeconfig` (or the inferred one:
 /// `KUBECONFIG`, `~/.kube/config`, in-cluster), until `stop` resolves. Manifest, object and
-/// module changes are picked up live (see [`crate::manager::Manager::watch_sources`]).
+/// module changes are picked up live (see [`crate::guests::Manager::watch_sources`]).
 ///
 /// # Errors
 ///

@@ -70,7 +70,7 @@ pub const GROWN_INSTANCE_IDLE: Duration = Duration::from_secs(5);
 /// How long a worker keeps its guest's instance with no key to reconcile before it gives it
 /// back (the next reconcile instantiates the module again, tens of microseconds): a guest idle
 /// this long holds no instance, its linear memory or its stack, so a host of many mostly idle
-/// guests holds little for each. The manager's default ([`ManagerOptions::instance_idle`](crate::manager::ManagerOptions::instance_idle)).
+/// guests holds little for each. The manager's default ([`ManagerOptions::instance_idle`](crate::guests::ManagerOptions::instance_idle)).
 pub const IDLE_INSTANCE: Duration = Duration::from_secs(60);
 
 /// What the queue does with a reconcile's result (errors aside): the [module docs](self)' table.

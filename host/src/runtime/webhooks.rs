@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{HostOptions, WebhookRegistration};
 use crate::client::ApiClient;
-use crate::manager::Manager;
+use crate::guests::Manager;
 use crate::progress::say;
 use crate::vocab::AccessError;
 

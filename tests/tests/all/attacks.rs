@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use krec::guest::{GuestModule, GuestWorker, ReconcileError, TrapCause};
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use krec_tests::{built_module, local_cluster};
 

@@ -521,7 +521,7 @@ async fn an_object_deleted_while_its_module_file_is_read_should_still_stop_its_g
         })
         .await;
         std::fs::read(modules.path().join("stamper_a.wasm")).expect("read the module");
-        tokio::time::sleep(krec::manager::RELOAD_DEBOUNCE / 3).await;
+        tokio::time::sleep(krec::guests::RELOAD_DEBOUNCE / 3).await;
         live.api
             .delete(&stamper.gvk(), Some("default"), "stamper", None)
             .await
@@ -540,11 +540,11 @@ async fn an_object_deleted_while_its_module_file_is_read_should_still_stop_its_g
 #[tokio::test]
 async fn from_cluster_without_the_crds_should_fail_naming_them() {
     let (_cluster, _client, api) = krec_tests::local_cluster().await;
-    let options = krec::manager::ManagerOptions {
+    let options = krec::guests::ManagerOptions {
         from_cluster: Some(krec::sources::FromCluster::default()),
         ..Default::default()
     };
-    let err = krec::manager::Manager::start_with(api, Vec::new(), options)
+    let err = krec::guests::Manager::start_with(api, Vec::new(), options)
         .await
         .expect_err("no CRDs");
     let text = format!("{err:#}");
@@ -573,14 +573,14 @@ async fn a_guest_asking_for_more_than_the_host_may_do_should_be_refused_before_i
     ]);
     let api = krec_tests::service_account_api(&cluster, &admin, rules).await;
     let modules = module_dir();
-    let options = krec::manager::ManagerOptions {
+    let options = krec::guests::ManagerOptions {
         from_cluster: Some(krec::sources::FromCluster {
             module_dir: modules.path().to_owned(),
             ..Default::default()
         }),
         ..Default::default()
     };
-    let manager = krec::manager::Manager::start_with(api.clone(), Vec::new(), options)
+    let manager = krec::guests::Manager::start_with(api.clone(), Vec::new(), options)
         .await
         .expect("manager");
     let watcher = manager.watch_sources(None);

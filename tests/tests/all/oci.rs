@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use krec::manager::{Manager, ManagerOptions};
+use krec::guests::{Manager, ManagerOptions};
 use krec::oci::RegistryAuth;
 use krec::sources::{FromCluster, ObjectRef};
 use krec::status::StatusWriter;

@@ -387,7 +387,7 @@ async fn a_guest_that_failed_to_start_should_have_no_module_info() {
     )
     .expect("write");
     let manifest = krec::manifest::Manifest::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let manager = krec::manager::Manager::start_with(api, vec![manifest], Default::default())
+    let manager = krec::guests::Manager::start_with(api, vec![manifest], Default::default())
         .await
         .expect("manager starts");
     assert_eq!(manager.skipped().len(), 1, "the Widget kind is not served");

@@ -299,7 +299,7 @@ async fn a_module_deleted_then_rebuilt_should_swap_without_a_refusal() {
         "{:?}",
         live.manager.skipped()
     );
-    tokio::time::sleep(krec::manager::RELOAD_DEBOUNCE * 3).await;
+    tokio::time::sleep(krec::guests::RELOAD_DEBOUNCE * 3).await;
     assert_eq!(controller.version().number, 1);
     // Written: swapped in by its own event.
     std::fs::copy(&b, dir.path().join("stamper.wasm")).expect("write");

@@ -1,0 +1,364 @@
+//! Loading a version of a guest: its permissions checked, its module compiled (or found in the
+//! module cache) and instantiated, its rollout candidate beside it, and the watches it needs
+//! started and synced — several at once, each tenant within its bound.
+
+use std::sync::Arc;
+
+use super::Manager;
+use super::report::StartError;
+use super::running::{Background, Loading, Prepared, ToLoad, Version};
+use crate::cache::{Informer, InformerUse, SYNC_TIMEOUT};
+use crate::cluster::ClusterAccess;
+use crate::cluster::live::{LiveCluster, Reads};
+use crate::guest::{GuestModule, GuestWorker};
+use crate::manifest::Manifest;
+use crate::vocab::Gvk;
+
+/// The namespace scopes a guest's informers use: its `namespaces`, or all.
+pub(super) fn scopes(manifest: &Manifest) -> Vec<Option<String>> {
+    if manifest.spec.namespaces.is_empty() {
+        vec![None]
+    } else {
+        manifest.spec.namespaces.iter().cloned().map(Some).collect()
+    }
+}
+
+/// What the informer of `gvk` holds for `manifest`'s guest: metadata when every mention of the
+/// kind in its manifest asks for metadata only.
+pub(super) fn content_of(manifest: &Manifest, gvk: &Gvk) -> crate::cache::Content {
+    if manifest.metadata_only_kinds().contains(gvk) {
+        crate::cache::Content::Metadata
+    } else {
+        crate::cache::Content::Objects
+    }
+}
+
+/// Whether `uses` holds a use of `informer`.
+pub(super) fn holds(uses: &[InformerUse], informer: &Arc<Informer>) -> bool {
+    uses.iter().any(|u| Arc::ptr_eq(u.informer(), informer))
+}
+
+/// The informers behind `uses`, as the controller holds them.
+pub(super) fn shared(uses: &[InformerUse]) -> Vec<Arc<Informer>> {
+    uses.iter().map(|u| u.informer().clone()).collect()
+}
+
+/// Guests loaded at once, at start and on a reload: each compiles on a blocking thread and
+/// may take up to its `limits.timeout` in `init`, so one slow guest delays no other; the
+/// bound keeps the memory of compiling many large components at once in check.
+pub const LOADS_AT_ONCE: usize = 4;
+
+/// Versions one tenant (a namespace's `Reconciler`s; the files and `ClusterReconciler`s are one
+/// more) loads at once on a reload: a tenant whose guests block in `init` holds its own loads
+/// only — every other tenant's load in parallel.
+pub const TENANT_LOADS_AT_ONCE: usize = 2;
+
+impl Manager {
+    /// Load each manifest's version ([`LOADS_AT_ONCE`] at a time), with the guest's read set
+    /// when it runs already (a swap) or a new one; `loaded` is told each guest's name as it is
+    /// done. Results come back in the order given.
+    pub(super) async fn load_versions(
+        &self,
+        manifests: impl IntoIterator<Item = (Manifest, Option<Arc<Reads>>)>,
+        mut loaded: impl FnMut(&str),
+    ) -> Vec<(String, Result<Version, StartError>)> {
+        use futures::StreamExt as _;
+        let mut results: Vec<(usize, String, Result<Version, StartError>)> =
+            futures::stream::iter(manifests.into_iter().enumerate())
+                .map(|(index, (manifest, reads))| async move {
+                    let name = manifest.name.clone();
+                    let reads = reads.unwrap_or_default();
+                    (index, name, self.load_version(manifest, reads).await)
+                })
+                .buffer_unordered(LOADS_AT_ONCE)
+                .inspect(|(_, name, _)| loaded(name))
+                .collect()
+                .await;
+        results.sort_by_key(|(index, _, _)| *index);
+        results
+            .into_iter()
+            .map(|(_, name, result)| (name, result))
+            .collect()
+    }
+
+    /// Load and instantiate `manifest`'s module and start (and sync) the watches it needs.
+    pub(super) async fn load_version(
+        &self,
+        manifest: Manifest,
+        reads: Arc<Reads>,
+    ) -> Result<Version, StartError> {
+        // Refused before anything is compiled or watched: what the host may not do, the guest
+        // never could.
+        if let Some((field, problem)) =
+            crate::access::first_missing(self.inner.cache.api(), &manifest).await
+        {
+            self.inner
+                .permission_refused
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::new(manifest.clone()));
+            return Err(StartError::PermissionRefused {
+                path: manifest.path.clone(),
+                field,
+                problem,
+            });
+        }
+        let manifest = Arc::new(manifest);
+        let prepared = self.prepare(manifest.clone(), reads.clone()).await?;
+        // On an error, `wire` has dropped its uses: what it started for this version only is
+        // stopped again.
+        let (informers, for_informers) = self.wire(&manifest).await?;
+        Ok(Version {
+            manifest,
+            prepared,
+            informers,
+            for_informers,
+            reads,
+        })
+    }
+
+    /// Load and instantiate `manifest`'s module on a blocking thread (compiling is CPU-bound).
+    pub(super) async fn prepare(
+        &self,
+        manifest: Arc<Manifest>,
+        reads: Arc<Reads>,
+    ) -> Result<Prepared, StartError> {
+        let module = self.load_module(manifest.clone()).await?;
+        let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
+            .with_reads(reads)
+            .with_metrics(self.inner.metrics.clone());
+        if let Some(tenures) = &self.inner.tenures {
+            live = live.with_fence(tenures.fence(&manifest.name));
+        }
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(live);
+        // Instantiate once: a module whose start function traps is refused here.
+        GuestWorker::new(module.clone(), cluster.clone())
+            .warm_up()
+            .await?;
+        let candidate = match &manifest.spec.rollout {
+            Some(rollout) => Some(self.load_candidate(&manifest, rollout, &cluster).await),
+            None => None,
+        };
+        Ok(Prepared {
+            module,
+            cluster,
+            candidate,
+        })
+    }
+
+    /// `rollout`'s candidate for `manifest`'s guest, loaded and instantiated; a shadow's `init`
+    /// runs on dry runs as its reconciles do (a canary's writes are real).
+    pub(super) async fn load_candidate(
+        &self,
+        manifest: &Arc<Manifest>,
+        rollout: &crate::manifest::RolloutSpec,
+        cluster: &Arc<dyn ClusterAccess>,
+    ) -> Result<Arc<GuestModule>, String> {
+        let mut candidate = (**manifest).clone();
+        candidate.spec.module = rollout.candidate.clone();
+        if rollout.config.is_some() {
+            candidate.spec.config = rollout.config.clone();
+        }
+        candidate.spec.rollout = None;
+        candidate.candidate = true;
+        candidate.module_ref = manifest.candidate_ref.clone();
+        let module = self
+            .load_module(Arc::new(candidate))
+            .await
+            .map_err(|e| e.to_string())?;
+        let access: Arc<dyn ClusterAccess> = match rollout.mode {
+            crate::manifest::RolloutMode::Shadow => Arc::new(crate::rollout::Replay::new(
+                Some(cluster.clone()),
+                Some(self.dry_run(&manifest.name)),
+            )),
+            crate::manifest::RolloutMode::Canary => cluster.clone(),
+        };
+        GuestWorker::new(module.clone(), access)
+            .warm_up()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(module)
+    }
+
+    /// Where `guest`'s shadow writes go: dry runs, as its field manager.
+    pub(super) fn dry_run(&self, guest: &str) -> crate::rollout::DryRun {
+        crate::rollout::DryRun {
+            api: self.inner.cache.api().dry_run(),
+            field_manager: crate::cluster::live::field_manager(guest),
+        }
+    }
+
+    /// Compile (on a blocking thread: it is CPU-bound) or find `manifest`'s module, governed by
+    /// the host's CPU and memory budgets.
+    pub(super) async fn load_module(
+        &self,
+        manifest: Arc<Manifest>,
+    ) -> Result<Arc<GuestModule>, StartError> {
+        let inner = self.inner.clone();
+        let loading = manifest.clone();
+        let module = if let Some(runner) = inner.runners.get(&manifest.name) {
+            // A native reconciler is built without configuration and has no `map` to call.
+            if manifest.spec.config.is_some()
+                || manifest.spec.watches.iter().any(|w| w.map_by_guest)
+            {
+                return Err(StartError::RunnerUnsupported {
+                    path: manifest.path.clone(),
+                    guest: manifest.name.clone(),
+                });
+            }
+            GuestModule::with_runner(manifest.clone(), runner.clone())
+        } else {
+            tokio::task::spawn_blocking(move || {
+                let (engine, linker) = inner.engines.for_isolation(loading.spec.isolation);
+                GuestModule::load_cached(engine, linker, loading, &inner.module_cache)
+            })
+            .await
+            .map_err(|e| StartError::LoadPanicked(e.to_string()))??
+        };
+        Ok(Arc::new(module.governed_by(
+            &self.inner.governor,
+            &self.inner.host_memory,
+        )))
+    }
+
+    /// Uses of the informers `manifest`'s guest watches, and those of its `for` kind, started
+    /// if needed and waited for until synced. On an error the uses made are dropped, which
+    /// stops the watches no other guest needs.
+    pub(super) async fn wire(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<(Vec<InformerUse>, Vec<Arc<Informer>>), StartError> {
+        let handlers = crate::controller::Handlers::from_manifest(manifest);
+        let kinds = handlers.watched_kinds();
+        let api = self.inner.cache.api();
+        // Every kind must be served before anything is started.
+        for gvk in &kinds {
+            let resolved = api.resolve(gvk).await.map_err(|source| StartError::Watch {
+                gvk: gvk.clone(),
+                source,
+            })?;
+            // A tenant's kinds from CRDs, which its manifest could not be checked for.
+            if let Some(namespace) = &manifest.tenant
+                && !resolved.namespaced
+            {
+                return Err(StartError::Confined {
+                    path: manifest.path.clone(),
+                    message: format!(
+                        "{gvk} is cluster-scoped: a Reconciler in {namespace:?} may only watch namespaced kinds"
+                    ),
+                });
+            }
+        }
+        // A namespace cannot restrict a cluster-scoped kind: refuse the guest rather than let
+        // it believe its permission is narrower than it is.
+        for (i, permission) in manifest.spec.permissions.iter().enumerate() {
+            if permission.namespaces.is_empty() {
+                continue;
+            }
+            let gvk = Gvk::from_api_version(&permission.api_version, &permission.kind);
+            if let Ok(resolved) = api.resolve(&gvk).await
+                && !resolved.namespaced
+            {
+                return Err(StartError::ClusterScoped {
+                    path: manifest.path.clone(),
+                    index: i,
+                    message: crate::manifest::cluster_scoped_namespaces(&gvk),
+                });
+            }
+        }
+        let for_kind: Option<Gvk> = manifest.spec.for_kind.as_ref().map(|k| k.gvk());
+        let mut informers: Vec<InformerUse> = Vec::new();
+        let mut for_informers = Vec::new();
+        for gvk in &kinds {
+            for scope in scopes(manifest) {
+                let informer = self
+                    .inner
+                    .cache
+                    .informer(
+                        gvk,
+                        scope.as_deref(),
+                        content_of(manifest, gvk),
+                        &manifest.name,
+                    )
+                    .await
+                    .map_err(|source| StartError::Watch {
+                        gvk: gvk.clone(),
+                        source,
+                    })?;
+                if !holds(&informers, informer.informer()) {
+                    if for_kind.as_ref() == Some(gvk) {
+                        for_informers.push(informer.informer().clone());
+                    }
+                    informers.push(informer);
+                }
+            }
+        }
+        for informer in &informers {
+            if !informer.is_synced() {
+                tracing::info!(
+                    "{}: syncing the cache of {}",
+                    manifest.name,
+                    informer.describe()
+                );
+            }
+            informer
+                .wait_synced(SYNC_TIMEOUT)
+                .await
+                .map_err(StartError::Sync)?;
+        }
+        Ok((informers, for_informers))
+    }
+
+    /// Start loading each of `loads` (the one already loading in the background for the same
+    /// manifest and modules taken up instead), each within its tenant's bound; loads in the
+    /// background no longer wanted are stopped. The loads by guest name.
+    pub(super) fn start_loads(&self, loads: Vec<ToLoad>) -> Vec<(String, Loading, bool)> {
+        let mut pending = self.inner.loading.lock().unwrap_or_else(|e| e.into_inner());
+        let mut started = Vec::with_capacity(loads.len());
+        for (manifest, reads, digests) in loads {
+            let name = manifest.name.clone();
+            if let Some(loading) = pending.remove(&name) {
+                if loading.manifest == manifest && loading.digests == digests {
+                    started.push((name, loading, false));
+                    continue;
+                }
+                loading.task.abort();
+            }
+            let permits = self
+                .inner
+                .tenant_loads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(manifest.tenant.clone())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(TENANT_LOADS_AT_ONCE)))
+                .clone();
+            let manager = self.clone();
+            let to_load = manifest.clone();
+            let background = Background::default();
+            let ended = background.clone();
+            let task = tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                let version = manager
+                    .load_version(to_load, reads.unwrap_or_default())
+                    .await;
+                ended.ended(&manager.inner.loads_done);
+                version
+            });
+            started.push((
+                name,
+                Loading {
+                    manifest,
+                    digests,
+                    task,
+                    background,
+                },
+                true,
+            ));
+        }
+        // What is still loading in the background and no longer wanted stops.
+        for (_, loading) in pending.drain() {
+            loading.task.abort();
+        }
+        started
+    }
+}

@@ -1,0 +1,88 @@
+//! The guest set's records: a running [`Guest`], a version on its way in ([`Prepared`],
+//! [`Version`]), and the loads and pulls left to finish in the background.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::report::StartError;
+use crate::cache::{Informer, InformerUse};
+use crate::cluster::ClusterAccess;
+use crate::cluster::live::Reads;
+use crate::controller::Controller;
+use crate::guest::GuestModule;
+use crate::manifest::Manifest;
+
+/// One running guest.
+pub(super) struct Guest {
+    pub(super) controller: Arc<Controller>,
+    pub(super) manifest: Arc<Manifest>,
+    /// Digest of the module file it runs.
+    pub(super) digest: String,
+    /// Digest of its `spec.rollout` candidate's file, as loaded (empty: none, or not loaded).
+    pub(super) candidate_digest: String,
+    /// Its uses of the informers it watches: dropped, they stop the watches no guest needs.
+    pub(super) informers: Vec<InformerUse>,
+    /// The informers its reads go through, kept across its versions.
+    pub(super) reads: Arc<Reads>,
+}
+
+/// A loaded, instantiated version of a guest, not yet running.
+pub(super) struct Prepared {
+    pub(super) module: Arc<GuestModule>,
+    pub(super) cluster: Arc<dyn ClusterAccess>,
+    /// `spec.rollout`'s candidate, loaded and instantiated as the module is — or why it could
+    /// not be (the live version runs regardless).
+    pub(super) candidate: Option<Result<Arc<GuestModule>, String>>,
+}
+
+/// A version of a guest ready to run: loaded, instantiated, its watches started and synced.
+pub(super) struct Version {
+    pub(super) manifest: Arc<Manifest>,
+    pub(super) prepared: Prepared,
+    pub(super) informers: Vec<InformerUse>,
+    pub(super) for_informers: Vec<Arc<Informer>>,
+    pub(super) reads: Arc<Reads>,
+}
+
+/// A pull going on in the background: the module's file and manifest digest, or why not.
+pub(super) type PullTask = (
+    tokio::task::JoinHandle<Result<(PathBuf, String), crate::oci::OciError>>,
+    Background,
+);
+
+/// Whether a pull or load was left to finish in the background: only then does its end wake
+/// the watch loop (`loads_done`). A pull or load a reload waited for and took up itself must
+/// not — the reload its end started would start the same again: a loop, hot when it fails.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Background(Arc<std::sync::atomic::AtomicBool>);
+
+impl Background {
+    /// At the task's end: tell the watch loop, if no reload waits for it.
+    pub(super) fn ended(&self, done: &tokio::sync::watch::Sender<u64>) {
+        if self.0.load(std::sync::atomic::Ordering::Acquire) {
+            done.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Left to finish alone: its end wakes the watch loop (now, if it ended meanwhile).
+    pub(super) fn detach(&self, finished: bool, done: &tokio::sync::watch::Sender<u64>) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+        if finished {
+            done.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// A version a reload loads: its manifest, the read set of the guest it replaces (if any), and
+/// its module's and candidate's digests.
+pub(super) type ToLoad = (Manifest, Option<Arc<Reads>>, (String, String));
+
+/// A version still loading after the reload that started it.
+pub(super) struct Loading {
+    /// The manifest it loads, and its module's and candidate's digests: a reload wanting the
+    /// same takes it up, one wanting another starts again.
+    pub(super) manifest: Manifest,
+    pub(super) digests: (String, String),
+    pub(super) task: tokio::task::JoinHandle<Result<Version, StartError>>,
+    pub(super) background: Background,
+}

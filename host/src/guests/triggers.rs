@@ -1,0 +1,438 @@
+//! What reloads: the manifest and module files changing (debounced), the guest objects'
+//! specs changing, SIGHUP, a refused change's retry, the host's permissions granted, a
+//! background load ending, and the modules' pull period.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use super::Manager;
+use super::reload::LOOP_WAIT;
+use crate::manifest::Manifest;
+use crate::sources::ObjectSource;
+
+/// How long file changes settle before a reload: editors and `cargo build` write in bursts.
+pub const RELOAD_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The running manifest watcher of [`Manager::watch`].
+#[derive(Debug)]
+pub struct Watcher {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Stop watching, letting a reload in progress finish first.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}
+
+/// First wait before a refused reload is retried without a change to its files (a kind not
+/// served yet may be by then); doubled after every refusal up to [`MAX_RELOAD_RETRY`].
+pub const FIRST_RELOAD_RETRY: Duration = Duration::from_secs(1);
+
+/// Longest wait between retries of a refused reload.
+pub const MAX_RELOAD_RETRY: Duration = Duration::from_secs(300);
+
+/// When a reload that refused something is tried again: after a delay that doubles with every
+/// refusal (a change to the files reloads at once, and a reload that refuses nothing resets it).
+#[derive(Default)]
+pub(super) struct Retry {
+    delay: Duration,
+    at: Option<tokio::time::Instant>,
+}
+
+impl Retry {
+    /// Schedule the next retry after a reload (`refused`: it refused something), or none.
+    pub(super) fn after(&mut self, refused: bool) {
+        if !refused {
+            *self = Retry::default();
+            return;
+        }
+        self.delay = if self.delay.is_zero() {
+            FIRST_RELOAD_RETRY
+        } else {
+            (self.delay * 2).min(MAX_RELOAD_RETRY)
+        };
+        self.at = Some(tokio::time::Instant::now() + self.delay);
+    }
+
+    /// Resolves when the retry is due; never when none is scheduled.
+    pub(super) async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// When the modules pulled by tag are next resolved again: a deadline kept across the watch
+/// loop's turns, so that the loop waking for anything else (a status write, a file event that
+/// changes nothing) never postpones it.
+#[derive(Debug, Default)]
+pub(super) struct Period {
+    at: Option<tokio::time::Instant>,
+}
+
+impl Period {
+    /// Keep the deadline for a period of `every` (none: no deadline); a period shorter than
+    /// the one the deadline was set for brings it forward, never back.
+    pub(super) fn arm(&mut self, every: Option<Duration>) {
+        self.at = every.map(|every| {
+            let next = tokio::time::Instant::now() + every;
+            self.at.map_or(next, |at| at.min(next))
+        });
+    }
+
+    /// The deadline has been met (the modules were resolved): the next one is a period on.
+    pub(super) fn restart(&mut self) {
+        self.at = None;
+    }
+
+    /// Resolves when the deadline is due; never when there is none.
+    pub(super) async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// How often the manifests refused for the host's permissions are checked again (a few access
+/// reviews each): a Role or binding that allows one starts it within this.
+pub const PERMISSION_RECHECK: Duration = Duration::from_secs(2);
+
+/// The manifest files of a directory and the module files they name, as the file system
+/// describes them (size, modification time, inode) without opening them: two are equal when
+/// no file was written, replaced, added or removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Fingerprint(BTreeMap<PathBuf, Option<(u64, Option<std::time::SystemTime>, u64)>>);
+
+impl Fingerprint {
+    pub(super) fn of(dir: Option<&Path>, modules: &[PathBuf]) -> Self {
+        let files = dir
+            .and_then(|dir| Manifest::files(dir).ok())
+            .unwrap_or_default();
+        let stat = |path: &Path| {
+            let meta = std::fs::metadata(path).ok()?;
+            #[cfg(unix)]
+            let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+            #[cfg(not(unix))]
+            let inode = 0;
+            Some((meta.len(), meta.modified().ok(), inode))
+        };
+        Fingerprint(
+            files
+                .iter()
+                .chain(modules)
+                .map(|path| (path.clone(), stat(path)))
+                .collect(),
+        )
+    }
+}
+
+impl Manager {
+    /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
+    /// [`RELOAD_DEBOUNCE`]) and on SIGHUP, until the returned task is aborted.
+    pub fn watch(&self, dir: PathBuf) -> Watcher {
+        self.watch_sources(Some(dir))
+    }
+
+    /// Like [`watch`](Self::watch) for the manifests in `dir` (if any) and, with
+    /// [`from_cluster`](ManagerOptions::from_cluster), the guest objects: an object created,
+    /// deleted or whose spec changed (its generation) reloads too.
+    pub fn watch_sources(&self, dir: Option<PathBuf>) -> Watcher {
+        let manager = self.clone();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move { manager.watch_loop(dir, stopped).await });
+        Watcher { stop, task }
+    }
+
+    pub(super) async fn watch_loop(
+        &self,
+        dir: Option<PathBuf>,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use notify::RecursiveMode;
+        let (events_tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let relevant = Arc::new(RwLock::new(BTreeSet::<PathBuf>::new()));
+        let filter = relevant.clone();
+        let debouncer = notify_debouncer_mini::new_debouncer(
+            RELOAD_DEBOUNCE,
+            move |result: notify_debouncer_mini::DebounceEventResult| match result {
+                Ok(events) => {
+                    let modules = filter.read().unwrap_or_else(|e| e.into_inner());
+                    let matters = events.iter().any(|e| {
+                        let yaml = e
+                            .path
+                            .extension()
+                            .is_some_and(|x| x == "yaml" || x == "yml");
+                        yaml || modules.contains(&e.path)
+                    });
+                    if matters {
+                        let _ = events_tx.send(());
+                    }
+                }
+                Err(err) => tracing::warn!("watching for manifest and module changes: {err}"),
+            },
+        );
+        let mut debouncer = match debouncer {
+            Ok(d) => Some(d),
+            Err(err) => {
+                tracing::error!("cannot watch files for changes; SIGHUP still reloads: {err}");
+                None
+            }
+        };
+        if let (Some(debouncer), Some(dir)) = (&mut debouncer, &dir)
+            && let Err(err) = debouncer.watcher().watch(dir, RecursiveMode::Recursive)
+        {
+            tracing::error!("cannot watch {}: {err}", dir.display());
+        }
+        let mut watched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut refresh = |debouncer: &mut Option<
+            notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>,
+        >,
+                           modules: Vec<PathBuf>| {
+            let Some(debouncer) = debouncer else { return };
+            // Files only: a module in a registry (`oci://…`) is watched by its pull period.
+            let absolute: BTreeSet<PathBuf> = modules
+                .iter()
+                .filter(|m| crate::oci::reference(m).is_none())
+                .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
+                .collect();
+            for module in &absolute {
+                if let Some(parent) = module.parent()
+                    && !dir.as_ref().is_some_and(|dir| parent.starts_with(dir))
+                    && watched_dirs.insert(parent.to_owned())
+                    && let Err(err) = debouncer
+                        .watcher()
+                        .watch(parent, RecursiveMode::NonRecursive)
+                {
+                    tracing::warn!("cannot watch {}: {err}", parent.display());
+                }
+            }
+            let mut paths: BTreeSet<PathBuf> = modules.into_iter().collect();
+            paths.extend(absolute);
+            *relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
+        };
+        let mut modules = self.module_paths(dir.as_deref()).await;
+        refresh(&mut debouncer, modules.clone());
+        #[cfg(unix)]
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        // What the files looked like at the last reload, told from their metadata alone:
+        // opening them (as a reload does) is itself an event, which must not start another.
+        let mut seen = Fingerprint::of(dir.as_deref(), &modules);
+        // What the objects were: status writes and label edits do not reload.
+        let mut objects = self.inner.objects.as_ref().map(ObjectSource::changes);
+        let mut seen_objects = self.generations();
+        let mut retry = Retry::default();
+        let mut resolve = Period::default();
+        let mut loads_ended = self.inner.loads_done.subscribe();
+        let what = match (&dir, &self.inner.objects) {
+            (Some(dir), None) => dir.display().to_string(),
+            (Some(dir), Some(_)) => format!("{} and the guest objects", dir.display()),
+            (None, _) => "the guest objects".to_owned(),
+        };
+        loop {
+            #[cfg(unix)]
+            let hup = async {
+                match hangup.as_mut() {
+                    Some(h) => {
+                        h.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hup = std::future::pending::<()>();
+            let object_changed = async {
+                match objects.as_mut() {
+                    Some(changes) => {
+                        if changes.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                        // Let a burst of edits (kubectl apply -f of a directory) settle.
+                        tokio::time::sleep(RELOAD_DEBOUNCE).await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            // Modules pulled by tag: resolved again as their `pull.every` says, whatever else
+            // wakes the loop meanwhile.
+            resolve.arm(self.pull_interval().await);
+            // Whether neither the files nor the objects changed since the last reload. Both are
+            // compared whichever woke the loop: a file event that changes nothing can win the
+            // race with an object's change (and drop its debounce), which must not be lost.
+            let unchanged = || {
+                Fingerprint::of(dir.as_deref(), &modules) == seen
+                    && self.generations() == seen_objects
+            };
+            // A reload in progress always completes: stopping is only noticed here, between
+            // reloads.
+            tokio::select! {
+                _ = stopped.wait_for(|s| *s) => return,
+                () = resolve.due() => tracing::debug!("resolving the modules' tags again"),
+                changed = rx.recv(), if debouncer.is_some() => {
+                    if changed.is_none() {
+                        return;
+                    }
+                    if unchanged() {
+                        continue;
+                    }
+                }
+                () = object_changed => {
+                    if unchanged() {
+                        continue;
+                    }
+                }
+                () = hup => tracing::info!("SIGHUP: reloading {what}"),
+                () = retry.due() => tracing::info!(
+                    "retrying the changes refused {:?} ago",
+                    retry.delay
+                ),
+                guest = self.permission_granted() => tracing::info!(
+                    "guest {guest}: the host may now do what it asks; loading it"
+                ),
+                _ = loads_ended.changed() => tracing::debug!(
+                    "a version loading in the background is done: taking it up"
+                ),
+            }
+            while rx.try_recv().is_ok() {}
+            if let Some(changes) = objects.as_mut() {
+                changes.mark_unchanged();
+            }
+            modules = self.module_paths(dir.as_deref()).await;
+            seen = Fingerprint::of(dir.as_deref(), &modules);
+            seen_objects = self.generations();
+            // Loads ending from here on start another reload.
+            loads_ended.borrow_and_update();
+            let refused = self.reload_logged(dir.as_deref(), &what).await;
+            // A reload resolves every tag: the next resolve is a period from now.
+            resolve.restart();
+            retry.after(refused);
+            refresh(&mut debouncer, modules.clone());
+        }
+    }
+
+    /// Resolves (with its name) once the host may do everything some guest refused for its
+    /// permissions asks for: checked every [`PERMISSION_RECHECK`]; never while none is refused.
+    pub(super) async fn permission_granted(&self) -> String {
+        loop {
+            tokio::time::sleep(PERMISSION_RECHECK).await;
+            let refused = self
+                .inner
+                .permission_refused
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for manifest in refused {
+                if crate::access::first_missing(self.inner.cache.api(), &manifest)
+                    .await
+                    .is_none()
+                {
+                    return manifest.name.clone();
+                }
+            }
+        }
+    }
+
+    /// Reload and log what changed; whether anything was refused.
+    pub(super) async fn reload_logged(&self, dir: Option<&Path>, what: &str) -> bool {
+        let result = self.reload_within(dir, LOOP_WAIT).await;
+        let counted = match &result {
+            Ok(report) if report.is_empty() => "unchanged",
+            Ok(report) if report.rejected.is_empty() => "changed",
+            _ => "refused",
+        };
+        self.inner
+            .metrics
+            .reloads
+            .get_or_create(&crate::metrics::ReloadLabels {
+                result: counted.into(),
+            })
+            .inc();
+        match result {
+            Ok(report) if report.is_empty() => false,
+            Ok(report) => {
+                tracing::info!(
+                    "reloaded {what}: started {:?}, swapped {:?}, removed {:?}, rejected {}",
+                    report.started,
+                    report.swapped,
+                    report.removed,
+                    report.rejected.len()
+                );
+                !report.rejected.is_empty()
+            }
+            Err(err) => {
+                tracing::error!("reloading {what}: {err}; nothing changed");
+                true
+            }
+        }
+    }
+
+    /// The module files that matter to a reload of `dir`: those the running guests run and
+    /// those the manifests in `dir` name now (a guest refused so far starts when its module
+    /// is rebuilt).
+    pub(super) async fn module_paths(&self, dir: Option<&Path>) -> Vec<PathBuf> {
+        let files = dir
+            .and_then(|dir| Manifest::scan_dir(dir).ok())
+            .unwrap_or_default();
+        let objects = self
+            .inner
+            .objects
+            .as_ref()
+            .map(ObjectSource::scan)
+            .unwrap_or_default();
+        let mut paths: BTreeSet<PathBuf> = files
+            .into_iter()
+            .chain(objects)
+            .flatten()
+            .map(|m| m.spec.module)
+            .collect();
+        let guests = self.inner.guests.lock().await;
+        paths.extend(guests.values().map(|g| g.manifest.spec.module.clone()));
+        paths.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_period_should_fire_on_time_whatever_else_wakes_the_loop() {
+        // The watch loop's turns as they go with a busy guest: a status write every second
+        // wakes it (and changes nothing), and each turn arms the period again.
+        let every = Duration::from_secs(60);
+        let start = tokio::time::Instant::now();
+        let mut period = Period::default();
+        let mut status_writes = tokio::time::interval(Duration::from_secs(1));
+        let fired = loop {
+            period.arm(Some(every));
+            tokio::select! {
+                () = period.due() => break tokio::time::Instant::now(),
+                _ = status_writes.tick() => {}
+            }
+        };
+        assert_eq!(fired - start, every);
+        // Resolved: the next deadline is a period on; a shorter period brings it forward.
+        period.restart();
+        period.arm(Some(every));
+        period.arm(Some(Duration::from_secs(5)));
+        period.arm(Some(every));
+        let before = tokio::time::Instant::now();
+        period.due().await;
+        assert_eq!(tokio::time::Instant::now() - before, Duration::from_secs(5));
+        period.arm(None);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3600), period.due())
+                .await
+                .is_err(),
+            "no module pulled by tag: never due"
+        );
+    }
+}
