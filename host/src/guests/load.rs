@@ -43,44 +43,18 @@ pub(super) fn shared(uses: &[InformerUse]) -> Vec<Arc<Informer>> {
     uses.iter().map(|u| u.informer().clone()).collect()
 }
 
-/// Guests loaded at once, at start and on a reload: each compiles on a blocking thread and
-/// may take up to its `limits.timeout` in `init`, so one slow guest delays no other; the
-/// bound keeps the memory of compiling many large components at once in check.
+/// Versions of the host operator's guests (the manifest files' and the `ClusterReconciler`s')
+/// loaded at once, at start and on a reload: each compiles on a blocking thread and may take
+/// up to its `limits.timeout` in `init`, so one slow guest delays no other; the bound keeps the
+/// memory of compiling many large components at once in check.
 pub const LOADS_AT_ONCE: usize = 4;
 
-/// Versions one tenant (a namespace's `Reconciler`s; the files and `ClusterReconciler`s are one
-/// more) loads at once on a reload: a tenant whose guests block in `init` holds its own loads
-/// only — every other tenant's load in parallel.
+/// Versions one tenant (a namespace's `Reconciler`s) loads at once, at start and on a reload:
+/// a tenant whose guests block in `init` holds its own loads only — every other tenant's and
+/// the host operator's load in parallel.
 pub const TENANT_LOADS_AT_ONCE: usize = 2;
 
 impl Manager {
-    /// Load each manifest's version ([`LOADS_AT_ONCE`] at a time), with the guest's read set
-    /// when it runs already (a swap) or a new one; `loaded` is told each guest's name as it is
-    /// done. Results come back in the order given.
-    pub(super) async fn load_versions(
-        &self,
-        manifests: impl IntoIterator<Item = (Manifest, Option<Arc<Reads>>)>,
-        mut loaded: impl FnMut(&str),
-    ) -> Vec<(String, Result<Version, StartError>)> {
-        use futures::StreamExt as _;
-        let mut results: Vec<(usize, String, Result<Version, StartError>)> =
-            futures::stream::iter(manifests.into_iter().enumerate())
-                .map(|(index, (manifest, reads))| async move {
-                    let name = manifest.name.clone();
-                    let reads = reads.unwrap_or_default();
-                    (index, name, self.load_version(manifest, reads).await)
-                })
-                .buffer_unordered(LOADS_AT_ONCE)
-                .inspect(|(_, name, _)| loaded(name))
-                .collect()
-                .await;
-        results.sort_by_key(|(index, _, _)| *index);
-        results
-            .into_iter()
-            .map(|(_, name, result)| (name, result))
-            .collect()
-    }
-
     /// Load and instantiate `manifest`'s module and start (and sync) the watches it needs.
     pub(super) async fn load_version(
         &self,
@@ -330,7 +304,16 @@ impl Manager {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .entry(manifest.tenant.clone())
-                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(TENANT_LOADS_AT_ONCE)))
+                .or_insert_with(|| {
+                    // The files' and `ClusterReconciler`s' guests are the host operator's:
+                    // as many at once as the host loads; a namespace's, its tenant's bound.
+                    let bound = if manifest.tenant.is_some() {
+                        TENANT_LOADS_AT_ONCE
+                    } else {
+                        LOADS_AT_ONCE
+                    };
+                    Arc::new(tokio::sync::Semaphore::new(bound))
+                })
                 .clone();
             let manager = self.clone();
             let to_load = manifest.clone();

@@ -151,14 +151,6 @@ impl std::fmt::Debug for Manager {
 }
 
 impl Manager {
-    fn skip(&self, skipped: Skipped) {
-        self.inner
-            .skipped
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(skipped);
-    }
-
     fn publish(&self, guests: &BTreeMap<String, Guest>) {
         *self
             .inner

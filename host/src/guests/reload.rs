@@ -135,44 +135,12 @@ impl Manager {
         };
         // A registry too slow for this holds only its own guests: the watch loop starts them.
         let wanted = manager.pull_modules(wanted, START_PULL_WAIT).await;
-        let mut manifests = Vec::new();
-        for result in wanted {
-            match result {
-                Ok(manifest) => manifests.push(manifest),
-                // Started once its pull is done (the watch loop's reload).
-                Err(err @ ManifestError::Pulling { .. }) => tracing::info!("{err}"),
-                Err(err) => {
-                    tracing::error!("not started: {err}");
-                    manager.skip(Skipped::refused(&err));
-                }
-            }
-        }
-        let mut guests = manager.inner.guests.lock().await;
-        let progress = crate::progress::Progress::new("starting guests", manifests.len());
-        let loads = manifests.into_iter().map(|manifest| (manifest, None));
-        let mut done = 0;
-        let loaded = manager
-            .load_versions(loads, |name| {
-                progress.working(done, &format!("{name}: loaded"));
-                done += 1;
-            })
+        // The start is the first reload: every guest new, each started as its load ends.
+        let progress = crate::progress::Progress::new("starting guests", wanted.len());
+        manager
+            .apply_within(wanted, FULL_WAIT, Some(&progress))
             .await;
-        for (name, version) in loaded {
-            match version {
-                Ok(version) => manager.start_guest(&mut guests, version),
-                Err(reason) => {
-                    tracing::error!("guest {name} not started: {reason}");
-                    manager.skip(Skipped {
-                        guest: name,
-                        reason: reason.to_string(),
-                        code: reason.code(),
-                    });
-                }
-            }
-        }
-        manager.publish(&guests);
         progress.finish();
-        drop(guests);
         Ok(manager)
     }
 
@@ -214,7 +182,7 @@ impl Manager {
             None => files,
         };
         let scanned = self.pull_modules(scanned, wait).await;
-        let report = self.apply_within(scanned, wait).await;
+        let report = self.apply_within(scanned, wait, None).await;
         *self
             .inner
             .applied
@@ -225,15 +193,17 @@ impl Manager {
 
     /// [`reload`](Self::reload) from already scanned manifests.
     pub async fn apply(&self, scanned: Vec<Result<Manifest, ManifestError>>) -> ReloadReport {
-        self.apply_within(scanned, FULL_WAIT).await
+        self.apply_within(scanned, FULL_WAIT, None).await
     }
 
     /// [`apply`](Self::apply), waiting at most `wait` for the versions it starts loading (those
-    /// loading already are taken up if done, never waited for).
+    /// loading already are taken up if done, never waited for), telling `progress` of each
+    /// load that ends.
     pub(super) async fn apply_within(
         &self,
         scanned: Vec<Result<Manifest, ManifestError>>,
         wait: Duration,
+        progress: Option<&crate::progress::Progress>,
     ) -> ReloadReport {
         let mut report = ReloadReport::default();
         let mut guests = self.inner.guests.lock().await;
@@ -250,15 +220,21 @@ impl Manager {
                 Ok(manifest) => {
                     wanted.insert(manifest.name.clone(), manifest);
                 }
-                Err(err @ ManifestError::Pulling { .. }) => {
-                    // Not refused: the pull's end reloads.
-                    tracing::info!("{err}; the guest it defines keeps its running version");
-                    broken_files.insert(err.path().to_owned());
-                }
                 Err(err) => {
-                    tracing::error!("{err}; the guest it defines keeps its running version");
+                    let runs = guests.values().any(|g| g.manifest.path == err.path());
+                    let outcome = if runs {
+                        "the guest it defines keeps its running version"
+                    } else {
+                        "not started"
+                    };
+                    if let ManifestError::Pulling { .. } = err {
+                        // Not refused: the pull's end reloads.
+                        tracing::info!("{err}; {outcome}");
+                    } else {
+                        tracing::error!("{err}; {outcome}");
+                        report.rejected.push(Skipped::refused(&err));
+                    }
                     broken_files.insert(err.path().to_owned());
-                    report.rejected.push(Skipped::refused(&err));
                 }
             }
         }
@@ -321,6 +297,7 @@ impl Manager {
         }
         let mut waiting = self.start_loads(loads);
         let deadline = tokio::time::Instant::now() + wait;
+        let mut done = 0;
         // Each guest starts or swaps as its load ends; past the wait, the rest carry on alone.
         // Only the loads this reload started are waited for (all of them by a reload that
         // waits for everything); one already loading is taken up if it is done.
@@ -344,6 +321,10 @@ impl Manager {
                 ended = ended => ended,
             };
             let (name, _, _) = waiting.remove(waited[at]);
+            if let Some(progress) = progress {
+                progress.working(done, &format!("{name}: loaded"));
+                done += 1;
+            }
             let version =
                 joined.unwrap_or_else(|err| Err(StartError::LoadPanicked(err.to_string())));
             self.finish_load(&mut guests, name, version, &mut report);
