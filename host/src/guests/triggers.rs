@@ -134,30 +134,106 @@ impl Fingerprint {
     }
 }
 
-impl Manager {
-    /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
-    /// [`RELOAD_DEBOUNCE`]) and on SIGHUP, until the returned task is aborted.
-    pub fn watch(&self, dir: PathBuf) -> Watcher {
-        self.watch_sources(Some(dir))
+/// What woke the watch loop.
+#[derive(Debug)]
+enum Trigger {
+    /// A manifest file, or a module file a manifest names, was written, added or removed.
+    Files,
+    /// A guest object was created or deleted, or its spec changed.
+    Objects,
+    /// SIGHUP.
+    Hangup,
+    /// A refused change is due to be tried again.
+    Retry,
+    /// The host may now do what the guest refused for its permissions asks.
+    Permitted(String),
+    /// A version loading in the background is done.
+    LoadEnded,
+    /// The modules pulled by tag are due to be resolved again.
+    Resolve,
+    /// The watcher was stopped.
+    Stop,
+}
+
+/// The watch loop's triggers besides the files: the guest objects' changes, SIGHUP, the
+/// watcher's stop, the background loads' ends, and the retry and resolve deadlines.
+struct Triggers {
+    objects: Option<tokio::sync::watch::Receiver<u64>>,
+    #[cfg(unix)]
+    hangup: Option<tokio::signal::unix::Signal>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+    loads_ended: tokio::sync::watch::Receiver<u64>,
+    retry: Retry,
+    resolve: Period,
+}
+
+impl Triggers {
+    /// The next trigger, from `files` or any of these.
+    async fn next(&mut self, manager: &Manager, files: &mut FileWatch) -> Trigger {
+        #[cfg(unix)]
+        let hup = async {
+            match self.hangup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<()>();
+        let object_changed = async {
+            match self.objects.as_mut() {
+                Some(changes) => {
+                    if changes.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    // Let a burst of edits (kubectl apply -f of a directory) settle.
+                    tokio::time::sleep(RELOAD_DEBOUNCE).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = self.stopped.wait_for(|s| *s) => Trigger::Stop,
+            () = self.resolve.due() => Trigger::Resolve,
+            changed = files.changed() => if changed { Trigger::Files } else { Trigger::Stop },
+            () = object_changed => Trigger::Objects,
+            () = hup => Trigger::Hangup,
+            () = self.retry.due() => Trigger::Retry,
+            guest = manager.permission_granted() => Trigger::Permitted(guest),
+            _ = self.loads_ended.changed() => Trigger::LoadEnded,
+        }
     }
 
-    /// Like [`watch`](Self::watch) for the manifests in `dir` (if any) and, with
-    /// [`from_cluster`](ManagerOptions::from_cluster), the guest objects: an object created,
-    /// deleted or whose spec changed (its generation) reloads too.
-    pub fn watch_sources(&self, dir: Option<PathBuf>) -> Watcher {
-        let manager = self.clone();
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move { manager.watch_loop(dir, stopped).await });
-        Watcher { stop, task }
+    /// A reload starts: the object changes and background loads seen so far are its to take
+    /// up, and only later ones trigger another.
+    fn settle(&mut self) {
+        if let Some(changes) = self.objects.as_mut() {
+            changes.mark_unchanged();
+        }
+        self.loads_ended.borrow_and_update();
     }
+}
 
-    pub(super) async fn watch_loop(
-        &self,
-        dir: Option<PathBuf>,
-        mut stopped: tokio::sync::watch::Receiver<bool>,
-    ) {
+/// The manifest directory and the module files its manifests name, watched for changes: the
+/// file system's events, debounced ([`RELOAD_DEBOUNCE`]), those of YAML files and of the
+/// modules that matter.
+struct FileWatch {
+    /// `None` when the platform's watcher could not start (SIGHUP still reloads).
+    debouncer: Option<notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>>,
+    events: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// The module files whose events matter (as named, and canonical).
+    relevant: Arc<RwLock<BTreeSet<PathBuf>>>,
+    dir: Option<PathBuf>,
+    /// Folders of modules outside `dir`, watched for them.
+    watched_dirs: BTreeSet<PathBuf>,
+}
+
+impl FileWatch {
+    /// Watch `dir` (recursively), if any.
+    fn start(dir: Option<&Path>) -> Self {
         use notify::RecursiveMode;
-        let (events_tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (events_tx, events) = tokio::sync::mpsc::unbounded_channel::<()>();
         let relevant = Arc::new(RwLock::new(BTreeSet::<PathBuf>::new()));
         let filter = relevant.clone();
         let debouncer = notify_debouncer_mini::new_debouncer(
@@ -186,84 +262,114 @@ impl Manager {
                 None
             }
         };
-        if let (Some(debouncer), Some(dir)) = (&mut debouncer, &dir)
+        if let (Some(debouncer), Some(dir)) = (&mut debouncer, dir)
             && let Err(err) = debouncer.watcher().watch(dir, RecursiveMode::Recursive)
         {
             tracing::error!("cannot watch {}: {err}", dir.display());
         }
-        let mut watched_dirs: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut refresh = |debouncer: &mut Option<
-            notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>,
-        >,
-                           modules: Vec<PathBuf>| {
-            let Some(debouncer) = debouncer else { return };
-            // Files only: a module in a registry (`oci://…`) is watched by its pull period.
-            let absolute: BTreeSet<PathBuf> = modules
-                .iter()
-                .filter(|m| crate::oci::reference(m).is_none())
-                .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
-                .collect();
-            for module in &absolute {
-                if let Some(parent) = module.parent()
-                    && !dir.as_ref().is_some_and(|dir| parent.starts_with(dir))
-                    && watched_dirs.insert(parent.to_owned())
-                    && let Err(err) = debouncer
-                        .watcher()
-                        .watch(parent, RecursiveMode::NonRecursive)
-                {
-                    tracing::warn!("cannot watch {}: {err}", parent.display());
-                }
+        FileWatch {
+            debouncer,
+            events,
+            relevant,
+            dir: dir.map(Path::to_owned),
+            watched_dirs: BTreeSet::new(),
+        }
+    }
+
+    /// Watch `modules` too: their events matter, and the folders of those outside the
+    /// directory are watched. Files only: a module in a registry (`oci://…`) is watched by its
+    /// pull period.
+    fn refresh(&mut self, modules: Vec<PathBuf>) {
+        let Some(debouncer) = &mut self.debouncer else {
+            return;
+        };
+        let absolute: BTreeSet<PathBuf> = modules
+            .iter()
+            .filter(|m| crate::oci::reference(m).is_none())
+            .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
+            .collect();
+        for module in &absolute {
+            if let Some(parent) = module.parent()
+                && !self.dir.as_ref().is_some_and(|dir| parent.starts_with(dir))
+                && self.watched_dirs.insert(parent.to_owned())
+                && let Err(err) = debouncer
+                    .watcher()
+                    .watch(parent, notify::RecursiveMode::NonRecursive)
+            {
+                tracing::warn!("cannot watch {}: {err}", parent.display());
             }
-            let mut paths: BTreeSet<PathBuf> = modules.into_iter().collect();
-            paths.extend(absolute);
-            *relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
+        }
+        let mut paths: BTreeSet<PathBuf> = modules.into_iter().collect();
+        paths.extend(absolute);
+        *self.relevant.write().unwrap_or_else(|e| e.into_inner()) = paths;
+    }
+
+    /// Resolves when files that matter changed: `true`; `false` when no events can come any
+    /// more. Never without a watcher.
+    async fn changed(&mut self) -> bool {
+        if self.debouncer.is_none() {
+            return std::future::pending().await;
+        }
+        self.events.recv().await.is_some()
+    }
+
+    /// Forget the events so far: a reload starts, and takes them up.
+    fn drain(&mut self) {
+        while self.events.try_recv().is_ok() {}
+    }
+}
+
+impl Manager {
+    /// Reload on changes to the manifest files in `dir` or the modules they name (debounced by
+    /// [`RELOAD_DEBOUNCE`]) and on SIGHUP, until the returned task is aborted.
+    pub fn watch(&self, dir: PathBuf) -> Watcher {
+        self.watch_sources(Some(dir))
+    }
+
+    /// Like [`watch`](Self::watch) for the manifests in `dir` (if any) and, with
+    /// [`from_cluster`](ManagerOptions::from_cluster), the guest objects: an object created,
+    /// deleted or whose spec changed (its generation) reloads too.
+    pub fn watch_sources(&self, dir: Option<PathBuf>) -> Watcher {
+        let manager = self.clone();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move { manager.watch_loop(dir, stopped).await });
+        Watcher { stop, task }
+    }
+
+    pub(super) async fn watch_loop(
+        &self,
+        dir: Option<PathBuf>,
+        stopped: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut files = FileWatch::start(dir.as_deref());
+        let mut triggers = Triggers {
+            objects: self.inner.objects.as_ref().map(ObjectSource::changes),
+            #[cfg(unix)]
+            hangup: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
+            stopped,
+            loads_ended: self.inner.loads_done.subscribe(),
+            retry: Retry::default(),
+            resolve: Period::default(),
         };
         let mut modules = self.module_paths(dir.as_deref()).await;
-        refresh(&mut debouncer, modules.clone());
-        #[cfg(unix)]
-        let mut hangup =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        files.refresh(modules.clone());
         // What the files looked like at the last reload, told from their metadata alone:
         // opening them (as a reload does) is itself an event, which must not start another.
         let mut seen = Fingerprint::of(dir.as_deref(), &modules);
         // What the objects were: status writes and label edits do not reload.
-        let mut objects = self.inner.objects.as_ref().map(ObjectSource::changes);
         let mut seen_objects = self.generations();
-        let mut retry = Retry::default();
-        let mut resolve = Period::default();
-        let mut loads_ended = self.inner.loads_done.subscribe();
         let what = match (&dir, &self.inner.objects) {
             (Some(dir), None) => dir.display().to_string(),
             (Some(dir), Some(_)) => format!("{} and the guest objects", dir.display()),
             (None, _) => "the guest objects".to_owned(),
         };
         loop {
-            #[cfg(unix)]
-            let hup = async {
-                match hangup.as_mut() {
-                    Some(h) => {
-                        h.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hup = std::future::pending::<()>();
-            let object_changed = async {
-                match objects.as_mut() {
-                    Some(changes) => {
-                        if changes.changed().await.is_err() {
-                            std::future::pending::<()>().await;
-                        }
-                        // Let a burst of edits (kubectl apply -f of a directory) settle.
-                        tokio::time::sleep(RELOAD_DEBOUNCE).await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
             // Modules pulled by tag: resolved again as their `pull.every` says, whatever else
             // wakes the loop meanwhile.
-            resolve.arm(self.pull_interval().await);
+            triggers.resolve.arm(self.pull_interval().await);
+            // A reload in progress always completes: stopping is only noticed here, between
+            // reloads.
+            let trigger = triggers.next(self, &mut files).await;
             // Whether neither the files nor the objects changed since the last reload. Both are
             // compared whichever woke the loop: a file event that changes nothing can win the
             // race with an object's change (and drop its debounce), which must not be lost.
@@ -271,50 +377,35 @@ impl Manager {
                 Fingerprint::of(dir.as_deref(), &modules) == seen
                     && self.generations() == seen_objects
             };
-            // A reload in progress always completes: stopping is only noticed here, between
-            // reloads.
-            tokio::select! {
-                _ = stopped.wait_for(|s| *s) => return,
-                () = resolve.due() => tracing::debug!("resolving the modules' tags again"),
-                changed = rx.recv(), if debouncer.is_some() => {
-                    if changed.is_none() {
-                        return;
-                    }
-                    if unchanged() {
-                        continue;
-                    }
-                }
-                () = object_changed => {
-                    if unchanged() {
-                        continue;
-                    }
-                }
-                () = hup => tracing::info!("SIGHUP: reloading {what}"),
-                () = retry.due() => tracing::info!(
+            match trigger {
+                Trigger::Stop => return,
+                Trigger::Files | Trigger::Objects if unchanged() => continue,
+                Trigger::Files | Trigger::Objects => {}
+                Trigger::Resolve => tracing::debug!("resolving the modules' tags again"),
+                Trigger::Hangup => tracing::info!("SIGHUP: reloading {what}"),
+                Trigger::Retry => tracing::info!(
                     "retrying the changes refused {:?} ago",
-                    retry.delay
+                    triggers.retry.delay
                 ),
-                guest = self.permission_granted() => tracing::info!(
-                    "guest {guest}: the host may now do what it asks; loading it"
-                ),
-                _ = loads_ended.changed() => tracing::debug!(
-                    "a version loading in the background is done: taking it up"
-                ),
+                Trigger::Permitted(guest) => {
+                    tracing::info!("guest {guest}: the host may now do what it asks; loading it")
+                }
+                Trigger::LoadEnded => {
+                    tracing::debug!("a version loading in the background is done: taking it up");
+                }
             }
-            while rx.try_recv().is_ok() {}
-            if let Some(changes) = objects.as_mut() {
-                changes.mark_unchanged();
-            }
+            // What woke the loop until now is taken up by this reload; what happens from here
+            // on starts another.
+            files.drain();
+            triggers.settle();
             modules = self.module_paths(dir.as_deref()).await;
             seen = Fingerprint::of(dir.as_deref(), &modules);
             seen_objects = self.generations();
-            // Loads ending from here on start another reload.
-            loads_ended.borrow_and_update();
             let refused = self.reload_logged(dir.as_deref(), &what).await;
             // A reload resolves every tag: the next resolve is a period from now.
-            resolve.restart();
-            retry.after(refused);
-            refresh(&mut debouncer, modules.clone());
+            triggers.resolve.restart();
+            triggers.retry.after(refused);
+            files.refresh(modules.clone());
         }
     }
 
