@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use common::{median_min_max, module, print_table, quick, write_results};
 use krec::client::ApiClient;
+use krec::guests::from_cluster::{FromCluster, cluster_reconciler_gvk};
 use krec::guests::{Manager, ManagerOptions};
 use krec::oci::{Registries, RegistryAuth};
-use krec::sources::{FromCluster, cluster_reconciler_gvk};
 use registry::Registry;
 use serde_json::{Value, json};
 

@@ -4,9 +4,9 @@
 //! `krec:reconciler` WIT world (`wit/`). From the top down:
 //!
 //! - [`cli`]: one file per `krec` command; [`runtime`]: the one place that assembles a running
-//!   host (admin server, leader election or [`shard`]ing, the [`manager`], admission server,
+//!   host (admin server, leader election or [`shard`]ing, the [`guests`], admission server,
 //!   manifest watcher).
-//! - [`manager`]: the guests by manifest, each a [`controller`] (workqueue, workers, handlers)
+//! - [`guests`]: the guest set, by manifest and guest object, each a [`controller`] (workqueue, workers, handlers)
 //!   over the shared [`cache`].
 //! - [`guest`]: a [`guest::GuestWorker`] runs one reconcile in wasmtime; the guest's `client`
 //!   calls ([`imports`]) are checked against its [`manifest`] and go to
@@ -48,8 +48,6 @@ pub mod rollout;
 pub mod runtime;
 pub mod scaffold;
 pub mod shard;
-pub mod sources;
-pub mod status;
 pub mod tenancy;
 pub mod tenure;
 pub mod vocab;

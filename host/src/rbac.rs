@@ -233,8 +233,8 @@ pub fn objects(
         &["get", "patch"],
     );
     for gvk in [
-        crate::sources::reconciler_gvk(),
-        crate::sources::cluster_reconciler_gvk(),
+        crate::guests::from_cluster::reconciler_gvk(),
+        crate::guests::from_cluster::cluster_reconciler_gvk(),
     ] {
         add(&gvk, "", &["get", "list", "watch"]);
         add(&gvk, "status", &["patch"]);

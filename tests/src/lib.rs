@@ -237,7 +237,7 @@ impl Live {
         objects: Vec<Value>,
         module_dir: &Path,
     ) -> Self {
-        let from = krec::sources::FromCluster {
+        let from = krec::guests::from_cluster::FromCluster {
             module_dir: module_dir.to_owned(),
             ..Default::default()
         };
@@ -248,7 +248,7 @@ impl Live {
     pub async fn start_from(
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
-        from: krec::sources::FromCluster,
+        from: krec::guests::from_cluster::FromCluster,
     ) -> Self {
         Self::start_from_with(
             manifests,
@@ -264,7 +264,7 @@ impl Live {
     pub async fn start_from_with(
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
-        from: krec::sources::FromCluster,
+        from: krec::guests::from_cluster::FromCluster,
         registries: Arc<krec::oci::Registries>,
     ) -> Self {
         let options = krec::guests::ManagerOptions {
@@ -431,7 +431,7 @@ impl Live {
     /// its status is written for the object's current generation.
     pub async fn condition(
         &self,
-        reference: &krec::sources::ObjectRef,
+        reference: &krec::guests::from_cluster::ObjectRef,
         kind: &str,
     ) -> Option<(String, String, String)> {
         let object = self
@@ -457,7 +457,7 @@ impl Live {
     /// its message.
     pub async fn wait_condition(
         &self,
-        reference: &krec::sources::ObjectRef,
+        reference: &krec::guests::from_cluster::ObjectRef,
         kind: &str,
         status: &str,
         reason: &str,

@@ -237,13 +237,15 @@ impl HostArgs {
             },
             namespace: self.namespace,
             guest_memory: self.guest_memory,
-            from_cluster: self.from_cluster.then(|| crate::sources::FromCluster {
-                module_dir: self
-                    .module_dir
-                    .or_else(|| std::env::current_dir().ok())
-                    .unwrap_or_else(|| PathBuf::from(".")),
-                quota: self.tenant_quota.unwrap_or_default(),
-            }),
+            from_cluster: self
+                .from_cluster
+                .then(|| crate::guests::from_cluster::FromCluster {
+                    module_dir: self
+                        .module_dir
+                        .or_else(|| std::env::current_dir().ok())
+                        .unwrap_or_else(|| PathBuf::from(".")),
+                    quota: self.tenant_quota.unwrap_or_default(),
+                }),
             insecure_registries: self.insecure_registries,
             registry_redirect_hosts: self.registry_redirect_hosts,
         })

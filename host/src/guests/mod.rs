@@ -30,12 +30,14 @@
 //! host's start is the first reload); `pull` fetches modules from registries; `triggers` says
 //! when to reload; `report` says what became of each guest.
 
+pub mod from_cluster;
 mod lifecycle;
 mod load;
 mod pull;
 mod reload;
 mod report;
 mod running;
+pub mod status;
 mod triggers;
 
 pub use lifecycle::reconciles;
@@ -54,9 +56,9 @@ use std::time::Duration;
 use crate::cache::Cache;
 use crate::controller::Controller;
 use crate::guest::{CpuGovernor, Engines, MemoryPool, ModuleCache, Runner};
+use crate::guests::from_cluster::{FromCluster, Generations, ObjectSource};
 use crate::manifest::Manifest;
 use crate::metrics::Metrics;
-use crate::sources::{FromCluster, Generations, ObjectSource};
 use running::{Guest, Loading, PullTask};
 
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
@@ -88,7 +90,7 @@ pub struct ManagerOptions {
     /// [`crate::memory::default_guest_memory`].
     pub guest_memory: Option<u64>,
     /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
-    /// (see [`crate::sources`]); `None`: only those of the manifests given.
+    /// (see [`crate::guests::from_cluster`]); `None`: only those of the manifests given.
     pub from_cluster: Option<FromCluster>,
     /// Where modules named `oci://…` are pulled from and kept; `None`: a store of this
     /// process's own, every registry over HTTPS.
@@ -171,7 +173,10 @@ impl Manager {
 
     /// The generation of guest object `reference` the running set was last brought in line
     /// with (its status's `observedGeneration`), if it was.
-    pub fn observed_generation(&self, reference: &crate::sources::ObjectRef) -> Option<i64> {
+    pub fn observed_generation(
+        &self,
+        reference: &crate::guests::from_cluster::ObjectRef,
+    ) -> Option<i64> {
         let applied = self.inner.applied.read().unwrap_or_else(|e| e.into_inner());
         applied.get(reference).map(|(_, generation)| *generation)
     }

@@ -13,8 +13,8 @@ use super::{Inner, Manager, ManagerOptions};
 use crate::cache::Cache;
 use crate::client::ApiClient;
 use crate::guest::{CpuGovernor, Engines, MemoryPool};
+use crate::guests::from_cluster::ObjectSource;
 use crate::manifest::{Manifest, ManifestError};
-use crate::sources::ObjectSource;
 
 /// The digest of `manifest`'s rollout candidate's file (empty: none, or unreadable).
 pub(super) fn candidate_digest(manifest: &Manifest) -> String {
@@ -83,7 +83,7 @@ impl Manager {
             Some(from) => {
                 let source = ObjectSource::start(&cache, from).await?;
                 let files = manifests.into_iter().map(Ok).collect();
-                let wanted = crate::sources::merge(files, source.scan());
+                let wanted = crate::guests::from_cluster::merge(files, source.scan());
                 (Some(source), wanted)
             }
             None => (None, manifests.into_iter().map(Ok).collect()),
@@ -145,7 +145,7 @@ impl Manager {
     }
 
     /// Bring the running guests in line with the manifests in `dir`. See the
-    /// [module docs](self).
+    /// [`guests`](crate::guests) module docs.
     ///
     /// # Errors
     ///
@@ -178,7 +178,7 @@ impl Manager {
         // Generations first: an object changed in between is under-reported, and reloaded.
         let generations = self.generations();
         let scanned = match &self.inner.objects {
-            Some(objects) => crate::sources::merge(files, objects.scan()),
+            Some(objects) => crate::guests::from_cluster::merge(files, objects.scan()),
             None => files,
         };
         let scanned = self.pull_modules(scanned, wait).await;

@@ -99,7 +99,7 @@ impl StartError {
     }
 }
 
-/// What a [`reload`](Manager::reload) did.
+/// What a [`reload`](super::Manager::reload) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReloadReport {
     /// Guests started.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::Manager;
 use super::reload::LOOP_WAIT;
+use crate::guests::from_cluster::ObjectSource;
 use crate::manifest::Manifest;
-use crate::sources::ObjectSource;
 
 /// How long file changes settle before a reload: editors and `cargo build` write in bursts.
 pub const RELOAD_DEBOUNCE: Duration = Duration::from_millis(100);
@@ -327,7 +327,7 @@ impl Manager {
     }
 
     /// Like [`watch`](Self::watch) for the manifests in `dir` (if any) and, with
-    /// [`from_cluster`](ManagerOptions::from_cluster), the guest objects: an object created,
+    /// [`from_cluster`](super::ManagerOptions::from_cluster), the guest objects: an object created,
     /// deleted or whose spec changed (its generation) reloads too.
     pub fn watch_sources(&self, dir: Option<PathBuf>) -> Watcher {
         let manager = self.clone();

@@ -116,7 +116,7 @@ fn drop_null_defaults(schema: &mut Value) {
     }
 }
 
-/// The schema of `status`, as [`crate::status`] writes it.
+/// The schema of `status`, as [`crate::guests::status`] writes it.
 fn status_schema() -> Value {
     let string = |description: &str| json!({"type": "string", "description": description});
     let integer = |description: &str| json!({"type": "integer", "format": "int64", "description": description});

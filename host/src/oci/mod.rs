@@ -11,7 +11,7 @@
 //! that fails is an error of that guest's manifest, so the version it runs keeps running and the
 //! reload is retried with backoff.
 //!
-//! The room's parts: [`reference`] parses references; `artifact` knows the layout;
+//! The room's parts: [`reference()`] parses references; `artifact` knows the layout;
 //! `pull` speaks the registry's HTTP for a pull, held to the registry's own host;
 //! [`Registries`] resolves, pulls, keeps and pushes; `credentials` reads a pull Secret; every
 //! failure is an [`OciError`].

@@ -25,12 +25,12 @@ use tokio::task::JoinHandle;
 use crate::admin::Admin;
 use crate::client::ApiClient;
 use crate::guest::ModuleCache;
+use crate::guests::status::StatusWriter;
 use crate::guests::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT, Watcher};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::manifest::Manifest;
 use crate::metrics::{Metrics, NameLabel};
 use crate::shard::{ShardConfig, Sharder};
-use crate::status::StatusWriter;
 
 /// How the host runs, for `krec dev` and `krec run`.
 #[derive(Clone, Debug)]
@@ -66,8 +66,8 @@ pub struct HostOptions {
     /// machine's ([`crate::memory::default_guest_memory`]).
     pub guest_memory: Option<u64>,
     /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
-    /// (`--from-cluster`; see [`crate::sources`]).
-    pub from_cluster: Option<crate::sources::FromCluster>,
+    /// (`--from-cluster`; see [`crate::guests::from_cluster`]).
+    pub from_cluster: Option<crate::guests::from_cluster::FromCluster>,
     /// Registries spoken to over plain HTTP (`--insecure-registry host:port`).
     pub insecure_registries: Vec<String>,
     /// Hosts a registry may redirect a pull to (`--registry-redirect-host`).

@@ -471,7 +471,7 @@ async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move(
 /// The status of Reconciler `shard-<i>/g`, read as the admin.
 async fn reconciler_status(client: &kube::Client, i: usize) -> Value {
     let api = krec::client::ApiClient::new(client.clone());
-    let gvk = krec::sources::reconciler_gvk();
+    let gvk = krec::guests::from_cluster::reconciler_gvk();
     api.get(&gvk, Some(&format!("shard-{i}")), "g")
         .await
         .map(|o| o["status"].clone())
@@ -588,9 +588,14 @@ async fn sharded_hosts_should_run_reconciler_objects_once_with_status_from_the_h
     }
 
     // Deleted: the guest stops and its Lease is released.
-    api.delete(&krec::sources::reconciler_gvk(), Some("shard-1"), "g", None)
-        .await
-        .expect("delete");
+    api.delete(
+        &krec::guests::from_cluster::reconciler_gvk(),
+        Some("shard-1"),
+        "g",
+        None,
+    )
+    .await
+    .expect("delete");
     wait_until("the guest stopped", Duration::from_secs(30), || {
         owners(&all(&hosts)).keys().all(|g| g != "shard-1.g")
     });

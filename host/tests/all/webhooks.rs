@@ -372,7 +372,7 @@ fn a_webhook_guest_that_cannot_load_should_not_lock_out_say_so_and_go_with_its_o
         |out| out.contains("not a WebAssembly component"),
     );
     assert!(
-        message.ends_with(krec::status::WEBHOOKS_NOT_REGISTERED),
+        message.ends_with(krec::guests::status::WEBHOOKS_NOT_REGISTERED),
         "{message}"
     );
     let events = kubectl.until(

@@ -318,7 +318,7 @@ async fn a_tenants_blocking_inits_and_slow_pulls_should_not_hold_another_tenants
             namespace("team-b"),
             krec_tests::configmap(0),
         ],
-        krec::sources::FromCluster {
+        krec::guests::from_cluster::FromCluster {
             module_dir: modules.path().to_owned(),
             ..Default::default()
         },

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use krec::guests::from_cluster::ObjectRef;
+use krec::guests::status::StatusWriter;
 use krec::manifest::Manifest;
-use krec::sources::ObjectRef;
-use krec::status::StatusWriter;
 use krec::vocab::{Gvk, ListOptions, PatchType};
 use krec_tests::{Live, built_module, cm_gvk, configmap};
 use serde_json::{Value, json};
@@ -164,7 +164,7 @@ async fn a_reconciler_object_should_start_swap_refuse_and_stop_its_guest_with_st
     // Status writes neither reload nor fight: quiet for a few of the writer's ticks.
     let before = reloads(&live);
     let rv = found["metadata"]["resourceVersion"].clone();
-    tokio::time::sleep(krec::status::TICK * 2).await;
+    tokio::time::sleep(krec::guests::status::TICK * 2).await;
     assert_eq!(reloads(&live), before, "a status write reloaded");
     let again = object(&live, &stamper).await.expect("object");
     assert_eq!(
@@ -541,7 +541,7 @@ async fn an_object_deleted_while_its_module_file_is_read_should_still_stop_its_g
 async fn from_cluster_without_the_crds_should_fail_naming_them() {
     let (_cluster, _client, api) = krec_tests::local_cluster().await;
     let options = krec::guests::ManagerOptions {
-        from_cluster: Some(krec::sources::FromCluster::default()),
+        from_cluster: Some(krec::guests::from_cluster::FromCluster::default()),
         ..Default::default()
     };
     let err = krec::guests::Manager::start_with(api, Vec::new(), options)
@@ -574,7 +574,7 @@ async fn a_guest_asking_for_more_than_the_host_may_do_should_be_refused_before_i
     let api = krec_tests::service_account_api(&cluster, &admin, rules).await;
     let modules = module_dir();
     let options = krec::guests::ManagerOptions {
-        from_cluster: Some(krec::sources::FromCluster {
+        from_cluster: Some(krec::guests::from_cluster::FromCluster {
             module_dir: modules.path().to_owned(),
             ..Default::default()
         }),
@@ -727,7 +727,7 @@ async fn a_tenant_over_its_quota_should_be_refused_while_other_tenants_run() {
         rec("team-a", "second"),
         rec("team-b", "first"),
     ];
-    let from = krec::sources::FromCluster {
+    let from = krec::guests::from_cluster::FromCluster {
         module_dir: modules.path().to_owned(),
         quota: "guests=1".parse().expect("quota"),
     };

@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
+use krec::guests::from_cluster::{FromCluster, ObjectRef};
+use krec::guests::status::StatusWriter;
 use krec::guests::{Manager, ManagerOptions};
 use krec::oci::RegistryAuth;
-use krec::sources::{FromCluster, ObjectRef};
-use krec::status::StatusWriter;
 use krec_tests::{Live, Registry, built_module, configmap};
 use serde_json::{Value, json};
 

@@ -26,8 +26,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 use crate::client::ApiClient;
+use crate::guests::from_cluster::ObjectRef;
 use crate::guests::{Manager, Skipped};
-use crate::sources::ObjectRef;
 use crate::vocab::{EventRecord, EventType, ObjectReference, PatchType};
 
 /// How often the writer looks again when nothing woke it (a tenure granted, counts grown).
@@ -496,7 +496,9 @@ impl StatusWriter {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut changes = manager.changes();
-            let mut objects = manager.objects().map(crate::sources::ObjectSource::changes);
+            let mut objects = manager
+                .objects()
+                .map(crate::guests::from_cluster::ObjectSource::changes);
             let mut counts_written: std::collections::HashMap<ObjectRef, tokio::time::Instant> =
                 Default::default();
             loop {
