@@ -13,7 +13,17 @@ use super::{
     Controller, GROWN_INSTANCE_IDLE, QUARANTINE_AFTER, QUARANTINE_DELAY, Request, action_after,
 };
 use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError};
-use crate::rollout::{Outcome as Taped, Reconcile, Tap};
+use crate::rollout::worker::{Running, VersionWorkers};
+
+/// What a worker's wait for a key ended with.
+enum Taken {
+    /// A key, and when the watch event that caused it was received (if one did).
+    Key(Request, crate::queue::Origin),
+    /// No key: idle instances were given back, or the gate closed.
+    Nothing,
+    /// The queue shut down.
+    Shutdown,
+}
 
 impl Controller {
     /// Worker `index`: take a key, reconcile it on the current version, act on the result;
@@ -21,176 +31,116 @@ impl Controller {
     /// instance once idle for the controller's [`instance_idle`](Controller::instance_idle);
     /// until shutdown, or until fewer workers are wanted.
     pub(super) async fn work(self: Arc<Self>, index: usize) {
-        let mut worker: Option<GuestWorker> = None;
-        // What the live worker's calls go through: taped while shadowed or recorded.
-        let mut tap: Option<Arc<Tap>> = None;
-        // A canary candidate's worker.
-        let mut canary: Option<GuestWorker> = None;
+        let mut guests = VersionWorkers::new(self.metrics.clone());
         let mut gate = self.gate.clone();
         while index < self.workers_wanted.load(Ordering::SeqCst) {
             // Only the leader (the guest's owner) reconciles.
             if gate.wait_for(|open| *open).await.is_err() {
                 break;
             }
-            let closing = async {
-                // A gate whose sender is gone never closes (and must not spin).
-                if gate.wait_for(|open| !*open).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
+            let (request, origin) = match self.take(&mut gate, &mut guests).await {
+                Taken::Key(request, origin) => (request, origin),
+                Taken::Nothing => continue,
+                Taken::Shutdown => break,
             };
-            // An instance a burst grew is given back once the worker has been idle a while, any
-            // other after a longer while.
-            let holds = |w: &Option<GuestWorker>| w.as_ref().is_some_and(GuestWorker::has_instance);
-            let grown = worker
-                .as_ref()
-                .is_some_and(GuestWorker::holds_grown_instance);
-            let instance_idle = self.instance_idle();
-            // How long to wait for a key, and whether every kept instance goes after that.
-            let (patience, release_all) = if grown && GROWN_INSTANCE_IDLE < instance_idle {
+            let taken = Instant::now();
+            let version = self.version.load_full();
+            let running = Running {
+                module: &version.module,
+                cluster: &version.cluster,
+                rollout: version.rollout.as_ref(),
+            };
+            let mut started = Instant::now();
+            let entering = || {
+                self.stats.begin(&request);
+                self.series.active_workers().inc();
+                started = Instant::now();
+                let _ = version.first_reconcile.set(started);
+            };
+            let (namespace, name) = (request.namespace.as_deref(), request.name.as_str());
+            let sink = self.recording.sink();
+            let (result, guest) = guests
+                .reconcile(running, sink, namespace, name, entering)
+                .await;
+            self.series.active_workers().dec();
+            self.stats.end(&request);
+            self.count_budgets(guest.module());
+            if let Some(usage) = guest.last_usage() {
+                self.count_usage(origin, taken, &usage);
+            }
+            self.finish(&request, result, started.elapsed());
+            self.queue.done(&request);
+        }
+    }
+
+    /// The next key from the queue, with the time its watch event was received; or nothing,
+    /// having given back idle instances or seen the gate close; or the queue's shutdown.
+    async fn take(
+        &self,
+        gate: &mut tokio::sync::watch::Receiver<bool>,
+        guests: &mut VersionWorkers,
+    ) -> Taken {
+        let closing = async {
+            // A gate whose sender is gone never closes (and must not spin).
+            if gate.wait_for(|open| !*open).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        // An instance a burst grew is given back once the worker has been idle a while, any
+        // other after a longer while.
+        let instance_idle = self.instance_idle();
+        // How long to wait for a key, and whether every kept instance goes after that.
+        let (patience, release_all) =
+            if guests.holds_grown_instance() && GROWN_INSTANCE_IDLE < instance_idle {
                 (Some(GROWN_INSTANCE_IDLE), false)
-            } else if holds(&worker) || holds(&canary) {
+            } else if guests.holds_instance() {
                 (Some(instance_idle), true)
             } else {
                 (None, false)
             };
-            let idle = async {
-                match patience {
-                    Some(patience) => tokio::time::sleep(patience).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            let request = tokio::select! {
-                request = self.queue.get_caused() => match request {
-                    Some(request) => request,
-                    None => break,
-                },
-                // `get` is cancel-safe: a key is only taken in the poll that returns it.
-                // A closed gate (leadership or the guest's lease lost) may stay closed for long:
-                // the instances go now rather than wait for it.
-                () = closing => {
-                    self.release_instances([worker.as_mut(), canary.as_mut()]);
-                    continue;
-                }
-                () = idle => {
-                    if release_all {
-                        self.release_instances([worker.as_mut(), canary.as_mut()]);
-                    } else if let Some(guest) = worker.as_mut() {
-                        guest.release_grown_instance();
-                    }
-                    continue;
-                }
-            };
-            let (request, origin) = request;
-            let taken = std::time::Instant::now();
-            let version = self.version.load_full();
-            let current = worker
-                .as_ref()
-                .is_some_and(|w| Arc::ptr_eq(w.module(), &version.module));
-            if !current {
-                // A new version: the old instance is dropped with the old worker.
-                let tapped = Arc::new(Tap::new(version.cluster.clone()));
-                worker = Some(
-                    GuestWorker::new(version.module.clone(), tapped.clone())
-                        .with_metrics(self.metrics.clone()),
-                );
-                tap = Some(tapped);
+        let idle = async {
+            match patience {
+                Some(patience) => tokio::time::sleep(patience).await,
+                None => std::future::pending::<()>().await,
             }
-            let (namespace, name) = (request.namespace.as_deref(), request.name.as_str());
-            let rollout = version.rollout.as_ref();
-            let candidate = rollout.filter(|r| r.takes(namespace, name));
-            if rollout.is_none() {
-                // A rollout decided: its candidate's instance goes.
-                canary = None;
+        };
+        tokio::select! {
+            request = self.queue.get_caused() => match request {
+                Some((request, origin)) => Taken::Key(request, origin),
+                None => Taken::Shutdown,
+            },
+            // `get` is cancel-safe: a key is only taken in the poll that returns it.
+            // A closed gate (leadership or the guest's lease lost) may stay closed for long:
+            // the instances go now rather than wait for it.
+            () = closing => {
+                self.release_instances(guests.guests_mut());
+                Taken::Nothing
             }
-            if let Some(rollout) = candidate
-                && !canary
-                    .as_ref()
-                    .is_some_and(|w| Arc::ptr_eq(w.module(), rollout.candidate()))
-            {
-                canary = Some(
-                    GuestWorker::new(rollout.candidate().clone(), version.cluster.clone())
-                        .with_metrics(self.metrics.clone()),
-                );
-            }
-            let (Some(live), Some(tap)) = (worker.as_mut(), tap.as_ref()) else {
-                break;
-            };
-            let guest = match (candidate, canary.as_mut()) {
-                (Some(_), Some(canary)) => canary,
-                _ => live,
-            };
-            let sink = self.recording.sink();
-            let shadowing = candidate.is_none() && rollout.is_some_and(|r| r.wants_tape());
-            let taping = shadowing || (candidate.is_none() && sink.is_some());
-            tap.arm(taping);
-            let clock_ms = if taping {
-                crate::rollout::tape::now_ms()
-            } else {
-                0
-            };
-            self.stats.begin(&request);
-            self.series.active_workers().inc();
-            let started = Instant::now();
-            let _ = version.first_reconcile.set(started);
-            let result = guest.reconcile(namespace, name).await;
-            self.series.active_workers().dec();
-            self.stats.end(&request);
-            if let Some(rollout) = rollout {
-                let outcome = Taped::of(&result);
-                if candidate.is_some() {
-                    rollout.canary_ended(&outcome);
+            () = idle => {
+                if release_all {
+                    self.release_instances(guests.guests_mut());
                 } else {
-                    rollout.live_ended(&outcome);
+                    guests.release_grown_instance();
                 }
-                if taping && tap.is_cut() {
-                    if shadowing {
-                        rollout.skipped();
-                    }
-                    if let Some(sink) = &sink {
-                        sink.drop_one();
-                    }
-                } else if taping {
-                    let taped = Reconcile {
-                        seq: rollout.next_seq(),
-                        namespace: request.namespace.clone(),
-                        name: request.name.clone(),
-                        clock_ms,
-                        tape: tap.take(),
-                        outcome,
-                    };
-                    if let Some(sink) = &sink {
-                        sink.push(taped.clone());
-                    }
-                    if shadowing {
-                        rollout.offer(taped);
-                    }
-                }
-            } else if let Some(sink) = sink.filter(|_| taping) {
-                if tap.is_cut() {
-                    sink.drop_one();
-                } else {
-                    sink.push(Reconcile {
-                        seq: 0,
-                        namespace: request.namespace.clone(),
-                        name: request.name.clone(),
-                        clock_ms,
-                        tape: tap.take(),
-                        outcome: Taped::of(&result),
-                    });
-                }
+                Taken::Nothing
             }
-            self.count_budgets(guest.module());
-            if let Some(usage) = guest.last_usage() {
-                self.observe_stages(origin, taken, &usage);
-                self.series.cpu().inc_by(usage.guest_time.as_secs_f64());
-                let peak = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
-                let gauge = self.series.memory_peak();
-                if gauge.get() < peak {
-                    gauge.set(peak);
-                }
-            }
-            self.finish(&request, result, started.elapsed());
-            self.queue.done(&request);
+        }
+    }
+
+    /// Count a reconcile's `usage` (its stages, CPU and memory peak), its key taken at `taken`
+    /// and its watch event received at `origin`.
+    fn count_usage(
+        &self,
+        origin: crate::queue::Origin,
+        taken: Instant,
+        usage: &crate::guest::Usage,
+    ) {
+        self.observe_stages(origin, taken, usage);
+        self.series.cpu().inc_by(usage.guest_time.as_secs_f64());
+        let peak = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
+        let gauge = self.series.memory_peak();
+        if gauge.get() < peak {
+            gauge.set(peak);
         }
     }
 

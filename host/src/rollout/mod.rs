@@ -29,6 +29,7 @@ pub mod compare;
 pub mod recording;
 pub mod replay;
 pub mod tape;
+pub mod worker;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
