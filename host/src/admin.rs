@@ -304,6 +304,17 @@ async fn rollout(
     }
 }
 
+/// A `GET /record/{guest}` query refused.
+#[derive(Debug, thiserror::Error)]
+enum QueryError {
+    /// `key=value` whose value is not a whole number.
+    #[error("{0}: not a whole number")]
+    NotANumber(String),
+    /// A parameter that is none of the three.
+    #[error("unknown parameter {0:?}: reconciles, seconds or secrets")]
+    Unknown(String),
+}
+
 /// `GET /record/{guest}`'s query: `reconciles`, `seconds`, `secrets=include`.
 #[derive(Default)]
 struct RecordQuery {
@@ -313,23 +324,19 @@ struct RecordQuery {
 }
 
 impl RecordQuery {
-    fn parse(query: Option<&str>) -> Result<Self, String> {
+    fn parse(query: Option<&str>) -> Result<Self, QueryError> {
         let mut parsed = RecordQuery::default();
         for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
             let number = || {
                 value
                     .parse::<u64>()
-                    .map_err(|_| format!("{key}={value}: not a whole number"))
+                    .map_err(|_| QueryError::NotANumber(format!("{key}={value}")))
             };
             match &*key {
                 "reconciles" => parsed.reconciles = Some(number()?),
                 "seconds" => parsed.seconds = Some(number()?),
                 "secrets" => parsed.secrets = Some(value.into_owned()),
-                other => {
-                    return Err(format!(
-                        "unknown parameter {other:?}: reconciles, seconds or secrets"
-                    ));
-                }
+                other => return Err(QueryError::Unknown(other.to_owned())),
             }
         }
         Ok(parsed)

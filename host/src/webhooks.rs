@@ -297,26 +297,40 @@ pub enum Reach {
     },
 }
 
+/// A Service reference that is not `NAMESPACE/NAME[:PORT]`.
+#[derive(Debug, thiserror::Error)]
+#[error("{text:?}: {problem}")]
+pub struct BadService {
+    /// The text given.
+    pub text: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
 impl Reach {
     /// The Service `NAMESPACE/NAME[:PORT]` (port 443 unless given).
     ///
     /// # Errors
     ///
     /// Text that is not of that form, naming it.
-    pub fn service(text: &str) -> Result<Reach, String> {
+    pub fn service(text: &str) -> Result<Reach, BadService> {
+        let bad = |problem: String| BadService {
+            text: text.to_owned(),
+            problem,
+        };
         let (namespace, rest) = text
             .split_once('/')
-            .ok_or_else(|| format!("{text:?}: not NAMESPACE/NAME[:PORT]"))?;
+            .ok_or_else(|| bad("not NAMESPACE/NAME[:PORT]".into()))?;
         let (name, port) = match rest.split_once(':') {
             Some((name, port)) => (
                 name,
                 port.parse()
-                    .map_err(|_| format!("{text:?}: bad port {port:?}"))?,
+                    .map_err(|_| bad(format!("bad port {port:?}")))?,
             ),
             None => (rest, 443),
         };
         if namespace.is_empty() || name.is_empty() {
-            return Err(format!("{text:?}: not NAMESPACE/NAME[:PORT]"));
+            return Err(bad("not NAMESPACE/NAME[:PORT]".into()));
         }
         Ok(Reach::Service {
             namespace: namespace.to_owned(),
@@ -1094,16 +1108,18 @@ mod tests {
     #[test]
     fn a_service_should_parse_as_namespace_name_and_port() {
         assert_eq!(
-            Reach::service("krec-system/krec-webhooks"),
-            Ok(Reach::Service {
+            Reach::service("krec-system/krec-webhooks").ok(),
+            Some(Reach::Service {
                 namespace: "krec-system".into(),
                 name: "krec-webhooks".into(),
                 port: 443
             })
         );
         assert_eq!(
-            Reach::service("ns/svc:9443").map(|r| r.namespace().map(str::to_owned)),
-            Ok(Some("ns".to_owned()))
+            Reach::service("ns/svc:9443")
+                .ok()
+                .map(|r| r.namespace().map(str::to_owned)),
+            Some(Some("ns".to_owned()))
         );
         for bad in ["svc", "/svc", "ns/", "ns/svc:http"] {
             assert!(Reach::service(bad).is_err(), "{bad}");

@@ -16,7 +16,9 @@ pub(super) fn quantity(text: &str) -> Result<u64, crate::manifest::UnitError> {
 }
 
 /// A Service on the command line: `NAMESPACE/NAME[:PORT]`.
-pub(super) fn webhook_service(text: &str) -> Result<crate::webhooks::Reach, String> {
+pub(super) fn webhook_service(
+    text: &str,
+) -> Result<crate::webhooks::Reach, crate::webhooks::BadService> {
     crate::webhooks::Reach::service(text)
 }
 

@@ -188,24 +188,43 @@ const ETCD_FLAGS: &[(&str, Kind, Use)] = &[
     ("logger", Kind::Value, Use::Ignored),
 ];
 
+/// A command line pflag refuses, in its words.
+#[derive(Debug, thiserror::Error)]
+enum FlagError {
+    /// An argument that is no flag.
+    #[error("unexpected argument {0:?}: flags only")]
+    NotAFlag(String),
+    /// A flag the program does not have.
+    #[error("unknown flag: --{0}")]
+    Unknown(String),
+    /// A flag that takes a value, last and without one.
+    #[error("flag needs an argument: --{0}")]
+    NoValue(String),
+    /// A boolean flag's value that `strconv.ParseBool` refuses (value, flag).
+    #[error(
+        "invalid argument {0:?} for \"--{1}\" flag: strconv.ParseBool: parsing {0:?}: invalid syntax"
+    )]
+    NotABool(String, String),
+}
+
 /// The flags of `args` by name (each value a flag was given, in order), read as Go's pflag
 /// reads them; an unknown flag or a missing value is kube-apiserver's error.
 fn parse(
     args: &[String],
     known: &[(&str, Kind, Use)],
-) -> Result<BTreeMap<String, Vec<String>>, String> {
+) -> Result<BTreeMap<String, Vec<String>>, FlagError> {
     let mut flags: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
-            return Err(format!("unexpected argument {arg:?}: flags only"));
+            return Err(FlagError::NotAFlag(arg.clone()));
         };
         let (name, value) = match flag.split_once('=') {
             Some((name, value)) => (name, Some(value.to_owned())),
             None => (flag, None),
         };
         let Some((_, kind, _)) = known.iter().find(|(known, ..)| *known == name) else {
-            return Err(format!("unknown flag: --{name}"));
+            return Err(FlagError::Unknown(name.to_owned()));
         };
         let value = match (kind, value) {
             (_, Some(value)) => value,
@@ -213,18 +232,14 @@ fn parse(
             (Kind::Value, None) => args
                 .next()
                 .cloned()
-                .ok_or_else(|| format!("flag needs an argument: --{name}"))?,
+                .ok_or_else(|| FlagError::NoValue(name.to_owned()))?,
         };
         let value = if *kind == Kind::Bool {
             // strconv.ParseBool's spellings.
             match value.as_str() {
                 "1" | "t" | "T" | "true" | "TRUE" | "True" => "true".to_owned(),
                 "0" | "f" | "F" | "false" | "FALSE" | "False" => "false".to_owned(),
-                _ => {
-                    return Err(format!(
-                        "invalid argument {value:?} for \"--{name}\" flag: strconv.ParseBool: parsing {value:?}: invalid syntax"
-                    ));
-                }
+                _ => return Err(FlagError::NotABool(value, name.to_owned())),
             }
         } else {
             value
@@ -312,7 +327,7 @@ pub(super) async fn kube_apiserver(args: Flags) -> anyhow::Result<()> {
         print!("{}", usage("kube-apiserver", APISERVER_FLAGS));
         return Ok(());
     }
-    let flags = parse(&args.args, APISERVER_FLAGS).map_err(anyhow::Error::msg)?;
+    let flags = parse(&args.args, APISERVER_FLAGS)?;
     say_ignored(&flags, APISERVER_FLAGS, "kube-apiserver");
     if joined(&flags, "etcd-servers").is_none() {
         anyhow::bail!("[--etcd-servers must be specified]");
@@ -431,7 +446,7 @@ pub(super) async fn etcd(args: Flags) -> anyhow::Result<()> {
         print!("{}", usage("etcd", ETCD_FLAGS));
         return Ok(());
     }
-    let flags = parse(&args.args, ETCD_FLAGS).map_err(anyhow::Error::msg)?;
+    let flags = parse(&args.args, ETCD_FLAGS)?;
     say_ignored(&flags, ETCD_FLAGS, "etcd");
     let urls =
         joined(&flags, "listen-client-urls").unwrap_or_else(|| "http://localhost:2379".to_owned());
@@ -508,11 +523,15 @@ mod tests {
                 APISERVER_FLAGS
             )
             .err()
+            .map(|e| e.to_string())
             .as_deref(),
             Some("unknown flag: --insecure-port")
         );
         assert_eq!(
-            parse(&args("--cert-dir"), APISERVER_FLAGS).err().as_deref(),
+            parse(&args("--cert-dir"), APISERVER_FLAGS)
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
             Some("flag needs an argument: --cert-dir")
         );
         assert!(parse(&args("--allow-privileged=yes"), APISERVER_FLAGS).is_err());

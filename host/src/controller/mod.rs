@@ -194,6 +194,17 @@ fn rate_limit_of(module: &GuestModule) -> RateLimit {
     }
 }
 
+/// Why a rolled-back candidate cannot be tried again.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryRefused {
+    /// A candidate is being tried now.
+    #[error("a candidate is being tried already")]
+    Trying,
+    /// None was rolled back (why: the last candidate's fate, or no `spec.rollout`).
+    #[error("no candidate to try again: {0}")]
+    NoCandidate(String),
+}
+
 /// A guest's controller: handlers, workqueue, workers and generic sources.
 pub struct Controller {
     name: String,
@@ -448,12 +459,12 @@ impl Controller {
 
     /// Try the candidate last rolled back again, from zero; the reason when there is none to
     /// try or one is being tried.
-    pub fn retry_candidate(self: &Arc<Self>) -> Result<(), String> {
+    pub fn retry_candidate(self: &Arc<Self>) -> Result<(), RetryRefused> {
         if self
             .rollout()
             .is_some_and(|r| r.decided().borrow().is_none())
         {
-            return Err("a candidate is being tried already".into());
+            return Err(RetryRefused::Trying);
         }
         let last = self
             .rolled_back
@@ -465,10 +476,7 @@ impl Controller {
                 self.try_candidate(last.again());
                 Ok(())
             }
-            None => Err(format!(
-                "no candidate to try again: {}",
-                self.no_rollout_reason()
-            )),
+            None => Err(RetryRefused::NoCandidate(self.no_rollout_reason())),
         }
     }
 

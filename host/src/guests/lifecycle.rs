@@ -78,7 +78,7 @@ impl Manager {
                     manifest.name,
                     spec.candidate.display()
                 );
-                controller.candidate_refused(spec, problem);
+                controller.candidate_refused(spec, &problem.to_string());
                 return;
             }
         };

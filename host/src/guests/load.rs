@@ -127,7 +127,7 @@ impl Manager {
         manifest: &Arc<Manifest>,
         rollout: &crate::manifest::RolloutSpec,
         cluster: &Arc<dyn ClusterAccess>,
-    ) -> Result<Arc<GuestModule>, String> {
+    ) -> Result<Arc<GuestModule>, StartError> {
         let mut candidate = (**manifest).clone();
         candidate.spec.module = rollout.candidate.clone();
         if rollout.config.is_some() {
@@ -136,10 +136,7 @@ impl Manager {
         candidate.spec.rollout = None;
         candidate.candidate = true;
         candidate.module_ref = manifest.candidate_ref.clone();
-        let module = self
-            .load_module(Arc::new(candidate))
-            .await
-            .map_err(|e| e.to_string())?;
+        let module = self.load_module(Arc::new(candidate)).await?;
         let access: Arc<dyn ClusterAccess> = match rollout.mode {
             crate::manifest::RolloutMode::Shadow => Arc::new(crate::rollout::Replay::new(
                 Some(cluster.clone()),
@@ -147,10 +144,7 @@ impl Manager {
             )),
             crate::manifest::RolloutMode::Canary => cluster.clone(),
         };
-        GuestWorker::new(module.clone(), access)
-            .warm_up()
-            .await
-            .map_err(|e| e.to_string())?;
+        GuestWorker::new(module.clone(), access).warm_up().await?;
         Ok(module)
     }
 

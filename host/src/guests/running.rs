@@ -32,7 +32,7 @@ pub(super) struct Prepared {
     pub(super) cluster: Arc<dyn ClusterAccess>,
     /// `spec.rollout`'s candidate, loaded and instantiated as the module is — or why it could
     /// not be (the live version runs regardless).
-    pub(super) candidate: Option<Result<Arc<GuestModule>, String>>,
+    pub(super) candidate: Option<Result<Arc<GuestModule>, StartError>>,
 }
 
 /// A version of a guest ready to run: loaded, instantiated, its watches started and synced.

@@ -572,10 +572,24 @@ struct SelectorRequirement {
     values: Vec<String>,
 }
 
+/// Why a structured label selector has no text form.
+#[derive(Debug, thiserror::Error)]
+enum SelectorError {
+    /// `In` or `NotIn` without values (key, operator).
+    #[error("labelSelector: {0} {1}: values must be non-empty")]
+    ValuesRequired(String, String),
+    /// `Exists` or `DoesNotExist` with values (key, operator).
+    #[error("labelSelector: {0} {1}: values must be empty")]
+    ValuesForbidden(String, String),
+    /// An operator that is none of the four.
+    #[error("labelSelector: {0:?} is not a valid operator: In, NotIn, Exists or DoesNotExist")]
+    Operator(String),
+}
+
 impl Selector {
     /// The text form (what `kubectl get -l` takes), as `metav1.LabelSelectorAsSelector` reads
     /// the structured one.
-    fn text(self) -> Result<String, String> {
+    fn text(self) -> Result<String, SelectorError> {
         let structured = match self {
             Selector::Text(text) => return Ok(text),
             Selector::Structured(s) => s,
@@ -587,10 +601,7 @@ impl Selector {
             .collect();
         for r in structured.match_expressions {
             if matches!(r.operator.as_str(), "In" | "NotIn") && r.values.is_empty() {
-                return Err(format!(
-                    "labelSelector: {} {}: values must be non-empty",
-                    r.key, r.operator
-                ));
+                return Err(SelectorError::ValuesRequired(r.key, r.operator));
             }
             let values = r.values.join(",");
             parts.push(match r.operator.as_str() {
@@ -599,16 +610,9 @@ impl Selector {
                 "Exists" if r.values.is_empty() => r.key,
                 "DoesNotExist" if r.values.is_empty() => format!("!{}", r.key),
                 "Exists" | "DoesNotExist" => {
-                    return Err(format!(
-                        "labelSelector: {} {}: values must be empty",
-                        r.key, r.operator
-                    ));
+                    return Err(SelectorError::ValuesForbidden(r.key, r.operator));
                 }
-                other => {
-                    return Err(format!(
-                        "labelSelector: {other:?} is not a valid operator: In, NotIn, Exists or DoesNotExist"
-                    ));
-                }
+                _ => return Err(SelectorError::Operator(r.operator)),
             });
         }
         Ok(parts.join(","))

@@ -260,6 +260,60 @@ impl Slot {
 /// that for JSON's escapes, and a mebibyte for the rest of the line).
 pub const MAX_LINE_BYTES: usize = 2 * super::tape::MAX_TAPE_BYTES + (1 << 20);
 
+/// Why a recording cannot be read, naming the line.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    /// A header of another format.
+    #[error("line {line}: recording format {found:?}, this krec reads {FORMAT:?}")]
+    Format {
+        /// The line.
+        line: usize,
+        /// The format it names.
+        found: String,
+    },
+    /// The first line is not a header.
+    #[error("line {line}: not a recording's header: not a krec recording")]
+    NoHeader {
+        /// The line.
+        line: usize,
+    },
+    /// Nothing but blank lines.
+    #[error("no header line: not a krec recording")]
+    Empty,
+    /// A header after the first line.
+    #[error("line {line}: a second header: not one krec recording")]
+    SecondHeader {
+        /// The line.
+        line: usize,
+    },
+    /// The input could not be read.
+    #[error("line {line}: {error}")]
+    Read {
+        /// The line being read.
+        line: usize,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A line longer than krec writes.
+    #[error(
+        "line {line}: longer than {} MiB, which no krec recording's line is (a reconcile's tape is at most {} MiB)",
+        MAX_LINE_BYTES >> 20,
+        super::tape::MAX_TAPE_BYTES >> 20
+    )]
+    TooLong {
+        /// The line.
+        line: usize,
+    },
+    /// A line that is no line of a recording.
+    #[error("line {line}: not a line of a krec recording: {error}")]
+    Parse {
+        /// The line.
+        line: usize,
+        /// Why it does not parse.
+        error: serde_json::Error,
+    },
+}
+
 /// A recording read a line at a time: its header first, then one reconcile at a time, so that
 /// reading a recording of any length holds one line in memory, and a line longer than any krec
 /// writes ([`MAX_LINE_BYTES`]) is refused rather than read.
@@ -275,19 +329,16 @@ impl<R: std::io::BufRead> Reader<R> {
     /// # Errors
     ///
     /// When the first line is not a krec recording's header, names the line.
-    pub fn open(input: R) -> Result<(Header, Self), String> {
+    pub fn open(input: R) -> Result<(Header, Self), RecordingError> {
         let mut reader = Reader { input, line: 0 };
         match reader.next_line()? {
             Some(Line::Header(header)) if header.recording == FORMAT => Ok((header, reader)),
-            Some(Line::Header(header)) => Err(format!(
-                "line {}: recording format {:?}, this krec reads {FORMAT:?}",
-                reader.line, header.recording
-            )),
-            Some(_) => Err(format!(
-                "line {}: not a recording's header: not a krec recording",
-                reader.line
-            )),
-            None => Err("no header line: not a krec recording".to_owned()),
+            Some(Line::Header(header)) => Err(RecordingError::Format {
+                line: reader.line,
+                found: header.recording,
+            }),
+            Some(_) => Err(RecordingError::NoHeader { line: reader.line }),
+            None => Err(RecordingError::Empty),
         }
     }
 
@@ -296,19 +347,16 @@ impl<R: std::io::BufRead> Reader<R> {
     /// # Errors
     ///
     /// A line that is not part of a recording, or too long to be one, by number.
-    pub fn next_reconcile(&mut self) -> Result<Option<Reconcile>, String> {
+    pub fn next_reconcile(&mut self) -> Result<Option<Reconcile>, RecordingError> {
         match self.next_line()? {
             Some(Line::Reconcile(reconcile)) => Ok(Some(*reconcile)),
             Some(Line::End(_)) | None => Ok(None),
-            Some(Line::Header(_)) => Err(format!(
-                "line {}: a second header: not one krec recording",
-                self.line
-            )),
+            Some(Line::Header(_)) => Err(RecordingError::SecondHeader { line: self.line }),
         }
     }
 
     /// The next line that is not blank, parsed.
-    fn next_line(&mut self) -> Result<Option<Line>, String> {
+    fn next_line(&mut self) -> Result<Option<Line>, RecordingError> {
         use std::io::{BufRead as _, Read as _};
         loop {
             let mut bytes = Vec::new();
@@ -316,25 +364,26 @@ impl<R: std::io::BufRead> Reader<R> {
             let read = (&mut self.input)
                 .take(limit)
                 .read_until(b'\n', &mut bytes)
-                .map_err(|e| format!("line {}: {e}", self.line + 1))?;
+                .map_err(|error| RecordingError::Read {
+                    line: self.line + 1,
+                    error,
+                })?;
             if read == 0 {
                 return Ok(None);
             }
             self.line += 1;
             if bytes.len() > MAX_LINE_BYTES {
-                return Err(format!(
-                    "line {}: longer than {} MiB, which no krec recording's line is (a reconcile's tape is at most {} MiB)",
-                    self.line,
-                    MAX_LINE_BYTES >> 20,
-                    super::tape::MAX_TAPE_BYTES >> 20
-                ));
+                return Err(RecordingError::TooLong { line: self.line });
             }
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            return serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| format!("line {}: not a line of a krec recording: {e}", self.line));
+            return serde_json::from_slice(&bytes).map(Some).map_err(|error| {
+                RecordingError::Parse {
+                    line: self.line,
+                    error,
+                }
+            });
         }
     }
 }
@@ -345,7 +394,7 @@ impl<R: std::io::BufRead> Reader<R> {
 /// # Errors
 ///
 /// The line that is not part of a recording, by number.
-pub fn parse(text: &str) -> Result<(Header, Vec<Reconcile>), String> {
+pub fn parse(text: &str) -> Result<(Header, Vec<Reconcile>), RecordingError> {
     let (header, mut reader) = Reader::open(text.as_bytes())?;
     let mut reconciles = Vec::new();
     while let Some(reconcile) = reader.next_reconcile()? {
@@ -394,10 +443,15 @@ mod tests {
         assert_eq!(header.guest, "g");
         let first = reader.next_reconcile();
         assert!(matches!(&first, Ok(Some(r)) if r.name == "a"), "{first:?}");
-        let err = reader.next_reconcile().expect_err("a 100 MB line");
+        let err = reader
+            .next_reconcile()
+            .expect_err("a 100 MB line")
+            .to_string();
         assert!(err.starts_with("line 3: longer than 33 MiB"), "{err}");
         // Not a recording at all: said at its first line.
-        let err = Reader::open("{\"x\": 1}\n".as_bytes()).err();
+        let err = Reader::open("{\"x\": 1}\n".as_bytes())
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some(
@@ -484,7 +538,9 @@ mod tests {
         sink.push(patched);
         let line = lines.try_recv().expect("a line");
         assert!(!line.contains("aHVudGVyMg"), "{line}");
-        let err = parse("{\"nonsense\": 1}\n").expect_err("not a recording");
+        let err = parse("{\"nonsense\": 1}\n")
+            .expect_err("not a recording")
+            .to_string();
         assert!(
             err.starts_with("line 1: not a line of a krec recording"),
             "{err}"
