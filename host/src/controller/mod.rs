@@ -49,7 +49,7 @@ use crate::cluster::ClusterAccess;
 use crate::guest::{Action, GuestModule};
 use crate::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
 use crate::queue::{RateLimit, WorkQueue};
-use crate::rollout::{Decision, Rollout, recording};
+use crate::rollout::{Decision, GuestRollouts, Rollout, recording};
 use crate::vocab::Gvk;
 use map_backlog::MapBacklog;
 
@@ -236,14 +236,8 @@ pub struct Controller {
     mapper: Mutex<Option<JoinHandle<()>>>,
     /// Queues every key each time the gate opens (see [`Controller::new`]).
     opener: Mutex<Option<JoinHandle<()>>>,
-    /// The recording the workers write to, while one runs (`krec record`).
-    recording: recording::Slot,
-    /// Acts on the running rollout's decision.
-    concluder: Mutex<Option<JoinHandle<()>>>,
-    /// The report of the last rollout decided (promoted or rolled back).
-    concluded: Mutex<Option<serde_json::Value>>,
-    /// The last rollout rolled back, which `krec diff --retry` tries again.
-    rolled_back: Mutex<Option<Arc<Rollout>>>,
+    /// Its rollouts beyond the one running beside its version, and its recording.
+    rollouts: GuestRollouts,
 }
 
 impl std::fmt::Debug for Controller {
@@ -258,7 +252,7 @@ impl Drop for Controller {
     /// The map task waits on the backlog, not on the controller: end it with the controller
     /// even without [`shutdown`](Controller::shutdown).
     fn drop(&mut self) {
-        for task in [&mut self.mapper, &mut self.opener, &mut self.concluder] {
+        for task in [&mut self.mapper, &mut self.opener] {
             if let Some(task) = task.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
                 task.abort();
             }
@@ -344,16 +338,13 @@ impl Controller {
             for_informers: Mutex::new(Vec::new()),
             informers: Mutex::new(Vec::new()),
             trap_streaks: Mutex::new(std::collections::HashMap::new()),
-            recording: recording::Slot::default(),
-            concluder: Mutex::new(None),
-            concluded: Mutex::new(None),
-            rolled_back: Mutex::new(None),
+            rollouts: GuestRollouts::default(),
         })
     }
 
     /// Where `krec record` starts and stops a recording of this guest's reconciles.
     pub fn recording(&self) -> &recording::Slot {
-        &self.recording
+        self.rollouts.recording()
     }
 
     /// The candidate being tried beside the running version, if one is.
@@ -365,11 +356,7 @@ impl Controller {
     pub fn rollout_report(&self) -> Option<serde_json::Value> {
         match self.rollout() {
             Some(rollout) => Some(rollout.report()),
-            None => self
-                .concluded
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            None => self.rollouts.concluded(),
         }
     }
 
@@ -399,31 +386,13 @@ impl Controller {
                 controller.conclude(&rollout, &decision);
             }
         });
-        if let Some(old) = self
-            .concluder
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(task)
-        {
-            old.abort();
-        }
+        self.rollouts.conclude_with(task);
     }
 
     /// Record that `spec`'s candidate could not be loaded (`problem`): the rollout's report
     /// says so, rolled back before it started.
     pub fn candidate_refused(&self, spec: &crate::manifest::RolloutSpec, problem: &str) {
-        *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = Some(serde_json::json!({
-            "guest": self.name,
-            "candidate": spec.candidate.display().to_string(),
-            "digest": "",
-            "mode": match spec.mode {
-                crate::manifest::RolloutMode::Shadow => "shadow",
-                crate::manifest::RolloutMode::Canary => "canary",
-            },
-            "phase": "RolledBack",
-            "reason": format!("the candidate could not be loaded: {problem}"),
-            "live": {}, "candidateCounts": {}, "divergences": [],
-        }));
+        self.rollouts.refused(&self.name, spec, problem);
     }
 
     /// Decide the running rollout by hand; `false` when none runs or it is decided already.
@@ -434,8 +403,7 @@ impl Controller {
     /// Forget the last rollout's report: its manifest no longer has `spec.rollout`, so its
     /// status and condition go.
     pub fn forget_rollout(&self) {
-        *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        *self.rolled_back.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.rollouts.forget();
     }
 
     /// Why no candidate is being tried, and how to try one: for a refused promote or abort.
@@ -466,12 +434,7 @@ impl Controller {
         {
             return Err(RetryRefused::Trying);
         }
-        let last = self
-            .rolled_back
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        match last {
+        match self.rollouts.take_rolled_back() {
             Some(last) => {
                 self.try_candidate(last.again());
                 Ok(())
@@ -491,10 +454,8 @@ impl Controller {
             return;
         }
         rollout.stop();
-        *self.concluded.lock().unwrap_or_else(|e| e.into_inner()) = Some(rollout.report());
         let promoted = matches!(decision, Decision::Promote(_));
-        *self.rolled_back.lock().unwrap_or_else(|e| e.into_inner()) =
-            (!promoted).then(|| rollout.clone());
+        self.rollouts.decided(rollout, promoted);
         let next = if promoted {
             // Versions of the module: the same module promoted keeps its number.
             let number = if rollout.candidate().digest() == current.module.digest() {
@@ -610,14 +571,7 @@ impl Controller {
     ) -> Arc<Version> {
         self.queue.set_rate_limit(rate_limit_of(&module));
         // A rollout of the old version ends with it (the new one starts its own).
-        if let Some(task) = self
-            .concluder
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            task.abort();
-        }
+        self.rollouts.stop_concluding();
         let mut version = Version::new(module, cluster);
         let old = self.version.load_full();
         // Versions of the module: a spec change that keeps the module keeps its number.

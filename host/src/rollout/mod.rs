@@ -26,6 +26,7 @@
 //! recording and `krec replay` plays them back on a module, with [`Replay`].
 
 pub mod compare;
+mod guest;
 pub mod recording;
 pub mod replay;
 pub mod tape;
@@ -39,6 +40,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+pub use guest::GuestRollouts;
 pub use replay::{DryRun, Played, Replay};
 pub use tape::{Outcome, Reconcile, Tap, Tape};
 
