@@ -487,18 +487,29 @@ fn request_attributes<'a>(
 /// Before a write in a version other than the one the object is stored in (a resource with a
 /// conversion webhook): convert the stored object and keep it in the version written, so the
 /// write compares, patches and records fields in one version. A write that slips in between
-/// makes the write a conflict.
+/// (a controller's status update while the webhook converts) is converted again, as
+/// kube-apiserver's GuaranteedUpdate converts the object it read on each of its tries; after
+/// [`REENCODE_ATTEMPTS`] the write goes on and meets the change as a conflict.
 async fn in_written_version(server: &ApiServer, target: &Target) -> Result<(), ApiError> {
     let (rt, namespace) = (&target.rt, target.namespace.as_deref());
     let name = target.name.as_deref().unwrap_or_default();
-    if let Some(stored) = server.store.needs_reencoding(rt, namespace, name) {
+    for _ in 0..REENCODE_ATTEMPTS {
+        let Some(stored) = server.store.needs_reencoding(rt, namespace, name) else {
+            break;
+        };
         let converted = conversion::one_to_version(rt, stored).await?;
-        server
+        if server
             .store
-            .reencode(rt, namespace, Arc::unwrap_or_clone(converted))?;
+            .reencode(rt, namespace, Arc::unwrap_or_clone(converted))?
+        {
+            break;
+        }
     }
     Ok(())
 }
+
+/// Times [`in_written_version`] converts an object that keeps changing under it.
+const REENCODE_ATTEMPTS: u32 = 5;
 
 /// Unknown and duplicate fields of a body, as its `fieldValidation` says: a 400 when strict,
 /// else the warnings to answer with (unknown fields of built-in kinds are dropped).

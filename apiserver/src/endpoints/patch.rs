@@ -38,63 +38,84 @@ pub(super) async fn patch(
     let existed = server
         .store
         .contains(&target.rt, target.namespace.as_deref(), name);
-    let mut options = params.write_options(headers);
+    let options = params.write_options(headers);
     let mut warnings = Vec::new();
     let before = target.crd_before(server);
-    let stored = if kind == PatchType::Apply {
-        options.applied = true;
-        let rt = &target.rt;
-        let schema = managed::Schema::of(rt);
-        let force = params.flag("force");
-        let time = crate::store::now_rfc3339();
-        let api_version = rt.api_version();
-        let write = managed::Write {
-            manager: &options.manager.clone(),
-            api_version: &api_version,
-            subresource: target.status.then_some("status"),
-            time: &time,
+    // A write in another version than the stored one meets a controller's write in between
+    // as a conflict (the object is stored in the other version again): converted again and
+    // patched again, as kube-apiserver's GuaranteedUpdate tries again.
+    let mut attempt = 0;
+    let stored = loop {
+        attempt += 1;
+        let result = if kind == PatchType::Apply {
+            let mut options = options.clone();
+            options.applied = true;
+            let rt = &target.rt;
+            let schema = managed::Schema::of(rt);
+            let force = params.flag("force");
+            let time = crate::store::now_rfc3339();
+            let api_version = rt.api_version();
+            let write = managed::Write {
+                manager: &options.manager.clone(),
+                api_version: &api_version,
+                subresource: target.status.then_some("status"),
+                time: &time,
+            };
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("the apply body must be an object"));
+            }
+            let mut patch = patch.clone();
+            warnings = check_fields(rt, &mut patch, duplicates.clone(), params)?;
+            server
+                .admission
+                .patch(
+                    rt,
+                    target.namespace.as_deref(),
+                    name,
+                    target.status,
+                    options,
+                    user,
+                    |current| {
+                        managed::apply(
+                            current,
+                            &patch,
+                            schema,
+                            rt.status_subresource && !target.status,
+                            force,
+                            &write,
+                            (&rt.kind, &rt.group, name),
+                        )
+                        .map(Some)
+                    },
+                )
+                .await
+        } else {
+            server
+                .admission
+                .patch(
+                    &target.rt,
+                    target.namespace.as_deref(),
+                    name,
+                    target.status,
+                    options.clone(),
+                    user,
+                    |current| patched(kind, &patch, PatchMeta::of(&target.rt), current),
+                )
+                .await
         };
-        if !patch.is_object() {
-            return Err(ApiError::bad_request("the apply body must be an object"));
+        match result {
+            Err(err)
+                if err.code == 409
+                    && attempt < REENCODE_ATTEMPTS
+                    && server
+                        .store
+                        .needs_reencoding(&target.rt, target.namespace.as_deref(), name)
+                        .is_some() =>
+            {
+                in_written_version(server, target).await?;
+            }
+            result => break result?,
         }
-        let mut patch = patch;
-        warnings = check_fields(rt, &mut patch, duplicates, params)?;
-        server
-            .admission
-            .patch(
-                rt,
-                target.namespace.as_deref(),
-                name,
-                target.status,
-                options.clone(),
-                user,
-                |current| {
-                    managed::apply(
-                        current,
-                        &patch,
-                        schema,
-                        rt.status_subresource && !target.status,
-                        force,
-                        &write,
-                        (&rt.kind, &rt.group, name),
-                    )
-                    .map(Some)
-                },
-            )
-            .await?
-    } else {
-        server
-            .admission
-            .patch(
-                &target.rt,
-                target.namespace.as_deref(),
-                name,
-                target.status,
-                options,
-                user,
-                |current| patched(kind, &patch, PatchMeta::of(&target.rt), current),
-            )
-            .await?
     };
     let formats = target.crd_warnings(&stored.object, before.as_deref());
     let warnings = [warnings, stored.warnings, formats].concat();
