@@ -105,13 +105,6 @@ impl GuestRollouts {
 impl Drop for GuestRollouts {
     /// The task acting on a decision ends with the guest.
     fn drop(&mut self) {
-        if let Some(task) = self
-            .concluder
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            task.abort();
-        }
+        self.stop_concluding();
     }
 }
