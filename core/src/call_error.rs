@@ -80,6 +80,22 @@ macro_rules! cases {
                 }
             }
 
+            /// What a client can do about it: the [`ErrorKind`] of the same name.
+            #[must_use]
+            pub fn kind(&self) -> ErrorKind {
+                match self {
+                    $(CallError::$case(_) => ErrorKind::$case,)*
+                }
+            }
+
+            /// The error of `kind` with `message`.
+            #[must_use]
+            pub fn new(kind: ErrorKind, message: String) -> Self {
+                match kind {
+                    $(ErrorKind::$case => CallError::$case(message),)*
+                }
+            }
+
             /// The message, to change in place.
             pub fn message_mut(&mut self) -> &mut String {
                 match self {
@@ -102,6 +118,22 @@ cases! {
 }
 
 impl CallError {
+    /// This error with its control characters escaped ([`printable`](crate::printable)) and
+    /// its message then cut at `max` bytes (marked `[truncated]`): what a guest's error may
+    /// carry into the host's log.
+    #[must_use]
+    pub fn truncated(mut self, max: usize) -> Self {
+        let message = self.message_mut();
+        // Escaped first, so that what is kept is at most `max` bytes as written.
+        if let std::borrow::Cow::Owned(escaped) = crate::printable(message) {
+            *message = escaped;
+        }
+        if crate::cut(message, max) {
+            message.push_str(" [truncated]");
+        }
+        self
+    }
+
     /// A [`CallError::Other`] with this message, for failures of a reconciler's own logic.
     pub fn other(message: impl std::fmt::Display) -> Self {
         CallError::Other(message.to_string())
@@ -111,14 +143,8 @@ impl CallError {
     #[must_use]
     pub fn of(kind: ErrorKind, code: u16, reason: &str, message: String) -> Self {
         match kind {
-            ErrorKind::NotFound => CallError::NotFound(message),
-            ErrorKind::AlreadyExists => CallError::AlreadyExists(message),
-            ErrorKind::Conflict => CallError::Conflict(message),
-            ErrorKind::Forbidden => CallError::Forbidden(message),
-            ErrorKind::Invalid => CallError::Invalid(message),
-            ErrorKind::Timeout => CallError::Timeout(message),
-            ErrorKind::Unavailable => CallError::Unavailable(message),
             ErrorKind::Other => CallError::Other(format!("{code} {reason}: {message}")),
+            kind => CallError::new(kind, message),
         }
     }
 
@@ -168,5 +194,8 @@ mod tests {
         let teapot = CallError::of(ErrorKind::of(418, "Teapot"), 418, "Teapot", "short".into());
         assert_eq!(teapot, CallError::Other("418 Teapot: short".into()));
         assert_eq!(teapot.to_string(), "418 Teapot: short");
+        for kind in [ErrorKind::NotFound, ErrorKind::Timeout, ErrorKind::Other] {
+            assert_eq!(CallError::new(kind, "m".into()).kind(), kind);
+        }
     }
 }

@@ -8,53 +8,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::error::{Error, Result};
 
 /// Kind of a Kubernetes Event, as client-go's `EventRecorder` takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
-    /// Normal progress, e.g. reason `Synced`.
-    Normal,
-    /// Something a person should look at, e.g. reason `ErrResourceExists`.
-    Warning,
-}
+pub use krec_core::EventType;
 
 /// Which objects a list call returns. Built with chained calls:
 /// `ListParams::default().namespace("default").labels("app=web")`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListParams {
-    /// Only this namespace; `None` for all namespaces or cluster-scoped kinds.
-    pub namespace: Option<String>,
-    /// Label selector, e.g. `app=web,tier in (fe,be),!legacy`.
-    pub label_selector: Option<String>,
-    /// Field selector on `metadata.name` / `metadata.namespace`.
-    pub field_selector: Option<String>,
-    /// Read from the API server instead of the host's cache.
-    pub uncached: bool,
-}
-
-impl ListParams {
-    /// Restrict to one namespace (`None` keeps all namespaces).
-    pub fn namespace<'a>(mut self, namespace: impl Into<Option<&'a str>>) -> Self {
-        self.namespace = namespace.into().map(str::to_owned);
-        self
-    }
-
-    /// Select by labels. An empty selector selects everything.
-    pub fn labels(mut self, selector: &str) -> Self {
-        self.label_selector = (!selector.is_empty()).then(|| selector.to_owned());
-        self
-    }
-
-    /// Select by fields (`metadata.name`, `metadata.namespace`).
-    pub fn fields(mut self, selector: &str) -> Self {
-        self.field_selector = (!selector.is_empty()).then(|| selector.to_owned());
-        self
-    }
-
-    /// Read from the API server instead of the cache (strongly consistent, slower).
-    pub fn uncached(mut self) -> Self {
-        self.uncached = true;
-        self
-    }
-}
+pub use krec_core::ListOptions as ListParams;
 
 /// A patch body and its format.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,13 +28,7 @@ pub enum Patch {
 }
 
 /// Conditions checked by `Context::delete_with` before deleting.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Preconditions {
-    /// Delete only if the object still has this UID.
-    pub uid: Option<String>,
-    /// Delete only if the object is unchanged since this resourceVersion.
-    pub resource_version: Option<String>,
-}
+pub use krec_core::Preconditions;
 
 /// Render a [`LabelSelector`] (`matchLabels` and `matchExpressions`) as selector text for
 /// [`ListParams::labels`], e.g. `app=web,tier in (be,fe),!legacy`.

@@ -175,7 +175,7 @@ async fn swaps_under_load(
     let load = {
         let (api, stop) = (api.clone(), stop.clone());
         tokio::spawn(async move {
-            let gvk = krec::vocab::Gvk::new("", "v1", "ConfigMap");
+            let gvk = krec_core::Gvk::new("", "v1", "ConfigMap");
             let mut round = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 round += 1;
@@ -186,7 +186,7 @@ async fn swaps_under_load(
                         &gvk,
                         Some("swap-load"),
                         &name,
-                        krec::vocab::PatchType::Merge,
+                        krec_core::PatchType::Merge,
                         &body,
                         false,
                         "bench-load",
@@ -221,8 +221,8 @@ async fn swaps_under_load(
     };
     let objects = api
         .list(
-            &krec::vocab::Gvk::new("", "v1", "ConfigMap"),
-            &krec::vocab::ListOptions {
+            &krec_core::Gvk::new("", "v1", "ConfigMap"),
+            &krec_core::ListOptions {
                 namespace: Some("swap-load".into()),
                 ..Default::default()
             },

@@ -28,7 +28,7 @@ use krec::client::ApiClient;
 use krec::guest::ModuleCache;
 use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
-use krec::vocab::Gvk;
+use krec_core::Gvk;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::client::ApiClient;
 use crate::manifest::Manifest;
-use crate::vocab::{AccessError, Gvk};
+use krec_core::{CallError, Gvk};
 
 /// One thing the host would do for a guest: `verb` on `gvk` (its `subresource`) in `namespace`
 /// (`None`: cluster-wide or every namespace), because of the manifest field `field`.
@@ -152,7 +152,7 @@ pub async fn first_missing(api: &ApiClient, manifest: &Manifest) -> Option<(Stri
 
 /// Whether the API server allows the host `attributes` (a SelfSubjectAccessReview's
 /// `resourceAttributes`).
-async fn review(api: &ApiClient, attributes: Value) -> Result<bool, AccessError> {
+async fn review(api: &ApiClient, attributes: Value) -> Result<bool, CallError> {
     let review = json!({
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectAccessReview",

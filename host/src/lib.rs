@@ -12,7 +12,7 @@
 //!   calls ([`imports`]) are checked against its [`manifest`] and go to
 //!   [`cluster::ClusterAccess`], whose live backend reads the [`cache`] and writes through the
 //!   API [`client`].
-//! - [`vocab`]: the words every stage shares (kinds, errors, requests), below everything.
+//! - the words every stage shares (kinds, errors, requests) are [`krec_core`]'s, below everything.
 
 #![deny(missing_docs)]
 
@@ -50,6 +50,5 @@ pub mod scaffold;
 pub mod shard;
 pub mod tenancy;
 pub mod tenure;
-pub mod vocab;
 pub mod webhook_tls;
 pub mod webhooks;

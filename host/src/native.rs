@@ -34,7 +34,7 @@ use crate::cluster::ClusterAccess;
 use crate::imports::{Calls, count_call, guest_log};
 use crate::manifest::{Manifest, Verb};
 use crate::metrics::Metrics;
-use crate::vocab::{self, AccessError, Gvk};
+use krec_core::{CallError, Gvk};
 
 use crate::guest::{
     Action, GuestBudgets, GuestModule, ReconcileError, Runner, RunnerCall, TrapCause, Usage,
@@ -116,7 +116,7 @@ impl Runner for NativeRunner {
             None => Err(ReconcileError::Guest {
                 guest: call.manifest.name.clone(),
                 request: label,
-                error: AccessError::Other("this native guest has no validator".into()),
+                error: CallError::Other("this native guest has no validator".into()),
             }),
         }
     }
@@ -171,7 +171,7 @@ impl NativeHost {
     fn run<T>(
         &self,
         verb: &'static str,
-        call: impl Future<Output = Result<T, AccessError>>,
+        call: impl Future<Output = Result<T, CallError>>,
     ) -> krec_guest::Result<T> {
         let started = Instant::now();
         let _ = self.first_call.set(started);
@@ -210,14 +210,8 @@ impl Host for NativeHost {
         kind: &GroupVersionKind,
         params: &ListParams,
     ) -> krec_guest::Result<Vec<String>> {
-        let options = vocab::ListOptions {
-            namespace: params.namespace.clone(),
-            label_selector: params.label_selector.clone(),
-            field_selector: params.field_selector.clone(),
-            uncached: params.uncached,
-        };
         let calls = self.calls();
-        self.run("list", calls.list_json(gvk(kind), options))
+        self.run("list", calls.list_json(gvk(kind), params.clone()))
     }
 
     fn create(&self, object: &str) -> krec_guest::Result<String> {

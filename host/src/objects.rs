@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::client::ApiClient;
-use crate::vocab::{AccessError, describe};
+use krec_core::{CallError, describe};
 
 /// An object file (or directory) that cannot be read, and why.
 #[derive(Debug, thiserror::Error)]
@@ -136,7 +136,7 @@ pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> 
     for object in objects {
         let what = describe(&object);
         match api.create(&object, "krec-dev").await.map(drop) {
-            Ok(()) | Err(AccessError::AlreadyExists(_)) => tracing::info!("applied {what}"),
+            Ok(()) | Err(CallError::AlreadyExists(_)) => tracing::info!("applied {what}"),
             Err(err) => problems.push(format!("{what}: {err}")),
         }
     }

@@ -22,7 +22,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::manifest::{Manifest, Verb};
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// One rule's key: API group and resource (with `/status` for the subresource).
 type Resource = (String, String);

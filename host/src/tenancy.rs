@@ -31,7 +31,7 @@
 use serde_json::{Value, json};
 
 use crate::manifest::{Manifest, ManifestError, is_builtin_cluster_scoped};
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// The label every namespace carries with its own name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";

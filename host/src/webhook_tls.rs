@@ -24,7 +24,7 @@ use krec_net::tls::{Authority, ServingCert};
 use serde_json::json;
 
 use crate::client::ApiClient;
-use crate::vocab::{AccessError, Gvk};
+use krec_core::{CallError, Gvk};
 
 /// The Secret keeping the host's webhook CA, in its namespace.
 pub const CA_SECRET: &str = "krec-webhook-ca";
@@ -224,7 +224,7 @@ async fn kept_authority(api: &ApiClient, namespace: &str) -> anyhow::Result<Auth
     let named = || format!("the Secret {namespace}/{CA_SECRET}");
     match api.get(&gvk, Some(namespace), CA_SECRET).await {
         Ok(secret) => return read(secret).with_context(named),
-        Err(AccessError::NotFound(_)) => {}
+        Err(CallError::NotFound(_)) => {}
         Err(err) => return Err(anyhow::Error::from(err).context(format!("reading {}", named()))),
     }
     let authority = Authority::generate(AUTHORITY)?;
@@ -240,7 +240,7 @@ async fn kept_authority(api: &ApiClient, namespace: &str) -> anyhow::Result<Auth
             Ok(authority)
         }
         // Another replica made it first: its CA is the one.
-        Err(AccessError::AlreadyExists(_)) => {
+        Err(CallError::AlreadyExists(_)) => {
             let secret = api
                 .get(&gvk, Some(namespace), CA_SECRET)
                 .await

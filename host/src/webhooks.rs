@@ -392,7 +392,7 @@ pub async fn set_conversion(
     api: &crate::client::ApiClient,
     crd: &str,
     conversion: Option<Value>,
-) -> Result<(), crate::vocab::AccessError> {
+) -> Result<(), krec_core::CallError> {
     set_conversion_with(api, crd, conversion, None).await
 }
 
@@ -407,9 +407,9 @@ pub async fn set_conversion_with(
     crd: &str,
     conversion: Option<Value>,
     inject_ca_from: Option<&str>,
-) -> Result<(), crate::vocab::AccessError> {
+) -> Result<(), krec_core::CallError> {
     let gvk =
-        crate::vocab::Gvk::from_api_version("apiextensions.k8s.io/v1", "CustomResourceDefinition");
+        krec_core::Gvk::from_api_version("apiextensions.k8s.io/v1", "CustomResourceDefinition");
     // An apply would create a CRD that is not there (and fail on its missing spec).
     api.get(&gvk, None, crd).await?;
     let Some(conversion) = conversion else {
@@ -420,7 +420,7 @@ pub async fn set_conversion_with(
                 &gvk,
                 None,
                 crd,
-                crate::vocab::PatchType::Merge,
+                krec_core::PatchType::Merge,
                 &json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}}),
                 false,
                 FIELD_MANAGER,
@@ -438,7 +438,7 @@ pub async fn set_conversion_with(
         &gvk,
         None,
         crd,
-        crate::vocab::PatchType::Apply,
+        krec_core::PatchType::Apply,
         &body,
         false,
         FIELD_MANAGER,
@@ -652,8 +652,8 @@ pub fn registration_yaml(
 pub async fn register(
     api: &crate::client::ApiClient,
     configuration: &Value,
-) -> Result<(), crate::vocab::AccessError> {
-    let gvk = crate::vocab::Gvk::from_api_version(
+) -> Result<(), krec_core::CallError> {
+    let gvk = krec_core::Gvk::from_api_version(
         "admissionregistration.k8s.io/v1",
         configuration["kind"].as_str().unwrap_or_default(),
     );
@@ -664,7 +664,7 @@ pub async fn register(
         &gvk,
         None,
         name,
-        crate::vocab::PatchType::Apply,
+        krec_core::PatchType::Apply,
         configuration,
         false,
         FIELD_MANAGER,

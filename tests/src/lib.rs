@@ -7,7 +7,7 @@ use std::sync::Arc;
 use krec::cluster::{ClusterAccess, MemoryCluster};
 use krec::guest::{Action, GuestModule, GuestWorker, ReconcileError};
 use krec::manifest::Manifest;
-use krec::vocab::Gvk;
+use krec_core::Gvk;
 use serde_json::Value;
 
 pub mod registry;
@@ -414,7 +414,7 @@ impl Live {
                 &cm_gvk(),
                 Some("default"),
                 "cm-0",
-                krec::vocab::PatchType::Merge,
+                krec_core::PatchType::Merge,
                 &serde_json::json!({"data": {"value": value}}),
                 false,
                 "test",

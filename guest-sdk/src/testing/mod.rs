@@ -56,7 +56,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use krec_apiserver::local::LocalClient;
-use krec_apiserver::{ApiError, ErrorKind, Registry, ResourceType, Store, ensure_namespaces};
+use krec_apiserver::{ApiError, Registry, ResourceType, Store, ensure_namespaces};
 
 mod admission;
 pub use admission::Mutated;
@@ -135,17 +135,7 @@ impl Default for FakeCluster {
 
 /// The SDK error for an API server error, as the host maps them.
 fn error(err: ApiError) -> Error {
-    let message = err.message.clone();
-    match err.kind() {
-        ErrorKind::NotFound => Error::NotFound(message),
-        ErrorKind::AlreadyExists => Error::AlreadyExists(message),
-        ErrorKind::Conflict => Error::Conflict(message),
-        ErrorKind::Forbidden => Error::Forbidden(message),
-        ErrorKind::Invalid => Error::Invalid(message),
-        ErrorKind::Timeout => Error::Timeout(message),
-        ErrorKind::Unavailable => Error::Unavailable(message),
-        ErrorKind::Other => Error::Other(format!("{} {}: {message}", err.code, err.reason)),
-    }
+    Error::from(err)
 }
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {

@@ -33,9 +33,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::client::{ApiClient, Resolved};
-use crate::vocab::EventKind;
-use crate::vocab::{AccessError, Gvk};
+use krec_core::EventKind;
 use krec_core::selector::{FieldSelector, LabelSelector};
+use krec_core::{CallError, Gvk};
 
 pub use object::CachedObject;
 
@@ -199,7 +199,7 @@ impl Informer {
     /// or the guest lacks list/watch permission in a real cluster).
     /// A wait longer than [`SYNC_PATIENCE`] is logged as a warning, then again each time as
     /// long, so a start-up held up by a slow or silent API server says so.
-    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), AccessError> {
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), CallError> {
         let mut synced = self.synced.subscribe();
         let started = tokio::time::Instant::now();
         let deadline = started + timeout;
@@ -218,7 +218,7 @@ impl Informer {
                 ),
             }
         }
-        Err(AccessError::Unavailable(format!(
+        Err(CallError::Unavailable(format!(
             "the cache of {} has not synced within {timeout:?}",
             self.describe()
         )))
@@ -766,7 +766,7 @@ impl Cache {
         namespace: Option<&str>,
         content: Content,
         user: &str,
-    ) -> Result<InformerUse, AccessError> {
+    ) -> Result<InformerUse, CallError> {
         let resolved = self.api.resolve(gvk).await?;
         let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
         let key = (gvk.clone(), namespace.clone(), content);

@@ -32,7 +32,7 @@ use kube::core::{ApiResource, DynamicObject, DynamicResourceScope, Resource};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// One cached object version. Cheap to clone (the JSON text is shared).
 #[derive(Clone, Debug)]

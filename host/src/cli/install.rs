@@ -67,7 +67,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
     let total = objects.len();
     let mut failed = Vec::new();
     for object in objects {
-        let gvk = crate::vocab::Gvk::from_api_version(
+        let gvk = krec_core::Gvk::from_api_version(
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
         );
@@ -78,7 +78,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
                 &gvk,
                 namespace,
                 name,
-                crate::vocab::PatchType::Apply,
+                krec_core::PatchType::Apply,
                 &object,
                 false,
                 "krec-install",

@@ -39,7 +39,7 @@ fn serve_reconciler_crds(cluster: &krec_apiserver::Server) -> anyhow::Result<()>
             .replace('&', "\\u0026");
         object["metadata"]["annotations"] =
             serde_json::json!({"kubectl.kubernetes.io/last-applied-configuration": applied});
-        let gvk = crate::vocab::Gvk::from_api_version(
+        let gvk = krec_core::Gvk::from_api_version(
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
         );

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::vocab::{AccessError, EventRecord};
+use krec_core::{CallError, EventRecord};
 
 /// Events written at once per reporter and object (client-go's `defaultSpamBurst`).
 pub const BURST: u32 = 25;
@@ -34,7 +34,7 @@ pub const MAX_TRACKED: usize = 4096;
 #[async_trait::async_trait]
 pub trait EventWriter: Send + Sync {
     /// Create `event` (a `v1 Event`) as `field_manager`; returns the created object.
-    async fn create_event(&self, event: &Value, field_manager: &str) -> Result<Value, AccessError>;
+    async fn create_event(&self, event: &Value, field_manager: &str) -> Result<Value, CallError>;
     /// Merge-patch the Event `namespace/name` as `field_manager`.
     async fn patch_event(
         &self,
@@ -42,7 +42,7 @@ pub trait EventWriter: Send + Sync {
         name: &str,
         patch: &Value,
         field_manager: &str,
-    ) -> Result<Value, AccessError>;
+    ) -> Result<Value, CallError>;
 }
 
 /// How many writes an Event recorder allows; see the module's documentation.
@@ -175,7 +175,7 @@ impl EventRecorder {
     /// # Errors
     ///
     /// The API server's refusal of a create or patch (the count stays recorded).
-    pub async fn record(&self, event: &EventRecord) -> Result<Recorded, AccessError> {
+    pub async fn record(&self, event: &EventRecord) -> Result<Recorded, CallError> {
         let r = &event.regarding;
         let object = Subject {
             reporter: event.reporter.clone(),
@@ -336,7 +336,7 @@ impl EventRecorder {
     }
 
     /// Create the Event, or patch its count and last timestamp.
-    async fn write(&self, seen: &mut Seen, event: &EventRecord) -> Result<Recorded, AccessError> {
+    async fn write(&self, seen: &mut Seen, event: &EventRecord) -> Result<Recorded, CallError> {
         if let Some((namespace, name)) = &seen.written {
             let patch = json!({
                 "count": seen.count,
@@ -352,7 +352,7 @@ impl EventRecorder {
                     return Ok(Recorded::Counted(seen.count));
                 }
                 // Deleted meanwhile (expired): create it again with the count so far.
-                Err(AccessError::NotFound(_)) => seen.written = None,
+                Err(CallError::NotFound(_)) => seen.written = None,
                 Err(err) => return Err(err),
             }
         }
@@ -399,7 +399,7 @@ fn event_object(event: &EventRecord, seen: &Seen) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::{EventType, Gvk, ObjectReference};
+    use krec_core::{EventType, Gvk, ObjectReference};
 
     /// Events kept in memory, with the writes made.
     #[derive(Default)]
@@ -411,7 +411,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl EventWriter for Fake {
-        async fn create_event(&self, event: &Value, _: &str) -> Result<Value, AccessError> {
+        async fn create_event(&self, event: &Value, _: &str) -> Result<Value, CallError> {
             let mut events = self.events.lock().expect("lock");
             let mut event = event.clone();
             event["metadata"]["name"] = json!(format!("e{}", events.len()));
@@ -426,10 +426,10 @@ mod tests {
             name: &str,
             patch: &Value,
             _: &str,
-        ) -> Result<Value, AccessError> {
+        ) -> Result<Value, CallError> {
             let mut events = self.events.lock().expect("lock");
             let Some(event) = events.iter_mut().find(|e| e["metadata"]["name"] == name) else {
-                return Err(AccessError::NotFound(name.into()));
+                return Err(CallError::NotFound(name.into()));
             };
             json_patch::merge(event, patch);
             *self.patches.lock().expect("lock") += 1;

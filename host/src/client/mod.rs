@@ -15,8 +15,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 
-use crate::vocab::{
-    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+use krec_core::{
+    CallError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
 };
 
 /// A kind as the API server serves it.
@@ -30,9 +30,9 @@ pub struct Resolved {
 
 /// A name or namespace as one URL path segment. Names a guest controls must not reach another
 /// path (`x/status` would bypass the `patch-status` permission) or add a query.
-fn segment(what: &str, text: &str) -> Result<String, AccessError> {
+fn segment(what: &str, text: &str) -> Result<String, CallError> {
     if text.is_empty() || text == "." || text == ".." || text.contains('/') || text.contains('%') {
-        return Err(AccessError::Invalid(format!(
+        return Err(CallError::Invalid(format!(
             "{what} {text:?} is not a valid object {what}"
         )));
     }
@@ -53,7 +53,7 @@ impl Resolved {
     /// # Errors
     ///
     /// `invalid` for a namespace that is not one path segment.
-    pub fn collection_url(&self, namespace: Option<&str>) -> Result<String, AccessError> {
+    pub fn collection_url(&self, namespace: Option<&str>) -> Result<String, CallError> {
         let r = &self.resource;
         let prefix = if r.group.is_empty() {
             format!("/api/{}", r.version)
@@ -75,7 +75,7 @@ impl Resolved {
         namespace: Option<&str>,
         name: &str,
         status: bool,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let sub = if status { "/status" } else { "" };
         Ok(format!(
             "{}/{}{sub}",
@@ -86,7 +86,7 @@ impl Resolved {
 }
 
 /// Map a `kube` error to the WIT error the guest sees, keeping the API server's message.
-pub fn access_error(err: kube::Error) -> AccessError {
+pub fn access_error(err: kube::Error) -> CallError {
     match err {
         kube::Error::Api(status) => {
             let message = if status.message.is_empty() {
@@ -95,10 +95,10 @@ pub fn access_error(err: kube::Error) -> AccessError {
                 status.message.clone()
             };
             let kind = ErrorKind::of(status.code, &status.reason);
-            AccessError::of(kind, status.code, &status.reason, message)
+            CallError::of(kind, status.code, &status.reason, message)
         }
-        kube::Error::SerdeError(e) => AccessError::Other(format!("decoding the response: {e}")),
-        other => AccessError::Unavailable(other.to_string()),
+        kube::Error::SerdeError(e) => CallError::Other(format!("decoding the response: {e}")),
+        other => CallError::Unavailable(other.to_string()),
     }
 }
 
@@ -169,7 +169,7 @@ impl ApiClient {
     ///
     /// `not-found` when the server does not serve the kind (a missing CRD); `unavailable` when
     /// discovery fails.
-    pub async fn resolve(&self, gvk: &Gvk) -> Result<Resolved, AccessError> {
+    pub async fn resolve(&self, gvk: &Gvk) -> Result<Resolved, CallError> {
         if let Some(found) = self
             .resolved
             .read()
@@ -183,10 +183,10 @@ impl ApiClient {
             .await
             .map_err(|err| match err {
                 kube::Error::Discovery(_) => {
-                    AccessError::NotFound(format!("the API server does not serve {gvk}"))
+                    CallError::NotFound(format!("the API server does not serve {gvk}"))
                 }
                 kube::Error::Api(status) if status.code == 404 => {
-                    AccessError::NotFound(format!("the API server does not serve {gvk}"))
+                    CallError::NotFound(format!("the API server does not serve {gvk}"))
                 }
                 other => access_error(other),
             })?;
@@ -207,7 +207,7 @@ impl ApiClient {
     /// # Errors
     ///
     /// As [`resolve`](Self::resolve).
-    pub async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+    pub async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
         let known = self
             .resolved
             .read()
@@ -224,18 +224,18 @@ impl ApiClient {
         &self,
         builder: http::request::Builder,
         body: Vec<u8>,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let request = builder
             .body(body)
-            .map_err(|e| AccessError::Invalid(format!("building the request: {e}")))?;
+            .map_err(|e| CallError::Invalid(format!("building the request: {e}")))?;
         self.client
             .request::<Value>(request)
             .await
             .map_err(access_error)
     }
 
-    fn encode(value: &Value) -> Result<Vec<u8>, AccessError> {
-        serde_json::to_vec(value).map_err(|e| AccessError::Other(format!("encoding: {e}")))
+    fn encode(value: &Value) -> Result<Vec<u8>, CallError> {
+        serde_json::to_vec(value).map_err(|e| CallError::Other(format!("encoding: {e}")))
     }
 
     /// GET one object.
@@ -244,14 +244,14 @@ impl ApiClient {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let resolved = self.resolve(gvk).await?;
         let url = resolved.object_url(namespace, name, false)?;
         self.send(http::Request::get(url), Vec::new()).await
     }
 
     /// LIST objects (every page), each with `apiVersion` and `kind` set.
-    pub async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+    pub async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
         let resolved = self.resolve(gvk).await?;
         let base = resolved.collection_url(options.namespace.as_deref())?;
         let mut items = Vec::new();
@@ -290,7 +290,7 @@ impl ApiClient {
     }
 
     /// POST a new object as `field_manager`.
-    pub async fn create(&self, object: &Value, field_manager: &str) -> Result<Value, AccessError> {
+    pub async fn create(&self, object: &Value, field_manager: &str) -> Result<Value, CallError> {
         self.write(WriteKind::Create, object, field_manager).await
     }
 
@@ -300,7 +300,7 @@ impl ApiClient {
         object: &Value,
         status: bool,
         field_manager: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let kind = if status {
             WriteKind::UpdateStatus
         } else {
@@ -315,17 +315,17 @@ impl ApiClient {
         kind: WriteKind,
         object: &Value,
         field_manager: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let head = ObjectHead {
             gvk: Gvk::of_object(object)?,
             namespace: meta_str(object, "namespace").map(str::to_owned),
             name: meta_str(object, "name").map(str::to_owned),
         };
         let json = String::from_utf8(Self::encode(object)?)
-            .map_err(|e| AccessError::Other(format!("encoding: {e}")))?;
+            .map_err(|e| CallError::Other(format!("encoding: {e}")))?;
         let text = self.write_text(kind, &head, &json, field_manager).await?;
         serde_json::from_str(&text)
-            .map_err(|e| AccessError::Other(format!("decoding the response: {e}")))
+            .map_err(|e| CallError::Other(format!("decoding the response: {e}")))
     }
 
     /// POST or PUT (an object or its status) an object given as JSON text, as `field_manager`;
@@ -336,7 +336,7 @@ impl ApiClient {
         head: &ObjectHead,
         json: &str,
         field_manager: &str,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let resolved = self.resolve(&head.gvk).await?;
         let namespace = head.namespace.as_deref();
         let builder = match kind {
@@ -350,7 +350,7 @@ impl ApiClient {
                     .name
                     .as_deref()
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| AccessError::Invalid("object has no metadata.name".into()))?;
+                    .ok_or_else(|| CallError::Invalid("object has no metadata.name".into()))?;
                 http::Request::put(format!(
                     "{}{}",
                     resolved.object_url(namespace, name, kind == WriteKind::UpdateStatus)?,
@@ -361,7 +361,7 @@ impl ApiClient {
         let request = builder
             .header("content-type", "application/json")
             .body(json.as_bytes().to_vec())
-            .map_err(|e| AccessError::Invalid(format!("building the request: {e}")))?;
+            .map_err(|e| CallError::Invalid(format!("building the request: {e}")))?;
         let text = self
             .client
             .request_text(request)
@@ -369,7 +369,7 @@ impl ApiClient {
             .map_err(access_error)?;
         // The guest gets the text as it is: it must at least be JSON.
         serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| {
-            AccessError::Other(format!("the API server answered with invalid JSON: {e}"))
+            CallError::Other(format!("the API server answered with invalid JSON: {e}"))
         })?;
         Ok(text)
     }
@@ -385,7 +385,7 @@ impl ApiClient {
         body: &Value,
         status: bool,
         field_manager: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let resolved = self.resolve(gvk).await?;
         let content_type = match patch_type {
             PatchType::Merge => "application/merge-patch+json",
@@ -417,7 +417,7 @@ impl ApiClient {
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<Option<String>, AccessError> {
+    ) -> Result<Option<String>, CallError> {
         let resolved = self.resolve(gvk).await?;
         let mut options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
             "propagationPolicy": "Background"});
@@ -445,7 +445,7 @@ impl ApiClient {
     /// # Errors
     ///
     /// The API server's refusal (the Event's count stays recorded for its next write).
-    pub async fn record_event(&self, event: &EventRecord) -> Result<(), AccessError> {
+    pub async fn record_event(&self, event: &EventRecord) -> Result<(), CallError> {
         let recorder = self.events_slot().clone();
         recorder.record(event).await.map(drop)
     }
@@ -463,16 +463,16 @@ impl ApiClient {
 struct ApiEvents(std::sync::Weak<ApiClient>);
 
 impl ApiEvents {
-    fn client(&self) -> Result<Arc<ApiClient>, AccessError> {
+    fn client(&self) -> Result<Arc<ApiClient>, CallError> {
         self.0
             .upgrade()
-            .ok_or_else(|| AccessError::Unavailable("the API client is gone".into()))
+            .ok_or_else(|| CallError::Unavailable("the API client is gone".into()))
     }
 }
 
 #[async_trait::async_trait]
 impl events::EventWriter for ApiEvents {
-    async fn create_event(&self, event: &Value, field_manager: &str) -> Result<Value, AccessError> {
+    async fn create_event(&self, event: &Value, field_manager: &str) -> Result<Value, CallError> {
         self.client()?.create(event, field_manager).await
     }
 
@@ -482,7 +482,7 @@ impl events::EventWriter for ApiEvents {
         name: &str,
         patch: &Value,
         field_manager: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         self.client()?
             .patch(
                 &Gvk::new("", "v1", "Event"),
@@ -528,7 +528,7 @@ mod tests {
             assert!(
                 matches!(
                     resolved.object_url(Some("default"), bad, false),
-                    Err(AccessError::Invalid(_))
+                    Err(CallError::Invalid(_))
                 ),
                 "{bad:?}"
             );

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::ClusterAccess;
-use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 
 /// A cluster with no objects: reads find nothing, writes fail as `unavailable` (an `init` that
 /// writes is checked by the default build, whose in-memory cluster keeps what it is given).
@@ -20,8 +20,8 @@ impl EmptyCluster {
     }
 }
 
-fn nowhere() -> AccessError {
-    AccessError::Unavailable(
+fn nowhere() -> CallError {
+    CallError::Unavailable(
         "no cluster: this krec was built without the embedded API server (feature \
          `embedded-apiserver`), so `krec check` has nowhere to write"
             .into(),
@@ -30,28 +30,28 @@ fn nowhere() -> AccessError {
 
 #[async_trait]
 impl ClusterAccess for EmptyCluster {
-    async fn get(&self, gvk: &Gvk, _: Option<&str>, name: &str) -> Result<Value, AccessError> {
-        Err(AccessError::NotFound(format!(
+    async fn get(&self, gvk: &Gvk, _: Option<&str>, name: &str) -> Result<Value, CallError> {
+        Err(CallError::NotFound(format!(
             "{} {name:?} not found",
             gvk.kind
         )))
     }
 
-    async fn list(&self, _: &Gvk, _: &ListOptions) -> Result<Vec<Value>, AccessError> {
+    async fn list(&self, _: &Gvk, _: &ListOptions) -> Result<Vec<Value>, CallError> {
         Ok(Vec::new())
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
         Ok(!krec_core::kinds::is_builtin_cluster_scoped(
             &gvk.group, &gvk.kind,
         ))
     }
 
-    async fn create(&self, _: Value) -> Result<Value, AccessError> {
+    async fn create(&self, _: Value) -> Result<Value, CallError> {
         Err(nowhere())
     }
 
-    async fn update(&self, _: Value, _: bool) -> Result<Value, AccessError> {
+    async fn update(&self, _: Value, _: bool) -> Result<Value, CallError> {
         Err(nowhere())
     }
 
@@ -63,7 +63,7 @@ impl ClusterAccess for EmptyCluster {
         _: PatchType,
         _: Value,
         _: bool,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         Err(nowhere())
     }
 
@@ -73,11 +73,11 @@ impl ClusterAccess for EmptyCluster {
         _: Option<&str>,
         _: &str,
         _: Option<&Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         Err(nowhere())
     }
 
-    async fn record_event(&self, _: EventRecord) -> Result<(), AccessError> {
+    async fn record_event(&self, _: EventRecord) -> Result<(), CallError> {
         Ok(())
     }
 }

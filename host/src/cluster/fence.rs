@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use tokio::time::Instant;
 
-use crate::vocab::AccessError;
+use krec_core::CallError;
 
 /// Until when a guest's writes may go out from this replica. See the [module docs](self).
 #[derive(Debug)]
@@ -57,8 +57,8 @@ impl Fence {
     ///
     /// # Errors
     ///
-    /// [`AccessError::Unavailable`] once the fence has closed.
-    pub fn check(&self) -> Result<Instant, AccessError> {
+    /// [`CallError::Unavailable`] once the fence has closed.
+    pub fn check(&self) -> Result<Instant, CallError> {
         let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
         match until {
             Some(until) if Instant::now() < until => Ok(until),
@@ -71,11 +71,11 @@ impl Fence {
     ///
     /// # Errors
     ///
-    /// `write`'s own, or [`AccessError::Unavailable`] when the fence is closed or closes first.
+    /// `write`'s own, or [`CallError::Unavailable`] when the fence is closed or closes first.
     pub async fn write<T>(
         &self,
-        write: impl std::future::Future<Output = Result<T, AccessError>>,
-    ) -> Result<T, AccessError> {
+        write: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
         let until = self.check()?;
         match tokio::time::timeout_at(until, write).await {
             Ok(result) => result,
@@ -83,8 +83,8 @@ impl Fence {
         }
     }
 
-    fn refusal(&self) -> AccessError {
-        AccessError::Unavailable(format!(
+    fn refusal(&self) -> CallError {
+        CallError::Unavailable(format!(
             "guest {} is not held by this replica any more (its Lease was not renewed in time \
              or was handed over): write not sent",
             self.guest
@@ -120,14 +120,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_should_be_abandoned_at_the_deadline() {
         let fence = Fence::closed("g");
-        let quick = fence.write(async { Ok::<_, AccessError>(1) }).await;
+        let quick = fence.write(async { Ok::<_, CallError>(1) }).await;
         assert!(quick.is_err(), "not even started while closed");
         fence.extend(Instant::now() + Duration::from_secs(2));
-        assert_eq!(fence.write(async { Ok::<_, AccessError>(1) }).await, Ok(1));
+        assert_eq!(fence.write(async { Ok::<_, CallError>(1) }).await, Ok(1));
         let slow = fence
             .write(async {
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                Ok::<_, AccessError>(2)
+                Ok::<_, CallError>(2)
             })
             .await;
         assert!(slow.is_err(), "cut at the deadline: {slow:?}");

@@ -31,12 +31,12 @@ use super::ClusterAccess;
 use crate::cache::{Cache, Content, Informer, InformerUse, SYNC_TIMEOUT};
 use crate::client::ApiClient;
 use crate::manifest::Manifest;
-use crate::vocab::{
-    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
-    json_text,
-};
 use krec_core::ObjectKey;
 use krec_core::selector::{FieldSelector, LabelSelector};
+use krec_core::{
+    CallError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+    json_text,
+};
 
 /// The field manager a guest's writes are attributed to: `krec-<guest>`.
 pub fn field_manager(guest: &str) -> String {
@@ -252,8 +252,8 @@ impl LiveCluster {
     /// Run `write` within the guest's fence, if it has one (sharded guests).
     async fn fenced<T>(
         &self,
-        write: impl std::future::Future<Output = Result<T, AccessError>>,
-    ) -> Result<T, AccessError> {
+        write: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
         match &self.fence {
             Some(fence) => fence.write(write).await,
             None => write.await,
@@ -425,7 +425,7 @@ impl LiveCluster {
         &self,
         gvk: &Gvk,
         namespace: Option<&str>,
-    ) -> Result<Arc<Informer>, AccessError> {
+    ) -> Result<Arc<Informer>, CallError> {
         let content = if self.metadata_only.contains(gvk) {
             Content::Metadata
         } else {
@@ -447,7 +447,7 @@ impl LiveCluster {
         &self,
         gvk: &Gvk,
         namespace: Option<&str>,
-    ) -> Result<Option<Vec<Arc<Informer>>>, AccessError> {
+    ) -> Result<Option<Vec<Arc<Informer>>>, CallError> {
         if self.uncached.contains(gvk) {
             return Ok(None);
         }
@@ -495,8 +495,8 @@ impl LiveCluster {
         &self,
         verb: &str,
         what: String,
-        result: Result<T, AccessError>,
-    ) -> Result<T, AccessError> {
+        result: Result<T, CallError>,
+    ) -> Result<T, CallError> {
         match &result {
             Ok(_) => tracing::debug!(target: "krec::client", "{}: {verb} {what}", self.guest),
             // A failure reaches the guest, and the reconcile's own error line says it when the
@@ -510,25 +510,25 @@ impl LiveCluster {
 }
 
 /// A cached object's text, parsed.
-fn parse(json: &str) -> Result<Value, AccessError> {
-    serde_json::from_str(json).map_err(|e| AccessError::Other(format!("decoding an object: {e}")))
+fn parse(json: &str) -> Result<Value, CallError> {
+    serde_json::from_str(json).map_err(|e| CallError::Other(format!("decoding an object: {e}")))
 }
 
 fn parse_selectors(
     options: &ListOptions,
-) -> Result<(Option<LabelSelector>, Option<FieldSelector>), AccessError> {
+) -> Result<(Option<LabelSelector>, Option<FieldSelector>), CallError> {
     let labels = options
         .label_selector
         .as_deref()
         .map(LabelSelector::parse)
         .transpose()
-        .map_err(|e| AccessError::Invalid(format!("label selector: {e}")))?;
+        .map_err(|e| CallError::Invalid(format!("label selector: {e}")))?;
     let fields = options
         .field_selector
         .as_deref()
         .map(FieldSelector::parse)
         .transpose()
-        .map_err(|e| AccessError::Invalid(format!("field selector: {e}")))?;
+        .map_err(|e| CallError::Invalid(format!("field selector: {e}")))?;
     Ok((labels, fields))
 }
 
@@ -539,7 +539,7 @@ impl ClusterAccess for LiveCluster {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         parse(&self.get_json(gvk, namespace, name).await?)
     }
 
@@ -548,7 +548,7 @@ impl ClusterAccess for LiveCluster {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Arc<str>, AccessError> {
+    ) -> Result<Arc<str>, CallError> {
         let informers = match self.readers(gvk, namespace).await? {
             Some(informers)
                 if self
@@ -569,16 +569,16 @@ impl ClusterAccess for LiveCluster {
                 krec_core::ApiError::not_found(&resource.group, &resource.plural, name).into()
             }
             Err(_) => {
-                AccessError::NotFound(format!("{} {name:?} not found", gvk.kind.to_lowercase()))
+                CallError::NotFound(format!("{} {name:?} not found", gvk.kind.to_lowercase()))
             }
         })
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
         self.api.namespaced(gvk).await
     }
 
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
         self.list_json(gvk, options)
             .await?
             .iter()
@@ -590,7 +590,7 @@ impl ClusterAccess for LiveCluster {
         &self,
         gvk: &Gvk,
         options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, AccessError> {
+    ) -> Result<Vec<Arc<str>>, CallError> {
         let (labels, fields) = parse_selectors(options)?;
         let namespace = options.namespace.as_deref();
         let readers = if options.uncached {
@@ -628,17 +628,17 @@ impl ClusterAccess for LiveCluster {
         Ok(out)
     }
 
-    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+    async fn create(&self, object: Value) -> Result<Value, CallError> {
         let result = self
             .fenced(self.api.create(&object, &self.field_manager))
             .await;
         if let Ok(created) = &result {
             self.wrote_object(created);
         }
-        self.logged("created", crate::vocab::describe(&object), result)
+        self.logged("created", krec_core::describe(&object), result)
     }
 
-    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
         let result = self
             .fenced(self.api.update(&object, status, &self.field_manager))
             .await;
@@ -650,7 +650,7 @@ impl ClusterAccess for LiveCluster {
         } else {
             "updated"
         };
-        self.logged(verb, crate::vocab::describe(&object), result)
+        self.logged(verb, krec_core::describe(&object), result)
     }
 
     async fn patch(
@@ -661,7 +661,7 @@ impl ClusterAccess for LiveCluster {
         patch_type: PatchType,
         body: Value,
         status: bool,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let result = self
             .fenced(self.api.patch(
                 gvk,
@@ -693,7 +693,7 @@ impl ClusterAccess for LiveCluster {
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         let result = self
             .fenced(self.api.delete(gvk, namespace, name, preconditions))
             .await;
@@ -708,7 +708,7 @@ impl ClusterAccess for LiveCluster {
         kind: WriteKind,
         head: &ObjectHead,
         json: &str,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let result = self
             .fenced(self.api.write_text(kind, head, json, &self.field_manager))
             .await;
@@ -734,7 +734,7 @@ impl ClusterAccess for LiveCluster {
         self.logged(verb, what, result)
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
         let result = self.fenced(self.api.record_event(&event)).await;
         let r = &event.regarding;
         let what = format!(

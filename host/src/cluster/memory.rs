@@ -13,9 +13,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::ClusterAccess;
-use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 use krec_apiserver::local::LocalClient;
 use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};
+use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 
 /// An Event recorded through [`ClusterAccess::record_event`].
 pub type RecordedEvent = EventRecord;
@@ -81,7 +81,7 @@ impl MemoryCluster {
             .unwrap_or_default()
     }
 
-    fn resolve(&self, gvk: &Gvk) -> Result<ResourceType, AccessError> {
+    fn resolve(&self, gvk: &Gvk) -> Result<ResourceType, CallError> {
         Ok(self.client.resolve(&gvk.group, &gvk.version, &gvk.kind)?)
     }
 }
@@ -93,18 +93,18 @@ impl ClusterAccess for MemoryCluster {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let rt = self.resolve(gvk)?;
         Ok(Arc::unwrap_or_clone(self.client.get(&rt, namespace, name)?))
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
         Ok(self
             .client
             .namespaced(&gvk.group, &gvk.version, &gvk.kind)?)
     }
 
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
         let rt = self.resolve(gvk)?;
         let items = self.client.list(
             &rt,
@@ -115,11 +115,11 @@ impl ClusterAccess for MemoryCluster {
         Ok(items.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
-    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+    async fn create(&self, object: Value) -> Result<Value, CallError> {
         Ok(Arc::unwrap_or_clone(self.client.create(object)?))
     }
 
-    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
         Ok(Arc::unwrap_or_clone(self.client.update(object, status)?))
     }
 
@@ -131,7 +131,7 @@ impl ClusterAccess for MemoryCluster {
         patch_type: PatchType,
         body: Value,
         status: bool,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let rt = self.resolve(gvk)?;
         let patched = self
             .client
@@ -145,7 +145,7 @@ impl ClusterAccess for MemoryCluster {
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         let rt = self.resolve(gvk)?;
         Ok(self.client.delete(
             &rt,
@@ -156,7 +156,7 @@ impl ClusterAccess for MemoryCluster {
         )?)
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         if events.len() >= MAX_EVENTS {
             events.pop_front();
@@ -187,7 +187,7 @@ mod tests {
         let mut stale = created;
         stale["data"]["k"] = json!("3");
         let err = c.update(stale, false).await.expect_err("stale update");
-        assert!(matches!(err, AccessError::Conflict(_)), "{err}");
+        assert!(matches!(err, CallError::Conflict(_)), "{err}");
         let gvk = Gvk::new("", "v1", "ConfigMap");
         let stored = c.get(&gvk, Some("default"), "a").await.expect("get");
         assert_eq!(stored["data"]["k"], "2");
@@ -270,7 +270,7 @@ mod tests {
             .delete(&gvk, Some("default"), "a", Some(&stale))
             .await
             .expect_err("stale");
-        assert!(matches!(err, AccessError::Conflict(_)));
+        assert!(matches!(err, CallError::Conflict(_)));
         let fresh = Preconditions {
             uid: a["metadata"]["uid"].as_str().map(str::to_owned),
             resource_version: a["metadata"]["resourceVersion"].as_str().map(str::to_owned),
@@ -293,15 +293,15 @@ mod tests {
         );
         c.create(cm("x", "1")).await.expect("create x");
         let err = c.create(cm("x", "1")).await.expect_err("duplicate");
-        assert!(matches!(err, AccessError::AlreadyExists(_)));
+        assert!(matches!(err, CallError::AlreadyExists(_)));
         let err = c.create(cm("Bad_Name", "1")).await.expect_err("bad name");
-        assert!(matches!(err, AccessError::Invalid(_)));
+        assert!(matches!(err, CallError::Invalid(_)));
         let mut elsewhere = cm("y", "1");
         elsewhere["metadata"]["namespace"] = json!("nowhere");
         let err = c.create(elsewhere).await.expect_err("missing namespace");
-        assert!(matches!(err, AccessError::NotFound(_)), "{err}");
+        assert!(matches!(err, CallError::NotFound(_)), "{err}");
         let foo = json!({"apiVersion": "example.com/v1", "kind": "Foo", "metadata": {"name": "f", "namespace": "default"}});
         let err = c.create(foo).await.expect_err("kind not served");
-        assert!(matches!(err, AccessError::NotFound(_)), "{err}");
+        assert!(matches!(err, CallError::NotFound(_)), "{err}");
     }
 }

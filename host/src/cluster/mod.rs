@@ -5,7 +5,7 @@
 //! for tests and `krec check`, on the embedded API server's store; without the
 //! `embedded-apiserver` feature, `EmptyCluster` in its place) and [`live::LiveCluster`] (reads from the shared cache, writes to the
 //! API server through [`crate::client::ApiClient`], each write within the guest's
-//! [`fence`] when guests are sharded). The words they share live in [`crate::vocab`].
+//! [`fence`] when guests are sharded). The words they share are [`krec_core`]'s.
 
 #[cfg(not(feature = "embedded-apiserver"))]
 mod empty;
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::vocab::{
-    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+use krec_core::{
+    CallError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
     json_text,
 };
 
@@ -37,14 +37,10 @@ pub use memory::{MAX_EVENTS, MemoryCluster, RecordedEvent};
 #[async_trait]
 pub trait ClusterAccess: Send + Sync + 'static {
     /// Get one object.
-    async fn get(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Value, AccessError>;
+    async fn get(&self, gvk: &Gvk, namespace: Option<&str>, name: &str)
+    -> Result<Value, CallError>;
     /// List objects.
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError>;
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError>;
     /// Whether objects of `gvk` live in namespaces (`false`: cluster-scoped), as the API server
     /// serves the kind. Permission checks use it: a namespace given for a cluster-scoped kind
     /// grants nothing.
@@ -52,7 +48,7 @@ pub trait ClusterAccess: Send + Sync + 'static {
     /// # Errors
     ///
     /// `not-found` when the kind is not served.
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError>;
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError>;
     /// Get one object as JSON text, as a guest receives it. The default serializes what
     /// [`get`](Self::get) returns; a cache hands out the text it holds.
     async fn get_json(
@@ -60,7 +56,7 @@ pub trait ClusterAccess: Send + Sync + 'static {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Arc<str>, AccessError> {
+    ) -> Result<Arc<str>, CallError> {
         json_text(&self.get(gvk, namespace, name).await?)
     }
     /// List objects as JSON text. The default serializes what [`list`](Self::list) returns.
@@ -68,7 +64,7 @@ pub trait ClusterAccess: Send + Sync + 'static {
         &self,
         gvk: &Gvk,
         options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, AccessError> {
+    ) -> Result<Vec<Arc<str>>, CallError> {
         self.list(gvk, options)
             .await?
             .iter()
@@ -76,9 +72,9 @@ pub trait ClusterAccess: Send + Sync + 'static {
             .collect()
     }
     /// Create an object; returns it as stored.
-    async fn create(&self, object: Value) -> Result<Value, AccessError>;
+    async fn create(&self, object: Value) -> Result<Value, CallError>;
     /// Replace an object (or only its status when `status` is true); returns it as stored.
-    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError>;
+    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError>;
     /// Patch an object (or its status); returns it as stored.
     async fn patch(
         &self,
@@ -88,7 +84,7 @@ pub trait ClusterAccess: Send + Sync + 'static {
         patch_type: PatchType,
         body: Value,
         status: bool,
-    ) -> Result<Value, AccessError>;
+    ) -> Result<Value, CallError>;
     /// Delete an object.
     async fn delete(
         &self,
@@ -96,9 +92,9 @@ pub trait ClusterAccess: Send + Sync + 'static {
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<(), AccessError>;
+    ) -> Result<(), CallError>;
     /// Record an Event.
-    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError>;
+    async fn record_event(&self, event: EventRecord) -> Result<(), CallError>;
     /// Write an object given as JSON text (`head` read from it) and return it as stored, as
     /// JSON text. The default parses the text and calls [`create`](Self::create) or
     /// [`update`](Self::update); a client of the API server sends the text as it is.
@@ -107,15 +103,15 @@ pub trait ClusterAccess: Send + Sync + 'static {
         kind: WriteKind,
         _head: &ObjectHead,
         json: &str,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let object: Value = serde_json::from_str(json)
-            .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
+            .map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
         let stored = match kind {
             WriteKind::Create => self.create(object).await?,
             WriteKind::Update => self.update(object, false).await?,
             WriteKind::UpdateStatus => self.update(object, true).await?,
         };
         serde_json::to_string(&stored)
-            .map_err(|e| AccessError::Other(format!("encoding object: {e}")))
+            .map_err(|e| CallError::Other(format!("encoding object: {e}")))
     }
 }

@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cache::Event;
 use crate::manifest::{Manifest, Predicate};
-use crate::vocab::{EventKind, Gvk};
 use krec_core::selector::LabelSelector;
+use krec_core::{EventKind, Gvk};
 
 /// The labels of an object without any.
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 
 use krec_core::ObjectKey;
 
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// Which object: its kind and its key.
 type Key = (Gvk, ObjectKey);

@@ -50,7 +50,7 @@ use crate::guest::{Action, GuestModule};
 use crate::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
 use crate::queue::{RateLimit, WorkQueue};
 use crate::rollout::{Decision, GuestRollouts, Rollout, recording};
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 use map_backlog::MapBacklog;
 
 /// Shortest delay a `requeue-after` is honoured with; shorter ones wait this long. Without a
@@ -281,7 +281,7 @@ impl EventSink for Controller {
             // An update maps the old state too (controller-runtime's map handler does), so a
             // target the object stopped naming is reconciled as well.
             let old = match event.kind {
-                crate::vocab::EventKind::Update => event.old_cached.map(CachedObject::json),
+                krec_core::EventKind::Update => event.old_cached.map(CachedObject::json),
                 _ => None,
             };
             if let Some(object) = event.cached {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{Controller, Request};
 use crate::guest::ReconcileError;
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 impl Controller {
     /// Start the task that queues every key each time the gate opens after being closed.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use super::LogBudget;
 use super::limits::MemoryPool;
 use crate::manifest::Manifest;
-use crate::vocab::AccessError;
+use krec_core::CallError;
 
 /// The part of the host's cores that guests share between them when two or more want more
 /// than that; the rest is left to the host itself (watches, the queue, the client, the embedded API
@@ -367,7 +367,7 @@ impl WriteLimiter {
     /// # Errors
     ///
     /// `unavailable`, saying the guest is over its write rate.
-    pub async fn acquire(&self, deadline: Instant) -> Result<(), AccessError> {
+    pub async fn acquire(&self, deadline: Instant) -> Result<(), CallError> {
         let wait = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let (tokens, updated) = &mut *state;
@@ -382,7 +382,7 @@ impl WriteLimiter {
                 Duration::try_from_secs_f64((1.0 - *tokens) / self.qps).unwrap_or(Duration::MAX)
             };
             if now.checked_add(wait).is_none_or(|ready| ready > deadline) {
-                return Err(AccessError::Unavailable(format!(
+                return Err(CallError::Unavailable(format!(
                     "client-side rate limit: this guest may write {} times per second (bursts of {}; \
                      limits.writeQps and writeBurst), and the next write would wait past the \
                      reconcile's deadline",
@@ -536,6 +536,6 @@ mod tests {
             .acquire((tokio::time::Instant::now() + Duration::from_millis(10)).into_std())
             .await
             .expect_err("past the deadline");
-        assert!(matches!(err, AccessError::Unavailable(m) if m.contains("writeQps")));
+        assert!(matches!(err, CallError::Unavailable(m) if m.contains("writeQps")));
     }
 }

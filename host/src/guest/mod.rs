@@ -44,7 +44,7 @@ use crate::bindings::guest::{GuestIndices, WitAdmissionRequest, WitVerdict};
 use crate::bindings::{Reconciler, ReconcilerIndices, WitAction, WitRequest};
 use crate::cluster::ClusterAccess;
 use crate::manifest::{Isolation, Manifest};
-use crate::vocab::AccessError;
+use krec_core::CallError;
 
 /// A guest that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -484,7 +484,7 @@ impl GuestModule {
             let bindings = extensions.load(&mut *store, &instance)?;
             if let Err(message) = bindings.call_init(&mut *store, &config).await? {
                 let message: String = message.chars().take(MAX_ERROR_MESSAGE_BYTES).collect();
-                let message = crate::vocab::printable(&message).into_owned();
+                let message = krec_core::printable(&message).into_owned();
                 return Err(ConfigRefused(message).into());
             }
         }
@@ -526,8 +526,8 @@ pub fn check_module(
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
 
 /// A guest's error with its message cut at [`MAX_ERROR_MESSAGE_BYTES`].
-pub(crate) fn bounded_error(error: AccessError) -> AccessError {
-    crate::vocab::truncated(error, MAX_ERROR_MESSAGE_BYTES)
+pub(crate) fn bounded_error(error: CallError) -> CallError {
+    error.truncated(MAX_ERROR_MESSAGE_BYTES)
 }
 
 /// What a reconcile asks the host to do next.
@@ -594,7 +594,7 @@ pub enum ReconcileError {
         /// The request.
         request: String,
         /// The guest's error.
-        error: AccessError,
+        error: CallError,
     },
     /// The guest trapped; its instance was discarded.
     #[error("guest {guest} trapped ({cause}) reconciling {request}: {message}")]

@@ -78,7 +78,7 @@ impl Sink {
             return;
         }
         let text = String::from_utf8_lossy(line);
-        let text = crate::vocab::printable(&text);
+        let text = krec_core::printable(&text);
         let more = if truncated { " [truncated]" } else { "" };
         tracing::info!(guest = %self.guest, version = self.version, stream = self.stream, "{text}{more}");
     }

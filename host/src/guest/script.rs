@@ -9,7 +9,7 @@ use tokio::time::Instant as Clock;
 
 use super::{Action, ReconcileError, Runner, RunnerCall, Usage};
 use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
-use crate::vocab::AccessError;
+use krec_core::CallError;
 
 /// A guest that returns scripted results (then `done`) and records when each key came.
 #[derive(Debug, Default)]
@@ -49,7 +49,7 @@ impl Runner for Script {
             Err(()) => Err(ReconcileError::Guest {
                 guest: call.manifest.name.clone(),
                 request: name.to_owned(),
-                error: AccessError::Conflict("scripted".into()),
+                error: CallError::Conflict("scripted".into()),
             }),
         };
         let usage = Usage {
@@ -74,7 +74,7 @@ impl Runner for Script {
         Err(ReconcileError::Guest {
             guest: call.manifest.name.clone(),
             request: label,
-            error: AccessError::Other("no validator".into()),
+            error: CallError::Other("no validator".into()),
         })
     }
 }

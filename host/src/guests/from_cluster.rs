@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::cache::{Cache, CachedObject, Event, EventSink, InformerUse, SYNC_TIMEOUT};
 use crate::manifest::{API_VERSION, CLUSTER_KIND, KIND, Manifest, ManifestError};
-use crate::vocab::{AccessError, Gvk};
+use krec_core::{CallError, Gvk};
 
 /// The longest guest name an object may give: the guest's field manager, `krec-<guest>`, is
 /// limited to 128 bytes by the API server.
@@ -302,7 +302,7 @@ impl ObjectSource {
     ///
     /// When the API server does not serve the kinds (the CRDs are not installed), or the
     /// caches do not sync in time.
-    pub async fn start(cache: &Arc<Cache>, from: &FromCluster) -> Result<Self, AccessError> {
+    pub async fn start(cache: &Arc<Cache>, from: &FromCluster) -> Result<Self, CallError> {
         let (changes, _) = tokio::sync::watch::channel(0);
         let sink: Arc<dyn EventSink> = Arc::new(Bump(changes.clone()));
         let mut uses = Vec::new();
@@ -311,7 +311,7 @@ impl ObjectSource {
                 .informer(&gvk, None, crate::cache::Content::Objects, USER)
                 .await
                 .map_err(|err| match err {
-                    AccessError::NotFound(message) => AccessError::NotFound(format!(
+                    CallError::NotFound(message) => CallError::NotFound(format!(
                         "--from-cluster: {message}: install krec's CRDs first (`krec install`, or `kubectl apply -f deploy/crds.yaml`)"
                     )),
                     other => other,

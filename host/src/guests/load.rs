@@ -12,7 +12,7 @@ use crate::cluster::ClusterAccess;
 use crate::cluster::live::{LiveCluster, Reads};
 use crate::guest::{GuestModule, GuestWorker};
 use crate::manifest::Manifest;
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// The namespace scopes a guest's informers use: its `namespaces`, or all.
 pub(super) fn scopes(manifest: &Manifest) -> Vec<Option<String>> {

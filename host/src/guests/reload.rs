@@ -356,7 +356,7 @@ impl Manager {
 mod tests {
     use super::*;
     use crate::guest::script::Script;
-    use crate::vocab::{Gvk, ListOptions};
+    use krec_core::{Gvk, ListOptions};
 
     use crate::guest::Runner;
 

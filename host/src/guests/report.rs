@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::manifest::ManifestError;
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// A guest that could not be started, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub enum StartError {
         /// The kind.
         gvk: Gvk,
         /// Why.
-        source: crate::vocab::AccessError,
+        source: krec_core::CallError,
     },
     /// A permission restricted to namespaces names a cluster-scoped kind.
     #[error("{path}: spec.permissions[{index}].namespaces: {message}")]
@@ -62,7 +62,7 @@ pub enum StartError {
     },
     /// An informer did not sync in time.
     #[error(transparent)]
-    Sync(crate::vocab::AccessError),
+    Sync(krec_core::CallError),
     /// The guest asks for something the host itself may not do.
     #[error("{path}: {field}: {problem}")]
     PermissionRefused {

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use crate::client::ApiClient;
 use crate::guests::from_cluster::ObjectRef;
 use crate::guests::{Manager, Skipped};
-use crate::vocab::{EventRecord, EventType, ObjectReference, PatchType};
+use krec_core::{EventRecord, EventType, ObjectReference, PatchType};
 
 /// How often the writer looks again when nothing woke it (a tenure granted, counts grown).
 pub const TICK: Duration = Duration::from_secs(2);
@@ -652,7 +652,7 @@ async fn write(
     object: &Value,
     old: &Value,
     new: &Value,
-) -> Result<Option<u64>, crate::vocab::AccessError> {
+) -> Result<Option<u64>, krec_core::CallError> {
     // Replaces the whole status: a merge patch of `{"status": null}` first would lose it
     // between the two writes, so the stale keys are nulled in the same patch.
     let mut body = new.clone();

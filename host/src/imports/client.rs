@@ -11,13 +11,13 @@ use crate::bindings::{WitError, WitGvk};
 use crate::cluster::ClusterAccess;
 use crate::guest::state::HostState;
 use crate::manifest::Verb;
-use crate::vocab::{self, AccessError, Gvk, ObjectHead, WriteKind};
+use krec_core::{CallError, Gvk, ObjectHead, WriteKind};
 use std::sync::Arc;
 
 type CallResult<T> = wasmtime::Result<Result<T, WitError>>;
 
-fn to_json(object: &Value) -> Result<String, AccessError> {
-    serde_json::to_string(object).map_err(|e| AccessError::Other(format!("encoding object: {e}")))
+fn to_json(object: &Value) -> Result<String, CallError> {
+    serde_json::to_string(object).map_err(|e| CallError::Other(format!("encoding object: {e}")))
 }
 
 /// Where the namespace of a call came from: a cluster-scoped kind given one as an argument is a
@@ -39,7 +39,7 @@ impl Calls<'_> {
         gvk: &Gvk,
         namespace: Option<&'n str>,
         from: NamespaceFrom,
-    ) -> Result<(&Arc<dyn ClusterAccess>, Option<&'n str>), AccessError> {
+    ) -> Result<(&Arc<dyn ClusterAccess>, Option<&'n str>), CallError> {
         let namespaced = match self.cluster.namespaced(gvk).await {
             Ok(namespaced) => namespaced,
             Err(err) => {
@@ -52,7 +52,7 @@ impl Calls<'_> {
             Some(ns) if !namespaced => {
                 if from == NamespaceFrom::Argument {
                     self.authorize(verb, gvk, None)?;
-                    return Err(AccessError::Invalid(format!(
+                    return Err(CallError::Invalid(format!(
                         "{gvk} is cluster-scoped: call it without a namespace (got {ns:?})"
                     )));
                 }
@@ -64,9 +64,9 @@ impl Calls<'_> {
         Ok((self.cluster, namespace))
     }
 
-    pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, AccessError> {
+    pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, CallError> {
         if json.len() > MAX_OBJECT_BYTES {
-            return Err(AccessError::Invalid(format!(
+            return Err(CallError::Invalid(format!(
                 "object of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
                 json.len()
             )));
@@ -95,7 +95,7 @@ impl Calls<'_> {
         gvk: Gvk,
         namespace: Option<String>,
         name: String,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let (cluster, namespace) = self
             .cluster_for(
                 Verb::Get,
@@ -111,8 +111,8 @@ impl Calls<'_> {
     pub(crate) async fn list_json(
         &self,
         gvk: Gvk,
-        mut options: vocab::ListOptions,
-    ) -> Result<Vec<String>, AccessError> {
+        mut options: krec_core::ListOptions,
+    ) -> Result<Vec<String>, CallError> {
         let (cluster, namespace) = self
             .cluster_for(
                 Verb::List,
@@ -129,7 +129,7 @@ impl Calls<'_> {
             let json = String::from(&**item);
             total += json.len();
             if total > MAX_LIST_BYTES {
-                return Err(AccessError::Invalid(format!(
+                return Err(CallError::Invalid(format!(
                     "list of {gvk} exceeds the {MAX_LIST_BYTES}-byte response limit; narrow it with a namespace or selector"
                 )));
             }
@@ -147,7 +147,7 @@ impl Calls<'_> {
         how: PatchType,
         body: &str,
         status: bool,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let verb = if status {
             Verb::PatchStatus
         } else {
@@ -157,13 +157,13 @@ impl Calls<'_> {
             .cluster_for(verb, &gvk, namespace.as_deref(), NamespaceFrom::Argument)
             .await?;
         if body.len() > MAX_OBJECT_BYTES {
-            return Err(AccessError::Invalid(format!(
+            return Err(CallError::Invalid(format!(
                 "patch of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
                 body.len()
             )));
         }
         let body: Value = serde_json::from_str(body)
-            .map_err(|e| AccessError::Invalid(format!("patch is not valid JSON: {e}")))?;
+            .map_err(|e| CallError::Invalid(format!("patch is not valid JSON: {e}")))?;
         self.throttle_write().await?;
         let patched = cluster
             .patch(&gvk, namespace, &name, how.into(), body, status)
@@ -177,7 +177,7 @@ impl Calls<'_> {
         namespace: Option<String>,
         name: String,
         preconditions: Option<Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         let (cluster, namespace) = self
             .cluster_for(
                 Verb::Delete,
@@ -187,7 +187,7 @@ impl Calls<'_> {
             )
             .await?;
         self.throttle_write().await?;
-        let pre = preconditions.map(|p| vocab::Preconditions {
+        let pre = preconditions.map(|p| krec_core::Preconditions {
             uid: p.uid,
             resource_version: p.resource_version,
         });
@@ -208,7 +208,7 @@ impl Host for HostState {
     }
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
-        let options = vocab::ListOptions {
+        let options = krec_core::ListOptions {
             namespace: options.namespace,
             label_selector: options.label_selector,
             field_selector: options.field_selector,

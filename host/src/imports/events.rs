@@ -6,11 +6,11 @@ use crate::bindings::WitError;
 use crate::bindings::krec::reconciler::events::{EventType, Host, ObjectReference};
 use crate::guest::state::HostState;
 use crate::manifest::Verb;
-use crate::vocab::{self, AccessError, EventRecord, Gvk};
+use krec_core::{CallError, EventRecord, Gvk};
 
 /// `text` cut to at most `max` bytes on a character boundary.
 fn truncate(mut text: String, max: usize) -> String {
-    crate::vocab::cut(&mut text, max);
+    krec_core::cut(&mut text, max);
     text
 }
 
@@ -21,7 +21,7 @@ impl Calls<'_> {
         event_type: EventType,
         reason: String,
         message: String,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         let namespace = regarding.namespace.as_deref();
         let core = Gvk::new("", "v1", "Event");
         let events = Gvk::new("events.k8s.io", "v1", "Event");
@@ -29,18 +29,18 @@ impl Calls<'_> {
             self.authorize(Verb::Create, &events, namespace)?;
         }
         if reason.is_empty() {
-            return Err(AccessError::Invalid("an Event needs a reason".into()));
+            return Err(CallError::Invalid("an Event needs a reason".into()));
         }
         let event = EventRecord {
-            regarding: vocab::ObjectReference {
+            regarding: krec_core::ObjectReference {
                 gvk: regarding.kind.into(),
                 namespace: regarding.namespace,
                 name: regarding.name,
                 uid: regarding.uid,
             },
             event_type: match event_type {
-                EventType::Normal => vocab::EventType::Normal,
-                EventType::Warning => vocab::EventType::Warning,
+                EventType::Normal => krec_core::EventType::Normal,
+                EventType::Warning => krec_core::EventType::Warning,
             },
             reason: truncate(reason, MAX_EVENT_REASON_BYTES),
             message: truncate(message, MAX_EVENT_MESSAGE_BYTES),

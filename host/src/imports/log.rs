@@ -21,8 +21,8 @@ pub(crate) fn guest_log(
     if !budget.admit(message.len().min(MAX_LOG_LINE_BYTES)) {
         return;
     }
-    let mut message = crate::vocab::printable(&message).into_owned();
-    if crate::vocab::cut(&mut message, MAX_LOG_LINE_BYTES) {
+    let mut message = krec_core::printable(&message).into_owned();
+    if krec_core::cut(&mut message, MAX_LOG_LINE_BYTES) {
         message.push_str(" [truncated]");
     }
     match level {

@@ -19,7 +19,7 @@ use crate::cluster::ClusterAccess;
 use crate::guest::state::HostState;
 use crate::manifest::{Manifest, Verb};
 use crate::metrics::Metrics;
-use crate::vocab::{AccessError, Gvk};
+use krec_core::{CallError, Gvk};
 
 /// Largest object (JSON bytes) a guest may send in one call: the API server's own request limit
 /// is 3 MiB, so nothing larger could be stored anyway.
@@ -66,7 +66,7 @@ pub(crate) struct Calls<'a> {
 
 impl Calls<'_> {
     /// Wait for the guest's write rate limit to allow one more write.
-    pub(crate) async fn throttle_write(&self) -> Result<(), AccessError> {
+    pub(crate) async fn throttle_write(&self) -> Result<(), CallError> {
         if self.read_only {
             return self.throttle_write_refused();
         }
@@ -74,13 +74,13 @@ impl Calls<'_> {
     }
 
     /// A write during an admission review: refused, logged.
-    fn throttle_write_refused(&self) -> Result<(), AccessError> {
+    fn throttle_write_refused(&self) -> Result<(), CallError> {
         let message = format!(
             "guest {:?} may not write while answering an admission review (webhooks read only)",
             self.guest()
         );
         tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
-        Err(AccessError::Forbidden(message))
+        Err(CallError::Forbidden(message))
     }
 
     /// The guest's name.
@@ -94,7 +94,7 @@ impl Calls<'_> {
         verb: Verb,
         gvk: &Gvk,
         namespace: Option<&str>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         if self.read_only && !matches!(verb, Verb::Get | Verb::List | Verb::Watch) {
             return self.throttle_write_refused();
         }
@@ -111,7 +111,7 @@ impl Calls<'_> {
             self.manifest.path.display()
         );
         tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
-        Err(AccessError::Forbidden(message))
+        Err(CallError::Forbidden(message))
     }
 }
 
@@ -120,7 +120,7 @@ pub(crate) fn count_call<T>(
     metrics: Option<&Metrics>,
     guest: &str,
     verb: &'static str,
-    result: &Result<T, AccessError>,
+    result: &Result<T, CallError>,
 ) {
     let Some(metrics) = metrics else {
         return;
@@ -151,7 +151,7 @@ impl HostState {
         &mut self,
         verb: &'static str,
         started: std::time::Instant,
-        result: Result<T, AccessError>,
+        result: Result<T, CallError>,
     ) -> Result<T, WitError> {
         self.host_time += started.elapsed();
         self.first_call.get_or_insert(started);
@@ -214,7 +214,7 @@ mod tests {
                 .expect_err("no delete");
             let message = err.to_string();
             assert!(
-                matches!(err, AccessError::Forbidden(_))
+                matches!(err, CallError::Forbidden(_))
                     && message.contains("\"g\"")
                     && message.contains("delete")
                     && message.contains("/guests/g.yaml"),
@@ -222,7 +222,7 @@ mod tests {
             );
             let elsewhere = calls.authorize(Verb::Get, &cm, Some("team-b"));
             assert!(
-                matches!(elsewhere, Err(AccessError::Forbidden(ref m)) if m.contains("team-b")),
+                matches!(elsewhere, Err(CallError::Forbidden(ref m)) if m.contains("team-b")),
                 "{elsewhere:?}"
             );
             let written = calls
@@ -232,7 +232,7 @@ mod tests {
             assert!(written.contains("resourceVersion"), "{written}");
             let refused = calls.write(&config_map("team-b"), Verb::Create).await;
             assert!(
-                matches!(refused, Err(AccessError::Forbidden(_))),
+                matches!(refused, Err(CallError::Forbidden(_))),
                 "{refused:?}"
             );
         })
@@ -244,7 +244,7 @@ mod tests {
         with_calls(false, async |calls| {
             let not_json = calls.write("{", Verb::Create).await;
             assert!(
-                matches!(not_json, Err(AccessError::Invalid(ref m)) if m.contains("not valid JSON")),
+                matches!(not_json, Err(CallError::Invalid(ref m)) if m.contains("not valid JSON")),
                 "{not_json:?}"
             );
             let huge = format!(
@@ -253,7 +253,7 @@ mod tests {
             );
             let too_large = calls.write(&huge, Verb::Create).await;
             assert!(
-                matches!(too_large, Err(AccessError::Invalid(ref m)) if m.contains("byte limit")),
+                matches!(too_large, Err(CallError::Invalid(ref m)) if m.contains("byte limit")),
                 "{too_large:?}"
             );
         })
@@ -267,7 +267,7 @@ mod tests {
             assert!(calls.authorize(Verb::Get, &cm, Some("team-a")).is_ok());
             let write = calls.write(&config_map("team-a"), Verb::Create).await;
             assert!(
-                matches!(write, Err(AccessError::Forbidden(ref m)) if m.contains("admission review")),
+                matches!(write, Err(CallError::Forbidden(ref m)) if m.contains("admission review")),
                 "{write:?}"
             );
         })

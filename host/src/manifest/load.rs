@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 use krec_core::selector::is_dns_label;
 
 use super::types::*;

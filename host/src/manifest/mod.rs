@@ -119,7 +119,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::vocab::Gvk;
+    use krec_core::Gvk;
     use serde_json::json;
 
     const GOOD: &str = r#"

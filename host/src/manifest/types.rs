@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::vocab::{EventKind, Gvk};
+use krec_core::{EventKind, Gvk};
 
 use super::units::{de_cpu, de_duration, de_opt_duration, de_opt_quantity, de_quantity};
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 use krec_core::selector::{LabelSelector, is_dns_label, is_dns_subdomain};
 
 use super::types::*;

@@ -10,7 +10,7 @@ use oci_client::secrets::RegistryAuth;
 use super::error::OciError;
 use crate::client::ApiClient;
 use crate::manifest::SecretRef;
-use crate::vocab::Gvk;
+use krec_core::Gvk;
 
 /// The credentials `secret` holds for `registry` (`host[:port]`, as a reference names it), read
 /// from the API server (never cached); anonymous without a Secret.

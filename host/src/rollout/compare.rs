@@ -447,7 +447,7 @@ fn bound(lines: &mut Vec<String>) {
     let more = lines.len().saturating_sub(MAX_LINES);
     lines.truncate(MAX_LINES);
     for line in lines.iter_mut() {
-        if crate::vocab::cut(line, MAX_LINE) {
+        if krec_core::cut(line, MAX_LINE) {
             line.push_str("...");
         }
     }
@@ -608,10 +608,10 @@ mod tests {
 
     fn patch(body: Value) -> Write {
         crate::rollout::tape::patch_write(
-            &crate::vocab::Gvk::new("", "v1", "ConfigMap"),
+            &krec_core::Gvk::new("", "v1", "ConfigMap"),
             Some("default"),
             "settings",
-            crate::vocab::PatchType::Merge,
+            krec_core::PatchType::Merge,
             &body,
             false,
             crate::rollout::tape::Answer::Namespaced(false),

@@ -510,7 +510,7 @@ mod tests {
             tape: Tape::default(),
             outcome: Outcome::Done,
         };
-        let secret_gvk = crate::vocab::Gvk::new("", "v1", "Secret");
+        let secret_gvk = krec_core::Gvk::new("", "v1", "Secret");
         let mut with_last_applied = secret.clone();
         with_last_applied["metadata"]["annotations"] =
             json!({LAST_APPLIED: "{\"data\":{\"password\":\"aHVudGVyMg==\"}}"});
@@ -519,7 +519,7 @@ mod tests {
                 &secret_gvk,
                 Some("default"),
                 "db",
-                crate::vocab::PatchType::Merge,
+                krec_core::PatchType::Merge,
                 &json!({"data": {"password": "aHVudGVyMg=="}}),
                 false,
                 Answer::Object(Json::of(&with_last_applied)),
@@ -528,7 +528,7 @@ mod tests {
                 &secret_gvk,
                 Some("default"),
                 "db",
-                crate::vocab::PatchType::Json,
+                krec_core::PatchType::Json,
                 &json!([{"op": "replace", "path": "/data/password", "value": "aHVudGVyMg=="}]),
                 false,
                 Answer::Object(Json::of(&secret)),

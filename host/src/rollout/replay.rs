@@ -25,7 +25,7 @@ use super::tape::{
 };
 use crate::client::ApiClient;
 use crate::cluster::ClusterAccess;
-use crate::vocab::{AccessError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 
 /// The recorded answers of one reconcile, as they are served.
 #[derive(Default)]
@@ -126,7 +126,7 @@ impl Replay {
                     let text = call.to_string();
                     self.lock().missing.push(text.clone());
                     Answer::Error(
-                        (&AccessError::Unavailable(format!(
+                        (&CallError::Unavailable(format!(
                             "the recording has no answer for {text} (not invented by a replay)"
                         )))
                             .into(),
@@ -258,11 +258,11 @@ fn pending() -> Answer {
 }
 
 /// An answer as an object.
-fn as_value(answer: Answer) -> Result<Value, AccessError> {
+fn as_value(answer: Answer) -> Result<Value, CallError> {
     match answer {
         Answer::Object(json) => Ok(json.value()),
         Answer::Error(err) => Err(err.error()),
-        Answer::Items(_) | Answer::Namespaced(_) => Err(AccessError::Other(
+        Answer::Items(_) | Answer::Namespaced(_) => Err(CallError::Other(
             "the recording answers this call with another kind of answer".into(),
         )),
     }
@@ -284,23 +284,23 @@ impl ClusterAccess for Replay {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let text = self.get_json(gvk, namespace, name).await?;
-        serde_json::from_str(&text).map_err(|e| AccessError::Other(format!("recorded object: {e}")))
+        serde_json::from_str(&text).map_err(|e| CallError::Other(format!("recorded object: {e}")))
     }
 
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
         self.list_json(gvk, options)
             .await?
             .iter()
             .map(|t| {
                 serde_json::from_str(t)
-                    .map_err(|e| AccessError::Other(format!("recorded object: {e}")))
+                    .map_err(|e| CallError::Other(format!("recorded object: {e}")))
             })
             .collect()
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
         let call = ReadCall::Namespaced {
             kind: KindName::of(gvk),
         };
@@ -315,7 +315,7 @@ impl ClusterAccess for Replay {
         match answer {
             Answer::Namespaced(namespaced) => Ok(namespaced),
             Answer::Error(err) => Err(err.error()),
-            _ => Err(AccessError::Other(
+            _ => Err(CallError::Other(
                 "the recording answers this call with another kind of answer".into(),
             )),
         }
@@ -326,7 +326,7 @@ impl ClusterAccess for Replay {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Arc<str>, AccessError> {
+    ) -> Result<Arc<str>, CallError> {
         let call = ReadCall::Get {
             kind: KindName::of(gvk),
             namespace: namespace.map(str::to_owned),
@@ -343,7 +343,7 @@ impl ClusterAccess for Replay {
         match answer {
             Answer::Object(json) => Ok(json.0),
             Answer::Error(err) => Err(err.error()),
-            _ => Err(AccessError::Other(
+            _ => Err(CallError::Other(
                 "the recording answers this call with another kind of answer".into(),
             )),
         }
@@ -353,7 +353,7 @@ impl ClusterAccess for Replay {
         &self,
         gvk: &Gvk,
         options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, AccessError> {
+    ) -> Result<Vec<Arc<str>>, CallError> {
         let call = ReadCall::List {
             kind: KindName::of(gvk),
             namespace: options.namespace.clone(),
@@ -372,13 +372,13 @@ impl ClusterAccess for Replay {
         match answer {
             Answer::Items(items) => Ok(items.into_iter().map(|j| j.0).collect()),
             Answer::Error(err) => Err(err.error()),
-            _ => Err(AccessError::Other(
+            _ => Err(CallError::Other(
                 "the recording answers this call with another kind of answer".into(),
             )),
         }
     }
 
-    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+    async fn create(&self, object: Value) -> Result<Value, CallError> {
         let write = object_write(Verb::Create, &object, pending());
         as_value(
             self.write(write, |d| async move {
@@ -388,7 +388,7 @@ impl ClusterAccess for Replay {
         )
     }
 
-    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
         let verb = if status {
             Verb::UpdateStatus
         } else {
@@ -412,7 +412,7 @@ impl ClusterAccess for Replay {
         patch_type: PatchType,
         body: Value,
         status: bool,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let write = patch_write(gvk, namespace, name, patch_type, &body, status, pending());
         as_value(
             self.write(write, |d| async move {
@@ -444,7 +444,7 @@ impl ClusterAccess for Replay {
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         let write = delete_write(gvk, namespace, name, preconditions, pending());
         let answer = self
             .write(write, |d| async move {
@@ -457,7 +457,7 @@ impl ClusterAccess for Replay {
         }
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
         self.lock().tape.events.push(Event::of(&event));
         Ok(())
     }

@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 
 use crate::cluster::ClusterAccess;
 use crate::guest::{Action, ReconcileError};
-use crate::vocab::{
-    AccessError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
+use krec_core::{
+    CallError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
 };
 
 /// JSON text kept as it is: an object as the cache handed it out, written into a recording
@@ -193,14 +193,14 @@ impl std::fmt::Display for ReadCall {
 /// An error as a recording keeps it: its reason (`NotFound`, …) and message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorText {
-    /// The reason, as [`AccessError::reason`] names it.
+    /// The reason, as [`CallError::reason`] names it.
     pub reason: String,
     /// The message.
     pub message: String,
 }
 
-impl From<&AccessError> for ErrorText {
-    fn from(err: &AccessError) -> Self {
+impl From<&CallError> for ErrorText {
+    fn from(err: &CallError) -> Self {
         let mut err = err.clone();
         ErrorText {
             reason: err.reason().to_owned(),
@@ -211,12 +211,12 @@ impl From<&AccessError> for ErrorText {
 
 impl ErrorText {
     /// The error again (`Other` for a reason this host does not know).
-    pub fn error(&self) -> AccessError {
+    pub fn error(&self) -> CallError {
         macro_rules! by_reason {
             ($($case:ident),* $(,)?) => {
                 match self.reason.as_str() {
-                    $(stringify!($case) => AccessError::$case(self.message.clone()),)*
-                    _ => AccessError::Other(self.message.clone()),
+                    $(stringify!($case) => CallError::$case(self.message.clone()),)*
+                    _ => CallError::Other(self.message.clone()),
                 }
             };
         }
@@ -544,7 +544,7 @@ fn answer_bytes(answer: &Answer) -> usize {
 }
 
 /// The answer of a read of one object.
-fn object_answer(result: &Result<Arc<str>, AccessError>) -> Answer {
+fn object_answer(result: &Result<Arc<str>, CallError>) -> Answer {
     match result {
         Ok(text) => Answer::Object(Json(text.clone())),
         Err(err) => Answer::Error(err.into()),
@@ -552,7 +552,7 @@ fn object_answer(result: &Result<Arc<str>, AccessError>) -> Answer {
 }
 
 /// The answer of a write that returns the object stored.
-pub(crate) fn value_answer(result: &Result<Value, AccessError>) -> Answer {
+pub(crate) fn value_answer(result: &Result<Value, CallError>) -> Answer {
     match result {
         Ok(object) => Answer::Object(Json(Arc::from(object.to_string()))),
         Err(err) => Answer::Error(err.into()),
@@ -632,7 +632,7 @@ pub(crate) fn delete_write(
 }
 
 /// The answer of a delete.
-pub(crate) fn unit_answer(result: &Result<(), AccessError>) -> Answer {
+pub(crate) fn unit_answer(result: &Result<(), CallError>) -> Answer {
     match result {
         Ok(()) => Answer::Object(Json(Arc::from("null"))),
         Err(err) => Answer::Error(err.into()),
@@ -646,7 +646,7 @@ impl ClusterAccess for Tap {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let result = self.inner.get(gvk, namespace, name).await;
         self.read(
             || ReadCall::get(gvk, namespace, name),
@@ -658,7 +658,7 @@ impl ClusterAccess for Tap {
         result
     }
 
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, AccessError> {
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
         let result = self.inner.list(gvk, options).await;
         self.read(
             || ReadCall::list(gvk, options),
@@ -675,7 +675,7 @@ impl ClusterAccess for Tap {
         result
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, AccessError> {
+    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
         let result = self.inner.namespaced(gvk).await;
         self.read(
             || ReadCall::Namespaced {
@@ -694,7 +694,7 @@ impl ClusterAccess for Tap {
         gvk: &Gvk,
         namespace: Option<&str>,
         name: &str,
-    ) -> Result<Arc<str>, AccessError> {
+    ) -> Result<Arc<str>, CallError> {
         let result = self.inner.get_json(gvk, namespace, name).await;
         self.read(
             || ReadCall::get(gvk, namespace, name),
@@ -707,7 +707,7 @@ impl ClusterAccess for Tap {
         &self,
         gvk: &Gvk,
         options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, AccessError> {
+    ) -> Result<Vec<Arc<str>>, CallError> {
         let result = self.inner.list_json(gvk, options).await;
         self.read(
             || ReadCall::list(gvk, options),
@@ -719,7 +719,7 @@ impl ClusterAccess for Tap {
         result
     }
 
-    async fn create(&self, object: Value) -> Result<Value, AccessError> {
+    async fn create(&self, object: Value) -> Result<Value, CallError> {
         let taken = self.is_armed().then(|| object.clone());
         let result = self.inner.create(object).await;
         if let Some(object) = taken {
@@ -728,7 +728,7 @@ impl ClusterAccess for Tap {
         result
     }
 
-    async fn update(&self, object: Value, status: bool) -> Result<Value, AccessError> {
+    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
         let taken = self.is_armed().then(|| object.clone());
         let result = self.inner.update(object, status).await;
         if let Some(object) = taken {
@@ -750,7 +750,7 @@ impl ClusterAccess for Tap {
         patch_type: PatchType,
         body: Value,
         status: bool,
-    ) -> Result<Value, AccessError> {
+    ) -> Result<Value, CallError> {
         let taken = self.is_armed().then(|| body.clone());
         let result = self
             .inner
@@ -778,13 +778,13 @@ impl ClusterAccess for Tap {
         namespace: Option<&str>,
         name: &str,
         preconditions: Option<&Preconditions>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<(), CallError> {
         let result = self.inner.delete(gvk, namespace, name, preconditions).await;
         self.wrote(|| delete_write(gvk, namespace, name, preconditions, unit_answer(&result)));
         result
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), AccessError> {
+    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
         if self.is_armed() {
             let mut tape = self.lock();
             if Self::fits(&mut tape, event.message.len()) {
@@ -799,7 +799,7 @@ impl ClusterAccess for Tap {
         kind: WriteKind,
         head: &ObjectHead,
         json: &str,
-    ) -> Result<String, AccessError> {
+    ) -> Result<String, CallError> {
         let result = self.inner.write_json(kind, head, json).await;
         // The text as it is: parsed only if a comparison needs it (off the live path).
         self.wrote(|| Write {

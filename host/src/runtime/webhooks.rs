@@ -10,7 +10,7 @@ use super::{HostOptions, WebhookRegistration};
 use crate::client::ApiClient;
 use crate::guests::Manager;
 use crate::progress::say;
-use crate::vocab::AccessError;
+use krec_core::CallError;
 
 /// The admission server and, when it registers webhooks, the task keeping the cluster's webhook
 /// registrations in line with the guests running.
@@ -225,9 +225,9 @@ impl Registrar {
             .cloned()
             .collect();
         for (kind, name) in gone {
-            let gvk = crate::vocab::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
+            let gvk = krec_core::Gvk::from_api_version("admissionregistration.k8s.io/v1", &kind);
             match self.api.delete(&gvk, None, &name, None).await {
-                Ok(_) | Err(AccessError::NotFound(_)) => {
+                Ok(_) | Err(CallError::NotFound(_)) => {
                     self.configurations.remove(&(kind, name));
                 }
                 Err(err) => tracing::warn!("removing the {kind} {name}: {err}"),
@@ -253,7 +253,7 @@ impl Registrar {
             .collect();
         for crd in gone {
             match crate::webhooks::set_conversion(&self.api, &crd, None).await {
-                Ok(()) | Err(AccessError::NotFound(_)) => {
+                Ok(()) | Err(CallError::NotFound(_)) => {
                     self.conversions.remove(&crd);
                 }
                 Err(err) => {

@@ -246,7 +246,7 @@ async fn a_write_answered_with_many_warnings_should_be_reported_as_the_success_i
     }
     let created = api.create(&object, "attacker").await;
     assert!(created.is_ok(), "the write was made: {created:?}");
-    let cm = krec::vocab::Gvk::new("", "v1", "ConfigMap");
+    let cm = krec_core::Gvk::new("", "v1", "ConfigMap");
     assert!(api.get(&cm, Some("default"), "warned").await.is_ok());
 }
 

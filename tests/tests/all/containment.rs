@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use krec::guest::{Action, ReconcileError, TrapCause};
-use krec::vocab::AccessError;
+use krec_core::CallError;
 
 use krec_tests::{Harness, misbehave_manifest};
 
@@ -122,7 +122,7 @@ async fn guest_errors_should_be_values_not_traps() {
     let mut h = misbehave();
     match h.reconcile(None, "forbidden").await {
         Err(ReconcileError::Guest {
-            error: AccessError::Forbidden(msg),
+            error: CallError::Forbidden(msg),
             ..
         }) => {
             assert!(msg.contains("may not delete v1 Namespace"), "{msg}")
@@ -132,7 +132,7 @@ async fn guest_errors_should_be_values_not_traps() {
     assert!(h.worker.has_instance(), "an error value keeps the instance");
     match h.reconcile(None, "bad-json").await {
         Err(ReconcileError::Guest {
-            error: AccessError::Invalid(msg),
+            error: CallError::Invalid(msg),
             ..
         }) => {
             assert!(msg.contains("not valid JSON"), "{msg}")
@@ -156,7 +156,7 @@ async fn huge_output_should_be_refused_or_cut() {
     // An object over the host-call limit is refused before it is parsed.
     match h.reconcile(None, "huge").await {
         Err(ReconcileError::Guest {
-            error: AccessError::Invalid(msg),
+            error: CallError::Invalid(msg),
             ..
         }) => assert!(msg.contains("exceeds the"), "{msg}"),
         other => panic!("expected invalid, got {other:?}"),

@@ -20,8 +20,8 @@ async fn events_about(live: &Live, name: &str) -> Vec<Value> {
     let list = live
         .api
         .list(
-            &krec::vocab::Gvk::new("", "v1", "Event"),
-            &krec::vocab::ListOptions {
+            &krec_core::Gvk::new("", "v1", "Event"),
+            &krec_core::ListOptions {
                 namespace: Some("default".into()),
                 ..Default::default()
             },

@@ -3,7 +3,7 @@
 //! `mapToNamespace`, configured through `spec.config`.
 
 use krec::manifest::Manifest;
-use krec::vocab::Gvk;
+use krec_core::Gvk;
 use krec_tests::{Live, deployment_gvk, repo_root, sample_manifest};
 use serde_json::{Value, json};
 

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use krec::vocab::PatchType;
 use krec_apiserver::faults::{Fault, Rule};
+use krec_core::PatchType;
 use krec_tests::{Live, cm_gvk, foo_gvk, rs_gvk, sample_manifest, sample_objects};
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use krec::guests::from_cluster::ObjectRef;
 use krec::guests::status::StatusWriter;
 use krec::manifest::Manifest;
-use krec::vocab::{Gvk, ListOptions, PatchType};
+use krec_core::{Gvk, ListOptions, PatchType};
 use krec_tests::{Live, built_module, cm_gvk, configmap};
 use serde_json::{Value, json};
 

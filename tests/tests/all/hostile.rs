@@ -7,7 +7,7 @@ use std::time::Duration;
 use krec::controller::Request;
 use krec::guest::{Action, CPU_BURST, ReconcileError};
 use krec::manifest::{Manifest, Permission, Verb};
-use krec::vocab::{AccessError, Gvk};
+use krec_core::{CallError, Gvk};
 use krec_tests::{Harness, Live, built_module, misbehave_manifest};
 use serde_json::json;
 
@@ -25,7 +25,7 @@ fn core_permission(kind: &str, verbs: &[Verb], namespaces: &[&str]) -> Permissio
     }
 }
 
-fn guest_error(result: Result<Action, ReconcileError>, what: &str) -> AccessError {
+fn guest_error(result: Result<Action, ReconcileError>, what: &str) -> CallError {
     match result {
         Err(ReconcileError::Guest { error, .. }) => error,
         other => panic!("{what}: expected the guest to see an error, got {other:?}"),
@@ -46,7 +46,7 @@ async fn a_namespace_given_for_a_cluster_scoped_kind_should_grant_nothing() {
     for attack in ["delete-victim", "get-kube-system", "create-in-body"] {
         let error = guest_error(worker.reconcile(None, attack).await, attack);
         assert!(
-            matches!(&error, AccessError::Forbidden(m) if m.contains("may not")),
+            matches!(&error, CallError::Forbidden(m) if m.contains("may not")),
             "{attack}: {error:?}"
         );
     }
@@ -67,7 +67,7 @@ async fn a_namespace_given_for_a_cluster_scoped_kind_should_grant_nothing() {
         "get-kube-system",
     );
     assert!(
-        matches!(&error, AccessError::Invalid(m) if m.contains("cluster-scoped")),
+        matches!(&error, CallError::Invalid(m) if m.contains("cluster-scoped")),
         "{error:?}"
     );
 }
@@ -156,7 +156,7 @@ async fn a_huge_error_string_should_be_cut() {
     manifest.spec.limits.memory = 128 << 20;
     let mut h = Harness::with_manifest(manifest);
     let error = guest_error(h.reconcile(None, "huge-error").await, "huge-error");
-    let AccessError::Other(message) = error else {
+    let CallError::Other(message) = error else {
         panic!("{error:?}");
     };
     assert!(
@@ -183,7 +183,7 @@ async fn json_patch_copy_amplification_should_be_refused() {
     let mut worker = live.worker(manifest);
     let error = guest_error(worker.reconcile(None, "copy-bomb").await, "copy-bomb");
     assert!(
-        matches!(&error, AccessError::Invalid(m) if m.contains("accumulated size increase of copy")),
+        matches!(&error, CallError::Invalid(m) if m.contains("accumulated size increase of copy")),
         "{error:?}"
     );
     let cm = live
@@ -254,7 +254,7 @@ async fn another_guests_cached_reads_should_not_make_a_namespaced_guest_lose_upd
                 &cm,
                 Some("a"),
                 "c",
-                krec::vocab::PatchType::Merge,
+                krec_core::PatchType::Merge,
                 &patch,
                 false,
                 "test",
@@ -289,7 +289,7 @@ async fn a_write_flood_should_keep_to_the_guests_write_rate() {
     // wait past the reconcile's deadline, which fails it (and it is retried with backoff).
     let error = guest_error(h.reconcile(None, "write-flood").await, "write-flood");
     assert!(
-        matches!(&error, AccessError::Unavailable(m) if m.contains("writeQps")),
+        matches!(&error, CallError::Unavailable(m) if m.contains("writeQps")),
         "{error:?}"
     );
     let created = h

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use krec::manifest::Manifest;
-use krec::vocab::{Gvk, PatchType};
+use krec_core::{Gvk, PatchType};
 use krec_tests::{
     Live, cm_gvk, deployment_gvk, foo_gvk, owned_pod as pod, pod_gvk, replicaset, rs_gvk,
     sample_manifest, sample_objects,

@@ -3,7 +3,7 @@
 //! 422 as a typed error (`Invalid`), not a transport failure.
 
 use krec::guest::ReconcileError;
-use krec::vocab::AccessError;
+use krec_core::CallError;
 use krec_tests::{Live, sample_manifest, sample_objects};
 use serde_json::json;
 
@@ -34,7 +34,7 @@ async fn a_write_a_policy_denies_should_reach_the_guest_as_invalid() {
     let mut worker = live.worker(sample_manifest("foo-controller"));
     match worker.reconcile(Some("default"), "big").await {
         Err(ReconcileError::Guest {
-            error: AccessError::Invalid(message),
+            error: CallError::Invalid(message),
             ..
         }) => assert!(
             message.contains(

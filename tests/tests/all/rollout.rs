@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use krec::manifest::{Manifest, PromotePolicy, RolloutMode, RolloutSpec};
 use krec::rollout::recording::{self, Sink};
-use krec::vocab::PatchType;
+use krec_core::PatchType;
 use krec_tests::{
     Live, annotation, built_module, cm_gvk, configmap, deployment_gvk, foo_gvk, owned_pod as pod,
     replicaset, rs_gvk, sample_manifest, sample_objects,

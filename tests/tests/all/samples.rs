@@ -3,7 +3,7 @@
 
 use krec::cluster::ClusterAccess;
 use krec::guest::{Action, ReconcileError};
-use krec::vocab::{AccessError, EventType, PatchType};
+use krec_core::{CallError, EventType, PatchType};
 use krec_tests::*;
 use serde_json::{Value, json};
 
@@ -126,7 +126,7 @@ async fn a_call_outside_the_manifest_should_be_forbidden_and_change_nothing() {
         .expect_err("update is not permitted");
     match err {
         ReconcileError::Guest {
-            error: AccessError::Forbidden(msg),
+            error: CallError::Forbidden(msg),
             ..
         } => {
             assert!(msg.contains("may not update apps/v1 ReplicaSet"), "{msg}");
@@ -246,7 +246,7 @@ async fn foo_controller_should_refuse_a_deployment_it_does_not_control() {
         .expect_err("must fail so the host retries");
     match &err {
         ReconcileError::Guest {
-            error: AccessError::Other(msg),
+            error: CallError::Other(msg),
             ..
         } => {
             assert!(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use krec::guest::ModuleCache;
 use krec::manifest::Manifest;
-use krec::vocab::PatchType;
+use krec_core::PatchType;
 use krec_tests::{Live, annotation, built_module, cm_gvk, configmap};
 use serde_json::json;
 

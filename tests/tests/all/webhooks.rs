@@ -551,7 +551,7 @@ async fn a_conversion_guest_should_serve_both_versions_of_a_crd() {
         .expect("unregister the conversion");
     let crd = live
         .get(
-            &krec::vocab::Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            &krec_core::Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
             None,
             "foos.samplecontroller.k8s.io",
         )
@@ -743,7 +743,7 @@ async fn replicas_should_share_one_ca_kept_in_a_secret() {
     );
     let secret = live
         .get(
-            &krec::vocab::Gvk::new("", "v1", "Secret"),
+            &krec_core::Gvk::new("", "v1", "Secret"),
             Some("krec-system"),
             krec::webhook_tls::CA_SECRET,
         )

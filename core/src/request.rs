@@ -1,12 +1,11 @@
-//! What a read or write names: objects as JSON text and their heads, list options, patch types,
+//! What a read or write names: objects as JSON text and their heads, list options,
 //! preconditions.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{AccessError, Gvk};
-use crate::bindings::krec::reconciler::client::PatchType as WitPatchType;
+use crate::{CallError, Gvk};
 
 /// `Kind ns/name` (or `Kind name`) of a JSON object, for log lines; `generateName` stands in for
 /// a name not yet given.
@@ -25,10 +24,10 @@ pub fn describe(object: &Value) -> String {
 }
 
 /// `object` as JSON text.
-pub fn json_text(object: &Value) -> Result<Arc<str>, AccessError> {
+pub fn json_text(object: &Value) -> Result<Arc<str>, CallError> {
     serde_json::to_string(object)
         .map(Into::into)
-        .map_err(|e| AccessError::Other(format!("encoding object: {e}")))
+        .map_err(|e| CallError::Other(format!("encoding object: {e}")))
 }
 
 /// A whole-object write.
@@ -61,7 +60,7 @@ impl ObjectHead {
     /// # Errors
     ///
     /// `invalid`, saying what is wrong.
-    pub fn parse(json: &str) -> Result<Self, AccessError> {
+    pub fn parse(json: &str) -> Result<Self, CallError> {
         #[derive(serde::Deserialize)]
         struct Head {
             #[serde(rename = "apiVersion")]
@@ -77,16 +76,16 @@ impl ObjectHead {
         }
         if !json.trim_start().starts_with('{') {
             return Err(match serde_json::from_str::<serde::de::IgnoredAny>(json) {
-                Ok(_) => AccessError::Invalid("object is not a JSON object".into()),
-                Err(e) => AccessError::Invalid(format!("object is not valid JSON: {e}")),
+                Ok(_) => CallError::Invalid("object is not a JSON object".into()),
+                Err(e) => CallError::Invalid(format!("object is not valid JSON: {e}")),
             });
         }
         let head: Head = serde_json::from_str(json)
-            .map_err(|e| AccessError::Invalid(format!("object is not valid JSON: {e}")))?;
+            .map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
         let field = |value: Option<String>, name: &str| {
             value
                 .filter(|s| !s.is_empty())
-                .ok_or_else(|| AccessError::Invalid(format!("object has no {name}")))
+                .ok_or_else(|| CallError::Invalid(format!("object has no {name}")))
         };
         let api_version = field(head.api_version, "apiVersion")?;
         let kind = field(head.kind, "kind")?;
@@ -101,60 +100,63 @@ impl ObjectHead {
     }
 }
 
-/// Which objects a list returns.
+/// Which objects a list returns: what the host's cache and client take, and the guest SDK's
+/// `ListParams`. Built with chained calls:
+/// `ListOptions::default().namespace("default").labels("app=web")`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListOptions {
-    /// Only this namespace; `None` for all.
+    /// Only this namespace; `None` for all namespaces or cluster-scoped kinds.
     pub namespace: Option<String>,
-    /// Label selector text.
+    /// Label selector, e.g. `app=web,tier in (fe,be),!legacy`.
     pub label_selector: Option<String>,
-    /// Field selector text.
+    /// Field selector on `metadata.name` / `metadata.namespace`.
     pub field_selector: Option<String>,
-    /// Bypass the cache.
+    /// Read from the API server instead of the host's cache.
     pub uncached: bool,
 }
 
-pub use krec_core::PatchType;
+impl ListOptions {
+    /// Restrict to one namespace (`None` keeps all namespaces).
+    #[must_use]
+    pub fn namespace<'a>(mut self, namespace: impl Into<Option<&'a str>>) -> Self {
+        self.namespace = namespace.into().map(str::to_owned);
+        self
+    }
 
-/// The conversions between [`PatchType`] and the other enums with the same cases — the WIT
-/// `patch-type` the guests send, and the guest SDK's native `PatchType` (the native arm) — from
-/// one list of the cases.
-macro_rules! patch_cases {
-    ($($case:ident),* $(,)?) => {
-        impl From<WitPatchType> for PatchType {
-            fn from(how: WitPatchType) -> Self {
-                match how {
-                    $(WitPatchType::$case => PatchType::$case,)*
-                }
-            }
-        }
+    /// Select by labels. An empty selector selects everything.
+    #[must_use]
+    pub fn labels(mut self, selector: &str) -> Self {
+        self.label_selector = (!selector.is_empty()).then(|| selector.to_owned());
+        self
+    }
 
-        #[cfg(feature = "native")]
-        impl From<krec_guest::native::PatchType> for WitPatchType {
-            fn from(how: krec_guest::native::PatchType) -> Self {
-                match how {
-                    $(krec_guest::native::PatchType::$case => WitPatchType::$case,)*
-                }
-            }
-        }
-    };
+    /// Select by fields (`metadata.name`, `metadata.namespace`).
+    #[must_use]
+    pub fn fields(mut self, selector: &str) -> Self {
+        self.field_selector = (!selector.is_empty()).then(|| selector.to_owned());
+        self
+    }
+
+    /// Read from the API server instead of the cache (strongly consistent, slower).
+    #[must_use]
+    pub fn uncached(mut self) -> Self {
+        self.uncached = true;
+        self
+    }
 }
 
-patch_cases!(Merge, Json, Strategic, Apply);
-
-/// Preconditions of a delete.
+/// Conditions checked before a delete (the SDK's `Context::delete_with`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Preconditions {
-    /// Required UID.
+    /// Delete only if the object still has this UID.
     pub uid: Option<String>,
-    /// Required resourceVersion.
+    /// Delete only if the object is unchanged since this resourceVersion.
     pub resource_version: Option<String>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocab::{AccessError, Gvk};
 
     #[test]
     fn object_head_should_read_kind_and_name_and_refuse_what_is_not_an_object() {
@@ -166,7 +168,7 @@ mod tests {
         assert_eq!(head.namespace.as_deref(), Some("a"));
         assert_eq!(head.name.as_deref(), Some("web"));
         let refused = |json: &str| match ObjectHead::parse(json) {
-            Err(AccessError::Invalid(message)) => message,
+            Err(CallError::Invalid(message)) => message,
             other => panic!("{json}: {other:?}"),
         };
         assert!(refused("[1, 2]").contains("not a JSON object"));

@@ -1,14 +1,14 @@
 //! Kubernetes Events a guest records, and text a guest supplies: cut to a size, made safe to
 //! print.
 
-use super::Gvk;
+use crate::Gvk;
 
-/// Kind of a Kubernetes Event.
+/// Kind of a Kubernetes Event, as client-go's `EventRecorder` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
-    /// `Normal`.
+    /// Normal progress, e.g. reason `Synced`.
     Normal,
-    /// `Warning`.
+    /// Something a person should look at, e.g. reason `ErrResourceExists`.
     Warning,
 }
 
