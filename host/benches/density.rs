@@ -158,7 +158,7 @@ fn child_main(kubeconfig: &str, spec: &str) {
     let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
     let reconciles = Arc::new(AtomicU64::new(0));
     runtime.block_on(async {
-        let client = krec::connect::client_from_kubeconfig(&text)
+        let client = krec::cluster::connect::client_from_kubeconfig(&text)
             .await
             .expect("client");
         for k in first..first + count {
@@ -549,7 +549,7 @@ async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Val
     };
     let cluster = common::ClusterProcess::start();
     let text = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = krec::connect::client_from_kubeconfig(&text)
+    let client = krec::cluster::connect::client_from_kubeconfig(&text)
         .await
         .expect("client");
     common::create_pods(&client, NS, read_pods, read_pod).await;

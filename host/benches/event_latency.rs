@@ -442,7 +442,7 @@ fn main() {
     // name → (krec samples, kube-rs samples)
     let mut results: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
     runtime.block_on(async {
-        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+        let client = krec::cluster::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         for r in 0..rounds {

@@ -444,7 +444,7 @@ async fn round(
 ) -> Round {
     let started = Instant::now();
     let (host_cpu, cluster_cpu) = (cpu_seconds("self"), cpu_seconds(cluster_pid));
-    let api = krec::client::ApiClient::new(client.clone());
+    let api = krec::cluster::client::ApiClient::new(client.clone());
     let manager = Manager::start_with(api, manifests, ManagerOptions::default())
         .await
         .expect("manager");
@@ -488,7 +488,7 @@ async fn round(
 async fn bench() -> (Vec<String>, serde_json::Map<String, Value>) {
     let cluster = common::ClusterProcess::start();
     let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+    let client = krec::cluster::connect::client_from_kubeconfig(&kubeconfig)
         .await
         .expect("client");
     let mut driver = common::Driver::start(&cluster.kubeconfig_path);

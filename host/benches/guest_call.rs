@@ -24,19 +24,19 @@ use std::time::Instant;
 
 use common::{median_min_max, quick};
 use krec::cluster::{ClusterAccess, MemoryCluster};
+use krec::controller::queue::{RateLimit, WorkQueue};
 use krec::guest::{Engines, GuestModule, GuestWorker};
 use krec::manifest::Manifest;
-use krec::queue::{RateLimit, WorkQueue};
 use serde_json::{Value, json};
 
 /// The admission request kube-apiserver would send for an update of `pod` (to generation 2).
-fn pod_review(pod: &Value) -> krec::bindings::guest::WitAdmissionRequest {
-    use krec::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
+fn pod_review(pod: &Value) -> krec::guest::bindings::guest::WitAdmissionRequest {
+    use krec::guest::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
     let mut updated = pod.clone();
     updated["metadata"]["labels"][pod_stamper::GENERATION] = json!("2");
     WitAdmissionRequest {
         uid: "705ab4f5-6393-11e8-b7cc-42010a800002".into(),
-        kind: krec::bindings::WitGvk {
+        kind: krec::guest::bindings::WitGvk {
             group: String::new(),
             version: "v1".into(),
             kind: "Pod".into(),
@@ -119,8 +119,8 @@ async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String,
     let access: Arc<dyn ClusterAccess> = cluster.clone();
     let typed = Arc::new(webhook_manifest(dir.path(), "reuse", false));
     let lazy = Arc::new(webhook_manifest(dir.path(), "reuse", true));
-    let native = |manifest: &Arc<Manifest>, validate: krec::native::NativeValidate| {
-        krec::native::module_with_validator(
+    let native = |manifest: &Arc<Manifest>, validate: krec::guest::native::NativeValidate| {
+        krec::guest::native::module_with_validator(
             manifest.clone(),
             krec_guest::native::reconcile::<pod_stamper::PodStamper>,
             validate,
@@ -163,7 +163,7 @@ async fn admission(rows: &mut Vec<String>, results: &mut serde_json::Map<String,
     async fn review(
         module: &GuestModule,
         access: &Arc<dyn ClusterAccess>,
-        request: &krec::bindings::guest::WitAdmissionRequest,
+        request: &krec::guest::bindings::guest::WitAdmissionRequest,
     ) -> f64 {
         let started = Instant::now();
         let verdict = module
@@ -289,9 +289,9 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
             access.clone(),
         )
     };
-    let native = |lazy: bool, reconcile: krec::native::NativeReconcile| {
+    let native = |lazy: bool, reconcile: krec::guest::native::NativeReconcile| {
         GuestWorker::new(
-            Arc::new(krec::native::module(
+            Arc::new(krec::guest::native::module(
                 Arc::new(manifest(dir.path(), "reuse", lazy)),
                 reconcile,
             )),

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{median_min_max, module};
-use krec::client::ApiClient;
+use krec::cluster::client::ApiClient;
 use krec::guest::ModuleCache;
 use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
@@ -304,7 +304,7 @@ async fn swaps(api: &std::sync::Arc<ApiClient>, rows: &mut Vec<String>) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let cluster = Server::builder().start().await.expect("server");
-    let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
+    let client = krec::cluster::connect::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");
     let api = ApiClient::new(client);

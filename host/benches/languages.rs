@@ -107,10 +107,11 @@ const VALIDATOR_SPEC: &str = "  webhooks:\n    - type: validating\n      rules: 
 /// 10 Pods.
 async fn cluster() -> Arc<MemoryCluster> {
     let cluster = Arc::new(MemoryCluster::new());
-    for crd in krec::objects::read_objects(&repo().join("sample-guests/foo-controller/crd"))
-        .expect("the Foo CRD")
-        .into_iter()
-        .filter(|o| o["kind"] == "CustomResourceDefinition")
+    for crd in
+        krec::manifest::objects::read_objects(&repo().join("sample-guests/foo-controller/crd"))
+            .expect("the Foo CRD")
+            .into_iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
     {
         let rt = cluster
             .store()
@@ -146,11 +147,11 @@ async fn cluster() -> Arc<MemoryCluster> {
 }
 
 /// A Foo create, as kube-apiserver sends it.
-fn foo_review() -> krec::bindings::guest::WitAdmissionRequest {
-    use krec::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
+fn foo_review() -> krec::guest::bindings::guest::WitAdmissionRequest {
+    use krec::guest::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
     WitAdmissionRequest {
         uid: "705ab4f5-6393-11e8-b7cc-42010a800002".into(),
-        kind: krec::bindings::WitGvk {
+        kind: krec::guest::bindings::WitGvk {
             group: "samplecontroller.k8s.io".into(),
             version: "v1alpha1".into(),
             kind: "Foo".into(),
@@ -404,7 +405,7 @@ async fn kopf_arms() {
     let pods = if quick() { 2_000 } else { 10_000 };
     let cluster = common::ClusterProcess::start();
     let text = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = krec::connect::client_from_kubeconfig(&text)
+    let client = krec::cluster::connect::client_from_kubeconfig(&text)
         .await
         .expect("client");
     common::create_pods(&client, "bench", pods, |i| {
@@ -733,7 +734,7 @@ async fn controller_runtime_arms() {
     let pods = if quick() { 2_000 } else { 10_000 };
     let cluster = common::ClusterProcess::start();
     let text = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = krec::connect::client_from_kubeconfig(&text)
+    let client = krec::cluster::connect::client_from_kubeconfig(&text)
         .await
         .expect("client");
     common::create_pods(&client, "bench", pods, |i| {

@@ -24,7 +24,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use krec::client::ApiClient;
+use krec::cluster::client::ApiClient;
 use krec::guest::ModuleCache;
 use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
@@ -111,7 +111,7 @@ async fn idle_guests(
             |s| s.instances_released() > 0,
         )
         .await;
-        krec::memory::release_soon();
+        krec::process::memory::release_soon();
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (idle_rss, idle_pss) = common::rss_pss_kib();
         idle_points.push((count, idle_rss, idle_pss, (live_bytes() - heap0) / 1024.0));
@@ -246,10 +246,10 @@ async fn cache_ratio(
     // Whole objects, then their metadata alone (`metadataOnly`), each arm a fresh cache.
     let mut held_by = Vec::new();
     for content in [
-        krec::cache::Content::Objects,
-        krec::cache::Content::Metadata,
+        krec::cluster::cache::Content::Objects,
+        krec::cluster::cache::Content::Metadata,
     ] {
-        let cache = krec::cache::Cache::new(api.clone());
+        let cache = krec::cluster::cache::Cache::new(api.clone());
         let before = live_bytes();
         let informer = cache
             .informer(&Gvk::new("", "v1", "Pod"), Some(ns), content, "bench")
@@ -307,7 +307,7 @@ fn main() {
     runtime.block_on(async {
         let cluster = common::ClusterProcess::start();
         let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+        let client = krec::cluster::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         let api = ApiClient::new(client.clone());

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{median_min_max, module, print_table, quick, write_results};
-use krec::client::ApiClient;
+use krec::cluster::client::ApiClient;
 use krec::guests::from_cluster::{FromCluster, cluster_reconciler_gvk};
+use krec::guests::oci::{Registries, RegistryAuth};
 use krec::guests::{Manager, ManagerOptions};
-use krec::oci::{Registries, RegistryAuth};
 use registry::Registry;
 use serde_json::{Value, json};
 
@@ -63,7 +63,7 @@ struct Platform {
 impl Platform {
     async fn push(&self, bytes: Vec<u8>, path: &str) -> String {
         let tagged = self.registry.reference(path);
-        let reference = krec::oci::reference(Path::new(&tagged))
+        let reference = krec::guests::oci::reference(Path::new(&tagged))
             .expect("oci")
             .expect("reference");
         self.pusher
@@ -169,7 +169,7 @@ fn row(name: &str, samples: Vec<f64>, baseline: Option<f64>, what: &str) -> (Str
 }
 
 fn main() {
-    krec::oci::install_crypto();
+    krec::guests::oci::install_crypto();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -186,14 +186,14 @@ fn main() {
             .start()
             .await
             .expect("API server");
-        let client = krec::connect::client_from_kubeconfig(server.kubeconfig())
+        let client = krec::cluster::connect::client_from_kubeconfig(server.kubeconfig())
             .await
             .expect("client");
         let api = ApiClient::new(client);
-        let mut objects = krec::manifest::crd::api_objects();
+        let mut objects = krec::install::crds::api_objects();
         objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cm-0", "namespace": "default"}, "data": {"value": "0"}}));
-        let problems = krec::objects::apply_objects(&api, objects).await;
+        let problems = krec::install::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "{problems:?}");
         let dir = tempfile::tempdir().expect("tempdir");
         let registry = Registry::start();

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use krec::client::ApiClient;
+use krec::cluster::client::ApiClient;
 use krec::controller::Request;
 use krec::guest::ModuleCache;
 use krec::guests::{Manager, ManagerOptions};
@@ -200,7 +200,7 @@ fn main() {
     ];
     let mut results = serde_json::Map::new();
     runtime.block_on(async {
-        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+        let client = krec::cluster::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         let api = ApiClient::new(client.clone());

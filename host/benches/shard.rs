@@ -137,7 +137,7 @@ fn main() {
     let cache = dir.path().join("cache");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let client = runtime.block_on(async {
-        let client = krec::connect::client_from_kubeconfig(
+        let client = krec::cluster::connect::client_from_kubeconfig(
             &std::fs::read_to_string(&kubeconfig).expect("kc"),
         )
         .await

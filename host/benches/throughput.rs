@@ -72,7 +72,7 @@ fn pod(namespace: &str, i: usize) -> Value {
 }
 
 async fn client(kubeconfig: &str) -> kube::Client {
-    krec::connect::client_from_kubeconfig(kubeconfig)
+    krec::cluster::connect::client_from_kubeconfig(kubeconfig)
         .await
         .expect("client from kubeconfig")
 }
@@ -332,7 +332,9 @@ async fn start(
             if arm == Arm::Native {
                 options.runners.insert(
                     GUEST.to_owned(),
-                    krec::native::runner(krec_guest::native::reconcile::<pod_stamper::PodStamper>),
+                    krec::guest::native::runner(
+                        krec_guest::native::reconcile::<pod_stamper::PodStamper>,
+                    ),
                 );
             }
             Running::Krec(common::start_manager(client, manifest, options).await)
@@ -637,7 +639,7 @@ async fn rollout_bench(rows: &mut Vec<String>, results: &mut serde_json::Map<Str
         );
     }
     // Replay: the recorded reconciles on the same module, no cluster.
-    let engine = krec::engine::new_engine().expect("engine");
+    let engine = krec::guest::engine::new_engine().expect("engine");
     let linker = krec::guest::new_linker(&engine).expect("linker");
     let module = Arc::new(
         krec::guest::GuestModule::load(&engine, &linker, plain.clone().into()).expect("module"),

@@ -59,7 +59,8 @@ impl Harness {
             .join(guest_dir)
             .join("crd");
         if crd_dir.is_dir() {
-            let objects = krec::objects::read_objects(&crd_dir).unwrap_or_else(|e| panic!("{e}"));
+            let objects =
+                krec::manifest::objects::read_objects(&crd_dir).unwrap_or_else(|e| panic!("{e}"));
             for crd in objects
                 .into_iter()
                 .filter(|o| o["kind"] == "CustomResourceDefinition")
@@ -147,7 +148,7 @@ pub struct Live {
     /// A kube client for it (the test's own, not the host's).
     pub client: kube::Client,
     /// The host's API client.
-    pub api: Arc<krec::client::ApiClient>,
+    pub api: Arc<krec::cluster::client::ApiClient>,
     /// The running guests.
     pub manager: krec::guests::Manager,
 }
@@ -208,11 +209,11 @@ impl Live {
     pub async fn start_native(
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
-        native: std::collections::BTreeMap<String, krec::native::NativeReconcile>,
+        native: std::collections::BTreeMap<String, krec::guest::native::NativeReconcile>,
     ) -> Self {
         let runners = native
             .into_iter()
-            .map(|(guest, reconcile)| (guest, krec::native::runner(reconcile)))
+            .map(|(guest, reconcile)| (guest, krec::guest::native::runner(reconcile)))
             .collect();
         let options = krec::guests::ManagerOptions {
             runners,
@@ -254,7 +255,7 @@ impl Live {
             manifests,
             objects,
             from,
-            Arc::new(krec::oci::Registries::private()),
+            Arc::new(krec::guests::oci::Registries::private()),
         )
         .await
     }
@@ -265,14 +266,14 @@ impl Live {
         manifests: Vec<Manifest>,
         objects: Vec<Value>,
         from: krec::guests::from_cluster::FromCluster,
-        registries: Arc<krec::oci::Registries>,
+        registries: Arc<krec::guests::oci::Registries>,
     ) -> Self {
         let options = krec::guests::ManagerOptions {
             from_cluster: Some(from),
             registries: Some(registries),
             ..Default::default()
         };
-        let objects = krec::manifest::crd::api_objects()
+        let objects = krec::install::crds::api_objects()
             .into_iter()
             .chain(objects)
             .collect();
@@ -327,7 +328,7 @@ impl Live {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
         let (cluster, client, api) = local_cluster_on(builder).await;
-        let problems = krec::objects::apply_objects(&api, objects).await;
+        let problems = krec::install::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
         let manager = krec::guests::Manager::start_with(api.clone(), manifests, options)
             .await
@@ -546,7 +547,7 @@ pub const EVENTUALLY: std::time::Duration = std::time::Duration::from_secs(20);
 pub async fn local_cluster() -> (
     krec_apiserver::Server,
     kube::Client,
-    Arc<krec::client::ApiClient>,
+    Arc<krec::cluster::client::ApiClient>,
 ) {
     local_cluster_on(krec_apiserver::Server::builder()).await
 }
@@ -557,13 +558,13 @@ pub async fn local_cluster_on(
 ) -> (
     krec_apiserver::Server,
     kube::Client,
-    Arc<krec::client::ApiClient>,
+    Arc<krec::cluster::client::ApiClient>,
 ) {
     let cluster = builder.start().await.expect("embedded API server starts");
-    let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
+    let client = krec::cluster::connect::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");
-    let api = krec::client::ApiClient::new(client.clone());
+    let api = krec::cluster::client::ApiClient::new(client.clone());
     (cluster, client, api)
 }
 
@@ -571,9 +572,9 @@ pub async fn local_cluster_on(
 /// (by a ClusterRole and binding the admin `api` creates) to exactly `rules`.
 pub async fn service_account_api(
     cluster: &krec_apiserver::Server,
-    api: &krec::client::ApiClient,
+    api: &krec::cluster::client::ApiClient,
     rules: Value,
-) -> Arc<krec::client::ApiClient> {
+) -> Arc<krec::cluster::client::ApiClient> {
     use serde_json::json;
     let objects = [
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "krec-system"}}),
@@ -605,10 +606,10 @@ pub async fn service_account_api(
         .unwrap_or_else(|e| panic!("a token: {e}"));
     let token = answer["status"]["token"].as_str().expect("token");
     let kubeconfig = cluster.kubeconfig().replace(cluster.token(), token);
-    let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+    let client = krec::cluster::connect::client_from_kubeconfig(&kubeconfig)
         .await
         .expect("client");
-    krec::client::ApiClient::new(client)
+    krec::cluster::client::ApiClient::new(client)
 }
 
 /// The misbehave test guest's manifest (`tests/guests/misbehave/manifest.yaml`).
@@ -642,6 +643,6 @@ pub fn built_script_module(folder: &str, file: &str) -> PathBuf {
 
 /// The sample CRDs and example objects under `sample-guests/<guest_dir>`.
 pub fn sample_objects(guest_dir: &str) -> Vec<Value> {
-    krec::objects::read_objects(&repo_root().join("sample-guests").join(guest_dir))
+    krec::manifest::objects::read_objects(&repo_root().join("sample-guests").join(guest_dir))
         .unwrap_or_else(|e| panic!("{e}"))
 }

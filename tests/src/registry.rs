@@ -129,8 +129,8 @@ impl Registry {
 
     /// The registries a host uses to reach this one (over plain HTTP), keeping pulled modules in
     /// `store`.
-    pub fn registries(&self, store: &Path) -> Arc<krec::oci::Registries> {
-        Arc::new(krec::oci::Registries::new(
+    pub fn registries(&self, store: &Path) -> Arc<krec::guests::oci::Registries> {
+        Arc::new(krec::guests::oci::Registries::new(
             store.to_owned(),
             vec![self.addr.clone()],
         ))

@@ -341,7 +341,7 @@ where
         .expect("runtime");
     let kubeconfig = std::fs::read_to_string(kubeconfig_path).expect("kubeconfig");
     runtime.block_on(async {
-        let client = krec::connect::client_from_kubeconfig(&kubeconfig)
+        let client = krec::cluster::connect::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client");
         for line in std::io::stdin().lock().lines() {
@@ -456,7 +456,7 @@ pub async fn start_manager(
     options: krec::guests::ManagerOptions,
 ) -> krec::guests::Manager {
     let manager = krec::guests::Manager::start_with(
-        krec::client::ApiClient::new(client.clone()),
+        krec::cluster::client::ApiClient::new(client.clone()),
         vec![manifest.clone()],
         options,
     )

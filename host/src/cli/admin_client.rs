@@ -30,7 +30,7 @@ impl Admin {
         };
         // reqwest's rustls comes without a crypto provider (an admin server beyond loopback
         // may be behind TLS).
-        crate::oci::install_crypto();
+        crate::guests::oci::install_crypto();
         Admin {
             base,
             token: args.admin_token.clone(),

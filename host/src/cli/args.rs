@@ -18,8 +18,8 @@ pub(super) fn quantity(text: &str) -> Result<u64, crate::manifest::UnitError> {
 /// A Service on the command line: `NAMESPACE/NAME[:PORT]`.
 pub(super) fn webhook_service(
     text: &str,
-) -> Result<crate::webhooks::Reach, crate::webhooks::BadService> {
-    crate::webhooks::Reach::service(text)
+) -> Result<crate::admission::Reach, crate::admission::BadService> {
+    crate::admission::Reach::service(text)
 }
 
 /// The local cluster's built-in controllers and simulated nodes.
@@ -140,7 +140,7 @@ pub(super) struct HostArgs {
     /// this Service, `NAMESPACE/NAME[:PORT]` (the host's own, as `krec install` makes it); the
     /// registrations follow the guests and outlive a stopping replica.
     #[arg(long, value_parser = webhook_service, conflicts_with = "register_webhooks")]
-    webhook_service: Option<crate::webhooks::Reach>,
+    webhook_service: Option<crate::admission::Reach>,
     /// Register the guests' webhooks with the cluster at the admission server's own address
     /// (an API server that reaches this host directly, as in tests); removed when it stops.
     #[arg(long)]
@@ -167,7 +167,7 @@ pub(super) struct HostArgs {
     /// `guests=5,memory=1Gi,cpu=2` (any of the three); a guest that would exceed it does not
     /// start and its status says why.
     #[arg(long, requires = "from_cluster")]
-    tenant_quota: Option<crate::tenancy::TenantQuota>,
+    tenant_quota: Option<crate::manifest::tenancy::TenantQuota>,
     /// A registry (`host:port`, as `oci://` references name it) spoken to over plain HTTP
     /// rather than HTTPS; repeatable. Only for registries on a trusted network.
     #[arg(long = "insecure-registry")]
@@ -192,7 +192,7 @@ impl HostArgs {
             None => self.admin_token.clone(),
         };
         let leader = self.leader_elect.then(|| {
-            let mut config = crate::leader::LeaderConfig::new(
+            let mut config = crate::runtime::leader::LeaderConfig::new(
                 &self.leader_elect_lease_name,
                 &self.leader_elect_namespace,
             );
@@ -202,8 +202,10 @@ impl HostArgs {
             config
         });
         let shard = if self.shard {
-            let mut config =
-                crate::shard::ShardConfig::new(&self.shard_group, &self.leader_elect_namespace);
+            let mut config = crate::runtime::shard::ShardConfig::new(
+                &self.shard_group,
+                &self.leader_elect_namespace,
+            );
             config.lease_duration = self.leader_elect_lease_duration;
             config.renew_deadline = self.leader_elect_renew_deadline;
             config.retry_period = self.leader_elect_retry_period;
@@ -225,7 +227,7 @@ impl HostArgs {
             webhook_tls: self
                 .webhook_cert_file
                 .zip(self.webhook_key_file)
-                .map(|(cert, key)| crate::webhooks::TlsFiles {
+                .map(|(cert, key)| crate::admission::TlsFiles {
                     cert,
                     key,
                     ca: self.webhook_ca_file,

@@ -1,12 +1,12 @@
 //! `krec build`: a Go guest's module built and made a component, in one command — `go build`
-//! for `wasip1` (the flags Go's component bindings need), then [`crate::componentize`].
+//! for `wasip1` (the flags Go's component bindings need), then [`crate::guest::componentize`].
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context as _;
 
-use crate::progress::say;
+use crate::process::progress::say;
 
 /// The arguments of `krec build`.
 #[derive(clap::Args)]
@@ -52,7 +52,7 @@ pub(super) fn execute(args: Args) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     build_core(&args.go, &args.dir, &core)?;
     let bytes = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
-    let component = crate::componentize::componentize(&bytes).with_context(|| {
+    let component = crate::guest::componentize::componentize(&bytes).with_context(|| {
         format!(
             "{}: the module Go built is not a krec guest (does its main package import krec.dev/guest?)",
             args.dir.display()

@@ -53,7 +53,7 @@ struct Checker {
 impl Checker {
     fn new() -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        let engine = crate::engine::new_engine()
+        let engine = crate::guest::engine::new_engine()
             .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
         let linker = guest::new_linker(&engine)
             .map_err(|e| anyhow::anyhow!("cannot link the host interfaces: {e:#}"))?;
@@ -110,7 +110,7 @@ impl Checker {
         let manifest = manifest?;
         let path = manifest.path.display().to_string();
         let guest = manifest.name.clone();
-        if crate::oci::reference(&manifest.spec.module).is_some() {
+        if crate::guests::oci::reference(&manifest.spec.module).is_some() {
             return Ok(format!(
                 "{path}: ok, guest {guest}; its module {} is pulled when a host loads it (not checked here)",
                 manifest.spec.module.display()

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use super::args::SimulationArgs;
-use crate::progress::say;
+use crate::process::progress::say;
 
 /// The arguments of `krec cluster`.
 #[derive(clap::Args)]

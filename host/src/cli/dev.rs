@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use super::args::{HostArgs, SimulationArgs};
-use crate::client::ApiClient;
+use crate::cluster::client::ApiClient;
 use crate::manifest::Manifest;
-use crate::progress::say;
+use crate::process::progress::say;
 use crate::runtime::{HostOptions, Runtime};
 
 /// The arguments of `krec dev`.
@@ -87,7 +87,7 @@ pub async fn dev(
         None => Manifest::load_valid(&options.manifests)?,
     };
     let apply_dir = options.apply.as_deref().unwrap_or(&options.manifests);
-    let objects = crate::objects::read_objects(apply_dir)?;
+    let objects = crate::manifest::objects::read_objects(apply_dir)?;
 
     let cluster = krec_apiserver::Server::builder()
         .addr(options.addr)
@@ -111,8 +111,8 @@ pub async fn dev(
         cluster.addr()
     ));
     say(format_args!("kubeconfig: {}", shown.display()));
-    let client = crate::connect::client_from_kubeconfig(cluster.kubeconfig()).await?;
-    for problem in crate::objects::apply_objects(&ApiClient::new(client.clone()), objects).await {
+    let client = crate::cluster::connect::client_from_kubeconfig(cluster.kubeconfig()).await?;
+    for problem in crate::install::apply_objects(&ApiClient::new(client.clone()), objects).await {
         tracing::error!("not applied: {problem}");
     }
     // What the guests reconcile and watch, as kubectl names them (CRDs were applied above).

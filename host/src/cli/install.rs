@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::install::Install;
 use crate::manifest::Manifest;
-use crate::progress::say;
+use crate::process::progress::say;
 
 /// The arguments of `krec install`.
 #[derive(clap::Args)]
@@ -31,7 +31,7 @@ pub(super) struct Args {
     grants: Vec<String>,
     /// What each namespace's guests may use together, e.g. `guests=5,memory=1Gi,cpu=2`.
     #[arg(long)]
-    tenant_quota: Option<crate::tenancy::TenantQuota>,
+    tenant_quota: Option<crate::manifest::tenancy::TenantQuota>,
     /// Apply the objects (server-side, field manager `krec-install`) instead of printing them.
     #[arg(long)]
     apply: bool,
@@ -60,9 +60,9 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         print!("{}", install.yaml()?);
         return Ok(());
     }
-    let config = crate::connect::load_config(args.kubeconfig.as_deref()).await?;
-    let client = crate::connect::client_from_config(config, None)?;
-    let api = crate::client::ApiClient::new(client);
+    let config = crate::cluster::connect::load_config(args.kubeconfig.as_deref()).await?;
+    let client = crate::cluster::connect::client_from_config(config, None)?;
+    let api = crate::cluster::client::ApiClient::new(client);
     let objects = install.objects()?;
     let total = objects.len();
     let mut failed = Vec::new();

@@ -20,6 +20,7 @@ mod rbac;
 mod record;
 pub mod replay;
 pub mod run;
+pub mod scaffold;
 mod webhooks;
 
 /// Serve krec's own API on the embedded API server — the Reconciler and ClusterReconciler CRDs
@@ -28,7 +29,7 @@ mod webhooks;
 #[cfg(feature = "embedded-apiserver")]
 fn serve_reconciler_crds(cluster: &krec_apiserver::Server) -> anyhow::Result<()> {
     let store = cluster.store();
-    for mut object in crate::manifest::crd::api_objects() {
+    for mut object in crate::install::crds::api_objects() {
         // As `kubectl apply` would have left them: applying `krec install`'s output (the same
         // objects) then changes nothing and warns of nothing.
         object["metadata"]["annotations"] = serde_json::json!({});
@@ -63,7 +64,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::progress::say;
+use crate::process::progress::say;
 
 /// krec runs Kubernetes reconcilers compiled to WebAssembly components.
 #[derive(Parser)]
@@ -270,7 +271,7 @@ fn init_logging(default: &str, format: LogFormat) {
 }
 
 /// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
-const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::client=debug";
+const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::cluster::client=debug";
 
 /// Opts the process out of transparent huge pages, as Redis does for itself: with THP
 /// `always`, the first touch of each 2 MiB of a growing heap zeroes all of it at once, a pause

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::scaffold::Lang;
+use crate::cli::scaffold::Lang;
 
 /// A guest's language, as `--lang` names it.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -78,7 +78,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
             .then(|| own.canonicalize().unwrap_or(own))
     });
     let krec = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("krec"));
-    let new = crate::scaffold::NewGuest {
+    let new = crate::cli::scaffold::NewGuest {
         name,
         kind,
         webhook,
@@ -86,7 +86,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
         sdk_path,
         krec,
     };
-    match crate::scaffold::scaffold(&dir, &new) {
+    match crate::cli::scaffold::scaffold(&dir, &new) {
         Ok(files) => {
             for file in &files {
                 println!("created {}", file.display());
@@ -102,7 +102,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
 }
 
 /// The commands that build, test and run the new guest.
-fn next_steps(new: &crate::scaffold::NewGuest) -> String {
+fn next_steps(new: &crate::cli::scaffold::NewGuest) -> String {
     let module = new.name.replace('-', "_");
     match new.lang {
         Lang::Rust => "  rustup target add wasm32-wasip2   # once\n  cargo build-guest                   # the .wasm\n  cargo test                        # unit and integration tests\n  krec dev --manifests .            # a local cluster, reconciling live".into(),

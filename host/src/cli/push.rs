@@ -22,7 +22,7 @@ pub(super) struct Args {
 
 /// Push, and print the reference pinned to the pushed digest.
 pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
-    let reference = match crate::oci::reference(std::path::Path::new(&args.reference)) {
+    let reference = match crate::guests::oci::reference(std::path::Path::new(&args.reference)) {
         Some(Ok(reference)) => reference,
         Some(Err(problem)) => anyhow::bail!("{problem}"),
         None => anyhow::bail!(
@@ -50,7 +50,10 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    let registries = crate::oci::Registries::new(crate::oci::Registries::private_dir(), insecure);
+    let registries = crate::guests::oci::Registries::new(
+        crate::guests::oci::Registries::private_dir(),
+        insecure,
+    );
     let digest = registries
         .push(&args.file, &reference, &auth)
         .await
@@ -60,9 +63,9 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
     eprintln!(
         "krec push: pushed {} as {}{repository}:{} ({digest})",
         args.file.display(),
-        crate::oci::SCHEME,
+        crate::guests::oci::SCHEME,
         reference.tag().unwrap_or("latest")
     );
-    println!("{}{repository}@{digest}", crate::oci::SCHEME);
+    println!("{}{repository}@{digest}", crate::guests::oci::SCHEME);
     Ok(())
 }

@@ -24,14 +24,20 @@ pub(super) struct Args {
 
 /// Print the YAML, or say why not.
 pub(super) fn execute(args: Args) -> ExitCode {
-    let subject = crate::rbac::Subject {
+    let subject = crate::install::rbac::Subject {
         name: args.name,
         namespace: args.namespace,
         service_account: args.service_account,
     };
     let generated = Manifest::load_valid(&args.manifests)
         .map_err(anyhow::Error::from)
-        .and_then(|m| Ok(crate::rbac::generate(&m, Some(&args.manifests), &subject)?));
+        .and_then(|m| {
+            Ok(crate::install::rbac::generate(
+                &m,
+                Some(&args.manifests),
+                &subject,
+            )?)
+        });
     match generated {
         Ok(yaml) => {
             print!("{yaml}");

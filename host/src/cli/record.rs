@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use super::admin_client::{Admin, AdminArgs};
-use crate::progress::say;
+use crate::process::progress::say;
 
 /// `krec record`'s arguments.
 #[derive(clap::Args)]

@@ -132,7 +132,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let (header, mut reader) = recording::Reader::open(std::io::BufReader::new(file))
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let manifest = manifest_for(&header, &args.module, args.manifest.as_deref())?;
-    let engine = crate::engine::new_engine()
+    let engine = crate::guest::engine::new_engine()
         .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
     let linker = guest::new_linker(&engine)
         .map_err(|e| anyhow::anyhow!("cannot link the host interfaces: {e:#}"))?;

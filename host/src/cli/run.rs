@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::args::HostArgs;
 use crate::manifest::Manifest;
-use crate::progress::say;
+use crate::process::progress::say;
 use crate::runtime::{HostOptions, Runtime};
 
 /// The arguments of `krec run`.
@@ -54,8 +54,8 @@ pub async fn run(
         (Some(dir), Some(_)) => Manifest::load_valid_or_none(dir)?,
         (None, Some(_)) => Vec::new(),
     };
-    let config = crate::connect::load_config(kubeconfig).await?;
-    let client = crate::connect::client_from_config(config, options.identity())?;
+    let config = crate::cluster::connect::load_config(kubeconfig).await?;
+    let client = crate::cluster::connect::client_from_config(config, options.identity())?;
     let builder = match manifests_dir {
         Some(dir) => Runtime::builder(client, dir, manifests),
         None => Runtime::builder_cluster(client),

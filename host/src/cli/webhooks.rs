@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
+use crate::admission::Reach;
 use crate::manifest::Manifest;
-use crate::webhooks::Reach;
 
 /// The arguments of `krec webhooks`.
 #[derive(clap::Args)]
@@ -99,7 +99,7 @@ fn registrations(args: Args) -> anyhow::Result<String> {
         (None, None) => anyhow::bail!("--ca-file or --generate-certs is required"),
     };
     let manifests = Manifest::load_valid(&manifests)?;
-    crate::webhooks::registration_yaml(&manifests, &reach, &ca_pem)
+    crate::admission::registration_yaml(&manifests, &reach, &ca_pem)
 }
 
 /// The host of an `https://HOST[:PORT][/...]` URL (an IPv6 address without its brackets).

@@ -28,8 +28,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::ClusterAccess;
-use crate::cache::{Cache, Content, Informer, InformerUse, SYNC_TIMEOUT};
-use crate::client::ApiClient;
+use crate::cluster::cache::{Cache, Content, Informer, InformerUse, SYNC_TIMEOUT};
+use crate::cluster::client::ApiClient;
 use crate::manifest::Manifest;
 use krec_core::ObjectKey;
 use krec_core::selector::{FieldSelector, LabelSelector};
@@ -122,7 +122,7 @@ pub struct LiveCluster {
     read_from: Mutex<HashMap<Gvk, Vec<std::sync::Weak<Informer>>>>,
     /// Where `krec_read_your_writes_*` are counted (series made on a guest's first wait: most
     /// guests never wait, and an idle guest should cost little).
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<Arc<crate::process::metrics::Metrics>>,
     /// Sharded guests: writes go out only while this replica holds the guest's Lease.
     fence: Option<Arc<super::fence::Fence>>,
 }
@@ -261,14 +261,14 @@ impl LiveCluster {
     }
 
     /// Count read-your-own-writes waits in `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    pub fn with_metrics(mut self, metrics: Arc<crate::process::metrics::Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
 
     /// Count one wait of `waited` that caught up or not.
     fn count_wait(&self, waited: Duration, caught_up: bool) {
-        use crate::metrics::{GuestLabel, OutcomeLabels};
+        use crate::process::metrics::{GuestLabel, OutcomeLabels};
         let Some(metrics) = &self.metrics else {
             return;
         };
@@ -490,7 +490,7 @@ fn describe(gvk: &Gvk, namespace: Option<&str>, name: &str) -> String {
 }
 
 impl LiveCluster {
-    /// Log a write the guest made (target `krec::client`, debug): what `krec dev` shows.
+    /// Log a write the guest made (target `krec::cluster::client`, debug): what `krec dev` shows.
     fn logged<T>(
         &self,
         verb: &str,

@@ -4,15 +4,19 @@
 //! checking the guest's permissions. Its backends: `MemoryCluster` (an in-memory object set
 //! for tests and `krec check`, on the embedded API server's store; without the
 //! `embedded-apiserver` feature, `EmptyCluster` in its place) and [`live::LiveCluster`] (reads from the shared cache, writes to the
-//! API server through [`crate::client::ApiClient`], each write within the guest's
+//! API server through [`crate::cluster::client::ApiClient`], each write within the guest's
 //! [`fence`] when guests are sharded). The words they share are [`krec_core`]'s.
 
+pub mod cache;
+pub mod client;
+pub mod connect;
 #[cfg(not(feature = "embedded-apiserver"))]
 mod empty;
 pub mod fence;
 pub mod live;
 #[cfg(feature = "embedded-apiserver")]
 mod memory;
+pub mod permissions;
 
 use std::sync::Arc;
 

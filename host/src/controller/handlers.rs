@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::cache::Event;
+use crate::cluster::cache::Event;
 use crate::manifest::{Manifest, Predicate};
 use krec_core::selector::LabelSelector;
 use krec_core::{EventKind, Gvk};
@@ -181,7 +181,7 @@ impl Handlers {
     }
 
     /// Whether `request` may be reconciled: anything, but for a guest confined to a namespace
-    /// (see [`crate::tenancy`]), only requests in it.
+    /// (see [`crate::manifest::tenancy`]), only requests in it.
     pub fn admits(&self, request: &Request) -> bool {
         self.confined
             .as_deref()

@@ -28,6 +28,7 @@
 
 pub mod handlers;
 mod map_backlog;
+pub mod queue;
 mod series;
 mod sources;
 mod stats;
@@ -43,12 +44,12 @@ use tokio::task::JoinHandle;
 pub use handlers::{Handlers, Request};
 pub use stats::Stats;
 
-use crate::cache::CachedObject;
-use crate::cache::{Event, EventSink, Informer};
 use crate::cluster::ClusterAccess;
+use crate::cluster::cache::CachedObject;
+use crate::cluster::cache::{Event, EventSink, Informer};
+use crate::controller::queue::{RateLimit, WorkQueue};
 use crate::guest::{Action, GuestModule};
-use crate::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
-use crate::queue::{RateLimit, WorkQueue};
+use crate::process::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
 use crate::rollout::{Decision, GuestRollouts, Rollout, recording};
 use krec_core::Gvk;
 use map_backlog::MapBacklog;
@@ -700,7 +701,7 @@ mod tests {
     use crate::guest::TrapCause;
     use crate::guest::script::Script;
     use crate::manifest::Manifest;
-    use crate::metrics::{ResultLabels, TrapLabels};
+    use crate::process::metrics::{ResultLabels, TrapLabels};
 
     /// A started controller running `script`, its gate `gate`, with `extra` manifest spec lines.
     fn controller(

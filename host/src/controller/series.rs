@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use crate::metrics::{ControllerLabel, GuestLabel, Metrics, ResultLabels};
+use crate::process::metrics::{ControllerLabel, GuestLabel, Metrics, ResultLabels};
 
 /// A float counter (seconds).
 type Seconds = Counter<f64, AtomicU64>;

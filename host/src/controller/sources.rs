@@ -69,7 +69,7 @@ impl Controller {
         if !version.handlers.maps_by_guest(gvk) {
             return;
         }
-        let kind = crate::bindings::WitGvk {
+        let kind = crate::guest::bindings::WitGvk {
             group: gvk.group.clone(),
             version: gvk.version.clone(),
             kind: gvk.kind.clone(),

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::Request;
 use crate::guest::TrapCause;
-use crate::metrics::{ControllerLabel, Metrics, ResultLabels};
+use crate::process::metrics::{ControllerLabel, Metrics, ResultLabels};
 
 /// How one reconcile ended, as counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use crate::rollout::worker::{Running, VersionWorkers};
 /// What a worker's wait for a key ended with.
 enum Taken {
     /// A key, and when the watch event that caused it was received (if one did).
-    Key(Request, crate::queue::Origin),
+    Key(Request, crate::controller::queue::Origin),
     /// No key: idle instances were given back, or the gate closed.
     Nothing,
     /// The queue shut down.
@@ -131,7 +131,7 @@ impl Controller {
     /// and its watch event received at `origin`.
     fn count_usage(
         &self,
-        origin: crate::queue::Origin,
+        origin: crate::controller::queue::Origin,
         taken: Instant,
         usage: &crate::guest::Usage,
     ) {
@@ -159,7 +159,7 @@ impl Controller {
     /// `origin` (the watch event that caused it was received, if one did) to the guest entered.
     fn observe_stages(
         &self,
-        origin: crate::queue::Origin,
+        origin: crate::controller::queue::Origin,
         taken: std::time::Instant,
         usage: &crate::guest::Usage,
     ) {

@@ -11,8 +11,8 @@ use super::{
     Body, DeadlineExceeded, GuestModule, HOST_CALL_GRACE, ReconcileError, TrapCause, classify,
     deadline_after, new_store, one_line,
 };
-use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
 use crate::cluster::ClusterAccess;
+use crate::guest::bindings::guest::{WitAdmissionRequest, WitVerdict};
 use crate::manifest::Isolation;
 
 /// Instances kept for later reviews, per module: as many as the admission server runs at once
@@ -28,9 +28,9 @@ pub(crate) struct AdmissionInstance {
 /// The exports a kept instance is called through: those its component has.
 pub(crate) struct Exports {
     /// `validate`, `mutate`, `convert` (WIT 0.1.1).
-    admission: Option<crate::bindings::guest::Guest>,
+    admission: Option<crate::guest::bindings::guest::Guest>,
     /// `init`, `map` (WIT 0.1.2).
-    extensions: Option<crate::bindings::extensions::Extensions>,
+    extensions: Option<crate::guest::bindings::extensions::Extensions>,
 }
 
 /// The export a component lacks, as a call's error.
@@ -86,7 +86,7 @@ impl GuestModule {
     pub async fn admit(
         &self,
         cluster: &Arc<dyn ClusterAccess>,
-        metrics: Option<Arc<crate::metrics::Metrics>>,
+        metrics: Option<Arc<crate::process::metrics::Metrics>>,
         review: Review,
         request: WitAdmissionRequest,
     ) -> Result<WitVerdict, ReconcileError> {
@@ -137,7 +137,7 @@ impl GuestModule {
     async fn run_admission<T, F>(
         &self,
         cluster: &Arc<dyn ClusterAccess>,
-        metrics: Option<Arc<crate::metrics::Metrics>>,
+        metrics: Option<Arc<crate::process::metrics::Metrics>>,
         label: String,
         call: F,
     ) -> Result<T, (TrapCause, String)>
@@ -228,7 +228,7 @@ impl GuestModule {
     pub async fn convert(
         &self,
         cluster: &Arc<dyn ClusterAccess>,
-        metrics: Option<Arc<crate::metrics::Metrics>>,
+        metrics: Option<Arc<crate::process::metrics::Metrics>>,
         objects: Vec<String>,
         desired_api_version: String,
     ) -> Result<Result<Vec<String>, ConversionRefused>, ReconcileError> {
@@ -271,10 +271,10 @@ impl GuestModule {
     pub async fn map(
         &self,
         cluster: &Arc<dyn ClusterAccess>,
-        metrics: Option<Arc<crate::metrics::Metrics>>,
-        kind: crate::bindings::WitGvk,
+        metrics: Option<Arc<crate::process::metrics::Metrics>>,
+        kind: crate::guest::bindings::WitGvk,
         object: Arc<str>,
-    ) -> Result<Vec<crate::bindings::WitRequest>, ReconcileError> {
+    ) -> Result<Vec<crate::guest::bindings::WitRequest>, ReconcileError> {
         let label = format!("map {}", kind.kind);
         let guest = self.manifest.name.clone();
         let result = self

@@ -7,12 +7,19 @@
 //! memory limit (a [`wasmtime::ResourceLimiter`]).
 
 mod admission;
+#[allow(missing_docs)]
+pub mod bindings;
 pub(crate) mod budget;
 mod compile_gate;
+pub mod componentize;
 pub(crate) mod cpu_clock;
+pub mod engine;
+pub mod imports;
 pub(crate) mod limits;
 pub(crate) mod log_budget;
 pub mod module_cache;
+#[cfg(feature = "native")]
+pub mod native;
 mod output;
 #[cfg(test)]
 pub(crate) mod script;
@@ -39,10 +46,10 @@ pub use module_cache::{ModuleCache, Origin};
 pub use output::{GuestOutput, MAX_OUTPUT_LINE_BYTES};
 pub use state::HostState;
 
-use crate::bindings::extensions::ExtensionsIndices;
-use crate::bindings::guest::{GuestIndices, WitAdmissionRequest, WitVerdict};
-use crate::bindings::{Reconciler, ReconcilerIndices, WitAction, WitRequest};
 use crate::cluster::ClusterAccess;
+use crate::guest::bindings::extensions::ExtensionsIndices;
+use crate::guest::bindings::guest::{GuestIndices, WitAdmissionRequest, WitVerdict};
+use crate::guest::bindings::{Reconciler, ReconcilerIndices, WitAction, WitRequest};
 use crate::manifest::{Isolation, Manifest};
 use krec_core::CallError;
 
@@ -135,13 +142,13 @@ pub struct RunnerCall<'a> {
     /// Its cluster access (permission checks happen in the host calls a runner makes).
     pub cluster: &'a Arc<dyn ClusterAccess>,
     /// Where host calls are counted.
-    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    pub metrics: Option<Arc<crate::process::metrics::Metrics>>,
     /// Its write and log budgets.
     pub budgets: Arc<GuestBudgets>,
 }
 
 /// Runs a guest's reconciles (and `validate` reviews) with code compiled into the host instead
-/// of a component: the benchmarks' native arm (`crate::native`, cargo feature `native`), on
+/// of a component: the benchmarks' native arm (`crate::guest::native`, cargo feature `native`), on
 /// the same queue, cache, client and permission checks as a Wasm guest. No sandbox.
 #[async_trait::async_trait]
 pub trait Runner: Send + Sync + fmt::Debug + 'static {
@@ -219,7 +226,7 @@ fn one_line(err: &wasmtime::Error) -> String {
 /// The engines guests run on, each with its linker: one whose instances are allocated on
 /// demand, for guests that keep an instance across calls (`isolation: reuse`), and one whose
 /// instances come from a pool with resident slots, for guests instantiated per call
-/// (`isolation: per-reconcile`). See [`crate::engine`].
+/// (`isolation: per-reconcile`). See [`crate::guest::engine`].
 pub struct Engines {
     reuse: (Engine, Linker<HostState>),
     fresh: (Engine, Linker<HostState>),
@@ -237,8 +244,8 @@ impl Engines {
             Ok((engine, linker))
         };
         Ok(Engines {
-            reuse: with_linker(crate::engine::new_engine()?)?,
-            fresh: with_linker(crate::engine::new_pooled_engine()?)?,
+            reuse: with_linker(crate::guest::engine::new_engine()?)?,
+            fresh: with_linker(crate::guest::engine::new_pooled_engine()?)?,
         })
     }
 
@@ -258,7 +265,7 @@ pub fn new_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     Reconciler::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)?;
-    crate::bindings::guest::krec::reconciler::reader::add_to_linker::<
+    crate::guest::bindings::guest::krec::reconciler::reader::add_to_linker::<
         _,
         wasmtime::component::HasSelf<HostState>,
     >(&mut linker, |s| s)?;
@@ -500,9 +507,9 @@ impl GuestModule {
     }
 }
 
-/// A module file's bytes: a regular file of at most [`MAX_MODULE_BYTES`](crate::files::MAX_MODULE_BYTES).
+/// A module file's bytes: a regular file of at most [`MAX_MODULE_BYTES`](crate::manifest::files::MAX_MODULE_BYTES).
 pub fn read_module(path: &Path) -> std::io::Result<Vec<u8>> {
-    crate::files::read_bounded(path, crate::files::MAX_MODULE_BYTES)
+    crate::manifest::files::read_bounded(path, crate::manifest::files::MAX_MODULE_BYTES)
 }
 
 /// Check that a module file is a component implementing the world; returns its digest and
@@ -694,7 +701,7 @@ fn new_store(
     module: &GuestModule,
     engine: &Engine,
     cluster: &Arc<dyn ClusterAccess>,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<Arc<crate::process::metrics::Metrics>>,
     clock: Option<&SetClock>,
 ) -> Store<HostState> {
     let manifest = &module.manifest;
@@ -799,7 +806,7 @@ struct Instance {
 pub struct GuestWorker {
     module: Arc<GuestModule>,
     cluster: Arc<dyn ClusterAccess>,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<Arc<crate::process::metrics::Metrics>>,
     instance: Option<Instance>,
     last_usage: Option<Usage>,
     clock: Option<SetClock>,
@@ -839,7 +846,7 @@ impl GuestWorker {
     }
 
     /// Count this worker's host calls in `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    pub fn with_metrics(mut self, metrics: Arc<crate::process::metrics::Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -887,7 +894,7 @@ impl GuestWorker {
     async fn instantiate(
         module: &GuestModule,
         cluster: &Arc<dyn ClusterAccess>,
-        metrics: Option<Arc<crate::metrics::Metrics>>,
+        metrics: Option<Arc<crate::process::metrics::Metrics>>,
         clock: Option<&SetClock>,
     ) -> wasmtime::Result<Instance> {
         let Body::Wasm(wasm) = &module.body else {

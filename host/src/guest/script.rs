@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::time::Instant as Clock;
 
 use super::{Action, ReconcileError, Runner, RunnerCall, Usage};
-use crate::bindings::guest::{WitAdmissionRequest, WitVerdict};
+use crate::guest::bindings::guest::{WitAdmissionRequest, WitVerdict};
 use krec_core::CallError;
 
 /// A guest that returns scripted results (then `done`) and records when each key came.

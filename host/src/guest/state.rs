@@ -28,7 +28,7 @@ pub struct HostState {
     /// When the current reconcile's first host call started, if it made one.
     pub first_call: Option<Instant>,
     /// Where host calls are counted, if anywhere.
-    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    pub metrics: Option<Arc<crate::process::metrics::Metrics>>,
     /// The guest's budgets (log, CPU, writes), shared by all its workers and instances.
     pub budgets: Arc<super::budget::GuestBudgets>,
     /// Time the current reconcile was held back for its CPU budget.

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::cache::{Cache, CachedObject, Event, EventSink, InformerUse, SYNC_TIMEOUT};
+use crate::cluster::cache::{Cache, CachedObject, Event, EventSink, InformerUse, SYNC_TIMEOUT};
 use crate::manifest::{API_VERSION, CLUSTER_KIND, KIND, Manifest, ManifestError};
 use krec_core::{CallError, Gvk};
 
@@ -40,7 +40,7 @@ pub struct FromCluster {
     /// The base of objects' relative `spec.module` paths (`--module-dir`).
     pub module_dir: PathBuf,
     /// What the guests of one namespace may use together (`--tenant-quota`).
-    pub quota: crate::tenancy::TenantQuota,
+    pub quota: crate::manifest::tenancy::TenantQuota,
 }
 
 /// The kind `Reconciler`.
@@ -153,7 +153,7 @@ pub fn manifest_of(
     ] {
         let Some(module) = module
             .and_then(Value::as_str)
-            .filter(|m| !m.starts_with(crate::oci::SCHEME))
+            .filter(|m| !m.starts_with(crate::guests::oci::SCHEME))
         else {
             continue;
         };
@@ -211,7 +211,7 @@ pub fn manifest_of(
     })?;
     manifest.name = reference.guest();
     if let Some(namespace) = &reference.namespace {
-        crate::tenancy::confine(&mut manifest, namespace)?;
+        crate::manifest::tenancy::confine(&mut manifest, namespace)?;
     }
     if manifest.name.len() > MAX_GUEST_NAME {
         return Err(invalid(
@@ -284,7 +284,7 @@ pub struct ObjectSource {
     sink: Arc<dyn EventSink>,
     changes: tokio::sync::watch::Sender<u64>,
     module_dir: PathBuf,
-    quota: crate::tenancy::TenantQuota,
+    quota: crate::manifest::tenancy::TenantQuota,
 }
 
 impl std::fmt::Debug for ObjectSource {
@@ -308,7 +308,7 @@ impl ObjectSource {
         let mut uses = Vec::new();
         for gvk in [reconciler_gvk(), cluster_reconciler_gvk()] {
             let informer = cache
-                .informer(&gvk, None, crate::cache::Content::Objects, USER)
+                .informer(&gvk, None, crate::cluster::cache::Content::Objects, USER)
                 .await
                 .map_err(|err| match err {
                     CallError::NotFound(message) => CallError::NotFound(format!(
@@ -383,7 +383,7 @@ impl ObjectSource {
         for (reference, object) in self.objects() {
             let manifest = manifest_of(&reference, &object.to_value(), &self.module_dir);
             match reference.namespace {
-                Some(namespace) => tenants.push(crate::tenancy::Weighed {
+                Some(namespace) => tenants.push(crate::manifest::tenancy::Weighed {
                     namespace,
                     created: object
                         .metadata()
@@ -396,7 +396,7 @@ impl ObjectSource {
                 None => cluster.push(manifest),
             }
         }
-        let mut scanned = crate::tenancy::within_quota(&self.quota, tenants);
+        let mut scanned = crate::manifest::tenancy::within_quota(&self.quota, tenants);
         scanned.extend(cluster);
         scanned
     }

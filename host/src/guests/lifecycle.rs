@@ -8,7 +8,7 @@ use super::load::{holds, shared};
 use super::report::{ReloadReport, Skipped, StartError};
 use super::running::{Guest, Prepared, Version};
 use super::{Manager, SHUTDOWN_TIMEOUT};
-use crate::cache::{EventSink, InformerUse};
+use crate::cluster::cache::{EventSink, InformerUse};
 use crate::controller::Controller;
 use crate::manifest::Manifest;
 

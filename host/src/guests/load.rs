@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::Manager;
 use super::report::StartError;
 use super::running::{Background, Loading, Prepared, ToLoad, Version};
-use crate::cache::{Informer, InformerUse, SYNC_TIMEOUT};
 use crate::cluster::ClusterAccess;
+use crate::cluster::cache::{Informer, InformerUse, SYNC_TIMEOUT};
 use crate::cluster::live::{LiveCluster, Reads};
 use crate::guest::{GuestModule, GuestWorker};
 use crate::manifest::Manifest;
@@ -25,11 +25,11 @@ pub(super) fn scopes(manifest: &Manifest) -> Vec<Option<String>> {
 
 /// What the informer of `gvk` holds for `manifest`'s guest: metadata when every mention of the
 /// kind in its manifest asks for metadata only.
-pub(super) fn content_of(manifest: &Manifest, gvk: &Gvk) -> crate::cache::Content {
+pub(super) fn content_of(manifest: &Manifest, gvk: &Gvk) -> crate::cluster::cache::Content {
     if manifest.metadata_only_kinds().contains(gvk) {
-        crate::cache::Content::Metadata
+        crate::cluster::cache::Content::Metadata
     } else {
-        crate::cache::Content::Objects
+        crate::cluster::cache::Content::Objects
     }
 }
 
@@ -64,7 +64,7 @@ impl Manager {
         // Refused before anything is compiled or watched: what the host may not do, the guest
         // never could.
         if let Some((field, problem)) =
-            crate::access::first_missing(self.inner.cache.api(), &manifest).await
+            crate::cluster::permissions::first_missing(self.inner.cache.api(), &manifest).await
         {
             self.inner
                 .permission_refused

@@ -33,11 +33,13 @@
 pub mod from_cluster;
 mod lifecycle;
 mod load;
+pub mod oci;
 mod pull;
 mod reload;
 mod report;
 mod running;
 pub mod status;
+pub mod tenure;
 mod triggers;
 
 pub use lifecycle::reconciles;
@@ -53,12 +55,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::cache::Cache;
+use crate::cluster::cache::Cache;
 use crate::controller::Controller;
 use crate::guest::{CpuGovernor, Engines, MemoryPool, ModuleCache, Runner};
 use crate::guests::from_cluster::{FromCluster, Generations, ObjectSource};
 use crate::manifest::Manifest;
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 use running::{Guest, Loading, PullTask};
 
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
@@ -79,7 +81,7 @@ pub struct ManagerOptions {
     pub gate: Option<tokio::sync::watch::Receiver<bool>>,
     /// Guests sharded across replicas: each guest runs only while its tenure is granted (its
     /// own gate, and a fence on its writes); overrides `gate`.
-    pub tenures: Option<Arc<crate::tenure::Tenures>>,
+    pub tenures: Option<Arc<crate::guests::tenure::Tenures>>,
     /// Where to record metrics; `None`: a registry of the manager's own.
     pub metrics: Option<Arc<Metrics>>,
     /// Code compiled into the host, by guest name: a guest named here runs its [`Runner`]
@@ -87,14 +89,14 @@ pub struct ManagerOptions {
     /// and permission checks. No sandbox (see [`Runner`]): for benchmarks and tests.
     pub runners: BTreeMap<String, Arc<dyn Runner>>,
     /// Most linear memory all guests' instances hold together, in bytes; `None`:
-    /// [`crate::memory::default_guest_memory`].
+    /// [`crate::process::memory::default_guest_memory`].
     pub guest_memory: Option<u64>,
     /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
     /// (see [`crate::guests::from_cluster`]); `None`: only those of the manifests given.
     pub from_cluster: Option<FromCluster>,
     /// Where modules named `oci://…` are pulled from and kept; `None`: a store of this
     /// process's own, every registry over HTTPS.
-    pub registries: Option<Arc<crate::oci::Registries>>,
+    pub registries: Option<Arc<crate::guests::oci::Registries>>,
     /// How long a worker keeps its guest's instance with no key to reconcile before it gives it
     /// back; `None`: [`crate::controller::IDLE_INSTANCE`].
     pub instance_idle: Option<Duration>,
@@ -107,7 +109,7 @@ struct Inner {
     gate: tokio::sync::watch::Receiver<bool>,
     /// Keeps the always-open gate's channel alive when there is no leader election.
     _open: Option<tokio::sync::watch::Sender<bool>>,
-    tenures: Option<Arc<crate::tenure::Tenures>>,
+    tenures: Option<Arc<crate::guests::tenure::Tenures>>,
     engines: Engines,
     module_cache: ModuleCache,
     runners: BTreeMap<String, Arc<dyn Runner>>,
@@ -132,7 +134,7 @@ struct Inner {
     /// each one's `observedGeneration`.
     applied: RwLock<Generations>,
     /// Modules from registries.
-    registries: Arc<crate::oci::Registries>,
+    registries: Arc<crate::guests::oci::Registries>,
     /// Pulls from slow registries going on in the background, by guest and reference
     /// ([`LOOP_WAIT`]).
     pulling: std::sync::Mutex<HashMap<String, PullTask>>,

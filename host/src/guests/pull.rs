@@ -68,10 +68,10 @@ impl Manager {
         field: &'static str,
         wait: Duration,
     ) -> Result<Option<(PathBuf, String)>, ManifestError> {
-        let Some(Ok(reference)) = crate::oci::reference(module) else {
+        let Some(Ok(reference)) = crate::guests::oci::reference(module) else {
             return Ok(None);
         };
-        let auth = crate::oci::pull_secret_auth(
+        let auth = crate::guests::oci::pull_secret_auth(
             self.inner.cache.api(),
             manifest.spec.pull_secret.as_ref(),
             reference.resolve_registry(),
@@ -105,7 +105,7 @@ impl Manager {
                     )
                     .await
                     .unwrap_or_else(|_| {
-                        Err(crate::oci::OciError::Registry {
+                        Err(crate::guests::oci::OciError::Registry {
                             reference: reference.whole(),
                             problem: format!(
                                 "the registry did not finish the pull within {PULL_DEADLINE:?}"

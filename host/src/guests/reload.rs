@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::pull::START_PULL_WAIT;
 use super::report::{ReloadReport, Skipped, StartError};
 use super::{Inner, Manager, ManagerOptions};
-use crate::cache::Cache;
-use crate::client::ApiClient;
+use crate::cluster::cache::Cache;
+use crate::cluster::client::ApiClient;
 use crate::guest::{CpuGovernor, Engines, MemoryPool};
 use crate::guests::from_cluster::ObjectSource;
 use crate::manifest::{Manifest, ManifestError};
@@ -112,7 +112,7 @@ impl Manager {
                     usize::try_from(
                         options
                             .guest_memory
-                            .unwrap_or_else(crate::memory::default_guest_memory),
+                            .unwrap_or_else(crate::process::memory::default_guest_memory),
                     )
                     .unwrap_or(usize::MAX),
                 ),
@@ -130,13 +130,13 @@ impl Manager {
                 applied,
                 registries: options
                     .registries
-                    .unwrap_or_else(|| Arc::new(crate::oci::Registries::private())),
+                    .unwrap_or_else(|| Arc::new(crate::guests::oci::Registries::private())),
             }),
         };
         // A registry too slow for this holds only its own guests: the watch loop starts them.
         let wanted = manager.pull_modules(wanted, START_PULL_WAIT).await;
         // The start is the first reload: every guest new, each started as its load ends.
-        let progress = crate::progress::Progress::new("starting guests", wanted.len());
+        let progress = crate::process::progress::Progress::new("starting guests", wanted.len());
         manager
             .apply_within(wanted, FULL_WAIT, Some(&progress))
             .await;
@@ -203,7 +203,7 @@ impl Manager {
         &self,
         scanned: Vec<Result<Manifest, ManifestError>>,
         wait: Duration,
-        progress: Option<&crate::progress::Progress>,
+        progress: Option<&crate::process::progress::Progress>,
     ) -> ReloadReport {
         let mut report = ReloadReport::default();
         let mut guests = self.inner.guests.lock().await;

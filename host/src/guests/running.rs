@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::report::StartError;
-use crate::cache::{Informer, InformerUse};
 use crate::cluster::ClusterAccess;
+use crate::cluster::cache::{Informer, InformerUse};
 use crate::cluster::live::Reads;
 use crate::controller::Controller;
 use crate::guest::GuestModule;
@@ -46,7 +46,7 @@ pub(super) struct Version {
 
 /// A pull going on in the background: the module's file and manifest digest, or why not.
 pub(super) type PullTask = (
-    tokio::task::JoinHandle<Result<(PathBuf, String), crate::oci::OciError>>,
+    tokio::task::JoinHandle<Result<(PathBuf, String), crate::guests::oci::OciError>>,
     Background,
 );
 

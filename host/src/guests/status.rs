@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use crate::client::ApiClient;
+use crate::cluster::client::ApiClient;
 use crate::guests::from_cluster::ObjectRef;
 use crate::guests::{Manager, Skipped};
 use krec_core::{EventRecord, EventType, ObjectReference, PatchType};

@@ -285,7 +285,7 @@ impl FileWatch {
         };
         let absolute: BTreeSet<PathBuf> = modules
             .iter()
-            .filter(|m| crate::oci::reference(m).is_none())
+            .filter(|m| crate::guests::oci::reference(m).is_none())
             .map(|m| std::fs::canonicalize(m).unwrap_or_else(|_| m.clone()))
             .collect();
         for module in &absolute {
@@ -421,7 +421,7 @@ impl Manager {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             for manifest in refused {
-                if crate::access::first_missing(self.inner.cache.api(), &manifest)
+                if crate::cluster::permissions::first_missing(self.inner.cache.api(), &manifest)
                     .await
                     .is_none()
                 {
@@ -442,7 +442,7 @@ impl Manager {
         self.inner
             .metrics
             .reloads
-            .get_or_create(&crate::metrics::ReloadLabels {
+            .get_or_create(&crate::process::metrics::ReloadLabels {
                 result: counted.into(),
             })
             .inc();

@@ -105,15 +105,15 @@ impl Manifest {
         let mut spec = raw.spec;
         validate_spec(&spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
         configure(&mut spec).map_err(|FieldProblem(field, problem)| invalid(&field, problem))?;
-        match crate::oci::reference(&spec.module) {
+        match super::module_ref::reference(&spec.module) {
             Some(Err(problem)) => return Err(invalid("spec.module", problem.to_string())),
-            // Pulled when the guest loads (see `crate::oci`).
+            // Pulled when the guest loads (see `guests::oci`).
             Some(Ok(_)) => {}
             None if spec.module.is_relative() => spec.module = module_base.join(&spec.module),
             None => {}
         }
         if let Some(rollout) = &mut spec.rollout {
-            match crate::oci::reference(&rollout.candidate) {
+            match super::module_ref::reference(&rollout.candidate) {
                 Some(Err(problem)) => {
                     return Err(invalid("spec.rollout.candidate", problem.to_string()));
                 }
@@ -226,7 +226,7 @@ impl Manifest {
 
 /// A manifest file's text: a regular file of at most [`MAX_MANIFEST_BYTES`].
 pub(super) fn read_manifest(path: &Path) -> std::io::Result<String> {
-    crate::files::read_bounded_text(path, MAX_MANIFEST_BYTES)
+    crate::manifest::files::read_bounded_text(path, MAX_MANIFEST_BYTES)
 }
 
 /// Whether a YAML file clearly declares some other `kind` (a CRD, example objects) in its first

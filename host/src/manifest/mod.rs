@@ -7,8 +7,12 @@
 //! By job: [`types`] (what a manifest says, defaults and bounds), `units` (durations and
 //! quantities), `load` (reading files and directories) and `validate` (every rule).
 
-pub mod crd;
+pub mod files;
 mod load;
+pub mod module_ref;
+pub mod objects;
+mod schema;
+pub mod tenancy;
 pub mod types;
 mod units;
 mod validate;

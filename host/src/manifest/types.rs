@@ -21,10 +21,10 @@ pub struct Manifest {
     /// The guest's configuration.
     pub spec: ReconcilerSpec,
     /// For a namespaced `Reconciler` object, its namespace: the guest is confined to it (see
-    /// [`crate::tenancy`]). `None` for files and `ClusterReconciler`s.
+    /// [`crate::manifest::tenancy`]). `None` for files and `ClusterReconciler`s.
     pub tenant: Option<String>,
     /// The `oci://` reference `spec.module` was written as, once pulled: `spec.module` is then
-    /// the pulled file (see [`crate::oci`]).
+    /// the pulled file (see [`crate::guests::oci`]).
     pub module_ref: Option<String>,
     /// The `oci://` reference `spec.rollout.candidate` was written as, once pulled.
     pub candidate_ref: Option<String>,
@@ -134,13 +134,13 @@ pub struct ReconcilerSpec {
     /// once per instance, after `configSchema`'s defaults are filled in. A changed config
     /// swaps the guest like a changed module.
     #[serde(default)]
-    #[schemars(schema_with = "crate::manifest::crd::any_value")]
+    #[schemars(schema_with = "crate::manifest::schema::any_value")]
     pub config: Option<serde_json::Value>,
     /// An OpenAPI v3 schema (as a CRD's `openAPIV3Schema`) `config` must match: types,
     /// `required`, `enum`, bounds, patterns, `default`s; fields it does not declare are refused
     /// unless `additionalProperties` or `x-kubernetes-preserve-unknown-fields` allows them.
     #[serde(default)]
-    #[schemars(schema_with = "crate::manifest::crd::any_object")]
+    #[schemars(schema_with = "crate::manifest::schema::any_object")]
     pub config_schema: Option<serde_json::Value>,
     /// A candidate version run beside this one: in `shadow` mode on every request after the
     /// live version, its writes sent as dry runs and compared; in `canary` mode for real on a
@@ -165,7 +165,7 @@ pub struct RolloutSpec {
     pub share: u8,
     /// The candidate's `config` (default: `spec.config`), checked against `configSchema`.
     #[serde(default)]
-    #[schemars(schema_with = "crate::manifest::crd::any_value")]
+    #[schemars(schema_with = "crate::manifest::schema::any_value")]
     pub config: Option<serde_json::Value>,
     /// Shadow: the most of one core the candidate's shadow reconciles may use, in percent
     /// (1–100); requests it cannot keep up with are skipped (counted `skipped`).
@@ -286,11 +286,11 @@ pub struct WebhookSpec {
     pub timeout_seconds: Option<u32>,
     /// A label selector on the namespace.
     #[serde(default)]
-    #[schemars(schema_with = "crate::manifest::crd::any_object")]
+    #[schemars(schema_with = "crate::manifest::schema::any_object")]
     pub namespace_selector: Option<serde_json::Value>,
     /// A label selector on the object.
     #[serde(default)]
-    #[schemars(schema_with = "crate::manifest::crd::any_object")]
+    #[schemars(schema_with = "crate::manifest::schema::any_object")]
     pub object_selector: Option<serde_json::Value>,
     /// `Equivalent` (the default) or `Exact`.
     #[serde(default)]
@@ -703,7 +703,7 @@ pub struct Limits {
     /// `64Mi`).
     #[serde(default = "default_memory", deserialize_with = "de_quantity")]
     #[schemars(
-        schema_with = "crate::manifest::crd::quantity",
+        schema_with = "crate::manifest::schema::quantity",
         default = "memory_text"
     )]
     pub memory: u64,
@@ -711,13 +711,16 @@ pub struct Limits {
     /// review and map instances' — in bytes (a Kubernetes quantity). A growth past it traps
     /// out-of-memory, as one past `memory` does. Unset: see [`ReconcilerSpec::total_memory`].
     #[serde(default, deserialize_with = "de_opt_quantity")]
-    #[schemars(schema_with = "crate::manifest::crd::quantity")]
+    #[schemars(schema_with = "crate::manifest::schema::quantity")]
     pub total_memory: Option<u64>,
     /// Most CPU the guest's code may use, in cores (a Kubernetes CPU quantity: `500m`, `1`),
     /// over all its workers. When guests compete for the host's CPU each gets at most an equal
     /// share of it; see [`crate::guest::CpuGovernor`].
     #[serde(default = "default_cpu", deserialize_with = "de_cpu")]
-    #[schemars(schema_with = "crate::manifest::crd::quantity", default = "cpu_text")]
+    #[schemars(
+        schema_with = "crate::manifest::schema::quantity",
+        default = "cpu_text"
+    )]
     pub cpu: f64,
     /// Writes (create, update, patch, delete, Events) per second the guest may send to the
     /// API server, over all its workers: client-go's `QPS`.
@@ -838,7 +841,7 @@ impl Default for Limits {
     }
 }
 
-/// How a module from a registry is pulled (see [`crate::oci`]).
+/// How a module from a registry is pulled (see [`crate::guests::oci`]).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PullSpec {

@@ -47,7 +47,7 @@ pub use tape::{Outcome, Reconcile, Tap, Tape};
 use crate::cluster::ClusterAccess;
 use crate::guest::{GuestModule, GuestWorker, SetClock};
 use crate::manifest::{RolloutMode, RolloutSpec};
-use crate::metrics::{Metrics, OutcomeLabels};
+use crate::process::metrics::{Metrics, OutcomeLabels};
 
 /// Divergences kept for `krec diff` (the first ones; later ones are counted).
 pub const KEPT_DIVERGENCES: usize = 20;

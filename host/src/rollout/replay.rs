@@ -23,8 +23,8 @@ use super::tape::{
     Answer, Event, Json, KindName, Read, ReadCall, Reconcile, Tape, Verb, Write, delete_write,
     object_write, patch_write, unit_answer, value_answer,
 };
-use crate::client::ApiClient;
 use crate::cluster::ClusterAccess;
+use crate::cluster::client::ApiClient;
 use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 
 /// The recorded answers of one reconcile, as they are served.

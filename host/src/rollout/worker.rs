@@ -11,7 +11,7 @@ use super::recording::Sink;
 use super::tape::{self, Outcome, Reconcile, Tap};
 use crate::cluster::ClusterAccess;
 use crate::guest::{Action, GuestModule, GuestWorker, ReconcileError};
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 /// A worker's live and canary guests (see the module's docs).
 pub struct VersionWorkers {

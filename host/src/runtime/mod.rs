@@ -14,7 +14,10 @@
 //! Runtime::shutdown: not ready → watcher → webhooks → hand guests over → drain → Leases
 //! ```
 
-mod webhooks;
+pub mod admin;
+mod admission;
+pub mod leader;
+pub mod shard;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,15 +25,15 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::admin::Admin;
-use crate::client::ApiClient;
+use crate::cluster::client::ApiClient;
 use crate::guest::ModuleCache;
 use crate::guests::status::StatusWriter;
 use crate::guests::{Manager, ManagerOptions, SHUTDOWN_TIMEOUT, Watcher};
-use crate::leader::{LeaderConfig, LeaderElector};
 use crate::manifest::Manifest;
-use crate::metrics::{Metrics, NameLabel};
-use crate::shard::{ShardConfig, Sharder};
+use crate::process::metrics::{Metrics, NameLabel};
+use crate::runtime::admin::Admin;
+use crate::runtime::leader::{LeaderConfig, LeaderElector};
+use crate::runtime::shard::{ShardConfig, Sharder};
 
 /// How the host runs, for `krec dev` and `krec run`.
 #[derive(Clone, Debug)]
@@ -43,7 +46,7 @@ pub struct HostOptions {
     pub admin_token: Option<String>,
     /// Leader election on a Lease; `None`: this host always reconciles.
     pub leader: Option<LeaderConfig>,
-    /// Guests sharded across replicas by Leases (see [`crate::shard`]); excludes `leader`.
+    /// Guests sharded across replicas by Leases (see [`crate::runtime::shard`]); excludes `leader`.
     pub shard: Option<ShardConfig>,
     /// How long running reconciles get to finish at shutdown.
     pub shutdown_timeout: std::time::Duration,
@@ -51,7 +54,7 @@ pub struct HostOptions {
     /// when the host registers webhooks ([`webhook_registration`](Self::webhook_registration): on loopback).
     pub webhook_addr: Option<std::net::SocketAddr>,
     /// The admission server's certificate files; `None`: a certificate is generated.
-    pub webhook_tls: Option<crate::webhooks::TlsFiles>,
+    pub webhook_tls: Option<crate::admission::TlsFiles>,
     /// How long the serving certificates the host issues itself are valid (renewed at two
     /// thirds of it).
     pub webhook_cert_validity: std::time::Duration,
@@ -63,7 +66,7 @@ pub struct HostOptions {
     /// The namespace the host runs in (`--namespace`): its guests' webhooks leave it out.
     pub namespace: Option<String>,
     /// Most linear memory all guests' instances hold together, in bytes; `None`: half of the
-    /// machine's ([`crate::memory::default_guest_memory`]).
+    /// machine's ([`crate::process::memory::default_guest_memory`]).
     pub guest_memory: Option<u64>,
     /// Also run the guests of the cluster's `Reconciler` and `ClusterReconciler` objects
     /// (`--from-cluster`; see [`crate::guests::from_cluster`]).
@@ -76,7 +79,7 @@ pub struct HostOptions {
 
 /// Whether and how the host keeps the cluster's webhook registrations (the
 /// `Validating`/`MutatingWebhookConfiguration`s and CRD conversions) those of its running
-/// guests, by server-side apply as [`crate::webhooks::FIELD_MANAGER`].
+/// guests, by server-side apply as [`crate::admission::FIELD_MANAGER`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum WebhookRegistration {
     /// It does not (`krec webhooks` prints them for someone else to apply).
@@ -88,7 +91,7 @@ pub enum WebhookRegistration {
     /// Through `Reach` (`--webhook-service`: the host's Service in the cluster); kept when a
     /// replica stops — the other replicas, or the next Pod, serve them — and removed with the
     /// guest.
-    At(crate::webhooks::Reach),
+    At(crate::admission::Reach),
 }
 
 impl Default for HostOptions {
@@ -102,7 +105,7 @@ impl Default for HostOptions {
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             webhook_addr: None,
             webhook_tls: None,
-            webhook_cert_validity: crate::webhook_tls::DEFAULT_VALIDITY,
+            webhook_cert_validity: crate::admission::tls::DEFAULT_VALIDITY,
             webhook_inject_ca_from: None,
             webhook_registration: WebhookRegistration::Off,
             namespace: None,
@@ -117,13 +120,14 @@ impl Default for HostOptions {
 impl HostOptions {
     /// Where modules from registries are kept — beside the compiled modules, or in a directory
     /// of this process's own — and which registries are insecure.
-    pub fn registries(&self) -> crate::oci::Registries {
+    pub fn registries(&self) -> crate::guests::oci::Registries {
         let registries = match self.module_cache.dir() {
-            Some(dir) => {
-                crate::oci::Registries::new(dir.join("oci"), self.insecure_registries.clone())
-            }
-            None => crate::oci::Registries::new(
-                crate::oci::Registries::private_dir(),
+            Some(dir) => crate::guests::oci::Registries::new(
+                dir.join("oci"),
+                self.insecure_registries.clone(),
+            ),
+            None => crate::guests::oci::Registries::new(
+                crate::guests::oci::Registries::private_dir(),
                 self.insecure_registries.clone(),
             ),
         };
@@ -131,7 +135,7 @@ impl HostOptions {
     }
 
     /// The identity this host's requests carry in their `User-Agent` (see
-    /// [`crate::connect::user_agent`]): its replica identity under sharding or leader election.
+    /// [`crate::cluster::connect::user_agent`]): its replica identity under sharding or leader election.
     pub fn identity(&self) -> Option<&str> {
         match (&self.shard, &self.leader) {
             (Some(shard), _) => Some(shard.identity.as_str()),
@@ -185,7 +189,7 @@ impl RuntimeBuilder {
         let tenures = options
             .shard
             .as_ref()
-            .map(|_| crate::tenure::Tenures::new());
+            .map(|_| crate::guests::tenure::Tenures::new());
         let api = ApiClient::new(client.clone());
         let started = Manager::start_with(
             api.clone(),
@@ -227,7 +231,7 @@ impl RuntimeBuilder {
             ))),
             _ => None,
         };
-        let webhooks = match webhooks::start(&manager, &api, &options).await {
+        let webhooks = match admission::start(&manager, &api, &options).await {
             Ok(webhooks) => webhooks,
             Err(err) => {
                 let runtime = Runtime {
@@ -248,7 +252,7 @@ impl RuntimeBuilder {
         let status = options.from_cluster.as_ref().map(|_| {
             let identity = options
                 .identity()
-                .map_or_else(crate::leader::default_identity, str::to_owned);
+                .map_or_else(crate::runtime::leader::default_identity, str::to_owned);
             StatusWriter::start_with(
                 manager.clone(),
                 api.clone(),
@@ -291,7 +295,7 @@ pub struct Runtime {
     admin: Option<Admin>,
     election: Option<Election>,
     sharding: Option<Sharding>,
-    webhooks: Option<webhooks::Webhooks>,
+    webhooks: Option<admission::Webhooks>,
     watcher: Option<Watcher>,
     status: Option<StatusWriter>,
     shutdown_timeout: std::time::Duration,

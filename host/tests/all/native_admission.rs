@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use krec::bindings::WitGvk;
-use krec::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
 use krec::cluster::{ClusterAccess, MemoryCluster};
+use krec::guest::bindings::WitGvk;
+use krec::guest::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
 use krec::guest::{GuestModule, ReconcileError, Review};
 use krec::manifest::Manifest;
 use serde_json::{Value, json};
@@ -70,7 +70,7 @@ fn update_to(generation: &str) -> WitAdmissionRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_should_judge_alike_as_wasm_and_native() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = krec::engine::new_engine().expect("engine");
+    let engine = krec::guest::engine::new_engine().expect("engine");
     let linker = krec::guest::new_linker(&engine).expect("linker");
     let memory = Arc::new(MemoryCluster::new());
     memory.create(pod("3")).await.expect("pod");
@@ -78,7 +78,7 @@ async fn a_validator_should_judge_alike_as_wasm_and_native() {
     for permissions in ["[{apiVersion: v1, kind: Pod, verbs: [get]}]", "[]"] {
         let manifest = manifest(dir.path(), permissions);
         let wasm = GuestModule::load(&engine, &linker, manifest.clone()).expect("module");
-        let native = krec::native::module_with_validator(
+        let native = krec::guest::native::module_with_validator(
             manifest,
             krec_guest::native::reconcile::<pod_stamper::PodStamper>,
             krec_guest::native::validate::<pod_stamper::GenerationValidator>,

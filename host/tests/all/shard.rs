@@ -153,7 +153,7 @@ impl Setup {
             .expect("server");
         let kubeconfig = dir.path().join("kc.yaml");
         cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-        let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
+        let client = krec::cluster::connect::client_from_kubeconfig(cluster.kubeconfig())
             .await
             .expect("client");
         for i in 0..GUESTS {
@@ -470,7 +470,7 @@ async fn a_replica_that_cannot_renew_should_stop_writing_before_its_guests_move(
 
 /// The status of Reconciler `shard-<i>/g`, read as the admin.
 async fn reconciler_status(client: &kube::Client, i: usize) -> Value {
-    let api = krec::client::ApiClient::new(client.clone());
+    let api = krec::cluster::client::ApiClient::new(client.clone());
     let gvk = krec::guests::from_cluster::reconciler_gvk();
     api.get(&gvk, Some(&format!("shard-{i}")), "g")
         .await
@@ -494,8 +494,8 @@ async fn lease_holder(client: &kube::Client, guest: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_hosts_should_run_reconciler_objects_once_with_status_from_the_holder() {
     let setup = Setup::new().await;
-    let api = krec::client::ApiClient::new(setup.client.clone());
-    let problems = krec::objects::apply_objects(&api, krec::manifest::crd::api_objects()).await;
+    let api = krec::cluster::client::ApiClient::new(setup.client.clone());
+    let problems = krec::install::apply_objects(&api, krec::install::crds::api_objects()).await;
     assert!(problems.is_empty(), "{problems:?}");
     const OBJECTS: usize = 4;
     for i in 0..OBJECTS {

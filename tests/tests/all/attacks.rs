@@ -184,7 +184,7 @@ fn reloads(manager: &Manager, result: &str) -> u64 {
     manager
         .metrics()
         .reloads
-        .get_or_create(&krec::metrics::ReloadLabels {
+        .get_or_create(&krec::process::metrics::ReloadLabels {
             result: result.into(),
         })
         .get()
@@ -306,7 +306,7 @@ async fn a_tenants_blocking_inits_and_slow_pulls_should_not_hold_another_tenants
     }
     let slow = slowloris_registry().await;
     let store = tempfile::tempdir().expect("store");
-    let registries = Arc::new(krec::oci::Registries::new(
+    let registries = Arc::new(krec::guests::oci::Registries::new(
         store.path().to_owned(),
         vec![slow.to_string()],
     ));

@@ -38,10 +38,11 @@ async fn a_hundred_retries_should_count_into_one_event() {
     let live = Live::start(vec![failing_guest()], vec![]).await;
     // client-go's limits (a burst of 25, then one write per 5 minutes), with time scaled down so
     // that the counts held back are written within the test.
-    live.api.set_event_limits(krec::client::events::Limits {
-        refill: std::time::Duration::from_millis(50),
-        ..Default::default()
-    });
+    live.api
+        .set_event_limits(krec::cluster::client::events::Limits {
+            refill: std::time::Duration::from_millis(50),
+            ..Default::default()
+        });
     let controller = live.controller("misbehave");
     controller.trigger(krec::controller::Request::new(
         Some("default"),

@@ -39,7 +39,7 @@ async fn the_fake_cluster_should_answer_as_the_host_does() {
     // and API client to the embedded API server.
     let native = BTreeMap::from([(
         "conformance".to_owned(),
-        krec_guest::native::reconcile::<Suite> as krec::native::NativeReconcile,
+        krec_guest::native::reconcile::<Suite> as krec::guest::native::NativeReconcile,
     )]);
     let live = Live::start_native(vec![manifest()], vec![], native).await;
     live.controller("conformance")

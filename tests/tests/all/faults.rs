@@ -238,7 +238,7 @@ async fn a_slow_watch_should_deliver_its_events_late_and_in_order() {
         .start()
         .await
         .expect("server");
-    let client = krec::connect::client_from_kubeconfig(server.kubeconfig())
+    let client = krec::cluster::connect::client_from_kubeconfig(server.kubeconfig())
         .await
         .expect("client");
     let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");

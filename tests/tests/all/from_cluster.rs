@@ -558,9 +558,9 @@ async fn from_cluster_without_the_crds_should_fail_naming_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_asking_for_more_than_the_host_may_do_should_be_refused_before_it_runs() {
     let (cluster, _client, admin) = krec_tests::local_cluster().await;
-    let mut objects = krec::manifest::crd::crds();
+    let mut objects = krec::install::crds::crds();
     objects.push(configmap(0));
-    let problems = krec::objects::apply_objects(&admin, objects).await;
+    let problems = krec::install::apply_objects(&admin, objects).await;
     assert!(problems.is_empty(), "{problems:?}");
     // The host may read ConfigMaps but not patch them.
     let rules = json!([

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use krec::admission::WebhookServer;
 use krec::manifest::Manifest;
-use krec::webhooks::WebhookServer;
 use krec_tests::{
     Live, built_manifest, built_script_module, deployment_gvk, foo_gvk, repo_root, rs_gvk,
     sample_manifest, sample_objects,
@@ -459,7 +459,7 @@ async fn replays_of_a_go_guest_should_see_the_same_randomness() {
     assert!(reconciles.len() >= 2, "{text}");
 
     // One compiled module, two replays (each instantiates it anew, as `krec replay` does).
-    let engine = krec::engine::new_engine().expect("engine");
+    let engine = krec::guest::engine::new_engine().expect("engine");
     let linker = krec::guest::new_linker(&engine).expect("linker");
     let module = std::sync::Arc::new(
         krec::guest::GuestModule::load(&engine, &linker, manifest.clone().into()).expect("load"),

@@ -6,9 +6,9 @@
 use std::path::Path;
 
 use krec::guests::from_cluster::{FromCluster, ObjectRef};
+use krec::guests::oci::RegistryAuth;
 use krec::guests::status::StatusWriter;
 use krec::guests::{Manager, ManagerOptions};
-use krec::oci::RegistryAuth;
 use krec_tests::{Live, Registry, built_module, configmap};
 use serde_json::{Value, json};
 
@@ -33,7 +33,7 @@ fn cluster_stamper() -> ObjectRef {
 }
 
 async fn push(registry: &Registry, file: &str, to: &str) -> String {
-    let reference = krec::oci::reference(Path::new(&registry.reference(to)))
+    let reference = krec::guests::oci::reference(Path::new(&registry.reference(to)))
         .expect("oci")
         .expect("reference");
     registry
@@ -113,7 +113,7 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
     .await;
 
     // A broken artifact under the tag: refused, the running version kept.
-    let reference = krec::oci::reference(Path::new(&tagged))
+    let reference = krec::guests::oci::reference(Path::new(&tagged))
         .expect("oci")
         .expect("reference");
     registry
@@ -216,7 +216,7 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
             .map(|result| {
                 metrics
                     .reloads
-                    .get_or_create(&krec::metrics::ReloadLabels {
+                    .get_or_create(&krec::process::metrics::ReloadLabels {
                         result: result.to_owned(),
                     })
                     .get()
@@ -334,7 +334,7 @@ async fn a_tenants_pull_secret_should_give_the_registrys_credentials() {
     let registry = Registry::with_auth();
     let store = tempfile::tempdir().expect("store");
     let tagged = registry.reference("team-a/stamper:v1");
-    let reference = krec::oci::reference(Path::new(&tagged))
+    let reference = krec::guests::oci::reference(Path::new(&tagged))
         .expect("oci")
         .expect("reference");
     let basic = RegistryAuth::Basic(USER.into(), PASSWORD.into());

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use krec::admin::{Admin, AdminError};
-use krec::leader::LeaderConfig;
 use krec::runtime::HostOptions;
+use krec::runtime::admin::{Admin, AdminError};
+use krec::runtime::leader::LeaderConfig;
 use krec_tests::{Live, rs_gvk, sample_manifest};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -163,7 +163,7 @@ async fn metrics_should_carry_controller_runtimes_series_with_plausible_values()
         &format!("controller_runtime_reconcile_time_seconds_count{c}"),
     )
     .unwrap_or_default();
-    for stage in krec::metrics::STAGES {
+    for stage in krec::process::metrics::STAGES {
         let count = series(
             &text,
             &format!(
@@ -224,7 +224,7 @@ async fn readiness_trigger_leadership_and_shutdown_through_the_runtime() {
         .start()
         .await
         .expect("server");
-    let client = krec::connect::client_from_kubeconfig(cluster.kubeconfig())
+    let client = krec::cluster::connect::client_from_kubeconfig(cluster.kubeconfig())
         .await
         .expect("client");
     let store = cluster.store().clone();

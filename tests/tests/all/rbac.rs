@@ -10,12 +10,13 @@ async fn krec_rbac_and_the_deploy_manifests_should_apply_cleanly() {
     let (_cluster, dir, kubectl) = start().await;
     let samples = repo_root().join("sample-guests");
     let manifests = krec::manifest::Manifest::load_valid(&samples).expect("sample manifests");
-    let subject = krec::rbac::Subject {
+    let subject = krec::install::rbac::Subject {
         name: "krec".into(),
         namespace: "krec-system".into(),
         service_account: "krec".into(),
     };
-    let generated = krec::rbac::generate(&manifests, Some(&samples), &subject).expect("rbac");
+    let generated =
+        krec::install::rbac::generate(&manifests, Some(&samples), &subject).expect("rbac");
     let rbac = dir.path().join("rbac.yaml");
     std::fs::write(&rbac, &generated).expect("write rbac");
     let deploy = repo_root().join("deploy/krec.yaml").display().to_string();

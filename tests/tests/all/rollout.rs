@@ -303,7 +303,7 @@ async fn a_recording_of_pod_counter_should_replay_the_same_on_its_module_and_dif
         manifest.spec.module = module;
         let reconciles = reconciles.clone();
         async move {
-            let engine = krec::engine::new_engine().expect("engine");
+            let engine = krec::guest::engine::new_engine().expect("engine");
             let linker = krec::guest::new_linker(&engine).expect("linker");
             let module =
                 krec::guest::GuestModule::load(&engine, &linker, manifest.into()).expect("load");

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use krec::admission::{Reach, WebhookServer, configurations, conversion, register, set_conversion};
 use krec::manifest::Manifest;
-use krec::webhooks::{Reach, WebhookServer, configurations, conversion, register, set_conversion};
 use krec_tests::{Live, misbehave_manifest, sample_manifest, sample_objects};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -660,7 +660,7 @@ async fn renewing_the_serving_certificate_while_reviews_run_should_fail_none() {
     )
     .await;
     // Valid for 3 s: renewed every 2 s.
-    let tls = krec::webhooks::TlsOptions {
+    let tls = krec::admission::TlsOptions {
         validity: std::time::Duration::from_secs(3),
         ..Default::default()
     };
@@ -722,8 +722,8 @@ async fn replicas_should_share_one_ca_kept_in_a_secret() {
         )
         .await
         .expect("namespace");
-    let tls = krec::webhooks::TlsOptions {
-        source: krec::webhooks::CertSource::Secret {
+    let tls = krec::admission::TlsOptions {
+        source: krec::admission::CertSource::Secret {
             namespace: "krec-system".into(),
         },
         service: Some(("krec-system".into(), "krec-webhooks".into())),
@@ -745,7 +745,7 @@ async fn replicas_should_share_one_ca_kept_in_a_secret() {
         .get(
             &krec_core::Gvk::new("", "v1", "Secret"),
             Some("krec-system"),
-            krec::webhook_tls::CA_SECRET,
+            krec::admission::tls::CA_SECRET,
         )
         .await
         .expect("the CA's Secret");
