@@ -63,6 +63,15 @@ use crate::manifest::Manifest;
 use crate::process::metrics::Metrics;
 use running::{Guest, Loading, PullTask};
 
+/// A guest's current version as the admission server runs it ([`Manager::reviewer`]).
+#[derive(Clone)]
+pub struct Reviewer {
+    /// The compiled module, its manifest inside.
+    pub module: Arc<crate::guest::GuestModule>,
+    /// Where its reads during a review go.
+    pub cluster: Arc<dyn crate::cluster::ClusterAccess>,
+}
+
 /// How long [`Manager::shutdown`] waits for running reconciles by default.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -216,6 +225,16 @@ impl Manager {
     /// The cluster's guest objects, with [`from_cluster`](ManagerOptions::from_cluster).
     pub fn objects(&self) -> Option<&ObjectSource> {
         self.inner.objects.as_ref()
+    }
+
+    /// What an admission review of guest `name` runs: its current version's module and cluster
+    /// access (`None`: no guest of that name runs here). A swap changes the next review's.
+    pub fn reviewer(&self, name: &str) -> Option<Reviewer> {
+        let version = self.controller(name)?.version();
+        Some(Reviewer {
+            module: version.module.clone(),
+            cluster: version.cluster.clone(),
+        })
     }
 
     /// The running guest named `name`.
