@@ -10,7 +10,7 @@
 //! guest returns the object as it should be; the host answers the JSON patch to it.
 //!
 //! The wing's rooms: [`server`] (routes, the bounds on concurrent reviews, the HTTPS server),
-//! [`review`] (the `AdmissionReview` codec: the request a guest is asked about, the response
+//! `review` (the `AdmissionReview` codec: the request a guest is asked about, the response
 //! its verdict becomes), [`registrations`] (the webhook configurations and CRD conversions that
 //! point an API server at it) and [`tls`] (its serving certificate). Guests are found in the
 //! guest set ([`Manager::reviewer`](crate::guests::Manager::reviewer)).
