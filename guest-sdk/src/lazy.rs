@@ -80,7 +80,7 @@ impl<'a> Field<'a> {
 
     /// The value's JSON text (through the end of the object's text when it is malformed).
     pub fn json(&self) -> &'a str {
-        let end = scan::value(self.bytes(), 0).unwrap_or(self.rest.len());
+        let end = krec_core::json::scan::value(self.bytes(), 0).unwrap_or(self.rest.len());
         self.rest.get(..end).unwrap_or(self.rest)
     }
 
@@ -122,7 +122,8 @@ impl<'a> Field<'a> {
 
     /// This string, borrowed from the text unless it has escapes (`None` when not a string).
     pub fn as_str(&self) -> Option<Cow<'a, str>> {
-        let end = scan::string(self.bytes(), 0).filter(|_| self.rest.starts_with('"'))?;
+        let end = krec_core::json::scan::string(self.bytes(), 0)
+            .filter(|_| self.rest.starts_with('"'))?;
         let quoted = self.rest.get(..end)?;
         let inner = quoted.get(1..end - 1)?;
         if inner.contains('\\') {
@@ -186,7 +187,7 @@ impl Next {
     fn position(self, bytes: &[u8]) -> Option<usize> {
         match self {
             Next::First(at) => Some(at),
-            Next::After(start) => scan::value(bytes, start),
+            Next::After(start) => krec_core::json::scan::value(bytes, start),
         }
     }
 }
@@ -205,25 +206,25 @@ impl<'a> Iterator for Members<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let bytes = self.text.as_bytes();
         let next = self.next.take()?;
-        let mut i = scan::whitespace(bytes, next.position(bytes)?);
+        let mut i = krec_core::json::scan::whitespace(bytes, next.position(bytes)?);
         if let Next::After(_) = next {
             if bytes.get(i) != Some(&b',') {
                 return None; // `}`, or malformed
             }
-            i = scan::whitespace(bytes, i + 1);
+            i = krec_core::json::scan::whitespace(bytes, i + 1);
         }
         if bytes.get(i) != Some(&b'"') {
             return None;
         }
-        let key_end = scan::string(bytes, i)?;
+        let key_end = krec_core::json::scan::string(bytes, i)?;
         let key = Key {
             quoted: self.text.get(i..key_end)?,
         };
-        i = scan::whitespace(bytes, key_end);
+        i = krec_core::json::scan::whitespace(bytes, key_end);
         if bytes.get(i) != Some(&b':') {
             return None;
         }
-        let start = scan::whitespace(bytes, i + 1);
+        let start = krec_core::json::scan::whitespace(bytes, i + 1);
         if matches!(bytes.get(start), None | Some(b'}' | b']' | b',' | b':')) {
             return None;
         }
@@ -250,12 +251,12 @@ impl<'a> Iterator for Elements<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let bytes = self.text.as_bytes();
         let next = self.next.take()?;
-        let mut start = scan::whitespace(bytes, next.position(bytes)?);
+        let mut start = krec_core::json::scan::whitespace(bytes, next.position(bytes)?);
         if let Next::After(_) = next {
             if bytes.get(start) != Some(&b',') {
                 return None; // `]`, or malformed
             }
-            start = scan::whitespace(bytes, start + 1);
+            start = krec_core::json::scan::whitespace(bytes, start + 1);
         }
         if matches!(bytes.get(start), None | Some(b']' | b'}' | b',')) {
             return None;
@@ -570,90 +571,6 @@ impl<K> FromJson for Lazy<K> {
 
     fn from_json_text(text: String) -> std::result::Result<Self, serde_json::Error> {
         Ok(Lazy::from_json(text))
-    }
-}
-
-/// The scanner: where a JSON value, string or run of whitespace ends, without decoding or
-/// validating anything. Every function answers `None` past the end of the text.
-mod scan {
-    const ONES: u64 = u64::from_le_bytes([1; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-
-    /// The bytes of `word` equal to `byte`, as their high bits; the lowest one set is exact
-    /// (the classic word-at-a-time test: bits above the first match may be false).
-    fn matches(word: u64, byte: u8) -> u64 {
-        let x = word ^ (ONES * u64::from(byte));
-        x.wrapping_sub(ONES) & !x & HIGHS
-    }
-
-    /// The index of the first byte at or after `i` that is not JSON whitespace.
-    pub fn whitespace(bytes: &[u8], mut i: usize) -> usize {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(i) {
-            i += 1;
-        }
-        i
-    }
-
-    /// The index just after the string whose opening quote is at `i`.
-    pub fn string(bytes: &[u8], i: usize) -> Option<usize> {
-        let mut i = i + 1;
-        loop {
-            // Eight bytes at a time to the first quote or backslash (few loop turns: guests
-            // run with a check at every one).
-            while let Some(chunk) = bytes.get(i..i + 8) {
-                let word = u64::from_le_bytes(chunk.try_into().ok()?);
-                let found = matches(word, b'"') | matches(word, b'\\');
-                if found != 0 {
-                    i += (found.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            match *bytes.get(i)? {
-                b'"' => return Some(i + 1),
-                b'\\' => i += 2,
-                _ => i += 1,
-            }
-        }
-    }
-
-    /// The index just after the value that starts at `i`.
-    pub fn value(bytes: &[u8], i: usize) -> Option<usize> {
-        match *bytes.get(i)? {
-            b'"' => string(bytes, i),
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                let mut i = i;
-                loop {
-                    match *bytes.get(i)? {
-                        b'"' => {
-                            i = string(bytes, i)?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                return Some(i + 1);
-                            }
-                        }
-                        _ => {}
-                    }
-                    i += 1;
-                }
-            }
-            b',' | b'}' | b']' | b':' => None,
-            _ => {
-                let mut end = i;
-                while let Some(byte) = bytes.get(end) {
-                    if matches!(byte, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
-                        break;
-                    }
-                    end += 1;
-                }
-                Some(end)
-            }
-        }
     }
 }
 

@@ -10,6 +10,8 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
+use krec_core::json::scan;
+
 use super::FieldSet;
 
 /// A reader of `FieldsV1` text.
@@ -70,56 +72,27 @@ impl<'a> Cursor<'a> {
         Some((raw, unescape(&raw[1..raw.len() - 1])))
     }
 
-    /// Past the JSON string opening at `from`.
+    /// Past the JSON string opening at `from` (the cursor at the end when it never closes).
     fn string_end(&mut self, from: usize) -> Option<usize> {
-        let bytes = self.text.as_bytes();
-        let mut i = from + 1;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\\' => i += 2,
-                b'"' => return Some(i + 1),
-                _ => i += 1,
-            }
+        let end = scan::string(self.text.as_bytes(), from);
+        if end.is_none() {
+            self.at = self.text.len();
         }
-        self.at = self.text.len();
-        None
+        end
     }
 
-    /// Read past the value at the cursor, returning its text.
+    /// Read past the value at the cursor, returning its text (empty at a separator; the rest
+    /// of the text when it never ends).
     fn skip_value(&mut self) -> &'a str {
         self.peek();
         let start = self.at;
         let bytes = self.text.as_bytes();
-        let mut depth = 0usize;
-        let mut i = start;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'"' => match self.string_end(i) {
-                    Some(end) => {
-                        i = end;
-                        if depth == 0 {
-                            break;
-                        }
-                        continue;
-                    }
-                    None => return &self.text[start..],
-                },
-                b'{' | b'[' => depth += 1,
-                b'}' | b']' if depth == 0 => break,
-                b'}' | b']' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        i += 1;
-                        break;
-                    }
-                }
-                b',' if depth == 0 => break,
-                _ => {}
-            }
-            i += 1;
-        }
-        self.at = i;
-        &self.text[start..i]
+        let end = match bytes.get(start) {
+            None | Some(b',' | b'}' | b']' | b':') => start,
+            Some(_) => scan::value(bytes, start).unwrap_or(bytes.len()),
+        };
+        self.at = end;
+        &self.text[start..end]
     }
 }
 

@@ -33,6 +33,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use krec_core::Gvk;
+use krec_core::json::scan;
 
 /// One cached object version. Cheap to clone (the JSON text is shared).
 #[derive(Clone, Debug)]
@@ -388,8 +389,9 @@ fn managed_fields_span(text: &str) -> Option<std::ops::Range<usize>> {
     }
 }
 
-/// A forward reader of JSON text for [`managed_fields_span`]: each step either moves past what
-/// it reads or answers `None` (not the JSON it expected).
+/// A forward reader of JSON text for [`managed_fields_span`], over the workspace's scanner
+/// ([`krec_core::json::scan`]): each step either moves past what it reads or answers `None`
+/// (not the JSON it expected).
 struct Scan<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -397,9 +399,7 @@ struct Scan<'a> {
 
 impl<'a> Scan<'a> {
     fn whitespace(&mut self) {
-        while self.bytes.get(self.at).is_some_and(u8::is_ascii_whitespace) {
-            self.at += 1;
-        }
+        self.at = scan::whitespace(self.bytes, self.at);
     }
 
     fn expect(&mut self, byte: u8) -> Option<()> {
@@ -423,58 +423,16 @@ impl<'a> Scan<'a> {
         if self.bytes.get(self.at) != Some(&b'"') {
             return None;
         }
-        self.at += 1;
-        loop {
-            match self.bytes.get(self.at)? {
-                b'"' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                b'\\' => self.at += 2,
-                _ => self.at += 1,
-            }
-        }
+        self.at = scan::string(self.bytes, self.at)?;
+        Some(())
     }
 
     /// Past the value at the cursor: a string, an object or array (by depth, strings skipped
     /// whole), or a scalar (up to what ends it).
     fn skip_value(&mut self) -> Option<()> {
         self.whitespace();
-        match self.bytes.get(self.at)? {
-            b'"' => self.string(),
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                loop {
-                    match self.bytes.get(self.at)? {
-                        b'"' => {
-                            self.string()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.at += 1;
-                                return Some(());
-                            }
-                        }
-                        _ => {}
-                    }
-                    self.at += 1;
-                }
-            }
-            _ => {
-                let start = self.at;
-                while self
-                    .bytes
-                    .get(self.at)
-                    .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
-                {
-                    self.at += 1;
-                }
-                (self.at > start).then_some(())
-            }
-        }
+        self.at = scan::value(self.bytes, self.at)?;
+        Some(())
     }
 
     /// After a member's value: `true` past a `,` (another member follows), `false` past the

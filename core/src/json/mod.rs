@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+pub mod scan;
+
 /// JSON pointer lookups (RFC 6901) without [`Value::pointer`]'s two string replacements per
 /// step when the pointer has no escapes (`~0`, `~1`), which is every pointer written in code.
 pub trait Pointer {
@@ -290,7 +292,7 @@ pub fn is_object_of_objects(text: &str) -> bool {
                 next = Next::KeyOrClose;
             }
             (b'"', Next::KeyOrClose) => {
-                let Some(end) = valid_string_end(bytes, i) else {
+                let Some(end) = scan::valid_string(bytes, i) else {
                     return false;
                 };
                 if bytes.get(end) != Some(&b':') || bytes.get(end + 1) != Some(&b'{') {
@@ -304,33 +306,6 @@ pub fn is_object_of_objects(text: &str) -> bool {
         }
     }
     false
-}
-
-/// Past the JSON string opening at `from`, if it is one (valid escapes, no control
-/// characters).
-fn valid_string_end(bytes: &[u8], from: usize) -> Option<usize> {
-    let mut i = from + 1;
-    loop {
-        // Runs of plain bytes skipped eight at a time, to a quote, a backslash or a control
-        // character (none: the string never closes).
-        i += first_escape(bytes.get(i..)?)?;
-        match bytes[i] {
-            b'"' => return Some(i + 1),
-            b'\\' => match bytes.get(i + 1)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                b'u' => {
-                    let hex = bytes.get(i + 2..i + 6)?;
-                    if !hex.iter().all(u8::is_ascii_hexdigit) {
-                        return None;
-                    }
-                    i += 6;
-                }
-                _ => return None,
-            },
-            // A control character.
-            _ => return None,
-        }
-    }
 }
 
 /// Length of `value`'s compact JSON text, counted from its structure without writing it (a
