@@ -10,12 +10,14 @@ const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
 
 /// The bytes of `word` equal to `byte`, as their high bits; the lowest one set is exact
 /// (the classic word-at-a-time test: bits above the first match may be false).
+#[inline]
 fn matches(word: u64, byte: u8) -> u64 {
     let x = word ^ (ONES * u64::from(byte));
     x.wrapping_sub(ONES) & !x & HIGHS
 }
 
 /// The index of the first byte at or after `i` that is not JSON whitespace.
+#[inline]
 pub fn whitespace(bytes: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\r' | b'\t') = bytes.get(i) {
         i += 1;
@@ -24,6 +26,7 @@ pub fn whitespace(bytes: &[u8], mut i: usize) -> usize {
 }
 
 /// The index just after the string whose opening quote is at `i`.
+#[inline]
 pub fn string(bytes: &[u8], i: usize) -> Option<usize> {
     let mut i = i + 1;
     loop {
@@ -47,6 +50,7 @@ pub fn string(bytes: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The index just after the value that starts at `i`.
+#[inline]
 pub fn value(bytes: &[u8], i: usize) -> Option<usize> {
     match *bytes.get(i)? {
         b'"' => string(bytes, i),
