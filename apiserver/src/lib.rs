@@ -10,7 +10,7 @@
 //!
 //! - [`Server::builder`] starts a server ([`Builder`]: address, data directory, audit log,
 //!   faults, [`controllers`]); [`in_process`] answers requests without a socket.
-//! - [`Store`] over a [`Registry`] of served types is the object store alone (what the guest
+//! - [`Store`] over a [`ResourceTypes`] of served types is the object store alone (what the guest
 //!   SDK's fake cluster is: without the default feature `server`, the crate is only that), with
 //!   [`local::LocalClient`] for a client's calls on it in the same process.
 //! - [`faults`] injects failures, [`audit`] is the audit log, [`protobuf`] the Kubernetes
@@ -84,7 +84,7 @@ mod webhook;
 
 pub use krec_core::{ApiError, ErrorKind};
 pub use registry::apiextensions::formats::unrecognized as unrecognized_crd_formats;
-pub use resources::{Registry, ResourceType};
+pub use resources::{ResourceType, ResourceTypes};
 #[cfg(feature = "server")]
 pub use server::{Builder, Server, StartError, in_process};
 pub use store::{INITIAL_NAMESPACES, Store, ensure_namespaces};

@@ -256,12 +256,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::Registry;
+    use crate::resources::ResourceTypes;
 
     /// What the store keeps as text, a client of the store reads as JSON, as over HTTP.
     #[test]
     fn objects_should_read_with_field_ownership_as_json() {
-        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
         crate::store::ensure_namespaces(&store).expect("namespaces");
         let client = LocalClient::new(store, "tests");
         let created = client

@@ -2,7 +2,7 @@
 //!
 //! A [`ResourceType`] is what discovery advertises and what a URL path resolves to: group,
 //! version, plural, kind, scope, short names and whether a status subresource exists. The
-//! [`Registry`] holds the built-ins and adds or removes a CRD's types as the CRD is created,
+//! [`ResourceTypes`] holds the built-ins and adds or removes a CRD's types as the CRD is created,
 //! changed or deleted.
 
 use std::collections::BTreeMap;
@@ -247,7 +247,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, CrdError> {
 
 /// All served resource types; CRD-defined ones come and go with their CRDs.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub struct ResourceTypes {
     types: RwLock<Vec<ResourceType>>,
     /// CRD name → the types it added.
     crds: RwLock<BTreeMap<String, Vec<ResourceType>>>,
@@ -255,10 +255,10 @@ pub struct Registry {
     generation: AtomicU64,
 }
 
-impl Registry {
-    /// A registry of the built-ins.
+impl ResourceTypes {
+    /// The built-in types.
     pub fn new() -> Self {
-        Registry {
+        ResourceTypes {
             types: RwLock::new(builtins()),
             crds: RwLock::default(),
             generation: AtomicU64::new(0),
@@ -461,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_crd_should_add_and_remove_its_types() {
-        let registry = Registry::new();
+        let registry = ResourceTypes::new();
         registry.put_crd(&foo_crd()).expect("valid crd");
         let foo = registry
             .by_plural("samplecontroller.k8s.io", "v1alpha1", "foos")

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use crate::audit::AuditLog;
 use crate::authentication::{Authenticator, Signer, admin_token};
 use crate::faults::Faults;
-use crate::resources::Registry;
+use crate::resources::ResourceTypes;
 use crate::storage::persist;
 use crate::store::{self, Store, ensure_namespaces};
 use crate::{controllers, endpoints};
@@ -226,7 +226,7 @@ impl Server {
     }
 
     async fn start(config: Builder) -> Result<Self, StartError> {
-        let registry = Arc::new(Registry::new());
+        let registry = Arc::new(ResourceTypes::new());
         let store = match &config.data_dir {
             Some(dir) => {
                 let persistence = persist::Persistence::open(dir).map_err(StartError::Storage)?;
@@ -441,7 +441,7 @@ impl Drop for Server {
 pub fn in_process(
     faults: Arc<Faults>,
 ) -> Result<(Arc<Store>, axum::Router, tokio::sync::watch::Sender<bool>), ApiError> {
-    let store = Arc::new(Store::new(Arc::new(Registry::new())));
+    let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
     ensure_namespaces(&store)?;
     crate::authorization::bootstrap::ensure_policy(&store)?;
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use common::{median_min_max, process_cpu_seconds, quick, write_results};
 use krec_apiserver::controllers::{Config, Selection};
 use krec_apiserver::store::WriteOptions;
-use krec_apiserver::{Registry, Server, Store};
+use krec_apiserver::{ResourceTypes, Server, Store};
 use serde_json::{Value, json};
 
 const PODS: i64 = 1_000;
@@ -112,7 +112,7 @@ async fn rollout() -> (f64, f64, f64) {
 
 /// The baseline: create, bind and mark running 1 000 Pods straight in a store.
 fn baseline() -> f64 {
-    let store = Arc::new(Store::new(Arc::new(Registry::new())));
+    let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
     krec_apiserver::ensure_namespaces(&store).expect("namespaces");
     let pods = store.registry().by_plural("", "v1", "pods").expect("pods");
     let start = Instant::now();

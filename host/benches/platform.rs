@@ -14,9 +14,6 @@
 //! Ratios are against the baselines, in the same run. `KREC_BENCH_QUICK=1`: three rounds.
 
 mod common;
-#[path = "../../tests/src/registry.rs"]
-#[allow(dead_code)]
-mod registry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,7 +24,7 @@ use krec::cluster::client::ApiClient;
 use krec::guests::from_cluster::{FromCluster, cluster_reconciler_gvk};
 use krec::guests::oci::{Registries, RegistryAuth};
 use krec::guests::{Manager, ManagerOptions};
-use registry::Registry;
+use krec_testkit::OciRegistry;
 use serde_json::{Value, json};
 
 /// The stamper with a custom section naming `tag`: a module no cache has seen.
@@ -55,7 +52,7 @@ fn object(name: &str, module: &str) -> Value {
 
 struct Platform {
     api: Arc<ApiClient>,
-    registry: Registry,
+    registry: OciRegistry,
     pusher: Registries,
     modules: PathBuf,
 }
@@ -196,7 +193,7 @@ fn main() {
         let problems = krec::install::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "{problems:?}");
         let dir = tempfile::tempdir().expect("tempdir");
-        let registry = Registry::start();
+        let registry = OciRegistry::start();
         let pusher = Registries::new(dir.path().join("pusher"), vec![registry.addr.clone()]);
         let modules = dir.path().join("modules");
         std::fs::create_dir_all(&modules).expect("modules");

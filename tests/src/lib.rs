@@ -1,7 +1,7 @@
 //! Test harness for krec's integration tests: load a guest's real `.wasm` into the host against an
 //! in-memory object set. The tests themselves are in `tests/tests/all/`, one module per topic, in one binary.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use krec::cluster::{ClusterAccess, MemoryCluster};
@@ -10,15 +10,24 @@ use krec::manifest::Manifest;
 use krec_core::Gvk;
 use serde_json::Value;
 
-pub mod registry;
-pub use registry::Registry;
+pub use krec_testkit::{
+    OciRegistry, built_module, built_script_module, free_port, repo_root, wait_until,
+};
 
-/// The repository root.
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_owned()
+/// What a host needs to pull from a test [`OciRegistry`].
+pub trait HostRegistries {
+    /// The registries a host uses to reach this one (over plain HTTP), keeping pulled modules
+    /// in `store`.
+    fn registries(&self, store: &Path) -> Arc<krec::guests::oci::Registries>;
+}
+
+impl HostRegistries for OciRegistry {
+    fn registries(&self, store: &Path) -> Arc<krec::guests::oci::Registries> {
+        Arc::new(krec::guests::oci::Registries::new(
+            store.to_owned(),
+            vec![self.addr.clone()],
+        ))
+    }
 }
 
 /// The manifest of a sample guest, with a clear failure if its module was not built.
@@ -615,30 +624,6 @@ pub async fn service_account_api(
 /// The misbehave test guest's manifest (`tests/guests/misbehave/manifest.yaml`).
 pub fn misbehave_manifest() -> Manifest {
     built_manifest(&repo_root().join("tests/guests/misbehave/manifest.yaml"))
-}
-
-/// The path of a built guest module in `target/wasm32-wasip2/release/`, with a clear failure if
-/// it was not built.
-pub fn built_module(file: &str) -> PathBuf {
-    let path = repo_root().join("target/wasm32-wasip2/release").join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make guests` first",
-        path.display()
-    );
-    path
-}
-
-/// The path of a built Python (`python-guests`) or TypeScript (`js-guests`) guest module in
-/// `target/`, with a clear failure if it was not built.
-pub fn built_script_module(folder: &str, file: &str) -> PathBuf {
-    let path = repo_root().join("target").join(folder).join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make guests` first",
-        path.display()
-    );
-    path
 }
 
 /// The sample CRDs and example objects under `sample-guests/<guest_dir>`.

@@ -395,7 +395,7 @@ mod tests {
     }
 
     fn store() -> Store {
-        Store::new(std::sync::Arc::new(crate::resources::Registry::new()))
+        Store::new(std::sync::Arc::new(crate::resources::ResourceTypes::new()))
     }
 
     fn with(authorization: &str) -> HeaderMap {

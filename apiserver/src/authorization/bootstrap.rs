@@ -52,11 +52,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::resources::Registry;
+    use crate::resources::ResourceTypes;
 
     #[test]
     fn the_default_policy_should_be_made_once() {
-        let store = Store::new(Arc::new(Registry::new()));
+        let store = Store::new(Arc::new(ResourceTypes::new()));
         ensure_policy(&store).expect("made");
         let version = store.resource_version();
         ensure_policy(&store).expect("again");

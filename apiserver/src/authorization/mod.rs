@@ -496,10 +496,10 @@ pub fn selected_name(field_selector: Option<&str>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::Registry;
+    use crate::resources::ResourceTypes;
 
     fn store_with(objects: &[Value]) -> Store {
-        let store = Store::new(Arc::new(Registry::new()));
+        let store = Store::new(Arc::new(ResourceTypes::new()));
         crate::store::ensure_namespaces(&store).expect("namespaces");
         for object in objects {
             let api_version = object["apiVersion"].as_str().unwrap_or_default();

@@ -1,5 +1,5 @@
 use super::*;
-use crate::resources::Registry;
+use crate::resources::ResourceTypes;
 
 #[test]
 fn selections_should_parse_all_none_and_lists() {
@@ -57,7 +57,7 @@ fn template_hashes_should_be_stable_and_safe_encoded() {
 }
 
 fn store() -> Arc<Store> {
-    let store = Arc::new(Store::new(Arc::new(Registry::new())));
+    let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
     crate::ensure_namespaces(&store).expect("namespaces");
     store
 }

@@ -7,7 +7,7 @@ use axum::http::Request;
 use tower::ServiceExt;
 
 use super::*;
-use crate::resources::Registry;
+use crate::resources::ResourceTypes;
 use crate::store::ensure_namespaces;
 
 #[tokio::test(start_paused = true)]
@@ -22,7 +22,7 @@ async fn a_body_that_never_ends_should_time_out_rather_than_hold_its_connection(
 }
 
 fn app() -> axum::Router {
-    let store = Arc::new(Store::new(Arc::new(Registry::new())));
+    let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
     ensure_namespaces(&store).expect("namespaces");
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let server = Arc::new(ApiServer {

@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::*;
-use crate::resources::{Registry, ResourceType};
+use crate::resources::{ResourceType, ResourceTypes};
 
 /// The media type of the v2 document in gnostic's protobuf, as served.
 pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
@@ -499,7 +499,7 @@ pub struct Documents {
 }
 
 impl Documents {
-    fn snapshot(&self, registry: &Registry) -> Arc<Snapshot> {
+    fn snapshot(&self, registry: &ResourceTypes) -> Arc<Snapshot> {
         let generation = registry.generation();
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         match &*current {
@@ -523,7 +523,7 @@ impl Documents {
         }
     }
 
-    fn v3_documents(&self, registry: &Registry) -> Arc<Snapshot> {
+    fn v3_documents(&self, registry: &ResourceTypes) -> Arc<Snapshot> {
         let snapshot = self.snapshot(registry);
         snapshot.v3.get_or_init(|| {
             let mut by_group_version: BTreeMap<String, Vec<&ResourceType>> = BTreeMap::new();
@@ -550,7 +550,7 @@ impl Documents {
     }
 
     /// `/openapi/v3`: where each group-version's document is, with its hash.
-    pub fn v3_root(&self, registry: &Registry) -> Value {
+    pub fn v3_root(&self, registry: &ResourceTypes) -> Value {
         let snapshot = self.v3_documents(registry);
         let paths: Map<String, Value> = snapshot
             .v3
@@ -566,14 +566,14 @@ impl Documents {
     }
 
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`; `None` when not served.
-    pub fn v3(&self, registry: &Registry, group: &str, version: &str) -> Option<Document> {
+    pub fn v3(&self, registry: &ResourceTypes, group: &str, version: &str) -> Option<Document> {
         let snapshot = self.v3_documents(registry);
         let path = group_version_path(group, version);
         snapshot.v3.get()?.get(&path).cloned()
     }
 
     /// `/openapi/v2`, as JSON and as gnostic protobuf.
-    pub fn v2(&self, registry: &Registry) -> (Document, Document) {
+    pub fn v2(&self, registry: &ResourceTypes) -> (Document, Document) {
         let snapshot = self.snapshot(registry);
         snapshot
             .v2

@@ -16,7 +16,7 @@
 //! a list kind) and, for v2, reduced to what v2 clients cope with (`ToStructuralOpenAPIV2`).
 //!
 //! Documents are built on first request and kept until the served types change
-//! (`Registry::generation`).
+//! (`ResourceTypes::generation`).
 
 #[cfg(feature = "server")]
 mod documents;

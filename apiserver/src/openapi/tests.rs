@@ -17,13 +17,13 @@ fn foo_crd(schema: Value) -> Value {
     })
 }
 
-fn registry_with(crd: Value) -> Registry {
-    let registry = Registry::new();
+fn registry_with(crd: Value) -> ResourceTypes {
+    let registry = ResourceTypes::new();
     registry.put_crd(&crd).expect("crd");
     registry
 }
 
-fn v3_doc(docs: &Documents, registry: &Registry, group: &str, version: &str) -> Value {
+fn v3_doc(docs: &Documents, registry: &ResourceTypes, group: &str, version: &str) -> Value {
     let doc = docs.v3(registry, group, version).expect("served");
     serde_json::from_slice(&doc.body).expect("json")
 }
@@ -69,7 +69,7 @@ fn every_served_builtin_kind_should_have_kube_apiservers_definition() {
 
 #[test]
 fn v3_documents_should_hold_their_kinds_and_everything_they_reference() {
-    let (docs, registry) = (Documents::default(), Registry::new());
+    let (docs, registry) = (Documents::default(), ResourceTypes::new());
     let root = docs.v3_root(&registry);
     for rt in crate::resources::builtins()
         .into_iter()
@@ -156,7 +156,7 @@ fn a_crds_kinds_should_be_completed_as_apiextensions_does() {
 
     // Adding the CRD changed the served types: the documents follow.
     let before = Documents::default();
-    let plain = Registry::new();
+    let plain = ResourceTypes::new();
     assert!(
         before.v3_root(&plain)["paths"]
             .get("apis/stable.example.com/v1")

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use crate::printers::{Column, NAME_AGE, Row};
-use crate::resources::{Registry, ResourceType};
+use crate::resources::{ResourceType, ResourceTypes};
 use krec_core::error::{ApiError, Cause};
 use krec_core::selector::FieldLabel;
 
@@ -124,10 +124,10 @@ pub trait Strategy: Send + Sync {
     fn mark_deleting(&self, _marked: &mut Value) {}
 
     /// What a stored object sets off in the server (a CRD serves its types).
-    fn after_write(&self, _registry: &Registry, _stored: &Value) {}
+    fn after_write(&self, _registry: &ResourceTypes, _stored: &Value) {}
 
     /// What removing the object named `name` for good sets off (a CRD's types stop).
-    fn after_remove(&self, _registry: &Registry, _name: &str) {}
+    fn after_remove(&self, _registry: &ResourceTypes, _name: &str) {}
 
     /// The columns of the kind's Table (`pkg/printers/internalversion`), what `kubectl get`
     /// shows.

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 
 use crate::managed::{self, Schema};
 use crate::registry::{self, Deletion};
-use crate::resources::{Registry, ResourceType};
+use crate::resources::{ResourceType, ResourceTypes};
 pub(crate) use crate::timestamp::now_rfc3339;
 use crate::validation;
 use krec_core::error::ApiError;
@@ -170,7 +170,7 @@ struct State {
 
 /// The object store. See the [module docs](self).
 pub struct Store {
-    registry: Arc<Registry>,
+    registry: Arc<ResourceTypes>,
     state: Mutex<State>,
     /// The live feed of changes (the storage sends; watches subscribe without the lock).
     feed: broadcast::Sender<Arc<Change>>,
@@ -195,12 +195,12 @@ fn has_finalizers(object: &Value) -> bool {
 
 impl Store {
     /// An empty in-memory store serving the types in `registry`.
-    pub fn new(registry: Arc<Registry>) -> Self {
+    pub fn new(registry: Arc<ResourceTypes>) -> Self {
         Self::with_history(registry, DEFAULT_HISTORY)
     }
 
     /// Like [`new`](Self::new), keeping `history_limit` changes for resuming watches.
-    pub fn with_history(registry: Arc<Registry>, history_limit: usize) -> Self {
+    pub fn with_history(registry: Arc<ResourceTypes>, history_limit: usize) -> Self {
         let (feed, _) = broadcast::channel(WATCH_BUFFER);
         Store {
             registry,
@@ -219,7 +219,7 @@ impl Store {
     /// served) and every write is saved before it is acknowledged. Watches cannot resume from
     /// before the restart; they get 410 Gone and relist.
     #[cfg(feature = "server")]
-    pub fn open(registry: Arc<Registry>, persistence: Persistence) -> Result<Self, ApiError> {
+    pub fn open(registry: Arc<ResourceTypes>, persistence: Persistence) -> Result<Self, ApiError> {
         let (rv, objects) = persistence.load()?;
         let mut store = Self::new(registry);
         {
@@ -257,7 +257,7 @@ impl Store {
     }
 
     /// The served types.
-    pub fn registry(&self) -> &Arc<Registry> {
+    pub fn registry(&self) -> &Arc<ResourceTypes> {
         &self.registry
     }
 

@@ -236,7 +236,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::{Registry, builtin_type as kind};
+    use crate::resources::{ResourceTypes, builtin_type as kind};
     use crate::store::{Store, WriteOptions};
 
     #[test]
@@ -386,7 +386,7 @@ mod tests {
     /// change bumps generation and resourceVersion, a stale one conflicts.
     #[test]
     fn an_update_on_the_store_should_run_every_step() {
-        let store = Store::new(Arc::new(Registry::new()));
+        let store = Store::new(Arc::new(ResourceTypes::new()));
         crate::store::ensure_namespaces(&store).expect("namespaces");
         let deployments = kind("apps", "Deployment");
         let created = store

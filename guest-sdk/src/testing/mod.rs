@@ -56,7 +56,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use krec_apiserver::local::LocalClient;
-use krec_apiserver::{ApiError, Registry, ResourceType, Store, ensure_namespaces};
+use krec_apiserver::{ApiError, ResourceType, ResourceTypes, Store, ensure_namespaces};
 
 mod admission;
 pub use admission::Mutated;
@@ -146,7 +146,7 @@ impl FakeCluster {
     /// A cluster with the built-in kinds and the namespaces every cluster has (`default`,
     /// `kube-system`, `kube-public`, `kube-node-lease`).
     pub fn new() -> Self {
-        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
         // The initial namespaces of an empty store cannot fail to be created.
         let _ = ensure_namespaces(&store);
         Self::on(store)

@@ -17,16 +17,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-/// A built guest component under `target/wasm32-wasip2/release/`; panics with the fix if missing.
-pub fn module(file: &str) -> PathBuf {
-    let path = repo().join("target/wasm32-wasip2/release").join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make guests`",
-        path.display()
-    );
-    path
-}
+#[allow(unused_imports)] // each bench uses its own subset
+pub use krec_testkit::{built_module as module, free_port, repo_root as repo};
 
 /// CPU time this process has used so far (all threads), in seconds.
 #[allow(unsafe_code)] // clock_gettime: the one way to read the process CPU clock precisely
@@ -501,12 +493,6 @@ pub fn guest_busy(manager: &krec::guests::Manager, guest: &str) -> bool {
     manager
         .controller(guest)
         .is_some_and(|c| !c.queue().is_empty() || c.stats().active() > 0)
-}
-
-/// A free TCP port on loopback (for an admin server a child process binds).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 /// The body of `GET http://{addr}{path}` (krec's admin server, plain HTTP on loopback), or

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::ClusterAccess;
 use krec_apiserver::local::LocalClient;
-use krec_apiserver::{Registry, ResourceType, Store, ensure_namespaces};
+use krec_apiserver::{ResourceType, ResourceTypes, Store, ensure_namespaces};
 use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
 
 /// An Event recorded through [`ClusterAccess::record_event`].
@@ -48,7 +48,7 @@ impl Default for MemoryCluster {
 impl MemoryCluster {
     /// A fresh cluster with the built-in kinds and the initial namespaces.
     pub fn new() -> Self {
-        let store = Arc::new(Store::new(Arc::new(Registry::new())));
+        let store = Arc::new(Store::new(Arc::new(ResourceTypes::new())));
         if let Err(err) = ensure_namespaces(&store) {
             tracing::error!("creating the initial namespaces: {err}");
         }

@@ -318,8 +318,8 @@ mod tests {
     #[cfg(feature = "embedded-apiserver")]
     #[test]
     fn the_embedded_api_server_should_take_the_crds() {
-        use krec_apiserver::{Registry, Store};
-        let store = Store::new(std::sync::Arc::new(Registry::new()));
+        use krec_apiserver::{ResourceTypes, Store};
+        let store = Store::new(std::sync::Arc::new(ResourceTypes::new()));
         let rt = store
             .registry()
             .by_kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")

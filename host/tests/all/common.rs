@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)] // benches include this file by path and use a subset
+pub use krec_testkit::{built_module as module, repo_root as repo, wait_until};
+
 /// Send `signal` (`-TERM`, `-INT`, `-KILL`, …) to `child`.
 pub fn send_signal(child: &Child, signal: &str) {
     let status = Command::new("kill")
@@ -32,11 +35,6 @@ impl Drop for Stopped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// The repository's root.
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// A sample guest's manifest written into `dir`, its module path made absolute.
@@ -181,17 +179,6 @@ pub fn spawn_until<S: AsRef<std::ffi::OsStr>>(
     (child, printed, lines)
 }
 
-/// A built guest module of `target/wasm32-wasip2/release`.
-pub fn module(file: &str) -> PathBuf {
-    let module = repo().join("target/wasm32-wasip2/release").join(file);
-    assert!(
-        module.exists(),
-        "{} is missing: run `make guests`",
-        module.display()
-    );
-    module
-}
-
 /// `krec run` arguments sharing the guests (`--shard`) with short Lease timings: 2 s lease,
 /// 1.5 s renew deadline, 200 ms retry period.
 pub const SHARD_ARGS: &[&str] = &[
@@ -330,14 +317,4 @@ impl Drop for Host {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Poll `check` every 20 ms until it holds; panics after `limit`. Returns how long it took.
-pub fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    started.elapsed()
 }

@@ -11,10 +11,6 @@ mod dev;
 mod leader;
 mod native_admission;
 mod push;
-// The integration tests' registry harness, shared by path (this crate cannot depend on theirs).
-#[allow(dead_code)]
-#[path = "../../../tests/src/registry.rs"]
-mod registry;
 mod run;
 mod shard;
 mod soak;

@@ -3,11 +3,11 @@
 //! `ClusterReconciler` naming it, `kubectl wait` until it is ready, see it reconcile.
 
 use crate::common;
-use crate::registry::Registry;
+use krec_testkit::OciRegistry;
 
 #[test]
 fn a_pushed_guest_should_run_from_a_cluster_reconciler_naming_its_tag() {
-    let registry = Registry::start();
+    let registry = OciRegistry::start();
     let module = common::module("pod_counter.wasm");
     let tagged = registry.reference("team/pod-counter:v1");
     // Plain HTTP only when asked.

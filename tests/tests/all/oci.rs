@@ -9,7 +9,7 @@ use krec::guests::from_cluster::{FromCluster, ObjectRef};
 use krec::guests::oci::RegistryAuth;
 use krec::guests::status::StatusWriter;
 use krec::guests::{Manager, ManagerOptions};
-use krec_tests::{Live, Registry, built_module, configmap};
+use krec_tests::{HostRegistries, Live, OciRegistry, built_module, configmap};
 use serde_json::{Value, json};
 
 const OBJECTS: usize = 5;
@@ -32,7 +32,7 @@ fn cluster_stamper() -> ObjectRef {
     }
 }
 
-async fn push(registry: &Registry, file: &str, to: &str) -> String {
+async fn push(registry: &OciRegistry, file: &str, to: &str) -> String {
     let reference = krec::guests::oci::reference(Path::new(&registry.reference(to)))
         .expect("oci")
         .expect("reference");
@@ -45,7 +45,7 @@ async fn push(registry: &Registry, file: &str, to: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a_broken_registry() {
-    let mut registry = Registry::start();
+    let mut registry = OciRegistry::start();
     let store = tempfile::tempdir().expect("store");
     let digest_a = push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
     assert!(digest_a.starts_with("sha256:"), "{digest_a}");
@@ -244,7 +244,7 @@ async fn a_module_pulled_by_tag_should_run_swap_when_the_tag_moves_and_survive_a
 async fn a_moved_tag_should_be_swapped_on_time_while_the_guest_objects_keep_changing() {
     // A busy cluster: the Reconciler object written every 300 ms (status writes, label edits:
     // nothing to reload). The tag's lookup must still come every `pull.every`.
-    let registry = Registry::start();
+    let registry = OciRegistry::start();
     let store = tempfile::tempdir().expect("store");
     push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
     let tagged = registry.reference("guests/stamper:v1");
@@ -297,7 +297,7 @@ async fn a_moved_tag_should_be_swapped_on_time_while_the_guest_objects_keep_chan
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_digest_the_registry_does_not_have_should_not_be_ready_and_say_why() {
-    let registry = Registry::start();
+    let registry = OciRegistry::start();
     let store = tempfile::tempdir().expect("store");
     push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
     let missing = registry.reference(&format!("guests/stamper@sha256:{}", "0".repeat(64)));
@@ -330,8 +330,8 @@ async fn a_digest_the_registry_does_not_have_should_not_be_ready_and_say_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_pull_secret_should_give_the_registrys_credentials() {
-    use krec_tests::registry::{PASSWORD, USER};
-    let registry = Registry::with_auth();
+    use krec_testkit::{PASSWORD, USER};
+    let registry = OciRegistry::with_auth();
     let store = tempfile::tempdir().expect("store");
     let tagged = registry.reference("team-a/stamper:v1");
     let reference = krec::guests::oci::reference(Path::new(&tagged))
@@ -389,7 +389,7 @@ async fn a_tenants_pull_secret_should_give_the_registrys_credentials() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_pulled_from_a_registry_should_be_tried_and_shown_in_status() {
-    let registry = Registry::start();
+    let registry = OciRegistry::start();
     let store = tempfile::tempdir().expect("store");
     push(&registry, "stamper_a.wasm", "guests/stamper:v1").await;
     push(&registry, "stamper_b.wasm", "guests/stamper:v2").await;

@@ -8,7 +8,7 @@ use super::{approval, conversion, validation};
 use crate::defaults::{child, set};
 use crate::printers::{Column, NAME, Row};
 use crate::registry::{Deletion, Strategy};
-use crate::resources::Registry;
+use crate::resources::ResourceTypes;
 use crate::{resources, timestamp};
 use krec_core::error::Cause;
 use krec_core::json::Pointer;
@@ -111,7 +111,7 @@ impl Strategy for CrdStrategy {
         }
     }
 
-    fn after_write(&self, registry: &Registry, stored: &Value) {
+    fn after_write(&self, registry: &ResourceTypes, stored: &Value) {
         if let Err(err) = registry.put_crd(stored) {
             let name = stored
                 .at("/metadata/name")
@@ -121,7 +121,7 @@ impl Strategy for CrdStrategy {
         }
     }
 
-    fn after_remove(&self, registry: &Registry, name: &str) {
+    fn after_remove(&self, registry: &ResourceTypes, name: &str) {
         registry.remove_crd(name);
     }
 }

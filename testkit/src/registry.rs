@@ -1,13 +1,11 @@
-//! The CNCF distribution registry as a test process. Shared by the host's CLI tests (which
-//! include this file by path) and the integration tests.
+//! The CNCF distribution registry as a test process.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 /// The CNCF distribution registry (Debian's `docker-registry`, unpacked by `make tools` into
 /// `.tools/docker-registry`, or `KREC_TEST_REGISTRY`) running as a process on loopback, its
 /// storage in a directory of its own. Never skipped: without the binary the test fails.
-pub struct Registry {
+pub struct OciRegistry {
     child: Option<std::process::Child>,
     /// Basic auth (htpasswd) required: user [`USER`], password [`PASSWORD`].
     auth: bool,
@@ -17,30 +15,29 @@ pub struct Registry {
     dir: tempfile::TempDir,
 }
 
-/// The user of a registry started [`with_auth`](Registry::with_auth).
+/// The user of a registry started [`with_auth`](OciRegistry::with_auth).
 pub const USER: &str = "krec";
 /// Its password.
 pub const PASSWORD: &str = "s3cret";
 /// [`USER`]'s htpasswd line (bcrypt of [`PASSWORD`]: the registry reads only bcrypt).
 const HTPASSWD: &str = "krec:$2b$12$TEhIWyPQdaOrzlPJW67rtuOGOnOkDFZW5C1fKNmNQ8V17F7/p6ouW\n";
 
-impl Registry {
+impl OciRegistry {
     /// Start a registry on a free port.
-    pub fn start() -> Registry {
+    pub fn start() -> OciRegistry {
         Self::launch(false)
     }
 
     /// Start a registry that wants Basic credentials ([`USER`], [`PASSWORD`]).
-    pub fn with_auth() -> Registry {
+    pub fn with_auth() -> OciRegistry {
         Self::launch(true)
     }
 
-    fn launch(auth: bool) -> Registry {
+    fn launch(auth: bool) -> OciRegistry {
         let binary = std::env::var_os("KREC_TEST_REGISTRY")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../.tools/docker-registry/usr/bin/docker-registry")
+                crate::repo_root().join(".tools/docker-registry/usr/bin/docker-registry")
             });
         assert!(
             binary.exists(),
@@ -48,7 +45,7 @@ impl Registry {
             binary.display()
         );
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut registry = Registry {
+        let mut registry = OciRegistry {
             child: None,
             auth,
             addr: "127.0.0.1:0".into(),
@@ -126,18 +123,9 @@ impl Registry {
     pub fn reference(&self, path: &str) -> String {
         format!("oci://{}/{path}", self.addr)
     }
-
-    /// The registries a host uses to reach this one (over plain HTTP), keeping pulled modules in
-    /// `store`.
-    pub fn registries(&self, store: &Path) -> Arc<krec::guests::oci::Registries> {
-        Arc::new(krec::guests::oci::Registries::new(
-            store.to_owned(),
-            vec![self.addr.clone()],
-        ))
-    }
 }
 
-impl Drop for Registry {
+impl Drop for OciRegistry {
     fn drop(&mut self) {
         self.stop();
     }
