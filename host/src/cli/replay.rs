@@ -79,7 +79,9 @@ fn manifest_for(
         }
     };
     manifest.spec.module = module.to_owned();
+    manifest.module = crate::manifest::ResolvedModule::file(module.to_owned());
     manifest.spec.rollout = None;
+    manifest.candidate_module = None;
     Ok(manifest)
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Manager;
 use super::running::Background;
-use crate::manifest::{Manifest, ManifestError};
+use crate::manifest::{Manifest, ManifestError, ResolvedModule};
 
 /// How long the host's start waits for the modules it pulls before it starts without the guests
 /// whose registries are slower (the watch loop starts them once pulled).
@@ -17,7 +17,7 @@ pub const START_PULL_WAIT: Duration = Duration::from_secs(30);
 pub const PULL_DEADLINE: Duration = Duration::from_secs(120);
 
 impl Manager {
-    /// `scanned` with every `oci://` module resolved and pulled: its `spec.module` the local
+    /// `scanned` with every `oci://` module resolved and pulled: its [`Manifest::module`] the local
     /// file, or the manifest refused (`PullFailed`), so a running version stays.
     pub(super) async fn pull_modules(
         &self,
@@ -34,8 +34,8 @@ impl Manager {
         .await
     }
 
-    /// `manifest` with its `oci://` module (and `spec.rollout`'s candidate) pulled: each the
-    /// local file.
+    /// `manifest` with its `oci://` module (and `spec.rollout`'s candidate) pulled: each
+    /// resolved to the local file, `spec` left as written.
     pub(super) async fn pull_module(
         &self,
         mut manifest: Manifest,
@@ -43,18 +43,22 @@ impl Manager {
     ) -> Result<Manifest, ManifestError> {
         let module = manifest.spec.module.clone();
         if let Some((file, digest)) = self.pull(&manifest, &module, "spec.module", wait).await? {
-            manifest.module_ref = Some(module.display().to_string());
-            manifest.artifact_digest = Some(digest);
-            manifest.spec.module = file;
+            manifest.module = ResolvedModule {
+                file,
+                reference: Some(module.display().to_string()),
+                artifact_digest: Some(digest),
+            };
         }
         if let Some(candidate) = manifest.spec.rollout.as_ref().map(|r| r.candidate.clone())
             && let Some((file, _)) = self
                 .pull(&manifest, &candidate, "spec.rollout.candidate", wait)
                 .await?
-            && let Some(rollout) = &mut manifest.spec.rollout
         {
-            manifest.candidate_ref = Some(candidate.display().to_string());
-            rollout.candidate = file;
+            manifest.candidate_module = Some(ResolvedModule {
+                file,
+                reference: Some(candidate.display().to_string()),
+                artifact_digest: None,
+            });
         }
         Ok(manifest)
     }
@@ -163,7 +167,8 @@ impl Manager {
             .filter(|g| {
                 g.manifest.spec.pull.policy == crate::manifest::PullPolicy::Always
                     && g.manifest
-                        .module_ref
+                        .module
+                        .reference
                         .as_deref()
                         .is_some_and(|r| !r.contains('@'))
             })

@@ -429,14 +429,11 @@ fn observe(
             let stats = controller.stats();
             Some(Running {
                 replica: identity.to_owned(),
-                module: module
-                    .manifest()
-                    .module_ref
-                    .clone()
-                    .unwrap_or_else(|| module.manifest().spec.module.display().to_string()),
+                module: module.manifest().module.shown(),
                 digest: module.manifest().shown_digest(module.digest()).to_owned(),
                 module_digest: module
                     .manifest()
+                    .module
                     .artifact_digest
                     .is_some()
                     .then(|| module.digest().to_owned()),

@@ -128,12 +128,14 @@ impl Manifest {
         Ok(Manifest {
             path: path.to_owned(),
             name: raw.metadata.name,
+            module: ResolvedModule::file(spec.module.clone()),
+            candidate_module: spec
+                .rollout
+                .as_ref()
+                .map(|r| ResolvedModule::file(r.candidate.clone())),
             spec,
             tenant: None,
-            module_ref: None,
-            candidate_ref: None,
             candidate: false,
-            artifact_digest: None,
         })
     }
 

@@ -23,24 +23,55 @@ pub struct Manifest {
     /// For a namespaced `Reconciler` object, its namespace: the guest is confined to it (see
     /// [`crate::manifest::tenancy`]). `None` for files and `ClusterReconciler`s.
     pub tenant: Option<String>,
-    /// The `oci://` reference `spec.module` was written as, once pulled: `spec.module` is then
-    /// the pulled file (see [`crate::guests::oci`]).
-    pub module_ref: Option<String>,
-    /// The `oci://` reference `spec.rollout.candidate` was written as, once pulled.
-    pub candidate_ref: Option<String>,
-    /// The digest of the registry artifact (its manifest's) `spec.module` was pulled as — what
-    /// `krec push` prints and an `oci://…@sha256:` reference names; `None` for a file.
-    pub artifact_digest: Option<String>,
+    /// The module the guest runs: `spec.module` itself for a file, the file it was pulled into
+    /// for an `oci://` reference (see `guests::oci`). `spec` stays as it was written.
+    pub module: ResolvedModule,
+    /// The module of `spec.rollout.candidate`, resolved likewise.
+    pub candidate_module: Option<ResolvedModule>,
     /// Whether this is a rollout's candidate (its logs say `version=candidate`), not the live
     /// version.
     pub candidate: bool,
+}
+
+/// A module as a guest runs it: the file, and for a module pulled from a registry the
+/// reference it was written as and the digest of the artifact it was pulled as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedModule {
+    /// The component's file.
+    pub file: PathBuf,
+    /// The `oci://` reference the manifest names it by; `None` for a file.
+    pub reference: Option<String>,
+    /// The digest of the registry artifact (its manifest's) it was pulled as — what `krec push`
+    /// prints and an `oci://…@sha256:` reference names; `None` for a file.
+    pub artifact_digest: Option<String>,
+}
+
+impl ResolvedModule {
+    /// A module that is the file `file` (or a reference not pulled yet).
+    pub fn file(file: PathBuf) -> Self {
+        ResolvedModule {
+            file,
+            reference: None,
+            artifact_digest: None,
+        }
+    }
+
+    /// How logs and status name it: the reference the manifest wrote, else the file.
+    pub fn shown(&self) -> String {
+        self.reference
+            .clone()
+            .unwrap_or_else(|| self.file.display().to_string())
+    }
 }
 
 impl Manifest {
     /// The digest to show for the module whose file has `file_digest`: its artifact's when it
     /// was pulled (what a rollback names), else the file's.
     pub fn shown_digest<'a>(&'a self, file_digest: &'a str) -> &'a str {
-        self.artifact_digest.as_deref().unwrap_or(file_digest)
+        self.module
+            .artifact_digest
+            .as_deref()
+            .unwrap_or(file_digest)
     }
 
     /// `live` or `candidate`: the `version` field of the guest's log lines.

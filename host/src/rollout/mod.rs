@@ -193,8 +193,7 @@ impl Rollout {
         tracing::info!(
             guest = %guest,
             "trying candidate {} ({}) in {} mode",
-            rollout.candidate.manifest().module_ref.clone()
-                .unwrap_or_else(|| rollout.spec.candidate.display().to_string()),
+            rollout.candidate.manifest().module.shown(),
             rollout.candidate.digest(),
             rollout.mode_name()
         );
@@ -465,8 +464,7 @@ impl Rollout {
         };
         json!({
             "guest": self.guest,
-            "candidate": self.candidate.manifest().module_ref.clone()
-                .unwrap_or_else(|| self.spec.candidate.display().to_string()),
+            "candidate": self.candidate.manifest().module.shown(),
             "digest": self.candidate.digest(),
             "mode": self.mode_name(),
             "phase": phase,

@@ -51,10 +51,7 @@ impl Header {
         Header {
             recording: FORMAT.into(),
             guest: manifest.name.clone(),
-            module: manifest
-                .module_ref
-                .clone()
-                .unwrap_or_else(|| manifest.spec.module.display().to_string()),
+            module: manifest.module.shown(),
             digest: digest.to_owned(),
             config: manifest.spec.config.clone(),
             permissions: manifest
