@@ -79,9 +79,9 @@ fn manifest_for(
         }
     };
     manifest.spec.module = module.to_owned();
-    manifest.module = crate::manifest::ResolvedModule::file(module.to_owned());
+    manifest.pulled = None;
     manifest.spec.rollout = None;
-    manifest.candidate_module = None;
+    manifest.candidate_pulled = None;
     Ok(manifest)
 }
 

@@ -295,8 +295,8 @@ impl GuestModule {
         cache: &ModuleCache,
     ) -> Result<Self, LoadError> {
         // A pulled module is named as the manifest names it, not by where it is kept.
-        let path = manifest.module.shown();
-        let bytes = read_module(&manifest.module.file).map_err(|source| LoadError::Read {
+        let path = manifest.spec.module.display().to_string();
+        let bytes = read_module(manifest.module_file()).map_err(|source| LoadError::Read {
             path: path.clone(),
             source,
         })?;

@@ -11,7 +11,7 @@ use crate::cluster::ClusterAccess;
 use crate::cluster::cache::{Informer, InformerUse, SYNC_TIMEOUT};
 use crate::cluster::live::{LiveCluster, Reads};
 use crate::guest::{GuestModule, GuestWorker};
-use crate::manifest::{Manifest, ResolvedModule};
+use crate::manifest::Manifest;
 use krec_core::Gvk;
 
 /// The namespace scopes a guest's informers use: its `namespaces`, or all.
@@ -135,11 +135,8 @@ impl Manager {
         }
         candidate.spec.rollout = None;
         candidate.candidate = true;
-        candidate.module = manifest
-            .candidate_module
-            .clone()
-            .unwrap_or_else(|| ResolvedModule::file(rollout.candidate.clone()));
-        candidate.candidate_module = None;
+        candidate.pulled = manifest.candidate_pulled.clone();
+        candidate.candidate_pulled = None;
         let module = self.load_module(Arc::new(candidate)).await?;
         let access: Arc<dyn ClusterAccess> = match rollout.mode {
             crate::manifest::RolloutMode::Shadow => Arc::new(crate::rollout::Replay::new(

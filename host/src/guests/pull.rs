@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Manager;
 use super::running::Background;
-use crate::manifest::{Manifest, ManifestError, ResolvedModule};
+use crate::manifest::{Manifest, ManifestError, PulledModule};
 
 /// How long the host's start waits for the modules it pulls before it starts without the guests
 /// whose registries are slower (the watch loop starts them once pulled).
@@ -17,7 +17,7 @@ pub const START_PULL_WAIT: Duration = Duration::from_secs(30);
 pub const PULL_DEADLINE: Duration = Duration::from_secs(120);
 
 impl Manager {
-    /// `scanned` with every `oci://` module resolved and pulled: its [`Manifest::module`] the local
+    /// `scanned` with every `oci://` module resolved and pulled: its [`Manifest::pulled`] the local
     /// file, or the manifest refused (`PullFailed`), so a running version stays.
     pub(super) async fn pull_modules(
         &self,
@@ -43,20 +43,20 @@ impl Manager {
     ) -> Result<Manifest, ManifestError> {
         let module = manifest.spec.module.clone();
         if let Some((file, digest)) = self.pull(&manifest, &module, "spec.module", wait).await? {
-            manifest.module = ResolvedModule {
+            manifest.pulled = Some(PulledModule {
+                reference: module,
                 file,
-                reference: Some(module.display().to_string()),
                 artifact_digest: Some(digest),
-            };
+            });
         }
         if let Some(candidate) = manifest.spec.rollout.as_ref().map(|r| r.candidate.clone())
             && let Some((file, _)) = self
                 .pull(&manifest, &candidate, "spec.rollout.candidate", wait)
                 .await?
         {
-            manifest.candidate_module = Some(ResolvedModule {
+            manifest.candidate_pulled = Some(PulledModule {
+                reference: candidate,
                 file,
-                reference: Some(candidate.display().to_string()),
                 artifact_digest: None,
             });
         }
@@ -167,10 +167,8 @@ impl Manager {
             .filter(|g| {
                 g.manifest.spec.pull.policy == crate::manifest::PullPolicy::Always
                     && g.manifest
-                        .module
-                        .reference
-                        .as_deref()
-                        .is_some_and(|r| !r.contains('@'))
+                        .pulled_module()
+                        .is_some_and(|p| !p.reference.to_string_lossy().contains('@'))
             })
             .map(|g| g.manifest.spec.pull.every)
             .min()

@@ -429,13 +429,12 @@ fn observe(
             let stats = controller.stats();
             Some(Running {
                 replica: identity.to_owned(),
-                module: module.manifest().module.shown(),
+                module: module.manifest().spec.module.display().to_string(),
                 digest: module.manifest().shown_digest(module.digest()).to_owned(),
                 module_digest: module
                     .manifest()
-                    .module
-                    .artifact_digest
-                    .is_some()
+                    .pulled_module()
+                    .is_some_and(|p| p.artifact_digest.is_some())
                     .then(|| module.digest().to_owned()),
                 version: controller.version().number,
                 reconciles: stats.total(),

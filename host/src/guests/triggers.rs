@@ -485,7 +485,7 @@ impl Manager {
             .map(|m| m.spec.module)
             .collect();
         let guests = self.inner.guests.lock().await;
-        paths.extend(guests.values().map(|g| g.manifest.module.file.clone()));
+        paths.extend(guests.values().map(|g| g.manifest.module_file().to_owned()));
         paths.into_iter().collect()
     }
 }

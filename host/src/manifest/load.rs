@@ -128,12 +128,9 @@ impl Manifest {
         Ok(Manifest {
             path: path.to_owned(),
             name: raw.metadata.name,
-            module: ResolvedModule::file(spec.module.clone()),
-            candidate_module: spec
-                .rollout
-                .as_ref()
-                .map(|r| ResolvedModule::file(r.candidate.clone())),
             spec,
+            pulled: None,
+            candidate_pulled: None,
             tenant: None,
             candidate: false,
         })

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
@@ -23,55 +23,50 @@ pub struct Manifest {
     /// For a namespaced `Reconciler` object, its namespace: the guest is confined to it (see
     /// [`crate::manifest::tenancy`]). `None` for files and `ClusterReconciler`s.
     pub tenant: Option<String>,
-    /// The module the guest runs: `spec.module` itself for a file, the file it was pulled into
-    /// for an `oci://` reference (see `guests::oci`). `spec` stays as it was written.
-    pub module: ResolvedModule,
-    /// The module of `spec.rollout.candidate`, resolved likewise.
-    pub candidate_module: Option<ResolvedModule>,
+    /// The registry module `spec.module` names (`oci://…`), once pulled into a file (see
+    /// `guests::oci`); `spec` stays as it was written. [`Manifest::module_file`] is the file
+    /// the guest runs.
+    pub pulled: Option<PulledModule>,
+    /// The registry module `spec.rollout.candidate` names, once pulled.
+    pub candidate_pulled: Option<PulledModule>,
     /// Whether this is a rollout's candidate (its logs say `version=candidate`), not the live
     /// version.
     pub candidate: bool,
 }
 
-/// A module as a guest runs it: the file, and for a module pulled from a registry the
-/// reference it was written as and the digest of the artifact it was pulled as.
+/// A module pulled from a registry: the reference it was named by, the file it is kept in
+/// and the digest of the artifact it was pulled as.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResolvedModule {
-    /// The component's file.
+pub struct PulledModule {
+    /// The `oci://` reference, as the manifest writes it.
+    pub reference: PathBuf,
+    /// Where the component is kept.
     pub file: PathBuf,
-    /// The `oci://` reference the manifest names it by; `None` for a file.
-    pub reference: Option<String>,
-    /// The digest of the registry artifact (its manifest's) it was pulled as — what `krec push`
-    /// prints and an `oci://…@sha256:` reference names; `None` for a file.
+    /// The digest of the registry artifact (its manifest's) — what `krec push` prints and an
+    /// `oci://…@sha256:` reference names.
     pub artifact_digest: Option<String>,
-}
-
-impl ResolvedModule {
-    /// A module that is the file `file` (or a reference not pulled yet).
-    pub fn file(file: PathBuf) -> Self {
-        ResolvedModule {
-            file,
-            reference: None,
-            artifact_digest: None,
-        }
-    }
-
-    /// How logs and status name it: the reference the manifest wrote, else the file.
-    pub fn shown(&self) -> String {
-        self.reference
-            .clone()
-            .unwrap_or_else(|| self.file.display().to_string())
-    }
 }
 
 impl Manifest {
     /// The digest to show for the module whose file has `file_digest`: its artifact's when it
     /// was pulled (what a rollback names), else the file's.
     pub fn shown_digest<'a>(&'a self, file_digest: &'a str) -> &'a str {
-        self.module
-            .artifact_digest
-            .as_deref()
+        self.pulled_module()
+            .and_then(|p| p.artifact_digest.as_deref())
             .unwrap_or(file_digest)
+    }
+
+    /// The registry module `spec.module` names, if it was pulled.
+    pub fn pulled_module(&self) -> Option<&PulledModule> {
+        self.pulled
+            .as_ref()
+            .filter(|p| p.reference == self.spec.module)
+    }
+
+    /// The file the guest runs: `spec.module`, or the file the registry module it names was
+    /// pulled into.
+    pub fn module_file(&self) -> &Path {
+        self.pulled_module().map_or(&self.spec.module, |p| &p.file)
     }
 
     /// `live` or `candidate`: the `version` field of the guest's log lines.

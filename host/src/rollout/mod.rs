@@ -193,7 +193,7 @@ impl Rollout {
         tracing::info!(
             guest = %guest,
             "trying candidate {} ({}) in {} mode",
-            rollout.candidate.manifest().module.shown(),
+            rollout.candidate.manifest().spec.module.display(),
             rollout.candidate.digest(),
             rollout.mode_name()
         );
@@ -464,7 +464,7 @@ impl Rollout {
         };
         json!({
             "guest": self.guest,
-            "candidate": self.candidate.manifest().module.shown(),
+            "candidate": self.candidate.manifest().spec.module.display().to_string(),
             "digest": self.candidate.digest(),
             "mode": self.mode_name(),
             "phase": phase,

@@ -51,7 +51,7 @@ impl Header {
         Header {
             recording: FORMAT.into(),
             guest: manifest.name.clone(),
-            module: manifest.module.shown(),
+            module: manifest.spec.module.display().to_string(),
             digest: digest.to_owned(),
             config: manifest.spec.config.clone(),
             permissions: manifest
