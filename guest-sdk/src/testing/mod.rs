@@ -56,7 +56,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use krec_apiserver::local::LocalClient;
-use krec_apiserver::{ApiError, ResourceType, ResourceTypes, Store, ensure_namespaces};
+use krec_apiserver::{ResourceType, ResourceTypes, Store, ensure_namespaces};
 
 mod admission;
 pub use admission::Mutated;
@@ -131,11 +131,6 @@ impl Default for FakeCluster {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The SDK error for an API server error, as the host maps them.
-fn error(err: ApiError) -> Error {
-    Error::from(err)
 }
 
 fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
@@ -298,11 +293,11 @@ impl Inner {
     fn resolve(&self, gvk: &GroupVersionKind) -> Result<ResourceType> {
         self.client
             .resolve(&gvk.group, &gvk.version, &gvk.kind)
-            .map_err(error)
+            .map_err(Error::from)
     }
 
     fn create_value(&self, object: Value) -> Result<Value> {
-        let created = self.client.create(object).map_err(error)?;
+        let created = self.client.create(object).map_err(Error::from)?;
         Ok(Arc::unwrap_or_clone(created))
     }
 
@@ -338,7 +333,7 @@ impl Host for Inner {
         text(
             self.client
                 .get(&rt, namespace, name)
-                .map_err(error)?
+                .map_err(Error::from)?
                 .as_ref(),
         )
     }
@@ -353,14 +348,14 @@ impl Host for Inner {
                 params.label_selector.as_deref(),
                 params.field_selector.as_deref(),
             )
-            .map_err(error)?;
+            .map_err(Error::from)?;
         items.iter().map(|o| text(o)).collect()
     }
 
     fn create(&self, object: &str) -> Result<String> {
         let value: Value = serde_json::from_str(object)?;
         // An unserved kind is refused before the write is counted, as for every write.
-        let rt = self.client.resolve_object(&value).map_err(error)?;
+        let rt = self.client.resolve_object(&value).map_err(Error::from)?;
         let name = meta_str(&value, "name")
             .or_else(|| meta_str(&value, "generateName"))
             .unwrap_or_default()
@@ -371,13 +366,18 @@ impl Host for Inner {
 
     fn update(&self, object: &str, status: bool) -> Result<String> {
         let value: Value = serde_json::from_str(object)?;
-        let rt = self.client.resolve_object(&value).map_err(error)?;
+        let rt = self.client.resolve_object(&value).map_err(Error::from)?;
         let name = meta_str(&value, "name")
             .filter(|n| !n.is_empty())
             .ok_or_else(|| Error::Invalid(format!("{}: metadata.name is required", rt.kind)))?;
         let verb = if status { "update-status" } else { "update" };
         self.write(verb, &rt.kind, meta_str(&value, "namespace"), name)?;
-        text(self.client.update(value, status).map_err(error)?.as_ref())
+        text(
+            self.client
+                .update(value, status)
+                .map_err(Error::from)?
+                .as_ref(),
+        )
     }
 
     fn patch(
@@ -396,7 +396,7 @@ impl Host for Inner {
         let patched = self
             .client
             .patch(&rt, namespace, name, patch_type, &body, status)
-            .map_err(error)?;
+            .map_err(Error::from)?;
         text(&patched)
     }
 
@@ -417,7 +417,7 @@ impl Host for Inner {
                 preconditions.and_then(|p| p.uid.clone()),
                 preconditions.and_then(|p| p.resource_version.clone()),
             )
-            .map_err(error)
+            .map_err(Error::from)
     }
 
     fn record_event(
