@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use common::{median_min_max, quick};
-use krec::cluster::{ClusterAccess, MemoryCluster};
+use krec::cluster::{ClusterAccess, ClusterCalls, MemoryCluster};
 use krec::controller::queue::{RateLimit, WorkQueue};
 use krec::guest::{Engines, GuestModule, GuestWorker};
 use krec::manifest::Manifest;

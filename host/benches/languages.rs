@@ -34,7 +34,7 @@ use std::time::Instant;
 use common::{
     free_port, http_get, median_min_max, percentile, quick, repo, rss_pss_kib, rss_pss_kib_of,
 };
-use krec::cluster::{ClusterAccess, MemoryCluster};
+use krec::cluster::{ClusterAccess, ClusterCalls, MemoryCluster};
 use krec::guest::{Engines, GuestModule, GuestWorker, ModuleCache};
 use krec::manifest::Manifest;
 use serde_json::json;

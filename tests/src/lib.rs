@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use krec::cluster::{ClusterAccess, MemoryCluster};
+use krec::cluster::{ClusterCalls, MemoryCluster};
 use krec::guest::{Action, GuestModule, GuestWorker, ReconcileError};
 use krec::manifest::Manifest;
 use krec_core::Gvk;
@@ -359,10 +359,11 @@ impl Live {
         let manifest = Arc::new(manifest);
         let module =
             GuestModule::load(engine, linker, manifest.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let cluster = Arc::new(krec::cluster::live::LiveCluster::new(
+        let live = Arc::new(krec::cluster::live::LiveCluster::new(
             self.manager.cache().clone(),
             &manifest,
         ));
+        let cluster = Arc::new(krec::cluster::Logged::new(live, &manifest.name));
         GuestWorker::new(Arc::new(module), cluster)
     }
 

@@ -27,15 +27,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::ClusterAccess;
+use super::{ClusterAccess, Reply, Request, Target};
 use crate::cluster::cache::{Cache, Content, Informer, InformerUse, SYNC_TIMEOUT};
 use crate::cluster::client::ApiClient;
 use crate::manifest::Manifest;
 use krec_core::ObjectKey;
 use krec_core::selector::{FieldSelector, LabelSelector};
 use krec_core::{
-    CallError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
-    json_text,
+    CallError, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind, json_text,
 };
 
 /// The field manager a guest's writes are attributed to: `krec-<guest>`.
@@ -123,8 +122,6 @@ pub struct LiveCluster {
     /// Where `krec_read_your_writes_*` are counted (series made on a guest's first wait: most
     /// guests never wait, and an idle guest should cost little).
     metrics: Option<Arc<crate::process::metrics::Metrics>>,
-    /// Sharded guests: writes go out only while this replica holds the guest's Lease.
-    fence: Option<Arc<super::fence::Fence>>,
 }
 
 /// The longest a read waits for the cache to reflect the guest's own write.
@@ -233,7 +230,6 @@ impl LiveCluster {
             written: Mutex::default(),
             read_from: Mutex::default(),
             metrics: None,
-            fence: None,
         }
     }
 
@@ -241,23 +237,6 @@ impl LiveCluster {
     pub fn with_reads(mut self, reads: Arc<Reads>) -> Self {
         self.reads = reads;
         self
-    }
-
-    /// Send writes only while `fence` is open (guests sharded across replicas).
-    pub fn with_fence(mut self, fence: Arc<super::fence::Fence>) -> Self {
-        self.fence = Some(fence);
-        self
-    }
-
-    /// Run `write` within the guest's fence, if it has one (sharded guests).
-    async fn fenced<T>(
-        &self,
-        write: impl std::future::Future<Output = Result<T, CallError>>,
-    ) -> Result<T, CallError> {
-        match &self.fence {
-            Some(fence) => fence.write(write).await,
-            None => write.await,
-        }
     }
 
     /// Count read-your-own-writes waits in `metrics`.
@@ -335,19 +314,6 @@ impl LiveCluster {
                 })
                 .unwrap_or_default();
             writes.prune(&informers);
-        }
-    }
-
-    /// Note the write whose answer is `object`.
-    fn wrote_object(&self, object: &Value) {
-        if let Ok(gvk) = Gvk::of_object(object) {
-            let meta = |f: &str| object.get("metadata")?.get(f)?.as_str();
-            self.wrote(
-                &gvk,
-                meta("namespace"),
-                meta("name"),
-                meta("resourceVersion"),
-            );
         }
     }
 
@@ -481,39 +447,6 @@ impl LiveCluster {
     }
 }
 
-/// `Kind ns/name` of an object, for log lines.
-fn describe(gvk: &Gvk, namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{} {ns}/{name}", gvk.kind),
-        None => format!("{} {name}", gvk.kind),
-    }
-}
-
-impl LiveCluster {
-    /// Log a write the guest made (target `krec::cluster::client`, debug): what `krec dev` shows.
-    fn logged<T>(
-        &self,
-        verb: &str,
-        what: String,
-        result: Result<T, CallError>,
-    ) -> Result<T, CallError> {
-        match &result {
-            Ok(_) => tracing::debug!(target: "krec::client", "{}: {verb} {what}", self.guest),
-            // A failure reaches the guest, and the reconcile's own error line says it when the
-            // guest passes it on: at debug level it would be said twice per retry.
-            Err(err) => {
-                tracing::trace!(target: "krec::client", "{}: {verb} {what} failed: {err}", self.guest)
-            }
-        }
-        result
-    }
-}
-
-/// A cached object's text, parsed.
-fn parse(json: &str) -> Result<Value, CallError> {
-    serde_json::from_str(json).map_err(|e| CallError::Other(format!("decoding an object: {e}")))
-}
-
 fn parse_selectors(
     options: &ListOptions,
 ) -> Result<(Option<LabelSelector>, Option<FieldSelector>), CallError> {
@@ -532,23 +465,15 @@ fn parse_selectors(
     Ok((labels, fields))
 }
 
-#[async_trait]
-impl ClusterAccess for LiveCluster {
-    async fn get(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Value, CallError> {
-        parse(&self.get_json(gvk, namespace, name).await?)
-    }
-
-    async fn get_json(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Arc<str>, CallError> {
+impl LiveCluster {
+    /// A get: from the guest's informer when it has caught up with the guest's writes,
+    /// otherwise from the API server.
+    async fn get(&self, target: Target<'_>) -> Result<Arc<str>, CallError> {
+        let Target {
+            gvk,
+            namespace,
+            name,
+        } = target;
         let informers = match self.readers(gvk, namespace).await? {
             Some(informers)
                 if self
@@ -574,23 +499,8 @@ impl ClusterAccess for LiveCluster {
         })
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
-        self.api.namespaced(gvk).await
-    }
-
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
-        self.list_json(gvk, options)
-            .await?
-            .iter()
-            .map(|json| parse(json))
-            .collect()
-    }
-
-    async fn list_json(
-        &self,
-        gvk: &Gvk,
-        options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, CallError> {
+    /// A list: from the guest's informers as a get, or from the API server.
+    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Arc<str>>, CallError> {
         let (labels, fields) = parse_selectors(options)?;
         let namespace = options.namespace.as_deref();
         let readers = if options.uncached {
@@ -628,93 +538,19 @@ impl ClusterAccess for LiveCluster {
         Ok(out)
     }
 
-    async fn create(&self, object: Value) -> Result<Value, CallError> {
-        let result = self
-            .fenced(self.api.create(&object, &self.field_manager))
-            .await;
-        if let Ok(created) = &result {
-            self.wrote_object(created);
-        }
-        self.logged("created", krec_core::describe(&object), result)
-    }
-
-    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
-        let result = self
-            .fenced(self.api.update(&object, status, &self.field_manager))
-            .await;
-        if let Ok(updated) = &result {
-            self.wrote_object(updated);
-        }
-        let verb = if status {
-            "updated the status of"
-        } else {
-            "updated"
-        };
-        self.logged(verb, krec_core::describe(&object), result)
-    }
-
-    async fn patch(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        patch_type: PatchType,
-        body: Value,
-        status: bool,
-    ) -> Result<Value, CallError> {
-        let result = self
-            .fenced(self.api.patch(
-                gvk,
-                namespace,
-                name,
-                patch_type,
-                &body,
-                status,
-                &self.field_manager,
-            ))
-            .await;
-        if let Ok(patched) = &result {
-            let version = patched
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str);
-            self.wrote(gvk, namespace, Some(name), version);
-        }
-        let verb = if status {
-            "patched the status of"
-        } else {
-            "patched"
-        };
-        self.logged(verb, describe(gvk, namespace, name), result)
-    }
-
-    async fn delete(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        preconditions: Option<&Preconditions>,
-    ) -> Result<(), CallError> {
-        let result = self
-            .fenced(self.api.delete(gvk, namespace, name, preconditions))
-            .await;
-        if let Ok(version) = &result {
-            self.wrote(gvk, namespace, Some(name), version.as_deref());
-        }
-        self.logged("deleted", describe(gvk, namespace, name), result.map(drop))
-    }
-
-    async fn write_json(
+    /// A whole-object write, sent as the guest wrote it; its answer noted for the read set.
+    async fn write(
         &self,
         kind: WriteKind,
         head: &ObjectHead,
         json: &str,
     ) -> Result<String, CallError> {
-        let result = self
-            .fenced(self.api.write_text(kind, head, json, &self.field_manager))
-            .await;
-        if let Ok(text) = &result
-            && self.read_your_writes.is_some()
-            && let Ok(written) = serde_json::from_str::<Written>(text)
+        let text = self
+            .api
+            .write_text(kind, head, json, &self.field_manager)
+            .await?;
+        if self.read_your_writes.is_some()
+            && let Ok(written) = serde_json::from_str::<Written>(&text)
         {
             let meta = written.metadata;
             self.wrote(
@@ -724,27 +560,87 @@ impl ClusterAccess for LiveCluster {
                 meta.resource_version.as_deref(),
             );
         }
-        let verb = match kind {
-            WriteKind::Create => "created",
-            WriteKind::Update => "updated",
-            WriteKind::UpdateStatus => "updated the status of",
-        };
-        let name = head.name.as_deref().unwrap_or("(generated name)");
-        let what = describe(&head.gvk, head.namespace.as_deref(), name);
-        self.logged(verb, what, result)
+        Ok(text)
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
-        let result = self.fenced(self.api.record_event(&event)).await;
-        let r = &event.regarding;
-        let what = format!(
-            "{} Event {} on {}: {}",
-            event.event_type.as_str(),
-            event.reason,
-            describe(&r.gvk, r.namespace.as_deref(), &r.name),
-            event.message
-        );
-        self.logged("recorded", what, result)
+    /// A patch; its answer noted for the read set.
+    async fn patch(
+        &self,
+        target: Target<'_>,
+        patch_type: PatchType,
+        body: &Value,
+        status: bool,
+    ) -> Result<String, CallError> {
+        let Target {
+            gvk,
+            namespace,
+            name,
+        } = target;
+        let patched = self
+            .api
+            .patch(
+                gvk,
+                namespace,
+                name,
+                patch_type,
+                body,
+                status,
+                &self.field_manager,
+            )
+            .await?;
+        let version = patched
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        self.wrote(gvk, namespace, Some(name), version);
+        serde_json::to_string(&patched)
+            .map_err(|e| CallError::Other(format!("encoding object: {e}")))
+    }
+
+    /// A delete; the version it left noted for the read set.
+    async fn delete(
+        &self,
+        target: Target<'_>,
+        preconditions: Option<&Preconditions>,
+    ) -> Result<(), CallError> {
+        let Target {
+            gvk,
+            namespace,
+            name,
+        } = target;
+        let version = self.api.delete(gvk, namespace, name, preconditions).await?;
+        self.wrote(gvk, namespace, Some(name), version.as_deref());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ClusterAccess for LiveCluster {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, CallError> {
+        Ok(match request {
+            Request::Get(target) => Reply::Object(self.get(target).await?),
+            Request::List { gvk, options } => Reply::Objects(self.list(gvk, options).await?),
+            Request::Namespaced(gvk) => Reply::Namespaced(self.api.namespaced(gvk).await?),
+            Request::Write { kind, head, json } => {
+                Reply::Stored(self.write(kind, head, json).await?)
+            }
+            Request::Patch {
+                target,
+                patch_type,
+                body,
+                status,
+            } => Reply::Stored(self.patch(target, patch_type, &body, status).await?),
+            Request::Delete {
+                target,
+                preconditions,
+            } => {
+                self.delete(target, preconditions).await?;
+                Reply::Done
+            }
+            Request::Event(event) => {
+                self.api.record_event(&event).await?;
+                Reply::Done
+            }
+        })
     }
 }
 

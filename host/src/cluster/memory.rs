@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::ClusterAccess;
+use super::{ClusterAccess, Reply, Request, Target};
 use krec_apiserver::local::LocalClient;
 use krec_apiserver::{ResourceType, ResourceTypes, Store, ensure_namespaces};
-use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use krec_core::{CallError, EventRecord, Gvk, WriteKind, json_text};
 
-/// An Event recorded through [`ClusterAccess::record_event`].
+/// An Event recorded through [`Request::Event`].
 pub type RecordedEvent = EventRecord;
 
 /// Most Events kept; older ones are dropped first, so a guest recording in a loop cannot grow
@@ -86,84 +86,101 @@ impl MemoryCluster {
     }
 }
 
-#[async_trait]
-impl ClusterAccess for MemoryCluster {
-    async fn get(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Value, CallError> {
-        let rt = self.resolve(gvk)?;
-        Ok(Arc::unwrap_or_clone(self.client.get(&rt, namespace, name)?))
+impl MemoryCluster {
+    /// A whole-object write given as text.
+    fn write(&self, kind: WriteKind, json: &str) -> Result<Arc<Value>, CallError> {
+        let object: Value = serde_json::from_str(json)
+            .map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
+        Ok(match kind {
+            WriteKind::Create => self.client.create(object)?,
+            WriteKind::Update => self.client.update(object, false)?,
+            WriteKind::UpdateStatus => self.client.update(object, true)?,
+        })
     }
 
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
-        Ok(self
-            .client
-            .namespaced(&gvk.group, &gvk.version, &gvk.kind)?)
-    }
-
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
-        let rt = self.resolve(gvk)?;
-        let items = self.client.list(
-            &rt,
-            options.namespace.as_deref(),
-            options.label_selector.as_deref(),
-            options.field_selector.as_deref(),
-        )?;
-        Ok(items.into_iter().map(Arc::unwrap_or_clone).collect())
-    }
-
-    async fn create(&self, object: Value) -> Result<Value, CallError> {
-        Ok(Arc::unwrap_or_clone(self.client.create(object)?))
-    }
-
-    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
-        Ok(Arc::unwrap_or_clone(self.client.update(object, status)?))
-    }
-
-    async fn patch(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        patch_type: PatchType,
-        body: Value,
-        status: bool,
-    ) -> Result<Value, CallError> {
-        let rt = self.resolve(gvk)?;
-        let patched = self
-            .client
-            .patch(&rt, namespace, name, patch_type, &body, status)?;
-        Ok(Arc::unwrap_or_clone(patched))
-    }
-
-    async fn delete(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        preconditions: Option<&Preconditions>,
-    ) -> Result<(), CallError> {
-        let rt = self.resolve(gvk)?;
-        Ok(self.client.delete(
-            &rt,
-            namespace,
-            name,
-            preconditions.and_then(|p| p.uid.clone()),
-            preconditions.and_then(|p| p.resource_version.clone()),
-        )?)
-    }
-
-    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
+    fn record(&self, event: EventRecord) {
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         if events.len() >= MAX_EVENTS {
             events.pop_front();
         }
         events.push_back(event);
-        Ok(())
     }
+}
+
+#[async_trait]
+impl ClusterAccess for MemoryCluster {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, CallError> {
+        Ok(match request {
+            Request::Get(Target {
+                gvk,
+                namespace,
+                name,
+            }) => {
+                let rt = self.resolve(gvk)?;
+                Reply::Object(json_text(&*self.client.get(&rt, namespace, name)?)?)
+            }
+            Request::List { gvk, options } => {
+                let rt = self.resolve(gvk)?;
+                let items = self.client.list(
+                    &rt,
+                    options.namespace.as_deref(),
+                    options.label_selector.as_deref(),
+                    options.field_selector.as_deref(),
+                )?;
+                Reply::Objects(
+                    items
+                        .iter()
+                        .map(|o| json_text(o))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            Request::Namespaced(gvk) => Reply::Namespaced(self.client.namespaced(
+                &gvk.group,
+                &gvk.version,
+                &gvk.kind,
+            )?),
+            Request::Write { kind, json, .. } => Reply::Stored(text(&*self.write(kind, json)?)?),
+            Request::Patch {
+                target,
+                patch_type,
+                body,
+                status,
+            } => {
+                let rt = self.resolve(target.gvk)?;
+                let patched = self.client.patch(
+                    &rt,
+                    target.namespace,
+                    target.name,
+                    patch_type,
+                    &body,
+                    status,
+                )?;
+                Reply::Stored(text(&patched)?)
+            }
+            Request::Delete {
+                target,
+                preconditions,
+            } => {
+                let rt = self.resolve(target.gvk)?;
+                self.client.delete(
+                    &rt,
+                    target.namespace,
+                    target.name,
+                    preconditions.and_then(|p| p.uid.clone()),
+                    preconditions.and_then(|p| p.resource_version.clone()),
+                )?;
+                Reply::Done
+            }
+            Request::Event(event) => {
+                self.record(event);
+                Reply::Done
+            }
+        })
+    }
+}
+
+fn text(object: &Value) -> Result<String, CallError> {
+    serde_json::to_string(object).map_err(|e| CallError::Other(format!("encoding object: {e}")))
 }
 
 #[cfg(test)]
@@ -171,6 +188,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cluster::ClusterCalls;
+    use krec_core::Preconditions;
 
     fn cm(name: &str, data: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap",

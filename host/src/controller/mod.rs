@@ -97,6 +97,9 @@ pub struct Version {
     pub installed: Instant,
     /// The candidate tried beside it (`spec.rollout`), until promoted or rolled back.
     pub rollout: Option<Arc<Rollout>>,
+    /// The guest's rollouts beyond that one and its recording: handed from each version to
+    /// the next, so a recording or a decided rollout's report outlives a swap.
+    rollouts: Arc<GuestRollouts>,
     first_reconcile: OnceLock<Instant>,
 }
 
@@ -110,6 +113,7 @@ impl Version {
             number: 1,
             installed: Instant::now(),
             rollout: None,
+            rollouts: Arc::default(),
             first_reconcile: OnceLock::new(),
         }
     }
@@ -128,6 +132,7 @@ impl Version {
             number,
             installed: self.installed,
             rollout,
+            rollouts: self.rollouts.clone(),
             first_reconcile: self.first_reconcile.clone(),
         }
     }
@@ -237,8 +242,6 @@ pub struct Controller {
     mapper: Mutex<Option<JoinHandle<()>>>,
     /// Queues every key each time the gate opens (see [`Controller::new`]).
     opener: Mutex<Option<JoinHandle<()>>>,
-    /// Its rollouts beyond the one running beside its version, and its recording.
-    rollouts: GuestRollouts,
 }
 
 impl std::fmt::Debug for Controller {
@@ -339,13 +342,17 @@ impl Controller {
             for_informers: Mutex::new(Vec::new()),
             informers: Mutex::new(Vec::new()),
             trap_streaks: Mutex::new(std::collections::HashMap::new()),
-            rollouts: GuestRollouts::default(),
         })
     }
 
     /// Where `krec record` starts and stops a recording of this guest's reconciles.
-    pub fn recording(&self) -> &recording::Slot {
-        self.rollouts.recording()
+    pub fn recording(&self) -> Arc<recording::Slot> {
+        self.version.load().rollouts.recording().clone()
+    }
+
+    /// The guest's rollouts beyond the running one (held by its versions, one after another).
+    fn rollouts(&self) -> Arc<GuestRollouts> {
+        self.version.load().rollouts.clone()
     }
 
     /// The candidate being tried beside the running version, if one is.
@@ -357,7 +364,7 @@ impl Controller {
     pub fn rollout_report(&self) -> Option<serde_json::Value> {
         match self.rollout() {
             Some(rollout) => Some(rollout.report()),
-            None => self.rollouts.concluded(),
+            None => self.rollouts().concluded(),
         }
     }
 
@@ -387,13 +394,13 @@ impl Controller {
                 controller.conclude(&rollout, &decision);
             }
         });
-        self.rollouts.conclude_with(task);
+        self.rollouts().conclude_with(task);
     }
 
     /// Record that `spec`'s candidate could not be loaded (`problem`): the rollout's report
     /// says so, rolled back before it started.
     pub fn candidate_refused(&self, spec: &crate::manifest::RolloutSpec, problem: &str) {
-        self.rollouts.refused(&self.name, spec, problem);
+        self.rollouts().refused(&self.name, spec, problem);
     }
 
     /// Decide the running rollout by hand; `false` when none runs or it is decided already.
@@ -404,7 +411,7 @@ impl Controller {
     /// Forget the last rollout's report: its manifest no longer has `spec.rollout`, so its
     /// status and condition go.
     pub fn forget_rollout(&self) {
-        self.rollouts.forget();
+        self.rollouts().forget();
     }
 
     /// Why no candidate is being tried, and how to try one: for a refused promote or abort.
@@ -435,7 +442,7 @@ impl Controller {
         {
             return Err(RetryRefused::Trying);
         }
-        match self.rollouts.take_rolled_back() {
+        match self.rollouts().take_rolled_back() {
             Some(last) => {
                 self.try_candidate(last.again());
                 Ok(())
@@ -456,7 +463,7 @@ impl Controller {
         }
         rollout.stop();
         let promoted = matches!(decision, Decision::Promote(_));
-        self.rollouts.decided(rollout, promoted);
+        current.rollouts.decided(rollout, promoted);
         let next = if promoted {
             // Versions of the module: the same module promoted keeps its number.
             let number = if rollout.candidate().digest() == current.module.digest() {
@@ -571,10 +578,11 @@ impl Controller {
         for_informers: Vec<Arc<Informer>>,
     ) -> Arc<Version> {
         self.queue.set_rate_limit(rate_limit_of(&module));
-        // A rollout of the old version ends with it (the new one starts its own).
-        self.rollouts.stop_concluding();
-        let mut version = Version::new(module, cluster);
         let old = self.version.load_full();
+        // A rollout of the old version ends with it (the new one starts its own).
+        old.rollouts.stop_concluding();
+        let mut version = Version::new(module, cluster);
+        version.rollouts = old.rollouts.clone();
         // Versions of the module: a spec change that keeps the module keeps its number.
         version.number = if old.module.digest() == version.module.digest() {
             old.number

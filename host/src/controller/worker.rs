@@ -58,7 +58,7 @@ impl Controller {
                 let _ = version.first_reconcile.set(started);
             };
             let (namespace, name) = (request.namespace.as_deref(), request.name.as_str());
-            let sink = self.rollouts.recording().sink();
+            let sink = version.rollouts.recording().sink();
             let (result, guest) = guests
                 .reconcile(running, sink, namespace, name, entering)
                 .await;

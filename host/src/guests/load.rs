@@ -7,9 +7,9 @@ use std::sync::Arc;
 use super::Manager;
 use super::report::StartError;
 use super::running::{Background, Loading, Prepared, ToLoad, Version};
-use crate::cluster::ClusterAccess;
 use crate::cluster::cache::{Informer, InformerUse, SYNC_TIMEOUT};
 use crate::cluster::live::{LiveCluster, Reads};
+use crate::cluster::{ClusterAccess, Fenced, Logged};
 use crate::guest::{GuestModule, GuestWorker};
 use crate::manifest::Manifest;
 use krec_core::Gvk;
@@ -98,13 +98,15 @@ impl Manager {
         reads: Arc<Reads>,
     ) -> Result<Prepared, StartError> {
         let module = self.load_module(manifest.clone()).await?;
-        let mut live = LiveCluster::new(self.inner.cache.clone(), &manifest)
-            .with_reads(reads)
-            .with_metrics(self.inner.metrics.clone());
+        let mut cluster: Arc<dyn ClusterAccess> = Arc::new(
+            LiveCluster::new(self.inner.cache.clone(), &manifest)
+                .with_reads(reads)
+                .with_metrics(self.inner.metrics.clone()),
+        );
         if let Some(tenures) = &self.inner.tenures {
-            live = live.with_fence(tenures.fence(&manifest.name));
+            cluster = Arc::new(Fenced::new(cluster, tenures.fence(&manifest.name)));
         }
-        let cluster: Arc<dyn ClusterAccess> = Arc::new(live);
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(Logged::new(cluster, &manifest.name));
         // Instantiate once: a module whose start function traps is refused here.
         GuestWorker::new(module.clone(), cluster.clone())
             .warm_up()

@@ -427,6 +427,7 @@ mod tests {
         let manager = manager(&["a"], vec![manifest("a", "Secret")]).await;
         let controller = manager.controller("a").expect("guest a");
         // A read of ConfigMaps, as the guest's `list` makes it: the cache starts their watch.
+        use crate::cluster::ClusterCalls;
         let cluster = controller.version().cluster.clone();
         cluster
             .list(

@@ -11,6 +11,7 @@ pub mod files;
 mod load;
 pub mod module_ref;
 pub mod objects;
+mod rollout;
 mod schema;
 pub mod tenancy;
 pub mod types;
@@ -19,6 +20,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use rollout::{PromotePolicy, RolloutMode, RolloutSpec};
 pub use types::*;
 pub use units::{UnitError, parse_cpu, parse_duration, parse_quantity};
 pub use validate::{cluster_scoped_namespaces, is_builtin_cluster_scoped};

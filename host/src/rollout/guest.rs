@@ -14,7 +14,7 @@ use crate::manifest::{RolloutMode, RolloutSpec};
 /// A guest's rollouts (see the module's docs).
 #[derive(Default)]
 pub struct GuestRollouts {
-    recording: Slot,
+    recording: Arc<Slot>,
     /// Acts on the running rollout's decision.
     concluder: Mutex<Option<JoinHandle<()>>>,
     /// The report of the last rollout decided (promoted or rolled back).
@@ -25,7 +25,7 @@ pub struct GuestRollouts {
 
 impl GuestRollouts {
     /// The recording the workers write to, while one runs.
-    pub fn recording(&self) -> &Slot {
+    pub fn recording(&self) -> &Arc<Slot> {
         &self.recording
     }
 

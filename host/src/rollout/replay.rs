@@ -20,12 +20,12 @@ use serde_json::Value;
 
 use super::compare::normalised;
 use super::tape::{
-    Answer, Event, Json, KindName, Read, ReadCall, Reconcile, Tape, Verb, Write, delete_write,
-    object_write, patch_write, unit_answer, value_answer,
+    Answer, Event, Expect, Json, KindName, Read, ReadCall, Reconcile, Tape, Verb, Write, answer_of,
+    read_of, write_of,
 };
-use crate::cluster::ClusterAccess;
 use crate::cluster::client::ApiClient;
-use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions};
+use crate::cluster::{ClusterAccess, Reply, Request, Target};
+use krec_core::{CallError, PatchType, WriteKind};
 
 /// The recorded answers of one reconcile, as they are served.
 #[derive(Default)]
@@ -112,16 +112,12 @@ impl Replay {
         Some(answer)
     }
 
-    /// `call`'s answer: recorded, from the fallback (`ask`), or refused as missing.
-    async fn read<F, Fut>(&self, call: ReadCall, ask: F) -> Answer
-    where
-        F: FnOnce(Arc<dyn ClusterAccess>) -> Fut,
-        Fut: std::future::Future<Output = Answer>,
-    {
+    /// A read's answer: recorded, from the fallback, or refused as missing.
+    async fn read(&self, call: ReadCall, request: Request<'_>) -> Answer {
         let answer = match self.recorded(&call) {
             Some(answer) => answer,
             None => match &self.fallback {
-                Some(fallback) => ask(fallback.clone()).await,
+                Some(fallback) => answer_of(&fallback.call(request).await),
                 None => {
                     let text = call.to_string();
                     self.lock().missing.push(text.clone());
@@ -204,12 +200,9 @@ impl Replay {
         Some(answer)
     }
 
-    /// The answer of `write`: recorded, from a dry run (`send`), or the object as written.
-    async fn write<F, Fut>(&self, mut write: Write, send: F) -> Answer
-    where
-        F: FnOnce(DryRun) -> Fut,
-        Fut: std::future::Future<Output = Answer>,
-    {
+    /// The answer of `write` (`request` as the tape keeps it): recorded, from a dry run, or
+    /// the object as written.
+    async fn write(&self, mut write: Write, request: Request<'_>) -> Answer {
         let recorded = {
             let mut script = self.lock();
             let same_request =
@@ -234,7 +227,7 @@ impl Replay {
         let answer = match (recorded, &self.dry_run) {
             (Some(recorded), _) => recorded.answer,
             (None, _) if let Some(answer) = self.after_live_write(&write) => answer,
-            (None, Some(dry_run)) => send(dry_run.clone()).await,
+            (None, Some(dry_run)) => answer_of(&dry_run.send(request).await),
             (None, None) => match write.verb {
                 Verb::Delete => Answer::Object(Json(Arc::from("null"))),
                 Verb::Patch | Verb::PatchStatus => {
@@ -252,22 +245,6 @@ impl Replay {
     }
 }
 
-/// The answer of a write not yet made.
-fn pending() -> Answer {
-    Answer::Object(Json(Arc::from("null")))
-}
-
-/// An answer as an object.
-fn as_value(answer: Answer) -> Result<Value, CallError> {
-    match answer {
-        Answer::Object(json) => Ok(json.value()),
-        Answer::Error(err) => Err(err.error()),
-        Answer::Items(_) | Answer::Namespaced(_) => Err(CallError::Other(
-            "the recording answers this call with another kind of answer".into(),
-        )),
-    }
-}
-
 /// `object` without `metadata.resourceVersion`: a dry run of a write based on what the live
 /// version read, after the live version's own write moved the object on.
 fn unconditional(mut object: Value) -> Value {
@@ -277,196 +254,82 @@ fn unconditional(mut object: Value) -> Value {
     object
 }
 
-#[async_trait]
-impl ClusterAccess for Replay {
-    async fn get(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Value, CallError> {
-        let text = self.get_json(gvk, namespace, name).await?;
-        serde_json::from_str(&text).map_err(|e| CallError::Other(format!("recorded object: {e}")))
-    }
-
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
-        self.list_json(gvk, options)
-            .await?
-            .iter()
-            .map(|t| {
-                serde_json::from_str(t)
-                    .map_err(|e| CallError::Other(format!("recorded object: {e}")))
-            })
-            .collect()
-    }
-
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
-        let call = ReadCall::Namespaced {
-            kind: KindName::of(gvk),
-        };
-        let answer = self
-            .read(call, |fallback| async move {
-                match fallback.namespaced(gvk).await {
-                    Ok(namespaced) => Answer::Namespaced(namespaced),
-                    Err(err) => Answer::Error((&err).into()),
+impl DryRun {
+    /// `request` (a write) as a dry run, without the preconditions the live version's own
+    /// write has made stale.
+    async fn send(&self, request: Request<'_>) -> Result<Reply, CallError> {
+        let fm = &self.field_manager;
+        let stored = match request {
+            Request::Write { kind, json, .. } => {
+                let object: Value = serde_json::from_str(json)
+                    .map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
+                match kind {
+                    WriteKind::Create => self.api.create(&object, fm).await?,
+                    WriteKind::Update | WriteKind::UpdateStatus => {
+                        let status = kind == WriteKind::UpdateStatus;
+                        self.api.update(&unconditional(object), status, fm).await?
+                    }
                 }
-            })
-            .await;
-        match answer {
-            Answer::Namespaced(namespaced) => Ok(namespaced),
-            Answer::Error(err) => Err(err.error()),
-            _ => Err(CallError::Other(
-                "the recording answers this call with another kind of answer".into(),
-            )),
-        }
-    }
-
-    async fn get_json(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Arc<str>, CallError> {
-        let call = ReadCall::Get {
-            kind: KindName::of(gvk),
-            namespace: namespace.map(str::to_owned),
-            name: name.to_owned(),
-        };
-        let answer = self
-            .read(call, |fallback| async move {
-                match fallback.get_json(gvk, namespace, name).await {
-                    Ok(text) => Answer::Object(Json(text)),
-                    Err(err) => Answer::Error((&err).into()),
-                }
-            })
-            .await;
-        match answer {
-            Answer::Object(json) => Ok(json.0),
-            Answer::Error(err) => Err(err.error()),
-            _ => Err(CallError::Other(
-                "the recording answers this call with another kind of answer".into(),
-            )),
-        }
-    }
-
-    async fn list_json(
-        &self,
-        gvk: &Gvk,
-        options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, CallError> {
-        let call = ReadCall::List {
-            kind: KindName::of(gvk),
-            namespace: options.namespace.clone(),
-            label_selector: options.label_selector.clone(),
-            field_selector: options.field_selector.clone(),
-            uncached: options.uncached,
-        };
-        let answer = self
-            .read(call, |fallback| async move {
-                match fallback.list_json(gvk, options).await {
-                    Ok(items) => Answer::Items(items.into_iter().map(Json).collect()),
-                    Err(err) => Answer::Error((&err).into()),
-                }
-            })
-            .await;
-        match answer {
-            Answer::Items(items) => Ok(items.into_iter().map(|j| j.0).collect()),
-            Answer::Error(err) => Err(err.error()),
-            _ => Err(CallError::Other(
-                "the recording answers this call with another kind of answer".into(),
-            )),
-        }
-    }
-
-    async fn create(&self, object: Value) -> Result<Value, CallError> {
-        let write = object_write(Verb::Create, &object, pending());
-        as_value(
-            self.write(write, |d| async move {
-                value_answer(&d.api.create(&object, &d.field_manager).await)
-            })
-            .await,
-        )
-    }
-
-    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
-        let verb = if status {
-            Verb::UpdateStatus
-        } else {
-            Verb::Update
-        };
-        let write = object_write(verb, &object, pending());
-        as_value(
-            self.write(write, |d| async move {
-                let object = unconditional(object);
-                value_answer(&d.api.update(&object, status, &d.field_manager).await)
-            })
-            .await,
-        )
-    }
-
-    async fn patch(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        patch_type: PatchType,
-        body: Value,
-        status: bool,
-    ) -> Result<Value, CallError> {
-        let write = patch_write(gvk, namespace, name, patch_type, &body, status, pending());
-        as_value(
-            self.write(write, |d| async move {
+            }
+            Request::Patch {
+                target,
+                patch_type,
+                body,
+                status,
+            } => {
                 let body = match patch_type {
                     PatchType::Json => body,
                     _ => unconditional(body),
                 };
-                value_answer(
-                    &d.api
-                        .patch(
-                            gvk,
-                            namespace,
-                            name,
-                            patch_type,
-                            &body,
-                            status,
-                            &d.field_manager,
-                        )
-                        .await,
-                )
-            })
-            .await,
-        )
+                let Target {
+                    gvk,
+                    namespace,
+                    name,
+                } = target;
+                self.api
+                    .patch(gvk, namespace, name, patch_type, &body, status, fm)
+                    .await?
+            }
+            Request::Delete { target, .. } => {
+                let Target {
+                    gvk,
+                    namespace,
+                    name,
+                } = target;
+                self.api.delete(gvk, namespace, name, None).await?;
+                return Ok(Reply::Done);
+            }
+            _ => return Err(CallError::Other("a dry run of a read".into())),
+        };
+        Ok(Reply::Stored(stored.to_string()))
     }
+}
 
-    async fn delete(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        preconditions: Option<&Preconditions>,
-    ) -> Result<(), CallError> {
-        let write = delete_write(gvk, namespace, name, preconditions, pending());
-        let answer = self
-            .write(write, |d| async move {
-                unit_answer(&d.api.delete(gvk, namespace, name, None).await.map(drop))
-            })
-            .await;
-        match answer {
-            Answer::Error(err) => Err(err.error()),
-            _ => Ok(()),
+#[async_trait]
+impl ClusterAccess for Replay {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, CallError> {
+        let expects = Expect::of(&request);
+        if let Request::Event(event) = &request {
+            self.lock().tape.events.push(Event::of(event));
+            return Ok(Reply::Done);
         }
-    }
-
-    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
-        self.lock().tape.events.push(Event::of(&event));
-        Ok(())
+        let answer = if let Some(call) = read_of(&request) {
+            self.read(call, request).await
+        } else if let Some(write) = write_of(&request) {
+            self.write(write, request).await
+        } else {
+            return Err(CallError::Other("a call neither read nor write".into()));
+        };
+        answer.reply(expects)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::tape::Outcome;
+    use crate::cluster::ClusterCalls;
+    use crate::rollout::tape::{Outcome, object_write};
+    use krec_core::Gvk;
     use serde_json::json;
 
     fn pod(name: &str, rv: &str, label: &str) -> Value {
@@ -485,7 +348,11 @@ mod tests {
             },
             answer: Answer::Object(Json::of(&pod("web", rv, "a"))),
         };
-        let mut update = object_write(Verb::Update, &pod("web", "1", "b"), pending());
+        let mut update = object_write(
+            Verb::Update,
+            &pod("web", "1", "b"),
+            Answer::Object(Json(Arc::from("null"))),
+        );
         update.answer = Answer::Object(Json::of(&pod("web", "2", "b")));
         Reconcile {
             seq: 1,
@@ -527,7 +394,11 @@ mod tests {
     #[tokio::test]
     async fn a_create_after_the_live_versions_own_should_be_answered_from_the_tape() {
         let mut recorded = recorded();
-        let mut create = object_write(Verb::Create, &pod("copy", "", "a"), pending());
+        let mut create = object_write(
+            Verb::Create,
+            &pod("copy", "", "a"),
+            Answer::Object(Json(Arc::from("null"))),
+        );
         let mut stored = pod("copy", "7", "a");
         stored["metadata"]["uid"] = json!("u-1");
         create.answer = Answer::Object(Json::of(&stored));

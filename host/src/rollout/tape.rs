@@ -14,11 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::cluster::ClusterAccess;
+use crate::cluster::{ClusterAccess, Reply, Request};
 use crate::guest::{Action, ReconcileError};
-use krec_core::{
-    CallError, EventRecord, Gvk, ListOptions, ObjectHead, PatchType, Preconditions, WriteKind,
-};
+use krec_core::{CallError, EventRecord, Gvk, ListOptions, PatchType, Preconditions, WriteKind};
 
 /// JSON text kept as it is: an object as the cache handed it out, written into a recording
 /// without being parsed again.
@@ -543,23 +541,8 @@ fn answer_bytes(answer: &Answer) -> usize {
     }
 }
 
-/// The answer of a read of one object.
-fn object_answer(result: &Result<Arc<str>, CallError>) -> Answer {
-    match result {
-        Ok(text) => Answer::Object(Json(text.clone())),
-        Err(err) => Answer::Error(err.into()),
-    }
-}
-
-/// The answer of a write that returns the object stored.
-pub(crate) fn value_answer(result: &Result<Value, CallError>) -> Answer {
-    match result {
-        Ok(object) => Answer::Object(Json(Arc::from(object.to_string()))),
-        Err(err) => Answer::Error(err.into()),
-    }
-}
-
 /// A write of a whole `object`.
+#[cfg(test)]
 pub(crate) fn object_write(verb: Verb, object: &Value, answer: Answer) -> Write {
     let meta = |field: &str| {
         object
@@ -631,189 +614,143 @@ pub(crate) fn delete_write(
     }
 }
 
-/// The answer of a delete.
-pub(crate) fn unit_answer(result: &Result<(), CallError>) -> Answer {
+/// What a reply is, in a tape's words (a write's stored object, a delete's `null`).
+pub(crate) fn answer_of(result: &Result<Reply, CallError>) -> Answer {
     match result {
-        Ok(()) => Answer::Object(Json(Arc::from("null"))),
+        Ok(Reply::Object(json)) => Answer::Object(Json(json.clone())),
+        Ok(Reply::Objects(items)) => Answer::Items(items.iter().cloned().map(Json).collect()),
+        Ok(Reply::Namespaced(namespaced)) => Answer::Namespaced(*namespaced),
+        Ok(Reply::Stored(json)) => Answer::Object(Json(Arc::from(json.as_str()))),
+        Ok(Reply::Done) => Answer::Object(Json(Arc::from("null"))),
         Err(err) => Answer::Error(err.into()),
     }
 }
 
-#[async_trait]
-impl ClusterAccess for Tap {
-    async fn get(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Value, CallError> {
-        let result = self.inner.get(gvk, namespace, name).await;
-        self.read(
-            || ReadCall::get(gvk, namespace, name),
-            || match &result {
-                Ok(object) => Answer::Object(Json(Arc::from(object.to_string()))),
-                Err(err) => Answer::Error(err.into()),
-            },
-        );
-        result
-    }
+/// The kind of reply a request gets, known before the request is handed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expect {
+    Object,
+    Objects,
+    Namespaced,
+    Stored,
+    Done,
+}
 
-    async fn list(&self, gvk: &Gvk, options: &ListOptions) -> Result<Vec<Value>, CallError> {
-        let result = self.inner.list(gvk, options).await;
-        self.read(
-            || ReadCall::list(gvk, options),
-            || match &result {
-                Ok(items) => Answer::Items(
-                    items
-                        .iter()
-                        .map(|o| Json(Arc::from(o.to_string())))
-                        .collect(),
-                ),
-                Err(err) => Answer::Error(err.into()),
-            },
-        );
-        result
-    }
-
-    async fn namespaced(&self, gvk: &Gvk) -> Result<bool, CallError> {
-        let result = self.inner.namespaced(gvk).await;
-        self.read(
-            || ReadCall::Namespaced {
-                kind: KindName::of(gvk),
-            },
-            || match &result {
-                Ok(namespaced) => Answer::Namespaced(*namespaced),
-                Err(err) => Answer::Error(err.into()),
-            },
-        );
-        result
-    }
-
-    async fn get_json(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Arc<str>, CallError> {
-        let result = self.inner.get_json(gvk, namespace, name).await;
-        self.read(
-            || ReadCall::get(gvk, namespace, name),
-            || object_answer(&result),
-        );
-        result
-    }
-
-    async fn list_json(
-        &self,
-        gvk: &Gvk,
-        options: &ListOptions,
-    ) -> Result<Vec<Arc<str>>, CallError> {
-        let result = self.inner.list_json(gvk, options).await;
-        self.read(
-            || ReadCall::list(gvk, options),
-            || match &result {
-                Ok(items) => Answer::Items(items.iter().cloned().map(Json).collect()),
-                Err(err) => Answer::Error(err.into()),
-            },
-        );
-        result
-    }
-
-    async fn create(&self, object: Value) -> Result<Value, CallError> {
-        let taken = self.is_armed().then(|| object.clone());
-        let result = self.inner.create(object).await;
-        if let Some(object) = taken {
-            self.wrote(|| object_write(Verb::Create, &object, value_answer(&result)));
+impl Expect {
+    pub(crate) fn of(request: &Request<'_>) -> Self {
+        match request {
+            Request::Get(_) => Expect::Object,
+            Request::List { .. } => Expect::Objects,
+            Request::Namespaced(_) => Expect::Namespaced,
+            Request::Write { .. } | Request::Patch { .. } => Expect::Stored,
+            Request::Delete { .. } | Request::Event(_) => Expect::Done,
         }
-        result
     }
+}
 
-    async fn update(&self, object: Value, status: bool) -> Result<Value, CallError> {
-        let taken = self.is_armed().then(|| object.clone());
-        let result = self.inner.update(object, status).await;
-        if let Some(object) = taken {
-            let verb = if status {
-                Verb::UpdateStatus
-            } else {
-                Verb::Update
-            };
-            self.wrote(|| object_write(verb, &object, value_answer(&result)));
-        }
-        result
-    }
-
-    async fn patch(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        patch_type: PatchType,
-        body: Value,
-        status: bool,
-    ) -> Result<Value, CallError> {
-        let taken = self.is_armed().then(|| body.clone());
-        let result = self
-            .inner
-            .patch(gvk, namespace, name, patch_type, body, status)
-            .await;
-        if let Some(body) = taken {
-            self.wrote(|| {
-                patch_write(
-                    gvk,
-                    namespace,
-                    name,
-                    patch_type,
-                    &body,
-                    status,
-                    value_answer(&result),
-                )
-            });
-        }
-        result
-    }
-
-    async fn delete(
-        &self,
-        gvk: &Gvk,
-        namespace: Option<&str>,
-        name: &str,
-        preconditions: Option<&Preconditions>,
-    ) -> Result<(), CallError> {
-        let result = self.inner.delete(gvk, namespace, name, preconditions).await;
-        self.wrote(|| delete_write(gvk, namespace, name, preconditions, unit_answer(&result)));
-        result
-    }
-
-    async fn record_event(&self, event: EventRecord) -> Result<(), CallError> {
-        if self.is_armed() {
-            let mut tape = self.lock();
-            if Self::fits(&mut tape, event.message.len()) {
-                tape.0.events.push(Event::of(&event));
+impl Answer {
+    /// The reply this answer gives to a request that `expects` it.
+    ///
+    /// # Errors
+    ///
+    /// The error answered, or `Other` when the answer is of another kind than the call's.
+    pub(crate) fn reply(self, expects: Expect) -> Result<Reply, CallError> {
+        Ok(match (self, expects) {
+            (Answer::Error(err), _) => return Err(err.error()),
+            (Answer::Object(json), Expect::Object) => Reply::Object(json.0),
+            (Answer::Object(json), Expect::Stored) => Reply::Stored(json.0.to_string()),
+            (Answer::Items(items), Expect::Objects) => {
+                Reply::Objects(items.into_iter().map(|j| j.0).collect())
             }
-        }
-        self.inner.record_event(event).await
+            (Answer::Namespaced(namespaced), Expect::Namespaced) => Reply::Namespaced(namespaced),
+            (_, Expect::Done) => Reply::Done,
+            _ => {
+                return Err(CallError::Other(
+                    "the recording answers this call with another kind of answer".into(),
+                ));
+            }
+        })
     }
+}
 
-    async fn write_json(
-        &self,
-        kind: WriteKind,
-        head: &ObjectHead,
-        json: &str,
-    ) -> Result<String, CallError> {
-        let result = self.inner.write_json(kind, head, json).await;
-        // The text as it is: parsed only if a comparison needs it (off the live path).
-        self.wrote(|| Write {
-            verb: verb_of(kind),
+/// The read `request` is, as a tape names it (`None`: a write or an Event).
+pub(crate) fn read_of(request: &Request<'_>) -> Option<ReadCall> {
+    Some(match request {
+        Request::Get(target) => ReadCall::get(target.gvk, target.namespace, target.name),
+        Request::List { gvk, options } => ReadCall::list(gvk, options),
+        Request::Namespaced(gvk) => ReadCall::Namespaced {
+            kind: KindName::of(gvk),
+        },
+        _ => return None,
+    })
+}
+
+/// The write `request` is, as a tape keeps it, its answer still `null` (`None`: a read or an
+/// Event). A whole object is kept as the text the guest sent: parsed only if a comparison
+/// needs it (off the live path).
+pub(crate) fn write_of(request: &Request<'_>) -> Option<Write> {
+    let pending = || Answer::Object(Json(Arc::from("null")));
+    Some(match request {
+        Request::Write { kind, head, json } => Write {
+            verb: verb_of(*kind),
             kind: KindName::of(&head.gvk),
             namespace: head.namespace.clone(),
             name: head.name.clone(),
             patch_type: None,
-            body: Json(Arc::from(json)),
-            answer: match &result {
-                Ok(text) => Answer::Object(Json(Arc::from(text.as_str()))),
-                Err(err) => Answer::Error(err.into()),
-            },
-        });
+            body: Json(Arc::from(*json)),
+            answer: pending(),
+        },
+        Request::Patch {
+            target,
+            patch_type,
+            body,
+            status,
+        } => patch_write(
+            target.gvk,
+            target.namespace,
+            target.name,
+            *patch_type,
+            body,
+            *status,
+            pending(),
+        ),
+        Request::Delete {
+            target,
+            preconditions,
+        } => delete_write(
+            target.gvk,
+            target.namespace,
+            target.name,
+            *preconditions,
+            pending(),
+        ),
+        _ => return None,
+    })
+}
+
+#[async_trait]
+impl ClusterAccess for Tap {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, CallError> {
+        if !self.is_armed() {
+            return self.inner.call(request).await;
+        }
+        if let Request::Event(event) = &request {
+            let mut tape = self.lock();
+            if Self::fits(&mut tape, event.message.len()) {
+                tape.0.events.push(Event::of(event));
+            }
+        }
+        let read = read_of(&request);
+        let write = write_of(&request);
+        let result = self.inner.call(request).await;
+        if let Some(call) = read {
+            self.read(|| call, || answer_of(&result));
+        } else if let Some(mut write) = write {
+            self.wrote(|| {
+                write.answer = answer_of(&result);
+                write
+            });
+        }
         result
     }
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use krec::cluster::{ClusterAccess, MemoryCluster};
+use krec::cluster::{ClusterAccess, ClusterCalls, MemoryCluster};
 use krec::guest::bindings::WitGvk;
 use krec::guest::bindings::guest::{WitAdmissionRequest, WitOperation, WitUserInfo};
 use krec::guest::{GuestModule, ReconcileError, Review};

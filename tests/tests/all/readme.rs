@@ -1,7 +1,7 @@
 //! The README's guest example is real: identical to `sample-guests/readme-example`, and it
 //! reconciles.
 
-use krec::cluster::ClusterAccess;
+use krec::cluster::ClusterCalls;
 use krec::guest::Action;
 use krec_tests::{Harness, cm_gvk, repo_root, sample_manifest};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! Each sample guest's real `.wasm` in the host, against an in-memory object set: the guests'
 //! effects, not just their return values.
 
-use krec::cluster::ClusterAccess;
+use krec::cluster::ClusterCalls;
 use krec::guest::{Action, ReconcileError};
 use krec_core::{CallError, EventType, PatchType};
 use krec_tests::*;

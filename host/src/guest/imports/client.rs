@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::{Calls, MAX_LIST_BYTES, MAX_OBJECT_BYTES};
-use crate::cluster::ClusterAccess;
+use crate::cluster::{ClusterAccess, ClusterCalls};
 use crate::guest::bindings::krec::reconciler::client::{
     Host, ListOptions, PatchType, Preconditions,
 };
@@ -17,10 +17,6 @@ use krec_core::{CallError, Gvk, ObjectHead, WriteKind};
 use std::sync::Arc;
 
 type CallResult<T> = wasmtime::Result<Result<T, WitError>>;
-
-fn to_json(object: &Value) -> Result<String, CallError> {
-    serde_json::to_string(object).map_err(|e| CallError::Other(format!("encoding object: {e}")))
-}
 
 /// Where the namespace of a call came from: a cluster-scoped kind given one as an argument is a
 /// mistake worth saying so; in an object's body it is ignored, as kube-apiserver clears it.
@@ -167,10 +163,9 @@ impl Calls<'_> {
         let body: Value = serde_json::from_str(body)
             .map_err(|e| CallError::Invalid(format!("patch is not valid JSON: {e}")))?;
         self.throttle_write().await?;
-        let patched = cluster
-            .patch(&gvk, namespace, &name, how.into(), body, status)
-            .await?;
-        to_json(&patched)
+        cluster
+            .patch_json(&gvk, namespace, &name, how.into(), body, status)
+            .await
     }
 
     pub(crate) async fn delete_object(

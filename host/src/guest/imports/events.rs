@@ -2,6 +2,7 @@
 
 use super::Calls;
 use super::{MAX_EVENT_MESSAGE_BYTES, MAX_EVENT_REASON_BYTES};
+use crate::cluster::ClusterCalls;
 use crate::guest::bindings::WitError;
 use crate::guest::bindings::krec::reconciler::events::{EventType, Host, ObjectReference};
 use crate::guest::state::HostState;

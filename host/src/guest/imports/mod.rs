@@ -165,7 +165,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::cluster::{ClusterAccess, MemoryCluster};
+    use crate::cluster::{ClusterAccess, ClusterCalls, MemoryCluster};
     use crate::guest::{CpuGovernor, GuestBudgets};
     use crate::manifest::{Manifest, Verb};
 
