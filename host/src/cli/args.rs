@@ -269,7 +269,8 @@ pub(super) struct CacheArgs {
 }
 
 impl CacheArgs {
-    fn open(&self) -> crate::guest::ModuleCache {
+    /// The module cache these arguments name (disabled, with a warning, if unusable).
+    pub(super) fn open(&self) -> crate::guest::ModuleCache {
         use crate::guest::ModuleCache;
         if self.no_module_cache {
             return ModuleCache::disabled();

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::guest::{self, GuestModule, LoadError, ReconcileError};
 use crate::manifest::{Manifest, ManifestError};
@@ -14,6 +15,8 @@ pub(super) struct Args {
     /// Manifest files, directories of manifests, or `.wasm` component files.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+    #[command(flatten)]
+    cache: super::args::CacheArgs,
 }
 
 /// Why a file does not pass; each names the file.
@@ -43,27 +46,26 @@ enum Problem {
     },
 }
 
-/// What the check needs: an engine, a linker and a runtime for the guests' `init`.
+/// What the check needs: the host's engines (compiling into the module cache `krec dev` and
+/// `krec run` load from) and a runtime for the guests' `init`.
 struct Checker {
-    engine: wasmtime::Engine,
-    linker: wasmtime::component::Linker<guest::HostState>,
+    engines: guest::Engines,
+    cache: guest::ModuleCache,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Checker {
-    fn new() -> anyhow::Result<Self> {
+    fn new(cache: guest::ModuleCache) -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        let engine = crate::guest::engine::new_engine()
+        let engines = guest::Engines::for_cache(&cache)
             .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
-        let linker = guest::new_linker(&engine)
-            .map_err(|e| anyhow::anyhow!("cannot link the host interfaces: {e:#}"))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("cannot start the async runtime")?;
         Ok(Checker {
-            engine,
-            linker,
+            engines,
+            cache,
             runtime,
         })
     }
@@ -90,8 +92,9 @@ impl Checker {
 
     /// A bare component: does it implement the world, and which version of it.
     fn module(&self, path: &Path) -> Result<String, Problem> {
+        let (engine, linker) = self.engines.for_isolation(Default::default());
         let (digest, admission) =
-            guest::check_module(&self.engine, &self.linker, path).map_err(Problem::Module)?;
+            guest::check_module(engine, linker, path).map_err(Problem::Module)?;
         Ok(format!(
             "{}: ok, a krec:reconciler@0.1 component: {} ({digest})",
             path.display(),
@@ -116,14 +119,15 @@ impl Checker {
                 manifest.spec.module.display()
             ));
         }
-        let module =
-            GuestModule::load(&self.engine, &self.linker, manifest.into()).map_err(|source| {
-                Problem::Load {
-                    path: path.clone(),
-                    guest: guest.clone(),
-                    source,
-                }
+        let (engine, linker) = self.engines.for_isolation(manifest.spec.isolation);
+        let started = Instant::now();
+        let module = GuestModule::load_cached(engine, linker, manifest.into(), &self.cache)
+            .map_err(|source| Problem::Load {
+                path: path.clone(),
+                guest: guest.clone(),
+                source,
             })?;
+        let loaded = started.elapsed();
         let module = Arc::new(module);
         #[cfg(feature = "embedded-apiserver")]
         let cluster: Arc<dyn crate::cluster::ClusterAccess> =
@@ -140,13 +144,27 @@ impl Checker {
                     source,
                 },
             })?;
-        Ok(format!("{path}: ok, guest {guest} ({})", module.digest()))
+        Ok(format!(
+            "{path}: ok, guest {guest} ({}; {})",
+            module.digest(),
+            how_loaded(module.origin(), loaded)
+        ))
+    }
+}
+
+/// How a module was loaded, as `krec check` and `krec replay` say it: `compiled in 1.2 s` or
+/// `from the module cache`.
+pub(super) fn how_loaded(origin: guest::Origin, took: Duration) -> String {
+    match origin {
+        guest::Origin::Compiled => format!("compiled in {:.1} s", took.as_secs_f64()),
+        guest::Origin::Cached | guest::Origin::Shared => "from the module cache".to_owned(),
+        guest::Origin::Native => "compiled into the host".to_owned(),
     }
 }
 
 /// `krec check`: one line per file, non-zero exit if any is bad.
 pub(super) fn execute(args: Args) -> ExitCode {
-    let checker = match Checker::new() {
+    let checker = match Checker::new(args.cache.open()) {
         Ok(checker) => checker,
         Err(err) => {
             eprintln!("krec: {err:#}");

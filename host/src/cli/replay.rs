@@ -33,6 +33,8 @@ pub(super) struct Args {
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
+    #[command(flatten)]
+    cache: super::args::CacheArgs,
 }
 
 /// What a replay found.
@@ -134,11 +136,18 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let (header, mut reader) = recording::Reader::open(std::io::BufReader::new(file))
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let manifest = manifest_for(&header, &args.module, args.manifest.as_deref())?;
-    let engine = crate::guest::engine::new_engine()
+    let cache = args.cache.open();
+    let engines = guest::Engines::for_cache(&cache)
         .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
-    let linker = guest::new_linker(&engine)
-        .map_err(|e| anyhow::anyhow!("cannot link the host interfaces: {e:#}"))?;
-    let module = Arc::new(GuestModule::load(&engine, &linker, manifest.into())?);
+    let (engine, linker) = engines.for_isolation(manifest.spec.isolation);
+    let loading = Instant::now();
+    let module = Arc::new(GuestModule::load_cached(
+        engine,
+        linker,
+        manifest.into(),
+        &cache,
+    )?);
+    let loaded = super::check::how_loaded(module.origin(), loading.elapsed());
     let digest = module.digest().to_owned();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -172,7 +181,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     }
     let took = started.elapsed().as_secs_f64();
     println!(
-        "replayed {} reconcile(s) of {} (recorded on {}) on {} ({digest}): {} same, {} diverged{} — {:.0} reconciles/s",
+        "replayed {} reconcile(s) of {} (recorded on {}) on {} ({digest}; {loaded}): {} same, {} diverged{} — {:.0} reconciles/s",
         summary.reconciles,
         header.guest,
         header.digest,

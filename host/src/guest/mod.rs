@@ -243,13 +243,30 @@ impl Engines {
     ///
     /// When an engine or a linker cannot be built.
     pub fn new() -> wasmtime::Result<Self> {
+        Self::compiling_through(None)
+    }
+
+    /// Both engines, compiling through `cache`'s [compiled functions](ModuleCache::functions)
+    /// when it keeps them: a rebuilt module compiles only the functions that changed.
+    ///
+    /// # Errors
+    ///
+    /// When an engine or a linker cannot be built.
+    pub fn for_cache(cache: &ModuleCache) -> wasmtime::Result<Self> {
+        Self::compiling_through(cache.functions())
+    }
+
+    fn compiling_through(
+        functions: Option<Arc<module_cache::FunctionCache>>,
+    ) -> wasmtime::Result<Self> {
+        use crate::guest::engine::{new_engine_with, new_pooled_engine_with};
         let with_linker = |engine: Engine| -> wasmtime::Result<_> {
             let linker = new_linker(&engine)?;
             Ok((engine, linker))
         };
         Ok(Engines {
-            reuse: with_linker(crate::guest::engine::new_engine()?)?,
-            fresh: with_linker(crate::guest::engine::new_pooled_engine()?)?,
+            reuse: with_linker(new_engine_with(functions.clone())?)?,
+            fresh: with_linker(new_pooled_engine_with(functions)?)?,
         })
     }
 
@@ -294,13 +311,28 @@ impl GuestModule {
         manifest: Arc<Manifest>,
         cache: &ModuleCache,
     ) -> Result<Self, LoadError> {
+        Self::load_cached_telling(engine, linker, manifest, cache, |_| {})
+    }
+
+    /// Like [`load_cached`](Self::load_cached), telling `read` the digest of the module file
+    /// as soon as it is read (before it is compiled): what a reload compares a load still
+    /// running with.
+    pub fn load_cached_telling(
+        engine: &Engine,
+        linker: &Linker<HostState>,
+        manifest: Arc<Manifest>,
+        cache: &ModuleCache,
+        read: impl FnOnce(&str),
+    ) -> Result<Self, LoadError> {
         // A pulled module is named as the manifest names it, not by where it is kept.
         let path = manifest.spec.module.display().to_string();
         let bytes = read_module(manifest.module_file()).map_err(|source| LoadError::Read {
             path: path.clone(),
             source,
         })?;
-        let (wasm, digest, origin) = prepare(engine, linker, &path, &bytes, cache)?;
+        let digest = module_cache::digest(&bytes);
+        read(&digest);
+        let (wasm, origin) = prepare(engine, linker, &path, &bytes, &digest, cache)?;
         needs_exports(&manifest, &path, &wasm)?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(
@@ -324,8 +356,15 @@ impl GuestModule {
         path: &str,
         bytes: &[u8],
     ) -> Result<Self, LoadError> {
-        let (wasm, digest, origin) =
-            prepare(engine, linker, path, bytes, &ModuleCache::disabled())?;
+        let digest = module_cache::digest(bytes);
+        let (wasm, origin) = prepare(
+            engine,
+            linker,
+            path,
+            bytes,
+            &digest,
+            &ModuleCache::disabled(),
+        )?;
         needs_exports(&manifest, path, &wasm)?;
         Ok(GuestModule {
             budgets: Arc::new(GuestBudgets::new(
@@ -440,10 +479,11 @@ fn prepare(
     linker: &Linker<HostState>,
     path: &str,
     bytes: &[u8],
+    digest: &str,
     cache: &ModuleCache,
-) -> Result<(Wasm, String, Origin), LoadError> {
+) -> Result<(Wasm, Origin), LoadError> {
     let (component, origin) =
-        cache.shared_component(engine, bytes, || compile(engine, path, bytes))?;
+        cache.shared_component(engine, digest, || compile(engine, path, bytes))?;
     let wrong_world = |err: wasmtime::Error| LoadError::WrongWorld {
         path: path.into(),
         world: "reconciler",
@@ -461,7 +501,7 @@ fn prepare(
         admission,
         extensions,
     };
-    Ok((wasm, module_cache::digest(bytes), origin))
+    Ok((wasm, origin))
 }
 
 /// The configuration a guest refused (its `init` export returned an error).
@@ -525,8 +565,16 @@ pub fn check_module(
         path: shown.clone(),
         source,
     })?;
-    prepare(engine, linker, &shown, &bytes, &ModuleCache::disabled())
-        .map(|(wasm, digest, _)| (digest, wasm.admission.is_some()))
+    let digest = module_cache::digest(&bytes);
+    let (wasm, _) = prepare(
+        engine,
+        linker,
+        &shown,
+        &bytes,
+        &digest,
+        &ModuleCache::disabled(),
+    )?;
+    Ok((digest, wasm.admission.is_some()))
 }
 
 /// Longest error message a guest may return; the rest is cut, so a guest cannot write

@@ -94,18 +94,35 @@ impl ModuleCache {
         self.dir.as_deref()
     }
 
-    fn entry(&self, engine: &Engine, bytes: &[u8]) -> Option<PathBuf> {
+    /// The cache of compiled functions beside the modules, if the cache is enabled and its
+    /// directory can hold one (a problem is logged: modules then compile whole).
+    pub fn functions(&self) -> Option<Arc<FunctionCache>> {
+        let dir = self.dir.as_ref()?;
+        match FunctionCache::new(dir) {
+            Ok(functions) => Some(Arc::new(functions)),
+            Err(err) => {
+                tracing::warn!(
+                    "the compiled-function cache in {} is unusable, modules compile whole: {err}",
+                    dir.display()
+                );
+                None
+            }
+        }
+    }
+
+    /// The entry of the module of `digest` (`sha256:<hex>`) compiled by `engine`.
+    fn entry(&self, engine: &Engine, digest: &str) -> Option<PathBuf> {
         let dir = self.dir.as_ref()?;
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        let module = format!("{:x}", Sha256::digest(bytes));
+        let module = digest.strip_prefix("sha256:").unwrap_or(digest);
         Some(dir.join(format!("{module}-{:016x}.cwasm", hasher.finish())))
     }
 
-    /// The compiled form of the component in `bytes`, shared with the other guests of this
-    /// cache that run it (see the [module docs](self)); else from the disk cache if there,
-    /// otherwise `compile`d and stored. Keep the returned `Arc` as long as the component is in
-    /// use: that is what keeps it shared.
+    /// The compiled form of the component of `digest` (its bytes' [`digest`]), shared with
+    /// the other guests of this cache that run it (see the [module docs](self)); else from the
+    /// disk cache if there, otherwise `compile`d and stored. Keep the returned `Arc` as long as
+    /// the component is in use: that is what keeps it shared.
     ///
     /// # Errors
     ///
@@ -113,10 +130,10 @@ impl ModuleCache {
     pub fn shared_component<E>(
         &self,
         engine: &Engine,
-        bytes: &[u8],
+        digest: &str,
         compile: impl FnOnce() -> Result<Component, E>,
     ) -> Result<(Arc<Component>, Origin), E> {
-        let key = digest(bytes);
+        let key = digest.to_owned();
         {
             let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
             loaded.retain(|_, weak| weak.strong_count() > 0);
@@ -126,7 +143,7 @@ impl ModuleCache {
                 return Ok((component, Origin::Shared));
             }
         }
-        let (component, origin) = self.component(engine, bytes, compile)?;
+        let (component, origin) = self.component(engine, digest, compile)?;
         let component = Arc::new(component);
         self.loaded
             .lock()
@@ -135,8 +152,8 @@ impl ModuleCache {
         Ok((component, origin))
     }
 
-    /// The compiled form of the component in `bytes`: from the cache if there, otherwise
-    /// `compile`d and stored. Cache problems are logged, never fatal.
+    /// The compiled form of the component of `digest` (its bytes' [`digest`]): from the
+    /// cache if there, otherwise `compile`d and stored. Cache problems are logged, never fatal.
     ///
     /// # Errors
     ///
@@ -144,10 +161,10 @@ impl ModuleCache {
     pub fn component<E>(
         &self,
         engine: &Engine,
-        bytes: &[u8],
+        digest: &str,
         compile: impl FnOnce() -> Result<Component, E>,
     ) -> Result<(Component, Origin), E> {
-        let Some(entry) = self.entry(engine, bytes) else {
+        let Some(entry) = self.entry(engine, digest) else {
             return compile().map(|c| (c, Origin::Compiled));
         };
         if entry.exists() {
@@ -167,6 +184,66 @@ impl ModuleCache {
             );
         }
         Ok((component, Origin::Compiled))
+    }
+}
+
+/// Cranelift's cache of compiled functions, by the hash of each function's code: what makes a
+/// module rebuilt after a small edit compile only the functions that changed. An 18 MB Python
+/// or TypeScript component whose interpreter did not change differs from the last build in its
+/// data (the application's snapshot), not in its thousands of functions, so they come from
+/// here; a Rust or Go guest's unchanged functions likewise.
+///
+/// Kept in `functions/` of the module cache's directory, one file per function named by the
+/// hex of its key, written to a temporary file and renamed into place like the module
+/// entries. What Cranelift reads back it checks itself: an entry that does not decode is
+/// compiled again (wasmtime's own contract for a [`wasmtime::CacheStore`]).
+#[derive(Debug)]
+pub struct FunctionCache {
+    dir: PathBuf,
+}
+
+impl FunctionCache {
+    /// The function cache of the module cache in `dir`, created (mode 0700) if missing.
+    ///
+    /// # Errors
+    ///
+    /// When the directory cannot be created.
+    pub fn new(dir: &Path) -> std::io::Result<Self> {
+        let dir = dir.join("functions");
+        std::fs::create_dir_all(&dir)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(FunctionCache { dir })
+    }
+
+    fn entry(&self, key: &[u8]) -> PathBuf {
+        // Keys are Cranelift's hashes of a function; hashed again, they make a short name.
+        self.dir.join(format!("{:x}", Sha256::digest(key)))
+    }
+}
+
+impl wasmtime::CacheStore for FunctionCache {
+    fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+        std::fs::read(self.entry(key))
+            .ok()
+            .map(std::borrow::Cow::Owned)
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        let entry = self.entry(key);
+        let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, value).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return false;
+        }
+        if std::fs::rename(&tmp, &entry).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return false;
+        }
+        true
     }
 }
 
@@ -206,7 +283,7 @@ mod tests {
     fn a_module_should_be_compiled_once_then_loaded_or_shared() {
         let engine = Engine::default();
         let dir = tempfile::tempdir().expect("tempdir");
-        let bytes = b"the module's bytes";
+        let bytes = &digest(b"the module's bytes");
         let first = ModuleCache::new(dir.path()).expect("cache");
         let (held, origin) = first
             .shared_component(&engine, bytes, || compile(&engine))
@@ -230,7 +307,7 @@ mod tests {
         assert_eq!(origin, Origin::Cached);
         // Another module is compiled; an engine with other settings does not reuse the entry.
         let (_, origin) = restarted
-            .shared_component(&engine, b"other bytes", || compile(&engine))
+            .shared_component(&engine, &digest(b"other bytes"), || compile(&engine))
             .expect("compiled");
         assert_eq!(origin, Origin::Compiled);
         let mut config = wasmtime::Config::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Manager;
 use super::report::StartError;
-use super::running::{Background, Loading, Prepared, ToLoad, Version};
+use super::running::{Background, LoadDigests, Loading, Prepared, ToLoad, Version};
 use crate::cluster::cache::{Informer, InformerUse, SYNC_TIMEOUT};
 use crate::cluster::live::{LiveCluster, Reads};
 use crate::cluster::{ClusterAccess, Fenced, Logged};
@@ -60,6 +60,7 @@ impl Manager {
         &self,
         manifest: Manifest,
         reads: Arc<Reads>,
+        digests: Arc<LoadDigests>,
     ) -> Result<Version, StartError> {
         // Refused before anything is compiled or watched: what the host may not do, the guest
         // never could.
@@ -78,7 +79,9 @@ impl Manager {
             });
         }
         let manifest = Arc::new(manifest);
-        let prepared = self.prepare(manifest.clone(), reads.clone()).await?;
+        let prepared = self
+            .prepare(manifest.clone(), reads.clone(), &digests)
+            .await?;
         // On an error, `wire` has dropped its uses: what it started for this version only is
         // stopped again.
         let (informers, for_informers) = self.wire(&manifest).await?;
@@ -96,8 +99,14 @@ impl Manager {
         &self,
         manifest: Arc<Manifest>,
         reads: Arc<Reads>,
+        digests: &Arc<LoadDigests>,
     ) -> Result<Prepared, StartError> {
-        let module = self.load_module(manifest.clone()).await?;
+        let read = digests.clone();
+        let module = self
+            .load_module(manifest.clone(), move |digest| {
+                let _ = read.module.set(digest.to_owned());
+            })
+            .await?;
         let mut cluster: Arc<dyn ClusterAccess> = Arc::new(
             LiveCluster::new(self.inner.cache.clone(), &manifest)
                 .with_reads(reads)
@@ -112,7 +121,15 @@ impl Manager {
             .warm_up()
             .await?;
         let candidate = match &manifest.spec.rollout {
-            Some(rollout) => Some(self.load_candidate(&manifest, rollout, &cluster).await),
+            Some(rollout) => {
+                let read = digests.clone();
+                let candidate = self
+                    .load_candidate(&manifest, rollout, &cluster, move |digest| {
+                        let _ = read.candidate.set(digest.to_owned());
+                    })
+                    .await;
+                Some(candidate)
+            }
             None => None,
         };
         Ok(Prepared {
@@ -129,6 +146,7 @@ impl Manager {
         manifest: &Arc<Manifest>,
         rollout: &crate::manifest::RolloutSpec,
         cluster: &Arc<dyn ClusterAccess>,
+        read: impl FnOnce(&str) + Send + 'static,
     ) -> Result<Arc<GuestModule>, StartError> {
         let mut candidate = (**manifest).clone();
         candidate.spec.module = rollout.candidate.clone();
@@ -139,7 +157,7 @@ impl Manager {
         candidate.candidate = true;
         candidate.pulled = manifest.candidate_pulled.clone();
         candidate.candidate_pulled = None;
-        let module = self.load_module(Arc::new(candidate)).await?;
+        let module = self.load_module(Arc::new(candidate), read).await?;
         let access: Arc<dyn ClusterAccess> = match rollout.mode {
             crate::manifest::RolloutMode::Shadow => Arc::new(crate::rollout::Replay::new(
                 Some(cluster.clone()),
@@ -161,9 +179,11 @@ impl Manager {
 
     /// Compile (on a blocking thread: it is CPU-bound) or find `manifest`'s module, governed by
     /// the host's CPU and memory budgets.
+    /// `read` is told the digest of the module file as soon as it is read.
     pub(super) async fn load_module(
         &self,
         manifest: Arc<Manifest>,
+        read: impl FnOnce(&str) + Send + 'static,
     ) -> Result<Arc<GuestModule>, StartError> {
         let inner = self.inner.clone();
         let loading = manifest.clone();
@@ -181,7 +201,7 @@ impl Manager {
         } else {
             tokio::task::spawn_blocking(move || {
                 let (engine, linker) = inner.engines.for_isolation(loading.spec.isolation);
-                GuestModule::load_cached(engine, linker, loading, &inner.module_cache)
+                GuestModule::load_cached_telling(engine, linker, loading, &inner.module_cache, read)
             })
             .await
             .map_err(|e| StartError::LoadPanicked(e.to_string()))??
@@ -289,7 +309,7 @@ impl Manager {
         for (manifest, reads, digests) in loads {
             let name = manifest.name.clone();
             if let Some(loading) = pending.remove(&name) {
-                if loading.manifest == manifest && loading.digests == digests {
+                if loading.manifest == manifest && loading.digests.current(&manifest) {
                     started.push((name, loading, false));
                     continue;
                 }
@@ -316,10 +336,11 @@ impl Manager {
             let to_load = manifest.clone();
             let background = Background::default();
             let ended = background.clone();
+            let load_digests = digests.clone();
             let task = tokio::spawn(async move {
                 let _permit = permits.acquire_owned().await;
                 let version = manager
-                    .load_version(to_load, reads.unwrap_or_default())
+                    .load_version(to_load, reads.unwrap_or_default(), load_digests)
                     .await;
                 ended.ended(&manager.inner.loads_done);
                 version

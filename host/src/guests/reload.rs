@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::pull::START_PULL_WAIT;
 use super::report::{ReloadReport, Skipped, StartError};
+use super::running::LoadDigests;
 use super::{Inner, Manager, ManagerOptions};
 use crate::cluster::cache::Cache;
 use crate::cluster::client::ApiClient;
@@ -27,12 +28,11 @@ pub(super) fn candidate_digest(manifest: &Manifest) -> String {
         .unwrap_or_default()
 }
 
-/// The digests of `manifest`'s module file and its candidate's (empty: unreadable, none).
-pub(super) fn module_digests(manifest: &Manifest) -> (String, String) {
-    let module = crate::guest::read_module(&manifest.spec.module)
+/// The digest of `manifest`'s module file (empty: unreadable).
+pub(super) fn module_digest(manifest: &Manifest) -> String {
+    crate::guest::read_module(manifest.module_file())
         .map(|b| crate::guest::module_cache::digest(&b))
-        .unwrap_or_default();
-    (module, candidate_digest(manifest))
+        .unwrap_or_default()
 }
 
 /// How long a reload the watch loop makes (on a changed file or object) waits for the modules
@@ -69,7 +69,7 @@ impl Manager {
         manifests: Vec<Manifest>,
         options: ManagerOptions,
     ) -> anyhow::Result<Self> {
-        let engines = Engines::new()?;
+        let engines = Engines::for_cache(&options.module_cache)?;
         let (gate, open) = match options.gate {
             Some(gate) => (gate, None),
             None => {
@@ -259,8 +259,8 @@ impl Manager {
         for (name, manifest) in wanted {
             match guests.get(&name) {
                 None => {
-                    let digests = module_digests(&manifest);
-                    loads.push((manifest, None, digests));
+                    // Its files are read (and their digests taken) by its load.
+                    loads.push((manifest, None, Arc::default()));
                 }
                 Some(guest) => {
                     let bytes = crate::guest::read_module(&manifest.spec.module);
@@ -290,7 +290,8 @@ impl Manager {
                         || guest.candidate_digest != candidate_digest
                     {
                         let reads = Some(guest.reads.clone());
-                        loads.push((manifest, reads, (digest, candidate_digest)));
+                        let digests = LoadDigests::known(digest, candidate_digest);
+                        loads.push((manifest, reads, digests));
                     }
                 }
             }

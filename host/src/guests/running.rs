@@ -75,14 +75,47 @@ impl Background {
 
 /// A version a reload loads: its manifest, the read set of the guest it replaces (if any), and
 /// its module's and candidate's digests.
-pub(super) type ToLoad = (Manifest, Option<Arc<Reads>>, (String, String));
+pub(super) type ToLoad = (Manifest, Option<Arc<Reads>>, Arc<LoadDigests>);
+
+/// The digests of the module and candidate files a load read, each set when it is read (a swap
+/// knows them before: the reload compared them with the running version's). A new guest's
+/// files are read once, by its load, not again by the reload that starts it.
+#[derive(Debug, Default)]
+pub(super) struct LoadDigests {
+    pub(super) module: std::sync::OnceLock<String>,
+    pub(super) candidate: std::sync::OnceLock<String>,
+}
+
+impl LoadDigests {
+    /// Digests known already.
+    pub(super) fn known(module: String, candidate: String) -> Arc<Self> {
+        let digests = LoadDigests::default();
+        let _ = digests.module.set(module);
+        let _ = digests.candidate.set(candidate);
+        Arc::new(digests)
+    }
+
+    /// Whether the load read `manifest`'s files as they are now: each file it read has the
+    /// digest it read; one it has not read yet it will read as it is now.
+    pub(super) fn current(&self, manifest: &Manifest) -> bool {
+        let module = self
+            .module
+            .get()
+            .is_none_or(|d| *d == super::reload::module_digest(manifest));
+        let candidate = self
+            .candidate
+            .get()
+            .is_none_or(|d| *d == super::reload::candidate_digest(manifest));
+        module && candidate
+    }
+}
 
 /// A version still loading after the reload that started it.
 pub(super) struct Loading {
     /// The manifest it loads, and its module's and candidate's digests: a reload wanting the
     /// same takes it up, one wanting another starts again.
     pub(super) manifest: Manifest,
-    pub(super) digests: (String, String),
+    pub(super) digests: Arc<LoadDigests>,
     pub(super) task: tokio::task::JoinHandle<Result<Version, StartError>>,
     pub(super) background: Background,
 }

@@ -310,3 +310,107 @@ spec:
     assert!(ok, "{stderr}");
     assert!(stdout.contains("good.yaml: ok, guest labeller"), "{stdout}");
 }
+
+/// The `.cwasm` entries of the module cache in `cache`, with when each was written.
+fn cache_entries(cache: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
+    let mut entries: Vec<_> = std::fs::read_dir(cache)
+        .expect("the module cache exists")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .map(|p| {
+            let written = p.metadata().and_then(|m| m.modified()).expect("mtime");
+            (p, written)
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+#[test]
+fn check_then_dev_and_two_replays_should_compile_a_module_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("modules");
+    let guests = dir.path().join("guests");
+    std::fs::create_dir(&guests).expect("guests dir");
+    let module = common::module("cleanup_ticker.wasm");
+    let manifest = write(
+        &guests,
+        "ticker.yaml",
+        format!(
+            "apiVersion: krec.dev/v1alpha1
+kind: Reconciler
+metadata: {{name: ticker}}
+spec:
+  module: {}
+  tickers: [{{every: 1h, request: {{name: tick}}}}]
+  permissions:
+    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch, delete]}}
+",
+            module.display()
+        )
+        .as_bytes(),
+    );
+    let cache_arg = cache.display().to_string();
+    let manifest_arg = manifest.display().to_string();
+    let (ok, out, err) = common::krec(["check", &manifest_arg, "--module-cache", &cache_arg]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("; compiled in "),
+        "the first load compiles: {out}"
+    );
+    let compiled = cache_entries(&cache);
+    assert_eq!(compiled.len(), 1, "one module, one entry: {compiled:?}");
+
+    // `krec dev` on the same cache starts the guest from the entry `krec check` wrote.
+    let kubeconfig = dir.path().join("kc.yaml");
+    let (mut child, printed, _) = common::spawn_until(
+        [
+            "dev".as_ref(),
+            "--manifests".as_ref(),
+            guests.as_os_str(),
+            "--kubeconfig-out".as_ref(),
+            kubeconfig.as_os_str(),
+            "--admin-addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--module-cache".as_ref(),
+            cache.as_os_str(),
+        ],
+        |line| line.contains("reconciling"),
+    );
+    let exit = common::stop(&mut child, "-INT");
+    assert!(exit.success(), "{exit:?}");
+    assert!(
+        printed
+            .join("\n")
+            .contains("1 guest(s) reconciling (ticker)"),
+        "{printed:?}"
+    );
+    assert_eq!(cache_entries(&cache), compiled, "not compiled again by dev");
+
+    // Two replays (of a recording with no reconciles) load it too.
+    let recording = write(
+        dir.path(),
+        "ticker.jsonl",
+        br#"{"header":{"recording":"krec.dev/recording/v1","guest":"ticker","module":"m","digest":"sha256:0","startedMs":0}}
+"#,
+    );
+    let recording_arg = recording.display().to_string();
+    let module_arg = module.display().to_string();
+    for _ in 0..2 {
+        let (ok, out, err) = common::krec([
+            "replay",
+            &recording_arg,
+            "--module",
+            &module_arg,
+            "--module-cache",
+            &cache_arg,
+        ]);
+        assert!(ok, "{out}{err}");
+        assert!(out.contains("; from the module cache)"), "{out}");
+    }
+    let (ok, out, err) = common::krec(["check", &manifest_arg, "--module-cache", &cache_arg]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("; from the module cache)"), "{out}");
+    assert_eq!(cache_entries(&cache), compiled, "compiled once in all");
+}

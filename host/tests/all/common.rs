@@ -133,6 +133,12 @@ impl Kubectl {
     }
 }
 
+/// Where `krec` keeps its module cache in these tests: this test process's own, under the
+/// target directory (never the user's).
+pub fn test_cache_home() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-home-{}", std::process::id()))
+}
+
 /// Run `krec` with `args` to its end (no log output): whether it succeeded, its stdout and its
 /// stderr.
 pub fn krec<S: AsRef<std::ffi::OsStr>>(
@@ -141,6 +147,7 @@ pub fn krec<S: AsRef<std::ffi::OsStr>>(
     let out = Command::new(env!("CARGO_BIN_EXE_krec"))
         .args(args)
         .env("RUST_LOG", "off")
+        .env("XDG_CACHE_HOME", test_cache_home())
         .output()
         .expect("run krec");
     (
@@ -163,6 +170,7 @@ pub fn spawn_until<S: AsRef<std::ffi::OsStr>>(
     let mut child = Command::new(env!("CARGO_BIN_EXE_krec"))
         .args(args)
         .env("RUST_LOG", "off")
+        .env("XDG_CACHE_HOME", test_cache_home())
         .stdout(Stdio::piped())
         .spawn()
         .expect("start krec");

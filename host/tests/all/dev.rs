@@ -196,13 +196,19 @@ fn dev_should_register_the_webhooks_of_guests_a_reload_brings_and_remove_them_af
 
 /// Run `program args` in `dir`, failing the test with its output unless it succeeds.
 fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .current_dir(dir)
         // The outer `cargo test`'s settings must not leak into the new crate's own build.
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("CARGO_BUILD_TARGET");
+    if program == env!("CARGO_BIN_EXE_krec") {
+        // krec's module cache: the tests' own, not the user's.
+        command.env("XDG_CACHE_HOME", common::test_cache_home());
+    }
+    let out = command
         .output()
         .unwrap_or_else(|e| panic!("{program}: {e}"));
     let text = format!(
@@ -706,6 +712,7 @@ fn record_replay_and_a_shadow_should_work_from_the_command_line() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_krec"))
         .args(["replay", &recording, "--module", &changed])
         .env("RUST_LOG", "off")
+        .env("XDG_CACHE_HOME", common::test_cache_home())
         .output()
         .expect("krec replay");
     let text = String::from_utf8_lossy(&out.stdout);
