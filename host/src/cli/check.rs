@@ -46,8 +46,8 @@ enum Problem {
     },
 }
 
-/// What the check needs: the host's engines (compiling into the module cache `krec dev` and
-/// `krec run` load from) and a runtime for the guests' `init`.
+/// What the check needs: the host's engines, the module cache `krec dev` and `krec run` load
+/// from, and a runtime for the guests' `init`.
 struct Checker {
     engines: guest::Engines,
     cache: guest::ModuleCache,
@@ -57,7 +57,7 @@ struct Checker {
 impl Checker {
     fn new(cache: guest::ModuleCache) -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        let engines = guest::Engines::for_cache(&cache)
+        let engines = guest::Engines::new()
             .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -137,7 +137,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let manifest = manifest_for(&header, &args.module, args.manifest.as_deref())?;
     let cache = args.cache.open();
-    let engines = guest::Engines::for_cache(&cache)
+    let engines = guest::Engines::new()
         .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
     let (engine, linker) = engines.for_isolation(manifest.spec.isolation);
     let loading = Instant::now();

@@ -6,12 +6,9 @@
 //! and traps once the reconcile's time limit has passed, so an infinite loop can neither run
 //! forever nor hold a runtime thread.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
-
-use super::module_cache::FunctionCache;
 
 /// How often the epoch advances: the granularity of timeouts and of yielding to other tasks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -34,13 +31,7 @@ const WARM_SLOTS: u32 = 16;
 /// instances allocated on demand with copy-on-write memory images — no cap on how many guests
 /// hold one.
 pub fn new_engine() -> wasmtime::Result<Engine> {
-    new_engine_with(None)
-}
-
-/// [`new_engine`], compiling through `functions` (unchanged functions of a rebuilt module are
-/// taken from it, not compiled again).
-pub fn new_engine_with(functions: Option<Arc<FunctionCache>>) -> wasmtime::Result<Engine> {
-    let engine = Engine::new(&base_config(functions)?)?;
+    let engine = Engine::new(&base_config())?;
     spawn_epoch_ticker(&engine);
     Ok(engine)
 }
@@ -52,12 +43,7 @@ pub fn new_engine_with(functions: Option<Arc<FunctionCache>>) -> wasmtime::Resul
 /// `ulimit -v`), instances are allocated on demand instead, with a warning; when all slots are
 /// in use, instantiation fails and the key is retried with backoff.
 pub fn new_pooled_engine() -> wasmtime::Result<Engine> {
-    new_pooled_engine_with(None)
-}
-
-/// [`new_pooled_engine`], compiling through `functions` as [`new_engine_with`] does.
-pub fn new_pooled_engine_with(functions: Option<Arc<FunctionCache>>) -> wasmtime::Result<Engine> {
-    let mut config = base_config(functions.clone())?;
+    let mut config = base_config();
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
     match Engine::new(&config) {
         Ok(engine) => {
@@ -68,25 +54,22 @@ pub fn new_pooled_engine_with(functions: Option<Arc<FunctionCache>>) -> wasmtime
             tracing::warn!(
                 "per-reconcile instances are allocated on demand: the instance pool cannot be set up: {err:#}"
             );
-            new_engine_with(functions)
+            new_engine()
         }
     }
 }
 
-fn base_config(functions: Option<Arc<FunctionCache>>) -> wasmtime::Result<Config> {
+fn base_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
-    if let Some(functions) = functions {
-        config.enable_incremental_compilation(functions)?;
-    }
     // A build with `wasm-profiling`: `KREC_WASM_PROFILE=perfmap` writes /tmp/perf-PID.map, so
     // `perf report` names guests' functions.
     #[cfg(feature = "wasm-profiling")]
     if std::env::var("KREC_WASM_PROFILE").as_deref() == Ok("perfmap") {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
-    Ok(config)
+    config
 }
 
 /// The pool: room for [`POOL_SLOTS`] instances, with limits no tighter than the on-demand

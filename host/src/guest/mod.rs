@@ -243,30 +243,13 @@ impl Engines {
     ///
     /// When an engine or a linker cannot be built.
     pub fn new() -> wasmtime::Result<Self> {
-        Self::compiling_through(None)
-    }
-
-    /// Both engines, compiling through `cache`'s [compiled functions](ModuleCache::functions)
-    /// when it keeps them: a rebuilt module compiles only the functions that changed.
-    ///
-    /// # Errors
-    ///
-    /// When an engine or a linker cannot be built.
-    pub fn for_cache(cache: &ModuleCache) -> wasmtime::Result<Self> {
-        Self::compiling_through(cache.functions())
-    }
-
-    fn compiling_through(
-        functions: Option<Arc<module_cache::FunctionCache>>,
-    ) -> wasmtime::Result<Self> {
-        use crate::guest::engine::{new_engine_with, new_pooled_engine_with};
         let with_linker = |engine: Engine| -> wasmtime::Result<_> {
             let linker = new_linker(&engine)?;
             Ok((engine, linker))
         };
         Ok(Engines {
-            reuse: with_linker(new_engine_with(functions.clone())?)?,
-            fresh: with_linker(new_pooled_engine_with(functions)?)?,
+            reuse: with_linker(crate::guest::engine::new_engine()?)?,
+            fresh: with_linker(crate::guest::engine::new_pooled_engine()?)?,
         })
     }
 

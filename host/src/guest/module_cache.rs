@@ -94,22 +94,6 @@ impl ModuleCache {
         self.dir.as_deref()
     }
 
-    /// The cache of compiled functions beside the modules, if the cache is enabled and its
-    /// directory can hold one (a problem is logged: modules then compile whole).
-    pub fn functions(&self) -> Option<Arc<FunctionCache>> {
-        let dir = self.dir.as_ref()?;
-        match FunctionCache::new(dir) {
-            Ok(functions) => Some(Arc::new(functions)),
-            Err(err) => {
-                tracing::warn!(
-                    "the compiled-function cache in {} is unusable, modules compile whole: {err}",
-                    dir.display()
-                );
-                None
-            }
-        }
-    }
-
     /// The entry of the module of `digest` (`sha256:<hex>`) compiled by `engine`.
     fn entry(&self, engine: &Engine, digest: &str) -> Option<PathBuf> {
         let dir = self.dir.as_ref()?;
@@ -184,66 +168,6 @@ impl ModuleCache {
             );
         }
         Ok((component, Origin::Compiled))
-    }
-}
-
-/// Cranelift's cache of compiled functions, by the hash of each function's code: what makes a
-/// module rebuilt after a small edit compile only the functions that changed. An 18 MB Python
-/// or TypeScript component whose interpreter did not change differs from the last build in its
-/// data (the application's snapshot), not in its thousands of functions, so they come from
-/// here; a Rust or Go guest's unchanged functions likewise.
-///
-/// Kept in `functions/` of the module cache's directory, one file per function named by the
-/// hex of its key, written to a temporary file and renamed into place like the module
-/// entries. What Cranelift reads back it checks itself: an entry that does not decode is
-/// compiled again (wasmtime's own contract for a [`wasmtime::CacheStore`]).
-#[derive(Debug)]
-pub struct FunctionCache {
-    dir: PathBuf,
-}
-
-impl FunctionCache {
-    /// The function cache of the module cache in `dir`, created (mode 0700) if missing.
-    ///
-    /// # Errors
-    ///
-    /// When the directory cannot be created.
-    pub fn new(dir: &Path) -> std::io::Result<Self> {
-        let dir = dir.join("functions");
-        std::fs::create_dir_all(&dir)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        }
-        Ok(FunctionCache { dir })
-    }
-
-    fn entry(&self, key: &[u8]) -> PathBuf {
-        // Keys are Cranelift's hashes of a function; hashed again, they make a short name.
-        self.dir.join(format!("{:x}", Sha256::digest(key)))
-    }
-}
-
-impl wasmtime::CacheStore for FunctionCache {
-    fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
-        std::fs::read(self.entry(key))
-            .ok()
-            .map(std::borrow::Cow::Owned)
-    }
-
-    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
-        let entry = self.entry(key);
-        let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, value).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-            return false;
-        }
-        if std::fs::rename(&tmp, &entry).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-            return false;
-        }
-        true
     }
 }
 

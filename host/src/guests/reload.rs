@@ -20,10 +20,8 @@ use crate::manifest::{Manifest, ManifestError};
 /// The digest of `manifest`'s rollout candidate's file (empty: none, or unreadable).
 pub(super) fn candidate_digest(manifest: &Manifest) -> String {
     manifest
-        .spec
-        .rollout
-        .as_ref()
-        .and_then(|r| crate::guest::read_module(&r.candidate).ok())
+        .candidate_file()
+        .and_then(|file| crate::guest::read_module(file).ok())
         .map(|b| crate::guest::module_cache::digest(&b))
         .unwrap_or_default()
 }
@@ -69,7 +67,7 @@ impl Manager {
         manifests: Vec<Manifest>,
         options: ManagerOptions,
     ) -> anyhow::Result<Self> {
-        let engines = Engines::for_cache(&options.module_cache)?;
+        let engines = Engines::new()?;
         let (gate, open) = match options.gate {
             Some(gate) => (gate, None),
             None => {
@@ -263,7 +261,8 @@ impl Manager {
                     loads.push((manifest, None, Arc::default()));
                 }
                 Some(guest) => {
-                    let bytes = crate::guest::read_module(&manifest.spec.module);
+                    // The file its load reads (a pulled module's, for a registry reference).
+                    let bytes = crate::guest::read_module(manifest.module_file());
                     // A build replaces a module by deleting it and writing the new one: while
                     // it is missing (or empty), the running version stays and nothing is
                     // refused — the new file's own event reloads it.

@@ -70,6 +70,18 @@ impl Manifest {
         self.pulled_module().map_or(&self.spec.module, |p| &p.file)
     }
 
+    /// The file `spec.rollout`'s candidate runs from: the candidate as written, or the file the
+    /// registry module it names was pulled into. `None` without `spec.rollout`.
+    pub fn candidate_file(&self) -> Option<&Path> {
+        let rollout = self.spec.rollout.as_ref()?;
+        Some(
+            self.candidate_pulled
+                .as_ref()
+                .filter(|p| p.reference == rollout.candidate)
+                .map_or(&rollout.candidate, |p| &p.file),
+        )
+    }
+
     /// `live` or `candidate`: the `version` field of the guest's log lines.
     pub fn version_role(&self) -> &'static str {
         if self.candidate { "candidate" } else { "live" }
