@@ -111,7 +111,9 @@ fn what(request: &Request<'_>) -> Option<String> {
 #[async_trait]
 impl ClusterAccess for Logged {
     async fn call(&self, request: Request<'_>) -> Result<Reply, CallError> {
-        let Some(what) = what(&request) else {
+        // Failures go to trace, a level below debug: with debug off, nothing is said.
+        let said = tracing::enabled!(target: "krec::client", tracing::Level::DEBUG);
+        let Some(what) = said.then(|| what(&request)).flatten() else {
             return self.inner.call(request).await;
         };
         let result = self.inner.call(request).await;

@@ -112,25 +112,6 @@ impl Request<'_> {
             Request::Get(_) | Request::List { .. } | Request::Namespaced(_)
         )
     }
-
-    /// The call's name, as the manifest's verbs and the logs say it: `get`, `list`,
-    /// `create`, `patch-status`, `event`, …
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Request::Get(_) => "get",
-            Request::List { .. } => "list",
-            Request::Namespaced(_) => "scope",
-            Request::Write { kind, .. } => match kind {
-                WriteKind::Create => "create",
-                WriteKind::Update => "update",
-                WriteKind::UpdateStatus => "update-status",
-            },
-            Request::Patch { status: false, .. } => "patch",
-            Request::Patch { status: true, .. } => "patch-status",
-            Request::Delete { .. } => "delete",
-            Request::Event(_) => "event",
-        }
-    }
 }
 
 /// A call's answer. Objects are JSON text: a cache hands out the text it holds, and the

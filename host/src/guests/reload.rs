@@ -9,29 +9,13 @@ use std::time::Duration;
 
 use super::pull::START_PULL_WAIT;
 use super::report::{ReloadReport, Skipped, StartError};
-use super::running::LoadDigests;
+use super::running::{LoadDigests, candidate_digest};
 use super::{Inner, Manager, ManagerOptions};
 use crate::cluster::cache::Cache;
 use crate::cluster::client::ApiClient;
 use crate::guest::{CpuGovernor, Engines, MemoryPool};
 use crate::guests::from_cluster::ObjectSource;
 use crate::manifest::{Manifest, ManifestError};
-
-/// The digest of `manifest`'s rollout candidate's file (empty: none, or unreadable).
-pub(super) fn candidate_digest(manifest: &Manifest) -> String {
-    manifest
-        .candidate_file()
-        .and_then(|file| crate::guest::read_module(file).ok())
-        .map(|b| crate::guest::module_cache::digest(&b))
-        .unwrap_or_default()
-}
-
-/// The digest of `manifest`'s module file (empty: unreadable).
-pub(super) fn module_digest(manifest: &Manifest) -> String {
-    crate::guest::read_module(manifest.module_file())
-        .map(|b| crate::guest::module_cache::digest(&b))
-        .unwrap_or_default()
-}
 
 /// How long a reload the watch loop makes (on a changed file or object) waits for the modules
 /// it pulls and the versions it loads before it goes on without the slow ones: each guest

@@ -101,13 +101,29 @@ impl LoadDigests {
         let module = self
             .module
             .get()
-            .is_none_or(|d| *d == super::reload::module_digest(manifest));
+            .is_none_or(|d| *d == module_digest(manifest));
         let candidate = self
             .candidate
             .get()
-            .is_none_or(|d| *d == super::reload::candidate_digest(manifest));
+            .is_none_or(|d| *d == candidate_digest(manifest));
         module && candidate
     }
+}
+
+/// The digest of `manifest`'s rollout candidate's file (empty: none, or unreadable).
+pub(super) fn candidate_digest(manifest: &Manifest) -> String {
+    manifest
+        .candidate_file()
+        .and_then(|file| crate::guest::read_module(file).ok())
+        .map(|b| crate::guest::module_cache::digest(&b))
+        .unwrap_or_default()
+}
+
+/// The digest of `manifest`'s module file (empty: unreadable).
+pub(super) fn module_digest(manifest: &Manifest) -> String {
+    crate::guest::read_module(manifest.module_file())
+        .map(|b| crate::guest::module_cache::digest(&b))
+        .unwrap_or_default()
 }
 
 /// A version still loading after the reload that started it.
