@@ -206,6 +206,11 @@ pub struct Sharder {
     /// Membership Leases as last seen: resourceVersion, and when first seen so.
     seen: HashMap<String, (String, Instant)>,
     guests: BTreeMap<String, GuestLease>,
+    /// Guests this replica stopped running and forgot whose Lease may still need removing:
+    /// kept until a round's view shows no replica runs them (then the Lease goes) or this
+    /// replica runs them again. Two replicas that stop running a guest in the same moment
+    /// each still see the other run it; neither may forget the Lease on that view.
+    departed: BTreeSet<String>,
     /// Set once the first tick has decided this replica's guests.
     decided: tokio::sync::watch::Sender<bool>,
     /// Set when the replica begins to stop: it wants no guest any more, says so on its
@@ -240,6 +245,7 @@ impl Sharder {
             metrics,
             seen: HashMap::new(),
             guests: BTreeMap::new(),
+            departed: BTreeSet::new(),
             decided: tokio::sync::watch::channel(false).0,
             leaving: tokio::sync::watch::channel(false).0,
         }
@@ -330,11 +336,15 @@ impl Sharder {
     }
 
     /// One round: renew membership, see who is alive, compute the assignment, act on it.
+    ///
+    /// The round acts on one snapshot of the guests this replica runs, the one its membership
+    /// Lease announces: were the announcement older than what the round acts on, two replicas
+    /// that stop running a guest at once could each see the other still run it.
     async fn round(&mut self) {
-        if let Err(err) = self.renew_membership().await {
+        let running = self.manager.controllers();
+        if let Err(err) = self.renew_membership(&running).await {
             tracing::warn!("renewing the membership Lease: {err}");
         }
-        let running = self.manager.controllers();
         for name in running.keys() {
             if !self.guests.contains_key(name) {
                 let mut config =
@@ -358,13 +368,14 @@ impl Sharder {
         // view tells; `None` without a view, or when a replica does not say what it runs.
         let mut unrun: Option<BTreeSet<String>> = None;
         // Without a view of the group, keep what is held (renewing it) and take nothing.
-        let mine: Vec<String> = match self.view().await {
+        let mine: Vec<String> = match self.view(&running).await {
             Ok(_) if leaving => Vec::new(),
             Ok(members) => {
                 if members.iter().all(|(_, runs)| runs.is_some()) {
                     unrun = Some(
                         self.guests
                             .keys()
+                            .chain(&self.departed)
                             .filter(|name| {
                                 !running.contains_key(*name)
                                     && members.iter().all(|(_, runs)| {
@@ -435,23 +446,35 @@ impl Sharder {
             self.metrics.shard_owned.remove(&GuestLabel {
                 guest: name.clone(),
             });
-            // The last replica to stop running it removes the Lease.
-            if unrun.as_ref().is_some_and(|unrun| unrun.contains(&name)) {
-                self.delete_guest_lease(&name).await;
+            self.departed.insert(name);
+        }
+        // The last replica to stop running a guest removes its Lease; every replica that
+        // stopped running it tries until the view agrees (the removal is conditional).
+        self.departed.retain(|name| !running.contains_key(name));
+        let unrun: Vec<String> = self
+            .departed
+            .iter()
+            .filter(|name| unrun.as_ref().is_some_and(|unrun| unrun.contains(*name)))
+            .cloned()
+            .collect();
+        for name in unrun {
+            if self.delete_guest_lease(&name).await {
+                self.departed.remove(&name);
             }
         }
     }
 
     /// Delete the Lease of `guest`, which no replica runs any more, unless another replica
-    /// holds it (a replica that runs the guest again since this round's view).
-    async fn delete_guest_lease(&self, guest: &str) {
+    /// holds it (a replica that runs the guest again since this round's view). True when
+    /// nothing is left to do: the Lease is gone or another replica holds it.
+    async fn delete_guest_lease(&self, guest: &str) -> bool {
         let name = self.config.guest_lease(guest);
         let lease = match self.leases.get_opt(&name).await {
             Ok(Some(lease)) => lease,
-            Ok(None) => return,
+            Ok(None) => return true,
             Err(err) => {
                 tracing::debug!("reading the Lease {name} of deleted guest {guest}: {err}");
-                return;
+                return false;
             }
         };
         let holder = lease
@@ -460,7 +483,7 @@ impl Sharder {
             .and_then(|spec| spec.holder_identity.as_deref())
             .unwrap_or_default();
         if !holder.is_empty() && holder != self.config.identity {
-            return;
+            return true;
         }
         let params = DeleteParams {
             preconditions: Some(kube::api::Preconditions {
@@ -470,15 +493,23 @@ impl Sharder {
             ..DeleteParams::default()
         };
         match self.leases.delete(&name, &params).await {
-            Ok(_) => tracing::info!("removed the Lease {name} of deleted guest {guest}"),
+            Ok(_) => {
+                tracing::info!("removed the Lease {name} of deleted guest {guest}");
+                true
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => true,
             Err(err) => {
-                tracing::debug!("removing the Lease {name} of deleted guest {guest}: {err}")
+                tracing::debug!("removing the Lease {name} of deleted guest {guest}: {err}");
+                false
             }
         }
     }
 
-    /// Create or renew this replica's membership Lease.
-    async fn renew_membership(&self) -> Result<(), kube::Error> {
+    /// Create or renew this replica's membership Lease, announcing the guests of `running`.
+    async fn renew_membership(
+        &self,
+        running: &BTreeMap<String, Arc<crate::controller::Controller>>,
+    ) -> Result<(), kube::Error> {
         let name = self.config.member_lease();
         let spec = LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
@@ -490,7 +521,7 @@ impl Sharder {
         let guests: Vec<String> = if *self.leaving.borrow() {
             Vec::new()
         } else {
-            self.manager.controllers().keys().cloned().collect()
+            running.keys().cloned().collect()
         };
         let annotations: BTreeMap<String, String> =
             [(GUESTS_ANNOTATION.to_owned(), guests.join(","))].into();
@@ -542,14 +573,17 @@ impl Sharder {
     /// One list of the group's Leases: the guest Leases' versions are noted (so that a Lease
     /// left unrenewed by a dead replica is known expired as soon as possible), and the
     /// replicas alive, this one included, are returned in order with the guests each runs
-    /// (`None` when its Lease does not say).
-    async fn view(&mut self) -> Result<Vec<(String, Option<BTreeSet<String>>)>, kube::Error> {
+    /// (`None` when its Lease does not say; this one runs `running`).
+    async fn view(
+        &mut self,
+        running: &BTreeMap<String, Arc<crate::controller::Controller>>,
+    ) -> Result<Vec<(String, Option<BTreeSet<String>>)>, kube::Error> {
         let selector = format!("{GROUP_LABEL}={}", self.config.group);
         let leases = self
             .leases
             .list(&ListParams::default().labels(&selector))
             .await?;
-        let mine: BTreeSet<String> = self.manager.controllers().keys().cloned().collect();
+        let mine: BTreeSet<String> = running.keys().cloned().collect();
         let mut alive = vec![(self.config.identity.clone(), Some(mine))];
         let mut present = Vec::new();
         let guest_prefix = format!("{}-", self.config.group);
@@ -741,15 +775,7 @@ mod tests {
         async fn start(client: &kube::Client, identity: &str) -> Replica {
             let tenures = Tenures::new();
             let script: Arc<dyn Runner> = Script::new(Vec::new());
-            let manifests = GUESTS
-                .iter()
-                .map(|g| {
-                    let text = format!(
-                        "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {g}}}\nspec:\n  module: {g}.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [default]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch]}}\n"
-                    );
-                    Manifest::parse(std::path::Path::new("m.yaml"), &text).expect("manifest")
-                })
-                .collect();
+            let manifests = manifests(&GUESTS);
             let options = ManagerOptions {
                 tenures: Some(tenures.clone()),
                 runners: GUESTS
@@ -806,6 +832,19 @@ mod tests {
             let _ = self.task.await;
             self.manager.shutdown(Duration::from_secs(1)).await;
         }
+    }
+
+    /// The manifests of `guests`, scripted reconcilers of ConfigMaps.
+    fn manifests(guests: &[&str]) -> Vec<Manifest> {
+        guests
+            .iter()
+            .map(|g| {
+                let text = format!(
+                    "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {g}}}\nspec:\n  module: {g}.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  namespaces: [default]\n  permissions:\n    - {{apiVersion: v1, kind: ConfigMap, verbs: [get, list, watch]}}\n"
+                );
+                Manifest::parse(std::path::Path::new("m.yaml"), &text).expect("manifest")
+            })
+            .collect()
     }
 
     fn cluster() -> (kube::Client, tokio::sync::watch::Sender<bool>) {
@@ -866,6 +905,58 @@ mod tests {
                 lease.metadata.name
             );
         }
+    }
+
+    /// A replica that stops running a guest while another still announces it keeps the
+    /// guest's Lease in mind: once no replica alive runs it, the Lease goes. Here the other
+    /// replica crashes still announcing it; its membership expires, and the Lease is removed.
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_guests_lease_should_go_once_no_replica_alive_runs_it() {
+        let (client, _stop) = cluster();
+        let a = Replica::start(&client, "a").await;
+        let b = Replica::start(&client, "b").await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(spread(&[&a, &b]), [2, 2]);
+        let (holder, other) = if a.tenures.is_running("g3") {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+        let config = ShardConfig::new("krec", "default");
+        let lease = config.guest_lease("g3");
+        assert!(leases.get_opt(&lease).await.expect("read").is_some());
+        other.crash();
+        holder
+            .manager
+            .apply(manifests(&GUESTS[..3]).into_iter().map(Ok).collect())
+            .await;
+        // The crashed replica is alive for the lease duration (15 s), announcing g3.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let left = leases.get_opt(&lease).await.expect("read");
+        assert!(
+            left.is_some(),
+            "{lease} removed while a replica alive runs g3"
+        );
+        assert_eq!(
+            left.and_then(|l| l.spec).and_then(|s| s.holder_identity),
+            None,
+            "released"
+        );
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(
+            leases.get_opt(&lease).await.expect("read").is_none(),
+            "{lease} left behind"
+        );
+        assert!(
+            leases
+                .get_opt(&config.guest_lease("g0"))
+                .await
+                .expect("read")
+                .is_some(),
+            "the others' stay"
+        );
+        holder.leave().await;
     }
 
     #[test]
