@@ -271,7 +271,7 @@ fn init_logging(default: &str, format: LogFormat) {
 }
 
 /// What `krec dev` and `krec run` log by default: every reconcile and every write a guest makes.
-const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::cluster::client=debug";
+const LIVE_LOG: &str = "info,krec::reconcile=debug,krec::client=debug";
 
 /// Opts the process out of transparent huge pages, as Redis does for itself: with THP
 /// `always`, the first touch of each 2 MiB of a growing heap zeroes all of it at once, a pause
@@ -351,5 +351,27 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(not(unix))]
     async {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LIVE_LOG;
+    use tracing::Level;
+
+    /// `krec dev` and `krec run` show every reconcile and every write a guest makes by default
+    /// (the targets the controller and the write log name), and not the host's inner debug.
+    #[test]
+    fn the_live_log_should_show_every_reconcile_and_every_write() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(LIVE_LOG))
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(tracing::enabled!(target: "krec::reconcile", Level::DEBUG));
+            assert!(tracing::enabled!(target: "krec::client", Level::DEBUG));
+            assert!(crate::cluster::Logged::wanted());
+            assert!(!tracing::enabled!(target: "krec::cluster::cache", Level::DEBUG));
+        });
     }
 }

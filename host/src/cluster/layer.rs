@@ -2,7 +2,8 @@
 //! one thing on the way — here the write [`Fenced`] of a sharded guest and the [`Logged`]
 //! writes `krec dev` shows; elsewhere the rollout's `Tap` (takes a reconcile's calls down) and
 //! `Replay` (answers them from a recording, over a fallback). A guest's live access is
-//! `Logged(Fenced(LiveCluster))`; a shadow candidate's is `Replay` over that.
+//! `Logged(Fenced(LiveCluster))` — `Fenced` for a sharded guest, `Logged` when `krec::client`'s
+//! lines are on; a shadow candidate's is `Replay` over that.
 //!
 //! A layer is a plain struct holding `Arc<dyn ClusterAccess>`, not tower's `Service`/`Layer`:
 //! a guest's access is one shared handle called concurrently by every instance of the guest
@@ -56,6 +57,12 @@ pub struct Logged {
 }
 
 impl Logged {
+    /// Whether the layer would say anything: `krec::client`'s lines at debug (trace, which
+    /// adds the failures, includes it).
+    pub fn wanted() -> bool {
+        tracing::enabled!(target: "krec::client", tracing::Level::DEBUG)
+    }
+
     /// `guest`'s writes through `inner`, logged.
     pub fn new(inner: Arc<dyn ClusterAccess>, guest: &str) -> Self {
         Logged {

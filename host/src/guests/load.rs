@@ -115,7 +115,11 @@ impl Manager {
         if let Some(tenures) = &self.inner.tenures {
             cluster = Arc::new(Fenced::new(cluster, tenures.fence(&manifest.name)));
         }
-        let cluster: Arc<dyn ClusterAccess> = Arc::new(Logged::new(cluster, &manifest.name));
+        // Nothing to log with krec::client's lines off (the filter is fixed at the start):
+        // every call is spared the layer.
+        if Logged::wanted() {
+            cluster = Arc::new(Logged::new(cluster, &manifest.name));
+        }
         // Instantiate once: a module whose start function traps is refused here.
         GuestWorker::new(module.clone(), cluster.clone())
             .warm_up()
