@@ -6,6 +6,7 @@
 
 import { NotFound } from "./errors.js";
 import { Kind, type KObject } from "./kinds.js";
+import type { Action } from "./reconciler.js";
 
 /** Patch formats, as the WIT `patch-type` names them. */
 export type PatchType = "merge" | "json" | "strategic" | "apply";
@@ -165,6 +166,41 @@ export class Context {
     preconditions: { uid?: string; resourceVersion?: string } = {},
   ): void {
     this.host.delete(kind, namespace, name, preconditions.uid, preconditions.resourceVersion);
+  }
+
+  /**
+   * Reconcile `obj` behind `finalizer` (e.g. `example.com/cleanup`), as kube-runtime's
+   * `finalizer` and controller-runtime's finalizer helpers do. While the object lives it carries
+   * `finalizer` (added first, by an update whose own event brings the object back) and
+   * `apply(obj)` brings the world in line with it. Once it is being deleted, `cleanup(obj)`
+   * undoes what it made outside its owner references; when that returns, the finalizer is
+   * removed and the object goes. A throw from either leaves the finalizer on and the key is
+   * retried with backoff. An object being deleted without the finalizer is done. Returns what
+   * `apply` or `cleanup` returned (`undefined`: done).
+   */
+  finalizer<T extends KObject>(
+    obj: T,
+    finalizer: string,
+    handlers: { apply: (obj: T) => Action | void; cleanup: (obj: T) => Action | void },
+  ): Action | void {
+    const finalizers = obj.metadata.finalizers ?? [];
+    const deleting = Boolean(obj.metadata.deletionTimestamp);
+    const has = finalizers.includes(finalizer);
+    if (!deleting && !has) {
+      this.update({ ...obj, metadata: { ...obj.metadata, finalizers: [...finalizers, finalizer] } });
+      return undefined;
+    }
+    if (!deleting) return handlers.apply(obj);
+    if (!has) return undefined;
+    const action = handlers.cleanup(obj);
+    const kept = finalizers.filter((f) => f !== finalizer);
+    try {
+      this.update({ ...obj, metadata: { ...obj.metadata, finalizers: kept } });
+    } catch (err) {
+      // Gone already: nothing left to remove the finalizer from.
+      if (!(err instanceof NotFound)) throw err;
+    }
+    return action;
   }
 
   /**

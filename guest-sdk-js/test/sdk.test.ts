@@ -129,6 +129,57 @@ test("delete should check preconditions and only mark objects with finalizers", 
   assert.equal(cluster.object(kinds.ConfigMap, "held", "default"), undefined);
 });
 
+test("finalizer should add itself, apply, then clean up and let the object go", () => {
+  const cluster = new FakeCluster([cm("a")]);
+  const ctx = new Context(cluster);
+  const done: string[] = [];
+  const step = () =>
+    ctx.finalizer(cluster.object(kinds.ConfigMap, "a", "default") as KObject, "example.com/cleanup", {
+      apply: (o) => {
+        done.push(`apply ${o.metadata.name}`);
+      },
+      cleanup: (o) => {
+        done.push(`cleanup ${o.metadata.name}`);
+        return Action.requeueAfter(5000);
+      },
+    });
+  // First the finalizer goes on, and nothing else happens in that reconcile.
+  assert.equal(step(), undefined);
+  assert.deepEqual(cluster.object(kinds.ConfigMap, "a", "default")?.metadata.finalizers, [
+    "example.com/cleanup",
+  ]);
+  assert.deepEqual(done, []);
+  assert.equal(step(), undefined);
+  assert.deepEqual(done, ["apply a"]);
+  // Deleted: only marked while the finalizer is on; cleanup runs, the finalizer goes, and with
+  // it the object.
+  ctx.delete(kinds.ConfigMap, "a", "default");
+  assert.deepEqual(step(), Action.requeueAfter(5000));
+  assert.deepEqual(done, ["apply a", "cleanup a"]);
+  assert.equal(cluster.object(kinds.ConfigMap, "a", "default"), undefined);
+});
+
+test("a failing cleanup should keep the finalizer", () => {
+  const held = cm("a");
+  held.metadata.finalizers = ["example.com/cleanup"];
+  const cluster = new FakeCluster([held]);
+  const ctx = new Context(cluster);
+  ctx.delete(kinds.ConfigMap, "a", "default");
+  assert.throws(
+    () =>
+      ctx.finalizer(cluster.object(kinds.ConfigMap, "a", "default") as KObject, "example.com/cleanup", {
+        apply: () => undefined,
+        cleanup: () => {
+          throw new Other("the bucket is away");
+        },
+      }),
+    Other,
+  );
+  assert.deepEqual(cluster.object(kinds.ConfigMap, "a", "default")?.metadata.finalizers, [
+    "example.com/cleanup",
+  ]);
+});
+
 test("events and logs should be recorded, failures injected once", () => {
   class Noisy implements Reconciler {
     reconcile(req: Request, ctx: Context): Action {

@@ -7,9 +7,13 @@ call checked against the guest's manifest); in unit tests it is :class:`krec_gue
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, Union
 
+from .errors import NotFound
 from .kinds import Kind
+
+if TYPE_CHECKING:
+    from .reconciler import Action
 
 #: A patch body: a dict (merge, strategic, apply) or a list of operations (JSON patch).
 PatchBody = Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]
@@ -164,6 +168,41 @@ class Context:
         Objects with finalizers are only marked for deletion; an absent one raises
         :class:`~krec_guest.errors.NotFound`."""
         self._host.delete(kind, namespace, name, uid, resource_version)
+
+    def finalizer(
+        self,
+        obj: Mapping[str, Any],
+        finalizer: str,
+        apply: Callable[[dict], Optional["Action"]],
+        cleanup: Callable[[dict], Optional["Action"]],
+    ) -> Optional["Action"]:
+        """Reconcile ``obj`` behind ``finalizer`` (e.g. ``example.com/cleanup``), as kube-runtime's
+        ``finalizer`` and controller-runtime's finalizer helpers do. While the object lives it
+        carries ``finalizer`` (added first, by an update whose own event brings the object back)
+        and ``apply(obj)`` brings the world in line with it. Once it is being deleted,
+        ``cleanup(obj)`` undoes what it made outside its owner references; when that returns, the
+        finalizer is removed and the object goes. An exception from either leaves the finalizer
+        on and the key is retried with backoff. An object being deleted without the finalizer is
+        done. Returns what ``apply`` or ``cleanup`` returned (``None``: done)."""
+        meta = obj.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        deleting = bool(meta.get("deletionTimestamp"))
+        has = finalizer in finalizers
+        if not deleting and not has:
+            self.update({**obj, "metadata": {**meta, "finalizers": [*finalizers, finalizer]}})
+            return None
+        if not deleting:
+            return apply(dict(obj))
+        if not has:
+            return None
+        action = cleanup(dict(obj))
+        kept = [f for f in finalizers if f != finalizer]
+        try:
+            self.update({**obj, "metadata": {**meta, "finalizers": kept}})
+        except NotFound:
+            # Gone already: nothing left to remove the finalizer from.
+            pass
+        return action
 
     def record_event(
         self, regarding: Mapping[str, Any], reason: str, message: str, type: str = "Normal"

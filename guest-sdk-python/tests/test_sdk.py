@@ -147,6 +147,59 @@ def test_delete_should_check_preconditions_and_only_mark_objects_with_finalizers
     assert cluster.object(kinds.ConfigMap, "held", "default") is None
 
 
+def test_finalizer_should_add_itself_apply_then_clean_up_and_let_the_object_go():
+    cluster = FakeCluster([cm("a")])
+    ctx = Context(cluster)
+    done = []
+
+    def step():
+        obj = cluster.object(kinds.ConfigMap, "a", "default")
+        return ctx.finalizer(
+            obj,
+            "example.com/cleanup",
+            apply=lambda o: done.append(("apply", o["metadata"]["name"])),
+            cleanup=lambda o: done.append(("cleanup", o["metadata"]["name"]))
+            or Action.requeue_after(5),
+        )
+
+    # First the finalizer goes on, and nothing else happens in that reconcile.
+    assert step() is None
+    assert cluster.object(kinds.ConfigMap, "a", "default")["metadata"]["finalizers"] == [
+        "example.com/cleanup"
+    ]
+    assert done == []
+    assert step() is None
+    assert done == [("apply", "a")]
+    # Deleted: only marked while the finalizer is on; cleanup runs, the finalizer goes, and
+    # with it the object.
+    ctx.delete(kinds.ConfigMap, "a", "default")
+    assert step() == Action.requeue_after(5)
+    assert done[-1] == ("cleanup", "a")
+    assert cluster.object(kinds.ConfigMap, "a", "default") is None
+
+
+def test_a_failing_cleanup_should_keep_the_finalizer():
+    held = cm("a")
+    held["metadata"]["finalizers"] = ["example.com/cleanup"]
+    cluster = FakeCluster([held])
+    ctx = Context(cluster)
+    ctx.delete(kinds.ConfigMap, "a", "default")
+
+    def cleanup(_):
+        raise Other("the bucket is away")
+
+    with pytest.raises(Other):
+        ctx.finalizer(
+            cluster.object(kinds.ConfigMap, "a", "default"),
+            "example.com/cleanup",
+            apply=lambda o: None,
+            cleanup=cleanup,
+        )
+    assert cluster.object(kinds.ConfigMap, "a", "default")["metadata"]["finalizers"] == [
+        "example.com/cleanup"
+    ]
+
+
 def test_events_and_logs_should_be_recorded():
     class Noisy(Reconciler):
         def reconcile(self, req, ctx):
