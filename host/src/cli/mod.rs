@@ -81,11 +81,21 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Start a guest crate: a reconciler with a configuration, its manifest, an example object,
-    /// a unit test on the fake cluster and an integration test in the real host.
+    /// Start a guest — a Rust crate, a Python or TypeScript project, or a Go module: a
+    /// reconciler with a configuration, its manifest, an example object and unit tests on the
+    /// fake cluster (--webhook: a validating and a mutating webhook too).
     ///
-    /// Then, in the new folder: `cargo build-guest` (the wasm32-wasip2 build), `cargo test`,
-    /// `krec dev --manifests .`.
+    /// Then, in the new folder (krec new prints the same for the language chosen):
+    ///
+    ///   Rust:        cargo build-guest; cargo test; krec dev --manifests .
+    ///
+    ///   Python:      python -m krec_guest.build app -o NAME.wasm; python -m pytest;
+    ///                krec dev --manifests .
+    ///
+    ///   TypeScript:  npm install; npm run build; npm test; krec dev --manifests .
+    ///
+    ///   Go:          krec build; go test ./...; krec dev --manifests .
+    #[command(verbatim_doc_comment)]
     New(new::Args),
     /// Validate manifests (and the modules they name) or bare `.wasm` modules.
     ///

@@ -35,21 +35,32 @@ pub fn admission_policy() -> Vec<Value> {
              ClusterReconciler may use cluster-scoped ones)'"
         )
     };
-    let kinds_in = |list: &str| {
-        format!(
-            "!('{list}' in object.spec) || object.spec.{list}.all(r, !({} in variables.clusterScoped))",
-            group_kind("r")
+    // A rule over each element `x` of `spec.<list>`: the expression, and the field the message
+    // names — `spec.<list>[i]<suffix>`, `i` the first element refused, as the host's own check
+    // (`confine`) names it.
+    let each = |list: &str, ok: &str, suffix: &str| {
+        (
+            format!("!('{list}' in object.spec) || object.spec.{list}.all(x, {ok})"),
+            format!(
+                "spec.{list}[' + string(object.spec.{list}.map(x, {ok}).indexOf(false)) + ']{suffix}"
+            ),
         )
     };
-    let rules = [
+    let not_cluster_scoped = format!("!({} in variables.clusterScoped)", group_kind("x"));
+    let own_namespace = |field: &str| {
+        format!("!('namespace' in {field}) || {field}['namespace'] == object.metadata.namespace")
+    };
+    let (own_namespaces, own_namespaces_field) = each(
+        "permissions",
+        "!('namespaces' in x) || x.namespaces.all(n, n == object.metadata.namespace)",
+        ".namespaces",
+    );
+    let mut rules = vec![
         (
             "!('namespaces' in object.spec) || object.spec.namespaces.all(n, n == object.metadata.namespace)".to_owned(),
             elsewhere("spec.namespaces"),
         ),
-        (
-            "!('permissions' in object.spec) || object.spec.permissions.all(p, !('namespaces' in p) || p.namespaces.all(n, n == object.metadata.namespace))".to_owned(),
-            elsewhere("spec.permissions[].namespaces"),
-        ),
+        (own_namespaces, elsewhere(&own_namespaces_field)),
         (
             format!(
                 "!('for' in object.spec) || !({} in variables.clusterScoped)",
@@ -57,31 +68,42 @@ pub fn admission_policy() -> Vec<Value> {
             ),
             scoped("spec.for"),
         ),
-        (kinds_in("owns"), scoped("spec.owns[]")),
-        (kinds_in("watches"), scoped("spec.watches[]")),
-        (kinds_in("permissions"), scoped("spec.permissions[]")),
-        (kinds_in("uncached"), scoped("spec.uncached[]")),
-        (
-            "!('watches' in object.spec) || object.spec.watches.all(w, !('mapToNamespace' in w) || !w.mapToNamespace)".to_owned(),
-            "'spec.watches[].mapToNamespace: maps to cluster-scoped requests: a Reconciler keeps its requests in its namespace'".to_owned(),
-        ),
-        (
-            "!('watches' in object.spec) || object.spec.watches.all(w, !('mapTo' in w) || ('namespace' in w.mapTo && w.mapTo['namespace'] == object.metadata.namespace))".to_owned(),
-            elsewhere("spec.watches[].mapTo.namespace"),
-        ),
-        (
-            "!('watches' in object.spec) || object.spec.watches.all(w, ['mapByLabel', 'mapByAnnotation'].all(k, !(k in w) || !('namespace' in w[k]) || w[k]['namespace'] == object.metadata.namespace))".to_owned(),
-            elsewhere("spec.watches[].mapByLabel.namespace"),
-        ),
-        (
-            "!('tickers' in object.spec) || object.spec.tickers.all(t, !('namespace' in t.request) || t.request['namespace'] == object.metadata.namespace)".to_owned(),
-            elsewhere("spec.tickers[].request.namespace"),
-        ),
-        (
-            "!('conversion' in object.spec)".to_owned(),
-            "'spec.conversion: the conversion webhook of a CRD serves the whole cluster: a Reconciler may not serve one (a ClusterReconciler may)'".to_owned(),
-        ),
     ];
+    for list in ["owns", "watches", "permissions", "uncached"] {
+        let (expression, field) = each(list, &not_cluster_scoped, "");
+        rules.push((expression, scoped(&field)));
+    }
+    let (expression, field) = each(
+        "watches",
+        "!('mapToNamespace' in x) || !x.mapToNamespace",
+        ".mapToNamespace",
+    );
+    rules.push((
+        expression,
+        format!("'{field}: maps to cluster-scoped requests: a Reconciler keeps its requests in its namespace'"),
+    ));
+    for (list, field, suffix) in [
+        ("watches", "x.mapTo", ".mapTo.namespace"),
+        ("watches", "x.mapByLabel", ".mapByLabel.namespace"),
+        ("watches", "x.mapByAnnotation", ".mapByAnnotation.namespace"),
+        ("tickers", "x.request", ".request.namespace"),
+    ] {
+        let key = field.rsplit('.').next().unwrap_or(field);
+        let ok = match key {
+            "request" => own_namespace(field),
+            // A mapTo without a namespace names a cluster-scoped request.
+            "mapTo" => format!(
+                "!('mapTo' in x) || ('namespace' in x.mapTo && x.mapTo['namespace'] == object.metadata.namespace)"
+            ),
+            _ => format!("!('{key}' in x) || ({})", own_namespace(field)),
+        };
+        let (expression, field) = each(list, &ok, suffix);
+        rules.push((expression, elsewhere(&field)));
+    }
+    rules.push((
+        "!('conversion' in object.spec)".to_owned(),
+        "'spec.conversion: the conversion webhook of a CRD serves the whole cluster: a Reconciler may not serve one (a ClusterReconciler may)'".to_owned(),
+    ));
     let validations: Vec<Value> = rules
         .into_iter()
         .map(|(expression, message)| {

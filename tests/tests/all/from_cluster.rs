@@ -780,8 +780,11 @@ async fn a_reconciler_asking_for_more_than_its_namespace_should_be_refused_at_ad
             "spec.namespaces: a Reconciler in team-a may only use its own namespace",
         ),
         (
-            json!({"permissions": [{"apiVersion": "v1", "kind": "ConfigMap", "verbs": ["get"], "namespaces": ["kube-system"]}]}),
-            "spec.permissions[].namespaces: a Reconciler in team-a may only use its own namespace",
+            json!({"permissions": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "verbs": ["get"], "namespaces": ["team-a"]},
+                {"apiVersion": "v1", "kind": "Secret", "verbs": ["get"], "namespaces": ["kube-system"]},
+            ]}),
+            "spec.permissions[1].namespaces: a Reconciler in team-a may only use its own namespace",
         ),
         (
             json!({"for": {"apiVersion": "v1", "kind": "Namespace"}}),
@@ -789,11 +792,18 @@ async fn a_reconciler_asking_for_more_than_its_namespace_should_be_refused_at_ad
         ),
         (
             json!({"permissions": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "verbs": ["get"]}]}),
-            "spec.permissions[]: a cluster-scoped kind",
+            "spec.permissions[0]: a cluster-scoped kind",
         ),
         (
             json!({"watches": [{"apiVersion": "v1", "kind": "ConfigMap", "mapTo": {"namespace": "default", "name": "x"}}]}),
-            "spec.watches[].mapTo.namespace: a Reconciler in team-a may only use its own namespace",
+            "spec.watches[0].mapTo.namespace: a Reconciler in team-a may only use its own namespace",
+        ),
+        (
+            json!({"watches": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "mapByLabel": {"key": "app"}},
+                {"apiVersion": "v1", "kind": "Secret", "mapByLabel": {"key": "app", "namespace": "kube-system"}},
+            ]}),
+            "spec.watches[1].mapByLabel.namespace: a Reconciler in team-a may only use its own namespace",
         ),
         (
             json!({"conversion": {"crd": "foos.example.com"}}),
