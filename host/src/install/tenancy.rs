@@ -92,9 +92,7 @@ pub fn admission_policy() -> Vec<Value> {
         let ok = match key {
             "request" => own_namespace(field),
             // A mapTo without a namespace names a cluster-scoped request.
-            "mapTo" => format!(
-                "!('mapTo' in x) || ('namespace' in x.mapTo && x.mapTo['namespace'] == object.metadata.namespace)"
-            ),
+            "mapTo" => "!('mapTo' in x) || ('namespace' in x.mapTo && x.mapTo['namespace'] == object.metadata.namespace)".to_owned(),
             _ => format!("!('{key}' in x) || ({})", own_namespace(field)),
         };
         let (expression, field) = each(list, &ok, suffix);
