@@ -6,7 +6,7 @@
 
 import { NotFound } from "./errors.js";
 import { Kind, type KObject } from "./kinds.js";
-import type { Action } from "./reconciler.js";
+import type { Action } from "./action.js";
 
 /** Patch formats, as the WIT `patch-type` names them. */
 export type PatchType = "merge" | "json" | "strategic" | "apply";

@@ -2,6 +2,9 @@
 
 import type { Context } from "./context.js";
 import type { Kind, KObject } from "./kinds.js";
+import { Action } from "./action.js";
+
+export { Action };
 
 /** The key of the object to reconcile. The object may be gone already. */
 export class Request {
@@ -22,32 +25,6 @@ export class Request {
 
   toString(): string {
     return this.namespace ? `${this.namespace}/${this.name}` : this.name;
-  }
-}
-
-/** What the host does with the request after a successful reconcile. */
-export class Action {
-  private constructor(
-    /** `done`, `requeue` or `requeue-after`. */
-    readonly kind: "done" | "requeue" | "requeue-after",
-    /** For `requeue-after`: after how many milliseconds. */
-    readonly afterMs = 0,
-  ) {}
-
-  /** The object is in its desired state: forget the key's backoff. */
-  static done(): Action {
-    return new Action("done");
-  }
-
-  /** Reconcile the key again soon, through the rate limiter. */
-  static requeue(): Action {
-    return new Action("requeue");
-  }
-
-  /** Reconcile the key again after `ms` milliseconds. */
-  static requeueAfter(ms: number): Action {
-    if (!(ms >= 0)) throw new RangeError("requeueAfter: ms must not be negative");
-    return new Action("requeue-after", Math.round(ms));
   }
 }
 

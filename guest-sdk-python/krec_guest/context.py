@@ -13,7 +13,7 @@ from .errors import NotFound
 from .kinds import Kind
 
 if TYPE_CHECKING:
-    from .reconciler import Action
+    from .action import Action
 
 #: A patch body: a dict (merge, strategic, apply) or a list of operations (JSON patch).
 PatchBody = Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]
