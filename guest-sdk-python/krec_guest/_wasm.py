@@ -14,6 +14,7 @@ from wit_world.imports import log as wit_log
 
 from .admission import AdmissionRequest, UserInfo, Verdict
 from .errors import BY_CASE, KrecError
+from .dev import DevGuest
 from .guest import ConfigError, Guest, describe
 from .kinds import Kind
 from .reconciler import Action, Request
@@ -140,10 +141,13 @@ def _verdict(verdict: Verdict, patched: Optional[dict]) -> admission_types.Verdi
     )
 
 
-def world(guest: Guest) -> type:
+def world(guest: "Guest | DevGuest") -> type:
     """The ``WitWorld`` class exporting ``guest``."""
 
     class WitWorld(wit_world.WitWorld):
+        #: The guest it exports (what a dev build's loader takes from the application).
+        parts = guest
+
         def init(self, config: str) -> None:
             try:
                 guest.init(config)

@@ -36,6 +36,8 @@ pub(super) struct Args {
 
 /// Run the dev loop until Ctrl-C or SIGTERM.
 pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
+    // Dev builds (`--dev`) run here, their sources mounted and watched.
+    crate::guest::dev_source::mount_in_this_process();
     let options = DevOptions {
         manifests: args.manifests,
         apply: args.apply,

@@ -89,8 +89,8 @@ enum Command {
     ///
     ///   Rust:        cargo build-guest; cargo test; krec dev --manifests .
     ///
-    ///   Python:      python -m krec_guest.build app -o NAME.wasm; python -m pytest;
-    ///                krec dev --manifests .
+    ///   Python:      python -m pytest; python -m krec_guest.build app -o NAME.wasm --dev;
+    ///                krec dev --manifests . (edits run live); to ship, build without --dev
     ///
     ///   TypeScript:  npm install; npm run build; npm test; krec dev --manifests .
     ///

@@ -112,7 +112,7 @@ fn next_steps(new: &crate::cli::scaffold::NewGuest) -> String {
                 .as_ref()
                 .map_or_else(|| "krec-guest".to_owned(), |p| format!("-e {}", p.display()));
             format!(
-                "  pip install componentize-py==0.25.1 pytest {sdk}   # once\n  python -m krec_guest.build app -o {module}.wasm   # the .wasm\n  python -m pytest                   # unit tests\n  krec dev --manifests .             # a local cluster, reconciling live"
+                "  pip install componentize-py==0.25.1 pytest {sdk}   # once\n  python -m pytest                   # unit tests\n  python -m krec_guest.build app -o {module}.wasm --dev   # once: krec dev runs each edit of the sources live\n  krec dev --manifests .             # a local cluster, reconciling live\n  python -m krec_guest.build app -o {module}.wasm   # the .wasm to ship (krec run, krec push)"
             )
         }
         Lang::TypeScript => {

@@ -54,6 +54,15 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         crate::guests::oci::Registries::private_dir(),
         insecure,
     );
+    if let Ok(bytes) = crate::guest::read_module(&args.file)
+        && let Some(source) = crate::guest::dev_source::named_in(&bytes)
+    {
+        anyhow::bail!(
+            "{}: a dev build (of {}, built with --dev) runs under krec dev only: push the build without --dev",
+            args.file.display(),
+            source.display()
+        );
+    }
     let digest = registries
         .push(&args.file, &reference, &auth)
         .await

@@ -13,6 +13,7 @@ pub(crate) mod budget;
 mod compile_gate;
 pub mod componentize;
 pub(crate) mod cpu_clock;
+pub mod dev_source;
 pub mod engine;
 pub mod imports;
 pub(crate) mod limits;
@@ -112,6 +113,8 @@ pub struct GuestModule {
     budgets: Arc<GuestBudgets>,
     /// Admission instances kept between reviews (`isolation: reuse`).
     admission_pool: std::sync::Mutex<Vec<admission::AdmissionInstance>>,
+    /// A dev build's sources, mounted into its instances (`krec dev` only).
+    dev_source: Option<Arc<dev_source::DevSource>>,
 }
 
 /// A component, pre-instantiated, and where its exports are.
@@ -314,10 +317,13 @@ impl GuestModule {
             source,
         })?;
         let digest = module_cache::digest(&bytes);
-        read(&digest);
+        let dev_source = dev_source::DevSource::of(&bytes).map(Arc::new);
+        let version = version_digest(&digest, dev_source.as_deref());
+        read(&version);
         let (wasm, origin) = prepare(engine, linker, &path, &bytes, &digest, cache)?;
         needs_exports(&manifest, &path, &wasm)?;
         Ok(GuestModule {
+            dev_source,
             budgets: Arc::new(GuestBudgets::new(
                 &manifest,
                 &CpuGovernor::new(),
@@ -325,7 +331,7 @@ impl GuestModule {
             )),
             manifest,
             body: Body::Wasm(Box::new(wasm)),
-            digest,
+            digest: version,
             origin,
             admission_pool: Default::default(),
         })
@@ -349,7 +355,10 @@ impl GuestModule {
             &ModuleCache::disabled(),
         )?;
         needs_exports(&manifest, path, &wasm)?;
+        let dev_source = dev_source::DevSource::of(bytes).map(Arc::new);
+        let digest = version_digest(&digest, dev_source.as_deref());
         Ok(GuestModule {
+            dev_source,
             budgets: Arc::new(GuestBudgets::new(
                 &manifest,
                 &CpuGovernor::new(),
@@ -377,6 +386,7 @@ impl GuestModule {
             body: Body::Runner(runner),
             digest,
             origin: Origin::Native,
+            dev_source: None,
             admission_pool: Default::default(),
         }
     }
@@ -413,9 +423,23 @@ impl GuestModule {
         self
     }
 
-    /// SHA-256 of the module bytes, `sha256:<hex>`: identifies the loaded version.
+    /// SHA-256 of the module bytes, `sha256:<hex>`: identifies the loaded version (a dev
+    /// build's under `krec dev` adds its sources' stamp: `sha256:<hex>+src:<hex>`).
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// A dev build's sources, when `krec dev` mounts them.
+    pub fn dev_source(&self) -> Option<&dev_source::DevSource> {
+        self.dev_source.as_deref()
+    }
+}
+
+/// The digest that identifies a version: the module's, with a dev build's sources' stamp.
+fn version_digest(digest: &str, source: Option<&dev_source::DevSource>) -> String {
+    match source {
+        Some(source) => format!("{digest}+{}", source.stamp),
+        None => digest.to_owned(),
     }
 }
 

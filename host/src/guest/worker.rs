@@ -33,8 +33,8 @@ pub(super) fn replay_random_bytes() -> Vec<u8> {
         .collect()
 }
 
-/// A store for one of `module`'s instances: no WASI files, sockets or environment (clocks and
-/// random allowed), the manifest's memory limit, and an epoch callback that traps past the
+/// A store for one of `module`'s instances: no WASI files (but a dev build's sources under
+/// `krec dev`), sockets or environment (clocks and random allowed), the manifest's memory limit, and an epoch callback that traps past the
 /// deadline and otherwise yields (held back for the CPU budget when it is spent).
 pub(super) fn new_store(
     module: &GuestModule,
@@ -65,6 +65,19 @@ pub(super) fn new_store(
     .allow_tcp(false)
     .allow_udp(false)
     .allow_ip_name_lookup(false);
+    // A dev build under `krec dev`: its sources, read-only (see `dev_source`).
+    if let Some(source) = module.dev_source()
+        && let Err(err) = wasi.preopened_dir(
+            &source.dir,
+            super::dev_source::MOUNT,
+            wasmtime_wasi::FsPerms::ReadOnly,
+        )
+    {
+        tracing::warn!(
+            "guest {name}: cannot mount its sources {}: {err}",
+            source.dir.display()
+        );
+    }
     if let Some(clock) = clock {
         // A replay's run: the recorded clock, and every source of randomness fixed — the seed
         // Rust's `HashMap`s take their order from, and the "secure" random bytes Go's runtime

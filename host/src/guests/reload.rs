@@ -264,7 +264,7 @@ impl Manager {
                         continue;
                     }
                     let digest = bytes
-                        .map(|b| crate::guest::module_cache::digest(&b))
+                        .map(|b| crate::guest::dev_source::identity(&b))
                         .unwrap_or_default();
                     // A candidate rebuilt in place is a new candidate.
                     let candidate_digest = candidate_digest(&manifest);

@@ -115,14 +115,14 @@ pub(super) fn candidate_digest(manifest: &Manifest) -> String {
     manifest
         .candidate_file()
         .and_then(|file| crate::guest::read_module(file).ok())
-        .map(|b| crate::guest::module_cache::digest(&b))
+        .map(|b| crate::guest::dev_source::identity(&b))
         .unwrap_or_default()
 }
 
 /// The digest of `manifest`'s module file (empty: unreadable).
 pub(super) fn module_digest(manifest: &Manifest) -> String {
     crate::guest::read_module(manifest.module_file())
-        .map(|b| crate::guest::module_cache::digest(&b))
+        .map(|b| crate::guest::dev_source::identity(&b))
         .unwrap_or_default()
 }
 

@@ -465,9 +465,9 @@ impl Manager {
         }
     }
 
-    /// The module files that matter to a reload of `dir`: those the running guests run and
-    /// those the manifests in `dir` name now (a guest refused so far starts when its module
-    /// is rebuilt).
+    /// The module files that matter to a reload of `dir`: those the running guests run (and
+    /// a dev build's source files) and those the manifests in `dir` name now (a guest refused
+    /// so far starts when its module is rebuilt).
     pub(super) async fn module_paths(&self, dir: Option<&Path>) -> Vec<PathBuf> {
         let files = dir
             .and_then(|dir| Manifest::scan_dir(dir).ok())
@@ -486,6 +486,12 @@ impl Manager {
             .collect();
         let guests = self.inner.guests.lock().await;
         paths.extend(guests.values().map(|g| g.manifest.module_file().to_owned()));
+        // A dev build's sources are its module as much as its file is.
+        for guest in guests.values() {
+            if let Some(source) = guest.controller.module().dev_source() {
+                paths.extend(source.files.iter().cloned());
+            }
+        }
         paths.into_iter().collect()
     }
 }

@@ -370,8 +370,13 @@ fn scripted_guest_journey(lang: &str, name: &str) {
         commands.iter().any(|c| c == "krec dev --manifests ."),
         "{printed}"
     );
-    for command in &commands {
-        if command.starts_with("cd ") || command.starts_with("krec dev") {
+    // What follows `krec dev` is for shipping.
+    let until_dev = commands
+        .iter()
+        .position(|c| c.starts_with("krec dev"))
+        .unwrap_or(commands.len());
+    for command in &commands[..until_dev] {
+        if command.starts_with("cd ") {
             continue;
         }
         // Installs "once" are `make test`'s (the venv, the SDK's node_modules).
@@ -397,6 +402,27 @@ fn scripted_guest_journey(lang: &str, name: &str) {
     let kubectl = common::Kubectl::new(&kubeconfig, &outside.path().join("kubectl-cache"));
     let (mut child, _text, _lines) = start_dev(&project, &kubeconfig);
     example_marked_and_frozen_refused(&kubectl, &project, outside.path());
+    if lang == "python" {
+        // A dev build: an edit of the sources runs as the next version, with no build.
+        let app = project.join("app.py");
+        let source = std::fs::read_to_string(&app).expect("app.py");
+        let edited = source.replace(
+            r#"generation = str(obj["metadata"].get("generation", 0))"#,
+            r#"generation = "edited-" + str(obj["metadata"].get("generation", 0))"#,
+        );
+        assert_ne!(edited, source, "the template's marking line");
+        std::fs::write(&app, edited).expect("edit app.py");
+        kubectl.until(
+            &[
+                "get",
+                "deployment",
+                "example",
+                "-o",
+                "jsonpath={.metadata.annotations.example\\.com/generation}",
+            ],
+            |out| out == "edited-1",
+        );
+    }
     let _ = child.kill();
     let _ = child.wait();
 }
