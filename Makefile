@@ -39,7 +39,7 @@ GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 GO_TESTS := tests/envtest tests/go-controllers
 ENVTEST_ASSETS := $(abspath $(TARGET_DIR))/envtest
 
-.PHONY: all setup tools guests python-guests js-guests go-guests go-bench go-bindings build test lint fmt demo check bench bench-quick bench-baseline clean
+.PHONY: all setup tools guests python-guests js-guests go-guests go-bench go-bindings build test lint fmt demo check bench bench-quick bench-baseline bench-edit-loop clean
 
 all: test
 
@@ -229,6 +229,12 @@ $(TOOLS)/bin/kopf: $(TOOLS)/bin/kubectl
 bench-quick: guests
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench throughput
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench guest_call
+
+## The author's inner loop, by hand: a Python guest's edit to its first reconcile under
+## `krec dev`, a dev build and (BEFORE=1) a full build per edit. Figures in BENCHMARKS.md.
+bench-edit-loop: python-guests
+	$(CARGO) build --release -p krec --bin krec
+	python3 bench/edit_loop.py $(if $(BEFORE),--before)
 
 ## The embedded API server before issue 11, for the before/after benchmark (`server_versions`):
 ## `krec` built from BASELINE_COMMIT in the shared target directory (its dependencies are this
