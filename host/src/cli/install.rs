@@ -32,6 +32,10 @@ pub(super) struct Args {
     /// What each namespace's guests may use together, e.g. `guests=5,memory=1Gi,cpu=2`.
     #[arg(long)]
     tenant_quota: Option<crate::manifest::tenancy::TenantQuota>,
+    /// A `krec run` flag for the host, after the ones the install sets (repeatable), e.g.
+    /// `--host-arg=--insecure-registry=registry.local:5000`; checked as `krec run` would.
+    #[arg(long = "host-arg", allow_hyphen_values = true)]
+    host_args: Vec<String>,
     /// Apply the objects (server-side, field manager `krec-install`) instead of printing them.
     #[arg(long)]
     apply: bool,
@@ -46,6 +50,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         Some(dir) => Manifest::load_valid(dir)?,
         None => Vec::new(),
     };
+    check_host_args(&args.host_args)?;
     let install = Install {
         namespace: args.namespace,
         image: args.image,
@@ -55,6 +60,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         manifests_dir: args.manifests,
         grants: args.grants,
         tenant_quota: args.tenant_quota,
+        host_args: args.host_args,
     };
     if !args.apply {
         print!("{}", install.yaml()?);
@@ -97,4 +103,48 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `host_args` as `krec run` parses them: refused now rather than by every replica's crash
+/// loop.
+fn check_host_args(host_args: &[String]) -> anyhow::Result<()> {
+    use clap::Parser as _;
+    if host_args.is_empty() {
+        return Ok(());
+    }
+    let run = ["krec", "run"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(host_args.iter().cloned());
+    match super::Cli::try_parse_from(run) {
+        Ok(_) => Ok(()),
+        Err(err) => {
+            let text = err.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            anyhow::bail!(
+                "--host-arg {}: krec run would refuse it: {}",
+                host_args.join(" "),
+                first.trim_start_matches("error: ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_host_args;
+
+    #[test]
+    fn host_args_should_be_checked_as_krec_run_parses_them() {
+        let ok = [
+            "--insecure-registry=registry.local:5000".to_owned(),
+            "--leader-elect".to_owned(),
+        ];
+        check_host_args(&ok).expect("krec run takes them");
+        let err = check_host_args(&["--insecure-registr=x".to_owned()]).expect_err("a typo");
+        assert!(
+            err.to_string().starts_with("--host-arg --insecure-registr=x: krec run would refuse it: unexpected argument '--insecure-registr' found"),
+            "{err}"
+        );
+    }
 }

@@ -43,6 +43,9 @@ pub struct Install {
     pub grants: Vec<String>,
     /// What each namespace's guests may use together.
     pub tenant_quota: Option<TenantQuota>,
+    /// More `krec run` flags for the host (e.g. `--insecure-registry=registry.local:5000`),
+    /// after the ones the install sets.
+    pub host_args: Vec<String>,
 }
 
 impl Default for Install {
@@ -56,6 +59,7 @@ impl Default for Install {
             manifests_dir: None,
             grants: Vec::new(),
             tenant_quota: None,
+            host_args: Vec::new(),
         }
     }
 }
@@ -158,6 +162,7 @@ impl Install {
         if let Some(quota) = &self.tenant_quota {
             args.push(format!("--tenant-quota={quota}"));
         }
+        args.extend(self.host_args.iter().cloned());
         let mut pod = json!({
             "serviceAccountName": NAME,
             // --shutdown-timeout (30s) plus a margin.
@@ -311,6 +316,7 @@ mod tests {
         let install = Install {
             grants: vec!["view".into()],
             tenant_quota: Some("guests=5".parse().expect("quota")),
+            host_args: vec!["--insecure-registry=registry.local:5000".into()],
             ..Default::default()
         };
         let objects = install.objects().expect("objects");
@@ -348,6 +354,10 @@ mod tests {
         let args = pod["containers"][0]["args"].as_array().expect("args");
         assert!(args.contains(&json!("--from-cluster")));
         assert!(args.contains(&json!("--tenant-quota=guests=5")));
+        assert_eq!(
+            args.last(),
+            Some(&json!("--insecure-registry=registry.local:5000"))
+        );
         assert!(
             !args.contains(&json!("--manifests=/guests")),
             "no guest image: objects only"
