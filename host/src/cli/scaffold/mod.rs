@@ -732,6 +732,9 @@ krec-guest = {sdk_testing}
 [profile.release]
 opt-level = "s"
 strip = "debuginfo"
+# `cargo build-guest` after an edit in ~1 s, not ~4 s (the module is no bigger); a clean
+# build for shipping can say CARGO_INCREMENTAL=0.
+incremental = true
 
 # A crate of its own, wherever it is created.
 [workspace]
