@@ -299,6 +299,7 @@ pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> 
     let mut problems = Vec::new();
     for object in objects {
         let what = describe(&object);
+        let object = with_last_applied(object);
         match api.create(&object, "krec-dev").await.map(drop) {
             Ok(()) | Err(CallError::AlreadyExists(_)) => tracing::info!("applied {what}"),
             Err(err) => problems.push(format!("{what}: {err}")),
@@ -307,9 +308,67 @@ pub async fn apply_objects(api: &ApiClient, objects: Vec<Value>) -> Vec<String> 
     problems
 }
 
+/// kubectl's record of what was last applied, which `kubectl apply` (client-side) diffs against.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// `object` as `kubectl create --save-config` (or a first `kubectl apply`) writes it: its own
+/// JSON — keys sorted, a newline at the end, as kubectl encodes it — in [`LAST_APPLIED`], so that
+/// a later `kubectl apply` of the same file patches it, without a warning that the annotation
+/// is missing. An object without `metadata` is left as it is (the create refuses it).
+fn with_last_applied(mut object: Value) -> Value {
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return object;
+    };
+    // The configuration is the object as given, without the annotation itself.
+    if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.remove("annotations");
+        }
+    }
+    let configuration = format!("{object}\n");
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        && let Some(annotations) = meta
+            .entry("annotations")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+    {
+        annotations.insert(LAST_APPLIED.to_owned(), Value::String(configuration));
+    }
+    object
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn applied_examples_should_carry_kubectls_last_applied_configuration() {
+        let object = json!({
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "metadata": {"name": "a", "namespace": "default"},
+            "data": {"k": "v"},
+        });
+        let applied = with_last_applied(object);
+        // As `kubectl create --save-config` writes it: keys sorted, a newline at the end.
+        assert_eq!(
+            applied["metadata"]["annotations"][LAST_APPLIED],
+            "{\"apiVersion\":\"v1\",\"data\":{\"k\":\"v\"},\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\",\"namespace\":\"default\"}}\n"
+        );
+        // Its own annotations stay, the stale record is replaced.
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "a", "annotations": {"x": "y", LAST_APPLIED: "old"}},
+        });
+        let applied = with_last_applied(object);
+        assert_eq!(applied["metadata"]["annotations"]["x"], "y");
+        assert_eq!(
+            applied["metadata"]["annotations"][LAST_APPLIED],
+            "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"annotations\":{\"x\":\"y\"},\"name\":\"a\"}}\n"
+        );
+    }
 
     #[test]
     fn install_should_hold_the_api_the_host_and_its_rbac() {

@@ -139,6 +139,13 @@ fn dev_should_reconcile_the_samples_live_and_kubectl_should_see_the_results() {
         !out.contains("old-cache") && out.contains("session-cache")
     });
 
+    // The examples were applied as kubectl applies: applying one again is a quiet patch.
+    let example = repo().join("sample-guests/pod-counter/examples/replicaset.yaml");
+    let (applied, out, stderr) =
+        kubectl.run(["apply".as_ref(), "-f".as_ref(), example.as_os_str()]);
+    assert!(applied, "{out}{stderr}");
+    assert!(!stderr.contains("last-applied-configuration"), "{stderr}");
+
     let exit = stop(&mut child, "-INT");
     assert!(exit.success(), "exit status {exit:?}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
