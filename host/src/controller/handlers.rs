@@ -56,10 +56,12 @@ enum Mapping {
     Label {
         key: String,
         namespace: Option<String>,
+        namespace_key: Option<String>,
     },
     Annotation {
         key: String,
         namespace: Option<String>,
+        namespace_key: Option<String>,
     },
     Namespace,
     /// Owners of this kind; cluster-scoped owners are requested without a namespace.
@@ -145,11 +147,13 @@ impl Handlers {
                     Mapping::Label {
                         key: l.key.clone(),
                         namespace: l.namespace.clone(),
+                        namespace_key: l.namespace_key.clone(),
                     }
                 } else if let Some(a) = &w.map_by_annotation {
                     Mapping::Annotation {
                         key: a.key.clone(),
                         namespace: a.namespace.clone(),
+                        namespace_key: a.namespace_key.clone(),
                     }
                 } else if w.map_to_namespace {
                     Mapping::Namespace
@@ -244,24 +248,32 @@ impl Handlers {
                 Mapping::Label {
                     key,
                     namespace: fixed,
+                    namespace_key,
                 } => {
-                    if let Some(request) = labels(object)
-                        .get(key)
-                        .and_then(|value| named_request(value, fixed.as_deref(), namespace))
-                    {
+                    let labels = labels(object);
+                    let fixed = namespace_key
+                        .as_ref()
+                        .and_then(|k| labels.get(k))
+                        .or(fixed.as_ref());
+                    if let Some(request) = labels.get(key).and_then(|value| {
+                        named_request(value, fixed.map(String::as_str), namespace)
+                    }) {
                         out.insert(request, ());
                     }
                 }
                 Mapping::Annotation {
                     key,
                     namespace: fixed,
+                    namespace_key,
                 } => {
-                    if let Some(request) = object
-                        .annotations
+                    let annotations = object.annotations.as_ref();
+                    let fixed = namespace_key
                         .as_ref()
-                        .and_then(|a| a.get(key))
-                        .and_then(|value| named_request(value, fixed.as_deref(), namespace))
-                    {
+                        .and_then(|k| annotations.and_then(|a| a.get(k)))
+                        .or(fixed.as_ref());
+                    if let Some(request) = annotations.and_then(|a| a.get(key)).and_then(|value| {
+                        named_request(value, fixed.map(String::as_str), namespace)
+                    }) {
                         out.insert(request, ());
                     }
                 }
@@ -343,6 +355,46 @@ mod tests {
             old_cached: None,
             received: std::time::Instant::now(),
         }
+    }
+
+    /// A label's value cannot say `namespace/name`: a second label names the namespace.
+    #[test]
+    fn a_namespace_key_should_map_labels_across_namespaces() {
+        let h = handlers(
+            "  for: {apiVersion: apps/v1, kind: Deployment}\n  watches:\n    - {apiVersion: v1, kind: Secret, mapByLabel: {key: app, namespaceKey: team, namespace: shared}}\n    - {apiVersion: v1, kind: ConfigMap, mapByAnnotation: {key: example.com/app, namespaceKey: example.com/team}}\n",
+        );
+        let secret = |labels: Value| {
+            meta(&json!({"metadata": {"name": "s", "namespace": "vault", "labels": labels}}))
+        };
+        let secret_gvk = Gvk::new("", "v1", "Secret");
+        assert_eq!(
+            h.requests(
+                &secret_gvk,
+                &ev(
+                    EventKind::Create,
+                    &secret(json!({"app": "web", "team": "team-a"})),
+                    None
+                )
+            ),
+            [Request::new(Some("team-a"), "web")]
+        );
+        // Without the namespace label: the mapping's namespace.
+        assert_eq!(
+            h.requests(
+                &secret_gvk,
+                &ev(EventKind::Create, &secret(json!({"app": "web"})), None)
+            ),
+            [Request::new(Some("shared"), "web")]
+        );
+        let cm = meta(&json!({"metadata": {"name": "c", "namespace": "ns1",
+            "annotations": {"example.com/app": "web", "example.com/team": "team-b"}}}));
+        assert_eq!(
+            h.requests(
+                &Gvk::new("", "v1", "ConfigMap"),
+                &ev(EventKind::Create, &cm, None)
+            ),
+            [Request::new(Some("team-b"), "web")]
+        );
     }
 
     #[test]

@@ -435,6 +435,11 @@ pub struct LabelMapping {
     /// The request's namespace; default: the object's namespace.
     #[serde(default)]
     pub namespace: Option<String>,
+    /// A second label (or annotation) whose value names the request's namespace, for requests
+    /// in other namespaces than the object's — a label's value cannot hold `namespace/name`.
+    /// Objects without it use `namespace`, else their own.
+    #[serde(default, rename = "namespaceKey")]
+    pub namespace_key: Option<String>,
 }
 
 /// An event filter, as controller-runtime's predicates.

@@ -370,6 +370,14 @@ pub(super) fn validate_spec(spec: &ReconcilerSpec) -> Result<(), FieldProblem> {
             {
                 return problem(&format!("{field}.{name}.key"), "must not be empty".into());
             }
+            if let Some(m) = mapping
+                && m.namespace_key.as_deref() == Some("")
+            {
+                return problem(
+                    &format!("{field}.{name}.namespaceKey"),
+                    "must not be empty".into(),
+                );
+            }
         }
     }
     for (i, p) in spec.predicates.iter().enumerate() {
