@@ -119,7 +119,8 @@ export class Guest {
     const reconciler = this.reconcilerPart();
     if (!reconciler.map) throw new Other(`this reconciler maps no ${kind.kind}: implement map`);
     try {
-      return withHost(host, () => (reconciler.map as NonNullable<Reconciler["map"]>)(kind, obj));
+      // A read-only context: the host refuses writes while mapping.
+      return withHost(host, () => (reconciler.map as NonNullable<Reconciler["map"]>)(kind, obj, new Context(host)));
     } catch (err) {
       if (err instanceof KrecError) throw err;
       throw new Other(describe(err));

@@ -39,6 +39,10 @@ export interface Reconciler {
    * (`undefined` is done); throw to fail the reconcile (logged, retried with backoff).
    */
   reconcile(req: Request, ctx: Context): Action | void;
-  /** For watches with `mapByGuest: true`: the requests an event on `obj` causes. */
-  map?(kind: Kind, obj: KObject): Request[];
+  /**
+   * For watches with `mapByGuest: true`: the requests an event on `obj` causes. `ctx` reads the
+   * cluster (from the host's cache; writes throw `Forbidden`): a Namespace appearing, mapped to
+   * the objects that name it.
+   */
+  map?(kind: Kind, obj: KObject, ctx: Context): Request[];
 }

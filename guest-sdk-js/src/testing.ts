@@ -18,7 +18,7 @@
 
 import { AdmissionRequest, mutated, type Converter, type Mutator, type Validator, type Verdict } from "./admission.js";
 import { Context, type Host, type Level, type PatchType } from "./context.js";
-import { AlreadyExists, Conflict, Invalid, KrecError, NotFound } from "./errors.js";
+import { AlreadyExists, Conflict, Forbidden, Invalid, KrecError, NotFound } from "./errors.js";
 import { Kind, type KObject } from "./kinds.js";
 import { withHost } from "./log.js";
 import { applyJsonPatch, diff, mergePatch } from "./patches.js";
@@ -133,7 +133,21 @@ export class FakeCluster implements Host {
   map(reconciler: Reconciler, obj: KObject): Request[] {
     if (!reconciler.map) throw new TypeError("the reconciler has no map");
     const map = reconciler.map.bind(reconciler);
-    return withHost(this, () => map(Kind.of(obj), copy(obj)));
+    // Reads through this cluster, writes refused: as krec runs `map`.
+    const refuse = (): never => {
+      throw new Forbidden("the guest may not write while mapping an event (map reads only)");
+    };
+    const readOnly: Host = {
+      get: this.get.bind(this),
+      list: this.list.bind(this),
+      log: this.log.bind(this),
+      create: refuse,
+      update: refuse,
+      patch: refuse,
+      delete: refuse,
+      recordEvent: refuse,
+    };
+    return withHost(this, () => map(Kind.of(obj), copy(obj), new Context(readOnly)));
   }
 
   /** Run `validator` on the review `req`. */

@@ -18,6 +18,7 @@ import {
   Context,
   type Converter,
   Guest,
+  Forbidden,
   Invalid,
   Kind,
   kinds,
@@ -178,6 +179,29 @@ test("a failing cleanup should keep the finalizer", () => {
   assert.deepEqual(cluster.object(kinds.ConfigMap, "a", "default")?.metadata.finalizers, [
     "example.com/cleanup",
   ]);
+});
+
+test("a map should read through its context and not write", () => {
+  class ByNamespace implements Reconciler {
+    reconcile(): void {}
+    map(_kind: Kind, obj: KObject, ctx: Context): Request[] {
+      return ctx.list(kinds.ConfigMap, { namespace: obj.metadata.name }).map((c) => Request.of(c));
+    }
+  }
+  class Writer implements Reconciler {
+    reconcile(): void {}
+    map(_kind: Kind, _obj: KObject, ctx: Context): Request[] {
+      ctx.create(cm("new"));
+      return [];
+    }
+  }
+  const cluster = new FakeCluster([cm("a", {}, "team-a"), cm("b", {}, "team-a"), cm("c")]);
+  const namespace = { apiVersion: "v1", kind: "Namespace", metadata: { name: "team-a" } };
+  assert.deepEqual(
+    cluster.map(new ByNamespace(), namespace).map((r) => `${r}`),
+    ["team-a/a", "team-a/b"],
+  );
+  assert.throws(() => cluster.map(new Writer(), namespace), Forbidden);
 });
 
 test("events and logs should be recorded, failures injected once", () => {

@@ -131,7 +131,12 @@ class Guest:
             raise Other("this guest exports no reconciler (export(reconciler=…))")
         with _log.installed(host):
             try:
-                requests = list(reconciler.map(kind, obj))
+                # `map(self, kind, obj, ctx)` reads through a read-only context; `map(self, kind,
+                # obj)` looks only at the object.
+                if _takes_context(reconciler.map):
+                    requests = list(reconciler.map(kind, obj, Context(host)))
+                else:
+                    requests = list(reconciler.map(kind, obj))
             except KrecError:
                 raise
             except Exception as err:  # noqa: BLE001
@@ -177,6 +182,16 @@ class Guest:
             return self.part(name)
         except ConfigError as err:
             raise error(str(err)) from None
+
+
+def _takes_context(method: Any) -> bool:
+    """Whether a bound ``map`` takes a third argument (the context)."""
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
 def _verdict(verdict: Any) -> Verdict:

@@ -53,5 +53,8 @@ class Reconciler:
 
     def map(self, kind: "Kind", obj: dict) -> list[Request]:
         """For watches with ``mapByGuest: true``: the requests an event on ``obj`` (of ``kind``)
-        causes (controller-runtime's ``EnqueueRequestsFromMapFunc``)."""
+        causes (controller-runtime's ``EnqueueRequestsFromMapFunc``). Declared with a fourth
+        parameter — ``map(self, kind, obj, ctx)`` — it is given a :class:`Context` to read the
+        cluster through (from the host's cache; writes are refused): a Namespace appearing,
+        mapped to the objects that name it."""
         raise NotImplementedError(f"this reconciler maps no {kind.kind}: implement Reconciler.map")

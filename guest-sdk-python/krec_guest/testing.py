@@ -30,7 +30,8 @@ from typing import Any, Iterable, Optional
 from . import log as _log
 from .admission import AdmissionRequest, Converter, Mutator, Validator, Verdict, mutated
 from .context import Context
-from .errors import AlreadyExists, Conflict, Invalid, KrecError, NotFound
+from .guest import _takes_context
+from .errors import AlreadyExists, Conflict, Forbidden, Invalid, KrecError, NotFound
 from .kinds import Kind
 from .patches import apply_json_patch, diff, merge
 from .reconciler import Action, Reconciler, Request
@@ -140,9 +141,15 @@ class FakeCluster:
         return action
 
     def map(self, reconciler: Reconciler, obj: dict) -> list[Request]:
-        """Run ``reconciler.map`` for an event on ``obj``."""
+        """Run ``reconciler.map`` for an event on ``obj`` — with a read-only context when it
+        takes one, as krec runs it (a write raises :class:`~krec_guest.errors.Forbidden`)."""
+        from .guest import _takes_context
+
+        obj = json.loads(json.dumps(obj))
         with _log.installed(self):
-            return list(reconciler.map(Kind.of(obj), json.loads(json.dumps(obj))))
+            if _takes_context(reconciler.map):
+                return list(reconciler.map(Kind.of(obj), obj, Context(_ReadOnly(self))))
+            return list(reconciler.map(Kind.of(obj), obj))
 
     def validate(self, validator: Validator, req: AdmissionRequest) -> Verdict:
         """Run ``validator`` on the review ``req``."""
@@ -360,3 +367,19 @@ class FakeCluster:
             attribute = field.split(".")[1]
             checks.append(lambda meta, a=attribute, v=value.strip(), n=negate: (meta.get(a, "") == v) != n)
         return checks
+
+
+class _ReadOnly:
+    """A host that reads through ``cluster`` and refuses writes, as krec does during ``map``."""
+
+    def __init__(self, cluster: "FakeCluster") -> None:
+        self._cluster = cluster
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("create", "update", "patch", "delete", "record_event"):
+
+            def refused(*_args: Any, **_kwargs: Any) -> Any:
+                raise Forbidden("the guest may not write while mapping an event (map reads only)")
+
+            return refused
+        return getattr(self._cluster, name)

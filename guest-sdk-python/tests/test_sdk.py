@@ -14,6 +14,7 @@ from krec_guest import (
     Conflict,
     Context,
     Converter,
+    Forbidden,
     Invalid,
     Kind,
     Mutator,
@@ -442,3 +443,27 @@ def test_the_shipped_wit_should_be_the_repository_s():
     assert sorted(p.name for p in shipped.glob("*.wit")) == names
     _, mismatch, errors = filecmp.cmpfiles(repo, shipped, names, shallow=False)
     assert not mismatch and not errors, f"krec_guest/wit differs from wit/ in {mismatch + errors}: copy wit/*.wit there"
+
+
+def test_a_map_that_takes_a_context_should_read_and_not_write():
+    class ByNamespace(Reconciler):
+        def reconcile(self, req, ctx):
+            return None
+
+        def map(self, kind, obj, ctx):
+            name = obj["metadata"]["name"]
+            return [Request.of(cm) for cm in ctx.list(kinds.ConfigMap, namespace=name)]
+
+    class Writer(Reconciler):
+        def reconcile(self, req, ctx):
+            return None
+
+        def map(self, kind, obj, ctx):
+            ctx.create(cm("new"))
+            return []
+
+    cluster = FakeCluster([cm("a", namespace="team-a"), cm("b", namespace="team-a"), cm("c")])
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    assert cluster.map(ByNamespace(), namespace) == [Request("team-a", "a"), Request("team-a", "b")]
+    with pytest.raises(Forbidden, match="may not write while mapping an event"):
+        cluster.map(Writer(), namespace)

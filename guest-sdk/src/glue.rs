@@ -134,7 +134,7 @@ pub fn map<R: Reconciler + FromConfig + 'static>(
         wit::Error::Invalid(format!("the {} to map does not decode: {err}", kind.kind))
     })?;
     with_reconciler(slot, |r| {
-        Ok(r.map(&gvk, &object)
+        Ok(r.map_in(&gvk, &object, &Context::new())
             .into_iter()
             .map(|req| wit::Request {
                 namespace: req.namespace,

@@ -56,9 +56,9 @@ pub trait Reconciler {
     /// `watches(…, mapper)`. `kind` is the watched kind (one guest may map several); `object`
     /// is the object as the host's cache holds it (for a deletion, its last state).
     ///
-    /// The host calls it once per event, with the guest's limits, and never with a
-    /// [`Context`]: a map function looks only at the object. It returns no requests unless
-    /// implemented.
+    /// The host calls it once per event, with the guest's limits. It returns no requests
+    /// unless implemented. A map that must read the cluster (a Namespace appearing, mapped to
+    /// the objects that name it) implements [`map_in`](Self::map_in) instead.
     ///
     /// ```
     /// # use krec_guest::prelude::*;
@@ -75,6 +75,39 @@ pub trait Reconciler {
     fn map(&self, kind: &GroupVersionKind, object: &DynamicObject) -> Vec<Request> {
         let _ = (kind, object);
         Vec::new()
+    }
+
+    /// [`map`](Self::map) with a [`Context`] to read the cluster through (from the host's
+    /// cache, as controller-runtime's map functions read through the manager's client); writes
+    /// are refused (`Forbidden`): a map only names requests. The host calls this one; by
+    /// default it is `map`.
+    ///
+    /// ```
+    /// # use krec_guest::prelude::*;
+    /// # use krec_guest::{DynamicObject, GroupVersionKind};
+    /// # use krec_guest::k8s_openapi::api::apps::v1::Deployment;
+    /// # #[derive(Default)] struct Labeller;
+    /// impl Reconciler for Labeller {
+    ///     # fn reconcile(&self, _: Request, _: &Context) -> Result<Action> { Ok(Action::done()) }
+    ///     // A Namespace appearing: every Deployment in it.
+    ///     fn map_in(&self, _kind: &GroupVersionKind, ns: &DynamicObject, ctx: &Context) -> Vec<Request> {
+    ///         let name = ns.name_any();
+    ///         ctx.list::<Deployment>(&ListParams::default().namespace(Some(name.as_str())))
+    ///             .unwrap_or_default()
+    ///             .iter()
+    ///             .map(|d| Request::new(&name, &d.name_any()))
+    ///             .collect()
+    ///     }
+    /// }
+    /// ```
+    fn map_in(
+        &self,
+        kind: &GroupVersionKind,
+        object: &DynamicObject,
+        ctx: &Context,
+    ) -> Vec<Request> {
+        let _ = ctx;
+        self.map(kind, object)
     }
 }
 

@@ -73,12 +73,19 @@ impl Calls<'_> {
         self.writes.acquire(self.deadline).await
     }
 
-    /// A write during an admission review: refused, logged.
+    /// A write during an admission review or a map: refused, logged.
     fn throttle_write_refused(&self) -> Result<(), CallError> {
-        let message = format!(
-            "guest {:?} may not write while answering an admission review (webhooks read only)",
-            self.guest()
-        );
+        let message = if self.request.starts_with("map ") {
+            format!(
+                "guest {:?} may not write while mapping an event (map reads only)",
+                self.guest()
+            )
+        } else {
+            format!(
+                "guest {:?} may not write while answering an admission review (webhooks read only)",
+                self.guest()
+            )
+        };
         tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
         Err(CallError::Forbidden(message))
     }
