@@ -231,10 +231,8 @@ fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
     text
 }
 
-/// What every `krec new` guest does under `krec dev --manifests PROJECT`: its example
-/// Deployment is marked with its generation, and its webhook refuses a frozen copy of it
-/// (written into `scratch`).
-fn example_marked_and_frozen_refused(kubectl: &common::Kubectl, project: &Path, scratch: &Path) {
+/// Wait until the example Deployment's `example.com/generation` annotation is `value`.
+fn example_marked(kubectl: &common::Kubectl, value: &str) {
     kubectl.until(
         &[
             "get",
@@ -243,8 +241,15 @@ fn example_marked_and_frozen_refused(kubectl: &common::Kubectl, project: &Path, 
             "-o",
             "jsonpath={.metadata.annotations.example\\.com/generation}",
         ],
-        |out| out == "1",
+        |out| out == value,
     );
+}
+
+/// What every `krec new` guest does under `krec dev --manifests PROJECT`: its example
+/// Deployment is marked with its generation, and its webhook refuses a frozen copy of it
+/// (written into `scratch`).
+fn example_marked_and_frozen_refused(kubectl: &common::Kubectl, project: &Path, scratch: &Path) {
+    example_marked(kubectl, "1");
     let frozen = scratch.join("frozen.yaml");
     std::fs::write(
         &frozen,
@@ -419,16 +424,7 @@ fn scripted_guest_journey(lang: &str, name: &str) {
         );
         assert_ne!(edited, source, "the template's marking line");
         std::fs::write(&app, edited).expect("edit app.py");
-        kubectl.until(
-            &[
-                "get",
-                "deployment",
-                "example",
-                "-o",
-                "jsonpath={.metadata.annotations.example\\.com/generation}",
-            ],
-            |out| out == "edited-1",
-        );
+        example_marked(&kubectl, "edited-1");
     }
     let _ = child.kill();
     let _ = child.wait();
