@@ -23,7 +23,14 @@ pub const SECTION: &str = "krec-dev-source";
 pub const MOUNT: &str = "/krec-dev-source";
 
 /// Folders never part of a guest's sources: tools' caches, dependencies, build output.
-const SKIPPED: &[&str] = &["__pycache__", "node_modules", "venv", "target", "dist", "build"];
+const SKIPPED: &[&str] = &[
+    "__pycache__",
+    "node_modules",
+    "venv",
+    "target",
+    "dist",
+    "build",
+];
 
 /// At most this many files make a source folder; more is not a guest's source.
 const MAX_FILES: usize = 2_000;
