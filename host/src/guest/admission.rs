@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::imports::Writes;
 use super::{
     Body, DeadlineExceeded, GuestModule, HOST_CALL_GRACE, ReconcileError, TrapCause, classify,
     deadline_after, new_store, one_line,
@@ -109,17 +110,23 @@ impl GuestModule {
         }
         let label_for_run = label.clone();
         let guest = self.manifest.name.clone();
-        self.run_admission(cluster, metrics, label, move |bindings, store| {
-            Box::pin(async move {
-                let Some(bindings) = &bindings.admission else {
-                    return Err(missing(&guest, review.as_str(), "0.1.1"));
-                };
-                match review {
-                    Review::Validate => bindings.call_validate(store, &request).await,
-                    Review::Mutate => bindings.call_mutate(store, &request).await,
-                }
-            })
-        })
+        self.run_admission(
+            cluster,
+            metrics,
+            label,
+            Writes::RefusedInReview,
+            move |bindings, store| {
+                Box::pin(async move {
+                    let Some(bindings) = &bindings.admission else {
+                        return Err(missing(&guest, review.as_str(), "0.1.1"));
+                    };
+                    match review {
+                        Review::Validate => bindings.call_validate(store, &request).await,
+                        Review::Mutate => bindings.call_mutate(store, &request).await,
+                    }
+                })
+            },
+        )
         .await
         .map_err(|(cause, message)| self.trap(label_for_run, cause, message))
     }
@@ -133,12 +140,14 @@ impl GuestModule {
         }
     }
 
-    /// Instantiate the admission world afresh and run `call` on it within the limits.
+    /// Instantiate the admission world afresh and run `call` on it within the limits, its
+    /// writes refused as `writes` says (a review's or a map's).
     async fn run_admission<T, F>(
         &self,
         cluster: &Arc<dyn ClusterAccess>,
         metrics: Option<Arc<crate::process::metrics::Metrics>>,
         label: String,
+        writes: Writes,
         call: F,
     ) -> Result<T, (TrapCause, String)>
     where
@@ -191,7 +200,7 @@ impl GuestModule {
             };
             let state = instance.store.data_mut();
             state.request = label;
-            state.read_only = true;
+            state.writes_allowed = writes;
             state.cluster = cluster.clone();
             state.metrics = metrics;
             state.host_time = std::time::Duration::ZERO;
@@ -234,16 +243,22 @@ impl GuestModule {
     ) -> Result<Result<Vec<String>, ConversionRefused>, ReconcileError> {
         let label = format!("convert to {desired_api_version}");
         let guest = self.manifest.name.clone();
-        self.run_admission(cluster, metrics, label.clone(), move |bindings, store| {
-            Box::pin(async move {
-                let Some(bindings) = &bindings.admission else {
-                    return Err(missing(&guest, "convert", "0.1.1"));
-                };
-                bindings
-                    .call_convert(store, &objects, &desired_api_version)
-                    .await
-            })
-        })
+        self.run_admission(
+            cluster,
+            metrics,
+            label.clone(),
+            Writes::RefusedInReview,
+            move |bindings, store| {
+                Box::pin(async move {
+                    let Some(bindings) = &bindings.admission else {
+                        return Err(missing(&guest, "convert", "0.1.1"));
+                    };
+                    bindings
+                        .call_convert(store, &objects, &desired_api_version)
+                        .await
+                })
+            },
+        )
         .await
         .map(|converted| converted.map_err(ConversionRefused))
         .map_err(|(cause, message)| self.trap(label, cause, message))
@@ -278,14 +293,20 @@ impl GuestModule {
         let label = format!("map {}", kind.kind);
         let guest = self.manifest.name.clone();
         let result = self
-            .run_admission(cluster, metrics, label.clone(), move |bindings, store| {
-                Box::pin(async move {
-                    let Some(bindings) = &bindings.extensions else {
-                        return Err(missing(&guest, "map", "0.1.2"));
-                    };
-                    bindings.call_map(store, &kind, &object).await
-                })
-            })
+            .run_admission(
+                cluster,
+                metrics,
+                label.clone(),
+                Writes::RefusedInMap,
+                move |bindings, store| {
+                    Box::pin(async move {
+                        let Some(bindings) = &bindings.extensions else {
+                            return Err(missing(&guest, "map", "0.1.2"));
+                        };
+                        bindings.call_map(store, &kind, &object).await
+                    })
+                },
+            )
             .await
             .map_err(|(cause, message)| self.trap(label.clone(), cause, message))?;
         match result {

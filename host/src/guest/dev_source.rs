@@ -82,10 +82,19 @@ impl DevSource {
 /// What tells one version of a module from another: the digest of `bytes`, and for a dev
 /// build under `krec dev` its sources' stamp too (`sha256:…+src:…`).
 pub fn identity(bytes: &[u8]) -> String {
-    super::version_digest(
-        &super::module_cache::digest(bytes),
-        DevSource::of(bytes).as_ref(),
-    )
+    version_of(bytes, &super::module_cache::digest(bytes)).1
+}
+
+/// The sources of `bytes` (whose digest is `digest`) if a dev build under `krec dev`, and the
+/// digest that identifies the version: `digest`, with the sources' stamp added.
+pub fn version_of(bytes: &[u8], digest: &str) -> (Option<std::sync::Arc<DevSource>>, String) {
+    match DevSource::of(bytes) {
+        Some(source) => {
+            let version = format!("{digest}+{}", source.stamp);
+            (Some(std::sync::Arc::new(source)), version)
+        }
+        None => (None, digest.to_owned()),
+    }
 }
 
 /// The source folder a dev build names: its top-level [`SECTION`] (nested modules are skipped

@@ -317,8 +317,7 @@ impl GuestModule {
             source,
         })?;
         let digest = module_cache::digest(&bytes);
-        let dev_source = dev_source::DevSource::of(&bytes).map(Arc::new);
-        let version = version_digest(&digest, dev_source.as_deref());
+        let (dev_source, version) = dev_source::version_of(&bytes, &digest);
         read(&version);
         let (wasm, origin) = prepare(engine, linker, &path, &bytes, &digest, cache)?;
         needs_exports(&manifest, &path, &wasm)?;
@@ -355,8 +354,7 @@ impl GuestModule {
             &ModuleCache::disabled(),
         )?;
         needs_exports(&manifest, path, &wasm)?;
-        let dev_source = dev_source::DevSource::of(bytes).map(Arc::new);
-        let digest = version_digest(&digest, dev_source.as_deref());
+        let (dev_source, digest) = dev_source::version_of(bytes, &digest);
         Ok(GuestModule {
             dev_source,
             budgets: Arc::new(GuestBudgets::new(
@@ -432,14 +430,6 @@ impl GuestModule {
     /// A dev build's sources, when `krec dev` mounts them.
     pub fn dev_source(&self) -> Option<&dev_source::DevSource> {
         self.dev_source.as_deref()
-    }
-}
-
-/// The digest that identifies a version: the module's, with a dev build's sources' stamp.
-fn version_digest(digest: &str, source: Option<&dev_source::DevSource>) -> String {
-    match source {
-        Some(source) => format!("{digest}+{}", source.stamp),
-        None => digest.to_owned(),
     }
 }
 

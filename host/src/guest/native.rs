@@ -139,8 +139,8 @@ struct NativeHost {
     host_nanos: AtomicU64,
     /// When the reconcile's first host call started.
     first_call: std::sync::OnceLock<Instant>,
-    /// Every write is refused (an admission review).
-    read_only: bool,
+    /// Whether writes are allowed (not in an admission review).
+    writes_allowed: super::imports::Writes,
 }
 
 fn gvk(g: &GroupVersionKind) -> Gvk {
@@ -163,7 +163,7 @@ impl NativeHost {
             request: &self.request,
             writes: &self.budgets.writes,
             deadline: self.deadline,
-            read_only: self.read_only,
+            writes_allowed: self.writes_allowed,
         }
     }
 
@@ -326,7 +326,7 @@ async fn run(
 ) -> (Result<Action, ReconcileError>, Usage) {
     let shown = request.to_string();
     let manifest = call.manifest;
-    let host = NativeHost::new(&call, shown.clone(), false);
+    let host = NativeHost::new(&call, shown.clone(), super::imports::Writes::Allowed);
     let on_worker = host.on_worker;
     let dyn_host: Arc<dyn Host> = host.clone();
     let started = Instant::now();
@@ -385,7 +385,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 impl NativeHost {
     /// The host of one call of `manifest`'s native guest, labelled `request` in logs and errors.
-    fn new(call: &RunnerCall<'_>, request: String, read_only: bool) -> Arc<NativeHost> {
+    fn new(
+        call: &RunnerCall<'_>,
+        request: String,
+        writes_allowed: super::imports::Writes,
+    ) -> Arc<NativeHost> {
         let handle = Handle::current();
         Arc::new(NativeHost {
             manifest: call.manifest.clone(),
@@ -398,7 +402,7 @@ impl NativeHost {
             handle,
             host_nanos: AtomicU64::new(0),
             first_call: std::sync::OnceLock::new(),
-            read_only,
+            writes_allowed,
         })
     }
 }
@@ -413,7 +417,11 @@ async fn review(
 ) -> Result<WitVerdict, ReconcileError> {
     use krec_guest::native::{Review, ReviewOperation, ReviewUserInfo};
     let manifest = call.manifest;
-    let host = NativeHost::new(&call, label.clone(), true);
+    let host = NativeHost::new(
+        &call,
+        label.clone(),
+        super::imports::Writes::RefusedInReview,
+    );
     let review = Review {
         uid: request.uid,
         kind: krec_guest::native::WitGvk {

@@ -33,8 +33,8 @@ pub struct HostState {
     pub budgets: Arc<super::budget::GuestBudgets>,
     /// Time the current reconcile was held back for its CPU budget.
     pub cpu_paused: std::time::Duration,
-    /// Serving an admission review: every write (`client` writes, Events) is refused.
-    pub read_only: bool,
+    /// Whether writes (`client` writes, Events) are allowed: not in a review or a map.
+    pub writes_allowed: super::imports::Writes,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
 }

@@ -34,8 +34,9 @@ pub(super) fn replay_random_bytes() -> Vec<u8> {
 }
 
 /// A store for one of `module`'s instances: no WASI files (but a dev build's sources under
-/// `krec dev`), sockets or environment (clocks and random allowed), the manifest's memory limit, and an epoch callback that traps past the
-/// deadline and otherwise yields (held back for the CPU budget when it is spent).
+/// `krec dev`), sockets or environment (clocks and random allowed), the manifest's memory
+/// limit, and an epoch callback that traps past the deadline and otherwise yields (held back
+/// for the CPU budget when it is spent).
 pub(super) fn new_store(
     module: &GuestModule,
     engine: &Engine,
@@ -104,7 +105,7 @@ pub(super) fn new_store(
         metrics,
         budgets: module.budgets.clone(),
         cpu_paused: Duration::ZERO,
-        read_only: false,
+        writes_allowed: super::imports::Writes::Allowed,
         wasi,
         table: ResourceTable::new(),
     };

@@ -60,14 +60,27 @@ pub(crate) struct Calls<'a> {
     pub writes: &'a crate::guest::budget::WriteLimiter,
     /// When the reconcile must end: a write that would wait for the rate limit past it fails.
     pub deadline: std::time::Instant,
-    /// Serving an admission review: writes are refused.
-    pub read_only: bool,
+    /// Whether writes are allowed, or refused and why.
+    pub writes_allowed: Writes,
+}
+
+/// Whether a guest's call may write: in a reconcile, yes; while it answers an admission review
+/// or maps an event, no (those only read), and the refusal says which.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// A reconcile.
+    #[default]
+    Allowed,
+    /// An admission review (validate, mutate, convert).
+    RefusedInReview,
+    /// A `map` of an event.
+    RefusedInMap,
 }
 
 impl Calls<'_> {
     /// Wait for the guest's write rate limit to allow one more write.
     pub(crate) async fn throttle_write(&self) -> Result<(), CallError> {
-        if self.read_only {
+        if self.writes_allowed != Writes::Allowed {
             return self.throttle_write_refused();
         }
         self.writes.acquire(self.deadline).await
@@ -75,17 +88,13 @@ impl Calls<'_> {
 
     /// A write during an admission review or a map: refused, logged.
     fn throttle_write_refused(&self) -> Result<(), CallError> {
-        let message = if self.request.starts_with("map ") {
-            format!(
-                "guest {:?} may not write while mapping an event (map reads only)",
-                self.guest()
-            )
-        } else {
-            format!(
-                "guest {:?} may not write while answering an admission review (webhooks read only)",
-                self.guest()
-            )
+        let while_ = match self.writes_allowed {
+            Writes::RefusedInMap => "while mapping an event (map reads only)",
+            Writes::Allowed | Writes::RefusedInReview => {
+                "while answering an admission review (webhooks read only)"
+            }
         };
+        let message = format!("guest {:?} may not write {while_}", self.guest());
         tracing::warn!(guest = %self.guest(), request = %self.request, "forbidden: {message}");
         Err(CallError::Forbidden(message))
     }
@@ -102,7 +111,9 @@ impl Calls<'_> {
         gvk: &Gvk,
         namespace: Option<&str>,
     ) -> Result<(), CallError> {
-        if self.read_only && !matches!(verb, Verb::Get | Verb::List | Verb::Watch) {
+        if self.writes_allowed != Writes::Allowed
+            && !matches!(verb, Verb::Get | Verb::List | Verb::Watch)
+        {
             return self.throttle_write_refused();
         }
         if self.manifest.allows(verb, gvk, namespace) {
@@ -148,7 +159,7 @@ impl HostState {
             request: &self.request,
             writes: &self.budgets.writes,
             deadline: self.deadline,
-            read_only: self.read_only,
+            writes_allowed: self.writes_allowed,
         }
     }
 
@@ -183,7 +194,7 @@ mod tests {
     }
 
     /// Run `f` with the calls of a reconcile of `manifest()` over a fresh in-memory cluster.
-    async fn with_calls<T>(read_only: bool, f: impl AsyncFnOnce(Calls<'_>) -> T) -> T {
+    async fn with_calls<T>(writes_allowed: Writes, f: impl AsyncFnOnce(Calls<'_>) -> T) -> T {
         let manifest = manifest();
         let cluster: Arc<dyn ClusterAccess> = Arc::new(MemoryCluster::new());
         let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
@@ -200,7 +211,7 @@ mod tests {
             request: "team-a/x",
             writes: &budgets.writes,
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(5),
-            read_only,
+            writes_allowed,
         };
         f(calls).await
     }
@@ -214,7 +225,7 @@ mod tests {
     #[tokio::test]
     async fn calls_should_be_checked_against_the_manifest_before_they_reach_the_cluster() {
         let cm = Gvk::new("", "v1", "ConfigMap");
-        with_calls(false, async |calls| {
+        with_calls(Writes::Allowed, async |calls| {
             assert!(calls.authorize(Verb::Get, &cm, Some("team-a")).is_ok());
             let err = calls
                 .authorize(Verb::Delete, &cm, Some("team-a"))
@@ -248,7 +259,7 @@ mod tests {
 
     #[tokio::test]
     async fn bad_objects_should_be_refused_as_invalid_with_the_reason() {
-        with_calls(false, async |calls| {
+        with_calls(Writes::Allowed, async |calls| {
             let not_json = calls.write("{", Verb::Create).await;
             assert!(
                 matches!(not_json, Err(CallError::Invalid(ref m)) if m.contains("not valid JSON")),
@@ -268,9 +279,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_map_should_read_and_not_write_saying_why() {
+        let cm = Gvk::new("", "v1", "ConfigMap");
+        with_calls(Writes::RefusedInMap, async |calls| {
+            assert!(calls.authorize(Verb::List, &cm, Some("team-a")).is_ok());
+            let write = calls.write(&config_map("team-a"), Verb::Create).await;
+            assert!(
+                matches!(write, Err(CallError::Forbidden(ref m)) if m.contains("while mapping an event")),
+                "{write:?}"
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn an_admission_review_should_not_write() {
         let cm = Gvk::new("", "v1", "ConfigMap");
-        with_calls(true, async |calls| {
+        with_calls(Writes::RefusedInReview, async |calls| {
             assert!(calls.authorize(Verb::Get, &cm, Some("team-a")).is_ok());
             let write = calls.write(&config_map("team-a"), Verb::Create).await;
             assert!(
