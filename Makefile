@@ -139,9 +139,10 @@ test: guests tools
 	cp $(TARGET_DIR)/debug/krec $(TARGET_DIR)/debug/krec-no-server
 	$(CARGO) test --workspace
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) test --target $(HOST_TRIPLE)) || exit 1; done
-	@# The Python SDK's tests, then each Python guest's (one pytest each: every guest is an `app`).
-	$(TOOLS)/bin/python -m pytest -q guest-sdk-python
-	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
+	@# The Python SDK's tests, then each Python guest's (one pytest each: every guest is an `app`);
+	@# their FakeCluster is this krec's store (`krec fake-cluster`, found as $$KREC).
+	KREC=$(abspath $(TARGET_DIR))/debug/krec $(TOOLS)/bin/python -m pytest -q guest-sdk-python
+	@for dir in $(PY_GUESTS); do if [ -d $$dir/tests ]; then (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec $(CURDIR)/$(TOOLS)/bin/python -m pytest -q) || exit 1; fi; done
 	@# The Go SDK's tests (on this machine's architecture), then each Go guest's; their fake
 	@# cluster is this krec's API server (krec.dev/guest/fake runs $$KREC). With the JSON that
 	@# `krec build` builds guests with (GOEXPERIMENT=jsonv2).
@@ -153,8 +154,8 @@ test: guests tools
 	$(TARGET_DIR)/debug/krec envtest --dir $(ENVTEST_ASSETS) >/dev/null
 	@for dir in $(GO_TESTS); do (cd $$dir && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) KREC=$(abspath $(TARGET_DIR))/debug/krec go test -count=1 ./...) || exit 1; done
 	@# The TypeScript SDK's tests, then each TypeScript guest's.
-	cd guest-sdk-js && npm test --silent
-	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && node_modules/.bin/krec-guest test) || exit 1; fi; done
+	cd guest-sdk-js && KREC=$(abspath $(TARGET_DIR))/debug/krec npm test --silent
+	@for dir in $(JS_GUESTS); do if [ -d $$dir/test ]; then (cd $$dir && KREC=$(abspath $(TARGET_DIR))/debug/krec node_modules/.bin/krec-guest test) || exit 1; fi; done
 
 ## Formatting, clippy and the API docs' links, for the host workspace and for the guests'
 ## wasm32-wasip2 target.

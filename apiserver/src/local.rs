@@ -75,9 +75,8 @@ impl LocalClient {
                     format!("{group}/{version}")
                 };
                 let mut err = ApiError::not_found(group, kind, "");
-                err.message = format!(
-                    "the server could not find the requested resource: {api_version} {kind} is not served"
-                );
+                // The host's words for a kind its API server does not serve.
+                err.message = format!("the API server does not serve {api_version} {kind}");
                 err
             })
     }

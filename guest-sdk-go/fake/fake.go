@@ -283,8 +283,13 @@ func (c *Cluster) mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error
 		mapping, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
 	if err != nil {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind},
-			fmt.Sprintf("the server does not serve %s: %v", gvk, err))
+		// As the host says it to a guest.
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    404,
+			Reason:  metav1.StatusReasonNotFound,
+			Message: fmt.Sprintf("the API server does not serve %s %s", gvk.GroupVersion(), gvk.Kind),
+		}}
 	}
 	return mapping, nil
 }

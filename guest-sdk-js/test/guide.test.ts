@@ -49,7 +49,7 @@ test("the guide's reconciler should mark a deployment", async () => {
   const app = await import(join(project, "app.js"));
   const { FakeCluster } = await import("../src/testing.js");
   const { Action, Request, kinds } = await import("../src/index.js");
-  const cluster = new FakeCluster([{ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "web", namespace: "default" }, spec: {} }]);
+  const cluster = new FakeCluster([{ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "web", namespace: "default" }, spec: { selector: { matchLabels: { app: "web" } }, template: { metadata: { labels: { app: "web" } }, spec: { containers: [{ name: "web", image: "nginx" }] } } } }]);
   const marker = new app.Marker({ annotation: "example.com/seen" });
   assert.deepEqual(cluster.reconcile(marker, new Request("default", "web")), Action.done());
   assert.deepEqual(cluster.object(kinds.Deployment, "web", "default")?.metadata.annotations, { "example.com/seen": "seen" });

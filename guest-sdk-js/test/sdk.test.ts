@@ -71,7 +71,11 @@ test("an update from a stale read should conflict", () => {
 });
 
 test("update should keep the status of kinds with a status subresource", () => {
-  const rs: KObject = { apiVersion: "apps/v1", kind: "ReplicaSet", metadata: { name: "web", namespace: "default" }, spec: { replicas: 1 }, status: { replicas: 1 } };
+  const rs: KObject = {
+    apiVersion: "apps/v1", kind: "ReplicaSet", metadata: { name: "web", namespace: "default" },
+    spec: { replicas: 1, selector: { matchLabels: { app: "web" } }, template: { metadata: { labels: { app: "web" } }, spec: { containers: [{ name: "web", image: "nginx" }] } } },
+    status: { replicas: 1 },
+  };
   const ctx = new Context(new FakeCluster([rs]));
   const got = ctx.get(kinds.ReplicaSet, "web", "default");
   got.status = { replicas: 9 };

@@ -1,5 +1,5 @@
-"""Unit tests for guests without WebAssembly: :class:`FakeCluster`, an in-memory API server the
-guest's :class:`~krec_guest.Context` calls, natively, under ``pytest``::
+"""Unit tests for guests without WebAssembly: :class:`FakeCluster`, the cluster a guest's
+:class:`~krec_guest.Context` calls, natively, under ``pytest``::
 
     from krec_guest import Request
     from krec_guest.testing import FakeCluster
@@ -9,21 +9,24 @@ guest's :class:`~krec_guest.Context` calls, natively, under ``pytest``::
         cluster.reconcile(PodCounter(), Request("default", "web"))
         assert cluster.object(ReplicaSet, "web", "default")["metadata"]["labels"]["pod-count"] == "1"
 
-What it does as kube-apiserver does: resourceVersions, ``generateName``, conflicts on a stale
-resourceVersion, ``already exists``/``not found`` errors, label and field selectors, the status
-subresource of the built-in kinds that have one (and of kinds named in ``status_subresource``),
-finalizers (a delete only marks the object), merge and JSON patches. Where it is simpler: no
-schema validation, defaulting, admission or garbage collection; a strategic merge patch and a
-server-side apply are applied as merge patches (lists replaced whole, no field ownership); no
-permission checks (the manifest's permissions are checked by krec, and by ``krec dev``).
-Objects pass through JSON on every call, as they do between a guest and krec.
+The objects live in krec's own API server store (``krec fake-cluster``, started for each
+``FakeCluster`` and found as ``$KREC`` or ``krec`` on ``PATH``): every verdict and message is
+the cluster's — names, labels and annotations, the built-in kinds' schemas and defaults, a
+CustomResourceDefinition's schema (add the CRD first), resourceVersion conflicts, ``generateName``,
+the status subresource, finalizers and garbage collection, label and field selectors, merge, JSON,
+strategic merge patches and server-side apply. Not here: admission webhooks, built-in controllers
+(a Deployment makes no ReplicaSet) and permission checks (the manifest's permissions are checked
+by krec, and by ``krec dev``). Objects pass through JSON on every call, as they do between a guest
+and krec.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-import uuid
+import os
+import shutil
+import subprocess
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -31,21 +34,32 @@ from . import log as _log
 from .admission import AdmissionRequest, Converter, Mutator, Validator, Verdict, mutated
 from .context import Context
 from .guest import _takes_context
-from .errors import AlreadyExists, Conflict, Forbidden, Invalid, KrecError, NotFound
+from .errors import (
+    AlreadyExists,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KrecError,
+    NotFound,
+    Other,
+    Timeout,
+    Unavailable,
+)
 from .kinds import Kind
-from .patches import apply_json_patch, diff, merge
+from .patches import diff
 from .reconciler import Action, Reconciler, Request
-from .selectors import matches
 
-#: Built-in kinds whose status is a subresource: ``update`` keeps their stored status.
-STATUS_SUBRESOURCE = frozenset(
-    {
-        "Pod", "ReplicaSet", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob",
-        "Service", "Node", "Namespace", "PersistentVolume", "PersistentVolumeClaim",
-        "ReplicationController", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-        "CustomResourceDefinition", "Ingress",
-    }
-)  # fmt: skip
+#: The error each case of krec's answers raises (the WIT error's cases).
+_ERRORS: dict[str, type[KrecError]] = {
+    "not_found": NotFound,
+    "already_exists": AlreadyExists,
+    "conflict": Conflict,
+    "forbidden": Forbidden,
+    "invalid": Invalid,
+    "timeout": Timeout,
+    "unavailable": Unavailable,
+    "other": Other,
+}
 
 
 def resource(kind: Kind) -> str:
@@ -80,14 +94,74 @@ class RecordedEvent:
     message: str
 
 
-class FakeCluster:
-    """An in-memory cluster: seed it with objects, run a guest's parts against it, look at what
-    they wrote, the Events they recorded and the lines they logged."""
+class _Krec:
+    """A ``krec fake-cluster`` process: krec's object store, one call per line of JSON."""
 
-    def __init__(self, objects: Iterable[dict] = (), status_subresource: Iterable[str] = ()) -> None:
-        self._store: dict[tuple[str, str, str, str], dict] = {}
-        self._version = 1000
-        self._status_kinds = STATUS_SUBRESOURCE | frozenset(status_subresource)
+    def __init__(self) -> None:
+        krec = os.environ.get("KREC") or shutil.which("krec")
+        if not krec:
+            raise RuntimeError(
+                "FakeCluster: the fake cluster is krec's own API server store, and krec is not on "
+                "PATH (nor in $KREC); install krec or set KREC to its path"
+            )
+        try:
+            self._process = subprocess.Popen(
+                [krec, "fake-cluster"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+            )
+        except OSError as err:
+            raise RuntimeError(f"FakeCluster: starting {krec} fake-cluster: {err}") from None
+        # The process ends when its stdin closes: with this object, or at the latest at exit.
+        self._closed = weakref.finalize(self, _end, self._process)
+
+    def call(self, op: str, **fields: Any) -> Any:
+        """krec's answer to one call: its value, or the error it names raised."""
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+        except OSError as err:
+            line, cause = "", err
+        else:
+            cause = None
+        if not line:
+            raise RuntimeError(f"FakeCluster: krec fake-cluster ended (exit status {process.poll()}): {cause or 'no answer'}")
+        answer = json.loads(line)
+        if "error" in answer:
+            error = answer["error"]
+            raise _ERRORS.get(error["case"], Other)(error["message"])
+        return answer["ok"]
+
+
+def _end(process: subprocess.Popen) -> None:
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def _kind_fields(kind: Kind, namespace: Optional[str]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"apiVersion": kind.api_version, "kind": kind.kind}
+    if namespace:
+        fields["namespace"] = namespace
+    return fields
+
+
+class FakeCluster:
+    """A cluster for one test: seed it with objects, run a guest's parts against it, look at
+    what they wrote, the Events they recorded and the lines they logged."""
+
+    def __init__(self, objects: Iterable[dict] = ()) -> None:
+        self._krec = _Krec()
         self._failures: list[tuple[str, Optional[Kind], KrecError]] = []
         #: Events recorded, oldest first.
         self.events: list[RecordedEvent] = []
@@ -100,26 +174,31 @@ class FakeCluster:
     # Seeding and looking.
 
     def add(self, *objects: dict) -> "FakeCluster":
-        """Store ``objects`` as they are (a resourceVersion, uid and creationTimestamp are added
-        when missing); replaces objects with the same key."""
+        """Store ``objects`` as fixtures (not counted as writes), in order — a custom resource
+        after its CustomResourceDefinition: each namespace is created when missing and each
+        ``status`` is stored too. A fixture the cluster refuses raises its error, naming it."""
         for obj in objects:
-            obj = json.loads(json.dumps(obj))
-            self._stamp(obj, new=True)
-            self._store[self._key_of(obj)] = obj
+            self._krec.call("add", object=obj)
+        return self
+
+    def add_files(self, *paths: "str | os.PathLike[str]") -> "FakeCluster":
+        """Store the objects of YAML or JSON files (``---`` between documents) as :meth:`add`
+        does: the guest's CustomResourceDefinitions, its examples."""
+        for path in paths:
+            with open(path, encoding="utf-8") as file:
+                self._krec.call("add", text=file.read())
         return self
 
     def object(self, kind: Kind, name: str, namespace: Optional[str] = None) -> Optional[dict]:
-        """The stored object (a copy), or ``None``."""
-        found = self._store.get(self._key(kind, namespace, name))
-        return copy.deepcopy(found)
+        """The stored object, or ``None``."""
+        try:
+            return self._krec.call("get", name=name, **_kind_fields(kind, namespace))
+        except NotFound:
+            return None
 
     def objects(self, kind: Kind, namespace: Optional[str] = None) -> list[dict]:
         """The stored objects of ``kind`` (in ``namespace`` when given), by namespace and name."""
-        return [
-            copy.deepcopy(obj)
-            for key, obj in sorted(self._store.items())
-            if key[:2] == (kind.group, kind.kind) and (namespace is None or key[2] == namespace)
-        ]
+        return self._krec.call("list", **_kind_fields(kind, namespace))
 
     def fail_next(self, verb: str, error: KrecError, kind: Optional[Kind] = None) -> "FakeCluster":
         """Make the next ``verb`` call (``get``, ``list``, ``create``, ``update``, ``patch``,
@@ -143,8 +222,6 @@ class FakeCluster:
     def map(self, reconciler: Reconciler, obj: dict) -> list[Request]:
         """Run ``reconciler.map`` for an event on ``obj`` — with a read-only context when it
         takes one, as krec runs it (a write raises :class:`~krec_guest.errors.Forbidden`)."""
-        from .guest import _takes_context
-
         obj = json.loads(json.dumps(obj))
         with _log.installed(self):
             if _takes_context(reconciler.map):
@@ -172,111 +249,45 @@ class FakeCluster:
                 for o in objects
             ]
 
-    # The host calls (krec_guest.context.Host), on JSON text.
+    # The host calls (krec_guest.context.Host), on JSON text, answered by krec's store.
 
     def get(self, kind: Kind, namespace: Optional[str], name: str) -> str:
         self._fail("get", kind)
-        return json.dumps(self._stored(kind, namespace, name))
+        return json.dumps(self._krec.call("get", name=name, **_kind_fields(kind, namespace)))
 
     def list(self, kind, namespace, label_selector, field_selector, uncached) -> list[str]:
         self._fail("list", kind)
-        fields = self._fields(field_selector)
-        found = []
-        for obj in self.objects(kind, namespace):
-            meta = obj.get("metadata") or {}
-            if not matches(label_selector, meta.get("labels")):
-                continue
-            if not all(fn(meta) for fn in fields):
-                continue
-            found.append(json.dumps(obj))
-        return found
+        found = self._krec.call(
+            "list", labelSelector=label_selector, fieldSelector=field_selector, **_kind_fields(kind, namespace)
+        )
+        return [json.dumps(obj) for obj in found]
 
     def create(self, obj: str) -> str:
-        new = self._decode(obj)
-        kind = Kind.of(new)
-        self._fail("create", kind)
-        meta = new.setdefault("metadata", {})
-        if not meta.get("name"):
-            if not meta.get("generateName"):
-                raise Invalid(f"{resource(kind)}: metadata.name: Required value: name or generateName is required")
-            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-        key = self._key_of(new)
-        if key in self._store:
-            raise AlreadyExists(f'{resource(kind)} "{meta["name"]}" already exists')
-        for field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
-            meta.pop(field, None)
-        self._stamp(new, new=True)
-        self._store[key] = new
-        self.writes.append(("create", kind, meta.get("namespace"), meta["name"]))
-        return json.dumps(new)
+        self._fail("create", _kind_of_text(obj))
+        created = self._krec.call("create", object=obj)
+        self._wrote("create", created)
+        return json.dumps(created)
 
     def update(self, obj: str, status: bool) -> str:
-        new = self._decode(obj)
-        kind = Kind.of(new)
-        self._fail("update", kind)
-        meta = new.get("metadata") or {}
-        stored = self._stored(kind, meta.get("namespace"), meta.get("name", ""))
-        self._check_version(kind, stored, meta.get("resourceVersion"))
-        if status:
-            result = copy.deepcopy(stored)
-            if "status" in new:
-                result["status"] = new["status"]
-            else:
-                result.pop("status", None)
-        else:
-            result = new
-            if kind.kind in self._status_kinds:
-                if "status" in stored:
-                    result["status"] = copy.deepcopy(stored["status"])
-                else:
-                    result.pop("status", None)
-        return self._replace("update_status" if status else "update", kind, stored, result)
+        self._fail("update", _kind_of_text(obj))
+        updated = self._krec.call("update", object=obj, status=status)
+        self._wrote("update_status" if status else "update", updated)
+        return json.dumps(updated)
 
     def patch(self, kind, namespace, name, how, body, status) -> str:
         self._fail("patch", kind)
-        patch = self._decode(body, list_ok=(how == "json"))
-        stored = self._store.get(self._key(kind, namespace, name))
-        if stored is None:
-            if how != "apply":
-                raise NotFound(f'{resource(kind)} "{name}" not found')
-            return self.create(json.dumps(patch))
-        if how == "json":
-            result = apply_json_patch(stored, patch)
-        else:
-            if isinstance(patch, dict):
-                version = (patch.get("metadata") or {}).get("resourceVersion")
-                self._check_version(kind, stored, version)
-            result = merge(stored, patch)
-        if status:
-            kept = copy.deepcopy(stored)
-            kept["status"] = result.get("status")
-            result = kept
-        elif kind.kind in self._status_kinds and "status" in stored:
-            result["status"] = copy.deepcopy(stored["status"])
-        return self._replace("patch", kind, stored, result)
+        patched = self._krec.call(
+            "patch", name=name, patchType=how, body=body, status=status, **_kind_fields(kind, namespace)
+        )
+        self._wrote("patch", patched)
+        return json.dumps(patched)
 
     def delete(self, kind, namespace, name, uid, resource_version) -> None:
         self._fail("delete", kind)
-        stored = self._stored(kind, namespace, name)
-        meta = stored["metadata"]
-        if uid is not None and meta.get("uid") != uid:
-            raise Conflict(
-                f'Operation cannot be fulfilled on {resource(kind)} "{name}": Precondition failed: '
-                f"UID in precondition: {uid}, UID in object meta: {meta.get('uid')}"
-            )
-        if resource_version is not None and meta.get("resourceVersion") != resource_version:
-            raise Conflict(
-                f'Operation cannot be fulfilled on {resource(kind)} "{name}": Precondition failed: '
-                f"ResourceVersion in precondition: {resource_version}, ResourceVersion in object meta: "
-                f"{meta.get('resourceVersion')}"
-            )
+        self._krec.call(
+            "delete", name=name, uid=uid, resourceVersion=resource_version, **_kind_fields(kind, namespace)
+        )
         self.writes.append(("delete", kind, namespace, name))
-        if meta.get("finalizers"):
-            if not meta.get("deletionTimestamp"):
-                meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-                self._stamp(stored, new=False)
-            return
-        del self._store[self._key(kind, namespace, name)]
 
     def record_event(self, kind, namespace, name, uid, type, reason, message) -> None:
         self._fail("record_event", kind)
@@ -288,86 +299,24 @@ class FakeCluster:
 
     # Inside.
 
-    @staticmethod
-    def _key(kind: Kind, namespace: Optional[str], name: str) -> tuple[str, str, str, str]:
-        return (kind.group, kind.kind, namespace or "", name)
-
-    def _key_of(self, obj: dict) -> tuple[str, str, str, str]:
+    def _wrote(self, verb: str, obj: dict) -> None:
         meta = obj.get("metadata") or {}
-        return self._key(Kind.of(obj), meta.get("namespace"), meta.get("name", ""))
-
-    def _stored(self, kind: Kind, namespace: Optional[str], name: str) -> dict:
-        stored = self._store.get(self._key(kind, namespace, name))
-        if stored is None:
-            raise NotFound(f'{resource(kind)} "{name}" not found')
-        return stored
-
-    def _check_version(self, kind: Kind, stored: dict, version: Optional[str]) -> None:
-        if version and version != stored["metadata"].get("resourceVersion"):
-            name = stored["metadata"].get("name", "")
-            raise Conflict(
-                f'Operation cannot be fulfilled on {resource(kind)} "{name}": the object has been '
-                "modified; please apply your changes to the latest version and try again"
-            )
-
-    def _stamp(self, obj: dict, new: bool) -> None:
-        meta = obj.setdefault("metadata", {})
-        self._version += 1
-        meta["resourceVersion"] = str(self._version)
-        if new:
-            meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-            if "spec" in obj:
-                meta.setdefault("generation", 1)
-
-    def _replace(self, verb: str, kind: Kind, stored: dict, result: dict) -> str:
-        meta, before = result.setdefault("metadata", {}), stored["metadata"]
-        for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
-            if field in before:
-                meta[field] = before[field]
-        if "generation" in before and result.get("spec") != stored.get("spec"):
-            meta["generation"] = before["generation"] + 1
-        if result == stored:
-            return json.dumps(stored)
-        self._stamp(result, new=False)
-        self._store[self._key_of(result)] = result
-        self.writes.append((verb, kind, meta.get("namespace"), meta.get("name", "")))
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            del self._store[self._key_of(result)]
-        return json.dumps(result)
+        self.writes.append((verb, Kind.of(obj), meta.get("namespace"), meta.get("name", "")))
 
     def _fail(self, verb: str, kind: Optional[Kind]) -> None:
         for i, (failing, only, error) in enumerate(self._failures):
-            if failing == verb and (only is None or only == kind):
+            if failing == verb and (only is None or kind is None or only == kind):
                 del self._failures[i]
                 raise error
 
-    @staticmethod
-    def _decode(text: str, list_ok: bool = False) -> Any:
-        try:
-            value = json.loads(text)
-        except ValueError as err:
-            raise Invalid(f"the object is not JSON: {err}") from None
-        if not isinstance(value, dict) and not (list_ok and isinstance(value, list)):
-            raise Invalid("the object is not a JSON object")
-        return value
 
-    @staticmethod
-    def _fields(selector: Optional[str]) -> list:
-        checks = []
-        for term in (selector or "").split(","):
-            term = term.strip()
-            if not term:
-                continue
-            negate = "!=" in term
-            field, _, value = term.replace("!=", "=").replace("==", "=").partition("=")
-            field = field.strip()
-            if field not in ("metadata.name", "metadata.namespace"):
-                raise Invalid(f'field label not supported: "{field}"')
-            attribute = field.split(".")[1]
-            checks.append(lambda meta, a=attribute, v=value.strip(), n=negate: (meta.get(a, "") == v) != n)
-        return checks
-
+def _kind_of_text(text: str) -> Optional[Kind]:
+    """The kind an object's JSON text names, or ``None`` when it names none (krec then says
+    what is wrong)."""
+    try:
+        return Kind.of(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 class _ReadOnly:
     """A host that reads through ``cluster`` and refuses writes, as krec does during ``map``."""

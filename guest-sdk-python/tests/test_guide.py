@@ -29,7 +29,10 @@ def test_the_guides_reconciler_should_mark_a_deployment():
     exec(compile(blocks()[0], str(GUIDE), "exec"), namespace)  # noqa: S102
     marker = namespace["Marker"]({"annotation": "example.com/seen"})
     cluster = FakeCluster([{"apiVersion": "apps/v1", "kind": "Deployment",
-                            "metadata": {"name": "web", "namespace": "default"}, "spec": {}}])
+                            "metadata": {"name": "web", "namespace": "default"},
+                            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                                     "template": {"metadata": {"labels": {"app": "web"}},
+                                                  "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}])
     assert cluster.reconcile(marker, Request("default", "web")) == Action.done()
     marked = cluster.object(Deployment, "web", "default")
     assert marked["metadata"]["annotations"] == {"example.com/seen": "seen"}

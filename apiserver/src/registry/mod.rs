@@ -75,6 +75,12 @@ pub trait Strategy: Send + Sync {
         &[]
     }
 
+    /// Those of [`string_maps`](Self::string_maps) whose values are bytes (Go
+    /// `map[string][]byte`): each value must be standard base64, or the decoder refuses it.
+    fn bytes_maps(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Whether a create keeps the `status` it is given although the kind has a status
     /// subresource.
     fn keeps_status_on_create(&self) -> bool {

@@ -38,6 +38,14 @@ pub(crate) fn default_template(spec: &mut Value) {
 /// A workload's selector, template and the fields it may not change.
 pub(crate) fn validate(group: &str, kind: &str, object: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
+    if let Some(replicas) = object.at("/spec/replicas").and_then(Value::as_i64)
+        && replicas < 0
+    {
+        causes.push((
+            "spec.replicas".into(),
+            format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+        ));
+    }
     let selector = object.at("/spec/selector");
     let labels = object.at("/spec/template/metadata/labels");
     // A Job without `manualSelector` gets its selector from the server (defaults).
@@ -77,6 +85,20 @@ pub(crate) fn validate(group: &str, kind: &str, object: &Value, old: Option<&Val
             "spec.template.spec.containers".into(),
             "Required value".into(),
         )),
+    }
+    // A replicated pod restarts Always (the default): kube's
+    // `ValidatePodTemplateSpecForReplicaSet` and its kin.
+    let policy = object
+        .at("/spec/template/spec/restartPolicy")
+        .and_then(Value::as_str);
+    if group != "batch" && policy.is_some_and(|p| p != "Always") {
+        causes.push((
+            "spec.template.spec.restartPolicy".into(),
+            format!(
+                "Unsupported value: {:?}: supported values: \"Always\"",
+                policy.unwrap_or("")
+            ),
+        ));
     }
     if group == "batch" {
         let policy = object

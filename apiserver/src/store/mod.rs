@@ -24,7 +24,7 @@ use crate::validation;
 use krec_core::error::ApiError;
 use krec_core::json::Pointer;
 use krec_core::schema;
-use krec_core::selector::{FieldSelector, LabelSelector, is_dns_label, is_dns_subdomain};
+use krec_core::selector::{FieldSelector, LabelSelector};
 
 mod delete;
 mod namespaces;

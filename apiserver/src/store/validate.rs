@@ -29,27 +29,23 @@ impl Store {
             )));
         }
         let strategy = registry::strategy(rt);
-        if let Some(problem) = name_problem(strategy.names(), name) {
-            return Err(invalid(
-                "metadata.name",
-                format!("Invalid value: {name:?}: {problem}"),
-            ));
+        let problems = name_problems(strategy.names(), name);
+        if !problems.is_empty() {
+            let causes = problems
+                .into_iter()
+                .map(|p| {
+                    (
+                        "metadata.name".to_owned(),
+                        format!("Invalid value: {name:?}: {p}"),
+                    )
+                })
+                .collect();
+            return Err(ApiError::invalid(&rt.kind, &rt.group, name, causes));
         }
         check_string_maps(rt, strategy.string_maps(), object)?;
-        if let Some(labels) = object.at("/metadata/labels").and_then(Value::as_object) {
-            for (k, v) in labels {
-                if !v
-                    .as_str()
-                    .is_some_and(|v| krec_core::selector::is_label(k, v))
-                {
-                    return Err(invalid(
-                        &format!("metadata.labels[{k}]"),
-                        format!("Invalid value: {v}: not a valid label"),
-                    ));
-                }
-            }
-        }
-        let mut causes = validation::owner_references(object);
+        check_bytes_maps(rt, strategy.bytes_maps(), object)?;
+        let mut causes = validation::labels(object);
+        causes.extend(validation::owner_references(object));
         if rt.schema.is_none() {
             causes.extend(validation::annotations(object));
         }
@@ -183,6 +179,81 @@ impl Store {
 
 /// Refuse a non-string value in a field that is a map of strings, as kube-apiserver's decoder
 /// does (400, "cannot be handled as a ConfigMap").
+/// Refuse a value of a bytes map (`map[string][]byte`) that is not standard base64, as Go's
+/// JSON decoder does: `illegal base64 data at input byte N`.
+fn check_bytes_maps(
+    rt: &ResourceType,
+    maps: &[&'static str],
+    object: &Value,
+) -> Result<(), ApiError> {
+    for map in maps {
+        let values = object.get(*map).and_then(Value::as_object);
+        for text in values.into_iter().flatten().filter_map(|(_, v)| v.as_str()) {
+            if let Some(at) = base64_error_at(text.as_bytes()) {
+                return Err(ApiError::bad_request(format!(
+                    "{kind} in version \"{version}\" cannot be handled as a {kind}: illegal base64 data at input byte {at}",
+                    kind = rt.kind,
+                    version = rt.version
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where Go's standard base64 decoder (padded; `\r` and `\n` skipped) finds `src` corrupt, if
+/// it does: the offset its `CorruptInputError` reports.
+fn base64_error_at(src: &[u8]) -> Option<usize> {
+    let is_newline = |b: u8| b == b'\n' || b == b'\r';
+    let in_alphabet = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
+    let mut si = 0;
+    loop {
+        // One quantum of four characters.
+        let mut j = 0;
+        while j < 4 {
+            if si == src.len() {
+                return match j {
+                    0 => None,
+                    _ => Some(si - j),
+                };
+            }
+            let b = src[si];
+            si += 1;
+            if in_alphabet(b) {
+                j += 1;
+                continue;
+            }
+            if is_newline(b) {
+                continue;
+            }
+            if b != b'=' {
+                return Some(si - 1);
+            }
+            // Padding: it ends the input.
+            match j {
+                0 | 1 => return Some(si - 1),
+                2 => {
+                    while si < src.len() && is_newline(src[si]) {
+                        si += 1;
+                    }
+                    if si == src.len() {
+                        return Some(src.len());
+                    }
+                    if src[si] != b'=' {
+                        return Some(si - 1);
+                    }
+                    si += 1;
+                }
+                _ => {}
+            }
+            while si < src.len() && is_newline(src[si]) {
+                si += 1;
+            }
+            return (si < src.len()).then_some(si);
+        }
+    }
+}
+
 fn check_string_maps(
     rt: &ResourceType,
     own: &[&'static str],
@@ -244,21 +315,40 @@ fn check_string_maps(
 }
 
 /// What is wrong with `name` for a kind whose names are `names`, in kube's words.
-fn name_problem(names: Names, name: &str) -> Option<String> {
-    let rfc1123 = |what: &str| {
-        format!(
-            "a lowercase RFC 1123 {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-        )
-    };
+fn name_problems(names: Names, name: &str) -> Vec<String> {
     match names {
-        Names::Subdomain => (!is_dns_subdomain(name)).then(|| rfc1123("subdomain")),
-        Names::Label => (!is_dns_label(name)).then(|| rfc1123("label")),
+        Names::Subdomain => validation::dns1123_subdomain_problems(name),
+        Names::Label => validation::dns1123_label_problems(name),
         Names::PathSegment => match name {
-            "." | ".." => Some(format!("may not be '{name}'")),
+            "." | ".." => vec![format!("may not be '{name}'")],
             _ => ['/', '%']
                 .into_iter()
-                .find(|c| name.contains(*c))
-                .map(|c| format!("may not contain '{c}'")),
+                .filter(|c| name.contains(*c))
+                .map(|c| format!("may not contain '{c}'"))
+                .collect(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64_error_at;
+
+    #[test]
+    fn corrupt_base64_should_be_found_where_go_finds_it() {
+        for (text, at) in [
+            ("aGVsbG8=", None),
+            ("aGVs\nbG8=", None),
+            ("", None),
+            ("not base64!", Some(3)),
+            ("abc", Some(0)),
+            ("abcde", Some(4)),
+            ("ab=", Some(3)),
+            ("a===", Some(1)),
+            ("ab==cd", Some(4)),
+            ("ab=c", Some(2)),
+        ] {
+            assert_eq!(base64_error_at(text.as_bytes()), at, "{text:?}");
+        }
     }
 }

@@ -13,6 +13,8 @@ pub mod dev;
 mod diff;
 #[cfg(feature = "embedded-apiserver")]
 mod envtest;
+#[cfg(feature = "embedded-apiserver")]
+mod fake_cluster;
 mod install;
 mod new;
 mod push;
@@ -140,6 +142,12 @@ enum Command {
     /// Ctrl-C.
     #[cfg(feature = "embedded-apiserver")]
     Dev(dev::Args),
+    /// The embedded API server's object store, answering calls as JSON lines on stdin and
+    /// stdout: what the Python and TypeScript SDKs' FakeCluster run, so that unit tests get the
+    /// cluster's own verdicts and messages. Not for people to type.
+    #[cfg(feature = "embedded-apiserver")]
+    #[command(name = "fake-cluster", hide = true)]
+    FakeCluster(fake_cluster::Args),
     /// Publish a built guest to an OCI registry (the CNCF Wasm artifact layout, as `wkg oci
     /// push` writes it), for `spec.module: oci://…`; prints the reference pinned to its digest.
     Push(push::Args),
@@ -196,6 +204,8 @@ impl Command {
             Command::KubeApiserver(_) | Command::Etcd(_) => "info",
             #[cfg(feature = "embedded-apiserver")]
             Command::Dev(_) => LIVE_LOG,
+            #[cfg(feature = "embedded-apiserver")]
+            Command::FakeCluster(_) => "warn",
             Command::Run(_) => LIVE_LOG,
         }
     }
@@ -215,6 +225,8 @@ pub fn main() -> ExitCode {
         Command::Cluster(args) => block_on("cluster", cluster::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
         Command::Dev(args) => block_on("dev", dev::execute(args)),
+        #[cfg(feature = "embedded-apiserver")]
+        Command::FakeCluster(args) => exit_code("fake-cluster", fake_cluster::execute(args)),
         Command::Run(args) => block_on("run", run::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
         Command::Envtest(args) => exit_code("envtest", envtest::execute(args)),

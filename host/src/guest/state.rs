@@ -34,9 +34,22 @@ pub struct HostState {
     /// Time the current reconcile was held back for its CPU budget.
     pub cpu_paused: std::time::Duration,
     /// Whether writes (`client` writes, Events) are allowed: not in a review or a map.
-    pub writes_allowed: super::imports::Writes,
+    pub writes_allowed: Writes,
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
+}
+
+/// Whether a guest's call may write: in a reconcile, yes; while it answers an admission review
+/// or maps an event, no (those only read), and the refusal says which.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// A reconcile.
+    #[default]
+    Allowed,
+    /// An admission review (validate, mutate, convert).
+    RefusedInReview,
+    /// A `map` of an event.
+    RefusedInMap,
 }
 
 impl HostState {

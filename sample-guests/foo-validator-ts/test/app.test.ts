@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { join } from "node:path";
 import { test } from "node:test";
 
 import { AdmissionRequest, type KObject } from "@krec/guest";
@@ -23,9 +24,12 @@ test("a Foo naming an invalid Deployment should be refused as invalid", () => {
   assert.match(verdict.message ?? "", /^spec\.deploymentName: Invalid value: "Not_A_Name": a lowercase RFC 1123/);
 });
 
+/** The Foo CustomResourceDefinition (foo-controller's), which a stored Foo needs. */
+const FOO_CRD = join(process.cwd(), "..", "foo-controller", "crd", "foo-crd.yaml");
+
 test("a Deployment another Foo uses should be refused, and its own kept", () => {
   const taken = foo("first", "web");
-  const cluster = new FakeCluster([taken]);
+  const cluster = new FakeCluster().addFiles(FOO_CRD).add(taken);
   const verdict = cluster.validate(new FooValidator(), AdmissionRequest.create(foo("second", "web")));
   assert.equal(verdict.allowed, false);
   assert.equal(

@@ -8,17 +8,28 @@ from krec_guest.kinds import Pod, ReplicaSet
 from krec_guest.testing import FakeCluster
 
 
-def replicaset(name, selector):
+def replicaset(name, selector, template_labels):
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"selector": selector, "template": {"metadata": {"labels": {}}}},
+        "spec": {
+            "selector": selector,
+            "template": {"metadata": {"labels": template_labels}, "spec": {"containers": [CONTAINER]}},
+        },
     }
 
 
+CONTAINER = {"name": "app", "image": "registry.example/app:1"}
+
+
 def pod(name, labels, namespace="default"):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [CONTAINER]},
+    }
 
 
 def count(cluster, name):
@@ -28,7 +39,7 @@ def count(cluster, name):
 def test_a_replicaset_should_be_labelled_with_the_number_of_its_pods():
     cluster = FakeCluster(
         [
-            replicaset("web", {"matchLabels": {"app": "web"}}),
+            replicaset("web", {"matchLabels": {"app": "web"}}, {"app": "web"}),
             pod("web-1", {"app": "web"}),
             pod("web-2", {"app": "web"}),
             pod("api-1", {"app": "api"}),
@@ -42,7 +53,11 @@ def test_a_replicaset_should_be_labelled_with_the_number_of_its_pods():
 def test_match_expressions_should_select_the_pods():
     cluster = FakeCluster(
         [
-            replicaset("web", {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]}),
+            replicaset(
+                "web",
+                {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]},
+                {"tier": "fe"},
+            ),
             pod("a", {"tier": "fe"}),
             pod("b", {"tier": "db"}),
         ]
@@ -52,7 +67,7 @@ def test_match_expressions_should_select_the_pods():
 
 
 def test_an_unchanged_count_should_write_nothing():
-    cluster = FakeCluster([replicaset("web", {"matchLabels": {"app": "web"}}), pod("web-1", {"app": "web"})])
+    cluster = FakeCluster([replicaset("web", {"matchLabels": {"app": "web"}}, {"app": "web"}), pod("web-1", {"app": "web"})])
     cluster.reconcile(PodCounter(), Request("default", "web"))
     cluster.reconcile(PodCounter(), Request("default", "web"))
     assert [w[0] for w in cluster.writes] == ["update"]
@@ -63,7 +78,7 @@ def test_a_replicaset_that_is_gone_should_be_done():
 
 
 def test_a_conflict_should_fail_the_reconcile_so_it_is_retried():
-    cluster = FakeCluster([replicaset("web", {"matchLabels": {"app": "web"}})])
+    cluster = FakeCluster([replicaset("web", {"matchLabels": {"app": "web"}}, {"app": "web"})])
     cluster.fail_next("update", Conflict("the object has been modified"))
     with pytest.raises(Conflict):
         cluster.reconcile(PodCounter(), Request("default", "web"))

@@ -26,4 +26,5 @@ mod readme;
 mod rollout;
 mod samples;
 mod swap;
+mod verdicts;
 mod webhooks;

@@ -2,3 +2,4 @@
 
 pub mod cronjob;
 pub mod job;
+mod schedule;

@@ -18,6 +18,10 @@ impl Strategy for ConfigMapStrategy {
         &["data", "binaryData"]
     }
 
+    fn bytes_maps(&self) -> &'static [&'static str] {
+        &["binaryData"]
+    }
+
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         validate_data("[]", object, old)
     }
@@ -49,6 +53,30 @@ pub(crate) const MAX_DATA_BYTES: usize = 1 << 20;
 /// and once `immutable`, they keep their data and stay immutable.
 pub(crate) fn validate_data(field: &str, object: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
+    let keys = |f: &str| {
+        object
+            .get(f)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|m| m.keys())
+    };
+    for map in ["data", "binaryData"] {
+        for key in keys(map) {
+            for problem in crate::validation::config_map_key_problems(key) {
+                causes.push((
+                    format!("{map}[{key}]"),
+                    format!("Invalid value: {key:?}: {problem}"),
+                ));
+            }
+        }
+    }
+    let binary: Vec<&String> = keys("binaryData").collect();
+    for key in keys("data").filter(|k| binary.contains(k)) {
+        causes.push((
+            format!("data[{key}]"),
+            format!("Invalid value: {key:?}: duplicate of key present in binaryData"),
+        ));
+    }
     let size: usize = ["data", "binaryData", "stringData"]
         .iter()
         .filter_map(|f| object.get(*f).and_then(Value::as_object))

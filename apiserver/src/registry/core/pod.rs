@@ -261,6 +261,16 @@ pub(crate) fn validate_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
             }
         }
     }
+    // Defaulted to Always when absent; anything else is refused as kube's
+    // `validateRestartPolicy` does.
+    match spec.get("restartPolicy").and_then(Value::as_str) {
+        None | Some("Always" | "OnFailure" | "Never") => {}
+        Some("") => causes.push((format!("{path}.restartPolicy"), "Required value".into())),
+        Some(other) => causes.push((
+            format!("{path}.restartPolicy"),
+            format!("Unsupported value: {other:?}: supported values: \"Always\", \"OnFailure\", \"Never\""),
+        )),
+    }
 }
 
 /// READY, STATUS and RESTARTS of a pod as `printPod` computes them.

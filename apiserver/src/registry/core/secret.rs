@@ -47,6 +47,10 @@ impl Strategy for SecretStrategy {
         &["data", "stringData"]
     }
 
+    fn bytes_maps(&self) -> &'static [&'static str] {
+        &["data"]
+    }
+
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         validate_data("data", object, old)
     }

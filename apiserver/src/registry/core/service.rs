@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use crate::defaults::{each, set};
 use crate::printers::{AGE, Column, NAME, Row, map_text};
 use crate::registry::Strategy;
+use krec_core::error::Cause;
 use krec_core::json::Pointer;
 
 /// The Service strategy.
@@ -47,6 +48,62 @@ impl Strategy for ServiceStrategy {
 
     fn prepare_for_create(&self, object: &mut Value, siblings: &mut dyn Iterator<Item = &Value>) {
         allocate_addresses(object, siblings);
+    }
+
+    /// Part of kube's `ValidateService`: ports (present, named when several, in range, with a
+    /// known protocol) and the type.
+    fn validate(&self, object: &Value, _old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        let Some(spec) = object.get("spec") else {
+            return causes;
+        };
+        let kind = spec
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("ClusterIP");
+        let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
+        let ports = spec.get("ports").and_then(Value::as_array);
+        let ports = ports.map_or(&[][..], Vec::as_slice);
+        if ports.is_empty() && !headless && kind != "ExternalName" {
+            causes.push(("spec.ports".into(), "Required value".into()));
+        }
+        for (i, port) in ports.iter().enumerate() {
+            let at = |field: &str| format!("spec.ports[{i}].{field}");
+            if ports.len() > 1
+                && port
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+            {
+                causes.push((at("name"), "Required value".into()));
+            }
+            let number = port.get("port").and_then(Value::as_i64).unwrap_or(0);
+            if !(1..=65535).contains(&number) {
+                causes.push((
+                    at("port"),
+                    format!("Invalid value: {number}: must be between 1 and 65535, inclusive"),
+                ));
+            }
+            match port.get("protocol").and_then(Value::as_str) {
+                None | Some("TCP" | "UDP" | "SCTP") => {}
+                Some(other) => causes.push((
+                    at("protocol"),
+                    format!(
+                        "Unsupported value: {other:?}: supported values: \"SCTP\", \"TCP\", \"UDP\""
+                    ),
+                )),
+            }
+        }
+        if !matches!(
+            kind,
+            "ClusterIP" | "ExternalName" | "LoadBalancer" | "NodePort"
+        ) {
+            causes.push((
+                "spec.type".into(),
+                format!("Unsupported value: {kind:?}: supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""),
+            ));
+        }
+        causes
     }
 
     fn columns(&self) -> &'static [Column] {

@@ -13,18 +13,43 @@ fn namespace_arg(kind: &Known, none: &str, request: &str) -> String {
     }
 }
 
-/// An example object of `kind` as a JSON-like literal (Python dict or TypeScript object).
-fn example_literal(kind: &Known, name: &str) -> String {
-    let namespace = if kind.namespaced {
-        r#", "namespace": "default""#
+/// The example object of `kind` — the one `examples/example.yaml` holds, valid as the cluster
+/// judges it — as a literal: JSON for TypeScript, a dict for Python.
+fn example_literal(kind: &Known, python: bool) -> String {
+    // The example is our own YAML: it parses.
+    let value: serde_json::Value = serde_yaml_ng::from_str(&example(kind)).unwrap_or_default();
+    if python {
+        python_literal(&value)
     } else {
-        ""
-    };
-    format!(
-        r#"{{"apiVersion": "{api_version}", "kind": "{ty}", "metadata": {{"name": "{name}"{namespace}, "generation": 1}}}}"#,
-        api_version = api_version(kind),
-        ty = kind.kind,
-    )
+        value.to_string()
+    }
+}
+
+/// `value` written as a Python literal.
+fn python_literal(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(_) | Value::String(_) => value.to_string(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(python_literal)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Object(fields) => format!(
+            "{{{}}}",
+            fields
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_literal(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// The files of a Python guest.
@@ -103,7 +128,8 @@ def test_defaults_should_label_what_it_admits():
         r#""""{name}: a krec guest reconciling {api_version} {ty}.
 
 It marks every {ty} with an annotation — the manifest's ``spec.config.annotation`` — set to the
-object's generation. Replace ``reconcile`` with your logic; ``tests/test_app.py`` runs it on a
+object's generation (``0`` for a kind that has none, like ConfigMap or Secret: the mark then says
+only that the guest saw it). Replace ``reconcile`` with your logic; ``tests/test_app.py`` runs it on a
 fake cluster.
 """
 
@@ -158,7 +184,8 @@ def test_reconcile_should_mark_the_object_once():
     cluster = FakeCluster([example()])
     assert cluster.reconcile(reconciler(), {request}) == Action.done()
     marked = cluster.object(KIND, "example"{test_ns})
-    assert marked["metadata"]["annotations"]["example.com/generation"] == "1"
+    # The object's generation; 0 for a kind that has none (ConfigMap, Secret): then it marks "seen".
+    assert marked["metadata"]["annotations"]["example.com/generation"] == str(marked["metadata"].get("generation", 0))
     assert len(cluster.writes) == 1
 
     # Reconciling again changes nothing: reconciles are idempotent.
@@ -179,7 +206,7 @@ def test_a_configuration_without_the_annotation_should_be_refused():
         raise AssertionError("accepted a configuration without the annotation")
 {webhook_tests}
 "#,
-        example = example_literal(kind, "example"),
+        example = example_literal(kind, true),
         test_ns = if kind.namespaced {
             r#", "default""#
         } else {
@@ -307,8 +334,9 @@ test("defaults should label what it admits", () => {
  * {name}: a krec guest reconciling {api_version} {ty}.
  *
  * It marks every {ty} with an annotation — the manifest's `spec.config.annotation` — set to the
- * object's generation. Replace `reconcile` with your logic; `test/app.test.ts` runs it on a fake
- * cluster.
+ * object's generation (`0` for a kind that has none, like ConfigMap or Secret: the mark then says
+ * only that the guest saw it). Replace `reconcile` with your logic; `test/app.test.ts` runs it on
+ * a fake cluster.
  */
 
 import {{ Action, Context, guest, Kind, log, Reconciler, Request{webhook_import} }} from "@krec/guest";
@@ -365,7 +393,8 @@ test("reconcile should mark the object once", () => {{
   const cluster = new FakeCluster([example()]);
   assert.deepEqual(cluster.reconcile(reconciler(), {request}), Action.done());
   const marked = cluster.object(KIND, "example"{test_ns});
-  assert.equal(marked?.metadata.annotations?.["example.com/generation"], "1");
+  // The object's generation; 0 for a kind that has none (ConfigMap, Secret): then it marks "seen".
+  assert.equal(marked?.metadata.annotations?.["example.com/generation"], String(marked?.metadata.generation ?? 0));
   assert.equal(cluster.writes.length, 1);
 
   // Reconciling again changes nothing: reconciles are idempotent.
@@ -381,7 +410,7 @@ test("a configuration without the annotation should be refused", () => {{
   assert.throws(() => new {reconciler}({{}} as never), /annotation/);
 }});{webhook_tests}
 "#,
-        example = example_literal(kind, "example"),
+        example = example_literal(kind, false),
         test_ns = if kind.namespaced {
             r#", "default""#
         } else {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::cluster::ClusterAccess;
 use crate::guest::bindings::{WitError, WitGvk, krec::reconciler::types};
 use crate::guest::state::HostState;
+pub use crate::guest::state::Writes;
 use crate::manifest::{Manifest, Verb};
 use crate::process::metrics::Metrics;
 use krec_core::{CallError, Gvk};
@@ -62,19 +63,6 @@ pub(crate) struct Calls<'a> {
     pub deadline: std::time::Instant,
     /// Whether writes are allowed, or refused and why.
     pub writes_allowed: Writes,
-}
-
-/// Whether a guest's call may write: in a reconcile, yes; while it answers an admission review
-/// or maps an event, no (those only read), and the refusal says which.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Writes {
-    /// A reconcile.
-    #[default]
-    Allowed,
-    /// An admission review (validate, mutate, convert).
-    RefusedInReview,
-    /// A `map` of an event.
-    RefusedInMap,
 }
 
 impl Calls<'_> {
