@@ -34,32 +34,11 @@ from . import log as _log
 from .admission import AdmissionRequest, Converter, Mutator, Validator, Verdict, mutated
 from .context import Context
 from .guest import _takes_context
-from .errors import (
-    AlreadyExists,
-    Conflict,
-    Forbidden,
-    Invalid,
-    KrecError,
-    NotFound,
-    Other,
-    Timeout,
-    Unavailable,
-)
+from .errors import BY_CASE, Forbidden, KrecError, NotFound, Other
 from .kinds import Kind
 from .patches import diff
 from .reconciler import Action, Reconciler, Request
 
-#: The error each case of krec's answers raises (the WIT error's cases).
-_ERRORS: dict[str, type[KrecError]] = {
-    "not_found": NotFound,
-    "already_exists": AlreadyExists,
-    "conflict": Conflict,
-    "forbidden": Forbidden,
-    "invalid": Invalid,
-    "timeout": Timeout,
-    "unavailable": Unavailable,
-    "other": Other,
-}
 
 
 def resource(kind: Kind) -> str:
@@ -134,7 +113,7 @@ class _Krec:
         answer = json.loads(line)
         if "error" in answer:
             error = answer["error"]
-            raise _ERRORS.get(error["case"], Other)(error["message"])
+            raise BY_CASE.get(error["case"].replace("_", "-"), Other)(error["message"])
         return answer["ok"]
 
 
