@@ -132,21 +132,27 @@ async fn requeue_after_zero_should_not_requeue_and_short_delays_should_have_a_fl
 
 #[tokio::test]
 async fn a_log_flood_should_be_cut_to_the_guests_budget() {
-    let mut h = Harness::with_manifest(misbehave_manifest());
+    let mut manifest = misbehave_manifest();
+    // The cut is under test, not the pace: 32 MiB formatted by the guest and metered by a debug
+    // build of the host on a loaded 2-core machine can outlast the manifest's 300 ms.
+    manifest.spec.limits.timeout = Duration::from_secs(30);
+    let mut h = Harness::with_manifest(manifest);
     // 2 000 lines of 16 KiB: 32 MiB of log.
+    let started = std::time::Instant::now();
     assert_eq!(h.reconcile(None, "log-flood").await, Ok(Action::Done));
-    let budgets = h.worker.module().budgets().clone();
-    let budget = &budgets.log;
-    let dropped = budget.take_dropped();
-    let most_kept = (krec::guest::MAX_LOG_BYTES_PER_SECOND / (16 << 10)) as u64 * 2;
+    // The budget is per second: a slow run may see one more window each second it lasted.
+    let windows = started.elapsed().as_secs() + 2;
+    let dropped = h.worker.module().budgets().log.take_dropped();
+    let most_kept = (krec::guest::MAX_LOG_BYTES_PER_SECOND / (16 << 10)) as u64 * windows;
     assert!(
         dropped >= 2_000 - most_kept,
         "only {dropped} of 2000 flood lines dropped"
     );
     // stdout shares the budget: the flood of `println!` is cut too (whether it ends or meets
-    // its time limit first).
+    // the manifest's 300 ms first).
+    let mut h = Harness::with_manifest(misbehave_manifest());
     let _ = h.reconcile(None, "flood").await;
-    let dropped = budget.take_dropped();
+    let dropped = h.worker.module().budgets().log.take_dropped();
     assert!(dropped > 1_000, "only {dropped} printed lines dropped");
 }
 
