@@ -231,11 +231,12 @@ bench-quick: guests
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench throughput
 	KREC_BENCH_QUICK=1 $(CARGO) bench -p krec --bench guest_call
 
-## The author's inner loop, by hand: a Python guest's edit to its first reconcile under
-## `krec dev`, a dev build and (BEFORE=1) a full build per edit. Figures in BENCHMARKS.md.
-bench-edit-loop: python-guests
+## The author's inner loop, by hand: a `krec new` guest's edit to its first reconcile under
+## `krec dev`, in GUEST_LANG (python, typescript, go, rust; default python); BEFORE=1: a full
+## build per edit (python, typescript); COMPILER=cranelift. Figures in BENCHMARKS.md.
+bench-edit-loop: python-guests js-guests
 	$(CARGO) build --release -p krec --bin krec
-	python3 bench/edit_loop.py $(if $(BEFORE),--before)
+	python3 bench/edit_loop.py --lang $(or $(GUEST_LANG),python) $(if $(BEFORE),--before) $(if $(COMPILER),--compiler $(COMPILER))
 
 ## The embedded API server before issue 11, for the before/after benchmark (`server_versions`):
 ## `krec` built from BASELINE_COMMIT in the shared target directory (its dependencies are this

@@ -382,6 +382,12 @@ test("the shipped WIT should be the repository's", () => {
   for (const name of names) {
     assert.equal(readFileSync(join(SDK, "wit", name), "utf8"), readFileSync(join(repo, name), "utf8"), `wit/${name} differs: copy ../wit/*.wit here`);
   }
+  // The dev builds' import, as the host answers it.
+  assert.equal(
+    readFileSync(join(SDK, "wit-dev", "sources.wit"), "utf8"),
+    readFileSync(join(repo, "dev", "sources.wit"), "utf8"),
+    "wit-dev/sources.wit differs: copy ../wit/dev/sources.wit here",
+  );
 });
 
 test("the WIT types should be what jco generates from the WIT", () => {

@@ -252,6 +252,7 @@ impl HostArgs {
                 }),
             insecure_registries: self.insecure_registries,
             registry_redirect_hosts: self.registry_redirect_hosts,
+            compiler: crate::guest::engine::Compiler::Cranelift,
         })
     }
 }

@@ -94,7 +94,8 @@ enum Command {
     ///   Python:      python -m pytest; python -m krec_guest.build app -o NAME.wasm --dev;
     ///                krec dev --manifests . (edits run live); to ship, build without --dev
     ///
-    ///   TypeScript:  npm install; npm run build; npm test; krec dev --manifests .
+    ///   TypeScript:  npm install; npm test; npm run dev (krec dev on a dev build: edits run
+    ///                live); to ship, npm run build
     ///
     ///   Go:          krec build; go test ./...; krec dev --manifests .
     #[command(verbatim_doc_comment)]
@@ -279,8 +280,13 @@ fn init_logging(default: &str, format: LogFormat) {
     // kube's client logs every failed request as an ERROR of its own, without saying whose;
     // krec reports each failure where it matters (the guest's call, the watch), so by default
     // that line is off — when the API server goes away first it was the only thing printed.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{default},kube_client::client::builder=off")));
+    // The file watcher's crate reports, at INFO, every watch it could not remove (a file an
+    // editor or a bundler replaced): noise in the dev loop's log.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!(
+            "{default},kube_client::client::builder=off,notify=warn"
+        ))
+    });
     use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -124,7 +124,7 @@ fn next_steps(new: &crate::cli::scaffold::NewGuest) -> String {
                 _ => String::new(),
             };
             format!(
-                "{setup}  npm install                # once\n  npm run build              # the .wasm\n  npm test                   # unit tests\n  krec dev --manifests .     # a local cluster, reconciling live"
+                "{setup}  npm install                # once\n  npm test                   # unit tests\n  npm run dev                # krec dev --manifests . on a dev build: each saved edit runs in ~1 s\n  npm run build              # the .wasm to ship (krec run, krec push)"
             )
         }
         Lang::Go => "  krec build                 # the .wasm (go build for wasip1, then the component)\n  go test ./...              # unit tests against krec's own API server\n  krec dev --manifests .     # a local cluster, reconciling live".into(),

@@ -22,6 +22,14 @@ pub const SECTION: &str = "krec-dev-source";
 /// Where a dev build's instances find its source folder (read-only).
 pub const MOUNT: &str = "/krec-dev-source";
 
+/// The import a dev build's loader reads its sources through when its language cannot open
+/// files from [`MOUNT`] (a TypeScript dev build: `krec-guest build --dev`): `read(path)` → the
+/// text of a file of the source folder (`wit/dev/sources.wit`).
+pub const INTERFACE: &str = "krec:dev/sources@0.1.0";
+
+/// The largest file [`read`] hands a loader.
+pub const MAX_READ: u64 = 32 << 20;
+
 /// Folders never part of a guest's sources: tools' caches, dependencies, build output.
 const SKIPPED: &[&str] = &[
     "__pycache__",
@@ -77,6 +85,42 @@ impl DevSource {
         let stamp = format!("src:{}", hex(&hasher.finalize()));
         Some(DevSource { dir, files, stamp })
     }
+}
+
+/// [`INTERFACE`]'s `read`: the text of `path`, relative to the source folder `dir` (the
+/// version's, as the host mounted it), or why not — no folder (not under `krec dev`, or not a
+/// dev build), a path leaving the folder, a file missing, too large or not UTF-8.
+pub fn read(dir: Option<&Path>, path: &str) -> Result<String, String> {
+    let Some(dir) = dir else {
+        return Err(
+            "no sources are mounted: a dev build runs only under `krec dev` \
+                    (build without --dev for anything else)"
+                .into(),
+        );
+    };
+    let relative = Path::new(path);
+    if relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "{path:?}: not a path inside the source folder {}",
+            dir.display()
+        ));
+    }
+    let file = dir.join(relative);
+    let shown = file.display();
+    let size = std::fs::metadata(&file)
+        .map_err(|err| format!("{shown}: {err}"))?
+        .len();
+    if size > MAX_READ {
+        return Err(format!(
+            "{shown}: {size} bytes, more than a source file may hold ({MAX_READ})"
+        ));
+    }
+    let bytes = std::fs::read(&file).map_err(|err| format!("{shown}: {err}"))?;
+    String::from_utf8(bytes).map_err(|err| format!("{shown}: not UTF-8: {err}"))
 }
 
 /// What tells one version of a module from another: the digest of `bytes`, and for a dev
@@ -185,6 +229,56 @@ mod tests {
         custom.extend_from_slice(data);
         component.extend(section(0, &custom));
         component
+    }
+
+    #[test]
+    fn the_import_should_be_the_one_its_wit_declares() {
+        let wit = include_str!("../../../wit/dev/sources.wit");
+        let (package, rest) = INTERFACE.split_once('/').expect("package/interface");
+        let (interface, version) = rest.split_once('@').expect("a version");
+        assert!(
+            wit.contains(&format!("package {package}@{version};")),
+            "{wit}"
+        );
+        assert!(wit.contains(&format!("interface {interface} {{")), "{wit}");
+        assert!(
+            wit.contains("read: func(path: string) -> result<string, string>;"),
+            "{wit}"
+        );
+    }
+
+    #[test]
+    fn a_loader_should_read_files_of_its_folder_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        std::fs::write(dir.path().join("sub/guest.js"), "module.exports = 1;").expect("write");
+        std::fs::write(dir.path().join("binary"), [0xff, 0xfe]).expect("write");
+        let folder = Some(dir.path());
+        assert_eq!(
+            read(folder, "sub/guest.js").as_deref(),
+            Ok("module.exports = 1;")
+        );
+        for outside in [
+            "../etc/passwd",
+            "/etc/passwd",
+            "sub/../../x",
+            "./sub/guest.js",
+        ] {
+            let err = read(folder, outside).expect_err(outside);
+            assert!(err.contains("not a path inside the source folder"), "{err}");
+        }
+        assert!(
+            read(folder, "missing.js")
+                .expect_err("missing")
+                .contains("missing.js")
+        );
+        assert!(
+            read(folder, "binary")
+                .expect_err("binary")
+                .contains("not UTF-8")
+        );
+        let err = read(None, "sub/guest.js").expect_err("not mounted");
+        assert!(err.contains("only under `krec dev`"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy};
 
 /// How often the epoch advances: the granularity of timeouts and of yielding to other tasks.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -26,12 +26,33 @@ const KEEP_RESIDENT: usize = 2 << 20;
 /// pool keeps resident is bounded (about 16 × 2.5 MiB).
 const WARM_SLOTS: u32 = 16;
 
+/// Which of wasmtime's compilers turns guests into machine code.
+///
+/// Measured on a 17.9 MB Go component (debug host, 2 cores): Cranelift compiles it in ~14 s,
+/// Winch in ~3.5 s; Winch's code runs slower (it does no optimisation). `krec dev` takes Winch —
+/// an edit of a Go guest runs seconds sooner — everything else Cranelift. See BENCHMARKS.md,
+/// "The author's inner loop".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compiler {
+    /// Cranelift: optimising, the code a cluster should run.
+    #[default]
+    Cranelift,
+    /// Winch: a baseline compiler, one pass per function — compiles several times faster, runs
+    /// slower.
+    Winch,
+}
+
 /// Build the engine for instances that live long (`isolation: reuse`, a worker's instance kept
 /// across reconciles): component model and epoch interruption (async support is always on),
 /// instances allocated on demand with copy-on-write memory images — no cap on how many guests
 /// hold one.
 pub fn new_engine() -> wasmtime::Result<Engine> {
-    let engine = Engine::new(&base_config())?;
+    new_engine_compiled_by(Compiler::Cranelift)
+}
+
+/// [`new_engine`], its guests compiled by `compiler`.
+pub fn new_engine_compiled_by(compiler: Compiler) -> wasmtime::Result<Engine> {
+    let engine = Engine::new(&base_config(compiler))?;
     spawn_epoch_ticker(&engine);
     Ok(engine)
 }
@@ -42,8 +63,8 @@ pub fn new_engine() -> wasmtime::Result<Engine> {
 /// 245 → 151 µs in `guest_call`). If the pool's address space cannot be reserved (a
 /// `ulimit -v`), instances are allocated on demand instead, with a warning; when all slots are
 /// in use, instantiation fails and the key is retried with backoff.
-pub fn new_pooled_engine() -> wasmtime::Result<Engine> {
-    let mut config = base_config();
+pub fn new_pooled_engine(compiler: Compiler) -> wasmtime::Result<Engine> {
+    let mut config = base_config(compiler);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool()));
     match Engine::new(&config) {
         Ok(engine) => {
@@ -54,15 +75,19 @@ pub fn new_pooled_engine() -> wasmtime::Result<Engine> {
             tracing::warn!(
                 "per-reconcile instances are allocated on demand: the instance pool cannot be set up: {err:#}"
             );
-            new_engine()
+            new_engine_compiled_by(compiler)
         }
     }
 }
 
-fn base_config() -> Config {
+fn base_config(compiler: Compiler) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    config.strategy(match compiler {
+        Compiler::Cranelift => Strategy::Cranelift,
+        Compiler::Winch => Strategy::Winch,
+    });
     // A build with `wasm-profiling`: `KREC_WASM_PROFILE=perfmap` writes /tmp/perf-PID.map, so
     // `perf report` names guests' functions.
     #[cfg(feature = "wasm-profiling")]

@@ -246,13 +246,22 @@ impl Engines {
     ///
     /// When an engine or a linker cannot be built.
     pub fn new() -> wasmtime::Result<Self> {
+        Self::compiled_by(engine::Compiler::Cranelift)
+    }
+
+    /// Both engines and their linkers, guests compiled by `compiler`.
+    ///
+    /// # Errors
+    ///
+    /// When an engine or a linker cannot be built (Winch on a target it does not support).
+    pub fn compiled_by(compiler: engine::Compiler) -> wasmtime::Result<Self> {
         let with_linker = |engine: Engine| -> wasmtime::Result<_> {
             let linker = new_linker(&engine)?;
             Ok((engine, linker))
         };
         Ok(Engines {
-            reuse: with_linker(crate::guest::engine::new_engine()?)?,
-            fresh: with_linker(crate::guest::engine::new_pooled_engine()?)?,
+            reuse: with_linker(engine::new_engine_compiled_by(compiler)?)?,
+            fresh: with_linker(engine::new_pooled_engine(compiler)?)?,
         })
     }
 
@@ -266,8 +275,9 @@ impl Engines {
     }
 }
 
-/// The linker every guest is instantiated with: WASI (no files, sockets or environment) and the
-/// host's `client`, `events` and `log`.
+/// The linker every guest is instantiated with: WASI (no sockets or environment; files only a
+/// dev build's sources under `krec dev`), the host's `client`, `events`, `log` and `reader`, and
+/// `krec:dev/sources` for dev builds' loaders.
 pub fn new_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -276,6 +286,13 @@ pub fn new_linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
         _,
         wasmtime::component::HasSelf<HostState>,
     >(&mut linker, |s| s)?;
+    // A TypeScript dev build's loader reads its bundle through `krec:dev/sources`.
+    linker.instance(dev_source::INTERFACE)?.func_wrap(
+        "read",
+        |store: wasmtime::StoreContextMut<'_, HostState>, (path,): (String,)| {
+            Ok((dev_source::read(store.data().dev_source.as_deref(), &path),))
+        },
+    )?;
     Ok(linker)
 }
 

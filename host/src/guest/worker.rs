@@ -106,6 +106,7 @@ pub(super) fn new_store(
         budgets: module.budgets.clone(),
         cpu_paused: Duration::ZERO,
         writes_allowed: super::imports::Writes::Allowed,
+        dev_source: module.dev_source().map(|source| source.dir.clone()),
         wasi,
         table: ResourceTable::new(),
     };

@@ -109,6 +109,8 @@ pub struct ManagerOptions {
     /// How long a worker keeps its guest's instance with no key to reconcile before it gives it
     /// back; `None`: [`crate::controller::IDLE_INSTANCE`].
     pub instance_idle: Option<Duration>,
+    /// The compiler guests are compiled with (`krec dev`: Winch).
+    pub compiler: crate::guest::engine::Compiler,
 }
 
 struct Inner {

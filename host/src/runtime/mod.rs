@@ -75,6 +75,8 @@ pub struct HostOptions {
     pub insecure_registries: Vec<String>,
     /// Hosts a registry may redirect a pull to (`--registry-redirect-host`).
     pub registry_redirect_hosts: Vec<String>,
+    /// The compiler guests are compiled with (`--compiler`; `krec dev`: Winch).
+    pub compiler: crate::guest::engine::Compiler,
 }
 
 /// Whether and how the host keeps the cluster's webhook registrations (the
@@ -113,6 +115,7 @@ impl Default for HostOptions {
             from_cluster: None,
             insecure_registries: Vec::new(),
             registry_redirect_hosts: Vec::new(),
+            compiler: crate::guest::engine::Compiler::Cranelift,
         }
     }
 }
@@ -203,6 +206,7 @@ impl RuntimeBuilder {
                 guest_memory: options.guest_memory,
                 from_cluster: options.from_cluster.clone(),
                 registries: Some(Arc::new(options.registries())),
+                compiler: options.compiler,
                 ..Default::default()
             },
         )

@@ -378,23 +378,17 @@ fn scripted_guest_journey(lang: &str, name: &str) {
         .map(|line| line.split('#').next().unwrap_or_default().trim().to_owned())
         .filter(|line| !line.is_empty())
         .collect();
-    assert!(
-        commands.iter().any(|c| c == "krec dev --manifests ."),
-        "{printed}"
-    );
-    // What follows `krec dev` is for shipping.
+    // TypeScript's `npm run dev` runs `krec dev --manifests .` on a dev build.
+    let dev_command = if lang == "typescript" {
+        "npm run dev"
+    } else {
+        "krec dev --manifests ."
+    };
     let until_dev = commands
         .iter()
-        .position(|c| c.starts_with("krec dev"))
-        .unwrap_or(commands.len());
-    for command in &commands[..until_dev] {
-        if command.starts_with("cd ") {
-            continue;
-        }
-        // Installs "once" are `make test`'s (the venv, the SDK's node_modules).
-        if command.starts_with("pip install") || command.starts_with("(cd ") {
-            continue;
-        }
+        .position(|c| c == dev_command)
+        .unwrap_or_else(|| panic!("no `{dev_command}` in the next steps: {printed}"));
+    let run = |command: &str| {
         let out = Command::new("sh")
             .args(["-c", command])
             .current_dir(&project)
@@ -408,26 +402,99 @@ fn scripted_guest_journey(lang: &str, name: &str) {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    };
+    for command in &commands[..until_dev] {
+        if command.starts_with("cd ") {
+            continue;
+        }
+        // Installs "once" are `make test`'s (the venv, the SDK's node_modules).
+        if command.starts_with("pip install") || command.starts_with("(cd ") {
+            continue;
+        }
+        run(command);
     }
 
     let kubeconfig = outside.path().join("kc.yaml");
     let kubectl = common::Kubectl::new(&kubeconfig, &outside.path().join("kubectl-cache"));
-    let (mut child, _text, _lines) = start_dev(&project, &kubeconfig);
+    let mut child = if lang == "typescript" {
+        npm_run_dev(&project, &kubeconfig, &path)
+    } else {
+        start_dev(&project, &kubeconfig).0
+    };
     example_marked_and_frozen_refused(&kubectl, &project, outside.path());
-    if lang == "python" {
-        // A dev build: an edit of the sources runs as the next version, with no build.
-        let app = project.join("app.py");
-        let source = std::fs::read_to_string(&app).expect("app.py");
-        let edited = source.replace(
+    // A dev build: an edit of the sources runs as the next version, with no componentize and no
+    // compile.
+    let edit = match lang {
+        "python" => Some((
+            "app.py",
             r#"generation = str(obj["metadata"].get("generation", 0))"#,
             r#"generation = "edited-" + str(obj["metadata"].get("generation", 0))"#,
-        );
+        )),
+        "typescript" => Some((
+            "src/app.ts",
+            "const generation = String(obj.metadata.generation ?? 0);",
+            r#"const generation = "edited-" + String(obj.metadata.generation ?? 0);"#,
+        )),
+        _ => None,
+    };
+    if let Some((file, line, edited_line)) = edit {
+        let file = project.join(file);
+        let source = std::fs::read_to_string(&file).expect("the guest's source");
+        let edited = source.replace(line, edited_line);
         assert_ne!(edited, source, "the template's marking line");
-        std::fs::write(&app, edited).expect("edit app.py");
+        std::fs::write(&file, edited).expect("edit");
         example_marked(&kubectl, "edited-1");
     }
-    let _ = child.kill();
+    if lang == "typescript" {
+        // The whole group: npm, krec-guest and krec dev.
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", child.id())])
+            .status();
+    } else {
+        let _ = child.kill();
+    }
     let _ = child.wait();
+    // Then what ships: the component built without --dev.
+    for command in &commands[until_dev + 1..] {
+        run(command);
+    }
+}
+
+/// `npm run dev` in `project` (`krec-guest dev`: the dev build, its bundle rebuilt on save,
+/// `krec dev --manifests .` on it), in a process group of its own, once its guests reconcile.
+fn npm_run_dev(project: &Path, kubeconfig: &Path, path: &str) -> std::process::Child {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut child = Command::new("npm")
+        .args(["run", "dev", "--", "--", "--kubeconfig-out"])
+        .arg(kubeconfig)
+        .args(["--admin-addr", "127.0.0.1:0", "--no-module-cache"])
+        .current_dir(project)
+        .env("PATH", path)
+        .env("KREC", env!("CARGO_BIN_EXE_krec"))
+        .env("RUST_LOG", "off")
+        .env("XDG_CACHE_HOME", common::test_cache_home())
+        .stdout(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("npm run dev");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut printed = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        let done = line.contains("guest(s) reconciling");
+        printed.push(line);
+        if done {
+            // What follows is read and dropped: krec dev never blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            return child;
+        }
+    }
+    let status = child.wait();
+    panic!(
+        "npm run dev ended ({status:?}) before its guests reconciled:\n{}",
+        printed.join("\n")
+    );
 }
 
 #[test]

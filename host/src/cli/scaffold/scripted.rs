@@ -428,6 +428,7 @@ test("a configuration without the annotation should be refused", () => {{
   "type": "module",
   "scripts": {{
     "build": "krec-guest build src/app.ts -o {module}",
+    "dev": "krec-guest dev src/app.ts -o {module}",
     "test": "krec-guest test"
   }},
   "devDependencies": {{
@@ -456,10 +457,16 @@ A krec guest in TypeScript reconciling `{api_version} {ty}`, made by `krec new -
 
 ```sh
 npm install                # once: links @krec/guest (with its build tools)
-npm run build              # type-check, bundle and componentize: {module} (SpiderMonkey inside: ~12 MB)
 npm test                   # unit tests on the SDK's fake cluster (node --test)
-krec dev --manifests .     # a local cluster, with examples/ applied, reconciling live
+npm run dev                # krec dev on a dev build: a local cluster, examples/ applied, each saved edit running in ~1 s
+npm run build              # type-check, bundle and componentize: {module} to ship (SpiderMonkey inside: ~12 MB)
 ```
+
+`npm run dev` (`krec-guest dev`) builds a dev build of {module} once (SpiderMonkey and the SDK
+with a loader in place of your code; ~20 s the first time), rebuilds your code's bundle on every
+save (esbuild: milliseconds, no type-check — `npm test` and your editor do that) and runs
+`krec dev --manifests .` on it; flags after `--` go to `krec dev`. Outside `krec dev` a dev build
+refuses to start: `npm run build` makes the component to ship.
 
 `src/app.ts` is the reconciler, `manifest.yaml` what it watches, may touch and its settings.
 "#
