@@ -174,23 +174,26 @@ import { read } from "krec:dev/sources@0.1.0";
 const MODULES = { "@krec/guest": sdk, "@krec/guest/kinds": kinds };
 let loaded;
 
+/** The loader's own refusals: said as they are, without the loader's stack. */
+class DevBuildError extends Error {}
+
 function load() {
   if (loaded) return loaded;
   let text;
   try {
     text = read(${JSON.stringify(DEV_BUNDLE)});
   } catch (err) {
-    throw new Error("dev build: " + (err && err.payload !== undefined ? err.payload : String(err)));
+    throw new DevBuildError("dev build: " + (err && err.payload !== undefined ? err.payload : String(err)));
   }
   const module = { exports: {} };
   const require = (name) => {
     if (Object.prototype.hasOwnProperty.call(MODULES, name)) return MODULES[name];
-    throw new Error("dev build: " + name + " is not in the component (krec-guest build --dev again)");
+    throw new DevBuildError("dev build: " + name + " is not in the component (krec-guest build --dev again)");
   };
   new Function("module", "exports", "require", text)(module, module.exports, require);
   const guest = module.exports.default;
   if (!guest || typeof guest.reconcile !== "function") {
-    throw new Error("dev build: the main module's default export is not guest({...})");
+    throw new DevBuildError("dev build: the main module's default export is not guest({...})");
   }
   loaded = exportsOf(guest);
   return loaded;
@@ -200,6 +203,8 @@ export function init(config) {
   try {
     load();
   } catch (err) {
+    if (err instanceof DevBuildError) return { tag: "err", val: err.message };
+    // The guest's code failed to load: where, in its bundle.
     return { tag: "err", val: err && err.stack ? String(err) + "\\n" + err.stack : String(err) };
   }
   return loaded.init(config);
