@@ -85,7 +85,8 @@ struct Cli {
 enum Command {
     /// Start a guest — a Rust crate, a Python or TypeScript project, or a Go module: a
     /// reconciler with a configuration, its manifest, an example object and unit tests on the
-    /// fake cluster (--webhook: a validating and a mutating webhook too).
+    /// fake cluster (--webhook: a validating and a mutating webhook too; --webhook-only: a
+    /// validating webhook alone, no reconciler).
     ///
     /// Then, in the new folder (krec new prints the same for the language chosen):
     ///

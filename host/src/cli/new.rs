@@ -35,6 +35,9 @@ pub(super) struct Args {
     /// Serve a validating and a mutating webhook too, with their tests.
     #[arg(long)]
     webhook: bool,
+    /// Only a validating webhook (with its tests): no reconciler, no configuration.
+    #[arg(long, conflicts_with = "webhook")]
+    webhook_only: bool,
     /// Where to create the project (default: ./NAME).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -52,6 +55,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
         kind,
         lang,
         webhook,
+        webhook_only,
         dir,
         sdk,
     } = args;
@@ -82,6 +86,7 @@ pub(super) fn execute(args: Args) -> ExitCode {
         name,
         kind,
         webhook,
+        webhook_only,
         lang,
         sdk_path,
         krec,

@@ -250,6 +250,11 @@ fn example_marked(kubectl: &common::Kubectl, value: &str) {
 /// (written into `scratch`).
 fn example_marked_and_frozen_refused(kubectl: &common::Kubectl, project: &Path, scratch: &Path) {
     example_marked(kubectl, "1");
+    frozen_refused(kubectl, project, scratch);
+}
+
+/// The guest's validating webhook refuses the example, frozen, as `kubectl apply` sends it.
+fn frozen_refused(kubectl: &common::Kubectl, project: &Path, scratch: &Path) {
     let frozen = scratch.join("frozen.yaml");
     std::fs::write(
         &frozen,
@@ -346,9 +351,16 @@ fn krec_new_should_make_a_guest_that_builds_tests_and_runs_outside_the_repositor
 /// the SDKs and their tools), then `krec dev --manifests .`: the example is marked and a frozen
 /// object refused.
 fn scripted_guest_journey(lang: &str, name: &str) {
+    guest_journey(lang, name, "--webhook");
+}
+
+/// The journey of a guest made by `krec new … --lang LANG` with `webhooks` (`--webhook`, or
+/// `--webhook-only`: the guest only judges, so nothing is marked or edited).
+fn guest_journey(lang: &str, name: &str, webhooks: &str) {
+    let webhook_only = webhooks == "--webhook-only";
     let outside = tempfile::tempdir().expect("tempdir");
     let out = Command::new(env!("CARGO_BIN_EXE_krec"))
-        .args(["new", name, "--lang", lang, "--webhook"])
+        .args(["new", name, "--lang", lang, webhooks])
         .current_dir(outside.path())
         .output()
         .expect("krec new");
@@ -421,10 +433,15 @@ fn scripted_guest_journey(lang: &str, name: &str) {
     } else {
         start_dev(&project, &kubeconfig).0
     };
-    example_marked_and_frozen_refused(&kubectl, &project, outside.path());
+    if webhook_only {
+        frozen_refused(&kubectl, &project, outside.path());
+    } else {
+        example_marked_and_frozen_refused(&kubectl, &project, outside.path());
+    }
     // A dev build: an edit of the sources runs as the next version, with no componentize and no
     // compile.
     let edit = match lang {
+        _ if webhook_only => None,
         "python" => Some((
             "app.py",
             r#"generation = str(obj["metadata"].get("generation", 0))"#,
@@ -510,6 +527,11 @@ fn krec_new_typescript_should_make_a_guest_that_builds_tests_and_runs() {
 #[test]
 fn krec_new_go_should_make_a_guest_that_builds_tests_and_runs() {
     scripted_guest_journey("go", "go-guest");
+}
+
+#[test]
+fn krec_new_webhook_only_should_make_a_guest_that_only_judges() {
+    guest_journey("go", "go-judge", "--webhook-only");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::Path;
 use super::{Known, NewError, NewGuest, api_version, example, manifest};
 
 /// The Go package alias and import path of `kind`'s type in k8s.io/api.
-fn go_package(kind: &Known) -> (String, String) {
+pub(super) fn go_package(kind: &Known) -> (String, String) {
     let group = if kind.group.is_empty() {
         "core"
     } else {

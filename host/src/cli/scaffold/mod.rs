@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 mod golang;
 mod scripted;
+mod validator;
 
 /// The language of a new guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -36,6 +37,8 @@ pub struct NewGuest {
     pub kind: String,
     /// Whether the guest serves a validating and a mutating webhook too (with their tests).
     pub webhook: bool,
+    /// Whether the guest is only a validating webhook: no reconciler, no configuration.
+    pub webhook_only: bool,
     /// The guest's language.
     pub lang: Lang,
     /// Where the SDK comes from: a path to `guest-sdk` (`guest-sdk-python`, `guest-sdk-js`), or
@@ -281,12 +284,15 @@ pub fn scaffold(dir: &Path, new: &NewGuest) -> Result<Vec<PathBuf>, NewError> {
     if dir.exists() {
         return Err(NewError::Exists(dir.to_owned()));
     }
-    let files = match new.lang {
+    let mut files = match new.lang {
         Lang::Rust => rust_files(new, kind),
         Lang::Python => scripted::python_files(new, kind),
         Lang::TypeScript => scripted::typescript_files(new, kind),
         Lang::Go => golang::go_files(new, kind)?,
     };
+    if new.webhook_only {
+        validator::replace_files(new, kind, &mut files);
+    }
     let mut written = Vec::new();
     for (relative, text) in files {
         let path = dir.join(relative);
@@ -858,6 +864,7 @@ mod tests {
             name: "my-guest".into(),
             kind: kind.into(),
             webhook: false,
+            webhook_only: false,
             lang: Lang::Rust,
             sdk_path: None,
             krec: PathBuf::from("/usr/bin/krec"),
@@ -901,25 +908,40 @@ mod tests {
         ];
         for (lang, files, module) in languages {
             for kind in KNOWN {
-                let dir = tempfile::tempdir().expect("tempdir");
-                let text = if kind.group.is_empty() {
-                    format!("{}/{}", kind.version, kind.kind)
-                } else {
-                    format!("{}/{}/{}", kind.group, kind.version, kind.kind)
-                };
-                let mut guest = new(&text);
-                guest.webhook = true;
-                guest.lang = lang;
-                if lang == Lang::Go {
-                    guest.sdk_path = Some(go_sdk());
+                for webhook_only in [false, true] {
+                    let dir = tempfile::tempdir().expect("tempdir");
+                    let text = if kind.group.is_empty() {
+                        format!("{}/{}", kind.version, kind.kind)
+                    } else {
+                        format!("{}/{}/{}", kind.group, kind.version, kind.kind)
+                    };
+                    let mut guest = new(&text);
+                    guest.webhook = !webhook_only;
+                    guest.webhook_only = webhook_only;
+                    guest.lang = lang;
+                    if lang == Lang::Go {
+                        guest.sdk_path = Some(go_sdk());
+                    }
+                    let written = scaffold(&dir.path().join("g"), &guest).expect("scaffolded");
+                    assert_eq!(written.len(), files, "{lang:?}");
+                    let manifest =
+                        crate::manifest::Manifest::load(&dir.path().join("g/manifest.yaml"))
+                            .unwrap_or_else(|e| panic!("{lang:?} {text}: {e}"));
+                    assert_eq!(manifest.name, "my-guest");
+                    assert_eq!(manifest.spec.module, dir.path().join("g").join(module));
+                    if webhook_only {
+                        // One validating webhook on the kind; nothing reconciled, no settings.
+                        assert_eq!(manifest.spec.webhooks.len(), 1);
+                        assert!(manifest.spec.for_kind.is_none(), "{lang:?} {text}");
+                        assert!(manifest.spec.permissions.is_empty(), "{lang:?} {text}");
+                        let readme = std::fs::read_to_string(dir.path().join("g/README.md"))
+                            .expect("README");
+                        assert!(readme.contains("with a validating webhook"), "{readme}");
+                        assert!(readme.contains("```sh\n"), "{readme}");
+                    } else {
+                        assert_eq!(manifest.spec.webhooks.len(), 2);
+                    }
                 }
-                let written = scaffold(&dir.path().join("g"), &guest).expect("scaffolded");
-                assert_eq!(written.len(), files, "{lang:?}");
-                let manifest = crate::manifest::Manifest::load(&dir.path().join("g/manifest.yaml"))
-                    .unwrap_or_else(|e| panic!("{lang:?} {text}: {e}"));
-                assert_eq!(manifest.name, "my-guest");
-                assert_eq!(manifest.spec.module, dir.path().join("g").join(module));
-                assert_eq!(manifest.spec.webhooks.len(), 2);
             }
         }
     }

@@ -15,7 +15,7 @@ fn namespace_arg(kind: &Known, none: &str, request: &str) -> String {
 
 /// The example object of `kind` — the one `examples/example.yaml` holds, valid as the cluster
 /// judges it — as a literal: JSON for TypeScript, a dict for Python.
-fn example_literal(kind: &Known, python: bool) -> String {
+pub(super) fn example_literal(kind: &Known, python: bool) -> String {
     // The example is our own YAML: it parses.
     let value: serde_json::Value = serde_yaml_ng::from_str(&example(kind)).unwrap_or_default();
     if python {
