@@ -257,6 +257,16 @@ impl HostArgs {
     }
 }
 
+/// The compiler an author's command (`krec dev`, `check`, `replay`) compiles guests with.
+#[derive(clap::Args)]
+pub(super) struct CompilerArgs {
+    /// The compiler: Winch compiles a large (Go, Python, TypeScript) guest several times faster
+    /// than Cranelift and runs it slower — an edit, a check or a replay starts sooner. The
+    /// module cache keeps each compiler's code apart; `krec run` always uses Cranelift.
+    #[arg(long, value_enum, default_value_t = crate::guest::engine::Compiler::Winch)]
+    pub(super) compiler: crate::guest::engine::Compiler,
+}
+
 /// Where compiled guest modules are kept between runs.
 #[derive(clap::Args)]
 pub(super) struct CacheArgs {

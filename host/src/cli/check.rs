@@ -17,6 +17,8 @@ pub(super) struct Args {
     paths: Vec<PathBuf>,
     #[command(flatten)]
     cache: super::args::CacheArgs,
+    #[command(flatten)]
+    compiler: super::args::CompilerArgs,
 }
 
 /// Why a file does not pass; each names the file.
@@ -46,8 +48,8 @@ enum Problem {
     },
 }
 
-/// What the check needs: the host's engines, the module cache `krec dev` and `krec run` load
-/// from, and a runtime for the guests' `init`.
+/// What the check needs: the engines (compiling as `krec dev` and `krec replay` do, by
+/// default), the module cache they load from, and a runtime for the guests' `init`.
 struct Checker {
     engines: guest::Engines,
     cache: guest::ModuleCache,
@@ -55,9 +57,9 @@ struct Checker {
 }
 
 impl Checker {
-    fn new(cache: guest::ModuleCache) -> anyhow::Result<Self> {
+    fn new(cache: guest::ModuleCache, compiler: guest::engine::Compiler) -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        let engines = guest::Engines::new()
+        let engines = guest::Engines::compiled_by(compiler)
             .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -164,7 +166,7 @@ pub(super) fn how_loaded(origin: guest::Origin, took: Duration) -> String {
 
 /// `krec check`: one line per file, non-zero exit if any is bad.
 pub(super) fn execute(args: Args) -> ExitCode {
-    let checker = match Checker::new(args.cache.open()) {
+    let checker = match Checker::new(args.cache.open(), args.compiler.compiler) {
         Ok(checker) => checker,
         Err(err) => {
             eprintln!("krec: {err:#}");

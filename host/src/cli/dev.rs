@@ -7,9 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use super::args::{HostArgs, SimulationArgs};
+use super::args::{CompilerArgs, HostArgs, SimulationArgs};
 use crate::cluster::client::ApiClient;
-use crate::guest::engine::Compiler;
 use crate::manifest::Manifest;
 use crate::process::progress::say;
 use crate::runtime::{HostOptions, Runtime};
@@ -29,10 +28,8 @@ pub(super) struct Args {
     /// Where to write the kubeconfig.
     #[arg(long, default_value = "krec-kubeconfig.yaml")]
     kubeconfig_out: PathBuf,
-    /// The compiler guests are compiled with: Winch compiles a large (Go, Python, TypeScript)
-    /// guest several times faster than Cranelift and runs it slower — an edit runs sooner.
-    #[arg(long, value_enum, default_value_t = Compiler::Winch)]
-    compiler: Compiler,
+    #[command(flatten)]
+    compiler: CompilerArgs,
     #[command(flatten)]
     simulation: SimulationArgs,
     #[command(flatten)]
@@ -53,7 +50,7 @@ pub(super) async fn execute(args: Args) -> anyhow::Result<()> {
         host: HostOptions {
             // The embedded cluster calls the guests' webhooks.
             webhook_registration: crate::runtime::WebhookRegistration::Own,
-            compiler: args.compiler,
+            compiler: args.compiler.compiler,
             ..args.host.options()?
         },
     };

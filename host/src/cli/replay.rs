@@ -35,6 +35,8 @@ pub(super) struct Args {
     quiet: bool,
     #[command(flatten)]
     cache: super::args::CacheArgs,
+    #[command(flatten)]
+    compiler: super::args::CompilerArgs,
 }
 
 /// What a replay found.
@@ -137,7 +139,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.file.display()))?;
     let manifest = manifest_for(&header, &args.module, args.manifest.as_deref())?;
     let cache = args.cache.open();
-    let engines = guest::Engines::new()
+    let engines = guest::Engines::compiled_by(args.compiler.compiler)
         .map_err(|e| anyhow::anyhow!("cannot create the Wasm engine: {e:#}"))?;
     let (engine, linker) = engines.for_isolation(manifest.spec.isolation);
     let loading = Instant::now();

@@ -29,9 +29,9 @@ const WARM_SLOTS: u32 = 16;
 /// Which of wasmtime's compilers turns guests into machine code.
 ///
 /// Measured on a 17.9 MB Go component (debug host, 2 cores): Cranelift compiles it in ~14 s,
-/// Winch in ~3.5 s; Winch's code runs slower (it does no optimisation). `krec dev` takes Winch —
-/// an edit of a Go guest runs seconds sooner — everything else Cranelift. See BENCHMARKS.md,
-/// "The author's inner loop".
+/// Winch in ~3.5 s; Winch's code runs slower (it does no optimisation). The author's commands
+/// (`krec dev`, `check`, `replay`) take Winch — an edit of a Go guest runs seconds sooner —
+/// `krec run` and the test kits Cranelift. See BENCHMARKS.md, "The author's inner loop".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Compiler {
     /// Cranelift: optimising, the code a cluster should run.

@@ -249,20 +249,32 @@ impl Engines {
         Self::compiled_by(engine::Compiler::Cranelift)
     }
 
-    /// Both engines and their linkers, guests compiled by `compiler`.
+    /// Both engines and their linkers, guests compiled by `compiler` — by Cranelift, with a
+    /// warning, where Winch is unavailable (a target it does not support).
     ///
     /// # Errors
     ///
-    /// When an engine or a linker cannot be built (Winch on a target it does not support).
+    /// When an engine or a linker cannot be built.
     pub fn compiled_by(compiler: engine::Compiler) -> wasmtime::Result<Self> {
         let with_linker = |engine: Engine| -> wasmtime::Result<_> {
             let linker = new_linker(&engine)?;
             Ok((engine, linker))
         };
-        Ok(Engines {
-            reuse: with_linker(engine::new_engine_compiled_by(compiler)?)?,
-            fresh: with_linker(engine::new_pooled_engine(compiler)?)?,
-        })
+        let build = |compiler| -> wasmtime::Result<Self> {
+            Ok(Engines {
+                reuse: with_linker(engine::new_engine_compiled_by(compiler)?)?,
+                fresh: with_linker(engine::new_pooled_engine(compiler)?)?,
+            })
+        };
+        match build(compiler) {
+            Err(err) if compiler != engine::Compiler::Cranelift => {
+                tracing::warn!(
+                    "guests are compiled by Cranelift: {compiler:?} is unavailable here: {err:#}"
+                );
+                build(engine::Compiler::Cranelift)
+            }
+            built => built,
+        }
     }
 
     /// The engine and linker a guest with `isolation` runs on.

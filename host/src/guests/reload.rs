@@ -13,7 +13,6 @@ use super::running::{LoadDigests, candidate_digest};
 use super::{Inner, Manager, ManagerOptions};
 use crate::cluster::cache::Cache;
 use crate::cluster::client::ApiClient;
-use crate::guest::engine::Compiler;
 use crate::guest::{CpuGovernor, Engines, MemoryPool};
 use crate::guests::from_cluster::ObjectSource;
 use crate::manifest::{Manifest, ManifestError};
@@ -52,17 +51,7 @@ impl Manager {
         manifests: Vec<Manifest>,
         options: ManagerOptions,
     ) -> anyhow::Result<Self> {
-        let engines = match Engines::compiled_by(options.compiler) {
-            Ok(engines) => engines,
-            Err(err) if options.compiler != Compiler::Cranelift => {
-                tracing::warn!(
-                    "guests are compiled by Cranelift: {:?} is unavailable here: {err:#}",
-                    options.compiler
-                );
-                Engines::new()?
-            }
-            Err(err) => return Err(err.into()),
-        };
+        let engines = Engines::compiled_by(options.compiler)?;
         let (gate, open) = match options.gate {
             Some(gate) => (gate, None),
             None => {
