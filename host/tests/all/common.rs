@@ -174,6 +174,19 @@ pub fn spawn_until<S: AsRef<std::ffi::OsStr>>(
         .stdout(Stdio::piped())
         .spawn()
         .expect("start krec");
+    let (printed, lines) = read_until(&mut child, done);
+    (child, printed, lines)
+}
+
+/// The lines `child` prints on its piped stdout, up to and with the first for which `done`
+/// holds (or all, if it ends first), and the rest of them.
+pub fn read_until(
+    child: &mut Child,
+    done: impl Fn(&str) -> bool,
+) -> (
+    Vec<String>,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut printed = Vec::new();
     for line in lines.by_ref() {
@@ -184,7 +197,7 @@ pub fn spawn_until<S: AsRef<std::ffi::OsStr>>(
             break;
         }
     }
-    (child, printed, lines)
+    (printed, lines)
 }
 
 /// `krec run` arguments sharing the guests (`--shard`) with short Lease timings: 2 s lease,

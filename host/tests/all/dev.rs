@@ -480,7 +480,6 @@ fn guest_journey(lang: &str, name: &str, webhooks: &str) {
 /// `npm run dev` in `project` (`krec-guest dev`: the dev build, its bundle rebuilt on save,
 /// `krec dev --manifests .` on it), in a process group of its own, once its guests reconcile.
 fn npm_run_dev(project: &Path, kubeconfig: &Path, path: &str) -> std::process::Child {
-    use std::io::BufRead as _;
     use std::os::unix::process::CommandExt as _;
     let mut child = Command::new("npm")
         .args(["run", "dev", "--", "--", "--kubeconfig-out"])
@@ -495,17 +494,15 @@ fn npm_run_dev(project: &Path, kubeconfig: &Path, path: &str) -> std::process::C
         .process_group(0)
         .spawn()
         .expect("npm run dev");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut printed = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("line");
-        let done = line.contains("guest(s) reconciling");
-        printed.push(line);
-        if done {
-            // What follows is read and dropped: krec dev never blocks on a full pipe.
-            std::thread::spawn(move || lines.for_each(drop));
-            return child;
-        }
+    let (printed, lines) =
+        common::read_until(&mut child, |line| line.contains("guest(s) reconciling"));
+    if printed
+        .last()
+        .is_some_and(|line| line.contains("guest(s) reconciling"))
+    {
+        // What follows is read and dropped: krec dev never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        return child;
     }
     let status = child.wait();
     panic!(

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::{Known, NewError, NewGuest, api_version, example, manifest};
+use super::{Known, NewError, NewGuest, api_version, example, manifest, validator};
 
 /// The Go package alias and import path of `kind`'s type in k8s.io/api.
 pub(super) fn go_package(kind: &Known) -> (String, String) {
@@ -112,31 +112,7 @@ pub(super) fn go_files(
             format!(
                 r#"
 
-// Guard is the validating webhook: it refuses a {ty} with the annotation
-// `example.com/frozen: "true"`.
-type Guard struct{{}}
-
-func (Guard) judge(obj runtime.Object) error {{
-	if o, ok := obj.(*{alias}.{ty}); ok && o.Annotations["example.com/frozen"] == "true" {{
-		return fmt.Errorf("metadata.annotations[example.com/frozen]: this object is frozen")
-	}}
-	return nil
-}}
-
-// ValidateCreate judges a new {ty}.
-func (g Guard) ValidateCreate(_ context.Context, obj runtime.Object) (admission.Warnings, error) {{
-	return nil, g.judge(obj)
-}}
-
-// ValidateUpdate judges a changed {ty}.
-func (g Guard) ValidateUpdate(_ context.Context, _, newObj runtime.Object) (admission.Warnings, error) {{
-	return nil, g.judge(newObj)
-}}
-
-// ValidateDelete lets every {ty} go.
-func (Guard) ValidateDelete(context.Context, runtime.Object) (admission.Warnings, error) {{
-	return nil, nil
-}}
+{guard}
 
 // Defaults is the mutating webhook: it labels every {ty} it admits
 // `example.com/defaulted: "true"`.
@@ -153,7 +129,8 @@ func (Defaults) Default(_ context.Context, obj runtime.Object) error {{
 	}}
 	o.Labels["example.com/defaulted"] = "true"
 	return nil
-}}"#
+}}"#,
+                guard = validator::go_guard(&alias, ty),
             ),
             format!(
                 "\n\tguest.Validator(&{alias}.{ty}{{}}, Guard{{}})\n\tguest.Defaulter(&{alias}.{ty}{{}}, Defaults{{}})"
@@ -161,19 +138,7 @@ func (Defaults) Default(_ context.Context, obj runtime.Object) error {{
             format!(
                 r#"
 
-func TestTheGuardShouldRefuseAFrozenObjectAndAdmitOthers(t *testing.T) {{
-	ctx := context.Background()
-	obj := &{alias}.{ty}{{}}
-	if _, err := (Guard{{}}).ValidateCreate(ctx, obj); err != nil {{
-		t.Fatalf("refused an object that is not frozen: %v", err)
-	}}
-	frozen := obj.DeepCopy()
-	frozen.Annotations = map[string]string{{"example.com/frozen": "true"}}
-	_, err := (Guard{{}}).ValidateUpdate(ctx, obj, frozen)
-	if err == nil || err.Error() != "metadata.annotations[example.com/frozen]: this object is frozen" {{
-		t.Fatalf("a frozen object: %v", err)
-	}}
-}}
+{guard_test}
 
 func TestDefaultsShouldLabelWhatItAdmits(t *testing.T) {{
 	obj := &{alias}.{ty}{{}}
@@ -183,7 +148,8 @@ func TestDefaultsShouldLabelWhatItAdmits(t *testing.T) {{
 	if obj.Labels["example.com/defaulted"] != "true" {{
 		t.Fatalf("labels %v", obj.Labels)
 	}}
-}}"#
+}}"#,
+                guard_test = validator::go_guard_test(&alias, ty),
             ),
         )
     } else {

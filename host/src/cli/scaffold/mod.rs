@@ -469,24 +469,7 @@ fn rust_files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
         format!(
             r#"
 
-/// The validating webhook: refuses a {ty} with the annotation `example.com/frozen: "true"`.
-#[derive(Default)]
-struct Guard;
-
-impl Validator for Guard {{
-    type Object = {ty};
-
-    fn validate(&self, req: &AdmissionRequest<{ty}>, _ctx: &Context) -> Verdict {{
-        let Some(object) = &req.object else {{
-            return Verdict::allow();
-        }};
-        if object.annotations().get("example.com/frozen").map(String::as_str) == Some("true") {{
-            return Verdict::deny("metadata.annotations[example.com/frozen]: this object is frozen");
-        }}
-        Verdict::allow()
-    }}
-}}
-
+{guard}
 /// The mutating webhook: labels every {ty} it admits `example.com/defaulted: "true"`.
 #[derive(Default)]
 struct Defaults;
@@ -499,7 +482,8 @@ impl Mutator for Defaults {{
         Verdict::allow()
     }}
 }}
-"#
+"#,
+            guard = validator::rust_guard(ty),
         )
     } else {
         String::new()
@@ -507,28 +491,7 @@ impl Mutator for Defaults {{
     // The webhooks' unit tests: typed requests on the fake cluster.
     let webhook_tests = if new.webhook {
         format!(
-            r#"
-
-    fn example() -> {ty} {{
-        let mut object = {ty}::default();
-        object.metadata.name = Some("example".into());{namespace_field}
-        {example_fixture}
-        object
-    }}
-
-    #[test]
-    fn the_guard_should_refuse_a_frozen_object_and_admit_others() {{
-        let cluster = FakeCluster::new();
-        assert!(cluster.validate(&Guard, &AdmissionRequest::create(example())).allowed);
-        let mut frozen = example();
-        frozen.annotations_mut().insert("example.com/frozen".into(), "true".into());
-        let verdict = cluster.validate(&Guard, &AdmissionRequest::update(example(), frozen));
-        assert!(!verdict.allowed);
-        assert_eq!(
-            verdict.message.as_deref(),
-            Some("metadata.annotations[example.com/frozen]: this object is frozen")
-        );
-    }}
+            r#"{guard_test}
 
     #[test]
     fn defaults_should_label_what_it_admits() {{
@@ -537,7 +500,7 @@ impl Mutator for Defaults {{
         let object = mutated.object.expect("the object");
         assert_eq!(object.labels().get("example.com/defaulted").map(String::as_str), Some("true"));
     }}"#,
-            example_fixture = example_fixture(kind),
+            guard_test = validator::rust_guard_test(kind),
         )
     } else {
         String::new()

@@ -2,7 +2,7 @@
 //! the same reconciler (and webhooks) as the Rust template, its manifest, an example object and
 //! unit tests on the SDK's fake cluster.
 
-use super::{Known, NewGuest, api_version, camel, example, manifest};
+use super::{Known, NewGuest, api_version, camel, example, manifest, validator};
 
 /// The object's namespace argument in a host call: the request's, or none.
 fn namespace_arg(kind: &Known, none: &str, request: &str) -> String {
@@ -71,15 +71,7 @@ pub(super) fn python_files(new: &NewGuest, kind: &Known) -> Vec<(&'static str, S
             format!(
                 r#"
 
-class Guard(Validator):
-    """The validating webhook: refuses a {ty} with the annotation ``example.com/frozen: "true"``."""
-
-    def validate(self, req: AdmissionRequest, ctx: Context) -> Verdict:
-        obj = req.object
-        if obj and (obj["metadata"].get("annotations") or {{}}).get("example.com/frozen") == "true":
-            return Verdict.deny("metadata.annotations[example.com/frozen]: this object is frozen")
-        return Verdict.allow()
-
+{guard}
 
 class Defaults(Mutator):
     """The mutating webhook: labels every {ty} it admits ``example.com/defaulted: "true"``."""
@@ -87,29 +79,25 @@ class Defaults(Mutator):
     def mutate(self, req: AdmissionRequest, obj: dict, ctx: Context) -> Verdict:
         obj["metadata"].setdefault("labels", {{}})["example.com/defaulted"] = "true"
         return Verdict.allow()
-"#
+"#,
+                guard = validator::python_guard(ty),
             ),
             format!(
                 "WitWorld = export(reconciler={reconciler}, validator=Guard, mutator=Defaults)"
             ),
-            r#"
+            format!(
+                r#"
 
 
-def test_the_guard_should_refuse_a_frozen_object_and_admit_others():
-    cluster = FakeCluster()
-    assert cluster.validate(Guard(), AdmissionRequest.create(example())).allowed
-    frozen = example()
-    frozen["metadata"]["annotations"] = {"example.com/frozen": "true"}
-    verdict = cluster.validate(Guard(), AdmissionRequest.update(example(), frozen))
-    assert not verdict.allowed
-    assert verdict.message == "metadata.annotations[example.com/frozen]: this object is frozen"
+{guard_test}
 
 
 def test_defaults_should_label_what_it_admits():
     mutated = FakeCluster().mutate(Defaults(), AdmissionRequest.create(example()))
     assert mutated.verdict.allowed
-    assert mutated.object["metadata"]["labels"]["example.com/defaulted"] == "true""#
-                .to_owned(),
+    assert mutated.object["metadata"]["labels"]["example.com/defaulted"] == "true""#,
+                guard_test = validator::python_guard_test(),
+            ),
         )
     } else {
         (
@@ -277,16 +265,7 @@ pub(super) fn typescript_files(new: &NewGuest, kind: &Known) -> Vec<(&'static st
             format!(
                 r#"
 
-/** The validating webhook: refuses a {ty} with the annotation `example.com/frozen: "true"`. */
-export class Guard implements Validator {{
-  validate(req: AdmissionRequest, _ctx: Context): Verdict {{
-    if (req.object?.metadata.annotations?.["example.com/frozen"] === "true") {{
-      return Verdict.deny("metadata.annotations[example.com/frozen]: this object is frozen");
-    }}
-    return Verdict.allow();
-  }}
-}}
-
+{guard}
 /** The mutating webhook: labels every {ty} it admits `example.com/defaulted: "true"`. */
 export class Defaults implements Mutator {{
   mutate(_req: AdmissionRequest, obj: KObject, _ctx: Context): Verdict {{
@@ -294,27 +273,22 @@ export class Defaults implements Mutator {{
     return Verdict.allow();
   }}
 }}
-"#
+"#,
+                guard = validator::typescript_guard(ty),
             ),
             format!("{{ reconciler: {reconciler}, validator: Guard, mutator: Defaults }}"),
-            r#"
+            format!(
+                r#"
 
-test("the guard should refuse a frozen object and admit others", () => {
-  const cluster = new FakeCluster();
-  assert.ok(cluster.validate(new Guard(), AdmissionRequest.create(example())).allowed);
-  const frozen = example();
-  frozen.metadata.annotations = { "example.com/frozen": "true" };
-  const verdict = cluster.validate(new Guard(), AdmissionRequest.update(example(), frozen));
-  assert.equal(verdict.allowed, false);
-  assert.equal(verdict.message, "metadata.annotations[example.com/frozen]: this object is frozen");
-});
+{guard_test}
 
-test("defaults should label what it admits", () => {
+test("defaults should label what it admits", () => {{
   const mutated = new FakeCluster().mutate(new Defaults(), AdmissionRequest.create(example()));
   assert.ok(mutated.verdict.allowed);
   assert.equal(mutated.object?.metadata.labels?.["example.com/defaulted"], "true");
-});"#
-                .to_owned(),
+}});"#,
+                guard_test = validator::typescript_guard_test(),
+            ),
         )
     } else {
         (

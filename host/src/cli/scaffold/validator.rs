@@ -113,52 +113,19 @@ use krec_guest::k8s_openapi::api::{rust};
 use krec_guest::prelude::*;
 use krec_guest::{{AdmissionRequest, Validator, Verdict}};
 
-/// The validating webhook.
-#[derive(Default)]
-struct Guard;
-
-impl Validator for Guard {{
-    type Object = {ty};
-
-    fn validate(&self, req: &AdmissionRequest<{ty}>, _ctx: &Context) -> Verdict {{
-        let Some(object) = &req.object else {{
-            return Verdict::allow();
-        }};
-        if object.annotations().get("example.com/frozen").map(String::as_str) == Some("true") {{
-            return Verdict::deny("{FROZEN}");
-        }}
-        Verdict::allow()
-    }}
-}}
-
+{guard}
 export!(validator: Guard);
 
 #[cfg(test)]
 mod tests {{
     use super::*;
-    use krec_guest::testing::FakeCluster;
-
-    fn example() -> {ty} {{
-        let mut object = {ty}::default();
-        object.metadata.name = Some("example".into());{namespace_field}
-        {fixture}
-        object
-    }}
-
-    #[test]
-    fn the_guard_should_refuse_a_frozen_object_and_admit_others() {{
-        let cluster = FakeCluster::new();
-        assert!(cluster.validate(&Guard, &AdmissionRequest::create(example())).allowed);
-        let mut frozen = example();
-        frozen.annotations_mut().insert("example.com/frozen".into(), "true".into());
-        let verdict = cluster.validate(&Guard, &AdmissionRequest::update(example(), frozen));
-        assert!(!verdict.allowed);
-        assert_eq!(verdict.message.as_deref(), Some("{FROZEN}"));
-    }}
+    use krec_guest::testing::FakeCluster;{guard_test}
 }}
 "##,
         api_version = api_version(kind),
         rust = kind.rust,
+        guard = rust_guard(ty),
+        guard_test = rust_guard_test(kind),
     );
     let krate = name.replace('-', "_");
     let integration = format!(
@@ -216,19 +183,12 @@ your rules; ``tests/test_app.py`` runs it on a fake cluster.
 from krec_guest import AdmissionRequest, Context, Validator, Verdict, export
 
 
-class Guard(Validator):
-    """The validating webhook."""
-
-    def validate(self, req: AdmissionRequest, ctx: Context) -> Verdict:
-        obj = req.object
-        if obj and (obj["metadata"].get("annotations") or {{}}).get("example.com/frozen") == "true":
-            return Verdict.deny("{FROZEN}")
-        return Verdict.allow()
-
+{guard}
 
 WitWorld = export(validator=Guard)
 "#,
         api_version = api_version(kind),
+        guard = python_guard(ty),
     );
     let tests = format!(
         r#"from app import Guard
@@ -240,16 +200,10 @@ def example():
     return {example}
 
 
-def test_the_guard_should_refuse_a_frozen_object_and_admit_others():
-    cluster = FakeCluster()
-    assert cluster.validate(Guard(), AdmissionRequest.create(example())).allowed
-    frozen = example()
-    frozen["metadata"]["annotations"] = {{"example.com/frozen": "true"}}
-    verdict = cluster.validate(Guard(), AdmissionRequest.update(example(), frozen))
-    assert not verdict.allowed
-    assert verdict.message == "{FROZEN}"
+{guard_test}
 "#,
         example = super::scripted::example_literal(kind, true),
+        guard_test = python_guard_test(),
     );
     vec![("app.py", app), ("tests/test_app.py", tests)]
 }
@@ -266,19 +220,11 @@ fn typescript(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
 
 import {{ AdmissionRequest, Context, guest, Validator, Verdict }} from "@krec/guest";
 
-/** The validating webhook. */
-export class Guard implements Validator {{
-  validate(req: AdmissionRequest, _ctx: Context): Verdict {{
-    if (req.object?.metadata.annotations?.["example.com/frozen"] === "true") {{
-      return Verdict.deny("{FROZEN}");
-    }}
-    return Verdict.allow();
-  }}
-}}
-
+{guard}
 export default guest({{ validator: Guard }});
 "#,
         api_version = api_version(kind),
+        guard = typescript_guard(ty),
     );
     let tests = format!(
         r#"import assert from "node:assert/strict";
@@ -293,17 +239,10 @@ function example(): KObject {{
   return {example};
 }}
 
-test("the guard should refuse a frozen object and admit others", () => {{
-  const cluster = new FakeCluster();
-  assert.ok(cluster.validate(new Guard(), AdmissionRequest.create(example())).allowed);
-  const frozen = example();
-  frozen.metadata.annotations = {{ "example.com/frozen": "true" }};
-  const verdict = cluster.validate(new Guard(), AdmissionRequest.update(example(), frozen));
-  assert.equal(verdict.allowed, false);
-  assert.equal(verdict.message, "{FROZEN}");
-}});
+{guard_test}
 "#,
         example = super::scripted::example_literal(kind, false),
+        guard_test = typescript_guard_test(),
     );
     vec![("src/app.ts", app), ("test/app.test.ts", tests)]
 }
@@ -330,7 +269,159 @@ import (
 	"krec.dev/guest/webhook/admission"
 )
 
-// Guard is the validating webhook.
+{guard}
+
+// The host instantiates the guest (running init), then sends it admission reviews.
+func init() {{
+	guest.Validator(&{alias}.{ty}{{}}, Guard{{}})
+}}
+
+func main() {{}}
+"#,
+        api_version = api_version(kind),
+        guard = go_guard(&alias, ty),
+    );
+    let tests = format!(
+        r#"package main
+
+import (
+	"context"
+	"testing"
+
+	{alias} "{import}"
+)
+
+{guard_test}
+"#,
+        guard_test = go_guard_test(&alias, ty),
+    );
+    vec![("main.go", main), ("main_test.go", tests)]
+}
+
+/// Rust: the validating webhook `Guard` (after its imports: `AdmissionRequest`, `Validator`,
+/// `Verdict`).
+pub(super) fn rust_guard(ty: &str) -> String {
+    format!(
+        r#"
+/// The validating webhook: refuses a {ty} with the annotation `example.com/frozen: "true"`.
+#[derive(Default)]
+struct Guard;
+
+impl Validator for Guard {{
+    type Object = {ty};
+
+    fn validate(&self, req: &AdmissionRequest<{ty}>, _ctx: &Context) -> Verdict {{
+        let Some(object) = &req.object else {{
+            return Verdict::allow();
+        }};
+        if object.annotations().get("example.com/frozen").map(String::as_str) == Some("true") {{
+            return Verdict::deny("{FROZEN}");
+        }}
+        Verdict::allow()
+    }}
+}}
+"#
+    )
+}
+
+/// Rust, in the tests module: an `example()` of `kind` and `Guard`'s unit test.
+pub(super) fn rust_guard_test(kind: &Known) -> String {
+    let ty = kind.kind;
+    let namespace_field = if kind.namespaced {
+        "\n        object.metadata.namespace = Some(\"default\".into());"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+
+    fn example() -> {ty} {{
+        let mut object = {ty}::default();
+        object.metadata.name = Some("example".into());{namespace_field}
+        {fixture}
+        object
+    }}
+
+    #[test]
+    fn the_guard_should_refuse_a_frozen_object_and_admit_others() {{
+        let cluster = FakeCluster::new();
+        assert!(cluster.validate(&Guard, &AdmissionRequest::create(example())).allowed);
+        let mut frozen = example();
+        frozen.annotations_mut().insert("example.com/frozen".into(), "true".into());
+        let verdict = cluster.validate(&Guard, &AdmissionRequest::update(example(), frozen));
+        assert!(!verdict.allowed);
+        assert_eq!(verdict.message.as_deref(), Some("{FROZEN}"));
+    }}"#,
+        fixture = example_fixture(kind),
+    )
+}
+
+/// Python: the validating webhook `Guard` (with `AdmissionRequest`, `Context`, `Validator` and
+/// `Verdict` imported).
+pub(super) fn python_guard(ty: &str) -> String {
+    format!(
+        r#"class Guard(Validator):
+    """The validating webhook: refuses a {ty} with the annotation ``example.com/frozen: "true"``."""
+
+    def validate(self, req: AdmissionRequest, ctx: Context) -> Verdict:
+        obj = req.object
+        if obj and (obj["metadata"].get("annotations") or {{}}).get("example.com/frozen") == "true":
+            return Verdict.deny("{FROZEN}")
+        return Verdict.allow()
+"#
+    )
+}
+
+/// Python: `Guard`'s unit test (`example()` defined beside it).
+pub(super) fn python_guard_test() -> String {
+    format!(
+        r#"def test_the_guard_should_refuse_a_frozen_object_and_admit_others():
+    cluster = FakeCluster()
+    assert cluster.validate(Guard(), AdmissionRequest.create(example())).allowed
+    frozen = example()
+    frozen["metadata"]["annotations"] = {{"example.com/frozen": "true"}}
+    verdict = cluster.validate(Guard(), AdmissionRequest.update(example(), frozen))
+    assert not verdict.allowed
+    assert verdict.message == "{FROZEN}""#
+    )
+}
+
+/// TypeScript: the validating webhook `Guard`.
+pub(super) fn typescript_guard(ty: &str) -> String {
+    format!(
+        r#"/** The validating webhook: refuses a {ty} with the annotation `example.com/frozen: "true"`. */
+export class Guard implements Validator {{
+  validate(req: AdmissionRequest, _ctx: Context): Verdict {{
+    if (req.object?.metadata.annotations?.["example.com/frozen"] === "true") {{
+      return Verdict.deny("{FROZEN}");
+    }}
+    return Verdict.allow();
+  }}
+}}
+"#
+    )
+}
+
+/// TypeScript: `Guard`'s unit test (`example()` defined beside it).
+pub(super) fn typescript_guard_test() -> String {
+    format!(
+        r#"test("the guard should refuse a frozen object and admit others", () => {{
+  const cluster = new FakeCluster();
+  assert.ok(cluster.validate(new Guard(), AdmissionRequest.create(example())).allowed);
+  const frozen = example();
+  frozen.metadata.annotations = {{ "example.com/frozen": "true" }};
+  const verdict = cluster.validate(new Guard(), AdmissionRequest.update(example(), frozen));
+  assert.equal(verdict.allowed, false);
+  assert.equal(verdict.message, "{FROZEN}");
+}});"#
+    )
+}
+
+/// Go: the validating webhook `Guard`, an `admission.CustomValidator` of `alias.ty`.
+pub(super) fn go_guard(alias: &str, ty: &str) -> String {
+    format!(
+        r#"// Guard is the validating webhook: it refuses a {ty} with the annotation
+// `example.com/frozen: "true"`.
 type Guard struct{{}}
 
 func (Guard) judge(obj runtime.Object) error {{
@@ -353,28 +444,14 @@ func (g Guard) ValidateUpdate(_ context.Context, _, newObj runtime.Object) (admi
 // ValidateDelete lets every {ty} go.
 func (Guard) ValidateDelete(context.Context, runtime.Object) (admission.Warnings, error) {{
 	return nil, nil
-}}
+}}"#
+    )
+}
 
-// The host instantiates the guest (running init), then sends it admission reviews.
-func init() {{
-	guest.Validator(&{alias}.{ty}{{}}, Guard{{}})
-}}
-
-func main() {{}}
-"#,
-        api_version = api_version(kind),
-    );
-    let tests = format!(
-        r#"package main
-
-import (
-	"context"
-	"testing"
-
-	{alias} "{import}"
-)
-
-func TestTheGuardShouldRefuseAFrozenObjectAndAdmitOthers(t *testing.T) {{
+/// Go: `Guard`'s unit test.
+pub(super) fn go_guard_test(alias: &str, ty: &str) -> String {
+    format!(
+        r#"func TestTheGuardShouldRefuseAFrozenObjectAndAdmitOthers(t *testing.T) {{
 	ctx := context.Background()
 	obj := &{alias}.{ty}{{}}
 	if _, err := (Guard{{}}).ValidateCreate(ctx, obj); err != nil {{
@@ -386,8 +463,6 @@ func TestTheGuardShouldRefuseAFrozenObjectAndAdmitOthers(t *testing.T) {{
 	if err == nil || err.Error() != "{FROZEN}" {{
 		t.Fatalf("a frozen object: %v", err)
 	}}
-}}
-"#
-    );
-    vec![("main.go", main), ("main_test.go", tests)]
+}}"#
+    )
 }
