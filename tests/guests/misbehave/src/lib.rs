@@ -110,6 +110,13 @@ impl Reconciler for Misbehave {
                 }
                 Ok(Action::done())
             }
+            "print-5000" => {
+                // Fifty seconds' worth of the log budget's lines, ending.
+                for i in 0..5_000 {
+                    println!("flood line {i}");
+                }
+                Ok(Action::done())
+            }
             "huge" => {
                 // Just over the host's 3 MiB limit for one object, built without reallocating.
                 let payload = (3 << 20) + 1024;
