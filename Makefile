@@ -207,6 +207,7 @@ bench: guests tools $(TOOLS)/bin/kopf go-bench
 	$(CARGO) bench -p krec --bench controllers
 	$(CARGO) bench -p krec --bench density
 	$(CARGO) bench -p krec --bench event_latency
+	$(CARGO) bench -p krec --bench tenants
 	$(CARGO) bench -p krec --bench scale
 	$(CARGO) bench -p krec --bench shard
 	$(CARGO) bench -p krec --bench platform

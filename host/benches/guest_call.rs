@@ -533,6 +533,19 @@ async fn run_json_seam(
         .collect()
 }
 
+/// A queue key as cheap as a tuple, in a namespace (fairness flow) of its task's own.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Key {
+    namespace: &'static str,
+    index: usize,
+}
+
+impl krec::controller::queue::Flow for Key {
+    fn flow(&self) -> Option<&str> {
+        Some(self.namespace)
+    }
+}
+
 /// add + get + done cycles per second over `threads` tasks, each on its own keys.
 async fn queue_rate(threads: usize, ops: usize) -> f64 {
     let queue = Arc::new(WorkQueue::new(RateLimit::default()));
@@ -540,9 +553,13 @@ async fn queue_rate(threads: usize, ops: usize) -> f64 {
     let tasks: Vec<_> = (0..threads)
         .map(|t| {
             let queue = queue.clone();
+            let namespace = ["tenant-0", "tenant-1"][t % 2];
             tokio::spawn(async move {
                 for i in 0..ops {
-                    let key = (t, i % 1024);
+                    let key = Key {
+                        namespace,
+                        index: i % 1024,
+                    };
                     queue.add(key);
                     let got = queue.get().await.expect("key");
                     queue.done(&got);
