@@ -8,20 +8,7 @@
 
 use std::path::Path;
 
-use super::{Known, NewError, NewGuest, api_version, example, manifest, validator};
-
-/// The Go package alias and import path of `kind`'s type in k8s.io/api.
-pub(super) fn go_package(kind: &Known) -> (String, String) {
-    let group = if kind.group.is_empty() {
-        "core"
-    } else {
-        kind.group
-    };
-    (
-        format!("{group}{}", kind.version),
-        format!("k8s.io/api/{group}/{}", kind.version),
-    )
-}
+use super::{Known, NewError, NewGuest, api_version, example, go_package, manifest, validator};
 
 /// The `module version` pairs `go.mod` requires.
 fn requirements(go_mod: &str) -> Vec<(String, String)> {

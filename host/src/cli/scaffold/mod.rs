@@ -405,6 +405,58 @@ spec:
     )
 }
 
+/// The Go package alias and import path of `kind`'s type in k8s.io/api.
+fn go_package(kind: &Known) -> (String, String) {
+    let group = if kind.group.is_empty() {
+        "core"
+    } else {
+        kind.group
+    };
+    (
+        format!("{group}{}", kind.version),
+        format!("k8s.io/api/{group}/{}", kind.version),
+    )
+}
+
+/// The example object of `kind` — the one `examples/example.yaml` holds, valid as the cluster
+/// judges it — as a literal: JSON for TypeScript, a dict for Python.
+fn example_literal(kind: &Known, python: bool) -> String {
+    // The example is our own YAML: it parses.
+    let value: serde_json::Value = serde_yaml_ng::from_str(&example(kind)).unwrap_or_default();
+    if python {
+        python_literal(&value)
+    } else {
+        value.to_string()
+    }
+}
+
+/// `value` written as a Python literal.
+fn python_literal(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(_) | Value::String(_) => value.to_string(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(python_literal)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Object(fields) => format!(
+            "{{{}}}",
+            fields
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_literal(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 /// An example object of `kind`, which `krec dev --manifests .` applies.
 fn example(kind: &Known) -> String {
     let example_ns = if kind.namespaced {

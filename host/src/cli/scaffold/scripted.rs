@@ -2,7 +2,7 @@
 //! the same reconciler (and webhooks) as the Rust template, its manifest, an example object and
 //! unit tests on the SDK's fake cluster.
 
-use super::{Known, NewGuest, api_version, camel, example, manifest, validator};
+use super::{Known, NewGuest, api_version, camel, example, example_literal, manifest, validator};
 
 /// The object's namespace argument in a host call: the request's, or none.
 fn namespace_arg(kind: &Known, none: &str, request: &str) -> String {
@@ -10,45 +10,6 @@ fn namespace_arg(kind: &Known, none: &str, request: &str) -> String {
         request.to_owned()
     } else {
         none.to_owned()
-    }
-}
-
-/// The example object of `kind` — the one `examples/example.yaml` holds, valid as the cluster
-/// judges it — as a literal: JSON for TypeScript, a dict for Python.
-pub(super) fn example_literal(kind: &Known, python: bool) -> String {
-    // The example is our own YAML: it parses.
-    let value: serde_json::Value = serde_yaml_ng::from_str(&example(kind)).unwrap_or_default();
-    if python {
-        python_literal(&value)
-    } else {
-        value.to_string()
-    }
-}
-
-/// `value` written as a Python literal.
-fn python_literal(value: &serde_json::Value) -> String {
-    use serde_json::Value;
-    match value {
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Number(_) | Value::String(_) => value.to_string(),
-        Value::Array(items) => format!(
-            "[{}]",
-            items
-                .iter()
-                .map(python_literal)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::Object(fields) => format!(
-            "{{{}}}",
-            fields
-                .iter()
-                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_literal(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
     }
 }
 

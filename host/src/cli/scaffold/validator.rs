@@ -2,7 +2,7 @@
 //! no configuration — in any language. The project is the language's template (build files, SDK,
 //! example) with the guest's code, its tests, its manifest and its README replaced.
 
-use super::{Known, Lang, NewGuest, api_version, example_fixture};
+use super::{Known, Lang, NewGuest, api_version, example_fixture, example_literal, go_package};
 
 /// The message the template's webhook refuses a frozen object with.
 const FROZEN: &str = "metadata.annotations[example.com/frozen]: this object is frozen";
@@ -202,7 +202,7 @@ def example():
 
 {guard_test}
 "#,
-        example = super::scripted::example_literal(kind, true),
+        example = example_literal(kind, true),
         guard_test = python_guard_test(),
     );
     vec![("app.py", app), ("tests/test_app.py", tests)]
@@ -241,7 +241,7 @@ function example(): KObject {{
 
 {guard_test}
 "#,
-        example = super::scripted::example_literal(kind, false),
+        example = example_literal(kind, false),
         guard_test = typescript_guard_test(),
     );
     vec![("src/app.ts", app), ("test/app.test.ts", tests)]
@@ -249,7 +249,7 @@ function example(): KObject {{
 
 fn go(new: &NewGuest, kind: &Known) -> Vec<(&'static str, String)> {
     let (name, ty) = (&new.name, kind.kind);
-    let (alias, import) = super::golang::go_package(kind);
+    let (alias, import) = go_package(kind);
     let main = format!(
         r#"// {name}: a krec guest judging {api_version} {ty} with a validating webhook, in
 // controller-runtime's shape (admission.CustomValidator).
