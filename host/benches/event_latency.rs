@@ -157,18 +157,7 @@ fn pod(i: usize) -> Value {
 }
 
 fn setup(store: &Store) {
-    let namespaces = store
-        .registry()
-        .by_plural("", "v1", "namespaces")
-        .expect("namespaces");
-    store
-        .create(
-            &namespaces,
-            None,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
-            false,
-        )
-        .expect("namespace");
+    common::store_namespace(store, NS);
     let pods = store.registry().by_plural("", "v1", "pods").expect("pods");
     for i in 0..PODS {
         store

@@ -56,22 +56,14 @@ fn namespace(n: usize) -> String {
 /// Namespace `n` with its Pods and ReplicaSet, straight in the store.
 fn fill_namespace(store: &Store, n: usize) {
     let registry = store.registry();
-    let (namespaces, pods, replica_sets) = (
-        registry.by_plural("", "v1", "namespaces").expect("ns"),
+    let (pods, replica_sets) = (
         registry.by_plural("", "v1", "pods").expect("pods"),
         registry
             .by_plural("apps", "v1", "replicasets")
             .expect("replicasets"),
     );
     let ns = namespace(n);
-    store
-        .create(
-            &namespaces,
-            None,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-            false,
-        )
-        .expect("namespace");
+    common::store_namespace(store, &ns);
     for i in 0..PER_NAMESPACE {
         let mut pod = common::pod(&ns, &format!("p-{i:04}"));
         pod["metadata"]["labels"]["app"] = json!(format!("web-{}", i % 10));

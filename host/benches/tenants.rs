@@ -57,19 +57,8 @@ fn pods(store: &Store) -> ResourceType {
 }
 
 fn setup(store: &Store) {
-    let namespaces = store
-        .registry()
-        .by_plural("", "v1", "namespaces")
-        .expect("namespaces");
     for ns in [FLOOD, QUIET] {
-        store
-            .create(
-                &namespaces,
-                None,
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-                false,
-            )
-            .expect("namespace");
+        common::store_namespace(store, ns);
     }
     let pods = pods(store);
     let pod = |ns: &str, name: &str| {

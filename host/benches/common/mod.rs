@@ -129,6 +129,22 @@ pub fn pod(namespace: &str, name: &str) -> Value {
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}})
 }
 
+/// Create Namespace `name` straight in `store` (no HTTP, no admission).
+pub fn store_namespace(store: &krec_apiserver::Store, name: &str) {
+    let namespaces = store
+        .registry()
+        .by_plural("", "v1", "namespaces")
+        .expect("namespaces");
+    store
+        .create(
+            &namespaces,
+            None,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+            false,
+        )
+        .expect("namespace");
+}
+
 /// The embedded API server (`krec cluster`) in a child process, so that its CPU time and memory
 /// are not the benchmark's. Killed when dropped.
 pub struct ClusterProcess {
