@@ -10,7 +10,10 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use crate::process::metrics::{ControllerLabel, GuestLabel, Metrics, ResultLabels};
+use crate::guest::Totals;
+use crate::process::metrics::{
+    ControllerLabel, CpuLabels, DirectionLabels, GuestLabel, Metrics, ResultLabels,
+};
 
 /// A float counter (seconds).
 type Seconds = Counter<f64, AtomicU64>;
@@ -30,6 +33,8 @@ pub(super) struct GuestSeries {
     quarantined: OnceLock<Counter>,
     /// `krec_guest_map_calls_total` by result: `ok`, `trap`, `error`.
     map_calls: [OnceLock<Counter>; 3],
+    /// The guest's ledger as last exported (the counters move by what it gained since).
+    exported: std::sync::Mutex<Totals>,
 }
 
 /// The results a `map` call is counted under, in [`GuestSeries::map_call`]'s order.
@@ -50,7 +55,56 @@ impl GuestSeries {
             write_throttled: OnceLock::new(),
             quarantined: OnceLock::new(),
             map_calls: Default::default(),
+            exported: std::sync::Mutex::default(),
         }
+    }
+
+    /// Move the series read from the guest's ledger (`krec_guest_used_cpu_seconds_total`,
+    /// `krec_guest_bytes_total`, `krec_guest_memory_bytes`,
+    /// `krec_guest_instances_started_total`) to `totals`. A ledger that started again (a new
+    /// module's) adds all it has.
+    pub(super) fn export(&self, totals: Totals) {
+        fn gained<T: PartialOrd + std::ops::Sub<Output = T> + Copy>(now: T, before: T) -> T {
+            if now >= before { now - before } else { now }
+        }
+        let mut exported = self.exported.lock().unwrap_or_else(|e| e.into_inner());
+        let m = &self.metrics;
+        for (part, now, before) in [
+            ("wasm", totals.wasm_cpu, exported.wasm_cpu),
+            ("host", totals.host_cpu, exported.host_cpu),
+        ] {
+            let labels = CpuLabels {
+                guest: self.guest.clone(),
+                part,
+            };
+            m.guest_used_cpu
+                .get_or_create(&labels)
+                .inc_by(gained(now, before).as_secs_f64());
+        }
+        for (direction, now, before) in [
+            ("to_guest", totals.bytes_to_guest, exported.bytes_to_guest),
+            (
+                "from_guest",
+                totals.bytes_from_guest,
+                exported.bytes_from_guest,
+            ),
+        ] {
+            let labels = DirectionLabels {
+                guest: self.guest.clone(),
+                direction,
+            };
+            m.guest_bytes
+                .get_or_create(&labels)
+                .inc_by(gained(now, before));
+        }
+        let label = self.guest();
+        m.guest_memory
+            .get_or_create(&label)
+            .set(i64::try_from(totals.memory_bytes).unwrap_or(i64::MAX));
+        m.guest_instances
+            .get_or_create(&label)
+            .inc_by(gained(totals.instances, exported.instances));
+        *exported = totals;
     }
 
     fn controller(&self) -> ControllerLabel {

@@ -422,6 +422,8 @@ pub struct GuestBudgets {
     /// The linear memory of all its instances (`limits.totalMemory`), then of all guests'
     /// (the host's `--guest-memory`): the pools an instance's memory is drawn from.
     pub memory: Vec<Arc<MemoryPool>>,
+    /// What it has used (CPU split between its code and host work, calls, bytes).
+    pub ledger: super::Ledger,
 }
 
 impl GuestBudgets {
@@ -442,7 +444,14 @@ impl GuestBudgets {
                 MemoryPool::new("limits.totalMemory (all the guest's instances)", total),
                 host_memory.clone(),
             ],
+            ledger: super::Ledger::default(),
         }
+    }
+
+    /// What the guest has used so far.
+    pub fn totals(&self) -> super::Totals {
+        self.ledger
+            .figures(&self.cpu, self.memory.first().map(Arc::as_ref))
     }
 }
 

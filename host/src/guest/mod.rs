@@ -16,6 +16,7 @@ pub(crate) mod cpu_clock;
 pub mod dev_source;
 pub mod engine;
 pub mod imports;
+pub mod ledger;
 pub(crate) mod limits;
 pub(crate) mod log_budget;
 pub mod module_cache;
@@ -38,6 +39,7 @@ use wasmtime::{Engine, Store};
 
 pub use admission::{ConversionRefused, Review};
 pub use budget::{CPU_BURST, CpuAccount, CpuGovernor, GuestBudgets, MAX_CPU_PAUSE, WriteLimiter};
+pub use ledger::{Ledger, Totals};
 pub use limits::{
     GuestLimiter, IDLE_GROWTH_ALLOWANCE, LimitExceeded, MAX_INSTANCES, MAX_MEMORIES,
     MAX_TABLE_ELEMENTS, MAX_TABLES, MemoryPool,

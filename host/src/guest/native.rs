@@ -168,14 +168,15 @@ impl NativeHost {
     }
 
     /// Run a host call to its end on this thread, and account for it as the WIT host does.
-    fn run<T>(
+    fn run<T: crate::guest::imports::Handed>(
         &self,
         verb: &'static str,
+        taken: usize,
         call: impl Future<Output = Result<T, CallError>>,
     ) -> krec_guest::Result<T> {
         let started = Instant::now();
         let _ = self.first_call.set(started);
-        let mut call = std::pin::pin!(call);
+        let mut call = std::pin::pin!(self.budgets.ledger.time(call));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let result = match call.as_mut().poll(&mut cx) {
             std::task::Poll::Ready(result) => result,
@@ -187,6 +188,10 @@ impl NativeHost {
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.host_nanos.fetch_add(nanos, Ordering::Relaxed);
         count_call(self.metrics.as_deref(), &self.manifest.name, verb, &result);
+        let handed = result
+            .as_ref()
+            .map_or(0, crate::guest::imports::Handed::handed);
+        self.budgets.ledger.call(verb, handed, taken);
         result
     }
 }
@@ -201,6 +206,7 @@ impl Host for NativeHost {
         let calls = self.calls();
         self.run(
             "get",
+            0,
             calls.get_json(gvk(kind), namespace.map(str::to_owned), name.to_owned()),
         )
     }
@@ -211,20 +217,24 @@ impl Host for NativeHost {
         params: &ListParams,
     ) -> krec_guest::Result<Vec<String>> {
         let calls = self.calls();
-        self.run("list", calls.list_json(gvk(kind), params.clone()))
+        self.run("list", 0, calls.list_json(gvk(kind), params.clone()))
     }
 
     fn create(&self, object: &str) -> krec_guest::Result<String> {
         let calls = self.calls();
-        self.run("create", calls.write(object, Verb::Create))
+        self.run("create", object.len(), calls.write(object, Verb::Create))
     }
 
     fn update(&self, object: &str, status: bool) -> krec_guest::Result<String> {
         let calls = self.calls();
         if status {
-            self.run("update_status", calls.write(object, Verb::UpdateStatus))
+            self.run(
+                "update_status",
+                object.len(),
+                calls.write(object, Verb::UpdateStatus),
+            )
         } else {
-            self.run("update", calls.write(object, Verb::Update))
+            self.run("update", object.len(), calls.write(object, Verb::Update))
         }
     }
 
@@ -241,6 +251,7 @@ impl Host for NativeHost {
         let calls = self.calls();
         self.run(
             "patch",
+            body.len(),
             calls.patch_json(
                 gvk(kind),
                 namespace.map(str::to_owned),
@@ -266,6 +277,7 @@ impl Host for NativeHost {
         let calls = self.calls();
         self.run(
             "delete",
+            0,
             calls.delete_object(
                 gvk(kind),
                 namespace.map(str::to_owned),
@@ -295,6 +307,7 @@ impl Host for NativeHost {
         let calls = self.calls();
         self.run(
             "event",
+            reason.len() + message.len(),
             calls.record_event(regarding, event_type, reason.to_owned(), message.to_owned()),
         )
     }
@@ -307,6 +320,8 @@ impl Host for NativeHost {
             Level::Warn => log::Level::Warn,
             Level::Error => log::Level::Error,
         };
+        let started = Instant::now();
+        self.budgets.ledger.call("log", 0, message.len());
         guest_log(
             &self.manifest.name,
             self.manifest.version_role(),
@@ -315,6 +330,7 @@ impl Host for NativeHost {
             message.to_owned(),
             &self.budgets.log,
         );
+        self.budgets.ledger.host_work(started.elapsed());
     }
 }
 

@@ -84,6 +84,26 @@ pub struct Running {
     pub last_error: Option<(String, SystemTime)>,
     /// The rollout of `spec.rollout`, running or decided ([`crate::rollout::Rollout::report`]).
     pub rollout: Option<Value>,
+    /// What the guest has used on this replica since its module was loaded.
+    pub usage: crate::guest::Totals,
+}
+
+/// `status.usage`: what `usage` says, in whole units (no floats in an API object).
+fn usage_status(usage: &crate::guest::Totals) -> Value {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let calls: serde_json::Map<String, Value> = usage
+        .calls
+        .iter()
+        .map(|(kind, n)| ((*kind).to_owned(), json!(n)))
+        .collect();
+    json!({
+        "cpuMilliseconds": {"wasm": millis(usage.wasm_cpu), "host": millis(usage.host_cpu)},
+        "hostCalls": calls,
+        "bytesToGuest": usage.bytes_to_guest,
+        "bytesFromGuest": usage.bytes_from_guest,
+        "memoryBytes": usage.memory_bytes,
+        "instancesStarted": usage.instances,
+    })
 }
 
 fn rfc3339(time: SystemTime) -> String {
@@ -287,6 +307,7 @@ pub fn desired(observed: &Observed, old: &Value, now: SystemTime) -> Value {
             "traps": running.traps,
             "quarantinedKeys": running.quarantined,
         });
+        status["usage"] = usage_status(&running.usage);
         if let Some(rollout) = &running.rollout {
             status["rollout"] = rollout_status(rollout);
         }
@@ -318,6 +339,7 @@ fn differs_beyond_counts(old: &Value, new: &Value) -> bool {
         let mut v = v.clone();
         if let Some(map) = v.as_object_mut() {
             map.remove("reconciles");
+            map.remove("usage");
             map.remove("lastError");
             if let Some(rollout) = map.get_mut("rollout").and_then(Value::as_object_mut) {
                 rollout.remove("counts");
@@ -443,6 +465,7 @@ fn observe(
                 quarantined: controller.quarantined(),
                 last_error: stats.last_error(),
                 rollout: controller.rollout_report(),
+                usage: module.budgets().totals(),
             })
         }
         // Running nowhere: every active replica sees the same.
@@ -708,6 +731,7 @@ mod tests {
             quarantined: 0,
             last_error: None,
             rollout: None,
+            usage: crate::guest::Totals::default(),
         }
     }
 
@@ -974,6 +998,15 @@ mod tests {
         let old = desired(&observed, &Value::Null, at(0));
         let mut more = running();
         more.reconciles = 100;
+        more.usage = crate::guest::Totals {
+            wasm_cpu: Duration::from_micros(12_345),
+            host_cpu: Duration::from_micros(2_500),
+            calls: vec![("get", 7), ("patch", 3)],
+            bytes_to_guest: 44_800,
+            bytes_from_guest: 900,
+            memory_bytes: 1 << 20,
+            instances: 2,
+        };
         let new = desired(
             &Observed {
                 running: Some(more),
@@ -985,5 +1018,11 @@ mod tests {
         assert_ne!(old, new);
         assert!(!differs_beyond_counts(&old, &new));
         assert!(transitions(&old, &new).is_empty());
+        assert_eq!(
+            new["usage"],
+            json!({"cpuMilliseconds": {"wasm": 12, "host": 2}, "hostCalls": {"get": 7, "patch": 3},
+                "bytesToGuest": 44_800, "bytesFromGuest": 900, "memoryBytes": 1 << 20,
+                "instancesStarted": 2})
+        );
     }
 }

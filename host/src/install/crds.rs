@@ -123,6 +123,29 @@ fn status_schema() -> Value {
                     "quarantinedKeys": integer("Keys trapping in a row, retried slowly."),
                 },
             },
+            "usage": {
+                "type": "object",
+                "description": "What the guest has used on the replica that runs it, since its module was loaded there.",
+                "properties": {
+                    "cpuMilliseconds": {
+                        "type": "object",
+                        "description": "CPU time charged to the guest.",
+                        "properties": {
+                            "wasm": integer("In its own code."),
+                            "host": integer("In host work done for it: permission checks, cache reads, copying objects, encoding writes, logging."),
+                        },
+                    },
+                    "hostCalls": {
+                        "type": "object",
+                        "description": "Host calls by kind (get, list, create, update, update_status, patch, delete, event, log).",
+                        "additionalProperties": {"type": "integer", "format": "int64"},
+                    },
+                    "bytesToGuest": integer("Objects' text copied into the guest."),
+                    "bytesFromGuest": integer("Text taken from the guest: objects written, patches, Events, log lines."),
+                    "memoryBytes": integer("Its instances' linear memory now."),
+                    "instancesStarted": integer("Instances started (cold starts)."),
+                },
+            },
             "lastError": {
                 "type": "object",
                 "description": "The last refusal or reconcile error.",

@@ -16,6 +16,10 @@
 //! | `krec_shard_replicas` | | replicas this one sees alive (`--shard`) |
 //! | `krec_guest_traps_total` | `guest`, `cause` | traps |
 //! | `krec_guest_cpu_seconds_total` | `guest` | time running guest code (reconcile time less time waiting in host calls) |
+//! | `krec_guest_used_cpu_seconds_total` | `guest`, `part` (`wasm`, `host`) | CPU time charged to the guest, in its code and in host work done for it (at scrape) |
+//! | `krec_guest_bytes_total` | `guest`, `direction` (`to_guest`, `from_guest`) | objects' text copied into and out of the guest (at scrape) |
+//! | `krec_guest_memory_bytes` | `guest` | its instances' linear memory now (at scrape) |
+//! | `krec_guest_instances_started_total` | `guest` | instances started: cold starts (at scrape) |
 //! | `krec_guest_memory_peak_bytes` | `guest` | largest linear memory of an instance |
 //! | `krec_guest_module_info` | `guest`, `version`, `digest` | 1 for the loaded version |
 //! | `krec_host_calls_total` | `guest`, `verb`, `result` | host calls that reached the cluster |
@@ -47,6 +51,24 @@ pub struct ResultLabels {
     pub controller: String,
     /// `success`, `error`, `requeue` or `requeue_after`.
     pub result: String,
+}
+
+/// `guest`, `part` labels of `krec_guest_used_cpu_seconds_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CpuLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// `wasm` (its own code) or `host` (host work done for it).
+    pub part: &'static str,
+}
+
+/// `guest`, `direction` labels of `krec_guest_bytes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// `to_guest` or `from_guest`.
+    pub direction: &'static str,
 }
 
 /// `controller`, `stage` labels of `krec_event_stage_seconds`.
@@ -299,6 +321,14 @@ pub struct Metrics {
     pub guest_cpu: Family<GuestLabel, Counter<f64, AtomicU64>>,
     /// `krec_guest_memory_peak_bytes`.
     pub guest_memory_peak: Family<GuestLabel, Gauge>,
+    /// `krec_guest_used_cpu_seconds_total`.
+    pub guest_used_cpu: Family<CpuLabels, Counter<f64, AtomicU64>>,
+    /// `krec_guest_bytes_total`.
+    pub guest_bytes: Family<DirectionLabels, Counter>,
+    /// `krec_guest_memory_bytes`.
+    pub guest_memory: Family<GuestLabel, Gauge>,
+    /// `krec_guest_instances_started_total`.
+    pub guest_instances: Family<GuestLabel, Counter>,
     /// `krec_guest_module_info`.
     pub module_info: Family<ModuleLabels, Gauge>,
     /// `krec_host_calls_total`.
@@ -460,6 +490,20 @@ impl Metrics {
         self.shard_owned.remove(&label);
         self.guest_cpu.remove(&label);
         self.guest_memory_peak.remove(&label);
+        for part in ["wasm", "host"] {
+            self.guest_used_cpu.remove(&CpuLabels {
+                guest: guest.to_owned(),
+                part,
+            });
+        }
+        for direction in ["to_guest", "from_guest"] {
+            self.guest_bytes.remove(&DirectionLabels {
+                guest: guest.to_owned(),
+                direction,
+            });
+        }
+        self.guest_memory.remove(&label);
+        self.guest_instances.remove(&label);
         self.log_dropped.remove(&label);
         self.cpu_throttled.remove(&label);
         self.write_throttled.remove(&label);
@@ -533,6 +577,10 @@ impl Metrics {
             traps: Family::default(),
             guest_cpu: Family::default(),
             guest_memory_peak: Family::default(),
+            guest_used_cpu: Family::default(),
+            guest_bytes: Family::default(),
+            guest_memory: Family::default(),
+            guest_instances: Family::default(),
             module_info: Family::default(),
             host_calls: Family::default(),
             log_dropped: Family::default(),
@@ -656,6 +704,26 @@ impl Metrics {
             "krec_guest_memory_peak_bytes",
             "Largest linear memory of any instance of the guest",
             m.guest_memory_peak.clone(),
+        );
+        registry.register(
+            "krec_guest_used_cpu_seconds",
+            "CPU time charged to the guest, in its own code (part=wasm) and in host work done for it (part=host)",
+            m.guest_used_cpu.clone(),
+        );
+        registry.register(
+            "krec_guest_bytes",
+            "Objects' text copied into (to_guest) and out of (from_guest) the guest by its host calls",
+            m.guest_bytes.clone(),
+        );
+        registry.register(
+            "krec_guest_memory_bytes",
+            "Linear memory of the guest's instances now",
+            m.guest_memory.clone(),
+        );
+        registry.register(
+            "krec_guest_instances_started",
+            "Instances of the guest started (cold starts)",
+            m.guest_instances.clone(),
         );
         registry.register(
             "krec_guest_module_info",

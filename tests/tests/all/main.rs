@@ -26,5 +26,6 @@ mod readme;
 mod rollout;
 mod samples;
 mod swap;
+mod usage;
 mod verdicts;
 mod webhooks;

@@ -200,8 +200,10 @@ impl Host for HostState {
         name: String,
     ) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.calls().get_json(kind.into(), namespace, name).await;
-        Ok(self.host_call("get", started, result))
+        let calls = self.calls();
+        let call = calls.get_json(kind.into(), namespace, name);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("get", started, 0, result))
     }
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
@@ -212,26 +214,34 @@ impl Host for HostState {
             uncached: options.uncached,
         };
         let started = std::time::Instant::now();
-        let result = self.calls().list_json(kind.into(), options).await;
-        Ok(self.host_call("list", started, result))
+        let calls = self.calls();
+        let call = calls.list_json(kind.into(), options);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("list", started, 0, result))
     }
 
     async fn create(&mut self, object: String) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.calls().write(&object, Verb::Create).await;
-        Ok(self.host_call("create", started, result))
+        let calls = self.calls();
+        let call = calls.write(&object, Verb::Create);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("create", started, object.len(), result))
     }
 
     async fn update(&mut self, object: String) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.calls().write(&object, Verb::Update).await;
-        Ok(self.host_call("update", started, result))
+        let calls = self.calls();
+        let call = calls.write(&object, Verb::Update);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("update", started, object.len(), result))
     }
 
     async fn update_status(&mut self, object: String) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self.calls().write(&object, Verb::UpdateStatus).await;
-        Ok(self.host_call("update_status", started, result))
+        let calls = self.calls();
+        let call = calls.write(&object, Verb::UpdateStatus);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("update_status", started, object.len(), result))
     }
 
     async fn patch(
@@ -244,11 +254,10 @@ impl Host for HostState {
         status: bool,
     ) -> CallResult<String> {
         let started = std::time::Instant::now();
-        let result = self
-            .calls()
-            .patch_json(kind.into(), namespace, name, how, &body, status)
-            .await;
-        Ok(self.host_call("patch", started, result))
+        let calls = self.calls();
+        let call = calls.patch_json(kind.into(), namespace, name, how, &body, status);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("patch", started, body.len(), result))
     }
 
     async fn delete(
@@ -259,11 +268,10 @@ impl Host for HostState {
         preconditions: Option<Preconditions>,
     ) -> CallResult<()> {
         let started = std::time::Instant::now();
-        let result = self
-            .calls()
-            .delete_object(kind.into(), namespace, name, preconditions)
-            .await;
-        Ok(self.host_call("delete", started, result))
+        let calls = self.calls();
+        let call = calls.delete_object(kind.into(), namespace, name, preconditions);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("delete", started, 0, result))
     }
 }
 

@@ -61,10 +61,10 @@ impl Host for HostState {
         message: String,
     ) -> wasmtime::Result<Result<(), WitError>> {
         let started = std::time::Instant::now();
-        let result = self
-            .calls()
-            .record_event(regarding, event_type, reason, message)
-            .await;
-        Ok(self.host_call("event", started, result))
+        let taken = reason.len() + message.len();
+        let calls = self.calls();
+        let call = calls.record_event(regarding, event_type, reason, message);
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call("event", started, taken, result))
     }
 }

@@ -42,6 +42,8 @@ pub(crate) fn guest_log(
 
 impl Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        let started = std::time::Instant::now();
+        self.budgets.ledger.call("log", 0, message.len());
         guest_log(
             &self.manifest.name,
             self.manifest.version_role(),
@@ -50,6 +52,7 @@ impl Host for HostState {
             message,
             &self.budgets.log,
         );
+        self.budgets.ledger.host_work(started.elapsed());
         Ok(())
     }
 }

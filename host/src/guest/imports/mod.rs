@@ -121,6 +121,30 @@ impl Calls<'_> {
     }
 }
 
+/// The bytes a host call's answer hands to the guest.
+pub(crate) trait Handed {
+    /// Its length in bytes.
+    fn handed(&self) -> usize;
+}
+
+impl Handed for String {
+    fn handed(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Handed for Vec<String> {
+    fn handed(&self) -> usize {
+        self.iter().map(String::len).sum()
+    }
+}
+
+impl Handed for () {
+    fn handed(&self) -> usize {
+        0
+    }
+}
+
 /// Count a host call of `guest` by verb and result in `metrics`.
 pub(crate) fn count_call<T>(
     metrics: Option<&Metrics>,
@@ -151,17 +175,21 @@ impl HostState {
         }
     }
 
-    /// Account for a host call that started at `started`: its time is not the guest's, and it
-    /// is counted by verb and result. Returns the result as the guest sees it.
-    pub(crate) fn host_call<T>(
+    /// Account for a host call that started at `started` and took `taken` bytes from the
+    /// guest: its time is not the guest's, and it is counted by verb and result, and in the
+    /// guest's ledger with the bytes it handed over. Returns the result as the guest sees it.
+    pub(crate) fn host_call<T: Handed>(
         &mut self,
         verb: &'static str,
         started: std::time::Instant,
+        taken: usize,
         result: Result<T, CallError>,
     ) -> Result<T, WitError> {
         self.host_time += started.elapsed();
         self.first_call.get_or_insert(started);
         count_call(self.metrics.as_deref(), self.guest(), verb, &result);
+        let handed = result.as_ref().map_or(0, Handed::handed);
+        self.budgets.ledger.call(verb, handed, taken);
         result.map_err(WitError::from)
     }
 }
