@@ -23,6 +23,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::budget::CpuAccount;
+use super::cpu_clock;
 use super::limits::MemoryPool;
 
 /// The kinds of host call counted, as the metrics' `verb` label and the status name them.
@@ -99,6 +100,14 @@ impl Ledger {
         HostWork { call, ledger: self }
     }
 
+    /// Run `work` (a synchronous host call), its time counted as host work done for the guest.
+    pub fn timed<R>(&self, work: impl FnOnce() -> R) -> R {
+        let span = Span::start();
+        let done = work();
+        self.host_work(span.end());
+        done
+    }
+
     /// The figures now, its CPU from `cpu` and its memory from `memory` (the pool of the
     /// guest's own instances).
     pub fn figures(&self, cpu: &CpuAccount, memory: Option<&MemoryPool>) -> Totals {
@@ -134,10 +143,35 @@ impl<F: Future> Future for HostWork<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let started = Instant::now();
+        let span = Span::start();
         let polled = this.call.poll(cx);
-        this.ledger.host_work(started.elapsed());
+        this.ledger.host_work(span.end());
         polled
+    }
+}
+
+/// A stretch of host work: inside a guest's metered call, measured as laps of the call's own
+/// CPU clock (`cpu_clock::lap`), so that host work is part of the CPU charged to the guest and
+/// never more than it; outside one (a test, a native guest's call run to its end), its wall time.
+enum Span {
+    Metered,
+    Wall(Instant),
+}
+
+impl Span {
+    fn start() -> Span {
+        // The lap closes the guest's own stretch before the host work.
+        match cpu_clock::lap() {
+            Some(_) => Span::Metered,
+            None => Span::Wall(Instant::now()),
+        }
+    }
+
+    fn end(self) -> Duration {
+        match self {
+            Span::Metered => cpu_clock::lap().unwrap_or_default(),
+            Span::Wall(started) => started.elapsed(),
+        }
     }
 }
 
@@ -165,6 +199,43 @@ mod tests {
     fn spin(d: Duration) {
         let started = Instant::now();
         while started.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[tokio::test]
+    async fn host_work_in_a_metered_call_should_be_part_of_its_cpu_and_never_more() {
+        let governor = super::super::CpuGovernor::new();
+        let cpu = governor.account(1.0);
+        let usage = Ledger::default();
+        let call = cpu_clock::Metered::new(cpu.clone(), async {
+            spin_cpu(Duration::from_millis(5));
+            // A host call whose thread is off the CPU for 20 ms (as when the machine is
+            // loaded), then busy for 2 ms.
+            usage
+                .time(async {
+                    std::thread::sleep(Duration::from_millis(20));
+                    spin_cpu(Duration::from_millis(2));
+                })
+                .await;
+            usage.timed(|| spin_cpu(Duration::from_millis(1)));
+        });
+        call.await;
+        let figures = usage.figures(&cpu, None);
+        let (host, wasm) = (figures.host_cpu, figures.wasm_cpu);
+        assert!(
+            (Duration::from_millis(3)..Duration::from_millis(6)).contains(&host),
+            "host work {host:?} for 3 ms on the CPU and 20 ms off it"
+        );
+        assert!(
+            (Duration::from_millis(5)..Duration::from_millis(8)).contains(&wasm),
+            "the guest's own {wasm:?} for 5 ms"
+        );
+    }
+
+    fn spin_cpu(d: Duration) {
+        let started = cpu_clock::thread_cpu();
+        while cpu_clock::thread_cpu().saturating_sub(started) < d {
             std::hint::spin_loop();
         }
     }

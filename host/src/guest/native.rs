@@ -320,17 +320,18 @@ impl Host for NativeHost {
             Level::Warn => log::Level::Warn,
             Level::Error => log::Level::Error,
         };
-        let started = Instant::now();
         self.budgets.ledger.call("log", 0, message.len());
-        guest_log(
-            &self.manifest.name,
-            self.manifest.version_role(),
-            &self.request,
-            level,
-            message.to_owned(),
-            &self.budgets.log,
-        );
-        self.budgets.ledger.host_work(started.elapsed());
+        let (manifest, request, budgets) = (&self.manifest, &self.request, &self.budgets);
+        budgets.ledger.timed(|| {
+            guest_log(
+                &manifest.name,
+                manifest.version_role(),
+                request,
+                level,
+                message.to_owned(),
+                &budgets.log,
+            );
+        });
     }
 }
 

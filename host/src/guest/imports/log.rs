@@ -42,17 +42,18 @@ pub(crate) fn guest_log(
 
 impl Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        let started = std::time::Instant::now();
         self.budgets.ledger.call("log", 0, message.len());
-        guest_log(
-            &self.manifest.name,
-            self.manifest.version_role(),
-            &self.request,
-            level,
-            message,
-            &self.budgets.log,
-        );
-        self.budgets.ledger.host_work(started.elapsed());
+        let (manifest, request, budgets) = (&self.manifest, &self.request, &self.budgets);
+        budgets.ledger.timed(|| {
+            guest_log(
+                &manifest.name,
+                manifest.version_role(),
+                request,
+                level,
+                message,
+                &budgets.log,
+            );
+        });
         Ok(())
     }
 }
