@@ -301,7 +301,7 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     // Each arm: a worker, and how many of a round's reconciles it runs (a fresh instance per
     // reconcile is slow: a quarter). The last arm only instantiates: a per-reconcile worker's
     // `warm_up` creates an instance, configures it (`init`) and drops it, with no reconcile.
-    let mut arms = [
+    let mut arms = vec![
         Arm::new(
             "guest_call_native_us",
             "pod-stamper compiled natively, run by a `GuestWorker`: get of the Pod from the in-memory cluster as text, parsed into `Pod` (baseline)",
@@ -340,6 +340,14 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
         ),
     ];
     let (rounds, per_round) = if quick() { (5, 200) } else { (15, 1000) };
+    // `KREC_GUEST_CALL_ARM=<name>` runs that arm alone, many more rounds and no table (to
+    // profile one: `perf record` sees only its reconciles).
+    let only = std::env::var("KREC_GUEST_CALL_ARM").ok();
+    if let Some(name) = &only {
+        arms.retain(|arm| arm.name == name.as_str());
+        assert!(!arms.is_empty(), "KREC_GUEST_CALL_ARM: no arm {name}");
+    }
+    let rounds = if only.is_some() { rounds * 10 } else { rounds };
     for _ in 0..50 {
         for arm in &mut arms {
             arm.subject
@@ -368,6 +376,28 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
                 .push(started.elapsed().as_secs_f64() * 1e6 / count as f64);
         }
     }
+    if only.is_some() {
+        for arm in &mut arms {
+            let (median, min, max) = median_min_max(std::mem::take(&mut arm.samples));
+            println!("{}: {median:.2} µs ({min:.2}–{max:.2})", arm.name);
+        }
+        return;
+    }
+    // The crossing, paired: each round's lazy Wasm figure less the lazy native one measured
+    // just before it, so that the machine's drift between rounds (its speed varies by half
+    // from one minute to the next here) cancels out of the difference.
+    let round_figures = |name: &str| {
+        arms.iter()
+            .find(|arm| arm.name == name)
+            .map(|arm| arm.samples.clone())
+            .unwrap_or_default()
+    };
+    let paired: Vec<f64> = round_figures("guest_call_wasm_lazy_us")
+        .iter()
+        .zip(round_figures("guest_call_native_lazy_us"))
+        .map(|(wasm, native)| wasm - native)
+        .collect();
+    let (paired_median, paired_min, paired_max) = median_min_max(paired);
     let mut figures = std::collections::HashMap::new();
     for arm in &mut arms {
         let (median, min, max) = median_min_max(std::mem::take(&mut arm.samples));
@@ -382,6 +412,13 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     rows.push(format!(
         "| pod bytes | {bytes} | | the Pod as stored: defaults and managedFields |"
     ));
+    rows.push(format!(
+        "| guest_call_overhead_lazy_paired_us | {paired_median:.2} | {paired_min:.2}–{paired_max:.2} | lazy Wasm − lazy native, round by round (the crossing; target ≤ 10 µs) |"
+    ));
+    results.insert(
+        "guest_call_overhead_lazy_paired_us".into(),
+        json!(paired_median),
+    );
     for (name, value, unit, what) in [
         (
             "guest_call_ratio_fresh_vs_reused",
