@@ -14,6 +14,21 @@ pub use krec_testkit::{
     OciRegistry, built_module, built_script_module, free_port, repo_root, wait_until,
 };
 
+/// The module cache the tests share: a directory under the workspace's `target/tmp`, so that
+/// each large Go, Python or TypeScript guest is compiled once per engine setting, not once
+/// per test that runs it (entries are keyed by the module's digest and the engine's settings,
+/// and written atomically). A test of the cache itself brings its own.
+pub fn module_cache() -> krec::guest::ModuleCache {
+    static CACHE: std::sync::OnceLock<krec::guest::ModuleCache> = std::sync::OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            let dir = repo_root().join("target/tmp/krec-tests-module-cache");
+            krec::guest::ModuleCache::new(&dir)
+                .unwrap_or_else(|err| panic!("the tests' module cache {}: {err}", dir.display()))
+        })
+        .clone()
+}
+
 /// What a host needs to pull from a test [`OciRegistry`].
 pub trait HostRegistries {
     /// The registries a host uses to reach this one (over plain HTTP), keeping pulled modules
@@ -163,9 +178,10 @@ pub struct Live {
 }
 
 impl Live {
-    /// Start the embedded API server, apply `objects` (CRDs first), then start `manifests`.
+    /// Start the embedded API server, apply `objects` (CRDs first), then start `manifests`
+    /// (compiled modules kept in the tests' shared [`module_cache`]).
     pub async fn start(manifests: Vec<Manifest>, objects: Vec<Value>) -> Self {
-        Self::start_with(manifests, objects, krec::guest::ModuleCache::disabled()).await
+        Self::start_with(manifests, objects, module_cache()).await
     }
 
     /// Like [`start`](Self::start), in a living cluster: the built-in controllers and simulated
@@ -189,13 +205,7 @@ impl Live {
         let builder = krec_apiserver::Server::builder()
             .simulation(simulation)
             .faults(faults);
-        Self::start_on(
-            builder,
-            manifests,
-            objects,
-            krec::guest::ModuleCache::disabled(),
-        )
-        .await
+        Self::start_on(builder, manifests, objects, module_cache()).await
     }
 
     /// Like [`start`](Self::start), keeping compiled modules in `module_cache`.

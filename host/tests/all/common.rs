@@ -139,6 +139,16 @@ pub fn test_cache_home() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-home-{}", std::process::id()))
 }
 
+/// The module cache the tests that run whole sets of guests share (given to `krec dev` and
+/// `krec run` by flag), the same directory as krec-tests' (`krec_tests::module_cache`): each
+/// large Go, Python or TypeScript sample is compiled once per compiler, not once per test
+/// that runs it. Entries are keyed by the module's digest and the engine's settings, and
+/// written atomically, so tests running at once, and later runs, share them safely. A test
+/// that counts compilations brings a cache of its own.
+pub fn shared_module_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("krec-tests-module-cache")
+}
+
 /// Run `krec` with `args` to its end (no log output): whether it succeeded, its stdout and its
 /// stderr.
 pub fn krec<S: AsRef<std::ffi::OsStr>>(

@@ -27,7 +27,8 @@ fn start_dev(
             kubeconfig.as_os_str(),
             "--admin-addr".as_ref(),
             "127.0.0.1:0".as_ref(),
-            "--no-module-cache".as_ref(),
+            "--module-cache".as_ref(),
+            common::shared_module_cache().as_os_str(),
         ],
         |line| line.contains("reconciling"),
     );

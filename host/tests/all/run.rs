@@ -261,7 +261,7 @@ async fn run_as_a_service_account_bound_to_krec_rbacs_role_should_run_every_samp
     )
     .expect("kubeconfig");
 
-    let host = common::Host::start(&samples, &kubeconfig, &dir.path().join("cache"), &[]);
+    let host = common::Host::start(&samples, &kubeconfig, &common::shared_module_cache(), &[]);
     // Something for each reconciler to do.
     create(
         &admin,

@@ -462,7 +462,13 @@ async fn replays_of_a_go_guest_should_see_the_same_randomness() {
     let engine = krec::guest::engine::new_engine().expect("engine");
     let linker = krec::guest::new_linker(&engine).expect("linker");
     let module = std::sync::Arc::new(
-        krec::guest::GuestModule::load(&engine, &linker, manifest.clone().into()).expect("load"),
+        krec::guest::GuestModule::load_cached(
+            &engine,
+            &linker,
+            manifest.clone().into(),
+            &krec_tests::module_cache(),
+        )
+        .expect("load"),
     );
     let replay = || {
         let (module, reconciles) = (module.clone(), reconciles.clone());
