@@ -113,6 +113,10 @@ fn pool() -> PoolingAllocationConfig {
         .max_tables_per_module(4)
         .table_elements(100_000)
         .linear_memory_keep_resident(KEEP_RESIDENT)
+        // Where the kernel has the PAGEMAP_SCAN ioctl (Linux 6.7+), a slot's reset finds the
+        // pages the last instance wrote and restores only those, not the whole resident part
+        // (test: a fresh instance sees nothing an earlier one left in memory).
+        .pagemap_scan(wasmtime::Enabled::Auto)
         .table_keep_resident(256 << 10)
         .async_stack_keep_resident(256 << 10)
         .max_unused_warm_slots(WARM_SLOTS);

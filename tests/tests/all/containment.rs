@@ -101,6 +101,42 @@ async fn pooled_instances_should_contain_traps_like_any_other() {
     }
 }
 
+/// No page of one instance is visible to the next, whatever the pool does to reset a slot's
+/// memory quickly (kept resident, only the pages the last instance touched reset): the guest
+/// looks through its whole linear memory for the secret the instance before it left in its
+/// heap and at the end of memory it grew. The same guest reusing its instance sees it — the
+/// check can fail.
+#[tokio::test]
+async fn a_fresh_instance_should_see_nothing_an_earlier_one_left_in_memory() {
+    let mut manifest = misbehave_manifest();
+    manifest.spec.isolation = krec::manifest::Isolation::PerReconcile;
+    manifest.spec.limits.timeout = Duration::from_secs(30);
+    let mut h = Harness::with_manifest(manifest);
+    for round in 0..6 {
+        // Other instances through the same slots in between.
+        assert_eq!(h.reconcile(None, "ok").await, Ok(Action::Done));
+        assert_eq!(
+            h.reconcile(None, "remember").await,
+            Ok(Action::Done),
+            "round {round}"
+        );
+    }
+
+    let mut manifest = misbehave_manifest();
+    manifest.spec.limits.timeout = Duration::from_secs(30);
+    let mut reused = Harness::with_manifest(manifest);
+    assert_eq!(reused.reconcile(None, "remember").await, Ok(Action::Done));
+    match reused.reconcile(None, "remember").await {
+        Err(ReconcileError::Guest { error, .. }) => {
+            assert!(
+                error.to_string().contains("earlier instance's secret"),
+                "{error}"
+            );
+        }
+        other => panic!("a reused instance must see its own secret: {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_panic_should_trap() {
     let mut h = misbehave();

@@ -45,6 +45,65 @@ fn configmap_gvk() -> types::Gvk {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
+/// The `remember` case's secret's byte `i`: made from `seed` (the request name's length) at
+/// run time, never stored whole anywhere but where it is left, so no image holds it.
+fn secret_byte(seed: usize, i: usize) -> u8 {
+    ((seed.wrapping_mul(131) ^ i.wrapping_mul(0x9E37)) % 251) as u8 ^ 0xA5
+}
+
+#[cfg(target_arch = "wasm32")]
+const SECRET_LEN: usize = 64;
+
+#[cfg(target_arch = "wasm32")]
+/// Whether memory at `at` holds the secret.
+///
+/// # Safety
+///
+/// `at .. at + SECRET_LEN` is inside linear memory.
+unsafe fn holds_secret(seed: usize, at: usize) -> bool {
+    (0..SECRET_LEN).all(|i| {
+        // SAFETY: inside linear memory, as the caller promises.
+        let byte = unsafe { std::ptr::read_volatile((at + i) as *const u8) };
+        byte == secret_byte(seed, i)
+    })
+}
+
+#[cfg(target_arch = "wasm32")]
+fn leave_secret(seed: usize, into: &mut [u8]) {
+    for (i, byte) in into.iter_mut().take(SECRET_LEN).enumerate() {
+        *byte = secret_byte(seed, i);
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn remember(seed: usize) -> Result<Action> {
+    let size = core::arch::wasm32::memory_size(0) * 65_536;
+    // From 16: address 0 is no place to read from, and nothing is kept below 16.
+    for at in 16..size.saturating_sub(SECRET_LEN) {
+        // SAFETY: `at .. at + SECRET_LEN` is below the memory's size.
+        if unsafe { holds_secret(seed, at) } {
+            return Err(Error::Other(format!(
+                "saw an earlier instance's secret at {at} of {size} bytes"
+            )));
+        }
+    }
+    let mut kept = vec![0u8; 4096];
+    leave_secret(seed, &mut kept);
+    // Memory grown for 2 MiB more, the secret at its far end.
+    let mut grown = vec![0u8; 2 << 20];
+    let len = grown.len();
+    leave_secret(seed, &mut grown[len - SECRET_LEN..]);
+    std::mem::forget(kept);
+    std::mem::forget(grown);
+    Ok(Action::done())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn remember(_seed: usize) -> Result<Action> {
+    Err(Error::Other("remember reads a Wasm linear memory".into()))
+}
+
 #[inline(never)]
 #[allow(unconditional_recursion)] // the point: overflow the stack
 fn recurse(depth: u64) -> u64 {
@@ -171,6 +230,9 @@ impl Reconciler for Misbehave {
                 Ok(Action::done())
             }
             "huge-error" => Err(Error::Other("e".repeat(20 << 20))),
+            // Look through the whole linear memory for the secret an earlier instance left,
+            // then leave it: in a heap allocation, and at the end of memory grown for it.
+            "remember" => remember(req.name.len()),
             "copy-bomb" => {
                 let mut ops = vec![
                     r#"{"op":"add","path":"/data","value":{"seed":"0123456789012345678901234567890123456789012345678901234567890123"}}"#
