@@ -14,7 +14,8 @@ pub use krec_testkit::{
     OciRegistry, built_module, built_script_module, free_port, repo_root, wait_until,
 };
 
-/// The module cache the tests share: a directory under the workspace's `target/tmp`, so that
+/// The module cache the tests share: a directory under the workspace's `target/tmp` (the host
+/// crate's tests use the same one when the target directory is the default), so that
 /// each large Go, Python or TypeScript guest is compiled once per engine setting, not once
 /// per test that runs it (entries are keyed by the module's digest and the engine's settings,
 /// and written atomically). A test of the cache itself brings its own.

@@ -640,7 +640,7 @@ impl Controller {
             .longest_running
             .get_or_create(&name)
             .set(longest);
-        self.series.export(self.module().budgets().totals());
+        self.series.export(self.module().budgets());
     }
 
     /// Drop this guest's series that describe what it runs (its module info), when it is

@@ -149,6 +149,16 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// Puts a thread's enclosing mark back when a metered poll unwinds.
+struct Restore(Option<Mark>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let enclosing = self.0;
+        MARK.with(|mark| mark.set(enclosing));
+    }
+}
+
 impl<F> Metered<F> {
     /// Meter `call`, charging `account`.
     pub fn new(account: Arc<CpuAccount>, call: F) -> Self {
@@ -162,18 +172,31 @@ impl<F: Future> Future for Metered<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
         // A metered call polled inside another (a host call running a second guest) is charged
-        // on its own; the enclosing one resumes counting when it returns.
-        let enclosing = MARK.with(|mark| mark.replace(Some(Mark::now())));
+        // on its own: what the enclosing one used up to here stays pending for it (a lap), and
+        // it resumes from where the inner call ends.
+        let enclosing = MARK.with(Cell::get).map(|outer| {
+            let (used, now) = outer.used();
+            Mark {
+                pending: outer.pending + used,
+                ..now
+            }
+        });
+        let start = enclosing.map_or_else(Mark::now, |outer| Mark {
+            pending: Duration::ZERO,
+            ..outer
+        });
+        MARK.with(|mark| mark.set(Some(start)));
+        // Should the call panic, this thread is given back its enclosing mark (or none).
+        let restore = Restore(enclosing);
         let polled = this.call.poll(cx);
-        let since = MARK.with(Cell::get);
-        let (used, now) = match since {
+        let (used, now) = match MARK.with(Cell::get) {
             Some(since) => {
                 let (used, now) = since.used();
                 (since.pending + used, Some(now))
             }
             None => (Duration::ZERO, None),
         };
-        // The enclosing call resumes from now, with what it had pending.
+        std::mem::forget(restore);
         let resumed = enclosing.zip(now).map(|(outer, now)| Mark {
             pending: outer.pending,
             ..now
@@ -246,6 +269,43 @@ mod tests {
                 "{used:?} for a poll of {took:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn nested_calls_should_each_be_charged_their_own_work() {
+        let governor = CpuGovernor::with_cores(1.0);
+        let (outer, inner) = (governor.account(1.0), governor.account(1.0));
+        Metered::new(outer.clone(), async {
+            spin(Duration::from_millis(10));
+            Metered::new(inner.clone(), async { spin(Duration::from_millis(20)) }).await;
+            spin(Duration::from_millis(10));
+        })
+        .await;
+        let (outer, inner) = (outer.charged(), inner.charged());
+        assert!(
+            (Duration::from_millis(20)..Duration::from_millis(26)).contains(&outer),
+            "the enclosing call: {outer:?} for 20 ms"
+        );
+        assert!(
+            (Duration::from_millis(20)..Duration::from_millis(26)).contains(&inner),
+            "the inner call: {inner:?} for 20 ms"
+        );
+    }
+
+    #[test]
+    fn a_call_that_panics_should_leave_the_thread_unmetered() {
+        let account = CpuGovernor::with_cores(1.0).account(1.0);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut call = std::pin::pin!(Metered::new(account.clone(), async {
+                panic!("the guest call panics")
+            }));
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let _ = call.as_mut().poll(&mut cx);
+        }));
+        assert!(unwound.is_err());
+        assert!(lap().is_none(), "the thread still looks metered");
+        spin(Duration::from_millis(2));
+        assert_eq!(take_since_mark(), Duration::ZERO);
     }
 
     #[test]

@@ -554,6 +554,8 @@ impl GuestModule {
                 self.manifest.name
             ));
         };
+        // Every instance counts — a reconciler's, a webhook's or a map call's.
+        self.budgets.ledger.instance_started();
         let instance = wasm.pre.instantiate_async(&mut *store).await?;
         if let Some(extensions) = &wasm.extensions {
             let config = self.config_json();

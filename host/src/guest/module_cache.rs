@@ -181,12 +181,16 @@ fn load(engine: &Engine, entry: &Path) -> wasmtime::Result<Component> {
     unsafe { Component::deserialize_file(engine, entry) }
 }
 
-/// Write a cache entry atomically: a temporary file renamed into place.
+/// Write a cache entry atomically: a temporary file renamed into place. The temporary file's
+/// name is this process's and this write's own, so two loads of one module at once (two
+/// guests of it, or two processes) never write into each other's file.
 fn store(component: &Component, entry: &Path) -> anyhow::Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let serialized = component
         .serialize()
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = entry.with_extension(format!("tmp{}-{write}", std::process::id()));
     std::fs::write(&tmp, serialized)?;
     if let Err(err) = std::fs::rename(&tmp, entry) {
         let _ = std::fs::remove_file(&tmp);
@@ -201,6 +205,28 @@ mod tests {
 
     fn compile(engine: &Engine) -> Result<Component, wasmtime::Error> {
         Component::new(engine, "(component)")
+    }
+
+    #[test]
+    fn writes_of_one_entry_at_once_should_each_land_whole() {
+        let engine = Engine::default();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let entry = dir.path().join("entry.cwasm");
+        let component = compile(&engine).expect("compiled");
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| store(&component, &entry)))
+                .collect();
+            for writer in writers {
+                writer.join().expect("writer").expect("stored");
+            }
+        });
+        load(&engine, &entry).expect("a whole entry");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, ["entry.cwasm"], "no temporary file left behind");
     }
 
     #[test]

@@ -258,7 +258,6 @@ impl GuestWorker {
             ));
         };
         let mut store = new_store(module, wasm.pre.engine(), cluster, metrics, clock);
-        module.budgets.ledger.instance_started();
         let instance = module.start_instance(&mut store).await?;
         let bindings = wasm.reconciler.load(&mut store, &instance)?;
         store.data_mut().limits.mark_ready();

@@ -60,10 +60,13 @@ const SECRET_LEN: usize = 64;
 ///
 /// # Safety
 ///
-/// `at .. at + SECRET_LEN` is inside linear memory.
+/// `at .. at + SECRET_LEN` is inside linear memory. Rust's memory model does not allow reading
+/// memory no allocation owns through an integer cast to a pointer; this test guest does it on
+/// purpose, relying on what a volatile byte load compiles to on Wasm (`i32.load8_u`, which
+/// reads any in-bounds address of linear memory), never on what the model promises.
 unsafe fn holds_secret(seed: usize, at: usize) -> bool {
     (0..SECRET_LEN).all(|i| {
-        // SAFETY: inside linear memory, as the caller promises.
+        // SAFETY: in bounds of linear memory (the caller's promise); see above for the rest.
         let byte = unsafe { std::ptr::read_volatile((at + i) as *const u8) };
         byte == secret_byte(seed, i)
     })
@@ -78,9 +81,11 @@ fn leave_secret(seed: usize, into: &mut [u8]) {
 
 #[cfg(target_arch = "wasm32")]
 fn remember(seed: usize) -> Result<Action> {
-    let size = core::arch::wasm32::memory_size(0) * 65_536;
+    let size = core::arch::wasm32::memory_size(0)
+        .checked_mul(65_536)
+        .ok_or_else(|| Error::Other("linear memory of 4 GiB".into()))?;
     // From 16: address 0 is no place to read from, and nothing is kept below 16.
-    for at in 16..size.saturating_sub(SECRET_LEN) {
+    for at in 16..=size.saturating_sub(SECRET_LEN) {
         // SAFETY: `at .. at + SECRET_LEN` is below the memory's size.
         if unsafe { holds_secret(seed, at) } {
             return Err(Error::Other(format!(
