@@ -31,7 +31,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use crate::cluster::ClusterAccess;
 use crate::guest::bindings::guest::{WitAdmissionRequest, WitOperation, WitVerdict};
 use crate::guest::bindings::krec::reconciler::{client, events, log};
-use crate::guest::imports::{Calls, count_call, guest_log};
+use crate::guest::imports::{Calls, count_call, log_for};
 use crate::manifest::{Manifest, Verb};
 use crate::process::metrics::Metrics;
 use krec_core::{CallError, Gvk};
@@ -320,18 +320,13 @@ impl Host for NativeHost {
             Level::Warn => log::Level::Warn,
             Level::Error => log::Level::Error,
         };
-        self.budgets.ledger.call("log", 0, message.len());
-        let (manifest, request, budgets) = (&self.manifest, &self.request, &self.budgets);
-        budgets.ledger.timed(|| {
-            guest_log(
-                &manifest.name,
-                manifest.version_role(),
-                request,
-                level,
-                message.to_owned(),
-                &budgets.log,
-            );
-        });
+        log_for(
+            &self.manifest,
+            &self.request,
+            level,
+            message.to_owned(),
+            &self.budgets,
+        );
     }
 }
 

@@ -40,20 +40,32 @@ pub(crate) fn guest_log(
     }
 }
 
+/// [`guest_log`] for `manifest`'s guest, the line counted in its ledger as a `log` host call
+/// and the work as host work done for it — what a Wasm guest's and a native guest's `log`
+/// both do.
+pub(crate) fn log_for(
+    manifest: &crate::manifest::Manifest,
+    request: &str,
+    level: Level,
+    message: String,
+    budgets: &crate::guest::GuestBudgets,
+) {
+    budgets.ledger.call("log", 0, message.len());
+    budgets.ledger.timed(|| {
+        guest_log(
+            &manifest.name,
+            manifest.version_role(),
+            request,
+            level,
+            message,
+            &budgets.log,
+        );
+    });
+}
+
 impl Host for HostState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        self.budgets.ledger.call("log", 0, message.len());
-        let (manifest, request, budgets) = (&self.manifest, &self.request, &self.budgets);
-        budgets.ledger.timed(|| {
-            guest_log(
-                &manifest.name,
-                manifest.version_role(),
-                request,
-                level,
-                message,
-                &budgets.log,
-            );
-        });
+        log_for(&self.manifest, &self.request, level, message, &self.budgets);
         Ok(())
     }
 }

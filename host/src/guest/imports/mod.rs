@@ -10,7 +10,7 @@ mod events;
 mod log;
 
 #[cfg_attr(not(feature = "native"), allow(unused_imports))] // the native arm's alone
-pub(crate) use log::guest_log;
+pub(crate) use log::log_for;
 
 use std::sync::Arc;
 
