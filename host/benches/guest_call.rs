@@ -11,6 +11,10 @@
 //!   ~3 KB Pod decoded into `Pod`, the stored Pod read from the cache — as a Wasm guest (a fresh
 //!   instance per review, as webhooks always run) against the same validator compiled natively;
 //!   p50 and p99 of single reviews, interleaved in rounds.
+//! - `guest_call_traces_{off,1pct,100pct}_us`: the reused Wasm arm's reconcile with traces off,
+//!   on at 1 % and on at 100 % — each reconcile in a trace as the controller's worker makes it
+//!   (started, the guest's call and host calls noted, the root span and guest span built when
+//!   kept), exported over OTLP/HTTP to a loopback collector that drops them; interleaved.
 //! - `queue_ops_per_s`: workqueue add + get + done cycles per second, one thread and two.
 //!
 //! The figures are printed as a Markdown table and merged into `bench/results.json`.
@@ -462,6 +466,104 @@ async fn guest_call(rows: &mut Vec<String>, results: &mut serde_json::Map<String
     }
 }
 
+/// One reconcile of `worker` as the controller's worker runs it with traces as installed: in a
+/// trace when they are on, its guest and root spans built when the trace is kept.
+async fn traced_reconcile(worker: &mut GuestWorker) {
+    use opentelemetry::trace::{SpanKind, Status};
+    let started = Instant::now();
+    let trace = krec::telemetry::installed().map(krec::telemetry::Trace::start);
+    let reconcile = worker.reconcile(Some("default"), "web-0");
+    krec::telemetry::in_trace(trace.clone(), reconcile)
+        .await
+        .expect("reconcile");
+    if let Some(trace) = trace
+        && trace.keeps(false)
+    {
+        let now = Instant::now();
+        let guest = vec![opentelemetry::KeyValue::new("krec.guest", "pod-stamper")];
+        trace.guest(started, now, guest, Status::Unset);
+        let attributes = vec![
+            opentelemetry::KeyValue::new("controller", "pod-stamper"),
+            opentelemetry::KeyValue::new("controllerKind", "Pod"),
+            opentelemetry::KeyValue::new("namespace", "default"),
+            opentelemetry::KeyValue::new("name", "web-0"),
+        ];
+        trace.finish(
+            "reconcile",
+            SpanKind::Consumer,
+            started,
+            attributes,
+            Status::Unset,
+        );
+    }
+}
+
+/// The reused Wasm arm with traces off, on at 1 % and on at 100 %, round by round.
+async fn traces(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    use krec::telemetry::{Sampler, Telemetry};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engines = Engines::new().expect("engines");
+    let cluster = Arc::new(MemoryCluster::new());
+    let mut pod = common::pod("default", "web-0");
+    pod["metadata"]["labels"][pod_stamper::READ_ONLY] = json!("true");
+    cluster.create(pod).await.expect("pod");
+    let access: Arc<dyn ClusterAccess> = cluster.clone();
+    let module = Arc::new(load(
+        &engines,
+        Arc::new(manifest(dir.path(), "reuse", false)),
+    ));
+    let mut worker = GuestWorker::new(module, access);
+    // A collector on loopback that reads and drops what it is sent: the exporter's work is
+    // real, the collector's none.
+    let sink = format!(
+        "http://{}/v1/traces",
+        krec_testkit::receive_posts(|_, _| {})
+    );
+    let arms: [(&str, Option<Sampler>); 3] = [
+        ("off", None),
+        ("1pct", Some(Sampler::Ratio(0.01))),
+        ("100pct", Some(Sampler::Always)),
+    ];
+    let (rounds, per_round) = if quick() { (5, 500) } else { (15, 2000) };
+    for _ in 0..200 {
+        traced_reconcile(&mut worker).await;
+    }
+    let mut samples: std::collections::HashMap<&str, Vec<f64>> = Default::default();
+    for _ in 0..rounds {
+        for (name, sampler) in arms {
+            let telemetry = sampler
+                .map(|sampler| Telemetry::otlp_http(&sink, sampler).expect("the OTLP exporter"));
+            krec::telemetry::replace(telemetry);
+            let started = Instant::now();
+            for _ in 0..per_round {
+                traced_reconcile(&mut worker).await;
+            }
+            samples
+                .entry(name)
+                .or_default()
+                .push(started.elapsed().as_secs_f64() * 1e6 / f64::from(per_round));
+            if let Some(telemetry) = krec::telemetry::replace(None) {
+                // Its last spans exported inside this arm's round, not the next's.
+                let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
+            }
+        }
+    }
+    let (off, _, _) = median_min_max(samples["off"].clone());
+    for (name, _) in arms {
+        let metric = format!("guest_call_traces_{name}_us");
+        let (median, min, max) = median_min_max(samples[name].clone());
+        rows.push(format!(
+            "| {metric} | {median:.2} | {min:.2}–{max:.2} | the reused Wasm reconcile, traces {name}: {:.3}× of off's time |",
+            median / off
+        ));
+        results.insert(metric, json!(median));
+        results.insert(
+            format!("guest_call_traces_{name}_vs_off"),
+            json!(median / off),
+        );
+    }
+}
+
 /// Which JSON parser reads the stored Pod fastest, in Wasm and natively (`bench/json-seam`):
 /// the same candidates, the same text, one run.
 async fn parsers(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
@@ -646,7 +748,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    // `KREC_GUEST_CALL_SECTIONS=reconcile,admission,parsers,queue` runs only those (to profile
+    // `KREC_GUEST_CALL_SECTIONS=reconcile,traces,admission,parsers,queue` runs only those (to profile
     // one); by default, every section.
     let sections = std::env::var("KREC_GUEST_CALL_SECTIONS").ok();
     let wanted = |section: &str| {
@@ -656,6 +758,9 @@ fn main() {
     };
     if wanted("reconcile") {
         runtime.block_on(guest_call(&mut rows, &mut results));
+    }
+    if wanted("traces") {
+        runtime.block_on(traces(&mut rows, &mut results));
     }
     if wanted("admission") {
         runtime.block_on(admission(&mut rows, &mut results));

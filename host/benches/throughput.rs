@@ -26,6 +26,9 @@
 //! of a bump) and latency with and without a shadow of the same module beside it
 //! (`spec.rollout`, default `shadowCpu`), and replay speed from a recording of a bump.
 //!
+//! Then the cost of traces: the wasm arm with traces off, on at 1 % and on at 100 %, exported
+//! over OTLP/HTTP to a loopback collector (`KREC_THROUGHPUT=tracing` runs these alone).
+//!
 //! Rounds alternate the arms, so machine noise hits them alike. `KREC_BENCH_QUICK=1` runs fewer
 //! rounds. Needs `make guests` (for `pod_stamper.wasm`).
 
@@ -386,14 +389,44 @@ fn now_generation() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// What each part of the benchmark stands on: the API server process with the driver's Pods,
+/// a client of it, the driver, and a module cache in a directory of its own.
+struct Stage {
+    /// Held: the API server stops when it drops.
+    _cluster: common::ClusterProcess,
+    client: kube::Client,
+    driver: common::Driver,
+    dir: tempfile::TempDir,
+    module_cache: ModuleCache,
+}
+
+impl Stage {
+    async fn set() -> Self {
+        let cluster = common::ClusterProcess::start();
+        let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
+        let client = client(&kubeconfig).await;
+        let mut driver = common::Driver::start(&cluster.kubeconfig_path);
+        assert_eq!(driver.ask("setup".into()).await, "ok");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");
+        Stage {
+            _cluster: cluster,
+            client,
+            driver,
+            dir,
+            module_cache,
+        }
+    }
+}
+
 async fn bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
-    let cluster = common::ClusterProcess::start();
-    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = client(&kubeconfig).await;
-    let mut driver = common::Driver::start(&cluster.kubeconfig_path);
-    assert_eq!(driver.ask("setup".into()).await, "ok");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");
+    let Stage {
+        _cluster,
+        client,
+        mut driver,
+        dir,
+        module_cache,
+    } = Stage::set().await;
     let manifest = manifest(dir.path());
     let lazy_dir = dir.path().join("lazy");
     std::fs::create_dir_all(&lazy_dir).expect("mkdir");
@@ -529,13 +562,13 @@ async fn wall_throughput(running: &Running, driver: &mut common::Driver, generat
 /// The live version's throughput and latency with and without a shadow of the same module
 /// beside it (`spec.rollout`, default `shadowCpu`), and replay speed from a recording.
 async fn rollout_bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
-    let cluster = common::ClusterProcess::start();
-    let kubeconfig = std::fs::read_to_string(&cluster.kubeconfig_path).expect("kubeconfig");
-    let client = client(&kubeconfig).await;
-    let mut driver = common::Driver::start(&cluster.kubeconfig_path);
-    assert_eq!(driver.ask("setup".into()).await, "ok");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let module_cache = ModuleCache::new(&dir.path().join("modules")).expect("module cache");
+    let Stage {
+        _cluster,
+        client,
+        mut driver,
+        dir,
+        module_cache,
+    } = Stage::set().await;
     let plain = manifest(dir.path());
     let candidate = common::module("pod_stamper.wasm");
     let shadowed = manifest_with(
@@ -664,6 +697,70 @@ async fn rollout_bench(rows: &mut Vec<String>, results: &mut serde_json::Map<Str
     results.insert("replay_reconciles_per_s".into(), json!(speed));
 }
 
+/// The wasm arm with traces off, on at 1 % and on at 100 % (exported over OTLP/HTTP to a
+/// loopback collector that drops them), interleaved round by round in one process.
+async fn tracing_bench(rows: &mut Vec<String>, results: &mut serde_json::Map<String, Value>) {
+    use krec::telemetry::{Sampler, Telemetry};
+    let Stage {
+        _cluster,
+        client,
+        mut driver,
+        dir,
+        module_cache,
+    } = Stage::set().await;
+    let manifest = manifest(dir.path());
+    // A collector on loopback that reads and drops what it is sent: the exporter's work is
+    // real, the collector's none.
+    let sink = format!(
+        "http://{}/v1/traces",
+        krec_testkit::receive_posts(|_, _| {})
+    );
+    let arms: [(&str, Option<Sampler>); 3] = [
+        ("off", None),
+        ("1pct", Some(Sampler::Ratio(0.01))),
+        ("100pct", Some(Sampler::Always)),
+    ];
+    let rounds = if quick() { 3 } else { 7 };
+    let mut generation = now_generation() * 1000 + 700_000_000;
+    let mut write: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut read: HashMap<&str, Vec<f64>> = HashMap::new();
+    for round in 0..rounds {
+        for (name, sampler) in arms {
+            let telemetry = sampler
+                .map(|sampler| Telemetry::otlp_http(&sink, sampler).expect("the OTLP exporter"));
+            krec::telemetry::replace(telemetry);
+            let running = start(Arm::Wasm, &client, &manifest, &module_cache).await;
+            generation += 1;
+            let w = measure(&running, &mut driver, WRITE_NS, generation, 2).await;
+            let r = measure(&running, &mut driver, READ_NS, generation, 1).await;
+            eprintln!("round {round} traces {name}: write {w:.0}/cpu-s, read {r:.0}/cpu-s");
+            write.entry(name).or_default().push(w);
+            read.entry(name).or_default().push(r);
+            running.stop().await;
+            if let Some(telemetry) = krec::telemetry::replace(None) {
+                // Its last spans exported inside this arm's round, not the next's.
+                let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
+            }
+        }
+    }
+    for (variant, samples) in [("write", &write), ("read", &read)] {
+        let (off, _, _) = median_min_max(samples["off"].clone());
+        for (name, _) in arms {
+            let metric = format!("throughput_{variant}_traces_{name}_per_cpu_s");
+            let (median, min, max) = median_min_max(samples[name].clone());
+            rows.push(format!(
+                "| {metric} | {median:.0} | {min:.0}–{max:.0} | wasm arm, traces {name}: {:.3}× of off |",
+                median / off
+            ));
+            results.insert(metric, json!(median));
+            results.insert(
+                format!("throughput_{variant}_traces_{name}_vs_off"),
+                json!(median / off),
+            );
+        }
+    }
+}
+
 fn main() {
     if let Some(kubeconfig) = std::env::var_os("KREC_BENCH_DRIVER") {
         driver_main(&kubeconfig.to_string_lossy());
@@ -676,11 +773,18 @@ fn main() {
         .expect("runtime");
     let mut rows = Vec::new();
     let mut results = serde_json::Map::new();
-    // `KREC_THROUGHPUT=rollout` runs the rollout figures alone.
-    if std::env::var("KREC_THROUGHPUT").as_deref() != Ok("rollout") {
+    // `KREC_THROUGHPUT=rollout` runs the rollout figures alone, `=tracing` the traces' cost
+    // alone.
+    let only = std::env::var("KREC_THROUGHPUT").unwrap_or_default();
+    if only.is_empty() {
         runtime.block_on(bench(&mut rows, &mut results));
     }
-    runtime.block_on(rollout_bench(&mut rows, &mut results));
+    if only.is_empty() || only == "rollout" {
+        runtime.block_on(rollout_bench(&mut rows, &mut results));
+    }
+    if only.is_empty() || only == "tracing" {
+        runtime.block_on(tracing_bench(&mut rows, &mut results));
+    }
     common::print_table(&rows);
     common::write_results(results);
 }

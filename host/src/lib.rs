@@ -35,3 +35,4 @@ pub mod manifest;
 pub mod process;
 pub mod rollout;
 pub mod runtime;
+pub mod telemetry;

@@ -240,6 +240,13 @@ impl ServingCert {
         Ok(())
     }
 
+    /// When the certificate served now expires (Unix seconds); `None` if it cannot be read.
+    pub fn not_after(&self) -> Option<i64> {
+        let der = self.current();
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+        Some(cert.validity().not_after.timestamp())
+    }
+
     /// The certificate served now (DER, the chain's first).
     pub fn current(&self) -> Vec<u8> {
         let current = self.current.read().unwrap_or_else(|e| e.into_inner());

@@ -1,13 +1,18 @@
 //! What krec's test suites (`host/tests`, `tests/`) and benchmarks (`host/benches`) share:
 //! where the repository and its built guests are, a local OCI registry process ([`OciRegistry`]),
-//! a free port, polling until something holds. It does not depend on the `krec` crate, so the
-//! host's own tests and benchmarks can use it beside the library they test.
+//! a loopback HTTP receiver ([`receive_posts`]) and client ([`http::get`]), the programs `make
+//! tools` provides ([`tool`]), a free port, polling until something holds. It does not depend on
+//! the `krec` crate, so the host's own tests and benchmarks can use it beside the library they
+//! test.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod http;
+mod posts;
 mod registry;
 
+pub use posts::receive_posts;
 pub use registry::{OciRegistry, PASSWORD, USER};
 
 /// The repository's root.
@@ -36,6 +41,20 @@ pub fn built_module(file: &str) -> PathBuf {
 /// component in `target/<folder>/`.
 pub fn built_script_module(folder: &str, file: &str) -> PathBuf {
     built(repo_root().join("target").join(folder).join(file))
+}
+
+/// A program `make tools` put under `.tools/` (`path` below it), or the one the environment
+/// variable `variable` names; panics saying how to get it when it is missing.
+pub fn tool(path: &str, variable: &str) -> PathBuf {
+    let program = std::env::var_os(variable)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".tools").join(path));
+    assert!(
+        program.exists(),
+        "{} is missing: run `make tools` (or name it in {variable})",
+        program.display()
+    );
+    program
 }
 
 /// A free TCP port on loopback (for a server a child process binds).

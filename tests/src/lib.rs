@@ -224,6 +224,22 @@ impl Live {
         .await
     }
 
+    /// Like [`start`](Self::start), the manager started with `options` (their module cache
+    /// this crate's shared one, unless they name another).
+    pub async fn start_with_manager_options(
+        manifests: Vec<Manifest>,
+        objects: Vec<Value>,
+        options: krec::guests::ManagerOptions,
+    ) -> Self {
+        Self::start_with_options(
+            krec_apiserver::Server::builder(),
+            manifests,
+            objects,
+            options,
+        )
+        .await
+    }
+
     /// Like [`start`](Self::start), the guests named in `native` running the reconciler
     /// compiled into the test in place of their modules.
     pub async fn start_native(
@@ -342,10 +358,13 @@ impl Live {
         objects: Vec<Value>,
         options: krec::guests::ManagerOptions,
     ) -> Self {
-        // `RUST_LOG=krec=debug cargo test` shows what the host did.
+        // What the host did is printed with a failing test's output (its reloads, swaps,
+        // refusals; `RUST_LOG=krec=debug cargo test` for more): a failure on CI explains itself.
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,krec=info"));
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_env_filter(filter)
             .try_init();
         let (cluster, client, api) = local_cluster_on(builder).await;
         let problems = krec::install::apply_objects(&api, objects).await;

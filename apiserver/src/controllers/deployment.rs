@@ -14,6 +14,29 @@
 use super::*;
 
 const REVISION: &str = "deployment.kubernetes.io/revision";
+
+/// The Deployment's annotations not copied to its ReplicaSets (`annotationsToSkip` of
+/// kube-controller-manager's deployment util): kubectl's last applied configuration and the
+/// controller's own.
+const NOT_COPIED: [&str; 6] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    REVISION,
+    "deployment.kubernetes.io/revision-history",
+    "deployment.kubernetes.io/desired-replicas",
+    "deployment.kubernetes.io/max-replicas",
+    "deprecated.deployment.rollback.to",
+];
+
+/// The Deployment's annotations its new ReplicaSet carries (`copyDeploymentAnnotationsToReplicaSet`).
+fn copied_annotations(deployment: &Value) -> impl Iterator<Item = (&str, &str)> {
+    deployment
+        .at("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !NOT_COPIED.contains(&k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+}
 const HASH_LABEL: &str = "pod-template-hash";
 
 pub(super) fn sync(engine: &mut Engine, ns: &str, name: &str) -> Result<Next, ApiError> {
@@ -172,6 +195,10 @@ fn create_new(
     let mut labels = template["metadata"]["labels"].clone();
     labels[HASH_LABEL] = json!(hash);
     let revision = owned.iter().map(|rs| revision_of(rs)).max().unwrap_or(0) + 1;
+    let mut annotations: serde_json::Map<String, Value> = copied_annotations(deployment)
+        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .collect();
+    annotations.insert(REVISION.to_owned(), json!(revision.to_string()));
     let rs = json!({
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
@@ -179,7 +206,7 @@ fn create_new(
             "name": name,
             "namespace": ns,
             "labels": labels,
-            "annotations": {REVISION: revision.to_string()},
+            "annotations": annotations,
             "ownerReferences": [owner_reference(deployment)],
         },
         "spec": {
@@ -370,7 +397,7 @@ fn keep_annotations(
     // A template rolled back to becomes the newest revision again.
     let newest_old = old.iter().map(|rs| revision_of(rs)).max().unwrap_or(0);
     let revision = revision_of(&current).max(newest_old + 1).to_string();
-    let want = [
+    let mut want = vec![
         (REVISION, revision),
         (
             "deployment.kubernetes.io/desired-replicas",
@@ -381,6 +408,7 @@ fn keep_annotations(
             (replicas + surge).to_string(),
         ),
     ];
+    want.extend(copied_annotations(deployment).map(|(k, v)| (k, v.to_owned())));
     if want
         .iter()
         .all(|(k, v)| annotations.and_then(|a| a.get(*k)).and_then(Value::as_str) == Some(v))

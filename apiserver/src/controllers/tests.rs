@@ -167,6 +167,57 @@ async fn a_deployment_should_roll_out_to_running_pods_on_the_simulated_nodes() {
     }
 }
 
+/// As `copyDeploymentAnnotationsToReplicaSet`: the Deployment's annotations reach its new
+/// ReplicaSet — a trace context too (`tracing.k8s.io/traceparent`) — but not kubectl's last
+/// applied configuration, and later changes follow.
+#[tokio::test(start_paused = true)]
+async fn a_deployments_annotations_should_be_copied_to_its_replica_set() {
+    let (store, _running) = running(config());
+    let deployments = rt(&store, "apps", "deployments");
+    let mut web = deployment("web", 1, "nginx:1.27");
+    web["metadata"]["annotations"] = json!({
+        "team": "a",
+        "tracing.k8s.io/traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+    });
+    store
+        .create(&deployments, Some("default"), web, false)
+        .expect("create");
+    run_for(2).await;
+    let replica_sets = rt(&store, "apps", "replicasets");
+    let annotations = |store: &Store| {
+        let sets = store.objects(&replica_sets, Some("default"));
+        assert_eq!(sets.len(), 1);
+        sets[0]
+            .at("/metadata/annotations")
+            .cloned()
+            .unwrap_or_default()
+    };
+    let copied = annotations(&store);
+    assert_eq!(copied["team"], "a", "{copied:#}");
+    assert_eq!(
+        copied["tracing.k8s.io/traceparent"],
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    );
+    assert_eq!(copied["deployment.kubernetes.io/revision"], "1");
+    assert!(
+        copied
+            .get("kubectl.kubernetes.io/last-applied-configuration")
+            .is_none()
+    );
+
+    let current = store
+        .get(&deployments, Some("default"), "web")
+        .expect("web");
+    let mut changed = (*current).clone();
+    changed["metadata"]["annotations"]["team"] = json!("b");
+    store
+        .update(&deployments, Some("default"), "web", changed, false, false)
+        .expect("update");
+    run_for(2).await;
+    assert_eq!(annotations(&store)["team"], "b");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_rolling_update_should_never_drop_below_max_unavailable() {
     let (store, _running) = running(config());

@@ -96,13 +96,25 @@ impl Store {
             }
             None => (None, state.storage.rv()),
         };
+        // Keys sort by resource, namespace and name: the scan starts at the first key the list
+        // can hold (or after the page before) and stops at the first it cannot, so a list costs
+        // what it reads, not what the store holds.
+        use std::ops::Bound;
+        let from = match start {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(Key {
+                resource: resource.clone(),
+                namespace: namespace.unwrap_or_default().to_owned(),
+                name: String::new(),
+            }),
+        };
         let mut matching = state
             .storage
             .objects()
-            .iter()
-            .filter(|(k, _)| k.resource == resource)
-            .filter(|(k, _)| namespace.is_none_or(|ns| k.namespace == ns))
-            .filter(|(k, _)| start.as_ref().is_none_or(|s| *k > s))
+            .range((from, Bound::Unbounded))
+            .take_while(|(k, _)| {
+                k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns)
+            })
             .filter(|(_, o)| labels.matches_object(o) && fields.matches_object(o));
         let mut items = Vec::new();
         let mut last = None;

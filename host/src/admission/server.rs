@@ -140,16 +140,24 @@ pub fn router(manager: Manager) -> axum::Router {
         .route(
             "/validate/{guest}",
             axum::routing::post(
-                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Body| async move {
-                    review(state, guest, query, Review::Validate, body).await
+                |state: State<Served>,
+                 guest: Path<String>,
+                 query: RawQuery,
+                 headers: axum::http::HeaderMap,
+                 body: Body| async move {
+                    review(state, guest, query, Review::Validate, headers, body).await
                 },
             ),
         )
         .route(
             "/mutate/{guest}",
             axum::routing::post(
-                |state: State<Served>, guest: Path<String>, query: RawQuery, body: Body| async move {
-                    review(state, guest, query, Review::Mutate, body).await
+                |state: State<Served>,
+                 guest: Path<String>,
+                 query: RawQuery,
+                 headers: axum::http::HeaderMap,
+                 body: Body| async move {
+                    review(state, guest, query, Review::Mutate, headers, body).await
                 },
             ),
         )
@@ -206,6 +214,9 @@ impl WebhookServer {
         let names = crate::admission::tls::names(&addr, service);
         let tls =
             crate::admission::tls::WebhookTls::start(&tls.source, names, tls.validity, api).await?;
+        manager
+            .metrics()
+            .watch_certificate(addr.to_string(), &tls.cert);
         let server_config = krec_net::tls::server_config_serving(tls.cert.clone())?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let app = router(manager);
@@ -273,6 +284,7 @@ async fn review(
     Path(guest): Path<String>,
     RawQuery(query): RawQuery,
     which: Review,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Response {
     // Series only for guests that run: a request for any other name must not grow the
@@ -305,9 +317,37 @@ async fn review(
             None => abandoned(),
         }
     };
+    // Traces on: one trace per review, a child of the API server's span when its request
+    // names one (`traceparent`).
+    let trace = crate::telemetry::installed().map(|telemetry| {
+        let parent = headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::telemetry::parse_traceparent);
+        crate::telemetry::Trace::start_in(telemetry, parent)
+    });
+    let traced_from = std::time::Instant::now();
+    let answered = crate::telemetry::in_trace(trace.clone(), answered);
     let response = tokio::time::timeout_at(deadline, answered)
         .await
         .unwrap_or_else(|_| abandoned());
+    if let Some(trace) = trace {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{SpanKind, Status};
+        let code = response.status().as_u16();
+        let status = if code >= 500 {
+            Status::error(format!("answered {code}"))
+        } else {
+            Status::Unset
+        };
+        let attributes = vec![
+            KeyValue::new("krec.guest", guest.clone()),
+            KeyValue::new("webhook", label.webhook.clone()),
+            KeyValue::new("http.response.status_code", i64::from(code)),
+        ];
+        let name = format!("admission {}", which.as_str());
+        trace.finish(name, SpanKind::Server, traced_from, attributes, status);
+    }
     served
         .metrics
         .webhook_latency
@@ -346,6 +386,26 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
         Err(problem) => return failure(StatusCode::BAD_REQUEST, problem.to_string()),
     };
     let uid = request.uid.clone();
+    let trace = crate::telemetry::current();
+    if let Some(trace) = &trace {
+        trace.root_attribute("k8s.resource.kind", request.kind.kind.clone());
+        trace.root_attribute("k8s.resource.group", request.kind.group.clone());
+        use crate::guest::bindings::guest::WitOperation as Operation;
+        let operation = match request.operation {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        };
+        trace.root_attribute("k8s.operation", operation);
+        if let Some(namespace) = &request.namespace {
+            trace.root_attribute("namespace", namespace.clone());
+        }
+        if let Some(name) = &request.name {
+            trace.root_attribute("name", name.clone());
+        }
+    }
+    let entered = std::time::Instant::now();
     let verdict = version
         .module
         .admit(
@@ -355,13 +415,35 @@ async fn answer(served: &Served, guest: &str, which: Review, body: &[u8]) -> Res
             request,
         )
         .await;
+    if let Some(trace) = &trace {
+        use opentelemetry::trace::Status;
+        let status = match &verdict {
+            Ok(verdict) => {
+                trace.root_attribute("krec.allowed", verdict.allowed);
+                Status::Unset
+            }
+            Err(err) => Status::error(err.to_string()),
+        };
+        let attributes = vec![opentelemetry::KeyValue::new("krec.guest", guest.to_owned())];
+        trace.guest(entered, std::time::Instant::now(), attributes, status);
+    }
     match verdict {
         Ok(verdict) => match response(&uid, which, object, verdict) {
-            Ok(response) => json_response(&json!({
-                "apiVersion": api_version,
-                "kind": "AdmissionReview",
-                "response": response,
-            })),
+            Ok(response) => {
+                let verdict = match (response["allowed"].as_bool(), response.get("patch")) {
+                    (Some(true), Some(_)) => "patched",
+                    (Some(true), None) => "allowed",
+                    _ => "denied",
+                };
+                served
+                    .metrics
+                    .count_verdict(&format!("/{}/{guest}", which.as_str()), verdict);
+                json_response(&json!({
+                    "apiVersion": api_version,
+                    "kind": "AdmissionReview",
+                    "response": response,
+                }))
+            }
             Err(problem) => {
                 tracing::warn!(%guest, "{} answered an unusable verdict: {problem}", which.as_str());
                 failure(StatusCode::INTERNAL_SERVER_ERROR, problem.to_string())

@@ -1,4 +1,4 @@
-//! Calls to a running host's admin server, for `krec diff` and `krec record`.
+//! Calls to a running host's admin server, for `krec diff`, `krec record` and `krec top`.
 
 use anyhow::Context as _;
 
@@ -36,6 +36,11 @@ impl Admin {
             token: args.admin_token.clone(),
             client: reqwest::Client::new(),
         }
+    }
+
+    /// The admin server's URL.
+    pub(super) fn base(&self) -> &str {
+        &self.base
     }
 
     async fn send(

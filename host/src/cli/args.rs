@@ -67,6 +67,9 @@ impl SimulationArgs {
     }
 }
 
+/// The shortest `--poll-files`: each look reads every manifest's and module's metadata.
+const MIN_POLL_FILES: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How the host runs: module cache, admin server, leader election, shutdown.
 #[derive(clap::Args)]
 pub(super) struct HostArgs {
@@ -177,6 +180,12 @@ pub(super) struct HostArgs {
     /// realms are refused: a registry cannot make the host fetch other addresses.
     #[arg(long = "registry-redirect-host")]
     registry_redirect_hosts: Vec<String>,
+    /// Look at the manifests and modules this often (`1s`) instead of waiting for the file
+    /// system's events, for file systems that send none (NFS, WSL's Windows drives, some
+    /// container mounts). Where the events cannot be had (the user's inotify instances used
+    /// up), the host looks every second anyway.
+    #[arg(long, value_parser = duration)]
+    poll_files: Option<std::time::Duration>,
 }
 
 impl HostArgs {
@@ -216,6 +225,11 @@ impl HostArgs {
         } else {
             None
         };
+        if let Some(poll) = self.poll_files
+            && poll < MIN_POLL_FILES
+        {
+            anyhow::bail!("--poll-files {poll:?}: at least {MIN_POLL_FILES:?}");
+        }
         Ok(HostOptions {
             module_cache: self.cache.open(),
             admin_addr: Some(self.admin_addr),
@@ -253,6 +267,7 @@ impl HostArgs {
             insecure_registries: self.insecure_registries,
             registry_redirect_hosts: self.registry_redirect_hosts,
             compiler: crate::guest::engine::Compiler::Cranelift,
+            poll_files: self.poll_files,
         })
     }
 }
@@ -300,5 +315,33 @@ impl CacheArgs {
                 ModuleCache::disabled()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostArgs;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Host {
+        #[command(flatten)]
+        host: HostArgs,
+    }
+
+    fn options(args: &[&str]) -> anyhow::Result<crate::runtime::HostOptions> {
+        let parsed = Host::try_parse_from(std::iter::once("krec").chain(args.iter().copied()))?;
+        parsed.host.options()
+    }
+
+    #[test]
+    fn poll_files_should_be_taken_and_a_period_too_short_refused() {
+        let taken = options(&["--poll-files", "2s"]).expect("2s");
+        assert_eq!(taken.poll_files, Some(std::time::Duration::from_secs(2)));
+        assert_eq!(options(&[]).expect("none").poll_files, None);
+        let Err(refused) = options(&["--poll-files", "0s"]) else {
+            panic!("--poll-files 0s taken");
+        };
+        assert_eq!(refused.to_string(), "--poll-files 0ns: at least 100ms");
     }
 }

@@ -23,6 +23,7 @@ mod record;
 pub mod replay;
 pub mod run;
 pub mod scaffold;
+mod top;
 mod webhooks;
 
 /// Serve krec's own API on the embedded API server — the Reconciler and ClusterReconciler CRDs
@@ -181,6 +182,10 @@ enum Command {
     /// Show a guest's rollout (spec.rollout): the candidate's phase, its counts against the
     /// live version and its first divergences with their diff; --promote or --abort decide it.
     Diff(diff::Args),
+    /// A live view of a running host's guests — CPU, reconciles per second, errors, p99,
+    /// queue depth, memory, rollout phase — through its admin server; keys sort the table and
+    /// open a guest's last reconciles.
+    Top(top::Args),
 }
 
 impl Command {
@@ -200,6 +205,8 @@ impl Command {
             | Command::Replay(_)
             | Command::Diff(_) => "warn",
             Command::Record(_) => "info",
+            // A log line would tear the screen: errors are said after it is restored.
+            Command::Top(_) => "off",
             #[cfg(feature = "embedded-apiserver")]
             Command::Envtest(_) => "warn",
             #[cfg(feature = "embedded-apiserver")]
@@ -226,10 +233,10 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "embedded-apiserver")]
         Command::Cluster(args) => block_on("cluster", cluster::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
-        Command::Dev(args) => block_on("dev", dev::execute(args)),
+        Command::Dev(args) => traced("dev", || block_on("dev", dev::execute(args))),
         #[cfg(feature = "embedded-apiserver")]
         Command::FakeCluster(args) => exit_code("fake-cluster", fake_cluster::execute(args)),
-        Command::Run(args) => block_on("run", run::execute(args)),
+        Command::Run(args) => traced("run", || block_on("run", run::execute(args))),
         #[cfg(feature = "embedded-apiserver")]
         Command::Envtest(args) => exit_code("envtest", envtest::execute(args)),
         #[cfg(feature = "embedded-apiserver")]
@@ -243,6 +250,7 @@ pub fn main() -> ExitCode {
         Command::Record(args) => record::execute(args),
         Command::Replay(args) => replay::execute(args),
         Command::Diff(args) => diff::execute(args),
+        Command::Top(args) => top::execute(args),
     }
 }
 
@@ -336,6 +344,18 @@ fn raise_open_files_limit() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
+}
+
+/// Run `host` (a command that runs guests) with traces as the environment configures them
+/// (see [`crate::telemetry::Telemetry::from_env`]), exporting the last spans before it exits.
+fn traced(command: &str, host: impl FnOnce() -> ExitCode) -> ExitCode {
+    if let Err(err) = crate::telemetry::install_from_env() {
+        eprintln!("krec {command}: traces: {err}");
+        return ExitCode::from(2);
+    }
+    let code = host();
+    crate::telemetry::shutdown();
+    code
 }
 
 /// Run `future` on a new multi-threaded runtime; report its error as `krec <command>: ...`.

@@ -29,8 +29,13 @@ pub fn client_from_config(
         .with_context(|| format!("the identity {identity:?} cannot be sent as a User-Agent"))?;
     config.headers.push((http::header::USER_AGENT, agent));
     if config.proxy_url.is_some() {
-        // kube's own stack knows proxies; it reads at most 100 response headers.
-        return kube::Client::try_from(config).context("creating the Kubernetes client");
+        // kube's own stack knows proxies; it reads at most 100 response headers. Its requests
+        // too run on the host's runtime (see `HomeService`).
+        return Ok(kube::client::ClientBuilder::try_from(config)
+            .context("creating the Kubernetes client")?
+            .with_layer(&crate::process::threads::HomeLayer)
+            .with_layer(&AnsweredLayer)
+            .build());
     }
     build_client(config).context("creating the Kubernetes client")
 }
@@ -72,8 +77,81 @@ fn build_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(tower::BoxError::from)
-        .service(client);
+        // A request made on a guest's threads runs on the host's runtime, where the pooled
+        // connections every guest shares are made and driven.
+        .service(Answered(crate::process::threads::HomeService::new(client)));
     Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// How long a request that is not a watch waits for its answer. kube's client sets no read
+/// timeout, so a server or connection that never answers would hold a list — and the cache
+/// waiting on it — forever, saying nothing; kube-apiserver ends such a request after 60 s
+/// (`--request-timeout`), so a little longer here only ends what the server never will.
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(70);
+
+/// Fails a request that is not a watch when no answer comes within [`ANSWER_TIMEOUT`]: an
+/// error the caller sees (an informer logs it and lists again), never a silent hang.
+#[derive(Clone, Debug)]
+struct Answered<S>(S);
+
+/// [`Answered`] as a layer, for kube's own stack.
+#[derive(Clone, Copy, Debug)]
+struct AnsweredLayer;
+
+impl<S> tower::Layer<S> for AnsweredLayer {
+    type Service = Answered<S>;
+
+    fn layer(&self, inner: S) -> Answered<S> {
+        Answered(inner)
+    }
+}
+
+/// Whether `uri` asks for a watch (`watch=true` or `watch=1`), which may last as long as it
+/// is wanted.
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch=True"))
+    })
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Answered<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<S::Response, tower::BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let watch = is_watch(request.uri());
+        let what = format!("{} {}", request.method(), request.uri().path());
+        let call = self.0.call(request);
+        Box::pin(async move {
+            if watch {
+                return call.await.map_err(Into::into);
+            }
+            match tokio::time::timeout(ANSWER_TIMEOUT, call).await {
+                Ok(answer) => answer.map_err(Into::into),
+                Err(_) => Err(format!(
+                    "{what}: no answer from the API server within {ANSWER_TIMEOUT:?}"
+                )
+                .into()),
+            }
+        })
+    }
 }
 
 /// A kube client for the kubeconfig text `yaml`.
@@ -116,6 +194,22 @@ pub async fn load_config(path: Option<&Path>) -> anyhow::Result<kube::Config> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_watches_should_wait_for_their_answer_unbounded() {
+        let uri = |u: &str| u.parse::<http::Uri>().expect("uri");
+        assert!(is_watch(&uri(
+            "https://h/api/v1/pods?watch=true&resourceVersion=5"
+        )));
+        assert!(is_watch(&uri(
+            "https://h/api/v1/pods?allowWatchBookmarks=true&watch=1"
+        )));
+        assert!(!is_watch(&uri("https://h/api/v1/pods?limit=500")));
+        assert!(!is_watch(&uri(
+            "https://h/api/v1/pods?allowWatchBookmarks=true"
+        )));
+        assert!(!is_watch(&uri("https://h/api/v1/namespaces/watch")));
+    }
 
     #[test]
     fn user_agent_names_the_replica() {

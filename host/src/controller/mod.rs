@@ -42,7 +42,8 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 pub use handlers::{Handlers, Request};
-pub use stats::Stats;
+use stats::Outcome;
+pub use stats::{DURATION_BUCKETS, RECENT, Reconciled, Stats};
 
 use crate::cluster::ClusterAccess;
 use crate::cluster::cache::CachedObject;
@@ -50,6 +51,7 @@ use crate::cluster::cache::{Event, EventSink, Informer};
 use crate::controller::queue::{RateLimit, WorkQueue};
 use crate::guest::{Action, GuestModule};
 use crate::process::metrics::{ControllerLabel, Metrics, ModuleLabels, NameLabel, StageSeries};
+use crate::process::threads::GuestThreads;
 use crate::rollout::{Decision, GuestRollouts, Rollout, recording};
 use krec_core::Gvk;
 use map_backlog::MapBacklog;
@@ -166,6 +168,19 @@ fn init_series(metrics: &Metrics, guest: &str) {
     let _ = metrics.queue_depth.get_or_create(&name);
 }
 
+/// [`Metrics::init_guest`] for the guest of `module`: its trap causes and webhooks.
+fn init_failure_series(metrics: &Metrics, module: &GuestModule) {
+    let manifest = module.manifest();
+    let webhooks: Vec<String> = manifest
+        .spec
+        .webhooks
+        .iter()
+        .map(|w| format!("/{}/{}", w.kind.export(), manifest.name))
+        .collect();
+    let causes = crate::guest::TrapCause::ALL.map(crate::guest::TrapCause::as_str);
+    metrics.init_guest(&manifest.name, &causes, &webhooks);
+}
+
 /// Set the series that describe a version: module info (replacing `old`'s) and concurrency.
 fn publish_version(metrics: &Metrics, guest: &str, old: Option<&Version>, new: &Version) {
     let info = |v: &Version| ModuleLabels {
@@ -242,6 +257,12 @@ pub struct Controller {
     mapper: Mutex<Option<JoinHandle<()>>>,
     /// Queues every key each time the gate opens (see [`Controller::new`]).
     opener: Mutex<Option<JoinHandle<()>>>,
+    /// The threads the guest's code runs on (its workers and its `map` calls); `None` on a
+    /// test's single-threaded runtime, where they run on it.
+    threads: Option<GuestThreads>,
+    /// Failed reconciles in a row, and when the guest's threads were last demoted for failing
+    /// (see [`Controller::note_outcome`]).
+    failing: Mutex<Failing>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -320,8 +341,12 @@ impl Controller {
         let version = Version::new(module, cluster);
         publish_version(&metrics, &name, None, &version);
         init_series(&metrics, &name);
+        init_failure_series(&metrics, &version.module);
         let stats = Arc::new(Stats::new(&metrics, &name));
+        let threads = GuestThreads::start(&name, thread_count(version.module.manifest()));
         Arc::new(Controller {
+            threads,
+            failing: Mutex::new(Failing::default()),
             stages: metrics.stages(&name),
             series: series::GuestSeries::new(metrics.clone(), &name),
             map_backlog: Arc::default(),
@@ -464,6 +489,7 @@ impl Controller {
         rollout.stop();
         let promoted = matches!(decision, Decision::Promote(_));
         current.rollouts.decided(rollout, promoted);
+        self.metrics.count_decision(&self.name, promoted);
         let next = if promoted {
             // Versions of the module: the same module promoted keeps its number.
             let number = if rollout.candidate().digest() == current.module.digest() {
@@ -599,6 +625,44 @@ impl Controller {
         version
     }
 
+    /// Note a reconcile's outcome for the guest's thread priority: demoted at a trap or at
+    /// [`FAILING_IN_A_ROW`] failed reconciles in a row (an occasional conflict is not failing),
+    /// given back once a reconcile succeeds [`FAILING_FOR`] after the last demoting failure.
+    fn note_outcome(&self, outcome: Outcome) {
+        let Some(threads) = &self.threads else {
+            return;
+        };
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Outcome::Done | Outcome::Requeue | Outcome::RequeueAfter => {
+                failing.in_a_row = 0;
+                if failing.since.is_some_and(|at| at.elapsed() >= FAILING_FOR) {
+                    failing.since = None;
+                    threads.demote(false);
+                }
+            }
+            Outcome::Error | Outcome::Trap(_) => {
+                failing.in_a_row = failing.in_a_row.saturating_add(1);
+                if matches!(outcome, Outcome::Trap(_)) || failing.in_a_row >= FAILING_IN_A_ROW {
+                    failing.since = Some(Instant::now());
+                    threads.demote(true);
+                }
+            }
+        }
+    }
+
+    /// Spawn `future` (guest work: a worker, the `map` caller) on the guest's threads.
+    pub(super) fn spawn_guest<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.threads {
+            Some(threads) => threads.spawn(future),
+            None => tokio::spawn(future),
+        }
+    }
+
     /// Spawn or retire workers to match the current manifest's `maxConcurrentReconciles`.
     fn scale_workers(self: &Arc<Self>) {
         let wanted = self
@@ -617,7 +681,7 @@ impl Controller {
         }
         for (index, slot) in workers.iter_mut().enumerate().take(wanted) {
             if slot.as_ref().is_none_or(JoinHandle::is_finished) {
-                *slot = Some(tokio::spawn(self.clone().work(index)));
+                *slot = Some(self.spawn_guest(self.clone().work(index)));
             }
         }
     }
@@ -694,6 +758,32 @@ impl Controller {
             task.abort();
         }
     }
+}
+
+/// How many threads a guest's code runs on: one per worker (`maxConcurrentReconciles`), at most
+/// the cores its `limits.cpu` allows (rounded up) and the machine has. More workers than
+/// threads share them, as goroutines share a Go program's threads; the CPU governor holds the
+/// guest to its `limits.cpu` whatever its threads.
+fn thread_count(manifest: &crate::manifest::Manifest) -> usize {
+    let workers = manifest.spec.max_concurrent_reconciles.workers();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    // A finite, positive `limits.cpu` (the manifest checks it); at least one thread.
+    let allowed = manifest.spec.limits.cpu.ceil().clamp(1.0, 1024.0) as usize;
+    workers.min(allowed).min(cores).max(1)
+}
+
+/// How long after its last demoting failure a guest's threads stay demoted.
+pub const FAILING_FOR: Duration = Duration::from_secs(10);
+
+/// Failed reconciles in a row (errors; a trap counts at once) that demote a guest's threads.
+pub const FAILING_IN_A_ROW: u32 = 3;
+
+/// A guest's failures, for its threads' priority.
+#[derive(Debug, Default)]
+struct Failing {
+    in_a_row: u32,
+    /// When its threads were last demoted for failing, while they are.
+    since: Option<Instant>,
 }
 
 #[cfg(test)]

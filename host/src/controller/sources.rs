@@ -49,7 +49,7 @@ impl Controller {
         }
         let this = Arc::downgrade(self);
         let backlog = self.map_backlog.clone();
-        *mapper = Some(tokio::spawn(async move {
+        *mapper = Some(self.spawn_guest(async move {
             loop {
                 let job = backlog.next().await;
                 let Some(controller) = this.upgrade() else {

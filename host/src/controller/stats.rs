@@ -26,6 +26,50 @@ pub(super) enum Outcome {
     Trap(TrapCause),
 }
 
+impl Outcome {
+    /// Its name in a trace's `krec.result`: `done`, `requeue`, `requeue_after`, `error`,
+    /// `trap`.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Requeue => "requeue",
+            Outcome::RequeueAfter => "requeue_after",
+            Outcome::Error => "error",
+            Outcome::Trap(_) => "trap",
+        }
+    }
+}
+
+/// How many of a controller's last reconciles [`Stats::recent`] keeps.
+pub const RECENT: usize = 50;
+
+/// How much of a failed reconcile's message [`Stats::recent`] keeps (bytes; cut at a
+/// character's end): a guest's 20 MB error is not kept 50 times.
+pub const RECENT_MESSAGE: usize = 1024;
+
+/// Upper bounds (seconds) of [`Stats::durations`]' buckets: controller-runtime's reconcile
+/// time buckets, 5 ms to 60 s (and the `+Inf` bucket after them).
+pub const DURATION_BUCKETS: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0,
+];
+
+/// A reconcile that ended, as `krec top` and the status page list them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reconciled {
+    /// `namespace/name`, or `name` for a cluster-scoped key.
+    pub key: String,
+    /// `done`, `requeue`, `requeue_after`, `error` or `trap`.
+    pub result: &'static str,
+    /// When it ended (Unix milliseconds).
+    pub ended_unix_ms: u64,
+    /// How long it took, in seconds.
+    pub seconds: f64,
+    /// The error or trap, for those that failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// One controller's reconciles: what is running now, and how those that ended ended.
 ///
 /// Outcomes are counted in one place, `record`, into two sinks: this
@@ -51,6 +95,11 @@ pub struct Stats {
     last_error: Mutex<Option<(String, std::time::SystemTime)>>,
     /// Instances idle workers gave back.
     instances_released: AtomicU64,
+    /// The last [`RECENT`] reconciles, oldest first.
+    recent: Mutex<std::collections::VecDeque<Reconciled>>,
+    /// Reconciles by how long they took: one count per [`DURATION_BUCKETS`] bound (not
+    /// cumulative), then those over the last.
+    durations: [AtomicU64; DURATION_BUCKETS.len() + 1],
 }
 
 /// The Prometheus series a guest's outcomes are counted in.
@@ -103,7 +152,67 @@ impl Stats {
             overlaps: AtomicU64::new(0),
             active: Mutex::default(),
             last_error: Mutex::default(),
+            recent: Mutex::default(),
+            durations: std::array::from_fn(|_| AtomicU64::new(0)),
         }
+    }
+
+    /// Keep the reconcile of `request` that ended with `outcome` after `took` (`message`: its
+    /// error) among the [`RECENT`] ones, and count its duration.
+    pub(super) fn remember(
+        &self,
+        request: &Request,
+        outcome: Outcome,
+        took: std::time::Duration,
+        message: Option<String>,
+    ) {
+        let seconds = took.as_secs_f64();
+        let bucket = DURATION_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(DURATION_BUCKETS.len());
+        self.durations[bucket].fetch_add(1, Ordering::Relaxed);
+        let ended_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let message = message.map(|mut text| {
+            if text.len() > RECENT_MESSAGE {
+                let mut end = RECENT_MESSAGE;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+            text
+        });
+        let reconciled = Reconciled {
+            key: request.to_string(),
+            result: outcome.label(),
+            ended_unix_ms,
+            seconds,
+            message,
+        };
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(reconciled);
+    }
+
+    /// The last [`RECENT`] reconciles, newest first.
+    pub fn recent(&self) -> Vec<Reconciled> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().rev().cloned().collect()
+    }
+
+    /// Reconciles so far by how long they took: a count per [`DURATION_BUCKETS`] bound (those
+    /// over the one before it, up to it), then those over the last bound.
+    pub fn durations(&self) -> Vec<u64> {
+        self.durations
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Count one reconcile's `outcome`: the one place outcomes are counted.

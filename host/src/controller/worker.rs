@@ -59,16 +59,35 @@ impl Controller {
             };
             let (namespace, name) = (request.namespace.as_deref(), request.name.as_str());
             let sink = version.rollouts.recording().sink();
-            let (result, guest) = guests
-                .reconcile(running, sink, namespace, name, entering)
-                .await;
+            // Traces on: the reconcile's host calls are noted in its trace (see `telemetry`).
+            let trace = crate::telemetry::installed().map(crate::telemetry::Trace::start);
+            let reconcile = guests.reconcile(running, sink, namespace, name, entering);
+            let (result, guest) = crate::telemetry::in_trace(trace.clone(), reconcile).await;
             self.series.active_workers().dec();
             self.stats.end(&request);
             self.count_budgets(guest.module());
             if let Some(usage) = guest.last_usage() {
                 self.count_usage(origin, taken, &usage);
             }
-            self.finish(&request, result, started.elapsed());
+            // A kept trace's status: the error, as the log line says it.
+            let failure = match (&trace, &result) {
+                (Some(_), Err(err)) => Some(err.to_string()),
+                _ => None,
+            };
+            let outcome = self.finish(&request, result, started.elapsed());
+            if let Some(trace) = trace {
+                let times = (origin, taken, started);
+                let usage = guest.last_usage();
+                self.trace(
+                    &trace,
+                    guest.module(),
+                    &request,
+                    times,
+                    usage,
+                    outcome,
+                    failure,
+                );
+            }
             self.queue.done(&request);
         }
     }
@@ -141,6 +160,111 @@ impl Controller {
         let gauge = self.series.memory_peak();
         if gauge.get() < peak {
             gauge.set(peak);
+        }
+    }
+
+    /// End `trace`, of `request`'s reconcile on `module` that ended as `outcome` (`failure`:
+    /// its error): its root from the watch event (or the key's taking) to now, the wait in the
+    /// queue, the guest's call (its CPU and memory), the reconcile that created the object (a
+    /// link); the host calls are already noted. A trace the sampler does not keep is dropped
+    /// before any of it is built. Attributes carry controller-runtime's names (`controller`,
+    /// `controllerGroup`, `controllerKind`, `namespace`, `name`).
+    #[allow(clippy::too_many_arguments)]
+    fn trace(
+        &self,
+        trace: &crate::telemetry::Trace,
+        module: &GuestModule,
+        request: &Request,
+        (origin, taken, entered): (crate::controller::queue::Origin, Instant, Instant),
+        usage: Option<crate::guest::Usage>,
+        outcome: Outcome,
+        failure: Option<String>,
+    ) {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::{SpanKind, Status};
+        if !trace.keeps(failure.is_some()) {
+            return;
+        }
+        let now = Instant::now();
+        self.link_cause(trace, request);
+        if let Some(origin) = origin {
+            trace.stage("queue", origin, taken, Vec::new());
+        }
+        let status = match failure {
+            None => Status::Unset,
+            Some(mut message) => {
+                krec_core::cut(&mut message, 1024);
+                Status::error(message)
+            }
+        };
+        let mut guest = vec![KeyValue::new("krec.guest", self.name.clone())];
+        if let Some(usage) = usage {
+            guest.push(KeyValue::new(
+                "krec.cpu_seconds",
+                usage.guest_time.as_secs_f64(),
+            ));
+            guest.push(KeyValue::new(
+                "krec.memory_peak_bytes",
+                i64::try_from(usage.memory_peak).unwrap_or(i64::MAX),
+            ));
+        }
+        let start = usage.map_or(entered, |u| u.entered);
+        trace.guest(start, now, guest, status.clone());
+        let for_kind = module.manifest().spec.for_kind.as_ref().map(|k| k.gvk());
+        let (group, kind) = for_kind.map(|g| (g.group, g.kind)).unwrap_or_default();
+        let mut attributes = vec![
+            KeyValue::new("controller", self.name.clone()),
+            KeyValue::new("controllerGroup", group),
+            KeyValue::new("controllerKind", kind),
+            KeyValue::new("name", request.name.clone()),
+            KeyValue::new(
+                "krec.trigger",
+                if origin.is_some() { "event" } else { "queue" },
+            ),
+            KeyValue::new("krec.result", outcome.label()),
+        ];
+        if let Some(namespace) = &request.namespace {
+            attributes.push(KeyValue::new("namespace", namespace.clone()));
+            attributes.push(KeyValue::new("k8s.namespace.name", namespace.clone()));
+        }
+        let root_start = origin.unwrap_or(taken);
+        trace.finish(
+            "reconcile",
+            SpanKind::Consumer,
+            root_start,
+            attributes,
+            status,
+        );
+    }
+
+    /// Link `trace` to the reconcile whose write left its context on `request`'s object (see
+    /// [`crate::telemetry::TRACEPARENT_ANNOTATION`]), if the cache holds it.
+    fn link_cause(&self, trace: &crate::telemetry::Trace, request: &Request) {
+        let informers = self
+            .for_informers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(object) = informers
+            .iter()
+            .find_map(|i| i.cached(request.namespace.as_deref(), &request.name))
+        else {
+            return;
+        };
+        let metadata = object.metadata();
+        let cause = metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::telemetry::TRACEPARENT_ANNOTATION))
+            .and_then(|v| crate::telemetry::parse_traceparent(v));
+        if let Some(cause) = cause {
+            trace.link(
+                cause,
+                vec![opentelemetry::KeyValue::new(
+                    "krec.link",
+                    crate::telemetry::TRACEPARENT_ANNOTATION,
+                )],
+            );
         }
     }
 
@@ -224,34 +348,52 @@ impl Controller {
         *streak >= QUARANTINE_AFTER
     }
 
-    fn finish(&self, request: &Request, result: Result<Action, ReconcileError>, took: Duration) {
+    /// Count `outcome`, and note it for the guest's thread priority.
+    fn record(&self, outcome: Outcome) {
+        self.stats.record(outcome);
+        self.note_outcome(outcome);
+    }
+
+    /// Count and act on a reconcile's `result` (requeue, forget, quarantine), log it; how it
+    /// ended.
+    fn finish(
+        &self,
+        request: &Request,
+        result: Result<Action, ReconcileError>,
+        took: Duration,
+    ) -> Outcome {
         let guest = self.name();
         let ms = took.as_secs_f64() * 1000.0;
         self.series.reconcile_time().observe(took.as_secs_f64());
         let trapped = matches!(result, Err(ReconcileError::Trap { .. }));
         let quarantined = self.trap_streak(request, trapped);
+        let outcome = match &result {
+            Ok(action) => match action_after(*action) {
+                Action::Done => Outcome::Done,
+                Action::Requeue => Outcome::Requeue,
+                Action::RequeueAfter(_) => Outcome::RequeueAfter,
+            },
+            Err(ReconcileError::Trap { cause, .. }) => Outcome::Trap(*cause),
+            Err(ReconcileError::Guest { .. } | ReconcileError::Config { .. }) => Outcome::Error,
+        };
+        self.record(outcome);
+        let message = result.as_ref().err().map(ToString::to_string);
+        self.stats.remember(request, outcome, took, message);
         match result.map(action_after) {
             Ok(Action::Done) => {
-                self.stats.record(Outcome::Done);
                 self.queue.forget(request);
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"done", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::Requeue) => {
-                self.stats.record(Outcome::Requeue);
                 self.queue.add_rate_limited(request.clone());
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"requeue", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::RequeueAfter(after)) => {
-                self.stats.record(Outcome::RequeueAfter);
                 self.queue.forget(request);
                 self.queue.add_after(request.clone(), after);
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %format_args!("requeue_after({after:?})"), duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Err(err) => {
-                self.stats.record(match &err {
-                    ReconcileError::Trap { cause, .. } => Outcome::Trap(*cause),
-                    ReconcileError::Guest { .. } | ReconcileError::Config { .. } => Outcome::Error,
-                });
                 if quarantined {
                     self.queue
                         .add_rate_limited_at_least(request.clone(), QUARANTINE_DELAY);
@@ -263,5 +405,6 @@ impl Controller {
                 tracing::warn!(target: "krec::reconcile", guest = %guest, key = %request, result = %"error", duration_ms = %format_args!("{ms:.1}"), retries, "{err}; retrying with backoff");
             }
         }
+        outcome
     }
 }

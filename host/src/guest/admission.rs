@@ -200,6 +200,7 @@ impl GuestModule {
             };
             let state = instance.store.data_mut();
             state.request = label;
+            state.trace = crate::telemetry::current();
             state.writes_allowed = writes;
             state.cluster = cluster.clone();
             state.metrics = metrics;
@@ -208,6 +209,8 @@ impl GuestModule {
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
             let result = call(&instance.bindings, &mut instance.store).await;
+            // A pooled instance must not hold the review's trace past it.
+            instance.store.data_mut().trace = None;
             // An instance that trapped may be mid-way through anything: it is dropped.
             let value = result.map_err(|err| (classify(&err), one_line(&err)))?;
             if reuse && instance.store.data().limits.worth_keeping() {

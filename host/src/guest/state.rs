@@ -35,6 +35,8 @@ pub struct HostState {
     pub cpu_paused: std::time::Duration,
     /// Whether writes (`client` writes, Events) are allowed: not in a review or a map.
     pub writes_allowed: Writes,
+    /// The current reconcile's trace, when traces are on: each host call is noted in it.
+    pub trace: Option<Arc<crate::telemetry::Trace>>,
     /// A dev build's source folder under `krec dev` (see [`super::dev_source`]).
     pub dev_source: Option<std::path::PathBuf>,
     pub(crate) wasi: WasiCtx,

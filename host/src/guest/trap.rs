@@ -32,6 +32,17 @@ pub enum TrapCause {
 }
 
 impl TrapCause {
+    /// Every cause.
+    pub const ALL: [TrapCause; 7] = [
+        TrapCause::Timeout,
+        TrapCause::OutOfMemory,
+        TrapCause::Panic,
+        TrapCause::StackOverflow,
+        TrapCause::MemoryFault,
+        TrapCause::Instantiate,
+        TrapCause::Other,
+    ];
+
     /// Short name for logs and metrics labels.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -102,6 +102,7 @@ pub(super) fn new_store(
         limits,
         host_time: Duration::ZERO,
         first_call: None,
+        trace: None,
         metrics,
         budgets: module.budgets.clone(),
         cpu_paused: Duration::ZERO,
@@ -366,6 +367,7 @@ impl GuestWorker {
         let metrics = self.metrics.clone();
         let clock = self.clock.clone();
         let request_text = request.clone();
+        let trace = crate::telemetry::current();
         let run = async move {
             let mut instance = match kept {
                 Some(instance) => instance,
@@ -383,6 +385,7 @@ impl GuestWorker {
             state.request = request_text;
             state.host_time = Duration::ZERO;
             state.first_call = None;
+            state.trace = trace;
             state.cpu_paused = Duration::ZERO;
             state.deadline = deadline_after(timeout);
             instance.store.set_epoch_deadline(1);
@@ -395,6 +398,9 @@ impl GuestWorker {
                 .bindings
                 .call_reconcile(&mut instance.store, &wit_request)
                 .await;
+            let state = instance.store.data_mut();
+            // A kept instance must not hold the reconcile's trace past it.
+            state.trace = None;
             let state = instance.store.data();
             let usage = Usage {
                 guest_time: started

@@ -30,10 +30,12 @@
 //! host's start is the first reload); `pull` fetches modules from registries; `triggers` says
 //! when to reload; `report` says what became of each guest.
 
+mod fingerprint;
 pub mod from_cluster;
 mod lifecycle;
 mod load;
 pub mod oci;
+pub mod overview;
 mod pull;
 mod reload;
 mod report;
@@ -48,7 +50,8 @@ pub use pull::{PULL_DEADLINE, START_PULL_WAIT};
 pub use reload::{FULL_WAIT, LOOP_WAIT};
 pub use report::{ReloadReport, Skipped, StartError};
 pub use triggers::{
-    FIRST_RELOAD_RETRY, MAX_RELOAD_RETRY, PERMISSION_RECHECK, RELOAD_DEBOUNCE, Watcher,
+    FIRST_RELOAD_RETRY, MAX_RELOAD_RETRY, PERMISSION_RECHECK, POLL_WITHOUT_EVENTS, RELOAD_DEBOUNCE,
+    Watcher,
 };
 
 use std::collections::{BTreeMap, HashMap};
@@ -60,7 +63,7 @@ use crate::controller::Controller;
 use crate::guest::{CpuGovernor, Engines, MemoryPool, ModuleCache, Runner};
 use crate::guests::from_cluster::{FromCluster, Generations, ObjectSource};
 use crate::manifest::Manifest;
-use crate::process::metrics::Metrics;
+use crate::process::metrics::{GuestLabel, Metrics};
 use running::{Guest, Loading, PullTask};
 
 /// A guest's current version as the admission server runs it ([`Manager::reviewer`]).
@@ -111,10 +114,17 @@ pub struct ManagerOptions {
     pub instance_idle: Option<Duration>,
     /// The compiler guests are compiled with (`krec dev`: Winch).
     pub compiler: crate::guest::engine::Compiler,
+    /// Look at the watched manifest and module files this often instead of waiting for the
+    /// file system's events (`--poll-files`: file systems that send none, such as NFS or WSL's
+    /// Windows drives); `None`: events, or every [`POLL_WITHOUT_EVENTS`] where the platform's
+    /// watcher cannot start.
+    pub poll_files: Option<Duration>,
 }
 
 struct Inner {
     metrics: Arc<Metrics>,
+    /// [`ManagerOptions::poll_files`].
+    poll_files: Option<Duration>,
     /// How long an idle worker keeps its instance.
     instance_idle: Duration,
     gate: tokio::sync::watch::Receiver<bool>,
@@ -144,6 +154,9 @@ struct Inner {
     /// What the guest objects were when the running set was last brought in line with them:
     /// each one's `observedGeneration`.
     applied: RwLock<Generations>,
+    /// The manifest and module files the guests were last loaded from, as they were just
+    /// before they were read: a watch starting later takes up what changed since.
+    loaded_files: std::sync::Mutex<fingerprint::Fingerprint>,
     /// Modules from registries.
     registries: Arc<crate::guests::oci::Registries>,
     /// Pulls from slow registries going on in the background, by guest and reference
@@ -275,10 +288,42 @@ impl Manager {
 
     /// The metrics text, with the scrape-time series brought up to date.
     pub fn scrape(&self) -> String {
-        for controller in self.controllers().values() {
+        let controllers = self.controllers();
+        for controller in controllers.values() {
             controller.refresh_metrics();
         }
+        self.refresh_ready(&controllers);
         self.inner.metrics.encode()
+    }
+
+    /// The guests whose versions are loading in the background.
+    fn loading_names(&self) -> Vec<String> {
+        self.inner
+            .loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// `krec_guest_ready`: 1 for each guest running, 0 for each refused or still loading (a
+    /// refused new version of a running guest leaves it running: 1).
+    fn refresh_ready(&self, running: &BTreeMap<String, Arc<Controller>>) {
+        let ready = &self.inner.metrics.guest_ready;
+        let loading = self.loading_names();
+        let waiting = self
+            .skipped()
+            .into_iter()
+            .map(|s| s.guest)
+            .chain(loading)
+            .filter(|name| !running.contains_key(name));
+        let mut values: BTreeMap<String, i64> = waiting.map(|name| (name, 0)).collect();
+        values.extend(running.keys().map(|name| (name.clone(), 1)));
+        ready.clear();
+        for (guest, value) in values {
+            ready.get_or_create(&GuestLabel { guest }).set(value);
+        }
     }
 
     /// The shared cache.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use super::fingerprint::Fingerprint;
 use super::pull::START_PULL_WAIT;
 use super::report::{ReloadReport, Skipped, StartError};
 use super::running::{LoadDigests, candidate_digest};
@@ -70,6 +71,11 @@ impl Manager {
             }
             None => (None, manifests.into_iter().map(Ok).collect()),
         };
+        // The files as they are before the modules are read (the manifests were read by the
+        // caller).
+        let loaded_files = std::sync::Mutex::new(Fingerprint::of_manifests(
+            wanted.iter().filter_map(|m| m.as_ref().ok()),
+        ));
         let applied = RwLock::new(
             objects
                 .as_ref()
@@ -79,6 +85,7 @@ impl Manager {
         let manager = Manager {
             inner: Arc::new(Inner {
                 metrics: options.metrics.unwrap_or_default(),
+                poll_files: options.poll_files,
                 instance_idle: options
                     .instance_idle
                     .unwrap_or(crate::controller::IDLE_INSTANCE),
@@ -110,6 +117,7 @@ impl Manager {
                 tenant_loads: std::sync::Mutex::new(HashMap::new()),
                 objects,
                 applied,
+                loaded_files,
                 registries: options
                     .registries
                     .unwrap_or_else(|| Arc::new(crate::guests::oci::Registries::private())),
@@ -153,6 +161,8 @@ impl Manager {
         dir: Option<&Path>,
         wait: Duration,
     ) -> Result<ReloadReport, ManifestError> {
+        // The files as they are before this reads them: one written meanwhile is reloaded.
+        let loaded_files = Fingerprint::of(dir, &self.module_paths(dir).await);
         let files = match dir {
             Some(dir) => Manifest::scan_dir(dir)?,
             None => Vec::new(),
@@ -170,6 +180,11 @@ impl Manager {
             .applied
             .write()
             .unwrap_or_else(|e| e.into_inner()) = generations;
+        *self
+            .inner
+            .loaded_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = loaded_files;
         Ok(report)
     }
 

@@ -2,15 +2,20 @@
 //! specs changing, SIGHUP, a refused change's retry, the host's permissions granted, a
 //! background load ending, and the modules' pull period.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::Manager;
+use super::fingerprint::Fingerprint;
 use super::reload::LOOP_WAIT;
 use crate::guests::from_cluster::ObjectSource;
 use crate::manifest::Manifest;
+
+/// How often the files are looked at when the platform's watcher cannot start (inotify's
+/// per-user instances used up by other programs).
+pub const POLL_WITHOUT_EVENTS: Duration = Duration::from_secs(1);
 
 /// How long file changes settle before a reload: editors and `cargo build` write in bursts.
 pub const RELOAD_DEBOUNCE: Duration = Duration::from_millis(100);
@@ -105,35 +110,6 @@ impl Period {
 /// reviews each): a Role or binding that allows one starts it within this.
 pub const PERMISSION_RECHECK: Duration = Duration::from_secs(2);
 
-/// The manifest files of a directory and the module files they name, as the file system
-/// describes them (size, modification time, inode) without opening them: two are equal when
-/// no file was written, replaced, added or removed.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Fingerprint(BTreeMap<PathBuf, Option<(u64, Option<std::time::SystemTime>, u64)>>);
-
-impl Fingerprint {
-    pub(super) fn of(dir: Option<&Path>, modules: &[PathBuf]) -> Self {
-        let files = dir
-            .and_then(|dir| Manifest::files(dir).ok())
-            .unwrap_or_default();
-        let stat = |path: &Path| {
-            let meta = std::fs::metadata(path).ok()?;
-            #[cfg(unix)]
-            let inode = std::os::unix::fs::MetadataExt::ino(&meta);
-            #[cfg(not(unix))]
-            let inode = 0;
-            Some((meta.len(), meta.modified().ok(), inode))
-        };
-        Fingerprint(
-            files
-                .iter()
-                .chain(modules)
-                .map(|path| (path.clone(), stat(path)))
-                .collect(),
-        )
-    }
-}
-
 /// What woke the watch loop.
 #[derive(Debug)]
 enum Trigger {
@@ -149,6 +125,8 @@ enum Trigger {
     Permitted(String),
     /// A version loading in the background is done.
     LoadEnded,
+    /// The files or objects changed between the last load and the watch's start.
+    Missed,
     /// The modules pulled by tag are due to be resolved again.
     Resolve,
     /// The watcher was stopped.
@@ -219,8 +197,13 @@ impl Triggers {
 /// file system's events, debounced ([`RELOAD_DEBOUNCE`]), those of YAML files and of the
 /// modules that matter.
 struct FileWatch {
-    /// `None` when the platform's watcher could not start (SIGHUP still reloads).
+    /// `None` when the files are polled instead: asked to ([`ManagerOptions::poll_files`]), or
+    /// the platform's watcher could not start.
+    ///
+    /// [`ManagerOptions::poll_files`]: super::ManagerOptions::poll_files
     debouncer: Option<notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>>,
+    /// How often the files are looked at without a watcher.
+    poll: Duration,
     events: tokio::sync::mpsc::UnboundedReceiver<()>,
     /// The module files whose events matter (as named, and canonical).
     relevant: Arc<RwLock<BTreeSet<PathBuf>>>,
@@ -230,11 +213,23 @@ struct FileWatch {
 }
 
 impl FileWatch {
-    /// Watch `dir` (recursively), if any.
-    fn start(dir: Option<&Path>) -> Self {
+    /// Watch `dir` (recursively), if any: by the file system's events, or by looking every
+    /// `poll`.
+    fn start(dir: Option<&Path>, poll: Option<Duration>) -> Self {
         use notify::RecursiveMode;
         let (events_tx, events) = tokio::sync::mpsc::unbounded_channel::<()>();
         let relevant = Arc::new(RwLock::new(BTreeSet::<PathBuf>::new()));
+        if let Some(poll) = poll {
+            tracing::info!("looking at the manifests and modules every {poll:?}");
+            return FileWatch {
+                debouncer: None,
+                poll,
+                events,
+                relevant,
+                dir: dir.map(Path::to_owned),
+                watched_dirs: BTreeSet::new(),
+            };
+        }
         let filter = relevant.clone();
         let debouncer = notify_debouncer_mini::new_debouncer(
             RELOAD_DEBOUNCE,
@@ -258,7 +253,9 @@ impl FileWatch {
         let mut debouncer = match debouncer {
             Ok(d) => Some(d),
             Err(err) => {
-                tracing::error!("cannot watch files for changes; SIGHUP still reloads: {err}");
+                tracing::error!(
+                    "cannot watch files for changes ({err}): looking at them every {POLL_WITHOUT_EVENTS:?} instead"
+                );
                 None
             }
         };
@@ -269,6 +266,7 @@ impl FileWatch {
         }
         FileWatch {
             debouncer,
+            poll: POLL_WITHOUT_EVENTS,
             events,
             relevant,
             dir: dir.map(Path::to_owned),
@@ -305,10 +303,12 @@ impl FileWatch {
     }
 
     /// Resolves when files that matter changed: `true`; `false` when no events can come any
-    /// more. Never without a watcher.
+    /// more. Without a watcher (polling, or the user's inotify instances used up), every
+    /// `poll`: the loop compares the files' fingerprint itself.
     async fn changed(&mut self) -> bool {
         if self.debouncer.is_none() {
-            return std::future::pending().await;
+            tokio::time::sleep(self.poll).await;
+            return true;
         }
         self.events.recv().await.is_some()
     }
@@ -341,7 +341,7 @@ impl Manager {
         dir: Option<PathBuf>,
         stopped: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut files = FileWatch::start(dir.as_deref());
+        let mut files = FileWatch::start(dir.as_deref(), self.inner.poll_files);
         let mut triggers = Triggers {
             objects: self.inner.objects.as_ref().map(ObjectSource::changes),
             #[cfg(unix)]
@@ -358,6 +358,15 @@ impl Manager {
         let mut seen = Fingerprint::of(dir.as_deref(), &modules);
         // What the objects were: status writes and label edits do not reload.
         let mut seen_objects = self.generations();
+        // Only now are events noticed: a file written or an object changed since the guests
+        // were last loaded (by the start, or a reload before this watch) is taken up at once.
+        let mut missed = self
+            .inner
+            .loaded_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .changed_since()
+            || *self.inner.applied.read().unwrap_or_else(|e| e.into_inner()) != seen_objects;
         let what = match (&dir, &self.inner.objects) {
             (Some(dir), None) => dir.display().to_string(),
             (Some(dir), Some(_)) => format!("{} and the guest objects", dir.display()),
@@ -369,7 +378,11 @@ impl Manager {
             triggers.resolve.arm(self.pull_interval().await);
             // A reload in progress always completes: stopping is only noticed here, between
             // reloads.
-            let trigger = triggers.next(self, &mut files).await;
+            let trigger = if std::mem::take(&mut missed) {
+                Trigger::Missed
+            } else {
+                triggers.next(self, &mut files).await
+            };
             // Whether neither the files nor the objects changed since the last reload. Both are
             // compared whichever woke the loop: a file event that changes nothing can win the
             // race with an object's change (and drop its debounce), which must not be lost.
@@ -392,6 +405,9 @@ impl Manager {
                 }
                 Trigger::LoadEnded => {
                     tracing::debug!("a version loading in the background is done: taking it up");
+                }
+                Trigger::Missed => {
+                    tracing::info!("{what} changed since the guests were loaded: reloading");
                 }
             }
             // What woke the loop until now is taken up by this reload; what happens from here

@@ -82,6 +82,8 @@ mod trimmer {
         let started = std::thread::Builder::new()
             .name("krec-trim".into())
             .spawn(|| {
+                // Started by whichever thread first wants a trim: perhaps a demoted guest's.
+                crate::process::threads::undemote_this_thread();
                 loop {
                     {
                         let mut wanted = TRIMMER.wanted.lock().unwrap_or_else(|e| e.into_inner());

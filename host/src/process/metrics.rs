@@ -25,12 +25,18 @@
 //! | `krec_host_calls_total` | `guest`, `verb`, `result` | host calls that reached the cluster |
 //! | `krec_read_your_writes_waits_total` | `guest`, `outcome` (`caught_up`, `read_through`) | cached reads that waited for the guest's own write |
 //! | `krec_read_your_writes_wait_seconds` | `guest` | histogram of those waits |
+//! | `krec_guest_ready` | `guest` | 1 while the guest runs here, 0 while it is refused or loading (at scrape) |
+//! | `krec_webhook_verdicts_total` | `webhook`, `verdict` (`allowed`, `denied`, `patched`) | the guests' admission verdicts |
+//! | `krec_rollout_decisions_total` | `guest`, `decision` (`promoted`, `rolled_back`) | rollouts decided |
+//! | `krec_webhook_certificate_expiry_timestamp_seconds` | `address` | when the admission server's certificate expires (at scrape) |
+//! | `krec_shard_leases_lost_total` | `guest` | a guest's Lease lost by this replica: not renewed in time, or taken (`--shard`) |
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -239,6 +245,56 @@ pub struct WebhookCodeLabels {
     pub code: String,
 }
 
+/// Labels of `krec_webhook_verdicts_total`: webhook and verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// The webhook's path.
+    pub webhook: String,
+    /// `allowed`, `denied`, or `patched` (allowed with changes).
+    pub verdict: &'static str,
+}
+
+/// Labels of `krec_rollout_decisions_total`: guest and decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// The guest's name.
+    pub guest: String,
+    /// `promoted` or `rolled_back`.
+    pub decision: &'static str,
+}
+
+/// `address` label: a server's listening address.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AddressLabel {
+    /// `host:port`.
+    pub address: String,
+}
+
+/// The verdicts of `krec_webhook_verdicts_total`.
+const VERDICTS: [&str; 3] = ["allowed", "denied", "patched"];
+
+/// The decisions of `krec_rollout_decisions_total`.
+const DECISIONS: [&str; 2] = ["promoted", "rolled_back"];
+
+/// A family declared (`# HELP`, `# TYPE`) even while it has no series, so that a scrape
+/// shows every family the host exports — those that count only what has not happened yet too.
+#[derive(Debug)]
+struct Declared<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -363,6 +419,20 @@ pub struct Metrics {
     /// `krec_shadow_reconciles_total`: a candidate's shadow reconciles compared with the
     /// live version's, by outcome (`same`, `diverged`, `error`, `trap`, `skipped`).
     pub shadow_reconciles: Family<OutcomeLabels, Counter>,
+    /// `krec_guest_ready`: 1 while the guest runs, 0 while it is refused or loading (set at
+    /// scrape by the guests' manager).
+    pub guest_ready: Family<GuestLabel, Gauge>,
+    /// `krec_webhook_verdicts_total`: the guests' admission verdicts.
+    pub webhook_verdicts: Family<VerdictLabels, Counter>,
+    /// `krec_rollout_decisions_total`: rollouts promoted or rolled back.
+    pub rollout_decisions: Family<DecisionLabels, Counter>,
+    /// `krec_webhook_certificate_expiry_timestamp_seconds`: set at each scrape from the
+    /// certificates [`Self::watch_certificate`] was given.
+    pub certificate_expiry: Family<AddressLabel, Gauge>,
+    /// `krec_shard_leases_lost_total`.
+    pub leases_lost: Family<GuestLabel, Counter>,
+    /// The admission servers' certificates, by address, while they serve.
+    certificates: std::sync::Mutex<Vec<(String, std::sync::Weak<krec_net::tls::ServingCert>)>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -533,7 +603,21 @@ impl Metrics {
             };
             self.webhook_latency.remove(&webhook);
             self.webhook_in_flight.remove(&webhook);
+            for verdict in VERDICTS {
+                self.webhook_verdicts.remove(&VerdictLabels {
+                    webhook: webhook.webhook.clone(),
+                    verdict,
+                });
+            }
         }
+        for decision in DECISIONS {
+            self.rollout_decisions.remove(&DecisionLabels {
+                guest: guest.to_owned(),
+                decision,
+            });
+        }
+        self.guest_ready.remove(&label);
+        self.leases_lost.remove(&label);
         for cause in made.traps {
             self.traps.remove(&TrapLabels {
                 guest: guest.to_owned(),
@@ -596,6 +680,12 @@ impl Metrics {
             webhook_latency: Family::new_with_constructor(webhook_buckets),
             webhook_in_flight: Family::default(),
             reloads: Family::default(),
+            guest_ready: Family::default(),
+            webhook_verdicts: Family::default(),
+            rollout_decisions: Family::default(),
+            certificate_expiry: Family::default(),
+            leases_lost: Family::default(),
+            certificates: std::sync::Mutex::default(),
             registry: Registry::default(),
             made: std::sync::Mutex::default(),
         };
@@ -603,189 +693,310 @@ impl Metrics {
         registry.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
-            m.reconcile_total.clone(),
+            Declared(m.reconcile_total.clone()),
         );
         registry.register(
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
-            m.reconcile_errors.clone(),
+            Declared(m.reconcile_errors.clone()),
         );
         registry.register(
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
-            m.reconcile_time.clone(),
+            Declared(m.reconcile_time.clone()),
         );
         registry.register(
             "controller_runtime_webhook_requests",
             "Total number of admission requests by HTTP status code",
-            m.webhook_requests.clone(),
+            Declared(m.webhook_requests.clone()),
         );
         registry.register(
             "controller_runtime_webhook_latency_seconds",
             "Histogram of the latency of processing admission requests",
-            m.webhook_latency.clone(),
+            Declared(m.webhook_latency.clone()),
         );
         registry.register(
             "controller_runtime_webhook_requests_in_flight",
             "Current number of admission requests being served",
-            m.webhook_in_flight.clone(),
+            Declared(m.webhook_in_flight.clone()),
         );
         registry.register(
             "controller_runtime_max_concurrent_reconciles",
             "Maximum number of concurrent reconciles per controller",
-            m.max_concurrent.clone(),
+            Declared(m.max_concurrent.clone()),
         );
         registry.register(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
-            m.active_workers.clone(),
+            Declared(m.active_workers.clone()),
         );
         registry.register(
             "workqueue_depth",
             "Current depth of workqueue",
-            m.queue_depth.clone(),
+            Declared(m.queue_depth.clone()),
         );
         registry.register(
             "workqueue_adds",
             "Total number of adds handled by workqueue",
-            m.queue_adds.clone(),
+            Declared(m.queue_adds.clone()),
         );
         registry.register(
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
-            m.queue_duration.clone(),
+            Declared(m.queue_duration.clone()),
         );
         registry.register(
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes",
-            m.work_duration.clone(),
+            Declared(m.work_duration.clone()),
         );
         registry.register(
             "workqueue_unfinished_work_seconds",
             "How many seconds of work has been done that is in progress and hasn't been observed by work_duration",
-            m.unfinished_work.clone(),
+            Declared(m.unfinished_work.clone()),
         );
         registry.register(
             "workqueue_longest_running_processor_seconds",
             "How many seconds has the longest running processor for workqueue been running",
-            m.longest_running.clone(),
+            Declared(m.longest_running.clone()),
         );
         registry.register(
             "workqueue_retries",
             "Total number of retries handled by workqueue",
-            m.queue_retries.clone(),
+            Declared(m.queue_retries.clone()),
         );
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
-            m.leader.clone(),
+            Declared(m.leader.clone()),
         );
         registry.register(
             "krec_shard_guest_owned",
             "1 while this replica holds the guest's Lease and runs it (sharded hosts)",
-            m.shard_owned.clone(),
+            Declared(m.shard_owned.clone()),
         );
         registry.register(
             "krec_shard_replicas",
             "Replicas of the shard group this one sees alive, itself included",
-            m.shard_replicas.clone(),
+            Declared(m.shard_replicas.clone()),
         );
         registry.register(
             "krec_guest_traps",
             "Reconciles that trapped, per guest and cause",
-            m.traps.clone(),
+            Declared(m.traps.clone()),
         );
         registry.register(
             "krec_guest_cpu_seconds",
             "Time spent running guest code: reconcile time less time waiting in host calls",
-            m.guest_cpu.clone(),
+            Declared(m.guest_cpu.clone()),
         );
         registry.register(
             "krec_guest_memory_peak_bytes",
             "Largest linear memory of any instance of the guest",
-            m.guest_memory_peak.clone(),
+            Declared(m.guest_memory_peak.clone()),
         );
         registry.register(
             "krec_guest_used_cpu_seconds",
             "CPU time charged to the guest, in its own code (part=wasm) and in host work done for it (part=host)",
-            m.guest_used_cpu.clone(),
+            Declared(m.guest_used_cpu.clone()),
         );
         registry.register(
             "krec_guest_bytes",
             "Objects' text copied into (to_guest) and out of (from_guest) the guest by its host calls",
-            m.guest_bytes.clone(),
+            Declared(m.guest_bytes.clone()),
         );
         registry.register(
             "krec_guest_memory_bytes",
             "Linear memory of the guest's instances now",
-            m.guest_memory.clone(),
+            Declared(m.guest_memory.clone()),
         );
         registry.register(
             "krec_guest_instances_started",
             "Instances of the guest started (cold starts)",
-            m.guest_instances.clone(),
+            Declared(m.guest_instances.clone()),
         );
         registry.register(
             "krec_guest_module_info",
             "The module version a guest runs (value 1)",
-            m.module_info.clone(),
+            Declared(m.module_info.clone()),
         );
         registry.register(
             "krec_host_calls",
             "Host calls that reached the cluster, per guest, verb and result",
-            m.host_calls.clone(),
+            Declared(m.host_calls.clone()),
         );
         registry.register(
             "krec_guest_log_dropped_lines",
             "Guest log lines dropped for being over the guest's log budget",
-            m.log_dropped.clone(),
+            Declared(m.log_dropped.clone()),
         );
         registry.register(
             "krec_guest_cpu_throttled_seconds",
             "Time guest code was held back for being over the guest's CPU budget",
-            m.cpu_throttled.clone(),
+            Declared(m.cpu_throttled.clone()),
         );
         registry.register(
             "krec_guest_write_throttled_seconds",
             "Time guest writes waited for the guest's write rate limit",
-            m.write_throttled.clone(),
+            Declared(m.write_throttled.clone()),
         );
         registry.register(
             "krec_shadow_reconciles",
             "A candidate version's shadow reconciles, by outcome against the live version's: same, diverged, error, trap, or skipped (over its CPU share)",
-            m.shadow_reconciles.clone(),
+            Declared(m.shadow_reconciles.clone()),
         );
         registry.register(
             "krec_guest_quarantined_keys",
             "Times a key was quarantined after trapping again and again",
-            m.quarantined.clone(),
+            Declared(m.quarantined.clone()),
         );
         registry.register(
             "krec_manifest_reloads",
             "Reloads of the manifest directory (a file changed, SIGHUP, or a retry of what was refused), by result: changed, unchanged or refused",
-            m.reloads.clone(),
+            Declared(m.reloads.clone()),
         );
         registry.register(
             "krec_guest_map_calls",
             "Calls of a guest's map function (watches with mapByGuest), by result: ok, error or trap",
-            m.map_calls.clone(),
+            Declared(m.map_calls.clone()),
         );
         registry.register(
             "krec_read_your_writes_waits",
             "Cached reads that waited for the cache to reflect the guest's own earlier write, by outcome: caught_up, or read_through (the API server answered after the wait's bound)",
-            m.ryw_waits.clone(),
+            Declared(m.ryw_waits.clone()),
         );
         registry.register(
             "krec_read_your_writes_wait_seconds",
             "How long cached reads waited for the cache to reflect the guest's own write",
-            m.ryw_wait.clone(),
+            Declared(m.ryw_wait.clone()),
         );
         registry.register(
             "krec_event_stage_seconds",
             "Time a watch event spends in each stage inside the host: handler (received to enqueued), queue (enqueued to taken by a worker), start (taken to guest entered), first_call (entered to first host call), guest (entered to returned)",
-            m.event_stage.clone(),
+            Declared(m.event_stage.clone()),
+        );
+        registry.register(
+            "krec_guest_ready",
+            "1 while the guest runs on this host, 0 while it is refused or loading",
+            Declared(m.guest_ready.clone()),
+        );
+        registry.register(
+            "krec_webhook_verdicts",
+            "The guests' admission verdicts: allowed, denied, or patched (allowed with changes)",
+            Declared(m.webhook_verdicts.clone()),
+        );
+        registry.register(
+            "krec_rollout_decisions",
+            "Rollouts decided, by decision: promoted or rolled_back",
+            Declared(m.rollout_decisions.clone()),
+        );
+        registry.register(
+            "krec_webhook_certificate_expiry_timestamp_seconds",
+            "When the admission server's serving certificate expires (Unix time)",
+            Declared(m.certificate_expiry.clone()),
+        );
+        registry.register(
+            "krec_shard_leases_lost",
+            "Times this replica lost a guest's Lease: not renewed within the deadline, or taken by another replica",
+            Declared(m.leases_lost.clone()),
         );
         Metrics { registry, ..m }
+    }
+
+    /// Export when `cert` (the admission server's on `address`) expires, while it lives.
+    pub fn watch_certificate(&self, address: String, cert: &Arc<krec_net::tls::ServingCert>) {
+        self.certificates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((address, Arc::downgrade(cert)));
+    }
+
+    /// Create `guest`'s series that count what goes wrong at zero — a trap of each of
+    /// `causes`, a quarantine, a rollout decided, and for each of its webhooks (paths in
+    /// `webhooks`) the answers 200 and 500 and each verdict — as controller-runtime creates its
+    /// error counters: a `rate` or `increase` over a series sees its first event only if the
+    /// series existed before it.
+    pub fn init_guest(&self, guest: &str, causes: &[&'static str], webhooks: &[String]) {
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        let made = made.entry(guest.to_owned()).or_default();
+        for &cause in causes {
+            made.traps.insert(cause);
+            let _ = self.traps.get_or_create(&TrapLabels {
+                guest: guest.to_owned(),
+                cause: cause.to_owned(),
+            });
+        }
+        let label = GuestLabel {
+            guest: guest.to_owned(),
+        };
+        let _ = self.quarantined.get_or_create(&label);
+        for decision in DECISIONS {
+            let _ = self.rollout_decisions.get_or_create(&DecisionLabels {
+                guest: guest.to_owned(),
+                decision,
+            });
+        }
+        for path in webhooks {
+            for code in [200, 500] {
+                made.webhook_codes.insert((path.clone(), code));
+                let _ = self.webhook_requests.get_or_create(&WebhookCodeLabels {
+                    webhook: path.clone(),
+                    code: code.to_string(),
+                });
+            }
+            for verdict in VERDICTS {
+                let _ = self.webhook_verdicts.get_or_create(&VerdictLabels {
+                    webhook: path.clone(),
+                    verdict,
+                });
+            }
+        }
+    }
+
+    /// Count an admission verdict of the webhook at `path` (`krec_webhook_verdicts_total`).
+    pub fn count_verdict(&self, path: &str, verdict: &'static str) {
+        let labels = VerdictLabels {
+            webhook: path.to_owned(),
+            verdict,
+        };
+        self.webhook_verdicts.get_or_create(&labels).inc();
+    }
+
+    /// Count a rollout of `guest` decided (`krec_rollout_decisions_total`).
+    pub fn count_decision(&self, guest: &str, promoted: bool) {
+        let labels = DecisionLabels {
+            guest: guest.to_owned(),
+            decision: if promoted { "promoted" } else { "rolled_back" },
+        };
+        self.rollout_decisions.get_or_create(&labels).inc();
+    }
+
+    /// Count `guest`'s Lease lost by this replica (`krec_shard_leases_lost_total`).
+    pub fn count_lease_lost(&self, guest: &str) {
+        let label = GuestLabel {
+            guest: guest.to_owned(),
+        };
+        self.leases_lost.get_or_create(&label).inc();
+    }
+
+    /// Set the certificates' expiry from those still served; forget the others.
+    fn refresh_certificates(&self) {
+        let mut certificates = self.certificates.lock().unwrap_or_else(|e| e.into_inner());
+        certificates.retain(|(address, cert)| {
+            let label = AddressLabel {
+                address: address.clone(),
+            };
+            match cert.upgrade().and_then(|c| c.not_after()) {
+                Some(expiry) => {
+                    self.certificate_expiry.get_or_create(&label).set(expiry);
+                    true
+                }
+                None => {
+                    self.certificate_expiry.remove(&label);
+                    cert.strong_count() > 0
+                }
+            }
+        });
     }
 
     /// `controller`'s series of `krec_event_stage_seconds`, each created when first observed.
@@ -799,6 +1010,7 @@ impl Metrics {
 
     /// The text exposition (OpenMetrics, which Prometheus scrapes).
     pub fn encode(&self) -> String {
+        self.refresh_certificates();
         let mut out = String::new();
         if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::error!("encoding metrics: {err}");

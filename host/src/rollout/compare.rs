@@ -44,6 +44,13 @@ pub fn normalised(value: &Value) -> Value {
                     for field in SERVER_FIELDS {
                         meta.remove(field);
                     }
+                    // A traced write's context (`KREC_TRACE_OBJECTS`) differs from run to run.
+                    if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
+                        annotations.remove(crate::telemetry::TRACEPARENT_ANNOTATION);
+                        if annotations.is_empty() {
+                            meta.remove("annotations");
+                        }
+                    }
                 }
                 for v in map.values_mut() {
                     walk(v, false);
@@ -136,6 +143,9 @@ pub fn field_diffs(a: &Value, b: &Value) -> Vec<FieldDiff> {
 pub struct Divergence {
     /// One line per difference.
     pub lines: Vec<String>,
+    /// Of those, the fields a write of the same object set differently, one by one (each is
+    /// also a line): what the status page shows as a diff.
+    pub changes: Vec<Change>,
     /// The fields whose written values differ, with both values (for `critical` fields): what
     /// the live version left a field as beside what the candidate left it as.
     pub fields: Vec<FieldDiff>,
@@ -145,6 +155,21 @@ impl Divergence {
     /// Whether the two reconciles did the same.
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
+    }
+}
+
+/// A field that a live write and the candidate's write of the same object set differently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// Which write: `write 1 (apps/v1 Deployment default/web)`.
+    pub write: String,
+    /// The field and both values.
+    pub field: FieldDiff,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.write, self.field)
     }
 }
 
@@ -369,8 +394,12 @@ fn compare_write(n: usize, live: &Write, candidate: &Write, reads: &[&Read], out
             diff.live = "<redacted>".into();
             diff.candidate = "<redacted>".into();
         }
-        out.lines
-            .push(format!("write {n} ({}): {diff}", live.target()));
+        let change = Change {
+            write: format!("write {n} ({})", live.target()),
+            field: diff,
+        };
+        out.lines.push(change.to_string());
+        out.changes.push(change);
     }
     // The bodies are the requests; what each leaves the object as is what `critical` judges
     // (a patch setting a field to the value it has changes nothing).
@@ -439,6 +468,7 @@ pub fn compare(live: &Reconcile, candidate: &Reconcile) -> Divergence {
         ));
     }
     bound(&mut out.lines);
+    out.changes.truncate(MAX_LINES);
     out
 }
 
@@ -468,6 +498,17 @@ mod tests {
         let b = json!({"metadata": {"name": "x", "resourceVersion": "7"},
             "status": {"conditions": [{"lastTransitionTime": "2026-11-27T11:30:00.123456+01:00"}]}});
         assert!(field_diffs(&normalised(&a), &normalised(&b)).is_empty());
+    }
+
+    #[test]
+    fn a_traced_creates_context_should_not_count_but_other_annotations_should() {
+        let key = crate::telemetry::TRACEPARENT_ANNOTATION;
+        let live = json!({"metadata": {"name": "x", "annotations": {
+            key: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}});
+        let shadow = json!({"metadata": {"name": "x"}});
+        assert!(field_diffs(&normalised(&live), &normalised(&shadow)).is_empty());
+        let other = json!({"metadata": {"name": "x", "annotations": {key: "00-…", "team": "a"}}});
+        assert!(!field_diffs(&normalised(&other), &normalised(&shadow)).is_empty());
     }
 
     fn reconcile(writes: Vec<Write>) -> Reconcile {
@@ -506,6 +547,10 @@ mod tests {
             d.lines,
             ["write 1 (update v1 Secret default/db): data.password: <redacted> → <redacted>"]
         );
+        // The same, field by field: what the status page shows as a diff.
+        assert_eq!(d.changes.len(), 1);
+        assert_eq!(d.changes[0].to_string(), d.lines[0]);
+        assert_eq!(d.changes[0].field.candidate, "<redacted>");
         let wide = |n: i64| {
             let fields: serde_json::Map<String, Value> =
                 (0..50).map(|i| (format!("k{i}"), json!(n))).collect();
@@ -515,6 +560,7 @@ mod tests {
         let d = compare(&reconcile(vec![wide(1)]), &reconcile(vec![wide(2)]));
         assert_eq!(d.lines.len(), MAX_LINES + 1);
         assert_eq!(d.lines[MAX_LINES], "... and 30 more difference(s)");
+        assert_eq!(d.changes.len(), MAX_LINES, "as many as the lines kept");
         assert_eq!(d.fields.len(), 50, "every field counts for critical ones");
         // A write only one side made: its fields count too.
         let d = compare(&reconcile(vec![]), &reconcile(vec![wide(1)]));

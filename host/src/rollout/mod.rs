@@ -110,6 +110,8 @@ pub struct Kept {
     pub key: String,
     /// The differences.
     pub lines: Vec<String>,
+    /// Of those, the fields written differently.
+    pub changes: Vec<compare::Change>,
 }
 
 struct State {
@@ -343,6 +345,7 @@ impl Rollout {
                     state.divergences.push_back(Kept {
                         key,
                         lines: divergence.lines.clone(),
+                        changes: divergence.changes.clone(),
                     });
                 }
             }
@@ -475,7 +478,16 @@ impl Rollout {
                 "errors": c.errors, "traps": c.traps, "skipped": c.skipped,
             },
             "divergences": state.divergences.iter()
-                .map(|d| json!({"key": d.key, "diff": d.lines}))
+                .map(|d| json!({
+                    "key": d.key,
+                    "diff": d.lines,
+                    "changes": d.changes.iter().map(|c| json!({
+                        "write": c.write,
+                        "path": c.field.path,
+                        "live": c.field.live,
+                        "candidate": c.field.candidate,
+                    })).collect::<Vec<_>>(),
+                }))
                 .collect::<Vec<_>>(),
         })
     }
@@ -618,6 +630,7 @@ mod tests {
             let divergence = compare::Divergence {
                 lines: vec!["write 1: …".into()],
                 fields: vec![diff(field)],
+                changes: Vec::new(),
             };
             r.compared("a".into(), &Outcome::Done, &Outcome::Done, &divergence);
             assert!(
@@ -629,6 +642,7 @@ mod tests {
         let elsewhere = compare::Divergence {
             lines: vec!["write 1: …".into()],
             fields: vec![diff("spec.template")],
+            changes: Vec::new(),
         };
         r.compared("a".into(), &Outcome::Done, &Outcome::Done, &elsewhere);
         assert_eq!(decision(&r), None);

@@ -7,17 +7,21 @@
 //! - `POST /reconcile/{guest}/{namespace}/{name}`: enqueue a request for `guest` (the seeds'
 //!   manual trigger); `_` as the namespace means a cluster-scoped object (no namespace). 202 when
 //!   enqueued, 404 for an unknown guest.
-//!
+//! - `GET /guests`: every guest at a glance, as JSON ([`Manager::overview`]).
 //! - `GET /diff/{guest}`: the guest's rollout (`spec.rollout`) as JSON: its phase, counts and
 //!   first divergences, each with its diff (`krec diff`).
 //! - `POST /rollout/{guest}/promote` and `…/abort`: decide the rollout by hand.
+//! - `GET /status` (and `/`): the status page (plain HTML and a script, built in), reading
+//!   `/guests`.
 //! - `GET /record/{guest}?reconciles=N&seconds=S&secrets=include`: record the guest's
 //!   reconciles as they happen, streamed as a recording's JSON lines until `N` reconciles (default
 //!   1000) or `S` seconds (default 60) (`krec record`; see [`crate::rollout::recording`]).
 //!
 //! Bound to loopback (the default, `127.0.0.1:8080`) it needs no credentials. Bound beyond
 //! loopback it refuses to start without a bearer token, and the trigger then requires
-//! `Authorization: Bearer <token>` (the read-only endpoints stay open for probes and scrapers).
+//! `Authorization: Bearer <token>`, as do everything that shows what guests read or wrote
+//! (`/guests`, `/diff`, `/record`) and the rollout decisions. `/metrics`, `/healthz`, `/readyz`
+//! and the status page's own files (which hold no data) stay open for probes and scrapers.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,11 +104,12 @@ impl Admin {
             token,
             ..Default::default()
         });
-        let app = axum::Router::new()
+        let app = super::status::routes(axum::Router::new())
             .route("/metrics", get(metrics))
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
             .route("/reconcile/{guest}/{namespace}/{name}", post(trigger))
+            .route("/guests", get(guests))
             .route("/diff/{guest}", get(diff))
             .route("/rollout/{guest}/{action}", post(rollout))
             .route("/record/{guest}", get(record))
@@ -231,6 +236,23 @@ fn controller_of(
     manager(state)
         .and_then(|m| m.controller(guest))
         .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no guest named {guest:?}\n")))
+}
+
+/// Every guest at a glance ([`Manager::overview`]) as JSON: what `krec top` and the status
+/// page read.
+async fn guests(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    // The last errors and rollout divergences name objects and what the guests wrote: as
+    // guarded as the trigger.
+    if let Some(refused) = unauthorized(&state, &headers) {
+        return refused;
+    }
+    let Some(manager) = manager(&state) else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the guests are starting\n").into_response();
+    };
+    match serde_json::to_string(&manager.overview()) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
+    }
 }
 
 async fn diff(

@@ -18,6 +18,7 @@ pub mod admin;
 mod admission;
 pub mod leader;
 pub mod shard;
+mod status;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -77,6 +78,9 @@ pub struct HostOptions {
     pub registry_redirect_hosts: Vec<String>,
     /// The compiler guests are compiled with (`--compiler`; `krec dev`: Winch).
     pub compiler: crate::guest::engine::Compiler,
+    /// Look at the manifest files this often instead of waiting for events (`--poll-files`;
+    /// [`ManagerOptions::poll_files`]).
+    pub poll_files: Option<std::time::Duration>,
 }
 
 /// Whether and how the host keeps the cluster's webhook registrations (the
@@ -116,6 +120,7 @@ impl Default for HostOptions {
             insecure_registries: Vec::new(),
             registry_redirect_hosts: Vec::new(),
             compiler: crate::guest::engine::Compiler::Cranelift,
+            poll_files: None,
         }
     }
 }
@@ -207,6 +212,7 @@ impl RuntimeBuilder {
                 from_cluster: options.from_cluster.clone(),
                 registries: Some(Arc::new(options.registries())),
                 compiler: options.compiler,
+                poll_files: options.poll_files,
                 ..Default::default()
             },
         )

@@ -349,3 +349,56 @@ impl Drop for Host {
         let _ = self.child.wait();
     }
 }
+
+/// Wait (at most `within`) for `check` to give `Ok`, every 250 ms; panic with `what` and its
+/// last error otherwise.
+pub fn until<T>(what: &str, within: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match check() {
+            Ok(found) => return found,
+            Err(err) if Instant::now() > deadline => panic!("{what}: {err}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+/// `krec dev` in `dir` running the sample `guests` (the Foo CRD and example applied), its admin
+/// server on a free port and the shared module cache, `configure` adding to its command:
+/// (the process, its admin server, its kubeconfig), once it reconciles.
+pub fn dev(
+    dir: &Path,
+    guests: &[&str],
+    configure: impl FnOnce(&mut Command),
+) -> (Stopped, SocketAddr, PathBuf) {
+    let kubeconfig = dir.join("kc.yaml");
+    let manifests = dir.join("manifests");
+    std::fs::create_dir(&manifests).expect("manifests");
+    for guest in guests {
+        place_manifest(&manifests, guest);
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_krec"));
+    command
+        .args(["dev", "--manifests"])
+        .arg(&manifests)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .arg("--apply")
+        .arg(repo().join("sample-guests/foo-controller/crd"))
+        .args(["--admin-addr", "127.0.0.1:0", "--module-cache"])
+        .arg(shared_module_cache())
+        .env("RUST_LOG", "off")
+        .env("XDG_CACHE_HOME", test_cache_home())
+        .stdout(Stdio::piped());
+    configure(&mut command);
+    let mut child = command.spawn().expect("start krec dev");
+    let (printed, lines) = read_until(&mut child, |l| l.contains("reconciling"));
+    // Keep reading what it prints, as a terminal would.
+    std::thread::spawn(move || lines.for_each(drop));
+    let admin: SocketAddr = printed
+        .iter()
+        .find_map(|l| l.split("admin server at http://").nth(1))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {printed:?}"));
+    (Stopped(child), admin, kubeconfig)
+}

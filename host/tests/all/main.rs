@@ -6,6 +6,7 @@
 mod check;
 mod cluster_cli;
 mod common;
+mod dashboards;
 mod deploy;
 mod dev;
 mod leader;
@@ -14,4 +15,7 @@ mod push;
 mod run;
 mod shard;
 mod soak;
+mod status;
+mod top;
+mod traces;
 mod webhooks;

@@ -26,6 +26,7 @@ mod readme;
 mod rollout;
 mod samples;
 mod swap;
+mod traces;
 mod usage;
 mod verdicts;
 mod webhooks;

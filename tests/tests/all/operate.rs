@@ -368,6 +368,10 @@ async fn the_trigger_beyond_loopback_should_require_the_token() {
         let (code, body) = http(local, "POST", bad, Some("s3cret")).await;
         assert_eq!(code, 400, "{bad}: {body}");
     }
+    // The guests' overview names objects and errors: guarded too.
+    assert_eq!(http(local, "GET", "/guests", None).await.0, 401);
+    let (code, body) = http(local, "GET", "/guests", Some("s3cret")).await;
+    assert_eq!(code, 200, "{body}");
     // Probes and metrics stay open for kubelets and scrapers.
     assert_eq!(http(local, "GET", "/healthz", None).await.0, 200);
     assert_eq!(http(local, "GET", "/metrics", None).await.0, 200);
@@ -397,4 +401,106 @@ async fn a_guest_that_failed_to_start_should_have_no_module_info() {
         "a guest that never ran is not loaded: {text}"
     );
     manager.cache().stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guests_overview_should_show_state_figures_errors_and_recent_reconciles() {
+    let mut manifest = krec_tests::misbehave_manifest();
+    // Room for its 20 MB error.
+    manifest.spec.limits.memory = 64 << 20;
+    let live = Live::start(vec![manifest], Vec::new()).await;
+    let controller = live.controller("misbehave");
+    // A reconcile that ends well, one whose error is 20 MB, one that traps.
+    for name in ["ok", "huge-error", "panic"] {
+        controller.trigger(krec::controller::Request::new(None, name));
+    }
+    live.eventually("the three reconciles to end", || async {
+        let stats = controller.stats();
+        (stats.done() >= 1 && stats.errors() >= 1 && stats.traps() >= 1).then_some(())
+    })
+    .await;
+    let admin = Admin::start("127.0.0.1:0".parse().expect("addr"), None)
+        .await
+        .expect("admin");
+    admin.set_manager(live.manager.clone());
+    let (code, body) = http(admin.addr(), "GET", "/guests", None).await;
+    assert_eq!(code, 200, "{body}");
+    let overview: Value = serde_json::from_str(&body).expect("JSON");
+    let guests = overview["guests"].as_array().expect("guests");
+    assert_eq!(guests.len(), 1, "{overview:#}");
+    let guest = &guests[0];
+    assert_eq!(guest["name"], "misbehave");
+    assert_eq!(guest["state"], "Running");
+    let running = &guest["running"];
+    assert_eq!(running["version"], 1);
+    let total = running["reconciles"]["total"].as_u64().expect("total");
+    assert!(total >= 3, "{running:#}");
+    // Every reconcile is in one duration bucket.
+    let bounds = overview["durationBounds"].as_array().expect("bounds").len();
+    let durations: Vec<u64> = running["durations"]
+        .as_array()
+        .expect("durations")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(durations.len(), bounds + 1);
+    assert_eq!(durations.iter().sum::<u64>(), total, "{running:#}");
+    // The recent reconciles, newest first: each result, the errors' messages bounded.
+    let recent = running["recent"].as_array().expect("recent");
+    let result = |key: &str| {
+        recent
+            .iter()
+            .find(|r| r["key"] == key)
+            .unwrap_or_else(|| panic!("no reconcile of {key} in {recent:?}"))
+    };
+    assert_eq!(result("ok")["result"], "done");
+    assert!(result("ok").get("message").is_none());
+    let huge = result("huge-error");
+    assert_eq!(huge["result"], "error");
+    let message = huge["message"].as_str().expect("message");
+    assert!(message.len() <= 1100, "{} bytes kept", message.len());
+    let panicked = result("panic");
+    assert_eq!(panicked["result"], "trap");
+    assert!(
+        panicked["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("panic")),
+        "{panicked}"
+    );
+    let ended: Vec<u64> = recent
+        .iter()
+        .filter_map(|r| r["endedUnixMs"].as_u64())
+        .collect();
+    assert!(
+        ended.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {ended:?}"
+    );
+    assert!(running["lastError"]["message"].is_string(), "{running:#}");
+
+    // A manifest refused at the next reload is listed with why.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("widgets.yaml"),
+        format!(
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: widgets}}\nspec:\n  module: {}\n  for: {{apiVersion: example.com/v1, kind: Widget}}\n",
+            krec_tests::built_module("misbehave.wasm").display()
+        ),
+    )
+    .expect("write");
+    let report = live.manager.reload(dir.path()).await.expect("reload");
+    assert_eq!(report.rejected.len(), 1, "{report:?}");
+    let overview = live.manager.overview();
+    let widgets = overview
+        .guests
+        .iter()
+        .find(|g| g.name == "widgets")
+        .expect("the refused guest is listed");
+    assert_eq!(widgets.state, "Refused");
+    assert!(
+        widgets
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("Widget")),
+        "{widgets:?}"
+    );
 }

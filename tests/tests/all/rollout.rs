@@ -138,7 +138,11 @@ async fn an_unchanged_candidate_should_agree_and_be_promoted() {
         version,
         "the same module promoted: the same version of the module"
     );
-    assert!(controller.rollout().is_none());
+    // The report says the decision as soon as it is made; the candidate goes just after.
+    live.eventually("no candidate after the promotion", || async {
+        controller.rollout().is_none().then_some(())
+    })
+    .await;
     // The promoted version reconciles.
     scale_foo(&live, 7).await;
     live.eventually("replicas 7 after promotion", || async {
@@ -163,11 +167,12 @@ async fn a_trapping_candidate_should_be_rolled_back_and_lose_no_key() {
             .is_some_and(|r| r.contains("trapped")),
         "{report:#}"
     );
+    // The report says the decision as soon as it is made; the candidate goes just after.
     let controller = live.controller("foo-controller");
-    assert!(
-        controller.rollout().is_none(),
-        "no candidate after a rollback"
-    );
+    live.eventually("no candidate after a rollback", || async {
+        controller.rollout().is_none().then_some(())
+    })
+    .await;
     // Every key still reconciled by the live version: none lost.
     live.eventually("replicas 3", || async {
         (replicas(&live).await? == json!(3)).then_some(())

@@ -314,3 +314,82 @@ async fn a_module_deleted_then_rebuilt_should_swap_without_a_refusal() {
     );
     watcher.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_replaced_before_the_watch_starts_should_still_be_swapped_in() {
+    // `krec run` loads the guests, then starts watching: a build that lands in between (or a
+    // watch task slow to be scheduled on a busy machine) must not be missed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [a, b] = versions();
+    install(dir.path(), &a);
+    let manifest = write_manifest(dir.path(), "");
+    let live = Live::start(vec![manifest], vec![configmap(0)]).await;
+    let controller = live.controller("stamper");
+    install(dir.path(), &b);
+    let watcher = live.manager.watch(dir.path().to_owned());
+    live.eventually("version b swapped in", || async {
+        (controller.version().number == 2).then_some(())
+    })
+    .await;
+    // And a manifest changed between a reload and the next watch's start, likewise.
+    watcher.stop().await;
+    let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
+    std::fs::write(
+        dir.path().join("stamper.yaml"),
+        text.replace("kind: ConfigMap}", "kind: Secret}"),
+    )
+    .expect("write");
+    let watcher = live.manager.watch(dir.path().to_owned());
+    live.eventually("the changed manifest taken up", || async {
+        let informers = live.manager.cache().inspect();
+        informers
+            .iter()
+            .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"])
+            .then_some(())
+    })
+    .await;
+    watcher.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_looking_at_its_files_without_events_should_still_swap_modules_in() {
+    // `--poll-files`, or a host whose file watcher cannot start (its user's inotify instances
+    // used up by other programs): no event ever comes, the files are looked at instead.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [a, b] = versions();
+    install(dir.path(), &a);
+    let manifest = write_manifest(dir.path(), "");
+    let options = krec::guests::ManagerOptions {
+        module_cache: krec_tests::module_cache(),
+        poll_files: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let live = Live::start_with_manager_options(vec![manifest], vec![configmap(0)], options).await;
+    let controller = live.controller("stamper");
+    let watcher = live.manager.watch(dir.path().to_owned());
+    // The first swap may be taken up as the watch starts; the second comes while it waits, and
+    // only a look at the files can find it.
+    for (swap, module) in [(2, &b), (3, &a)] {
+        install(dir.path(), module);
+        live.eventually(&format!("version {swap} swapped in"), || async {
+            (controller.version().number == swap).then_some(())
+        })
+        .await;
+    }
+    // A manifest changed likewise.
+    let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
+    std::fs::write(
+        dir.path().join("stamper.yaml"),
+        text.replace("kind: ConfigMap}", "kind: Secret}"),
+    )
+    .expect("write");
+    live.eventually("the changed manifest taken up", || async {
+        let informers = live.manager.cache().inspect();
+        informers
+            .iter()
+            .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"])
+            .then_some(())
+    })
+    .await;
+    watcher.stop().await;
+}

@@ -672,6 +672,7 @@ mod tests {{
 #[test]
 fn the_webhooks_should_judge_what_the_cluster_is_asked_to_create() {{
     use krec_guest::ResourceExt as _;
+    use krec_guest::k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     let dir = env!("CARGO_MANIFEST_DIR");
     let cluster = TestCluster::start().expect("the embedded API server");
     cluster.run_guests(format!("{{dir}}/manifest.yaml")).expect("the krec host");
@@ -681,7 +682,10 @@ fn the_webhooks_should_judge_what_the_cluster_is_asked_to_create() {{
         {example_fixture}
         object
     }};
-    // Refused once the host has registered the webhooks.
+    // The host registers the webhooks once its guest runs; the API server asks them from then.
+    cluster.eventually("the host to register the webhooks", || {{
+        cluster.objects().get::<ValidatingWebhookConfiguration>(None, "krec-{name}")
+    }});
     let mut attempt = 0;
     let refused = cluster.eventually("the guard to refuse a frozen object", || {{
         attempt += 1;

@@ -140,6 +140,7 @@ use krec_guest::testing::TestCluster;
 #[test]
 fn the_webhook_should_judge_what_the_cluster_is_asked_to_create() {{
     use krec_guest::ResourceExt as _;
+    use krec_guest::k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     let dir = env!("CARGO_MANIFEST_DIR");
     let module = format!("{{dir}}/target/wasm32-wasip2/release/{krate}.wasm");
     assert!(
@@ -154,7 +155,10 @@ fn the_webhook_should_judge_what_the_cluster_is_asked_to_create() {{
         {fixture}
         object
     }};
-    // Refused once the host has registered the webhook.
+    // The host registers the webhook once its guest runs; the API server asks it from then.
+    cluster.eventually("the host to register the webhook", || {{
+        cluster.objects().get::<ValidatingWebhookConfiguration>(None, "krec-{name}")
+    }});
     let mut attempt = 0;
     let refused = cluster.eventually("the guard to refuse a frozen object", || {{
         attempt += 1;

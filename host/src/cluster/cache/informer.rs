@@ -126,7 +126,8 @@ impl Informer {
             task: Mutex::new(None),
             users: Mutex::new(BTreeMap::new()),
         });
-        let task = tokio::spawn(run(api, informer.clone()));
+        // Shared by every guest that reads the kind: never on one guest's threads.
+        let task = crate::process::threads::spawn_home(run(api, informer.clone()));
         *informer.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         informer
     }

@@ -305,7 +305,8 @@ impl EventRecorder {
         /// Writes tried for one held-back count before it waits for the next repeat.
         const ATTEMPTS: u32 = 5;
         let recorder = self.clone();
-        tokio::spawn(async move {
+        // On the host's runtime: the count is written even if the guest's threads stop.
+        crate::process::threads::spawn_home(async move {
             for attempt in 1..=ATTEMPTS {
                 loop {
                     tokio::time::sleep(recorder.next_token_in(&object)).await;

@@ -225,7 +225,7 @@ impl ApiClient {
         builder: http::request::Builder,
         body: Vec<u8>,
     ) -> Result<Value, CallError> {
-        let request = builder
+        let request = crate::telemetry::with_traceparent(builder)
             .body(body)
             .map_err(|e| CallError::Invalid(format!("building the request: {e}")))?;
         self.client
@@ -358,7 +358,7 @@ impl ApiClient {
                 ))
             }
         };
-        let request = builder
+        let request = crate::telemetry::with_traceparent(builder)
             .header("content-type", "application/json")
             .body(json.as_bytes().to_vec())
             .map_err(|e| CallError::Invalid(format!("building the request: {e}")))?;

@@ -62,15 +62,31 @@ impl Calls<'_> {
         Ok((self.cluster, namespace))
     }
 
-    pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, CallError> {
+    /// The head (kind, namespace, name) of an object to write, checked as one must be: within
+    /// [`MAX_OBJECT_BYTES`], JSON with a kind. The text goes to the API server as it is.
+    pub(crate) fn write_head(json: &str) -> Result<ObjectHead, CallError> {
         if json.len() > MAX_OBJECT_BYTES {
             return Err(CallError::Invalid(format!(
                 "object of {} bytes exceeds the {MAX_OBJECT_BYTES}-byte limit",
                 json.len()
             )));
         }
-        // The text is checked and its head read, but it goes to the API server as it is.
-        let head = ObjectHead::parse(json)?;
+        ObjectHead::parse(json)
+    }
+
+    /// Write `json` as `verb` says: its head read, the call checked, the text sent as it is.
+    #[cfg(any(test, feature = "native"))]
+    pub(crate) async fn write(&self, json: &str, verb: Verb) -> Result<String, CallError> {
+        self.write_as(json, Self::write_head(json)?, verb).await
+    }
+
+    /// [`write`](Self::write) of `json` whose [`write_head`](Self::write_head) was read already.
+    pub(crate) async fn write_as(
+        &self,
+        json: &str,
+        head: ObjectHead,
+        verb: Verb,
+    ) -> Result<String, CallError> {
         let (cluster, _) = self
             .cluster_for(
                 verb,
@@ -85,6 +101,18 @@ impl Calls<'_> {
             Verb::Update => WriteKind::Update,
             _ => WriteKind::UpdateStatus,
         };
+        // Only a create carries the context: it is a change of its own, never repeated (an
+        // update or patch carrying a new context each reconcile would change an object its
+        // guest meant to leave as it was, and wake the guest's own watch again and again).
+        if kind == WriteKind::Create
+            && let Some(traceparent) = traceparent_for_objects()
+        {
+            let mut object: Value = serde_json::from_str(json)
+                .map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
+            annotate(&mut object, &traceparent);
+            let json = object.to_string();
+            return cluster.write_json(kind, &head, &json).await;
+        }
         cluster.write_json(kind, &head, json).await
     }
 
@@ -192,6 +220,38 @@ impl Calls<'_> {
     }
 }
 
+/// The current reconcile's `traceparent`, when the objects it creates carry it
+/// (`KREC_TRACE_OBJECTS=true`).
+fn traceparent_for_objects() -> Option<String> {
+    let trace = crate::telemetry::current()?;
+    trace.context_on_objects().then(|| trace.traceparent())
+}
+
+/// Set `object`'s trace context annotation to `traceparent`.
+fn annotate(object: &mut Value, traceparent: &str) {
+    let Some(object) = object.as_object_mut() else {
+        return;
+    };
+    let metadata = object
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(metadata) = metadata.as_object_mut() else {
+        return;
+    };
+    let annotations = metadata
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if annotations.is_null() {
+        *annotations = Value::Object(Default::default());
+    }
+    if let Some(annotations) = annotations.as_object_mut() {
+        annotations.insert(
+            crate::telemetry::TRACEPARENT_ANNOTATION.to_owned(),
+            Value::from(traceparent),
+        );
+    }
+}
+
 impl Host for HostState {
     async fn get(
         &mut self,
@@ -200,10 +260,11 @@ impl Host for HostState {
         name: String,
     ) -> CallResult<String> {
         let started = std::time::Instant::now();
+        let span = self.span("get", started, &kind, namespace.as_deref(), Some(&name));
         let calls = self.calls();
         let call = calls.get_json(kind.into(), namespace, name);
         let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("get", started, 0, result))
+        Ok(self.host_call("get", started, 0, result, span))
     }
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
@@ -214,34 +275,24 @@ impl Host for HostState {
             uncached: options.uncached,
         };
         let started = std::time::Instant::now();
+        let span = self.span("list", started, &kind, options.namespace.as_deref(), None);
         let calls = self.calls();
         let call = calls.list_json(kind.into(), options);
         let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("list", started, 0, result))
+        Ok(self.host_call("list", started, 0, result, span))
     }
 
     async fn create(&mut self, object: String) -> CallResult<String> {
-        let started = std::time::Instant::now();
-        let calls = self.calls();
-        let call = calls.write(&object, Verb::Create);
-        let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("create", started, object.len(), result))
+        self.write_call("create", Verb::Create, &object).await
     }
 
     async fn update(&mut self, object: String) -> CallResult<String> {
-        let started = std::time::Instant::now();
-        let calls = self.calls();
-        let call = calls.write(&object, Verb::Update);
-        let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("update", started, object.len(), result))
+        self.write_call("update", Verb::Update, &object).await
     }
 
     async fn update_status(&mut self, object: String) -> CallResult<String> {
-        let started = std::time::Instant::now();
-        let calls = self.calls();
-        let call = calls.write(&object, Verb::UpdateStatus);
-        let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("update_status", started, object.len(), result))
+        self.write_call("update_status", Verb::UpdateStatus, &object)
+            .await
     }
 
     async fn patch(
@@ -254,10 +305,12 @@ impl Host for HostState {
         status: bool,
     ) -> CallResult<String> {
         let started = std::time::Instant::now();
+        let verb = if status { "patch_status" } else { "patch" };
+        let span = self.span(verb, started, &kind, namespace.as_deref(), Some(&name));
         let calls = self.calls();
         let call = calls.patch_json(kind.into(), namespace, name, how, &body, status);
         let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("patch", started, body.len(), result))
+        Ok(self.host_call("patch", started, body.len(), result, span))
     }
 
     async fn delete(
@@ -268,10 +321,78 @@ impl Host for HostState {
         preconditions: Option<Preconditions>,
     ) -> CallResult<()> {
         let started = std::time::Instant::now();
+        let span = self.span("delete", started, &kind, namespace.as_deref(), Some(&name));
         let calls = self.calls();
         let call = calls.delete_object(kind.into(), namespace, name, preconditions);
         let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("delete", started, 0, result))
+        Ok(self.host_call("delete", started, 0, result, span))
+    }
+}
+
+impl HostState {
+    /// The span of a host call `verb` on `kind` (`namespace`/`name`), when traces are on.
+    fn span(
+        &self,
+        verb: &'static str,
+        started: std::time::Instant,
+        kind: &WitGvk,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Option<crate::telemetry::CallSpan> {
+        let trace = self.trace.as_ref()?;
+        let mut span = trace
+            .call(verb, started)
+            .with("k8s.resource.group", kind.group.clone())
+            .with("k8s.resource.version", kind.version.clone())
+            .with("k8s.resource.kind", kind.kind.clone());
+        if let Some(namespace) = namespace {
+            span = span.with("k8s.namespace.name", namespace.to_owned());
+        }
+        if let Some(name) = name {
+            span = span.with("k8s.object.name", name.to_owned());
+        }
+        Some(span)
+    }
+
+    /// A create, update or update of the status, `verb`: the object's head read once, for the
+    /// call and for its span.
+    async fn write_call(
+        &mut self,
+        verb: &'static str,
+        how: Verb,
+        object: &str,
+    ) -> CallResult<String> {
+        let started = std::time::Instant::now();
+        let head = Calls::write_head(object);
+        let span = self.write_span(verb, started, head.as_ref().ok());
+        let calls = self.calls();
+        let call = async { calls.write_as(object, head?, how).await };
+        let result = self.budgets.ledger.time(call).await;
+        Ok(self.host_call(verb, started, object.len(), result, span))
+    }
+
+    /// The span of a write of the object with `head` (when it has one), when traces are on.
+    fn write_span(
+        &self,
+        verb: &'static str,
+        started: std::time::Instant,
+        head: Option<&ObjectHead>,
+    ) -> Option<crate::telemetry::CallSpan> {
+        let trace = self.trace.as_ref()?;
+        let mut span = trace.call(verb, started);
+        if let Some(head) = head {
+            span = span
+                .with("k8s.resource.group", head.gvk.group.clone())
+                .with("k8s.resource.version", head.gvk.version.clone())
+                .with("k8s.resource.kind", head.gvk.kind.clone());
+            if let Some(namespace) = &head.namespace {
+                span = span.with("k8s.namespace.name", namespace.clone());
+            }
+            if let Some(name) = &head.name {
+                span = span.with("k8s.object.name", name.clone());
+            }
+        }
+        Some(span)
     }
 }
 
@@ -288,5 +409,37 @@ impl crate::guest::bindings::guest::krec::reconciler::reader::Host for HostState
 
     async fn list(&mut self, kind: WitGvk, options: ListOptions) -> CallResult<Vec<String>> {
         Host::list(self, kind, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_context_should_be_one_more_annotation_whatever_the_object_has() {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let key = crate::telemetry::TRACEPARENT_ANNOTATION;
+        for (mut object, kept) in [
+            (serde_json::json!({"kind": "ConfigMap"}), None),
+            (serde_json::json!({"metadata": {"name": "a"}}), None),
+            (serde_json::json!({"metadata": {"annotations": null}}), None),
+            (
+                serde_json::json!({"metadata": {"annotations": {"team": "a", key: "old"}}}),
+                Some("team"),
+            ),
+        ] {
+            annotate(&mut object, traceparent);
+            assert_eq!(
+                object["metadata"]["annotations"][key], traceparent,
+                "{object}"
+            );
+            if let Some(kept) = kept {
+                assert_eq!(object["metadata"]["annotations"][kept], "a");
+            }
+        }
+        let mut not_an_object = serde_json::json!([1]);
+        annotate(&mut not_an_object, traceparent);
+        assert_eq!(not_an_object, serde_json::json!([1]));
     }
 }

@@ -62,9 +62,14 @@ impl Host for HostState {
     ) -> wasmtime::Result<Result<(), WitError>> {
         let started = std::time::Instant::now();
         let taken = reason.len() + message.len();
+        let span = self.trace.as_ref().map(|trace| {
+            trace
+                .call("event", started)
+                .with("k8s.event.reason", reason.clone())
+        });
         let calls = self.calls();
         let call = calls.record_event(regarding, event_type, reason, message);
         let result = self.budgets.ledger.time(call).await;
-        Ok(self.host_call("event", started, taken, result))
+        Ok(self.host_call("event", started, taken, result, span))
     }
 }

@@ -21,8 +21,11 @@ pub(crate) fn guest_log(
     if !budget.admit(message.len().min(MAX_LOG_LINE_BYTES)) {
         return;
     }
+    // Only what can be kept is escaped (escaping goes character by character).
+    let mut message = message;
+    let long = krec_core::cut(&mut message, MAX_LOG_LINE_BYTES);
     let mut message = krec_core::printable(&message).into_owned();
-    if krec_core::cut(&mut message, MAX_LOG_LINE_BYTES) {
+    if krec_core::cut(&mut message, MAX_LOG_LINE_BYTES) || long {
         message.push_str(" [truncated]");
     }
     match level {

@@ -184,7 +184,11 @@ impl HostState {
         started: std::time::Instant,
         taken: usize,
         result: Result<T, CallError>,
+        span: Option<crate::telemetry::CallSpan>,
     ) -> Result<T, WitError> {
+        if let Some(span) = span {
+            span.end(result.as_ref().err());
+        }
         self.host_time += started.elapsed();
         self.first_call.get_or_insert(started);
         count_call(self.metrics.as_deref(), self.guest(), verb, &result);

@@ -284,6 +284,7 @@ impl Sharder {
                         tracing::warn!(
                             "stopping guest {guest}: its Lease could not be renewed within the deadline"
                         );
+                        metrics.count_lease_lost(&guest);
                         metrics
                             .shard_owned
                             .get_or_create(&GuestLabel { guest })
@@ -322,6 +323,7 @@ impl Sharder {
                     tracing::warn!(
                         "stopping guest {name}: its Lease could not be renewed within the deadline"
                     );
+                    self.metrics.count_lease_lost(name);
                 }
                 self.tenures.revoke(name);
                 lease.standing = Standing::Idle;
@@ -354,6 +356,10 @@ impl Sharder {
                 config.renew_deadline = self.config.renew_deadline;
                 config.retry_period = self.config.retry_period;
                 config.labels = self.labels("guest");
+                // At zero from the start: an alert on its increase sees the first loss.
+                let _ = self.metrics.leases_lost.get_or_create(&GuestLabel {
+                    guest: name.clone(),
+                });
                 self.guests.insert(
                     name.clone(),
                     GuestLease {
@@ -421,7 +427,10 @@ impl Sharder {
             let metrics = self.metrics.clone();
             let deadline = self.config.renew_deadline;
             async move {
-                step(name, lease, wanted, controller, &tenures, deadline).await;
+                step(
+                    name, lease, wanted, controller, &tenures, deadline, &metrics,
+                )
+                .await;
                 metrics
                     .shard_owned
                     .get_or_create(&GuestLabel {
@@ -444,6 +453,9 @@ impl Sharder {
         for name in forgotten {
             self.guests.remove(&name);
             self.metrics.shard_owned.remove(&GuestLabel {
+                guest: name.clone(),
+            });
+            self.metrics.leases_lost.remove(&GuestLabel {
                 guest: name.clone(),
             });
             self.departed.insert(name);
@@ -694,6 +706,7 @@ async fn step(
     controller: Option<Arc<crate::controller::Controller>>,
     tenures: &Tenures,
     renew_deadline: Duration,
+    metrics: &Metrics,
 ) {
     if lease.standing == Standing::Idle && !wanted {
         return;
@@ -741,6 +754,7 @@ async fn step(
         Ok(Ok(false)) => {
             if lease.standing != Standing::Idle {
                 tracing::warn!("lost guest {name}: its Lease is held by another replica");
+                metrics.count_lease_lost(name);
                 tenures.revoke(name);
                 lease.standing = Standing::Idle;
             }
