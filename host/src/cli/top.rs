@@ -322,14 +322,13 @@ impl Screen {
     }
 
     fn table(&self) -> Table<'static> {
-        let header = Row::new(HEADER.iter().enumerate().map(|(i, h)| {
+        let header = header_row(HEADER.iter().enumerate().map(|(i, h)| {
             if i == self.sort.column() {
                 format!("{h}▼")
             } else {
                 (*h).to_owned()
             }
-        }))
-        .style(Style::new().add_modifier(Modifier::BOLD));
+        }));
         let rows = self.rows.iter().map(|r| {
             Row::new(vec![
                 r.name.clone(),
@@ -403,11 +402,15 @@ fn reconciles(row: &GuestRow) -> Table<'static> {
             Constraint::Min(20),
         ],
     )
-    .header(
-        Row::new(["ENDED", "KEY", "RESULT", "TOOK", "ERROR"])
-            .style(Style::new().add_modifier(Modifier::BOLD)),
-    )
+    .header(header_row(
+        ["ENDED", "KEY", "RESULT", "TOOK", "ERROR"].map(str::to_owned),
+    ))
     .block(block)
+}
+
+/// A table's header: its column names in bold.
+fn header_row(names: impl IntoIterator<Item = String>) -> Row<'static> {
+    Row::new(names).style(Style::new().add_modifier(Modifier::BOLD))
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {

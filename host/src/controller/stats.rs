@@ -176,12 +176,7 @@ impl Stats {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let message = message.map(|mut text| {
-            if text.len() > RECENT_MESSAGE {
-                let mut end = RECENT_MESSAGE;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                text.truncate(end);
+            if krec_core::cut(&mut text, RECENT_MESSAGE) {
                 text.push('…');
             }
             text

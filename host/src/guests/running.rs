@@ -53,21 +53,33 @@ pub(super) type PullTask = (
 /// Whether a pull or load was left to finish in the background: only then does its end wake
 /// the watch loop (`loads_done`). A pull or load a reload waited for and took up itself must
 /// not — the reload its end started would start the same again: a loop, hot when it fails.
+///
+/// The task's end and the reload's letting go meet in one atomic state: whichever comes
+/// second wakes the loop, so an end falling between the two is never lost (it was: a task
+/// ending as the reload let go of it told no one, and its version waited for the next change).
 #[derive(Clone, Debug, Default)]
-pub(super) struct Background(Arc<std::sync::atomic::AtomicBool>);
+pub(super) struct Background(Arc<std::sync::atomic::AtomicU8>);
+
+/// [`Background`]'s states: neither yet, let go of, ended.
+const RUNNING: u8 = 0;
+const DETACHED: u8 = 1;
+const ENDED: u8 = 2;
 
 impl Background {
-    /// At the task's end: tell the watch loop, if no reload waits for it.
+    /// At the task's end: tell the watch loop, if the reload let go of it already.
     pub(super) fn ended(&self, done: &tokio::sync::watch::Sender<u64>) {
-        if self.0.load(std::sync::atomic::Ordering::Acquire) {
+        if self.0.swap(ENDED, std::sync::atomic::Ordering::AcqRel) == DETACHED {
             done.send_modify(|n| *n += 1);
         }
     }
 
-    /// Left to finish alone: its end wakes the watch loop (now, if it ended meanwhile).
+    /// Left to finish alone: its end wakes the watch loop — now, if it ended meanwhile, or if
+    /// the task is `finished` without saying so (it panicked).
     pub(super) fn detach(&self, finished: bool, done: &tokio::sync::watch::Sender<u64>) {
-        self.0.store(true, std::sync::atomic::Ordering::Release);
-        if finished {
+        // A later reload can take a load up and let go of it again: already let go of, its
+        // end will say so itself.
+        let before = self.0.swap(DETACHED, std::sync::atomic::Ordering::AcqRel);
+        if before == ENDED || (before == RUNNING && finished) {
             done.send_modify(|n| *n += 1);
         }
     }
@@ -134,4 +146,49 @@ pub(super) struct Loading {
     pub(super) digests: Arc<LoadDigests>,
     pub(super) task: tokio::task::JoinHandle<Result<Version, StartError>>,
     pub(super) background: Background,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Background;
+
+    /// How many times the watch loop is woken when the task ends and the reload lets go of it,
+    /// the end first or not, the task seen `finished` or not.
+    fn wakes(end_first: bool, finished: bool) -> u64 {
+        let (done, seen) = tokio::sync::watch::channel(0u64);
+        let background = Background::default();
+        if end_first {
+            background.ended(&done);
+            background.detach(finished, &done);
+        } else {
+            background.detach(finished, &done);
+            background.ended(&done);
+        }
+        *seen.borrow()
+    }
+
+    #[test]
+    fn a_background_end_should_wake_the_loop_once_whichever_comes_first() {
+        // The end before the letting go: the reload saw the task not yet finished (the race
+        // that lost a swap on CI), or finished.
+        assert_eq!(wakes(true, false), 1);
+        assert_eq!(wakes(true, true), 1);
+        // Let go of, then ended; let go of twice (two reloads), then ended.
+        assert_eq!(wakes(false, false), 1);
+        let (done, seen) = tokio::sync::watch::channel(0u64);
+        let background = Background::default();
+        background.detach(false, &done);
+        background.detach(false, &done);
+        assert_eq!(*seen.borrow(), 0);
+        background.ended(&done);
+        assert_eq!(*seen.borrow(), 1);
+        // Ended without being let go of (the reload took it up itself): no wake.
+        let (done, seen) = tokio::sync::watch::channel(0u64);
+        Background::default().ended(&done);
+        assert_eq!(*seen.borrow(), 0);
+        // A task finished without saying so (it panicked): woken at the letting go.
+        let (done, seen) = tokio::sync::watch::channel(0u64);
+        Background::default().detach(true, &done);
+        assert_eq!(*seen.borrow(), 1);
+    }
 }

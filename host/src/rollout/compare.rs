@@ -73,11 +73,7 @@ fn brief(value: Option<&Value>) -> String {
     };
     let mut text = value.to_string();
     if text.len() > 120 {
-        let mut end = 117;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        krec_core::cut(&mut text, 117);
         text.push_str("...");
     }
     text

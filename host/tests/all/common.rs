@@ -350,6 +350,13 @@ impl Drop for Host {
     }
 }
 
+/// The JSON a test's server on loopback (Prometheus, Jaeger) answers `GET path` with, once it
+/// answers 200 with JSON; the error says which of the two it did not.
+pub fn get_json(addr: SocketAddr, path: &str) -> Result<serde_json::Value, String> {
+    let body = krec_testkit::http::get(addr, path).ok_or_else(|| format!("no answer to {path}"))?;
+    serde_json::from_str(&body).map_err(|e| format!("{path}: {e}"))
+}
+
 /// Wait (at most `within`) for `check` to give `Ok`, every 250 ms; panic with `what` and its
 /// last error otherwise.
 pub fn until<T>(what: &str, within: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {

@@ -107,8 +107,7 @@ fn exported(name: &str, families: &[(String, String)]) -> bool {
 
 /// Prometheus' answer to `path`'s API call: its `data`, once it answers with success.
 fn api(prometheus: SocketAddr, path: &str) -> Result<Value, String> {
-    let body = get(prometheus, path).ok_or_else(|| format!("no answer to {path}"))?;
-    let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{path}: {e}"))?;
+    let answer = common::get_json(prometheus, path)?;
     if answer["status"] != "success" {
         return Err(format!("{path}: {answer}"));
     }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use krec_testkit::http::{encoded, get};
+use krec_testkit::http::encoded;
 use serde_json::Value;
 
 use crate::common::{self, stop, until};
@@ -71,8 +71,7 @@ impl Jaeger {
 
     /// The `data` of Jaeger's answer to `path` (its JSON API).
     fn api(&self, path: &str) -> Result<Value, String> {
-        let body = get(self.query, path).ok_or_else(|| format!("no answer to {path}"))?;
-        let answer: Value = serde_json::from_str(&body).map_err(|e| format!("{path}: {e}"))?;
+        let answer = common::get_json(self.query, path)?;
         match answer["errors"].as_array() {
             Some(errors) if !errors.is_empty() => Err(format!("{path}: {answer}")),
             _ => Ok(answer["data"].clone()),

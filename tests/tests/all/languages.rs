@@ -339,9 +339,20 @@ async fn hostile_guests_contained(languages: &[&str]) {
         .await;
         println!("{guest}: traps {causes:?}, errors {}", bad.stats().errors());
     }
-    // The host and the healthy guest never failed for their neighbours' sake.
-    assert_eq!(live.controller("pod-counter").stats().traps(), 0);
-    assert_eq!(live.controller("pod-counter").stats().errors(), 0);
+    // The host and the healthy guest never failed for their neighbours' sake: no trap, and
+    // no error but the conflicts any controller meets (its ReplicaSet updated by the
+    // ReplicaSet controller between its read and its write; retried, as the counts show).
+    let healthy = live.controller("pod-counter");
+    assert_eq!(healthy.stats().traps(), 0);
+    let errors: Vec<String> = healthy
+        .stats()
+        .recent()
+        .into_iter()
+        .filter(|r| r.result == "error")
+        .filter_map(|r| r.message)
+        .filter(|m| !m.contains("conflict: Operation cannot be fulfilled"))
+        .collect();
+    assert!(errors.is_empty(), "pod-counter's errors: {errors:?}");
 }
 
 /// sample-controller's Foo reconciler as controller-runtime code (Go, through
