@@ -75,6 +75,22 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// Create a Foo whose `deploymentName` is not a name, written into `dir`, and see
+    /// foo-validator deny it (a verdict the traces and dashboards tests look for).
+    pub fn create_denied_foo(&self, dir: &Path) {
+        let bad = dir.join("bad-foo.yaml");
+        std::fs::write(
+            &bad,
+            "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata: {name: bad}\nspec: {deploymentName: Not_A_Name, replicas: 1}\n",
+        )
+        .expect("write");
+        let (created, _, stderr) = self.run(["create".as_ref(), "-f".as_ref(), bad.as_os_str()]);
+        assert!(
+            !created && stderr.contains("denied the request"),
+            "{stderr}"
+        );
+    }
+
     /// kubectl on `kubeconfig`, caching discovery in `cache`.
     pub fn new(kubeconfig: &Path, cache: &Path) -> Kubectl {
         Kubectl {

@@ -166,17 +166,7 @@ fn the_shipped_dashboard_and_alerts_should_name_only_series_a_running_host_expor
 
     // A Foo the validator denies: a verdict of each kind (the example Foo's Pods are defaulted).
     let kubectl = common::Kubectl::new(&kubeconfig, &dir.path().join("kubectl-cache"));
-    let bad = dir.path().join("bad-foo.yaml");
-    std::fs::write(
-        &bad,
-        "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata: {name: bad}\nspec: {deploymentName: Not_A_Name, replicas: 1}\n",
-    )
-    .expect("write");
-    let (created, _, stderr) = kubectl.run(["create".as_ref(), "-f".as_ref(), bad.as_os_str()]);
-    assert!(
-        !created && stderr.contains("denied the request"),
-        "{stderr}"
-    );
+    kubectl.create_denied_foo(dir.path());
 
     // Every series named is one of the host's families.
     let exposition = until("the host's metrics", Duration::from_secs(30), || {

@@ -234,17 +234,7 @@ fn dev_should_export_reconciles_to_jaeger_and_link_a_write_to_the_reconcile_it_c
     assert!(carried.starts_with("00-"), "{carried}");
 
     // An admission review is a trace too: foo-validator's denial of a bad Foo.
-    let bad = dir.path().join("bad-foo.yaml");
-    std::fs::write(
-        &bad,
-        "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata: {name: bad}\nspec: {deploymentName: Not_A_Name, replicas: 1}\n",
-    )
-    .expect("write");
-    let (created, _, stderr) = kubectl.run(["create".as_ref(), "-f".as_ref(), bad.as_os_str()]);
-    assert!(
-        !created && stderr.contains("denied the request"),
-        "{stderr}"
-    );
+    kubectl.create_denied_foo(dir.path());
     let review = until(
         "the review's trace in Jaeger",
         Duration::from_secs(30),

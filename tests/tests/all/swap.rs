@@ -45,6 +45,28 @@ fn install(dir: &Path, module: &Path) {
     std::fs::rename(&tmp, dir.join("stamper.wasm")).expect("rename module");
 }
 
+/// Change the stamper's manifest in `dir` to reconcile Secrets rather than ConfigMaps.
+fn reconcile_secrets(dir: &Path) {
+    let text = std::fs::read_to_string(dir.join("stamper.yaml")).expect("read");
+    std::fs::write(
+        dir.join("stamper.yaml"),
+        text.replace("kind: ConfigMap}", "kind: Secret}"),
+    )
+    .expect("write");
+}
+
+/// Wait until the host took up [`reconcile_secrets`]: the stamper uses a Secret informer.
+async fn secrets_reconciled(live: &Live) {
+    live.eventually("the changed manifest taken up", || async {
+        let informers = live.manager.cache().inspect();
+        informers
+            .iter()
+            .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"])
+            .then_some(())
+    })
+    .await;
+}
+
 fn versions() -> [PathBuf; 2] {
     [
         built_module("stamper_a.wasm"),
@@ -230,12 +252,7 @@ async fn manifests_added_changed_and_removed_should_start_rewire_and_stop_guests
     .await;
 
     // A changed `for`: the stamper now reconciles Secrets; its ConfigMap watch is released.
-    let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
-    std::fs::write(
-        dir.path().join("stamper.yaml"),
-        text.replace("kind: ConfigMap}", "kind: Secret}"),
-    )
-    .expect("write");
+    reconcile_secrets(dir.path());
     let report = live.manager.reload(dir.path()).await.expect("reload");
     assert_eq!(report.swapped, ["stamper"], "{report:?}");
     let informers = live.manager.cache().inspect();
@@ -333,21 +350,9 @@ async fn a_module_replaced_before_the_watch_starts_should_still_be_swapped_in() 
     .await;
     // And a manifest changed between a reload and the next watch's start, likewise.
     watcher.stop().await;
-    let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
-    std::fs::write(
-        dir.path().join("stamper.yaml"),
-        text.replace("kind: ConfigMap}", "kind: Secret}"),
-    )
-    .expect("write");
+    reconcile_secrets(dir.path());
     let watcher = live.manager.watch(dir.path().to_owned());
-    live.eventually("the changed manifest taken up", || async {
-        let informers = live.manager.cache().inspect();
-        informers
-            .iter()
-            .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"])
-            .then_some(())
-    })
-    .await;
+    secrets_reconciled(&live).await;
     watcher.stop().await;
 }
 
@@ -377,19 +382,7 @@ async fn a_host_looking_at_its_files_without_events_should_still_swap_modules_in
         .await;
     }
     // A manifest changed likewise.
-    let text = std::fs::read_to_string(dir.path().join("stamper.yaml")).expect("read");
-    std::fs::write(
-        dir.path().join("stamper.yaml"),
-        text.replace("kind: ConfigMap}", "kind: Secret}"),
-    )
-    .expect("write");
-    live.eventually("the changed manifest taken up", || async {
-        let informers = live.manager.cache().inspect();
-        informers
-            .iter()
-            .any(|i| i.gvk.kind == "Secret" && i.users == ["stamper"])
-            .then_some(())
-    })
-    .await;
+    reconcile_secrets(dir.path());
+    secrets_reconciled(&live).await;
     watcher.stop().await;
 }
