@@ -133,34 +133,23 @@ impl Drop for InFlight {
     }
 }
 
+/// The route of one kind of review: each request [`review`]ed as `kind`.
+fn reviews(kind: Review) -> axum::routing::MethodRouter<Served> {
+    axum::routing::post(
+        move |state: State<Served>,
+              guest: Path<String>,
+              query: RawQuery,
+              headers: axum::http::HeaderMap,
+              body: Body| review(state, guest, query, kind, headers, body),
+    )
+}
+
 /// The admission server's routes, answering for the guests `manager` runs.
 pub fn router(manager: Manager) -> axum::Router {
     let metrics = manager.metrics().clone();
     axum::Router::new()
-        .route(
-            "/validate/{guest}",
-            axum::routing::post(
-                |state: State<Served>,
-                 guest: Path<String>,
-                 query: RawQuery,
-                 headers: axum::http::HeaderMap,
-                 body: Body| async move {
-                    review(state, guest, query, Review::Validate, headers, body).await
-                },
-            ),
-        )
-        .route(
-            "/mutate/{guest}",
-            axum::routing::post(
-                |state: State<Served>,
-                 guest: Path<String>,
-                 query: RawQuery,
-                 headers: axum::http::HeaderMap,
-                 body: Body| async move {
-                    review(state, guest, query, Review::Mutate, headers, body).await
-                },
-            ),
-        )
+        .route("/validate/{guest}", reviews(Review::Validate))
+        .route("/mutate/{guest}", reviews(Review::Mutate))
         .route("/convert/{guest}", axum::routing::post(convert))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(Served {
