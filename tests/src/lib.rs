@@ -10,6 +10,8 @@ use krec::manifest::Manifest;
 use krec_core::Gvk;
 use serde_json::Value;
 
+mod failure;
+
 pub use krec_testkit::{
     OciRegistry, built_module, built_script_module, free_port, repo_root, wait_until,
 };
@@ -360,12 +362,16 @@ impl Live {
     ) -> Self {
         // What the host did is printed with a failing test's output (its reloads, swaps,
         // refusals; `RUST_LOG=krec=debug cargo test` for more): a failure on CI explains itself.
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,krec=info"));
+        // The objects a test applies are not logged one by one: CI shows a failure's output
+        // cut to its head and tail, and these would fill the head.
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,krec=info,krec::install=warn")
+        });
         let _ = tracing_subscriber::fmt()
-            .with_test_writer()
+            .with_writer(|| failure::TestLog)
             .with_env_filter(filter)
             .try_init();
+        failure::remember_panics();
         let (cluster, client, api) = local_cluster_on(builder).await;
         let problems = krec::install::apply_objects(&api, objects).await;
         assert!(problems.is_empty(), "applying objects: {problems:?}");
@@ -574,6 +580,9 @@ pub fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
 
 impl Drop for Live {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            failure::summarize(&self.manager);
+        }
         // Stop the watches before the server goes, so nothing retries against a closed port.
         self.manager.cache().stop();
     }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::queue::Trigger;
 use crate::cluster::cache::Event;
 use crate::manifest::{Manifest, Predicate};
 use krec_core::selector::LabelSelector;
@@ -212,13 +213,22 @@ impl Handlers {
     /// The requests an event on an object of kind `gvk` causes (deduplicated, sorted), but
     /// for those of the guest's `map` export (see [`maps_by_guest`](Self::maps_by_guest)).
     pub fn requests(&self, gvk: &Gvk, event: &Event<'_>) -> Vec<Request> {
+        self.triggered(gvk, event)
+            .into_iter()
+            .map(|(request, _)| request)
+            .collect()
+    }
+
+    /// [`requests`](Self::requests), each with the handler that asked for it: the event on a
+    /// `for` object itself, its owner, or a mapping (the first, when several name one request).
+    pub fn triggered(&self, gvk: &Gvk, event: &Event<'_>) -> Vec<(Request, Trigger)> {
         let mut out = BTreeMap::new();
         let namespace = event.object.namespace.as_deref();
         if self.for_kind.as_ref() == Some(gvk)
             && self.predicates.iter().all(|p| p.allows(event))
             && let Some(name) = event.object.name.as_deref()
         {
-            out.insert(Request::new(namespace, name), ());
+            out.insert(Request::new(namespace, name), Trigger::Event);
         }
         // An update maps its old state too, as controller-runtime's owner and map handlers do:
         // an owner or target the object left must hear of it.
@@ -226,25 +236,27 @@ impl Handlers {
         if let (EventKind::Update, Some(old)) = (event.kind, event.old) {
             self.mapped(gvk, old, &mut out);
         }
-        out.into_keys().filter(|r| self.admits(r)).collect()
+        out.into_iter().filter(|(r, _)| self.admits(r)).collect()
     }
 
-    /// The requests `owns` and `watches` map `object` (of kind `gvk`) to, into `out`.
-    fn mapped(&self, gvk: &Gvk, object: &ObjectMeta, out: &mut BTreeMap<Request, ()>) {
+    /// The requests `owns` and `watches` map `object` (of kind `gvk`) to, into `out` (a request
+    /// there already keeps its trigger).
+    fn mapped(&self, gvk: &Gvk, object: &ObjectMeta, out: &mut BTreeMap<Request, Trigger>) {
         let namespace = object.namespace.as_deref();
+        let mut add = |request: Request, trigger: Trigger| {
+            out.entry(request).or_insert(trigger);
+        };
         if self.owns.contains(gvk)
             && let Some(owner) = self.controller_owner(object)
         {
-            out.insert(Request::new(namespace, &owner), ());
+            add(Request::new(namespace, &owner), Trigger::Owner);
         }
         for (watched, mapping) in &self.watches {
             if watched != gvk {
                 continue;
             }
             match mapping {
-                Mapping::Fixed(request) => {
-                    out.insert(request.clone(), ());
-                }
+                Mapping::Fixed(request) => add(request.clone(), Trigger::Map),
                 Mapping::Label {
                     key,
                     namespace: fixed,
@@ -258,7 +270,7 @@ impl Handlers {
                     if let Some(request) = labels.get(key).and_then(|value| {
                         named_request(value, fixed.map(String::as_str), namespace)
                     }) {
-                        out.insert(request, ());
+                        add(request, Trigger::Map);
                     }
                 }
                 Mapping::Annotation {
@@ -274,12 +286,12 @@ impl Handlers {
                     if let Some(request) = annotations.and_then(|a| a.get(key)).and_then(|value| {
                         named_request(value, fixed.map(String::as_str), namespace)
                     }) {
-                        out.insert(request, ());
+                        add(request, Trigger::Map);
                     }
                 }
                 Mapping::Namespace => {
                     if let Some(ns) = namespace {
-                        out.insert(Request::new(None, ns), ());
+                        add(Request::new(None, ns), Trigger::Map);
                     }
                 }
                 Mapping::Owner {
@@ -293,7 +305,7 @@ impl Handlers {
                             && Gvk::from_api_version(&reference.api_version, &reference.kind).group
                                 == owner.group
                         {
-                            out.insert(Request::new(namespace, &reference.name), ());
+                            add(Request::new(namespace, &reference.name), Trigger::Owner);
                         }
                     }
                 }
@@ -516,6 +528,57 @@ mod tests {
         assert!(
             h.requests(&service, &ev(EventKind::Create, &secret, None))
                 .is_empty()
+        );
+    }
+
+    /// Each request names the handler that asked for it: the `for` object itself, its owner,
+    /// a mapping; the first when several name one request.
+    #[test]
+    fn each_request_should_name_what_triggered_it() {
+        let h = handlers(
+            "  for: {apiVersion: apps/v1, kind: ReplicaSet}\n  owns: [{apiVersion: v1, kind: Pod}]\n  watches:\n    - {apiVersion: v1, kind: Pod, mapByLabel: {key: app}}\n    - {apiVersion: v1, kind: ConfigMap, mapToOwner: {apiVersion: apps/v1, kind: ReplicaSet}}\n    - {apiVersion: apps/v1, kind: ReplicaSet, mapTo: {namespace: default, name: web}}\n",
+        );
+        let (rs_gvk, pod, cm) = (
+            Gvk::new("apps", "v1", "ReplicaSet"),
+            Gvk::new("", "v1", "Pod"),
+            Gvk::new("", "v1", "ConfigMap"),
+        );
+        let web = |name: &str| Request::new(Some("default"), name);
+        // The `for` object, and its own mapping to itself: the event first.
+        assert_eq!(
+            h.triggered(&rs_gvk, &ev(EventKind::Create, &rs(1, json!({})), None)),
+            [(web("web"), Trigger::Event)]
+        );
+        // A Pod owned by `web` and labeled for `api`: its owner, and a mapped request.
+        let owned = meta(
+            &json!({"metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "api"}, "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]}}),
+        );
+        assert_eq!(
+            h.triggered(&pod, &ev(EventKind::Create, &owned, None)),
+            [(web("api"), Trigger::Map), (web("web"), Trigger::Owner)]
+        );
+        // Labeled for its owner too: one request, as its owner's (`owns` comes first).
+        let labeled = meta(
+            &json!({"metadata": {"name": "web-2", "namespace": "default", "labels": {"app": "web"}, "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]}}),
+        );
+        assert_eq!(
+            h.triggered(&pod, &ev(EventKind::Create, &labeled, None)),
+            [(web("web"), Trigger::Owner)]
+        );
+        // `mapToOwner` is an owner's trigger, whether or not the reference is a controller's.
+        let config = meta(
+            &json!({"metadata": {"name": "c", "namespace": "default", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u"}]}}),
+        );
+        assert_eq!(
+            h.triggered(&cm, &ev(EventKind::Create, &config, None)),
+            [(web("web"), Trigger::Owner)]
+        );
+        assert_eq!(
+            h.requests(&pod, &ev(EventKind::Create, &owned, None)),
+            [web("api"), web("web")]
         );
     }
 

@@ -294,8 +294,9 @@ impl EventSink for Controller {
         }
         let version = self.version.load();
         let mut enqueued = false;
-        for request in version.handlers.requests(gvk, event) {
-            self.queue.add_caused(request, event.received);
+        for (request, trigger) in version.handlers.triggered(gvk, event) {
+            self.queue
+                .add_caused(request, queue::Cause::event(trigger, event.received));
             enqueued = true;
         }
         if enqueued {
@@ -573,7 +574,7 @@ impl Controller {
         &self.stats
     }
 
-    /// The manual trigger: enqueue `request` as a generic event.
+    /// The manual trigger: enqueue `request` as a generic event ([`queue::Trigger::Manual`]).
     pub fn trigger(&self, request: Request) {
         self.queue.add(request);
     }
@@ -788,7 +789,7 @@ struct Failing {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::Path;
 
     use tokio::time::Instant as Clock;
@@ -915,6 +916,94 @@ mod tests {
         assert!(calls[1].1 - started >= Duration::from_secs(30));
         assert_eq!(controller.stats().done(), 1);
         assert_eq!(controller.stats().requeued(), 1);
+    }
+
+    /// Keeps the `krec.trigger` of each reconcile of the guest `traced-triggers`, by key.
+    #[derive(Clone, Debug, Default)]
+    struct Triggers(Arc<Mutex<BTreeMap<String, Vec<String>>>>);
+
+    impl opentelemetry_sdk::trace::SpanProcessor for Triggers {
+        fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &opentelemetry::Context) {}
+
+        fn on_end(&self, span: opentelemetry_sdk::trace::SpanData) {
+            let attribute = |key: &str| {
+                span.attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == key)
+                    .map(|kv| kv.value.to_string())
+            };
+            if span.name != "reconcile"
+                || attribute("controller").as_deref() != Some("traced-triggers")
+            {
+                return;
+            }
+            if let (Some(name), Some(trigger)) = (attribute("name"), attribute("krec.trigger")) {
+                let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+                kept.entry(name).or_default().push(trigger);
+            }
+        }
+
+        fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+            Ok(())
+        }
+
+        fn shutdown_with_timeout(&self, _: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+            Ok(())
+        }
+    }
+
+    /// A reconcile's trace names what queued it: the manual trigger, a ticker, the retry of
+    /// an error, a requeue, a requeue after a delay. (The watch events' handlers — the event,
+    /// an owner, a mapping — are named by `Handlers::triggered`, tested there.) The only test
+    /// of this crate that installs telemetry: its processor keeps its own guest's traces.
+    #[tokio::test(start_paused = true)]
+    async fn each_reconciles_trace_should_name_its_trigger() {
+        let kept = Triggers::default();
+        let replaced = crate::telemetry::replace(Some(crate::telemetry::Telemetry::new(
+            Box::new(kept.clone()),
+            crate::telemetry::Sampler::Always,
+        )));
+        assert!(replaced.is_none(), "another test installed telemetry");
+        let script = Script::new(vec![
+            Err(()),
+            Ok(Action::Requeue),
+            Ok(Action::RequeueAfter(Duration::from_secs(30))),
+        ]);
+        let text = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: traced-triggers}\nspec:\n  module: t.wasm\n  for: {apiVersion: v1, kind: ConfigMap}\n  rateLimiter: {baseDelay: 1s, maxDelay: 60s}\n";
+        let manifest = Manifest::parse(Path::new("t.yaml"), text).expect("manifest");
+        let runner: Arc<dyn Runner> = script.clone();
+        let module = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
+        let cluster: Arc<dyn ClusterAccess> = Arc::new(MemoryCluster::new());
+        let controller = Controller::new(module, cluster, Arc::new(Metrics::new()), open());
+        controller.start(Vec::new(), Vec::new());
+        controller.trigger(Request::new(None, "a"));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // A ticker's request, on a version with a ticker (its first tick is at once).
+        let ticking = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: traced-triggers}\nspec:\n  module: t2.wasm\n  for: {apiVersion: v1, kind: ConfigMap}\n  tickers: [{every: 1h, request: {name: tick}}]\n";
+        let manifest = Manifest::parse(Path::new("t.yaml"), ticking).expect("manifest");
+        let runner: Arc<dyn Runner> = Script::new(Vec::new());
+        let module = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
+        controller.swap(
+            module,
+            Arc::new(MemoryCluster::new()),
+            Vec::new(),
+            Vec::new(),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        crate::telemetry::replace(None);
+        let kept = kept.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(
+            kept,
+            BTreeMap::from([
+                (
+                    "a".to_owned(),
+                    ["manual", "retry", "requeue", "requeue_after"]
+                        .map(str::to_owned)
+                        .to_vec()
+                ),
+                ("tick".to_owned(), vec!["ticker".to_owned()]),
+            ])
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,10 +19,12 @@
 //!   [`forget`](WorkQueue::forget) resets the key's backoff.
 //! - **Delayed adds**: [`add_after`](WorkQueue::add_after) adds a key once its delay has passed;
 //!   of several pending delays for one key the earliest wins.
-//! - **Where a key came from**: [`add_caused`](WorkQueue::add_caused) tags a key with when the
-//!   watch event that caused it was received; [`get_caused`](WorkQueue::get_caused) hands that
-//!   instant out with the key (the first event's, when several were deduplicated; carried over
-//!   when the key was being processed), for the event-to-guest latency.
+//! - **Why a key is there**: every add carries a [`Cause`] — its [`Trigger`] (a watch event of
+//!   the `for` kind, an owned or mapped object's, a ticker, the resync, a requeue, a retry, the
+//!   manual trigger) and, for an event, when it was received; [`get_caused`](WorkQueue::get_caused)
+//!   hands out with the key the cause that made it ready: the first, when several adds were
+//!   deduplicated; carried over when the key was being processed; a delayed add's, once due.
+//!   A reconcile's trace names it, and the event's instant gives the event-to-guest latency.
 //! - **Shutdown**: after [`shutdown`](WorkQueue::shutdown) no new keys are accepted and
 //!   [`get`](WorkQueue::get) returns `None`; keys already handed out are finished by their
 //!   workers, and [`drained`](WorkQueue::drained) waits for that.
@@ -114,8 +116,8 @@ impl Flow for krec_core::ObjectKey {
     }
 }
 
-/// A ready key: the key, when it entered the queue, and its origin.
-type Entry<K> = (K, Instant, Origin);
+/// A ready key: the key, when it entered the queue, and its cause.
+type Entry<K> = (K, Instant, Cause);
 
 /// The keys ready to be handed out, one FIFO per flow, the flows with keys taking turns.
 ///
@@ -247,21 +249,88 @@ impl<K: Flow> Ready<K> {
     }
 }
 
-/// When the watch event behind a key was received (`None`: not an event — a retry, a delayed
-/// add, a resync). A std instant: the informer's clock, never tokio's paused one.
-pub type Origin = Option<std::time::Instant>;
+/// What queued a key, as a reconcile's trace names it (`krec.trigger`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Trigger {
+    /// A watch event on an object of the guest's `for` kind.
+    Event,
+    /// A watch event on an object the guest owns (`owns`, or a `watches` entry mapping to the
+    /// owner), for its owner.
+    Owner,
+    /// A watch event mapped by a `watches` entry (a fixed request, a label, an annotation, the
+    /// namespace) or by the guest's `map` export.
+    Map,
+    /// One of the guest's `tickers`.
+    Ticker,
+    /// The `resyncPeriod`.
+    Resync,
+    /// The last reconcile asked to be requeued (with the key's backoff).
+    Requeue,
+    /// The last reconcile asked to be requeued after a delay.
+    RequeueAfter,
+    /// The last reconcile failed or trapped: retried with backoff.
+    Retry,
+    /// Added by hand: the manual trigger, a test.
+    #[default]
+    Manual,
+}
+
+impl Trigger {
+    /// The trigger's name in traces.
+    pub fn label(self) -> &'static str {
+        match self {
+            Trigger::Event => "event",
+            Trigger::Owner => "owner",
+            Trigger::Map => "map",
+            Trigger::Ticker => "ticker",
+            Trigger::Resync => "resync",
+            Trigger::Requeue => "requeue",
+            Trigger::RequeueAfter => "requeue_after",
+            Trigger::Retry => "retry",
+            Trigger::Manual => "manual",
+        }
+    }
+}
+
+/// Why a key is in the queue: its trigger and, when a watch event caused it, when the event
+/// was received (a std instant: the informer's clock, never tokio's paused one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cause {
+    /// What queued it.
+    pub trigger: Trigger,
+    /// When the watch event behind it was received, if one was.
+    pub received: Option<std::time::Instant>,
+}
+
+impl Cause {
+    /// A cause without a watch event behind it.
+    pub fn of(trigger: Trigger) -> Self {
+        Cause {
+            trigger,
+            received: None,
+        }
+    }
+
+    /// A watch event received at `received`, for `trigger`'s handler.
+    pub fn event(trigger: Trigger, received: std::time::Instant) -> Self {
+        Cause {
+            trigger,
+            received: Some(received),
+        }
+    }
+}
 
 struct State<K> {
-    /// Keys ready to be handed out, with when each entered the queue and its origin.
+    /// Keys ready to be handed out, with when each entered the queue and its cause.
     queue: Ready<K>,
     /// Keys waiting in `queue` or to be re-queued when their processing ends.
     dirty: HashSet<K>,
     /// Keys being processed, with when each was handed out.
     processing: HashMap<K, Instant>,
-    /// The origin of a key added again while it is processed, for when it goes back.
-    origins: HashMap<K, std::time::Instant>,
-    /// Earliest time each delayed key is due.
-    waiting: HashMap<K, Instant>,
+    /// The cause of a key added again while it is processed, for when it goes back.
+    causes: HashMap<K, Cause>,
+    /// Earliest time each delayed key is due, and its trigger.
+    waiting: HashMap<K, (Instant, Trigger)>,
     /// The same due times, ordered (stale entries are skipped).
     due: BinaryHeap<Reverse<(Instant, u64, K)>>,
     sequence: u64,
@@ -306,7 +375,7 @@ impl<K: Eq + Hash + Ord + Flow> State<K> {
         shrink!(
             self.dirty,
             self.processing,
-            self.origins,
+            self.causes,
             self.waiting,
             self.due,
             self.failures
@@ -336,8 +405,8 @@ pub struct WorkQueue<K> {
 
 /// What one look into the queue found.
 enum Take<K> {
-    /// A key, handed out, and its origin.
-    Key(K, Origin),
+    /// A key, handed out, and its cause.
+    Key(K, Cause),
     /// Nothing ready; the next delayed key is due then, if any.
     Empty(Option<Instant>),
     /// The queue is shut down.
@@ -354,7 +423,7 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
                 queue: Ready::new(),
                 dirty: HashSet::new(),
                 processing: HashMap::new(),
-                origins: HashMap::new(),
+                causes: HashMap::new(),
                 waiting: HashMap::new(),
                 due: BinaryHeap::new(),
                 sequence: 0,
@@ -385,43 +454,36 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
         }
     }
 
-    fn insert(state: &mut State<K>, key: K, origin: Origin) -> bool {
+    fn insert(state: &mut State<K>, key: K, cause: Cause) -> bool {
         if state.shutting_down || !state.dirty.insert(key.clone()) {
             return false;
         }
         if !state.processing.contains_key(&key) {
-            state.queue.push_back((key, Instant::now(), origin));
+            state.queue.push_back((key, Instant::now(), cause));
             return true;
         }
-        if let Some(origin) = origin {
-            state.origins.insert(key, origin);
-        }
+        state.causes.insert(key, cause);
         false
     }
 
-    /// Add a key now.
+    /// Add a key now, by hand ([`Trigger::Manual`]).
     pub fn add(&self, key: K) {
-        self.add_with(key, None);
+        self.add_caused(key, Cause::default());
     }
 
-    /// Add a key now, caused by a watch event received at `origin` (see
-    /// [`get_caused`](Self::get_caused)).
-    pub fn add_caused(&self, key: K, origin: std::time::Instant) {
-        self.add_with(key, Some(origin));
-    }
-
-    fn add_with(&self, key: K, origin: Origin) {
-        let queued = Self::insert(&mut self.lock(), key, origin);
+    /// Add a key now, for `cause` (see [`get_caused`](Self::get_caused)).
+    pub fn add_caused(&self, key: K, cause: Cause) {
+        let queued = Self::insert(&mut self.lock(), key, cause);
         if queued {
             self.observe(|o| o.added());
             self.ready.notify_one();
         }
     }
 
-    /// Add a key once `delay` has passed.
-    pub fn add_after(&self, key: K, delay: Duration) {
+    /// Add a key for `trigger` once `delay` has passed.
+    pub fn add_after(&self, key: K, delay: Duration, trigger: Trigger) {
         if delay.is_zero() {
-            return self.add(key);
+            return self.add_caused(key, Cause::of(trigger));
         }
         let mut state = self.lock();
         if state.shutting_down {
@@ -431,11 +493,11 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
         if state
             .waiting
             .get(&key)
-            .is_some_and(|earlier| *earlier <= at)
+            .is_some_and(|(earlier, _)| *earlier <= at)
         {
             return;
         }
-        state.waiting.insert(key.clone(), at);
+        state.waiting.insert(key.clone(), (at, trigger));
         state.sequence += 1;
         let sequence = state.sequence;
         state.due.push(Reverse((at, sequence, key)));
@@ -445,14 +507,14 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
         self.ready.notify_one();
     }
 
-    /// Add a key after its rate-limited delay (a failed or requeued reconcile).
-    pub fn add_rate_limited(&self, key: K) {
-        self.add_rate_limited_at_least(key, Duration::ZERO);
+    /// Add a key after its rate-limited delay, for `trigger` (a failed or requeued reconcile).
+    pub fn add_rate_limited(&self, key: K, trigger: Trigger) {
+        self.add_rate_limited_at_least(key, Duration::ZERO, trigger);
     }
 
     /// Like [`add_rate_limited`](Self::add_rate_limited), waiting at least `floor` (a key
     /// quarantined for trapping again and again).
-    pub fn add_rate_limited_at_least(&self, key: K, floor: Duration) {
+    pub fn add_rate_limited_at_least(&self, key: K, floor: Duration, trigger: Trigger) {
         let delay = {
             let mut state = self.lock();
             let failures = state.failures.entry(key.clone()).or_insert(0);
@@ -468,7 +530,7 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
             backoff.max(bucket).max(floor)
         };
         self.observe(|o| o.retried());
-        self.add_after(key, delay);
+        self.add_after(key, delay, trigger);
     }
 
     /// Change the retry limits (a guest's new manifest). Keys keep their failure counts; the
@@ -525,16 +587,20 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
     fn promote_due(state: &mut State<K>, now: Instant) -> (Option<Instant>, usize) {
         let mut added = 0;
         while let Some(Reverse((at, _, key))) = state.due.peek().cloned() {
-            if state.waiting.get(&key) != Some(&at) {
-                state.due.pop(); // superseded by an earlier time, or already promoted
-                continue;
-            }
+            let trigger = match state.waiting.get(&key) {
+                Some(&(due, trigger)) if due == at => trigger,
+                // Superseded by an earlier time, or already promoted.
+                _ => {
+                    state.due.pop();
+                    continue;
+                }
+            };
             if at > now {
                 return (Some(at), added);
             }
             state.due.pop();
             state.waiting.remove(&key);
-            if Self::insert(state, key, None) {
+            if Self::insert(state, key, Cause::of(trigger)) {
                 added += 1;
             }
         }
@@ -550,10 +616,10 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
             }
             let now = Instant::now();
             let (next_due, added) = Self::promote_due(&mut state, now);
-            let taken = state.queue.pop_front().map(|(key, enqueued, origin)| {
+            let taken = state.queue.pop_front().map(|(key, enqueued, cause)| {
                 state.dirty.remove(&key);
                 state.processing.insert(key.clone(), now);
-                (key, now.saturating_duration_since(enqueued), origin)
+                (key, now.saturating_duration_since(enqueued), cause)
             });
             state.shrink_if_sparse();
             if taken.is_some() && !state.queue.is_empty() {
@@ -566,9 +632,9 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
             self.observe(|o| o.added());
         }
         match taken {
-            Some((key, waited, origin)) => {
+            Some((key, waited, cause)) => {
                 self.observe(|o| o.taken(waited));
-                Take::Key(key, origin)
+                Take::Key(key, cause)
             }
             None => Take::Empty(next_due),
         }
@@ -579,12 +645,11 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
         self.get_caused().await.map(|(key, _)| key)
     }
 
-    /// [`get`](Self::get), with when the watch event that caused the key was received (if
-    /// an event did: see [`add_caused`](Self::add_caused)).
-    pub async fn get_caused(&self) -> Option<(K, Origin)> {
+    /// [`get`](Self::get), with the [`Cause`] that made the key ready.
+    pub async fn get_caused(&self) -> Option<(K, Cause)> {
         // A ready key is handed out without registering as a waiter.
         match self.take() {
-            Take::Key(key, origin) => return Some((key, origin)),
+            Take::Key(key, cause) => return Some((key, cause)),
             Take::Shutdown => return None,
             Take::Empty(_) => {}
         }
@@ -594,7 +659,7 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
             notified.as_mut().enable();
             // Registered: a key added from now on wakes us, so look once more before sleeping.
             let next_due = match self.take() {
-                Take::Key(key, origin) => return Some((key, origin)),
+                Take::Key(key, cause) => return Some((key, cause)),
                 Take::Shutdown => return None,
                 Take::Empty(next_due) => next_due,
             };
@@ -622,9 +687,9 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
         // Only a key that was being processed goes back: `done` for any other key must not
         // queue it a second time.
         let requeue = worked.is_some() && state.dirty.contains(key) && !state.shutting_down;
-        let origin = state.origins.remove(key);
+        let cause = state.causes.remove(key).unwrap_or_default();
         if requeue {
-            state.queue.push_back((key.clone(), now, origin));
+            state.queue.push_back((key.clone(), now, cause));
         }
         let idle = state.processing.is_empty();
         drop(state);
@@ -646,7 +711,7 @@ impl<K: Clone + Eq + Hash + Ord + Flow> WorkQueue<K> {
         state.shutting_down = true;
         state.queue.clear();
         state.dirty.clear();
-        state.origins.clear();
+        state.causes.clear();
         state.waiting.clear();
         state.due.clear();
         drop(state);
@@ -806,7 +871,7 @@ mod tests {
                 4 => {
                     let key = keys[next(keys.len())].clone();
                     let delay = Duration::from_millis(next(5) as u64 + 1);
-                    q.add_after(key.clone(), delay);
+                    q.add_after(key.clone(), delay, Trigger::RequeueAfter);
                     let due = Instant::now() + delay;
                     delayed
                         .entry(key)
@@ -842,7 +907,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_key_should_carry_the_first_event_that_caused_it() {
+    async fn a_key_should_carry_the_cause_that_made_it_ready() {
         let q = queue();
         let (first, second, third) = {
             let now = std::time::Instant::now();
@@ -852,30 +917,60 @@ mod tests {
                 now + Duration::from_millis(2),
             )
         };
-        q.add_caused("a", first);
-        q.add_caused("a", second); // deduplicated: the first event's origin stays
+        q.add_caused("a", Cause::event(Trigger::Owner, first));
+        // Deduplicated: the first event's cause stays.
+        q.add_caused("a", Cause::event(Trigger::Event, second));
         q.add("b");
         let take =
             || async { tokio::time::timeout(Duration::from_millis(1), q.get_caused()).await };
-        assert_eq!(take().await.ok().flatten(), Some(("a", Some(first))));
         assert_eq!(
             take().await.ok().flatten(),
-            Some(("b", None)),
-            "not an event"
+            Some(("a", Cause::event(Trigger::Owner, first)))
         );
-        // An event for a key being processed: its origin goes back with the key.
-        q.add_caused("a", third);
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("b", Cause::of(Trigger::Manual))),
+            "by hand"
+        );
+        // A cause for a key being processed goes back with the key.
+        q.add_caused("a", Cause::event(Trigger::Map, third));
         q.done(&"a");
-        assert_eq!(take().await.ok().flatten(), Some(("a", Some(third))));
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("a", Cause::event(Trigger::Map, third)))
+        );
         q.done(&"a");
-        // Re-added after processing without an event: no stale origin.
-        q.add("a");
-        assert_eq!(take().await.ok().flatten(), Some(("a", None)));
-        // A delayed add is no event either.
+        // Re-added after processing without an event: no stale instant.
+        q.add_caused("a", Cause::of(Trigger::Ticker));
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("a", Cause::of(Trigger::Ticker)))
+        );
         q.done(&"a");
-        q.add_after("c", Duration::from_millis(5));
+        // A delayed add carries its trigger, once due; the earlier of two delays wins, with
+        // its trigger.
+        q.add_after("c", Duration::from_millis(50), Trigger::RequeueAfter);
+        q.add_rate_limited("c", Trigger::Retry);
         tokio::time::advance(Duration::from_millis(6)).await;
-        assert_eq!(take().await.ok().flatten(), Some(("c", None)));
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("c", Cause::of(Trigger::Retry)))
+        );
+        q.done(&"c");
+        // An event before a delayed add is due: the key is ready for the event, and later
+        // for the delay.
+        q.add_after("d", Duration::from_millis(5), Trigger::RequeueAfter);
+        q.add_caused("d", Cause::event(Trigger::Event, first));
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("d", Cause::event(Trigger::Event, first)))
+        );
+        q.done(&"d");
+        tokio::time::advance(Duration::from_millis(6)).await;
+        assert_eq!(
+            take().await.ok().flatten(),
+            Some(("d", Cause::of(Trigger::RequeueAfter)))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -937,7 +1032,7 @@ mod tests {
         let q = queue();
         for expected_ms in [5u64, 10, 20, 40] {
             let started = Instant::now();
-            q.add_rate_limited("a");
+            q.add_rate_limited("a", Trigger::Retry);
             assert_eq!(q.get().await, Some("a"));
             assert_eq!(started.elapsed(), Duration::from_millis(expected_ms));
             q.done(&"a");
@@ -946,7 +1041,7 @@ mod tests {
         q.forget(&"a");
         assert_eq!(q.num_requeues(&"a"), 0);
         let started = Instant::now();
-        q.add_rate_limited("a");
+        q.add_rate_limited("a", Trigger::Retry);
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(started.elapsed(), Duration::from_millis(5));
     }
@@ -958,12 +1053,12 @@ mod tests {
             ..RateLimit::default()
         });
         for _ in 0..40 {
-            q.add_rate_limited("a");
+            q.add_rate_limited("a", Trigger::Retry);
             q.get().await;
             q.done(&"a");
         }
         let started = Instant::now();
-        q.add_rate_limited("a");
+        q.add_rate_limited("a", Trigger::Retry);
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(started.elapsed(), Duration::from_secs(1));
     }
@@ -978,7 +1073,7 @@ mod tests {
         });
         let started = Instant::now();
         for key in ["a", "b", "c", "d", "e"] {
-            q.add_rate_limited(key);
+            q.add_rate_limited(key, Trigger::Retry);
         }
         let mut times = Vec::new();
         for _ in 0..5 {
@@ -996,9 +1091,9 @@ mod tests {
     async fn add_after_should_wait_and_keep_the_earliest_time() {
         let q = queue();
         let started = Instant::now();
-        q.add_after("a", Duration::from_secs(10));
-        q.add_after("a", Duration::from_secs(3));
-        q.add_after("a", Duration::from_secs(5));
+        q.add_after("a", Duration::from_secs(10), Trigger::RequeueAfter);
+        q.add_after("a", Duration::from_secs(3), Trigger::RequeueAfter);
+        q.add_after("a", Duration::from_secs(5), Trigger::RequeueAfter);
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(started.elapsed(), Duration::from_secs(3));
         q.done(&"a");
@@ -1014,7 +1109,7 @@ mod tests {
         });
         tokio::task::yield_now().await;
         let started = Instant::now();
-        q.add_after("a", Duration::from_millis(250));
+        q.add_after("a", Duration::from_millis(250), Trigger::RequeueAfter);
         let (key, at) = worker.await.expect("worker");
         assert_eq!(key, Some("a"));
         assert_eq!(at - started, Duration::from_millis(250));

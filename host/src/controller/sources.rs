@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::queue::{Cause, Trigger};
 use super::{Controller, Request};
 use crate::guest::ReconcileError;
 use krec_core::Gvk;
@@ -94,7 +95,7 @@ impl Controller {
                             kind = %gvk,
                             "map returned {request}, outside the guest's namespace: dropped"
                         ),
-                        Ok(request) => self.queue.add(request),
+                        Ok(request) => self.queue.add_caused(request, Cause::of(Trigger::Map)),
                         Err(problem) => tracing::warn!(
                             target: "krec::reconcile",
                             guest = %self.name,
@@ -126,8 +127,10 @@ impl Controller {
         }
         for ticker in &self.version.load().module.manifest().spec.tickers {
             let request = &ticker.request;
-            self.queue
-                .add(Request::new(request.namespace.as_deref(), &request.name));
+            self.queue.add_caused(
+                Request::new(request.namespace.as_deref(), &request.name),
+                Cause::of(Trigger::Ticker),
+            );
         }
     }
 
@@ -148,7 +151,7 @@ impl Controller {
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     interval.tick().await;
-                    queue.add(request.clone());
+                    queue.add_caused(request.clone(), Cause::of(Trigger::Ticker));
                 }
             }));
         }
@@ -167,7 +170,7 @@ impl Controller {
                     interval.tick().await;
                     for informer in &for_informers {
                         for key in informer.keys() {
-                            queue.add(key);
+                            queue.add_caused(key, Cause::of(Trigger::Resync));
                         }
                     }
                 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::histogram::Histogram;
 
+use super::queue::{Cause, Trigger};
 use super::stats::Outcome;
 use super::{
     Controller, GROWN_INSTANCE_IDLE, QUARANTINE_AFTER, QUARANTINE_DELAY, Request, action_after,
@@ -17,8 +18,8 @@ use crate::rollout::worker::{Running, VersionWorkers};
 
 /// What a worker's wait for a key ended with.
 enum Taken {
-    /// A key, and when the watch event that caused it was received (if one did).
-    Key(Request, crate::controller::queue::Origin),
+    /// A key, and what queued it.
+    Key(Request, Cause),
     /// No key: idle instances were given back, or the gate closed.
     Nothing,
     /// The queue shut down.
@@ -38,8 +39,8 @@ impl Controller {
             if gate.wait_for(|open| *open).await.is_err() {
                 break;
             }
-            let (request, origin) = match self.take(&mut gate, &mut guests).await {
-                Taken::Key(request, origin) => (request, origin),
+            let (request, cause) = match self.take(&mut gate, &mut guests).await {
+                Taken::Key(request, cause) => (request, cause),
                 Taken::Nothing => continue,
                 Taken::Shutdown => break,
             };
@@ -67,7 +68,7 @@ impl Controller {
             self.stats.end(&request);
             self.count_budgets(guest.module());
             if let Some(usage) = guest.last_usage() {
-                self.count_usage(origin, taken, &usage);
+                self.count_usage(cause.received, taken, &usage);
             }
             // A kept trace's status: the error, as the log line says it.
             let failure = match (&trace, &result) {
@@ -76,7 +77,7 @@ impl Controller {
             };
             let outcome = self.finish(&request, result, started.elapsed());
             if let Some(trace) = trace {
-                let times = (origin, taken, started);
+                let times = (cause, taken, started);
                 let usage = guest.last_usage();
                 self.trace(
                     &trace,
@@ -125,7 +126,7 @@ impl Controller {
         };
         tokio::select! {
             request = self.queue.get_caused() => match request {
-                Some((request, origin)) => Taken::Key(request, origin),
+                Some((request, cause)) => Taken::Key(request, cause),
                 None => Taken::Shutdown,
             },
             // `get` is cancel-safe: a key is only taken in the poll that returns it.
@@ -148,12 +149,7 @@ impl Controller {
 
     /// Count a reconcile's `usage` (its stages, CPU and memory peak), its key taken at `taken`
     /// and its watch event received at `origin`.
-    fn count_usage(
-        &self,
-        origin: crate::controller::queue::Origin,
-        taken: Instant,
-        usage: &crate::guest::Usage,
-    ) {
+    fn count_usage(&self, origin: Option<Instant>, taken: Instant, usage: &crate::guest::Usage) {
         self.observe_stages(origin, taken, usage);
         self.series.cpu().inc_by(usage.guest_time.as_secs_f64());
         let peak = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
@@ -175,7 +171,7 @@ impl Controller {
         trace: &crate::telemetry::Trace,
         module: &GuestModule,
         request: &Request,
-        (origin, taken, entered): (crate::controller::queue::Origin, Instant, Instant),
+        (cause, taken, entered): (Cause, Instant, Instant),
         usage: Option<crate::guest::Usage>,
         outcome: Outcome,
         failure: Option<String>,
@@ -187,6 +183,7 @@ impl Controller {
         }
         let now = Instant::now();
         self.link_cause(trace, request);
+        let origin = cause.received;
         if let Some(origin) = origin {
             trace.stage("queue", origin, taken, Vec::new());
         }
@@ -217,10 +214,7 @@ impl Controller {
             KeyValue::new("controllerGroup", group),
             KeyValue::new("controllerKind", kind),
             KeyValue::new("name", request.name.clone()),
-            KeyValue::new(
-                "krec.trigger",
-                if origin.is_some() { "event" } else { "queue" },
-            ),
+            KeyValue::new("krec.trigger", cause.trigger.label()),
             KeyValue::new("krec.result", outcome.label()),
         ];
         if let Some(namespace) = &request.namespace {
@@ -283,7 +277,7 @@ impl Controller {
     /// `origin` (the watch event that caused it was received, if one did) to the guest entered.
     fn observe_stages(
         &self,
-        origin: crate::controller::queue::Origin,
+        origin: Option<Instant>,
         taken: std::time::Instant,
         usage: &crate::guest::Usage,
     ) {
@@ -385,20 +379,25 @@ impl Controller {
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"done", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::Requeue) => {
-                self.queue.add_rate_limited(request.clone());
+                self.queue
+                    .add_rate_limited(request.clone(), Trigger::Requeue);
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %"requeue", duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Ok(Action::RequeueAfter(after)) => {
                 self.queue.forget(request);
-                self.queue.add_after(request.clone(), after);
+                self.queue
+                    .add_after(request.clone(), after, Trigger::RequeueAfter);
                 tracing::debug!(target: "krec::reconcile", guest = %guest, key = %request, result = %format_args!("requeue_after({after:?})"), duration_ms = %format_args!("{ms:.1}"), "reconciled");
             }
             Err(err) => {
                 if quarantined {
-                    self.queue
-                        .add_rate_limited_at_least(request.clone(), QUARANTINE_DELAY);
+                    self.queue.add_rate_limited_at_least(
+                        request.clone(),
+                        QUARANTINE_DELAY,
+                        Trigger::Retry,
+                    );
                 } else {
-                    self.queue.add_rate_limited(request.clone());
+                    self.queue.add_rate_limited(request.clone(), Trigger::Retry);
                 }
                 let retries = self.queue.num_requeues(request);
                 self.stats.failed(format!("{request}: {err}"));

@@ -342,10 +342,19 @@ impl Manager {
             let ended = background.clone();
             let load_digests = digests.clone();
             let task = tokio::spawn(async move {
+                let began = std::time::Instant::now();
                 let _permit = permits.acquire_owned().await;
+                let guest = to_load.name.clone();
                 let version = manager
                     .load_version(to_load, reads.unwrap_or_default(), load_digests)
                     .await;
+                // A slow load (a large module compiled while others compile) is told when it
+                // ends: what a reload's "still loading" line waits for.
+                let took = began.elapsed();
+                if took >= super::reload::LOOP_WAIT {
+                    let ended = if version.is_ok() { "loaded" } else { "refused" };
+                    tracing::info!("guest {guest}: its version {ended} after {took:.1?}");
+                }
                 ended.ended(&manager.inner.loads_done);
                 version
             });

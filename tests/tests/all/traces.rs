@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use krec::manifest::Manifest;
 use krec::telemetry::{Sampler, Telemetry};
-use krec_tests::{Live, built_script_module, rs_gvk, sample_manifest};
+use krec_core::ListOptions;
+use krec_tests::{Live, built_script_module, pod_gvk, rs_gvk, sample_manifest};
 use opentelemetry::trace::{SpanId, Status};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanProcessor};
@@ -225,4 +226,47 @@ async fn every_languages_reconcile_should_be_traced_with_the_same_spans() {
             "{language}'s spans differ from Rust's"
         );
     }
+
+    // Each reconcile names what queued it: the ReplicaSet's own watch event; one of its Pods'
+    // (deleted here, for its owner); then the manual trigger (a key queued already keeps the
+    // trigger that queued it).
+    let controller = format!("{TRACED}rust");
+    let triggers = || {
+        let kept = kept.kept.lock().expect("kept");
+        kept.get(&controller)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|span| span.name == "reconcile")
+            .filter_map(|span| attribute(span, "krec.trigger"))
+            .collect::<BTreeSet<String>>()
+    };
+    let pods = live
+        .api
+        .list(&pod_gvk(), &ListOptions::default().namespace("rust"))
+        .await
+        .expect("pods");
+    let pod = pods[0]["metadata"]["name"].as_str().expect("a pod's name");
+    live.api
+        .delete(&pod_gvk(), Some("rust"), pod, None)
+        .await
+        .expect("delete a pod");
+    live.eventually("a reconcile for a Pod's event", || async {
+        let triggers = triggers();
+        (triggers.contains("event") && triggers.contains("owner")).then_some(())
+    })
+    .await;
+    let manual = live.controller(&controller);
+    live.eventually("a reconcile for the manual trigger", || async {
+        manual.trigger(krec_core::ObjectKey::new(Some("rust"), "web"));
+        triggers().contains("manual").then_some(())
+    })
+    .await;
+    let triggers = triggers();
+    assert!(
+        triggers
+            .iter()
+            .all(|t| ["event", "owner", "manual"].contains(&t.as_str())),
+        "{triggers:?}"
+    );
 }
