@@ -93,6 +93,16 @@ pub(crate) fn summarize(manager: &krec::guests::Manager) {
         }
         lines.push(line);
     }
+    for (guest, ended) in manager.background_loads() {
+        let state = if ended {
+            "ended, not taken up yet"
+        } else {
+            "running"
+        };
+        lines.push(format!(
+            "guest {guest}: a new version's load in the background, {state}"
+        ));
+    }
     lines.push(String::new());
     print!("{}", lines.join("\n"));
     let _ = std::io::stdout().flush();

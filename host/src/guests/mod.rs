@@ -281,6 +281,19 @@ impl Manager {
             .clone()
     }
 
+    /// The versions left loading in the background by a reload that stopped waiting for them,
+    /// by guest name, each with whether its load has ended (and waits to be taken up by the
+    /// reload its end starts).
+    pub fn background_loads(&self) -> BTreeMap<String, bool> {
+        self.inner
+            .loading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(name, loading)| (name.clone(), loading.task.is_finished()))
+            .collect()
+    }
+
     /// The metrics of every guest.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
