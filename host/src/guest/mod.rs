@@ -216,10 +216,12 @@ fn compile(engine: &Engine, path: &str, bytes: &[u8]) -> Result<Component, LoadE
         });
     }
     // Compiled off the reconcile path (a loader's blocking thread), a few at a time.
-    let _permit = compile_gate::gate().enter();
-    Component::new(engine, bytes).map_err(|err| LoadError::Compile {
-        path: path.into(),
-        reason: one_line(&err),
+    let _permit = compile_gate::gate(bytes.len()).enter();
+    compile_gate::on_own_threads(|| Component::new(engine, bytes)).map_err(|err| {
+        LoadError::Compile {
+            path: path.into(),
+            reason: one_line(&err),
+        }
     })
 }
 

@@ -54,6 +54,47 @@ pub const LOADS_AT_ONCE: usize = 4;
 /// the host operator's load in parallel.
 pub const TENANT_LOADS_AT_ONCE: usize = 2;
 
+/// Where a load's time went: each step's time, in order.
+pub(super) struct Laps {
+    began: std::time::Instant,
+    last: std::time::Instant,
+    laps: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Laps {
+    /// Start timing now.
+    pub(super) fn start() -> Self {
+        let now = std::time::Instant::now();
+        Laps {
+            began: now,
+            last: now,
+            laps: Vec::new(),
+        }
+    }
+
+    /// The step `what` ended now.
+    pub(super) fn lap(&mut self, what: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((what, now - self.last));
+        self.last = now;
+    }
+
+    /// Since the start.
+    pub(super) fn total(&self) -> std::time::Duration {
+        self.began.elapsed()
+    }
+}
+
+impl std::fmt::Display for Laps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (what, took)) in self.laps.iter().enumerate() {
+            let comma = if i == 0 { "" } else { ", " };
+            write!(f, "{comma}{what} {took:.1?}")?;
+        }
+        Ok(())
+    }
+}
+
 impl Manager {
     /// Load and instantiate `manifest`'s module and start (and sync) the watches it needs.
     pub(super) async fn load_version(
@@ -61,6 +102,7 @@ impl Manager {
         manifest: Manifest,
         reads: Arc<Reads>,
         digests: Arc<LoadDigests>,
+        laps: &mut Laps,
     ) -> Result<Version, StartError> {
         // Refused before anything is compiled or watched: what the host may not do, the guest
         // never could.
@@ -78,13 +120,15 @@ impl Manager {
                 problem,
             });
         }
+        laps.lap("permissions");
         let manifest = Arc::new(manifest);
         let prepared = self
-            .prepare(manifest.clone(), reads.clone(), &digests)
+            .prepare(manifest.clone(), reads.clone(), &digests, laps)
             .await?;
         // On an error, `wire` has dropped its uses: what it started for this version only is
         // stopped again.
         let (informers, for_informers) = self.wire(&manifest).await?;
+        laps.lap("watches");
         Ok(Version {
             manifest,
             prepared,
@@ -100,6 +144,7 @@ impl Manager {
         manifest: Arc<Manifest>,
         reads: Arc<Reads>,
         digests: &Arc<LoadDigests>,
+        laps: &mut Laps,
     ) -> Result<Prepared, StartError> {
         let read = digests.clone();
         let module = self
@@ -107,6 +152,7 @@ impl Manager {
                 let _ = read.module.set(digest.to_owned());
             })
             .await?;
+        laps.lap("module");
         let mut cluster: Arc<dyn ClusterAccess> = Arc::new(
             LiveCluster::new(self.inner.cache.clone(), &manifest)
                 .with_reads(reads)
@@ -124,6 +170,7 @@ impl Manager {
         GuestWorker::new(module.clone(), cluster.clone())
             .warm_up()
             .await?;
+        laps.lap("instance");
         let candidate = match &manifest.spec.rollout {
             Some(rollout) => {
                 let read = digests.clone();
@@ -132,6 +179,7 @@ impl Manager {
                         let _ = read.candidate.set(digest.to_owned());
                     })
                     .await;
+                laps.lap("candidate");
                 Some(candidate)
             }
             None => None,
@@ -342,18 +390,19 @@ impl Manager {
             let ended = background.clone();
             let load_digests = digests.clone();
             let task = tokio::spawn(async move {
-                let began = std::time::Instant::now();
+                let mut laps = Laps::start();
                 let _permit = permits.acquire_owned().await;
+                laps.lap("a load slot");
                 let guest = to_load.name.clone();
                 let version = manager
-                    .load_version(to_load, reads.unwrap_or_default(), load_digests)
+                    .load_version(to_load, reads.unwrap_or_default(), load_digests, &mut laps)
                     .await;
-                // A slow load (a large module compiled while others compile) is told when it
-                // ends: what a reload's "still loading" line waits for.
-                let took = began.elapsed();
+                // A slow load is told when it ends, with where its time went: what a reload's
+                // "still loading" line waits for.
+                let took = laps.total();
                 if took >= super::reload::LOOP_WAIT {
                     let ended = if version.is_ok() { "loaded" } else { "refused" };
-                    tracing::info!("guest {guest}: its version {ended} after {took:.1?}");
+                    tracing::info!("guest {guest}: its version {ended} after {took:.1?} ({laps})");
                 }
                 ended.ended(&manager.inner.loads_done);
                 version

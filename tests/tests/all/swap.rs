@@ -14,8 +14,6 @@ use serde_json::json;
 
 const OBJECTS: usize = 100;
 const SWAPS: u64 = 20;
-/// How long one swap may take here: past a compile on a busy CI machine.
-const SWAP_WAIT: Duration = Duration::from_secs(60);
 
 /// A manifest for the stamper guest in `dir`, its module at `dir/stamper.wasm`.
 fn write_manifest(dir: &Path, extra: &str) -> Manifest {
@@ -132,16 +130,13 @@ async fn swapping_a_module_under_load_should_lose_no_key_and_never_overlap() {
         install(dir.path(), next);
         // The first swap to `b` compiles it (later ones find it in the module cache): on a
         // machine busy with the other tests' large guests that may outlast a reload's wait,
-        // and the version is taken up when its load ends — which must never be lost.
+        // and the version is taken up when its load ends — which must never be lost — but it
+        // never waits for their compiles (it did, 17–27 s: see `guest::compile_gate`).
         let version = live
-            .eventually_within(
-                &format!("swap {swap} to take effect"),
-                SWAP_WAIT,
-                || async {
-                    let v = controller.version();
-                    (v.number == swap + 1 && v.first_reconcile().is_some()).then_some(v)
-                },
-            )
+            .eventually(&format!("swap {swap} to take effect"), || async {
+                let v = controller.version();
+                (v.number == swap + 1 && v.first_reconcile().is_some()).then_some(v)
+            })
             .await;
         let first = version.first_reconcile().expect("reconciled");
         latencies.push(first.saturating_duration_since(changed));
