@@ -3,7 +3,11 @@
 //! - `startup_10_guests`: `Manager::start` with 10 guests on a cold module cache (every module
 //!   compiled) and on a warm one (every module loaded from disk);
 //! - `swap`: a guest's module replaced, from the file write to the first reconcile on the new
-//!   version, for a module never seen (compiled from scratch) and for one in the module cache.
+//!   version, for a module never seen (compiled from scratch) and for one in the module cache;
+//! - `compile_beside`: a small (Rust) guest compiled alone, then while a large (TypeScript)
+//!   one compiles, as the host compiles (each compile on a thread pool of its own), and as
+//!   wasmtime does by itself (both on rayon's one global pool) — what a small guest's start or
+//!   swap waited for before the host gave each compile its own threads.
 //!
 //! The guests must be built (`make guests`). Prints a Markdown table; `make bench` runs it.
 
@@ -14,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{median_min_max, module};
 use krec::cluster::client::ApiClient;
-use krec::guest::ModuleCache;
+use krec::guest::{GuestModule, ModuleCache};
 use krec::guests::{Manager, ManagerOptions};
 use krec::manifest::Manifest;
 use krec_apiserver::Server;
@@ -301,6 +305,109 @@ async fn swaps(api: &std::sync::Arc<ApiClient>, rows: &mut Vec<String>) {
     ));
 }
 
+/// Seconds `compile` takes.
+fn timed(compile: impl FnOnce()) -> f64 {
+    let started = Instant::now();
+    compile();
+    started.elapsed().as_secs_f64()
+}
+
+/// A small guest's compile alone and beside a large guest's: as the host compiles (each on
+/// threads of its own) and on rayon's global pool (wasmtime's own way, the host's before).
+fn compile_beside(rows: &mut Vec<String>) {
+    let engines = krec::guest::Engines::new().expect("engines");
+    let small = std::fs::read(module("stamper_b.wasm")).expect("small");
+    let large_path = common::repo().join("target/js-guests/pod_counter_ts.wasm");
+    let large = std::fs::read(&large_path)
+        .unwrap_or_else(|e| panic!("{}: {e}: run `make guests`", large_path.display()));
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Through the host: a manifest naming each (never seen) module, loaded without a cache.
+    let host_compile = |bytes: &[u8], name: &str| {
+        let file = dir.path().join(format!("{name}.wasm"));
+        std::fs::write(&file, bytes).expect("write");
+        let m = manifest(dir.path(), name, &file);
+        let (engine, linker) = engines.for_isolation(m.spec.isolation);
+        GuestModule::load(engine, linker, std::sync::Arc::new(m)).expect("compiled");
+    };
+    let engine = engines.for_isolation(krec::manifest::Isolation::Reuse).0;
+    let global_compile = |bytes: &[u8]| {
+        wasmtime::component::Component::new(engine, bytes).expect("compiled");
+    };
+    let mut n = 0;
+    let mut next = |bytes: &[u8]| {
+        n += 1;
+        unique_variant(bytes, 5000 + n)
+    };
+    let (mut alone, mut alone_global) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let small = next(&small);
+        alone.push(timed(|| host_compile(&small, "small")));
+        let small = next(&small);
+        alone_global.push(timed(|| global_compile(&small)));
+    }
+    // The large compile starts, and the small one a second into it (past its parse, into its
+    // functions' compiles).
+    let mut beside = |own_threads: bool| {
+        let mut took = Vec::new();
+        for _ in 0..RUNS {
+            let (large, small) = (next(&large), next(&small));
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    if own_threads {
+                        host_compile(&large, "large");
+                    } else {
+                        global_compile(&large);
+                    }
+                });
+                std::thread::sleep(Duration::from_secs(1));
+                took.push(timed(|| {
+                    if own_threads {
+                        host_compile(&small, "small");
+                    } else {
+                        global_compile(&small);
+                    }
+                }));
+            });
+        }
+        took
+    };
+    let host = beside(true);
+    let global = beside(false);
+    let (alone_row, alone_median) = row(
+        "compile_small_alone_s",
+        alone,
+        "a 645 kB Rust guest compiled alone (baseline)",
+    );
+    let (alone_global_row, alone_global_median) = row(
+        "compile_small_alone_global_pool_s",
+        alone_global,
+        "the same compiled by wasmtime on rayon's global pool",
+    );
+    let (host_row, host_median) = row(
+        "compile_small_beside_large_s",
+        host,
+        "the same while a 12 MB TypeScript guest compiles, each on threads of its own (the host)",
+    );
+    let (global_row, global_median) = row(
+        "compile_small_beside_large_global_pool_s",
+        global,
+        "the same, both on rayon's global pool (wasmtime alone; the host before)",
+    );
+    rows.extend([alone_row, alone_global_row, host_row, global_row]);
+    rows.push(format!(
+        "| compile_own_threads_vs_global_alone | {:.2}× | | alone: own threads / global pool |",
+        alone_median / alone_global_median
+    ));
+    rows.push(format!(
+        "| compile_beside_vs_alone | {:.2}× | | own threads: beside / alone |",
+        host_median / alone_median
+    ));
+    rows.push(format!(
+        "| compile_beside_global_vs_alone | {:.2}× | | global pool: beside / alone |",
+        global_median / alone_median
+    ));
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let cluster = Server::builder().start().await.expect("server");
@@ -326,6 +433,7 @@ async fn main() {
     startup(&api, &mut rows).await;
     swaps(&api, &mut rows).await;
     swaps_under_load(&api, &mut rows, &mut results).await;
+    compile_beside(&mut rows);
     common::print_table(&rows);
     common::write_results(results);
 }
