@@ -108,6 +108,40 @@ pub fn write_results(figures: serde_json::Map<String, Value>) {
     std::fs::write(&path, text + "\n").expect("write bench/results.json");
 }
 
+/// One row per arm of `samples` (one sample per round, the arms interleaved in each round)
+/// against the first of `arms` (the baseline): the figure `<prefix>_<arm><unit>`, its median and
+/// min–max with `decimals` digits, and `what(arm, ratio, paired)` — its median over the
+/// baseline's, and the median of its round-by-round ratios to the baseline (a machine whose
+/// speed changes between rounds moves both arms of a round alike). The medians and the paired
+/// ratios (`<prefix>_<arm>_vs_<baseline>`) into `results`.
+pub fn arms_vs_baseline(
+    rows: &mut Vec<String>,
+    results: &mut serde_json::Map<String, Value>,
+    (prefix, unit, decimals): (&str, &str, usize),
+    arms: &[&str],
+    samples: &std::collections::HashMap<&str, Vec<f64>>,
+    what: impl Fn(&str, f64, f64) -> String,
+) {
+    let baseline = arms[0];
+    let (base, _, _) = median_min_max(samples[baseline].clone());
+    for arm in arms {
+        let figure = format!("{prefix}_{arm}{unit}");
+        let (median, min, max) = median_min_max(samples[arm].clone());
+        let by_round = samples[arm]
+            .iter()
+            .zip(&samples[baseline])
+            .map(|(a, b)| a / b)
+            .collect();
+        let (paired, _, _) = median_min_max(by_round);
+        rows.push(format!(
+            "| {figure} | {median:.decimals$} | {min:.decimals$}–{max:.decimals$} | {} |",
+            what(arm, median / base, paired)
+        ));
+        results.insert(figure, json!(median));
+        results.insert(format!("{prefix}_{arm}_vs_{baseline}"), json!(paired));
+    }
+}
+
 /// Print a Markdown table of `rows` (`| name | median | min–max | what |`).
 pub fn print_table(rows: &[String]) {
     println!("| figure | median | min–max | what |");
