@@ -211,7 +211,9 @@ impl Handlers {
     }
 
     /// The requests an event on an object of kind `gvk` causes (deduplicated, sorted), but
-    /// for those of the guest's `map` export (see [`maps_by_guest`](Self::maps_by_guest)).
+    /// for those of the guest's `map` export (see [`maps_by_guest`](Self::maps_by_guest)):
+    /// [`triggered`](Self::triggered) without the triggers, for the tests.
+    #[cfg(test)]
     pub fn requests(&self, gvk: &Gvk, event: &Event<'_>) -> Vec<Request> {
         self.triggered(gvk, event)
             .into_iter()
@@ -219,8 +221,10 @@ impl Handlers {
             .collect()
     }
 
-    /// [`requests`](Self::requests), each with the handler that asked for it: the event on a
-    /// `for` object itself, its owner, or a mapping (the first, when several name one request).
+    /// The requests an event on an object of kind `gvk` causes (deduplicated, sorted), but
+    /// for those of the guest's `map` export (see [`maps_by_guest`](Self::maps_by_guest)),
+    /// each with the handler that asked for it: the event on a `for` object itself, its owner,
+    /// or a mapping (the first, when several name one request).
     pub fn triggered(&self, gvk: &Gvk, event: &Event<'_>) -> Vec<(Request, Trigger)> {
         let mut out = BTreeMap::new();
         let namespace = event.object.namespace.as_deref();

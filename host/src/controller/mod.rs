@@ -809,12 +809,26 @@ mod tests {
         gate: tokio::sync::watch::Receiver<bool>,
         extra: &str,
     ) -> Arc<Controller> {
+        controller_named("t", script, gate, extra)
+    }
+
+    /// The guest `name` reconciling ConfigMaps by `runner`, with `extra` lines of spec.
+    fn module(name: &str, runner: Arc<dyn Runner>, extra: &str) -> Arc<GuestModule> {
         let text = format!(
-            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: t}}\nspec:\n  module: t.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  rateLimiter: {{baseDelay: 1s, maxDelay: 60s}}\n{extra}"
+            "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {{name: {name}}}\nspec:\n  module: {name}.wasm\n  for: {{apiVersion: v1, kind: ConfigMap}}\n  rateLimiter: {{baseDelay: 1s, maxDelay: 60s}}\n{extra}"
         );
         let manifest = Manifest::parse(Path::new("t.yaml"), &text).expect("manifest");
-        let runner: Arc<dyn Runner> = script.clone();
-        let module = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
+        Arc::new(GuestModule::with_runner(Arc::new(manifest), runner))
+    }
+
+    /// A started controller of the guest `name` running `script`.
+    fn controller_named(
+        name: &str,
+        script: &Arc<Script>,
+        gate: tokio::sync::watch::Receiver<bool>,
+        extra: &str,
+    ) -> Arc<Controller> {
+        let module = module(name, script.clone(), extra);
         let cluster: Arc<dyn ClusterAccess> = Arc::new(MemoryCluster::new());
         let controller = Controller::new(module, cluster, Arc::new(Metrics::new()), gate);
         controller.start(Vec::new(), Vec::new());
@@ -969,22 +983,13 @@ mod tests {
             Ok(Action::Requeue),
             Ok(Action::RequeueAfter(Duration::from_secs(30))),
         ]);
-        let text = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: traced-triggers}\nspec:\n  module: t.wasm\n  for: {apiVersion: v1, kind: ConfigMap}\n  rateLimiter: {baseDelay: 1s, maxDelay: 60s}\n";
-        let manifest = Manifest::parse(Path::new("t.yaml"), text).expect("manifest");
-        let runner: Arc<dyn Runner> = script.clone();
-        let module = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
-        let cluster: Arc<dyn ClusterAccess> = Arc::new(MemoryCluster::new());
-        let controller = Controller::new(module, cluster, Arc::new(Metrics::new()), open());
-        controller.start(Vec::new(), Vec::new());
+        let controller = controller_named("traced-triggers", &script, open(), "");
         controller.trigger(Request::new(None, "a"));
         tokio::time::sleep(Duration::from_secs(60)).await;
         // A ticker's request, on a version with a ticker (its first tick is at once).
-        let ticking = "apiVersion: krec.dev/v1alpha1\nkind: Reconciler\nmetadata: {name: traced-triggers}\nspec:\n  module: t2.wasm\n  for: {apiVersion: v1, kind: ConfigMap}\n  tickers: [{every: 1h, request: {name: tick}}]\n";
-        let manifest = Manifest::parse(Path::new("t.yaml"), ticking).expect("manifest");
-        let runner: Arc<dyn Runner> = Script::new(Vec::new());
-        let module = Arc::new(GuestModule::with_runner(Arc::new(manifest), runner));
+        let ticking = "  tickers: [{every: 1h, request: {name: tick}}]\n";
         controller.swap(
-            module,
+            module("traced-triggers", Script::new(Vec::new()), ticking),
             Arc::new(MemoryCluster::new()),
             Vec::new(),
             Vec::new(),

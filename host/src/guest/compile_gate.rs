@@ -67,9 +67,8 @@ impl Drop for Permit<'_> {
 /// Run `compile` on a rayon pool of its own, as many threads as the cores this process may
 /// use; on the caller's thread (and the global pool) when the threads cannot be started.
 pub(crate) fn on_own_threads<T: Send>(compile: impl FnOnce() -> T + Send) -> T {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(cores)
+        .num_threads(cores())
         .thread_name(|i| format!("krec-compile-{i}"))
         .build();
     match pool {
@@ -81,6 +80,11 @@ pub(crate) fn on_own_threads<T: Send>(compile: impl FnOnce() -> T + Send) -> T {
             compile()
         }
     }
+}
+
+/// The cores this process may use (at least one).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Components under this size compile in the small lane.
@@ -117,10 +121,7 @@ impl Lanes {
 pub(crate) fn gate(size: usize) -> &'static CompileGate {
     static LANES: OnceLock<Lanes> = OnceLock::new();
     LANES
-        .get_or_init(|| {
-            let cores = std::thread::available_parallelism().map_or(1, usize::from);
-            Lanes::new(cores / 2, cores)
-        })
+        .get_or_init(|| Lanes::new(cores() / 2, cores()))
         .for_size(size)
 }
 
@@ -177,8 +178,11 @@ mod tests {
             )
         });
         assert!(thread.is_some_and(|t| t.starts_with("krec-compile-")));
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        assert_eq!(threads, cores, "wasmtime's parallel work goes to this pool");
+        assert_eq!(
+            threads,
+            cores(),
+            "wasmtime's parallel work goes to this pool"
+        );
     }
 
     #[test]

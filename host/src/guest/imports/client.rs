@@ -80,7 +80,7 @@ impl Calls<'_> {
         self.write_as(json, Self::write_head(json)?, verb).await
     }
 
-    /// [`write`](Self::write) of `json` whose [`write_head`](Self::write_head) was read already.
+    /// Write `json` as `verb` says, its [`write_head`](Self::write_head) read already.
     pub(crate) async fn write_as(
         &self,
         json: &str,
